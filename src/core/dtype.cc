@@ -1,0 +1,43 @@
+// DType table. Block byte sizes follow ggml-common.h (block_q4_0 = fp16 d + 16 nibble bytes, ...).
+#include "core/dtype.h"
+
+#include <cctype>
+#include <string>
+
+namespace kiln::core {
+namespace {
+
+constexpr DTypeInfo kInfos[] = {
+    {"f32", 1, 4, true, false},      {"f16", 1, 2, true, false},     {"bf16", 1, 2, true, false},
+    {"f64", 1, 8, true, false},      {"i8", 1, 1, false, false},     {"u8", 1, 1, false, false},
+    {"i16", 1, 2, false, false},     {"i32", 1, 4, false, false},    {"i64", 1, 8, false, false},
+    {"bool", 1, 1, false, false},    {"f8_e4m3", 1, 1, false, false}, {"f8_e5m2", 1, 1, false, false},
+    {"q4_0", 32, 18, false, true},   {"q4_1", 32, 20, false, true},  {"q5_0", 32, 22, false, true},
+    {"q5_1", 32, 24, false, true},   {"q8_0", 32, 34, false, true},  {"q8_1", 32, 36, false, true},
+    {"q2_k", 256, 84, false, true},  {"q3_k", 256, 110, false, true}, {"q4_k", 256, 144, false, true},
+    {"q5_k", 256, 176, false, true}, {"q6_k", 256, 210, false, true}, {"q8_k", 256, 292, false, true},
+};
+constexpr int kNumTypes = sizeof(kInfos) / sizeof(kInfos[0]);
+static_assert(kNumTypes == int(DType::kQ8_K) + 1, "kInfos must list every DType in order");
+
+}  // namespace
+
+const DTypeInfo& dtype_info(DType t) { return kInfos[int(t)]; }
+
+std::optional<DType> dtype_from_name(std::string_view name) {
+    std::string lower;
+    for (char c : name) lower += char(std::tolower(static_cast<unsigned char>(c)));
+    for (int i = 0; i < kNumTypes; ++i)
+        if (kInfos[i].name == lower) return DType(i);
+    return std::nullopt;
+}
+
+std::optional<uint64_t> dtype_bytes(DType t, uint64_t num_elements) {
+    const DTypeInfo& info = dtype_info(t);
+    if (num_elements % info.block_size != 0) return std::nullopt;
+    uint64_t blocks = num_elements / info.block_size;
+    if (blocks > UINT64_MAX / info.block_bytes) return std::nullopt;
+    return blocks * info.block_bytes;
+}
+
+}  // namespace kiln::core

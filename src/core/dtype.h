@@ -1,0 +1,32 @@
+// DType: every element type kiln stores, plain and block-quantized. A block-quantized type packs
+// `block_size` elements into `block_bytes` bytes (GGML layouts: ggml-common.h block_q4_0 etc.);
+// plain types have block_size 1. Row lengths of quantized tensors must be multiples of block_size.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace kiln::core {
+
+enum class DType : uint8_t {
+    kF32, kF16, kBF16, kF64, kI8, kU8, kI16, kI32, kI64, kBool, kF8E4M3, kF8E5M2,
+    kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ8_0, kQ8_1, kQ2_K, kQ3_K, kQ4_K, kQ5_K, kQ6_K, kQ8_K,
+};
+
+struct DTypeInfo {
+    std::string_view name;  // "f32", "q4_k", ...
+    uint32_t block_size;    // elements per block
+    uint32_t block_bytes;   // bytes per block
+    bool is_float;          // plain floating point (convertible element-wise)
+    bool is_quantized;      // block-quantized
+};
+
+const DTypeInfo& dtype_info(DType t);
+inline std::string_view dtype_name(DType t) { return dtype_info(t).name; }
+std::optional<DType> dtype_from_name(std::string_view name);  // case-insensitive
+
+// Bytes for `num_elements` of `t`; nullopt if not a whole number of blocks or on overflow.
+std::optional<uint64_t> dtype_bytes(DType t, uint64_t num_elements);
+
+}  // namespace kiln::core

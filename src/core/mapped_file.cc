@@ -1,0 +1,73 @@
+// mmap-backed MappedFile. Empty files map to a null pointer with size 0.
+#include "core/mapped_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace kiln::core {
+
+Result<MappedFile> MappedFile::open(const std::string& path) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        StatusCode code = errno == ENOENT ? StatusCode::kNotFound : StatusCode::kIo;
+        return error(code) << path << ": cannot open: " << std::strerror(errno);
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        ::close(fd);
+        return error(StatusCode::kIo) << path << ": not a regular file";
+    }
+    MappedFile f;
+    f.path_ = path;
+    f.size_ = size_t(st.st_size);
+    if (f.size_ > 0) {
+        void* p = ::mmap(nullptr, f.size_, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (p == MAP_FAILED) {
+            int err = errno;
+            ::close(fd);
+            return error(StatusCode::kIo) << path << ": mmap failed: " << std::strerror(err);
+        }
+        f.data_ = static_cast<const uint8_t*>(p);
+    }
+    ::close(fd);
+    return f;
+}
+
+MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
+    if (this != &o) {
+        if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+        data_ = o.data_;
+        size_ = o.size_;
+        path_ = std::move(o.path_);
+        o.data_ = nullptr;
+        o.size_ = 0;
+    }
+    return *this;
+}
+
+MappedFile::~MappedFile() {
+    if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+Result<std::string> read_text_file(const std::string& path, size_t max_bytes) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return error(StatusCode::kNotFound) << path << ": cannot open";
+    in.seekg(0, std::ios::end);
+    std::streamoff n = in.tellg();
+    if (n < 0) return error(StatusCode::kIo) << path << ": cannot read";
+    if (size_t(n) > max_bytes) return error(StatusCode::kInvalidArgument) << path << ": " << n << " bytes, over the " << max_bytes << " byte limit";
+    in.seekg(0);
+    std::string s(size_t(n), '\0');
+    in.read(s.data(), n);
+    if (!in) return error(StatusCode::kIo) << path << ": short read";
+    return s;
+}
+
+}  // namespace kiln::core

@@ -1,0 +1,37 @@
+// MappedFile: a read-only memory map of a whole file. Readers parse straight out of the mapping and
+// must bounds-check every access against size(). Move-only; unmaps on destruction.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+
+namespace kiln::core {
+
+class MappedFile {
+public:
+    static Result<MappedFile> open(const std::string& path);
+
+    MappedFile() = default;
+    MappedFile(MappedFile&& o) noexcept { *this = std::move(o); }
+    MappedFile& operator=(MappedFile&& o) noexcept;
+    MappedFile(const MappedFile&) = delete;
+    MappedFile& operator=(const MappedFile&) = delete;
+    ~MappedFile();
+
+    const uint8_t* data() const { return data_; }
+    size_t size() const { return size_; }
+    const std::string& path() const { return path_; }
+
+private:
+    const uint8_t* data_ = nullptr;
+    size_t size_ = 0;
+    std::string path_;
+};
+
+// Reads a whole (small) text file, e.g. config.json. Caps the size to refuse absurd inputs.
+Result<std::string> read_text_file(const std::string& path, size_t max_bytes = size_t(256) << 20);
+
+}  // namespace kiln::core

@@ -1,0 +1,25 @@
+// Status names and formatting.
+#include "core/status.h"
+
+namespace kiln::core {
+
+const char* status_code_name(StatusCode code) {
+    switch (code) {
+        case StatusCode::kOk: return "ok";
+        case StatusCode::kInvalidArgument: return "invalid argument";
+        case StatusCode::kNotFound: return "not found";
+        case StatusCode::kUnsupported: return "unsupported";
+        case StatusCode::kCorrupt: return "corrupt";
+        case StatusCode::kIo: return "i/o error";
+        case StatusCode::kOutOfMemory: return "out of memory";
+        case StatusCode::kInternal: return "internal error";
+    }
+    return "unknown";
+}
+
+std::string Status::to_string() const {
+    if (is_ok()) return "ok";
+    return std::string(status_code_name(code_)) + ": " + message_;
+}
+
+}  // namespace kiln::core

@@ -1,0 +1,92 @@
+// GGUF reader (v2 and v3) over a memory map. Spec: ggml docs/gguf.md. Layout: magic "GGUF",
+// u32 version, u64 tensor_count, u64 kv_count, kv pairs, tensor infos, padding to
+// general.alignment (default 32), tensor data. Every count is capped and every read bounds-checked;
+// a malformed file yields a Status naming the file, the field and the byte offset.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/mapped_file.h"
+#include "core/status.h"
+
+namespace kiln::formats {
+
+enum class GgufType : uint32_t {
+    kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7,
+    kString = 8, kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
+};
+const char* gguf_type_name(GgufType t);
+
+// One metadata value. Scalars live in the matching field; arrays in `array` (nested arrays allowed).
+struct GgufValue {
+    GgufType type = GgufType::kU8;
+    GgufType elem_type = GgufType::kU8;  // for kArray
+    uint64_t u = 0;                      // unsigned ints and bool
+    int64_t i = 0;                       // signed ints
+    double f = 0;                        // f32 / f64
+    std::string s;                       // kString
+    std::vector<GgufValue> array;        // kArray
+
+    std::optional<int64_t> as_int() const;    // any integer type or bool
+    std::optional<double> as_float() const;   // any numeric type
+    std::string to_string(size_t max_items = 8) const;  // for inspect
+};
+
+struct GgufTensorInfo {
+    std::string name;
+    std::vector<uint64_t> shape;  // row-major, innermost last (reversed from GGUF's ne[] order)
+    core::DType dtype = core::DType::kF32;
+    uint32_t ggml_type = 0;       // raw ggml type id
+    uint64_t offset = 0;          // relative to data_offset
+    uint64_t num_bytes = 0;
+    uint64_t num_elements() const;
+};
+
+class GgufFile {
+public:
+    static core::Result<GgufFile> open(const std::string& path);
+    // Parses an in-memory image (fuzzing, tests). `name` is used in error messages.
+    static core::Result<GgufFile> parse(const uint8_t* data, size_t size, const std::string& name);
+
+    uint32_t version() const { return version_; }
+    uint64_t alignment() const { return alignment_; }
+    uint64_t data_offset() const { return data_offset_; }
+    const std::string& path() const { return path_; }
+
+    const std::vector<std::string>& keys() const { return key_order_; }  // file order
+    const GgufValue* find(const std::string& key) const;
+    std::optional<std::string> get_string(const std::string& key) const;
+    std::optional<int64_t> get_int(const std::string& key) const;
+    std::optional<double> get_float(const std::string& key) const;
+    std::optional<bool> get_bool(const std::string& key) const;
+    // Typed array access; nullopt if absent or elements of another kind.
+    std::optional<std::vector<std::string>> get_string_array(const std::string& key) const;
+    std::optional<std::vector<float>> get_float_array(const std::string& key) const;
+    std::optional<std::vector<int64_t>> get_int_array(const std::string& key) const;
+
+    const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
+    const GgufTensorInfo* find_tensor(const std::string& name) const;
+    // Raw bytes of a tensor inside the map (bounds were checked at open).
+    const uint8_t* tensor_data(const GgufTensorInfo& t) const { return base_ + data_offset_ + t.offset; }
+
+private:
+    std::shared_ptr<core::MappedFile> file_;  // null when parsed from memory
+    const uint8_t* base_ = nullptr;
+    size_t size_ = 0;
+    std::string path_;
+    uint32_t version_ = 0;
+    uint64_t alignment_ = 32;
+    uint64_t data_offset_ = 0;
+    std::vector<std::string> key_order_;
+    std::map<std::string, GgufValue> kv_;
+    std::vector<GgufTensorInfo> tensors_;
+    std::map<std::string, size_t> tensor_index_;
+};
+
+}  // namespace kiln::formats

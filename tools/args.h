@@ -1,0 +1,32 @@
+// A small command-line parser for the kiln subcommands: --flag, --opt VALUE / --opt=VALUE,
+// -m VALUE, and positionals. Unknown options are errors, never silently ignored.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace kiln::tools {
+
+class Args {
+public:
+    // `flags`: options without a value; `options`: options that take one. Names include dashes.
+    Args(std::set<std::string> flags, std::set<std::string> options) : flags_(std::move(flags)), options_(std::move(options)) {}
+    // Parses argv[first..argc). Returns false and sets error() on an unknown or incomplete option.
+    bool parse(int argc, char** argv, int first);
+    const std::string& error() const { return error_; }
+
+    bool has(const std::string& flag) const { return set_.count(flag) > 0; }
+    std::optional<std::string> get(const std::string& opt) const;
+    const std::vector<std::string>& positional() const { return positional_; }
+
+private:
+    std::set<std::string> flags_, options_, set_;
+    std::map<std::string, std::string> values_;
+    std::vector<std::string> positional_;
+    std::string error_;
+};
+
+}  // namespace kiln::tools

@@ -1,0 +1,11 @@
+// Subcommands of `kiln`. Each returns the process exit code: 0 ok, 1 failure, 2 usage error.
+#pragma once
+
+namespace kiln::tools {
+
+int cmd_inspect(int argc, char** argv);     // kiln inspect PATH [--json]
+int cmd_tokenize(int argc, char** argv);    // kiln tokenize -m MODEL [...] TEXT|-
+int cmd_detokenize(int argc, char** argv);  // kiln detokenize -m MODEL IDS...
+int cmd_convert(int argc, char** argv);     // kiln convert IN OUT --to gguf|safetensors
+
+}  // namespace kiln::tools

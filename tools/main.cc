@@ -1,0 +1,44 @@
+// `kiln` entry point: dispatches to a subcommand. Argument positions: argv[1] is the subcommand,
+// each cmd_* parses from argv[2].
+#include <cstdio>
+#include <cstring>
+
+#include "commands.h"
+
+namespace {
+
+struct Command {
+    const char* name;
+    int (*fn)(int, char**);
+    const char* help;
+};
+
+const Command kCommands[] = {
+    {"inspect", kiln::tools::cmd_inspect, "show a model file: architecture, hyper-parameters, tokenizer, tensors"},
+    {"tokenize", kiln::tools::cmd_tokenize, "encode text to token ids with a model's tokenizer"},
+    {"detokenize", kiln::tools::cmd_detokenize, "decode token ids to text"},
+    {"convert", kiln::tools::cmd_convert, "convert a model between llama2.c .bin, GGUF and safetensors"},
+};
+
+void usage(FILE* out) {
+    std::fprintf(out, "usage: kiln COMMAND [ARGS]   (kiln COMMAND --help for details)\n\ncommands:\n");
+    for (const Command& c : kCommands) std::fprintf(out, "  %-12s %s\n", c.name, c.help);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    for (const Command& c : kCommands)
+        if (!std::strcmp(argv[1], c.name)) return c.fn(argc, argv);
+    std::fprintf(stderr, "kiln: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
