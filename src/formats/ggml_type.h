@@ -1,0 +1,44 @@
+// Mapping between ggml tensor type ids (the `type` field of a GGUF tensor info) and core::DType.
+// Ids follow enum ggml_type in ggml.h; only the types kiln can store are mapped, every other id
+// (removed Q4_2/Q4_3, IQ*, TQ*, MXFP4, ...) yields nullopt so readers can report it as unsupported.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "core/dtype.h"
+
+namespace kiln::formats {
+
+// ggml type ids kiln understands (ggml.h enum ggml_type).
+enum class GgmlType : uint32_t {
+    kF32 = 0,
+    kF16 = 1,
+    kQ4_0 = 2,
+    kQ4_1 = 3,
+    kQ5_0 = 6,
+    kQ5_1 = 7,
+    kQ8_0 = 8,
+    kQ8_1 = 9,
+    kQ2_K = 10,
+    kQ3_K = 11,
+    kQ4_K = 12,
+    kQ5_K = 13,
+    kQ6_K = 14,
+    kQ8_K = 15,
+    kI8 = 24,
+    kI16 = 25,
+    kI32 = 26,
+    kI64 = 27,
+    kF64 = 28,
+    kBF16 = 30,
+};
+
+// nullopt for ids kiln does not support.
+std::optional<core::DType> dtype_from_ggml(uint32_t ggml_type_id);
+// nullopt for dtypes ggml has no id for (u8, bool, fp8).
+std::optional<uint32_t> ggml_from_dtype(core::DType dtype);
+// Human-readable name of any ggml id, including unsupported ones ("iq2_xxs", "unknown").
+const char* ggml_type_name(uint32_t ggml_type_id);
+
+}  // namespace kiln::formats

@@ -1,0 +1,253 @@
+// Checkpoint loading for GGUF, HF safetensors and llama2.c (see checkpoint.h).
+#include "model/checkpoint.h"
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "formats/gguf.h"
+#include "formats/llama2c.h"
+#include "formats/safetensors.h"
+#include "model/weight_names.h"
+
+namespace kiln::model {
+namespace {
+
+namespace fs = std::filesystem;
+using core::StatusCode;
+
+std::string shape_string(const std::vector<uint64_t>& shape) {
+    std::ostringstream os;
+    os << '[';
+    for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
+    os << ']';
+    return os.str();
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+core::Status add_tensor(Checkpoint* ck, std::set<std::string>* names, TensorRef t) {
+    if (!names->insert(t.name).second)
+        return core::error(StatusCode::kCorrupt) << ck->path << ": two tensors map to the name '" << t.name << "'";
+    ck->tensors.push_back(std::move(t));
+    return core::Status::ok();
+}
+
+}  // namespace
+
+uint64_t TensorRef::num_elements() const {
+    uint64_t n = 1;
+    for (uint64_t d : shape) n *= d;
+    return n;
+}
+
+const TensorRef* Checkpoint::find(const std::string& name) const {
+    for (const TensorRef& t : tensors)
+        if (t.name == name) return &t;
+    return nullptr;
+}
+
+const formats::GgufValue* Checkpoint::find_metadata(const std::string& key) const {
+    for (const auto& [k, v] : gguf_metadata)
+        if (k == key) return &v;
+    return nullptr;
+}
+
+uint64_t Checkpoint::num_params() const {
+    uint64_t n = 0;
+    for (const TensorRef& t : tensors) n += t.num_elements();
+    return n;
+}
+
+core::Result<TensorRef> permute_tensor(const TensorRef& t, int64_t num_heads, RopeOrder to,
+                                       std::vector<std::shared_ptr<const void>>* owners) {
+    if (t.shape.empty() || t.shape[0] == 0 || t.num_bytes % t.shape[0] != 0)
+        return core::error(StatusCode::kCorrupt) << "tensor '" << t.name << "' of shape " << shape_string(t.shape)
+                                                 << " cannot be split into rows for the RoPE permutation";
+    auto buf = std::make_shared<std::vector<uint8_t>>(t.num_bytes);
+    core::Status st =
+        permute_rope_rows(t.data, buf->data(), t.shape[0], t.num_bytes / t.shape[0], uint64_t(num_heads), to);
+    if (!st.is_ok()) return core::error(StatusCode::kCorrupt) << "tensor '" << t.name << "': " << st.message();
+    TensorRef out = t;
+    out.data = buf->data();
+    owners->push_back(std::move(buf));
+    return out;
+}
+
+core::Result<Checkpoint> load_gguf_checkpoint(const std::string& path) {
+    KILN_ASSIGN_OR_RETURN(formats::GgufFile file, formats::GgufFile::open(path));
+    auto gguf = std::make_shared<formats::GgufFile>(std::move(file));
+    Checkpoint ck;
+    ck.format = "gguf";
+    ck.path = path;
+    ck.owners.push_back(gguf);
+    KILN_ASSIGN_OR_RETURN(ck.config, config_from_gguf(*gguf));
+    const std::string arch = gguf->get_string("general.architecture").value_or("");
+    const bool neox = gguf_arch_uses_neox_rope(arch);
+    std::set<std::string> names;
+    for (const formats::GgufTensorInfo& info : gguf->tensors()) {
+        TensorRef t{info.name, info.dtype, info.shape, gguf->tensor_data(info), info.num_bytes};
+        if (int64_t heads = neox ? rope_permute_heads(t.name, ck.config) : 0) {
+            auto permuted = permute_tensor(t, heads, RopeOrder::kInterleaved, &ck.owners);
+            if (!permuted.is_ok())
+                return core::error(StatusCode::kCorrupt) << path << ": " << permuted.status().message();
+            t = std::move(permuted).value();
+        }
+        KILN_RETURN_IF_ERROR(add_tensor(&ck, &names, std::move(t)));
+    }
+    for (const std::string& key : gguf->keys()) {
+        if (key == "general.architecture" || key == "general.alignment" || key.rfind(arch + ".", 0) == 0) continue;
+        ck.gguf_metadata.emplace_back(key, *gguf->find(key));
+    }
+    KILN_RETURN_IF_ERROR(check_checkpoint_tensors(ck));
+    return ck;
+}
+
+core::Result<Checkpoint> load_hf_checkpoint(const std::string& path) {
+    std::error_code ec;
+    fs::path dir = fs::is_directory(path, ec) ? fs::path(path) : fs::path(path).parent_path();
+    if (dir.empty()) dir = ".";
+    fs::path config_path = dir / "config.json";
+    if (!fs::exists(config_path, ec))
+        return core::error(StatusCode::kNotFound) << path << ": no config.json in " << dir.string()
+                                                  << " (an HF checkpoint needs it for the hyper-parameters)";
+    KILN_ASSIGN_OR_RETURN(formats::HfConfig hf, formats::load_hf_config(config_path.string()));
+    Checkpoint ck;
+    ck.format = "safetensors";
+    ck.path = path;
+    KILN_ASSIGN_OR_RETURN(ck.config, config_from_hf(hf));
+    KILN_ASSIGN_OR_RETURN(formats::SafetensorsSet set, formats::SafetensorsSet::open(path));
+    auto st = std::make_shared<formats::SafetensorsSet>(std::move(set));
+    ck.owners.push_back(st);
+    std::set<std::string> names;
+    for (size_t i = 0; i < st->num_tensors(); ++i) {
+        const formats::SafetensorsTensorInfo& info = st->tensor(i);
+        if (is_hf_ignored_tensor(info.name)) continue;
+        std::string name = hf_to_gguf_name(info.name).value_or(info.name);
+        if (name == "output.weight" && ck.config.tie_word_embeddings) continue;  // a saved copy of the embedding
+        TensorRef t{name, info.dtype, info.shape, st->tensor_data(i), info.num_bytes};
+        if (int64_t heads = rope_permute_heads(name, ck.config)) {
+            auto permuted = permute_tensor(t, heads, RopeOrder::kInterleaved, &ck.owners);
+            if (!permuted.is_ok())
+                return core::error(StatusCode::kCorrupt) << path << ": " << permuted.status().message();
+            t = std::move(permuted).value();
+        }
+        KILN_RETURN_IF_ERROR(add_tensor(&ck, &names, std::move(t)));
+    }
+    auto tok = st->metadata().find(kGgufTokenizerMetadataKey);
+    if (tok != st->metadata().end()) {
+        KILN_ASSIGN_OR_RETURN(ck.gguf_metadata, gguf_metadata_from_json(tok->second, path));
+    }
+    if (fs::exists(dir / "tokenizer.json", ec)) ck.tokenizer_path = (dir / "tokenizer.json").string();
+    if (fs::exists(dir / "generation_config.json", ec)) {
+        KILN_ASSIGN_OR_RETURN(ck.generation_config,
+                              formats::load_generation_config((dir / "generation_config.json").string()));
+    }
+    KILN_RETURN_IF_ERROR(check_checkpoint_tensors(ck));
+    return ck;
+}
+
+core::Result<Checkpoint> load_llama2c_checkpoint(const std::string& path) {
+    KILN_ASSIGN_OR_RETURN(formats::Llama2cFile file, formats::Llama2cFile::open(path));
+    auto f = std::make_shared<formats::Llama2cFile>(std::move(file));
+    Checkpoint ck;
+    ck.format = "llama2c";
+    ck.path = path;
+    ck.owners.push_back(f);
+    KILN_ASSIGN_OR_RETURN(ck.config, config_from_llama2c(f->header()));
+    // Whole arrays become tensors; stacked per-layer arrays are sliced.
+    auto whole = [&](const char* array, const char* name) {
+        const formats::Llama2cArray* a = f->find(array);
+        ck.tensors.push_back({name, core::DType::kF32, a->shape, f->array_data(*a), a->num_bytes});
+    };
+    auto layer_slice = [&](const char* array, const char* suffix, uint64_t layer_idx) {
+        const formats::Llama2cArray* a = f->find(array);
+        std::vector<uint64_t> shape(a->shape.begin() + 1, a->shape.end());
+        uint64_t bytes = a->num_bytes / a->shape[0];
+        ck.tensors.push_back({"blk." + std::to_string(layer_idx) + "." + suffix, core::DType::kF32, shape,
+                              f->array_data(*a) + layer_idx * bytes, bytes});
+    };
+    whole("token_embedding_table", "token_embd.weight");
+    for (uint64_t l = 0; l < uint64_t(ck.config.num_layers); ++l) {
+        layer_slice("rms_att_weight", "attn_norm.weight", l);
+        layer_slice("wq", "attn_q.weight", l);
+        layer_slice("wk", "attn_k.weight", l);
+        layer_slice("wv", "attn_v.weight", l);
+        layer_slice("wo", "attn_output.weight", l);
+        layer_slice("rms_ffn_weight", "ffn_norm.weight", l);
+        layer_slice("w1", "ffn_gate.weight", l);
+        layer_slice("w2", "ffn_down.weight", l);
+        layer_slice("w3", "ffn_up.weight", l);
+    }
+    whole("rms_final_weight", "output_norm.weight");
+    if (!f->header().shared_classifier) whole("wcls", "output.weight");
+    KILN_RETURN_IF_ERROR(check_checkpoint_tensors(ck));
+    return ck;
+}
+
+core::Result<Checkpoint> load_checkpoint(const std::string& path) {
+    std::error_code ec;
+    if (fs::is_directory(path, ec)) return load_hf_checkpoint(path);
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return core::error(StatusCode::kNotFound) << path << ": cannot open";
+    uint8_t head[9] = {};
+    in.read(reinterpret_cast<char*>(head), sizeof(head));
+    size_t got = size_t(in.gcount());
+    uint64_t file_size = fs::file_size(path, ec);
+    if (got >= 4 && std::string(reinterpret_cast<char*>(head), 4) == "GGUF") return load_gguf_checkpoint(path);
+    if (ends_with(path, ".gguf")) return load_gguf_checkpoint(path);
+    if (ends_with(path, ".safetensors")) return load_hf_checkpoint(path);
+    if (got == 9 && head[8] == '{') {
+        uint64_t header_len = 0;
+        for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | head[i];
+        if (!ec && header_len <= file_size - 8) return load_hf_checkpoint(path);
+    }
+    return load_llama2c_checkpoint(path);
+}
+
+core::Status check_checkpoint_tensors(const Checkpoint& ck) {
+    const ModelConfig& c = ck.config;
+    const uint64_t hidden = uint64_t(c.hidden_size), vocab = uint64_t(c.vocab_size);
+    const uint64_t inter = uint64_t(c.intermediate_size), q = uint64_t(c.q_dim()), kv = uint64_t(c.kv_dim());
+    const uint64_t head_dim = uint64_t(c.head_dim);
+    auto expect = [&](const std::string& name, std::vector<uint64_t> shape) -> core::Status {
+        const TensorRef* t = ck.find(name);
+        if (!t)
+            return core::error(StatusCode::kCorrupt)
+                   << ck.path << ": missing tensor '" << name << "' (expected shape " << shape_string(shape) << ")";
+        if (t->shape != shape)
+            return core::error(StatusCode::kCorrupt) << ck.path << ": tensor '" << name << "' has shape "
+                                                     << shape_string(t->shape) << ", expected " << shape_string(shape);
+        return core::Status::ok();
+    };
+    KILN_RETURN_IF_ERROR(expect("token_embd.weight", {vocab, hidden}));
+    KILN_RETURN_IF_ERROR(expect("output_norm.weight", {hidden}));
+    if (!c.tie_word_embeddings) KILN_RETURN_IF_ERROR(expect("output.weight", {vocab, hidden}));
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+        const std::string p = "blk." + std::to_string(l) + ".";
+        KILN_RETURN_IF_ERROR(expect(p + "attn_norm.weight", {hidden}));
+        KILN_RETURN_IF_ERROR(expect(p + "attn_q.weight", {q, hidden}));
+        KILN_RETURN_IF_ERROR(expect(p + "attn_k.weight", {kv, hidden}));
+        KILN_RETURN_IF_ERROR(expect(p + "attn_v.weight", {kv, hidden}));
+        KILN_RETURN_IF_ERROR(expect(p + "attn_output.weight", {hidden, q}));
+        KILN_RETURN_IF_ERROR(expect(p + "ffn_norm.weight", {hidden}));
+        KILN_RETURN_IF_ERROR(expect(p + "ffn_gate.weight", {inter, hidden}));
+        KILN_RETURN_IF_ERROR(expect(p + "ffn_up.weight", {inter, hidden}));
+        KILN_RETURN_IF_ERROR(expect(p + "ffn_down.weight", {hidden, inter}));
+        if (c.attention_bias) {
+            KILN_RETURN_IF_ERROR(expect(p + "attn_q.bias", {q}));
+            KILN_RETURN_IF_ERROR(expect(p + "attn_k.bias", {kv}));
+            KILN_RETURN_IF_ERROR(expect(p + "attn_v.bias", {kv}));
+        }
+        if (c.qk_norm) {
+            KILN_RETURN_IF_ERROR(expect(p + "attn_q_norm.weight", {head_dim}));
+            KILN_RETURN_IF_ERROR(expect(p + "attn_k_norm.weight", {head_dim}));
+        }
+    }
+    return core::Status::ok();
+}
+
+}  // namespace kiln::model

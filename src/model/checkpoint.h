@@ -1,0 +1,78 @@
+// Checkpoint: kiln's in-memory view of a model file of any supported format (GGUF, HF safetensors
+// directory or file, llama2.c .bin): the config, the tensors and the metadata to carry along.
+// Invariants of a loaded Checkpoint:
+// - Tensor names are canonical GGUF names (token_embd.weight, blk.N.attn_q.weight, ...,
+//   output_norm.weight, output.weight; output.weight is absent when embeddings are tied). Tensors
+//   a format adds that kiln does not know keep their file names.
+// - Q/K rows (attn_q/attn_k weights and biases, attn_q_norm/attn_k_norm) are in Meta's
+//   interleaved-pair RoPE order, whatever the file held: HF files and GGUF qwen2/qwen3 files
+//   (rotate-half order) are permuted on load, into buffers the Checkpoint owns.
+// - Every tensor of the architecture is present with the shape the config implies
+//   (check_checkpoint_tensors), so model code may index without re-checking.
+// - TensorRef::data stays valid as long as the Checkpoint (or a copy of it) lives: `owners` holds
+//   the file mappings and owned buffers. Data is mmap'd and read-only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/status.h"
+#include "formats/hf_config.h"
+#include "model/metadata_json.h"
+#include "model/model_config.h"
+#include "model/weight_names.h"
+
+namespace kiln::model {
+
+struct TensorRef {
+    std::string name;
+    core::DType dtype = core::DType::kF32;
+    std::vector<uint64_t> shape;  // row-major, innermost last
+    const uint8_t* data = nullptr;
+    uint64_t num_bytes = 0;
+    uint64_t num_elements() const;
+};
+
+// safetensors __metadata__ key carrying a GGUF tokenizer as JSON (metadata_json.h).
+inline constexpr const char* kGgufTokenizerMetadataKey = "kiln.gguf_tokenizer";
+
+struct Checkpoint {
+    std::string format;  // "gguf", "safetensors" or "llama2c"
+    std::string path;
+    ModelConfig config;
+    std::vector<TensorRef> tensors;  // file order
+    // Metadata to carry into other formats, in file order: from a GGUF, every key except
+    // general.architecture, general.alignment and the {arch}.* hyper-parameters; from safetensors,
+    // the GGUF tokenizer carried in kGgufTokenizerMetadataKey.
+    GgufMetadata gguf_metadata;
+    std::string tokenizer_path;                                  // tokenizer.json next to an HF checkpoint, else ""
+    std::optional<formats::GenerationConfig> generation_config;  // generation_config.json, if any
+    std::vector<std::shared_ptr<const void>> owners;             // keep TensorRef::data alive
+
+    const TensorRef* find(const std::string& name) const;
+    const formats::GgufValue* find_metadata(const std::string& key) const;
+    uint64_t num_params() const;
+};
+
+// Detects the format: a directory is an HF checkpoint, "GGUF" magic a GGUF file, a .safetensors
+// name (or a safetensors-looking header) a safetensors file with config.json beside it, anything
+// else a llama2.c checkpoint.
+core::Result<Checkpoint> load_checkpoint(const std::string& path);
+core::Result<Checkpoint> load_gguf_checkpoint(const std::string& path);
+core::Result<Checkpoint> load_hf_checkpoint(const std::string& path);
+core::Result<Checkpoint> load_llama2c_checkpoint(const std::string& path);
+
+// The architecture's tensors, each present with the shape the config implies; kCorrupt naming the
+// tensor otherwise. Extra tensors are allowed.
+core::Status check_checkpoint_tensors(const Checkpoint& checkpoint);
+
+// A copy of `t` whose rows are permuted into `to` RoPE order (weight_names.h) in a new buffer that
+// is appended to `owners`.
+core::Result<TensorRef> permute_tensor(const TensorRef& t, int64_t num_heads, RopeOrder to,
+                                       std::vector<std::shared_ptr<const void>>* owners);
+
+}  // namespace kiln::model

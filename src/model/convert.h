@@ -1,0 +1,55 @@
+// Checkpoint conversion: any loadable checkpoint (checkpoint.h) -> a single GGUF file or an HF
+// safetensors directory (model.safetensors + config.json).
+// - GGUF output: general.architecture, general.name, the {arch}.* hyper-parameters
+//   (model_config.h), then the source's GGUF metadata (tokenizer.ggml.* ...) or a llama2.c
+//   tokenizer given as --tokenizer. Tensors keep kiln's canonical names; Q/K rows go back to
+//   rotate-half order for architectures whose GGUF files use it (qwen2/qwen3). Quantized tensors
+//   are copied as they are.
+// - safetensors output: HF tensor names, Q/K rows permuted for rotate-half RoPE, __metadata__
+//   {"format": "pt", "kiln.gguf_tokenizer": <GGUF tokenizer metadata as JSON>} so that converting
+//   back reproduces the GGUF tokenizer; config.json; tokenizer.json / tokenizer_config.json copied
+//   from an HF source. Quantized tensors have no safetensors form: kUnsupported.
+// - dtype: F32/F16/BF16 tensors of rank >= 2 become the requested float type; rank <= 1 tensors
+//   (norm weights, biases) become F32. Other dtypes are left alone.
+// The converted tensors are held in memory until the file is written.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/status.h"
+#include "model/checkpoint.h"
+
+namespace kiln::model {
+
+struct ConvertOptions {
+    std::string to;                    // "gguf" or "safetensors"
+    std::optional<core::DType> dtype;  // kF32, kF16 or kBF16; nullopt keeps each tensor's dtype
+    std::string tokenizer_path;        // llama2.c tokenizer .bin to embed (replaces tokenizer.* metadata)
+    bool progress = false;             // per-tensor progress lines on stderr
+};
+
+core::Status convert_checkpoint(const std::string& in, const std::string& out, const ConvertOptions& options);
+
+core::Status write_gguf_checkpoint(const Checkpoint& checkpoint, const std::string& path,
+                                   const ConvertOptions& options);
+// `dir` is created if needed.
+core::Status write_hf_checkpoint(const Checkpoint& checkpoint, const std::string& dir, const ConvertOptions& options);
+
+// A llama2.c tokenizer.bin (int32 max_token_len, then per token: f32 score, int32 byte length,
+// bytes) as GGUF tokenizer metadata: tokenizer.ggml.model "llama", tokens (spaces written as
+// U+2581 and "\n<s>\n" / "\n</s>\n" as "<s>" / "</s>", as SentencePiece vocabularies spell them),
+// scores, token_type (0 unknown=2, 1-2 control=3, <0xNN> byte=6, else normal=1), bos 1, eos 2,
+// unk 0. `vocab_size` tokens are read (the file does not store the count).
+core::Result<GgufMetadata> read_llama2c_tokenizer(const std::string& path, int64_t vocab_size);
+
+// `t` converted element-wise to `to` (both in {F32, F16, BF16}) into a buffer appended to `owners`;
+// fp16/bf16 rounding is round-to-nearest-even (core/numeric.h).
+core::Result<TensorRef> cast_tensor(const TensorRef& t, core::DType to,
+                                    std::vector<std::shared_ptr<const void>>* owners);
+
+}  // namespace kiln::model

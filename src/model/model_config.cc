@@ -1,0 +1,322 @@
+// ModelConfig construction from HF / GGUF / llama2.c and serialization back (see model_config.h).
+#include "model/model_config.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
+namespace kiln::model {
+namespace {
+
+using core::StatusCode;
+using formats::GgufValue;
+
+constexpr int64_t kMaxVocab = int64_t(1) << 24;
+constexpr int64_t kMaxHidden = int64_t(1) << 18;
+constexpr int64_t kMaxIntermediate = int64_t(1) << 20;
+constexpr int64_t kMaxLayers = 1024;
+constexpr int64_t kMaxHeads = 1024;
+constexpr int64_t kMaxHeadDim = 4096;
+constexpr int64_t kMaxSeqLen = int64_t(1) << 30;
+
+// GGUF stores floats as f32; give back the shortest decimal that rounds to the same f32, so that
+// 1e-5 read from a GGUF prints as 1e-05 again, not 9.99999974737875e-06.
+double shortest_f32(double v) {
+    float f = float(v);
+    char buf[64];
+    auto res = std::to_chars(buf, buf + sizeof(buf) - 1, f);
+    *res.ptr = '\0';
+    return std::strtod(buf, nullptr);
+}
+
+const char* hf_architecture(const std::string& arch) {
+    if (arch == "mistral") return "MistralForCausalLM";
+    if (arch == "qwen2") return "Qwen2ForCausalLM";
+    if (arch == "qwen3") return "Qwen3ForCausalLM";
+    return "LlamaForCausalLM";
+}
+
+core::Status check_range(const char* field, int64_t v, int64_t max) {
+    if (v <= 0 || v > max)
+        return core::error(StatusCode::kCorrupt)
+               << "model config: " << field << " is " << v << ", outside [1, " << max << "]";
+    return core::Status::ok();
+}
+
+// Reads an integer hyper-parameter; absent -> `fallback` (nullopt fallback: required).
+core::Result<int64_t> gguf_int(const formats::GgufFile& g, const std::string& key, std::optional<int64_t> fallback) {
+    const GgufValue* v = g.find(key);
+    if (!v) {
+        if (fallback) return *fallback;
+        return core::error(StatusCode::kCorrupt) << g.path() << ": missing metadata key " << key;
+    }
+    std::optional<int64_t> i = v->as_int();
+    if (!i) {
+        return core::error(v->type == formats::GgufType::kArray ? StatusCode::kUnsupported : StatusCode::kCorrupt)
+               << g.path() << ": metadata " << key << " is a " << formats::gguf_type_name(v->type)
+               << ", expected one integer";
+    }
+    return *i;
+}
+
+core::Result<double> gguf_float(const formats::GgufFile& g, const std::string& key, double fallback) {
+    const GgufValue* v = g.find(key);
+    if (!v) return fallback;
+    std::optional<double> f = v->as_float();
+    if (!f) return core::error(StatusCode::kCorrupt) << g.path() << ": metadata " << key << " is not a number";
+    return v->type == formats::GgufType::kF32 ? shortest_f32(*f) : *f;
+}
+
+core::Status read_gguf_rope_scaling(const formats::GgufFile& g, const std::string& arch, ModelConfig* c) {
+    const std::string p = arch + ".rope.scaling.";
+    std::optional<std::string> type = g.get_string(p + "type");
+    c->rope_scaling.type = type && *type != "none" ? *type : "";
+    KILN_ASSIGN_OR_RETURN(c->rope_scaling.factor, gguf_float(g, p + "factor", 1.0));
+    KILN_ASSIGN_OR_RETURN(c->rope_scaling.original_max_position_embeddings,
+                          gguf_int(g, p + "original_context_length", int64_t(0)));
+    KILN_ASSIGN_OR_RETURN(c->rope_scaling.low_freq_factor, gguf_float(g, p + "low_freq_factor", 1.0));
+    KILN_ASSIGN_OR_RETURN(c->rope_scaling.high_freq_factor, gguf_float(g, p + "high_freq_factor", 4.0));
+    KILN_ASSIGN_OR_RETURN(c->rope_scaling.beta_fast, gguf_float(g, p + "yarn_beta_fast", 32.0));
+    KILN_ASSIGN_OR_RETURN(c->rope_scaling.beta_slow, gguf_float(g, p + "yarn_beta_slow", 1.0));
+    if (g.find(p + "attn_factor")) {
+        KILN_ASSIGN_OR_RETURN(double af, gguf_float(g, p + "attn_factor", 1.0));
+        c->rope_scaling.attention_factor = af;
+    }
+    if (!(c->rope_scaling.factor > 0))
+        return core::error(StatusCode::kCorrupt)
+               << g.path() << ": " << p << "factor " << c->rope_scaling.factor << " is not positive";
+    return core::Status::ok();
+}
+
+}  // namespace
+
+const std::vector<std::string>& supported_archs() {
+    static const std::vector<std::string> kArchs = {"llama", "mistral", "qwen2", "qwen3"};
+    return kArchs;
+}
+
+core::Status ModelConfig::validate() const {
+    bool known = false;
+    for (const std::string& a : supported_archs()) known |= a == arch;
+    if (!known)
+        return core::error(StatusCode::kUnsupported) << "model config: architecture '" << arch << "' is not supported";
+    KILN_RETURN_IF_ERROR(check_range("vocab_size", vocab_size, kMaxVocab));
+    KILN_RETURN_IF_ERROR(check_range("hidden_size", hidden_size, kMaxHidden));
+    KILN_RETURN_IF_ERROR(check_range("intermediate_size", intermediate_size, kMaxIntermediate));
+    KILN_RETURN_IF_ERROR(check_range("num_layers", num_layers, kMaxLayers));
+    KILN_RETURN_IF_ERROR(check_range("num_heads", num_heads, kMaxHeads));
+    KILN_RETURN_IF_ERROR(check_range("num_kv_heads", num_kv_heads, kMaxHeads));
+    KILN_RETURN_IF_ERROR(check_range("head_dim", head_dim, kMaxHeadDim));
+    KILN_RETURN_IF_ERROR(check_range("max_seq_len", max_seq_len, kMaxSeqLen));
+    if (num_heads % num_kv_heads != 0)
+        return core::error(StatusCode::kCorrupt)
+               << "model config: num_heads " << num_heads << " is not a multiple of num_kv_heads " << num_kv_heads;
+    if (head_dim % 2 != 0)
+        return core::error(StatusCode::kCorrupt) << "model config: head_dim " << head_dim << " is odd";
+    if (!(rms_norm_eps > 0) || !std::isfinite(rms_norm_eps) || !(rope_theta > 0) || !std::isfinite(rope_theta))
+        return core::error(StatusCode::kCorrupt) << "model config: rms_norm_eps " << rms_norm_eps << " / rope_theta "
+                                                 << rope_theta << " must be positive";
+    if (sliding_window < 0)
+        return core::error(StatusCode::kCorrupt) << "model config: sliding_window " << sliding_window << " is negative";
+    return core::Status::ok();
+}
+
+core::Result<ModelConfig> config_from_hf(const formats::HfConfig& hf) {
+    ModelConfig c;
+    c.arch = hf.model_type;
+    c.vocab_size = hf.vocab_size;
+    c.hidden_size = hf.hidden_size;
+    c.intermediate_size = hf.intermediate_size;
+    c.num_layers = hf.num_hidden_layers;
+    c.num_heads = hf.num_attention_heads;
+    c.num_kv_heads = hf.num_key_value_heads;
+    c.head_dim = hf.head_dim;
+    c.max_seq_len = hf.max_position_embeddings;
+    c.rms_norm_eps = hf.rms_norm_eps;
+    c.rope_theta = hf.rope_theta;
+    c.rope_scaling = hf.rope_scaling;
+    c.tie_word_embeddings = hf.tie_word_embeddings;
+    c.attention_bias = hf.attention_bias;
+    c.qk_norm = hf.model_type == "qwen3";
+    c.sliding_window = hf.sliding_window;
+    c.torch_dtype = hf.torch_dtype;
+    c.bos_token_id = hf.bos_token_id;
+    c.eos_token_ids = hf.eos_token_ids;
+    KILN_RETURN_IF_ERROR(c.validate());
+    return c;
+}
+
+core::Result<ModelConfig> config_from_gguf(const formats::GgufFile& g) {
+    std::optional<std::string> arch = g.get_string("general.architecture");
+    if (!arch) return core::error(StatusCode::kCorrupt) << g.path() << ": no general.architecture string";
+    if (*arch != "llama" && *arch != "qwen2" && *arch != "qwen3")
+        return core::error(StatusCode::kUnsupported)
+               << g.path() << ": GGUF architecture '" << *arch << "' is not supported (supported: llama, qwen2, qwen3)";
+    const std::string p = *arch + ".";
+    ModelConfig c;
+    c.arch = *arch;
+    c.name = g.get_string("general.name").value_or("");
+    KILN_ASSIGN_OR_RETURN(c.hidden_size, gguf_int(g, p + "embedding_length", std::nullopt));
+    KILN_ASSIGN_OR_RETURN(c.num_layers, gguf_int(g, p + "block_count", std::nullopt));
+    KILN_ASSIGN_OR_RETURN(c.intermediate_size, gguf_int(g, p + "feed_forward_length", std::nullopt));
+    KILN_ASSIGN_OR_RETURN(c.num_heads, gguf_int(g, p + "attention.head_count", std::nullopt));
+    KILN_ASSIGN_OR_RETURN(c.num_kv_heads, gguf_int(g, p + "attention.head_count_kv", c.num_heads));
+    KILN_RETURN_IF_ERROR(check_range("num_heads", c.num_heads, kMaxHeads));
+    KILN_ASSIGN_OR_RETURN(c.head_dim, gguf_int(g, p + "attention.key_length", c.hidden_size / c.num_heads));
+    KILN_ASSIGN_OR_RETURN(int64_t value_len, gguf_int(g, p + "attention.value_length", c.head_dim));
+    KILN_ASSIGN_OR_RETURN(int64_t rope_dims, gguf_int(g, p + "rope.dimension_count", c.head_dim));
+    if (value_len != c.head_dim || rope_dims != c.head_dim)
+        return core::error(StatusCode::kUnsupported)
+               << g.path() << ": key_length " << c.head_dim << ", value_length " << value_len
+               << " and rope.dimension_count " << rope_dims << " differ (partial RoPE / MLA are not supported)";
+    KILN_ASSIGN_OR_RETURN(c.max_seq_len, gguf_int(g, p + "context_length", int64_t(2048)));
+    KILN_ASSIGN_OR_RETURN(c.rms_norm_eps, gguf_float(g, p + "attention.layer_norm_rms_epsilon", 1e-5));
+    KILN_ASSIGN_OR_RETURN(c.rope_theta, gguf_float(g, p + "rope.freq_base", 10000.0));
+    KILN_ASSIGN_OR_RETURN(c.sliding_window, gguf_int(g, p + "attention.sliding_window", int64_t(0)));
+    KILN_RETURN_IF_ERROR(read_gguf_rope_scaling(g, *arch, &c));
+
+    std::optional<int64_t> vocab;
+    if (g.find(p + "vocab_size")) {
+        KILN_ASSIGN_OR_RETURN(vocab, gguf_int(g, p + "vocab_size", std::nullopt));
+    } else if (const GgufValue* toks = g.find("tokenizer.ggml.tokens");
+               toks && toks->type == formats::GgufType::kArray) {
+        vocab = int64_t(toks->array.size());
+    } else if (const formats::GgufTensorInfo* emb = g.find_tensor("token_embd.weight"); emb && !emb->shape.empty()) {
+        vocab = int64_t(std::min<uint64_t>(emb->shape[0], uint64_t(INT64_MAX)));
+    }
+    if (!vocab) return core::error(StatusCode::kCorrupt) << g.path() << ": cannot tell the vocabulary size";
+    c.vocab_size = *vocab;
+    c.tie_word_embeddings = g.find_tensor("output.weight") == nullptr;
+    c.attention_bias = *arch == "qwen2" || g.find_tensor("blk.0.attn_q.bias") != nullptr;
+    c.qk_norm = *arch == "qwen3" || g.find_tensor("blk.0.attn_q_norm.weight") != nullptr;
+    c.bos_token_id = g.get_int("tokenizer.ggml.bos_token_id");
+    if (auto eos = g.get_int("tokenizer.ggml.eos_token_id")) c.eos_token_ids.push_back(*eos);
+    KILN_RETURN_IF_ERROR(c.validate());
+    return c;
+}
+
+core::Result<ModelConfig> config_from_llama2c(const formats::Llama2cHeader& h) {
+    ModelConfig c;
+    c.arch = "llama";
+    c.vocab_size = h.vocab_size;
+    c.hidden_size = h.dim;
+    c.intermediate_size = h.hidden_dim;
+    c.num_layers = h.n_layers;
+    c.num_heads = h.n_heads;
+    c.num_kv_heads = h.n_kv_heads;
+    c.head_dim = h.n_heads > 0 ? h.dim / h.n_heads : 0;
+    c.max_seq_len = h.seq_len;
+    c.rms_norm_eps = 1e-5;
+    c.rope_theta = 10000.0;
+    c.tie_word_embeddings = h.shared_classifier;
+    c.bos_token_id = 1;
+    c.eos_token_ids = {2};
+    KILN_RETURN_IF_ERROR(c.validate());
+    return c;
+}
+
+std::string gguf_arch(const ModelConfig& config) {
+    return config.arch == "mistral" ? "llama" : config.arch;
+}
+
+bool gguf_arch_uses_neox_rope(const std::string& gguf_arch_name) {
+    return gguf_arch_name == "qwen2" || gguf_arch_name == "qwen3";
+}
+
+std::vector<std::pair<std::string, GgufValue>> config_to_gguf_metadata(const ModelConfig& c) {
+    using namespace formats;
+    const std::string arch = gguf_arch(c);
+    const std::string p = arch + ".";
+    std::vector<std::pair<std::string, GgufValue>> kv;
+    kv.emplace_back("general.architecture", gguf_string(arch));
+    kv.emplace_back(p + "vocab_size", gguf_u32(uint32_t(c.vocab_size)));
+    kv.emplace_back(p + "context_length", gguf_u32(uint32_t(c.max_seq_len)));
+    kv.emplace_back(p + "embedding_length", gguf_u32(uint32_t(c.hidden_size)));
+    kv.emplace_back(p + "block_count", gguf_u32(uint32_t(c.num_layers)));
+    kv.emplace_back(p + "feed_forward_length", gguf_u32(uint32_t(c.intermediate_size)));
+    kv.emplace_back(p + "rope.dimension_count", gguf_u32(uint32_t(c.head_dim)));
+    kv.emplace_back(p + "attention.head_count", gguf_u32(uint32_t(c.num_heads)));
+    kv.emplace_back(p + "attention.head_count_kv", gguf_u32(uint32_t(c.num_kv_heads)));
+    if (c.head_dim * c.num_heads != c.hidden_size) {
+        kv.emplace_back(p + "attention.key_length", gguf_u32(uint32_t(c.head_dim)));
+        kv.emplace_back(p + "attention.value_length", gguf_u32(uint32_t(c.head_dim)));
+    }
+    kv.emplace_back(p + "attention.layer_norm_rms_epsilon", gguf_f32(float(c.rms_norm_eps)));
+    kv.emplace_back(p + "rope.freq_base", gguf_f32(float(c.rope_theta)));
+    if (c.sliding_window > 0) kv.emplace_back(p + "attention.sliding_window", gguf_u32(uint32_t(c.sliding_window)));
+    const formats::RopeScaling& rs = c.rope_scaling;
+    if (!rs.type.empty()) {
+        kv.emplace_back(p + "rope.scaling.type", gguf_string(rs.type));
+        kv.emplace_back(p + "rope.scaling.factor", gguf_f32(float(rs.factor)));
+        if (rs.original_max_position_embeddings > 0)
+            kv.emplace_back(p + "rope.scaling.original_context_length",
+                            gguf_u32(uint32_t(rs.original_max_position_embeddings)));
+        if (rs.type == "llama3") {
+            kv.emplace_back(p + "rope.scaling.low_freq_factor", gguf_f32(float(rs.low_freq_factor)));
+            kv.emplace_back(p + "rope.scaling.high_freq_factor", gguf_f32(float(rs.high_freq_factor)));
+        }
+        if (rs.type == "yarn") {
+            kv.emplace_back(p + "rope.scaling.yarn_beta_fast", gguf_f32(float(rs.beta_fast)));
+            kv.emplace_back(p + "rope.scaling.yarn_beta_slow", gguf_f32(float(rs.beta_slow)));
+        }
+        if (rs.attention_factor) kv.emplace_back(p + "rope.scaling.attn_factor", gguf_f32(float(*rs.attention_factor)));
+    }
+    return kv;
+}
+
+std::string config_to_hf_json(const ModelConfig& c, const std::string& torch_dtype) {
+    nlohmann::ordered_json j;
+    j["architectures"] = {hf_architecture(c.arch)};
+    j["model_type"] = c.arch;
+    j["vocab_size"] = c.vocab_size;
+    j["hidden_size"] = c.hidden_size;
+    j["intermediate_size"] = c.intermediate_size;
+    j["num_hidden_layers"] = c.num_layers;
+    j["num_attention_heads"] = c.num_heads;
+    j["num_key_value_heads"] = c.num_kv_heads;
+    j["head_dim"] = c.head_dim;
+    j["max_position_embeddings"] = c.max_seq_len;
+    j["rms_norm_eps"] = c.rms_norm_eps;
+    j["rope_theta"] = c.rope_theta;
+    const formats::RopeScaling& rs = c.rope_scaling;
+    if (rs.type.empty()) {
+        j["rope_scaling"] = nullptr;
+    } else {
+        nlohmann::ordered_json r;
+        r["rope_type"] = rs.type;
+        r["factor"] = rs.factor;
+        if (rs.original_max_position_embeddings > 0)
+            r["original_max_position_embeddings"] = rs.original_max_position_embeddings;
+        if (rs.type == "llama3") {
+            r["low_freq_factor"] = rs.low_freq_factor;
+            r["high_freq_factor"] = rs.high_freq_factor;
+        }
+        if (rs.type == "yarn") {
+            r["beta_fast"] = rs.beta_fast;
+            r["beta_slow"] = rs.beta_slow;
+        }
+        if (rs.attention_factor) r["attention_factor"] = *rs.attention_factor;
+        j["rope_scaling"] = std::move(r);
+    }
+    j["tie_word_embeddings"] = c.tie_word_embeddings;
+    if (c.arch != "qwen2") j["attention_bias"] = c.attention_bias;
+    j["hidden_act"] = "silu";
+    if (c.arch == "mistral") {
+        j["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nullptr;
+    } else if (c.arch == "qwen2" || c.arch == "qwen3") {
+        j["use_sliding_window"] = c.sliding_window > 0;
+        j["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nullptr;
+    } else if (c.sliding_window > 0) {
+        j["sliding_window"] = c.sliding_window;
+    }
+    std::string dtype = torch_dtype.empty() ? c.torch_dtype : torch_dtype;
+    if (!dtype.empty()) j["torch_dtype"] = dtype;
+    if (c.bos_token_id) j["bos_token_id"] = *c.bos_token_id;
+    if (c.eos_token_ids.size() == 1) j["eos_token_id"] = c.eos_token_ids[0];
+    if (c.eos_token_ids.size() > 1) j["eos_token_id"] = c.eos_token_ids;
+    // replace: a hostile GGUF string (rope type) must not make dump() throw.
+    return j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+}
+
+}  // namespace kiln::model

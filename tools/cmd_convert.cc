@@ -1,0 +1,65 @@
+// `kiln convert IN OUT --to gguf|safetensors [--dtype f32|f16|bf16] [--tokenizer TOKENIZER.bin] [--quiet]`:
+// a thin main over model/convert.h.
+#include <cstdio>
+
+#include "args.h"
+#include "commands.h"
+#include "core/dtype.h"
+#include "model/convert.h"
+
+namespace kiln::tools {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: kiln convert IN OUT --to gguf|safetensors [--dtype f32|f16|bf16] [--tokenizer TOKENIZER.bin] [--quiet]\n"
+    "  IN:  a GGUF file, an HF safetensors directory (or .safetensors file with config.json beside it), or a\n"
+    "       llama2.c .bin checkpoint\n"
+    "  OUT: a .gguf file (--to gguf) or a directory (--to safetensors: model.safetensors + config.json)\n"
+    "  --dtype      store float matrices as this type (norm weights and biases stay f32)\n"
+    "  --tokenizer  a llama2.c tokenizer .bin to embed (for llama2.c checkpoints)\n"
+    "  --quiet      no per-tensor progress on stderr\n";
+
+}  // namespace
+
+int cmd_convert(int argc, char** argv) {
+    Args args({"--help", "-h", "--quiet"}, {"--to", "--dtype", "--tokenizer"});
+    if (!args.parse(argc, argv, 2)) {
+        std::fprintf(stderr, "kiln convert: %s\n%s", args.error().c_str(), kUsage);
+        return 2;
+    }
+    if (args.has("--help") || args.has("-h")) {
+        std::fputs(kUsage, stdout);
+        return 0;
+    }
+    if (args.positional().size() != 2 || !args.get("--to")) {
+        std::fputs(kUsage, stderr);
+        return 2;
+    }
+    model::ConvertOptions opts;
+    opts.to = *args.get("--to");
+    if (opts.to != "gguf" && opts.to != "safetensors") {
+        std::fprintf(stderr, "kiln convert: --to must be gguf or safetensors\n");
+        return 2;
+    }
+    if (auto d = args.get("--dtype")) {
+        std::optional<core::DType> dtype = core::dtype_from_name(*d);
+        if (!dtype || (*dtype != core::DType::kF32 && *dtype != core::DType::kF16 && *dtype != core::DType::kBF16)) {
+            std::fprintf(stderr, "kiln convert: --dtype must be f32, f16 or bf16, not '%s'\n", d->c_str());
+            return 2;
+        }
+        opts.dtype = dtype;
+    }
+    opts.tokenizer_path = args.get("--tokenizer").value_or("");
+    opts.progress = !args.has("--quiet");
+    const std::string& in = args.positional()[0];
+    const std::string& out = args.positional()[1];
+    core::Status st = model::convert_checkpoint(in, out, opts);
+    if (!st.is_ok()) {
+        std::fprintf(stderr, "kiln convert: %s\n", st.to_string().c_str());
+        return 1;
+    }
+    std::fprintf(stderr, "kiln convert: wrote %s\n", out.c_str());
+    return 0;
+}
+
+}  // namespace kiln::tools
