@@ -37,20 +37,19 @@ int cmd_convert(int argc, char** argv) {
     }
     model::ConvertOptions opts;
     opts.to = *args.get("--to");
-    if (opts.to != "gguf" && opts.to != "safetensors") {
-        std::fprintf(stderr, "kiln convert: --to must be gguf or safetensors\n");
-        return 2;
-    }
     if (auto d = args.get("--dtype")) {
-        std::optional<core::DType> dtype = core::dtype_from_name(*d);
-        if (!dtype || (*dtype != core::DType::kF32 && *dtype != core::DType::kF16 && *dtype != core::DType::kBF16)) {
+        opts.dtype = core::dtype_from_name(*d);
+        if (!opts.dtype) {
             std::fprintf(stderr, "kiln convert: --dtype must be f32, f16 or bf16, not '%s'\n", d->c_str());
             return 2;
         }
-        opts.dtype = dtype;
     }
     opts.tokenizer_path = args.get("--tokenizer").value_or("");
     opts.progress = !args.has("--quiet");
+    if (core::Status st = model::check_convert_options(opts); !st.is_ok()) {
+        std::fprintf(stderr, "kiln %s\n", st.message().c_str());
+        return 2;
+    }
     const std::string& in = args.positional()[0];
     const std::string& out = args.positional()[1];
     core::Status st = model::convert_checkpoint(in, out, opts);

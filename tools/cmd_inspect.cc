@@ -1,6 +1,8 @@
 // `kiln inspect PATH [--json]`: what a model file holds. Loads it as a Checkpoint (any format) and
 // prints the architecture, hyper-parameters, tokenizer, every tensor, and the parameter count.
 // A GGUF file that kiln cannot run (unknown architecture, vocab-only) is still listed, raw.
+// GGUF strings are not validated as UTF-8, so every JSON dump replaces invalid sequences (U+FFFD)
+// instead of throwing.
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -11,6 +13,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "core/bytes.h"
 #include "formats/gguf.h"
 #include "model/checkpoint.h"
 #include "tokenizer/tokenizer.h"
@@ -25,25 +28,30 @@ const char* kInspectHelp =
     "  PATH    a GGUF file, a safetensors file or Hugging Face model folder, or a llama2.c .bin\n"
     "  --json  print one JSON object instead of text\n";
 
-std::string shape_string(const std::vector<uint64_t>& shape) {
-    std::string s = "[";
-    for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-    return s + "]";
+// dump() that never throws on the invalid UTF-8 a GGUF string may hold.
+std::string safe_dump(const ordered_json& j, int indent = -1) {
+    return j.dump(indent, ' ', false, ordered_json::error_handler_t::replace);
 }
 
 std::string human_bytes(uint64_t n) {
     char buf[32];
-    if (n >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", double(n) / double(1ull << 30));
-    else if (n >= (1ull << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", double(n) / double(1ull << 20));
-    else std::snprintf(buf, sizeof buf, "%.2f KiB", double(n) / 1024.0);
+    if (n >= (1ull << 30))
+        std::snprintf(buf, sizeof buf, "%.2f GiB", double(n) / double(1ull << 30));
+    else if (n >= (1ull << 20))
+        std::snprintf(buf, sizeof buf, "%.2f MiB", double(n) / double(1ull << 20));
+    else
+        std::snprintf(buf, sizeof buf, "%.2f KiB", double(n) / 1024.0);
     return buf;
 }
 
 std::string human_count(uint64_t n) {
     char buf[32];
-    if (n >= 1000000000ull) std::snprintf(buf, sizeof buf, "%.2fB", double(n) / 1e9);
-    else if (n >= 1000000ull) std::snprintf(buf, sizeof buf, "%.2fM", double(n) / 1e6);
-    else std::snprintf(buf, sizeof buf, "%.1fK", double(n) / 1e3);
+    if (n >= 1000000000ull)
+        std::snprintf(buf, sizeof buf, "%.2fB", double(n) / 1e9);
+    else if (n >= 1000000ull)
+        std::snprintf(buf, sizeof buf, "%.2fM", double(n) / 1e6);
+    else
+        std::snprintf(buf, sizeof buf, "%.1fK", double(n) / 1e3);
     return buf;
 }
 
@@ -68,6 +76,7 @@ ordered_json config_json(const model::ModelConfig& c) {
     j["attention_bias"] = c.attention_bias;
     j["qk_norm"] = c.qk_norm;
     if (c.sliding_window) j["sliding_window"] = c.sliding_window;
+    if (c.sliding_window && c.max_window_layers) j["max_window_layers"] = c.max_window_layers;
     if (c.bos_token_id) j["bos_token_id"] = *c.bos_token_id;
     if (!c.eos_token_ids.empty()) j["eos_token_ids"] = c.eos_token_ids;
     return j;
@@ -76,10 +85,8 @@ ordered_json config_json(const model::ModelConfig& c) {
 // The tokenizer the checkpoint carries: GGUF metadata, or tokenizer.json beside an HF checkpoint.
 ordered_json tokenizer_json(const model::Checkpoint& ck) {
     core::Result<std::unique_ptr<tokenizer::Tokenizer>> tok = core::error(core::StatusCode::kNotFound) << "none";
-    if (ck.format == "gguf") {
-        auto gguf = formats::GgufFile::open(ck.path);
-        if (gguf) tok = tokenizer::Tokenizer::from_gguf(*gguf);
-        else tok = gguf.status();
+    if (ck.gguf) {
+        tok = tokenizer::Tokenizer::from_gguf(*ck.gguf);
     } else if (!ck.tokenizer_path.empty()) {
         tok = tokenizer::Tokenizer::from_hf(ck.tokenizer_path);
     } else {
@@ -87,8 +94,8 @@ ordered_json tokenizer_json(const model::Checkpoint& ck) {
     }
     if (!tok) return ordered_json{{"kind", "error"}, {"error", tok.status().to_string()}};
     const tokenizer::Tokenizer& t = **tok;
-    return ordered_json{{"kind", t.kind()},       {"pre", t.pre()},       {"vocab_size", t.vocab_size()},
-                        {"bos_id", t.bos_id()},   {"eos_id", t.eos_id()}, {"chat_template", !t.chat_template().empty()}};
+    return ordered_json{{"kind", t.kind()},     {"pre", t.pre()},       {"vocab_size", t.vocab_size()},
+                        {"bos_id", t.bos_id()}, {"eos_id", t.eos_id()}, {"chat_template", !t.chat_template().empty()}};
 }
 
 ordered_json checkpoint_json(const model::Checkpoint& ck) {
@@ -106,7 +113,9 @@ ordered_json checkpoint_json(const model::Checkpoint& ck) {
     std::map<std::string, uint64_t> by_type;
     ordered_json tensors = ordered_json::array();
     for (const model::TensorRef& t : ck.tensors) {
-        tensors.push_back({{"name", t.name}, {"type", std::string(core::dtype_name(t.dtype))}, {"shape", t.shape},
+        tensors.push_back({{"name", t.name},
+                           {"type", std::string(core::dtype_name(t.dtype))},
+                           {"shape", t.shape},
                            {"bytes", t.num_bytes}});
         bytes += t.num_bytes;
         by_type[std::string(core::dtype_name(t.dtype))] += 1;
@@ -129,12 +138,15 @@ ordered_json raw_gguf_json(const formats::GgufFile& g, const core::Status& why) 
     for (const std::string& k : g.keys()) meta[k] = g.find(k)->to_string();
     j["metadata"] = meta;
     auto tok = tokenizer::Tokenizer::from_gguf(g);
-    j["tokenizer"] = tok ? ordered_json{{"kind", (*tok)->kind()}, {"pre", (*tok)->pre()}, {"vocab_size", (*tok)->vocab_size()}}
-                         : ordered_json{{"kind", "error"}, {"error", tok.status().to_string()}};
+    j["tokenizer"] =
+        tok ? ordered_json{{"kind", (*tok)->kind()}, {"pre", (*tok)->pre()}, {"vocab_size", (*tok)->vocab_size()}}
+            : ordered_json{{"kind", "error"}, {"error", tok.status().to_string()}};
     ordered_json tensors = ordered_json::array();
     uint64_t params = 0, bytes = 0;
     for (const formats::GgufTensorInfo& t : g.tensors()) {
-        tensors.push_back({{"name", t.name}, {"type", std::string(core::dtype_name(t.dtype))}, {"shape", t.shape},
+        tensors.push_back({{"name", t.name},
+                           {"type", std::string(core::dtype_name(t.dtype))},
+                           {"shape", t.shape},
                            {"bytes", t.num_bytes}});
         params += t.num_elements();
         bytes += t.num_bytes;
@@ -148,22 +160,24 @@ ordered_json raw_gguf_json(const formats::GgufFile& g, const core::Status& why) 
 void print_text(const ordered_json& j) {
     std::ostringstream o;
     o << "file:        " << j["path"].get<std::string>() << " (" << j["format"].get<std::string>() << ")\n";
-    if (j.contains("not_loadable")) o << "note:        not a model kiln can run: " << j["not_loadable"].get<std::string>() << "\n";
+    if (j.contains("not_loadable"))
+        o << "note:        not a model kiln can run: " << j["not_loadable"].get<std::string>() << "\n";
     if (j.contains("config")) {
         o << "config:\n";
-        for (auto& [k, v] : j["config"].items()) o << "  " << k << ": " << v.dump() << "\n";
+        for (auto& [k, v] : j["config"].items()) o << "  " << k << ": " << safe_dump(v) << "\n";
     }
     if (j.contains("metadata")) {
         o << "metadata:\n";
         for (auto& [k, v] : j["metadata"].items()) o << "  " << k << ": " << v.get<std::string>() << "\n";
     }
     o << "tokenizer:\n";
-    for (auto& [k, v] : j["tokenizer"].items()) o << "  " << k << ": " << v.dump() << "\n";
+    for (auto& [k, v] : j["tokenizer"].items()) o << "  " << k << ": " << safe_dump(v) << "\n";
     o << "tensors:     " << j["tensors"].size() << "\n";
     for (const auto& t : j["tensors"]) {
         char line[512];
         std::snprintf(line, sizeof line, "  %-36s %-6s %-20s %12llu\n", t["name"].get<std::string>().c_str(),
-                      t["type"].get<std::string>().c_str(), shape_string(t["shape"].get<std::vector<uint64_t>>()).c_str(),
+                      t["type"].get<std::string>().c_str(),
+                      core::shape_string(t["shape"].get<std::vector<uint64_t>>()).c_str(),
                       (unsigned long long)t["bytes"].get<uint64_t>());
         o << line;
     }
@@ -202,8 +216,10 @@ int cmd_inspect(int argc, char** argv) {
         }
         j = raw_gguf_json(*gguf, ck.status());
     }
-    if (args.has("--json")) std::cout << j.dump(2) << "\n";
-    else print_text(j);
+    if (args.has("--json"))
+        std::cout << safe_dump(j, 2) << "\n";
+    else
+        print_text(j);
     return 0;
 }
 

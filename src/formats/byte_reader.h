@@ -1,7 +1,9 @@
 // ByteReader: a bounds-checked little-endian cursor over an in-memory file image, for the binary
 // format readers (GGUF). Every read names the field it is for; a short read returns kCorrupt
-// "<name>: truncated reading <field> at byte offset <off> (need N bytes, M left)". The cursor never
-// moves past the end and never reads outside [data, data + size).
+// "<name>: truncated reading <field><detail> at byte offset <off> (need N bytes, M left)". The
+// field name is only pasted together when a read fails (a caller reading millions of values must not
+// build a string per value). The cursor never moves past the end and never reads outside
+// [data, data + size).
 #pragma once
 
 #include <bit>
@@ -28,10 +30,11 @@ public:
     std::string_view name() const { return name_; }
 
     // Reads one trivially copyable value (integers, float, double) in file (little-endian) order.
+    // `detail` is appended to `field` in the error message.
     template <typename T>
-    core::Result<T> read(std::string_view field) {
+    core::Result<T> read(std::string_view field, std::string_view detail = {}) {
         static_assert(std::is_trivially_copyable_v<T>);
-        KILN_RETURN_IF_ERROR(need(sizeof(T), field));
+        KILN_RETURN_IF_ERROR(need(sizeof(T), field, detail));
         T v;
         std::memcpy(&v, data_ + pos_, sizeof(T));
         pos_ += sizeof(T);
@@ -54,18 +57,12 @@ public:
         return s;
     }
 
-    core::Status skip(uint64_t n, std::string_view field) {
-        KILN_RETURN_IF_ERROR(need(n, field));
-        pos_ += size_t(n);
-        return core::Status::ok();
-    }
-
 private:
-    core::Status need(uint64_t n, std::string_view field) const {
+    core::Status need(uint64_t n, std::string_view field, std::string_view detail = {}) const {
         if (n <= remaining()) return core::Status::ok();
         return core::error(core::StatusCode::kCorrupt)
-               << name_ << ": truncated reading " << field << " at byte offset " << pos_ << " (need " << n << " bytes, "
-               << remaining() << " left)";
+               << name_ << ": truncated reading " << field << detail << " at byte offset " << pos_ << " (need " << n
+               << " bytes, " << remaining() << " left)";
     }
 
     const uint8_t* data_;

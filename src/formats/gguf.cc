@@ -189,7 +189,9 @@ core::Result<GgufValue> Parser::read_array(const std::string& field, uint32_t de
         return corrupt(name_) << field << ": arrays nested more than " << kGgufMaxArrayDepth << " deep, at byte offset "
                               << off;
     }
-    KILN_ASSIGN_OR_RETURN(uint32_t elem, r_.read<uint32_t>(field + " (array element type)"));
+    // The detail strings are only joined to `field` on error: a file of millions of tiny nested
+    // arrays under one long key must not copy the key once per array.
+    KILN_ASSIGN_OR_RETURN(uint32_t elem, r_.read<uint32_t>(field, " (array element type)"));
     if (!is_valid_type(elem)) {
         return corrupt(name_) << field << ": unknown array element type " << elem << " at byte offset " << off;
     }
@@ -197,7 +199,7 @@ core::Result<GgufValue> Parser::read_array(const std::string& field, uint32_t de
     v.type = GgufType::kArray;
     v.elem_type = GgufType(elem);
     size_t count_off = r_.offset();
-    KILN_ASSIGN_OR_RETURN(uint64_t count, r_.read<uint64_t>(field + " (array count)"));
+    KILN_ASSIGN_OR_RETURN(uint64_t count, r_.read<uint64_t>(field, " (array count)"));
     if (count > r_.remaining() / min_encoded_bytes(v.elem_type)) {
         return corrupt(name_) << field << ": array count " << count << " of " << gguf_type_name(v.elem_type)
                               << " exceeds the " << r_.remaining() << " bytes left, at byte offset " << count_off;
@@ -249,7 +251,9 @@ core::Status Parser::parse_kv(uint64_t kv_count, ParsedGguf& h) {
 }
 
 core::Status Parser::parse_tensor_infos(uint64_t tensor_count, ParsedGguf& h) {
-    h.tensors.reserve(size_t(tensor_count));
+    // tensor_count is capped by the bytes left (parse_header), but a GgufTensorInfo is far larger than
+    // its smallest encoding: reserve only a sane amount up front and let the vector grow past it.
+    h.tensors.reserve(size_t(std::min<uint64_t>(tensor_count, 65536)));
     for (uint64_t k = 0; k < tensor_count; ++k) {
         size_t info_off = r_.offset();
         GgufTensorInfo t;

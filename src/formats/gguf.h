@@ -24,7 +24,9 @@
 namespace kiln::formats {
 
 constexpr uint32_t kGgufMaxArrayDepth = 8;
-constexpr uint64_t kGgufMaxMetadataElements = uint64_t(1) << 24;
+// 4M elements (~350 MB of GgufValues at worst); the largest real vocabularies (256K tokens with
+// scores, types and merges) need under 1M.
+constexpr uint64_t kGgufMaxMetadataElements = uint64_t(1) << 22;
 constexpr uint32_t kGgufMaxDims = 4;
 constexpr uint64_t kGgufDefaultAlignment = 32;
 
@@ -35,6 +37,13 @@ enum class GgufType : uint32_t {
 };
 // clang-format on
 const char* gguf_type_name(GgufType t);
+// Integer kinds; bool is neither.
+constexpr bool gguf_is_unsigned(GgufType t) {
+    return t == GgufType::kU8 || t == GgufType::kU16 || t == GgufType::kU32 || t == GgufType::kU64;
+}
+constexpr bool gguf_is_signed(GgufType t) {
+    return t == GgufType::kI8 || t == GgufType::kI16 || t == GgufType::kI32 || t == GgufType::kI64;
+}
 
 // One metadata value. Scalars live in the matching field; arrays in `array` (nested arrays allowed).
 struct GgufValue {

@@ -9,13 +9,6 @@
 namespace kiln::formats {
 namespace {
 
-bool is_unsigned(GgufType t) {
-    return t == GgufType::kU8 || t == GgufType::kU16 || t == GgufType::kU32 || t == GgufType::kU64;
-}
-bool is_signed(GgufType t) {
-    return t == GgufType::kI8 || t == GgufType::kI16 || t == GgufType::kI32 || t == GgufType::kI64;
-}
-
 void append_quoted(std::ostringstream& os, const std::string& s) {
     os << '"';
     for (char c : s) {
@@ -99,8 +92,8 @@ const char* gguf_type_name(GgufType t) {
 }
 
 std::optional<int64_t> GgufValue::as_int() const {
-    if (is_signed(type)) return i;
-    if (is_unsigned(type) || type == GgufType::kBool) {
+    if (gguf_is_signed(type)) return i;
+    if (gguf_is_unsigned(type) || type == GgufType::kBool) {
         if (u > uint64_t(std::numeric_limits<int64_t>::max())) return std::nullopt;
         return int64_t(u);
     }
@@ -109,16 +102,16 @@ std::optional<int64_t> GgufValue::as_int() const {
 
 std::optional<double> GgufValue::as_float() const {
     if (type == GgufType::kF32 || type == GgufType::kF64) return f;
-    if (is_signed(type)) return double(i);
-    if (is_unsigned(type)) return double(u);
+    if (gguf_is_signed(type)) return double(i);
+    if (gguf_is_unsigned(type)) return double(u);
     return std::nullopt;
 }
 
 std::string GgufValue::to_string(size_t max_items) const {
     std::ostringstream os;
-    if (is_unsigned(type)) {
+    if (gguf_is_unsigned(type)) {
         os << u;
-    } else if (is_signed(type)) {
+    } else if (gguf_is_signed(type)) {
         os << i;
     } else if (type == GgufType::kF32) {
         append_float(os, float(f));
@@ -140,8 +133,8 @@ std::string GgufValue::to_string(size_t max_items) const {
 
 bool GgufValue::operator==(const GgufValue& o) const {
     if (type != o.type) return false;
-    if (is_unsigned(type) || type == GgufType::kBool) return u == o.u;
-    if (is_signed(type)) return i == o.i;
+    if (gguf_is_unsigned(type) || type == GgufType::kBool) return u == o.u;
+    if (gguf_is_signed(type)) return i == o.i;
     if (type == GgufType::kF32 || type == GgufType::kF64) return std::memcmp(&f, &o.f, sizeof(f)) == 0;
     if (type == GgufType::kString) return s == o.s;
     return elem_type == o.elem_type && array == o.array;

@@ -1,12 +1,15 @@
 // config.json / generation_config.json parsing (see hf_config.h). Wrong JSON types are errors that
 // name the file and the field; absent optional fields take transformers' defaults for the
-// architecture; JSON null counts as absent.
+// architecture; JSON null counts as absent except where transformers tells the two apart
+// (num_key_value_heads, Mistral's sliding_window, Qwen's sliding_window).
 #include "formats/hf_config.h"
 
 #include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "core/mapped_file.h"
+#include "formats/architectures.h"
+#include "formats/json_brief.h"
 
 namespace kiln::formats {
 namespace {
@@ -14,19 +17,13 @@ namespace {
 using core::StatusCode;
 using nlohmann::json;
 
-constexpr int64_t kMaxVocab = int64_t(1) << 24;
-constexpr int64_t kMaxHidden = int64_t(1) << 18;
-constexpr int64_t kMaxIntermediate = int64_t(1) << 20;
-constexpr int64_t kMaxLayers = 1024;
-constexpr int64_t kMaxHeads = 1024;
-constexpr int64_t kMaxHeadDim = 4096;
-constexpr int64_t kMaxPositions = int64_t(1) << 30;
-
 // Typed, optional access to the fields of one JSON object; the first type error sticks in status().
 class Fields {
 public:
     Fields(const json& obj, std::string where) : obj_(obj), where_(std::move(where)) {}
 
+    // Present, even as null.
+    bool has(const char* key) const { return obj_.contains(key); }
     const json* raw(const char* key) const {
         auto it = obj_.find(key);
         return it == obj_.end() || it->is_null() ? nullptr : &*it;
@@ -34,8 +31,7 @@ public:
     std::optional<int64_t> get_int(const char* key) {
         const json* v = raw(key);
         if (!v) return std::nullopt;
-        if (v->is_number_integer() && (!v->is_number_unsigned() || v->get<uint64_t>() <= uint64_t(INT64_MAX)))
-            return v->get<int64_t>();
+        if (std::optional<int64_t> i = as_int64(*v)) return i;
         fail(key, "an integer", *v);
         return std::nullopt;
     }
@@ -65,15 +61,16 @@ public:
         const json* v = raw(key);
         std::vector<int64_t> out;
         if (!v) return out;
-        if (v->is_number_integer()) {
-            out.push_back(v->get<int64_t>());
+        if (std::optional<int64_t> i = as_int64(*v)) {
+            out.push_back(*i);
         } else if (v->is_array() && v->size() <= 1024) {
             for (const json& e : *v) {
-                if (!e.is_number_integer()) {
-                    fail(key, "an integer or a list of integers", *v);
+                std::optional<int64_t> id = as_int64(e);
+                if (!id) {
+                    fail(key, "an integer or a list of integers", e);
                     return {};
                 }
-                out.push_back(e.get<int64_t>());
+                out.push_back(*id);
             }
         } else {
             fail(key, "an integer or a list of integers", *v);
@@ -86,10 +83,14 @@ public:
     const core::Status& status() const { return status_; }
 
 private:
+    // Integers that fit int64 (an unsigned JSON number above INT64_MAX does not).
+    static std::optional<int64_t> as_int64(const json& v) {
+        if (!v.is_number_integer()) return std::nullopt;
+        if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)) return std::nullopt;
+        return v.get<int64_t>();
+    }
     void fail(const char* key, const char* want, const json& got) {
-        std::string text = got.dump();
-        if (text.size() > 60) text = text.substr(0, 60) + "...";
-        fail_msg(std::string("\"") + key + "\" should be " + want + ", got " + text);
+        fail_msg(std::string("\"") + key + "\" should be " + want + ", got " + json_brief(got));
     }
 
     const json& obj_;
@@ -110,35 +111,31 @@ std::string supported_list() {
     return s;
 }
 
-core::Result<std::string> pick_architecture(Fields& f, const std::string& name) {
+core::Result<const ArchNames*> pick_architecture(Fields& f, const std::string& name) {
     const json* archs = f.raw("architectures");
     std::string first;
     if (archs && archs->is_array()) {
         for (const json& a : *archs) {
             if (!a.is_string()) continue;
-            std::string s = a.get<std::string>();
+            const std::string& s = a.get_ref<const std::string&>();
             if (first.empty()) first = s;
-            for (const std::string& known : hf_supported_architectures())
-                if (s == known) return s;
+            if (const ArchNames* known = find_arch_by_hf_class(s)) return known;
         }
     } else if (archs) {
         return core::error(StatusCode::kCorrupt) << name << ": \"architectures\" should be a list of strings";
     }
     if (first.empty()) {  // no architectures list: fall back to model_type
         std::optional<std::string> mt = f.get_str("model_type");
-        const std::pair<const char*, const char*> kByType[] = {{"llama", "LlamaForCausalLM"},
-                                                               {"mistral", "MistralForCausalLM"},
-                                                               {"qwen2", "Qwen2ForCausalLM"},
-                                                               {"qwen3", "Qwen3ForCausalLM"}};
-        for (const auto& [type, arch] : kByType)
-            if (mt && *mt == type) return std::string(arch);
+        if (mt)
+            if (const ArchNames* known = find_arch_by_model_type(*mt)) return known;
         first = mt ? "model_type " + *mt : "(none given)";
     }
     return core::error(StatusCode::kUnsupported)
            << name << ": architecture " << first << " is not supported (supported: " << supported_list() << ")";
 }
 
-void parse_rope_scaling(Fields& parent, const json& obj, RopeScaling* out) {
+// rope_scaling (transformers < 5) or rope_parameters (>= 5, which also carries rope_theta).
+void parse_rope_scaling(Fields& parent, const char* key, const json& obj, RopeScaling* out) {
     Fields f(obj, "");
     std::optional<std::string> type = f.get_str("rope_type");
     if (!type) type = f.get_str("type");
@@ -150,110 +147,160 @@ void parse_rope_scaling(Fields& parent, const json& obj, RopeScaling* out) {
     if (auto v = f.get_num("beta_fast")) out->beta_fast = *v;
     if (auto v = f.get_num("beta_slow")) out->beta_slow = *v;
     out->attention_factor = f.get_num("attention_factor");
-    if (!f.status().is_ok()) parent.fail_msg("rope_scaling" + f.status().message());
-    if (!(out->factor > 0) || !std::isfinite(out->factor))
-        parent.fail_msg("rope_scaling factor " + std::to_string(out->factor) + " is not a positive number");
+    if (!f.status().is_ok()) parent.fail_msg(key + f.status().message());
 }
 
-core::Status check_range(const std::string& name, const char* field, int64_t v, int64_t max) {
-    if (v <= 0 || v > max)
-        return core::error(StatusCode::kCorrupt)
-               << name << ": \"" << field << "\" is " << v << ", outside [1, " << max << "]";
+core::Status parse_rope(Fields& f, const std::string& name, HfConfig* c) {
+    c->rope_theta = f.get_num("rope_theta").value_or(10000.0);
+    for (const char* key : {"rope_scaling", "rope_parameters"}) {
+        const json* rs = f.raw(key);
+        if (!rs) continue;
+        if (!rs->is_object())
+            return core::error(StatusCode::kCorrupt)
+                   << name << ": \"" << key << "\" should be an object, got " << json_brief(*rs);
+        parse_rope_scaling(f, key, *rs, &c->rope_scaling);
+        if (std::string(key) == "rope_parameters") {
+            Fields pf(*rs, name + ": rope_parameters");
+            if (auto theta = pf.get_num("rope_theta")) c->rope_theta = *theta;
+            KILN_RETURN_IF_ERROR(pf.status());
+        }
+    }
     return core::Status::ok();
 }
 
-core::Status validate(const HfConfig& c, const std::string& name) {
-    KILN_RETURN_IF_ERROR(check_range(name, "vocab_size", c.vocab_size, kMaxVocab));
-    KILN_RETURN_IF_ERROR(check_range(name, "hidden_size", c.hidden_size, kMaxHidden));
-    KILN_RETURN_IF_ERROR(check_range(name, "intermediate_size", c.intermediate_size, kMaxIntermediate));
-    KILN_RETURN_IF_ERROR(check_range(name, "num_hidden_layers", c.num_hidden_layers, kMaxLayers));
-    KILN_RETURN_IF_ERROR(check_range(name, "num_attention_heads", c.num_attention_heads, kMaxHeads));
-    KILN_RETURN_IF_ERROR(check_range(name, "num_key_value_heads", c.num_key_value_heads, kMaxHeads));
-    KILN_RETURN_IF_ERROR(check_range(name, "head_dim", c.head_dim, kMaxHeadDim));
-    KILN_RETURN_IF_ERROR(check_range(name, "max_position_embeddings", c.max_position_embeddings, kMaxPositions));
-    if (c.num_attention_heads % c.num_key_value_heads != 0)
-        return core::error(StatusCode::kCorrupt)
-               << name << ": num_attention_heads " << c.num_attention_heads
-               << " is not a multiple of num_key_value_heads " << c.num_key_value_heads;
-    if (c.head_dim % 2 != 0)
-        return core::error(StatusCode::kCorrupt)
-               << name << ": head_dim " << c.head_dim << " is odd (RoPE rotates pairs)";
-    if (!(c.rms_norm_eps > 0) || !std::isfinite(c.rms_norm_eps))
-        return core::error(StatusCode::kCorrupt) << name << ": rms_norm_eps " << c.rms_norm_eps << " is not positive";
-    if (!(c.rope_theta > 0) || !std::isfinite(c.rope_theta))
-        return core::error(StatusCode::kCorrupt) << name << ": rope_theta " << c.rope_theta << " is not positive";
-    if (c.sliding_window < 0)
-        return core::error(StatusCode::kCorrupt) << name << ": sliding_window " << c.sliding_window << " is negative";
+// Qwen2/Qwen3 layer_types (transformers >= 4.53): kiln supports sliding layers only as a suffix, which
+// is what max_window_layers expresses. Returns the first sliding layer (num_layers when none).
+core::Result<int64_t> first_sliding_layer(const json& types, int64_t num_layers, const std::string& name) {
+    if (!types.is_array() || int64_t(types.size()) != num_layers)
+        return core::error(StatusCode::kCorrupt) << name << ": \"layer_types\" should be a list of " << num_layers
+                                                 << " strings, got " << json_brief(types);
+    int64_t first = num_layers;
+    for (int64_t i = 0; i < num_layers; ++i) {
+        const json& t = types[size_t(i)];
+        bool sliding = t == "sliding_attention";
+        if (!sliding && t != "full_attention")
+            return core::error(StatusCode::kUnsupported) << name << ": layer_types[" << i << "] is " << json_brief(t)
+                                                         << " (supported: full_attention, sliding_attention)";
+        if (sliding && first == num_layers) first = i;
+        if (!sliding && first < num_layers)
+            return core::error(StatusCode::kUnsupported)
+                   << name << ": layer_types puts full attention at layer " << i << " after sliding layer " << first
+                   << "; kiln supports sliding-window layers only after all full-attention ones";
+    }
+    return first;
+}
+
+// sliding_window / max_window_layers per architecture (see hf_config.h).
+core::Status parse_sliding_window(Fields& f, const std::string& name, HfConfig* c) {
+    if (c->model_type == "mistral") {
+        // Absent: MistralConfig's default 4096; null: full attention. Every layer slides.
+        c->sliding_window = f.has("sliding_window") ? f.get_int("sliding_window").value_or(0) : 4096;
+        c->max_window_layers = 0;
+    } else if (c->model_type == "qwen2" || c->model_type == "qwen3") {
+        c->max_window_layers = f.get_int("max_window_layers").value_or(28);
+        // Qwen2Config: sliding_window = sliding_window if use_sliding_window else None (absent: 4096).
+        if (f.get_bool("use_sliding_window").value_or(false))
+            c->sliding_window = f.has("sliding_window") ? f.get_int("sliding_window").value_or(0) : 4096;
+        if (const json* types = f.raw("layer_types"); types && c->sliding_window > 0 && c->num_hidden_layers > 0) {
+            KILN_ASSIGN_OR_RETURN(c->max_window_layers, first_sliding_layer(*types, c->num_hidden_layers, name));
+        }
+    }
     return core::Status::ok();
+}
+
+core::Status check_unsupported(Fields& f, const std::string& name, const HfConfig& c) {
+    if (c.hidden_act != "silu" && c.hidden_act != "swish")
+        return core::error(StatusCode::kUnsupported)
+               << name << ": hidden_act \"" << c.hidden_act << "\" is not supported (only silu / swish)";
+    if (c.model_type == "llama" && f.get_bool("mlp_bias").value_or(false))
+        return core::error(StatusCode::kUnsupported) << name << ": mlp_bias true (MLP biases) is not supported";
+    return core::Status::ok();
+}
+
+core::Status parse_sizes(Fields& f, const std::string& name, HfConfig* c) {
+    const char* kRequired[] = {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                               "num_attention_heads"};
+    for (const char* key : kRequired)
+        if (!f.raw(key)) return core::error(StatusCode::kCorrupt) << name << ": missing \"" << key << "\"";
+    const bool is_qwen = c->model_type == "qwen2" || c->model_type == "qwen3";
+    c->vocab_size = f.get_int("vocab_size").value_or(0);
+    c->hidden_size = f.get_int("hidden_size").value_or(0);
+    c->intermediate_size = f.get_int("intermediate_size").value_or(0);
+    c->num_hidden_layers = f.get_int("num_hidden_layers").value_or(0);
+    c->num_attention_heads = f.get_int("num_attention_heads").value_or(0);
+    // Absent: the config class default (LlamaConfig: None -> num_attention_heads); null: num_attention_heads.
+    const int64_t kv_default = c->model_type == "mistral" ? 8 : is_qwen ? 32 : c->num_attention_heads;
+    c->num_key_value_heads =
+        f.has("num_key_value_heads") ? f.get_int("num_key_value_heads").value_or(c->num_attention_heads) : kv_default;
+    const bool is_qwen3 = c->model_type == "qwen3";
+    int64_t default_head_dim = is_qwen3                     ? 128
+                               : c->num_attention_heads > 0 ? c->hidden_size / c->num_attention_heads
+                                                            : 0;
+    if (!is_qwen3 && !f.raw("head_dim") && c->num_attention_heads > 0 && c->hidden_size % c->num_attention_heads != 0)
+        return core::error(StatusCode::kCorrupt)
+               << name << ": hidden_size " << c->hidden_size << " is not a multiple of num_attention_heads "
+               << c->num_attention_heads << " and no head_dim is given";
+    c->head_dim = f.get_int("head_dim").value_or(default_head_dim);
+    const int64_t max_pos_default = c->model_type == "mistral" ? 4096 * 32 : is_qwen ? 32768 : 2048;
+    c->max_position_embeddings = f.get_int("max_position_embeddings").value_or(max_pos_default);
+    return core::Status::ok();
+}
+
+HyperParams hyper_params(const HfConfig& c) {
+    HyperParams p;
+    p.vocab_size = c.vocab_size;
+    p.hidden_size = c.hidden_size;
+    p.intermediate_size = c.intermediate_size;
+    p.num_layers = c.num_hidden_layers;
+    p.num_heads = c.num_attention_heads;
+    p.num_kv_heads = c.num_key_value_heads;
+    p.head_dim = c.head_dim;
+    p.max_seq_len = c.max_position_embeddings;
+    p.rms_norm_eps = c.rms_norm_eps;
+    p.rope_theta = c.rope_theta;
+    p.sliding_window = c.sliding_window;
+    p.max_window_layers = c.max_window_layers;
+    p.rope_scaling = c.rope_scaling;
+    p.bos_token_id = c.bos_token_id;
+    p.eos_token_ids = c.eos_token_ids;
+    return p;
 }
 
 }  // namespace
 
 const std::vector<std::string>& hf_supported_architectures() {
-    static const std::vector<std::string> kArchs = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
-                                                    "Qwen3ForCausalLM"};
-    return kArchs;
+    static const std::vector<std::string> kNames = [] {
+        std::vector<std::string> v;
+        for (const ArchNames& a : kArchitectures) v.emplace_back(a.hf_class);
+        return v;
+    }();
+    return kNames;
 }
 
 core::Result<HfConfig> parse_hf_config(const std::string& json_text, const std::string& name) {
     KILN_ASSIGN_OR_RETURN(json root, parse_object(json_text, name));
     Fields f(root, name);
     HfConfig c;
-    KILN_ASSIGN_OR_RETURN(c.architecture, pick_architecture(f, name));
-    const bool is_mistral = c.architecture == "MistralForCausalLM";
-    const bool is_qwen2 = c.architecture == "Qwen2ForCausalLM";
-    const bool is_qwen3 = c.architecture == "Qwen3ForCausalLM";
-    c.model_type = is_mistral ? "mistral" : is_qwen2 ? "qwen2" : is_qwen3 ? "qwen3" : "llama";
-
-    const char* kRequired[] = {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                               "num_attention_heads"};
-    for (const char* key : kRequired)
-        if (!f.raw(key)) return core::error(StatusCode::kCorrupt) << name << ": missing \"" << key << "\"";
-    c.vocab_size = f.get_int("vocab_size").value_or(0);
-    c.hidden_size = f.get_int("hidden_size").value_or(0);
-    c.intermediate_size = f.get_int("intermediate_size").value_or(0);
-    c.num_hidden_layers = f.get_int("num_hidden_layers").value_or(0);
-    c.num_attention_heads = f.get_int("num_attention_heads").value_or(0);
-    c.num_key_value_heads = f.get_int("num_key_value_heads").value_or(c.num_attention_heads);
-    int64_t default_head_dim = is_qwen3 ? 128 : c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0;
-    if (!is_qwen3 && !f.raw("head_dim") && c.num_attention_heads > 0 && c.hidden_size % c.num_attention_heads != 0)
-        return core::error(StatusCode::kCorrupt)
-               << name << ": hidden_size " << c.hidden_size << " is not a multiple of num_attention_heads "
-               << c.num_attention_heads << " and no head_dim is given";
-    c.head_dim = f.get_int("head_dim").value_or(default_head_dim);
-    c.max_position_embeddings = f.get_int("max_position_embeddings")
-                                    .value_or(is_mistral               ? 4096 * 32
-                                              : (is_qwen2 || is_qwen3) ? 32768
-                                                                       : 2048);
+    KILN_ASSIGN_OR_RETURN(const ArchNames* arch, pick_architecture(f, name));
+    c.architecture = arch->hf_class;
+    c.model_type = arch->model_type;
+    KILN_RETURN_IF_ERROR(parse_sizes(f, name, &c));
     c.rms_norm_eps = f.get_num("rms_norm_eps").value_or(1e-6);
-    c.rope_theta = f.get_num("rope_theta").value_or(10000.0);
-    if (const json* rs = f.raw("rope_scaling")) {
-        if (!rs->is_object()) return core::error(StatusCode::kCorrupt) << name << ": \"rope_scaling\" is not an object";
-        parse_rope_scaling(f, *rs, &c.rope_scaling);
-    }
-    if (const json* rp = f.raw("rope_parameters"); rp && rp->is_object()) {  // transformers >= 5
-        Fields pf(*rp, name + ": rope_parameters");
-        if (auto theta = pf.get_num("rope_theta")) c.rope_theta = *theta;
-        parse_rope_scaling(f, *rp, &c.rope_scaling);
-        KILN_RETURN_IF_ERROR(pf.status());
-    }
+    KILN_RETURN_IF_ERROR(parse_rope(f, name, &c));
     c.tie_word_embeddings = f.get_bool("tie_word_embeddings").value_or(false);
-    if (is_mistral) {
-        // Absent: MistralConfig's default 4096; null: full attention.
-        c.sliding_window = root.contains("sliding_window") ? f.get_int("sliding_window").value_or(0) : 4096;
-    } else if ((is_qwen2 || is_qwen3) && f.get_bool("use_sliding_window").value_or(false)) {
-        c.sliding_window = f.get_int("sliding_window").value_or(4096);
-    } else if (!is_qwen2 && !is_qwen3) {
-        c.sliding_window = f.get_int("sliding_window").value_or(0);
-    }
-    c.attention_bias = is_qwen2 || f.get_bool("attention_bias").value_or(false);
+    KILN_RETURN_IF_ERROR(parse_sliding_window(f, name, &c));
+    // Qwen2 always has q/k/v biases; MistralAttention has none whatever the config says.
+    c.attention_bias =
+        c.model_type == "qwen2" || (c.model_type != "mistral" && f.get_bool("attention_bias").value_or(false));
     c.hidden_act = f.get_str("hidden_act").value_or("silu");
     c.torch_dtype = f.get_str("torch_dtype").value_or(f.get_str("dtype").value_or(""));
     c.bos_token_id = f.get_int("bos_token_id");
     c.eos_token_ids = f.get_int_list("eos_token_id");
     c.pad_token_id = f.get_int("pad_token_id");
     KILN_RETURN_IF_ERROR(f.status());
-    KILN_RETURN_IF_ERROR(validate(c, name));
+    KILN_RETURN_IF_ERROR(check_unsupported(f, name, c));
+    KILN_RETURN_IF_ERROR(f.status());
+    KILN_RETURN_IF_ERROR(check_hyper_params(hyper_params(c), FieldNames::kHf, name));
     return c;
 }
 

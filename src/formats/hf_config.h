@@ -1,9 +1,16 @@
-// Hugging Face config.json and generation_config.json for the decoder-only architectures kiln runs:
-// LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM. Field names and
-// defaults follow transformers' LlamaConfig / MistralConfig / Qwen2Config / Qwen3Config.
-// Invariants after a successful parse: every size is positive and under a sane cap, num_heads is a
-// multiple of num_kv_heads, head_dim is set (explicit, or hidden_size / num_heads), and
-// eos_token_ids holds every end-of-sequence id (config files give an int or a list).
+// Hugging Face config.json and generation_config.json for the decoder-only architectures kiln runs
+// (formats/architectures.h): LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
+// Qwen3ForCausalLM. Field names and defaults follow transformers' LlamaConfig / MistralConfig /
+// Qwen2Config / Qwen3Config, including where they differ: an absent num_key_value_heads is
+// num_attention_heads for Llama, 8 for Mistral and 32 for Qwen2/Qwen3 (their class defaults), while
+// null means num_attention_heads everywhere. Sliding windows: Mistral applies sliding_window
+// (absent: 4096, null: none) to every layer; Qwen2/Qwen3 only with use_sliding_window, and only to
+// layers >= max_window_layers (default 28), or to the "sliding_attention" entries of layer_types when
+// given (kiln supports those only as a suffix of the layers); LlamaConfig has no sliding window.
+// Rejected as kUnsupported: hidden_act other than silu/swish, Llama's mlp_bias.
+// Invariants after a successful parse: the checks of hyper_params.h hold, head_dim is set (explicit,
+// or hidden_size / num_heads), and eos_token_ids holds every end-of-sequence id (config files give
+// an int or a list).
 #pragma once
 
 #include <cstdint>
@@ -12,21 +19,9 @@
 #include <vector>
 
 #include "core/status.h"
+#include "formats/hyper_params.h"
 
 namespace kiln::formats {
-
-// rope_scaling / rope_parameters. `type` is "" when absent or "default".
-struct RopeScaling {
-    std::string type;  // "llama3", "linear", "yarn", "dynamic", "longrope", ...
-    double factor = 1.0;
-    int64_t original_max_position_embeddings = 0;  // 0 when not given
-    double low_freq_factor = 1.0;                  // llama3
-    double high_freq_factor = 4.0;                 // llama3
-    double beta_fast = 32.0;                       // yarn
-    double beta_slow = 1.0;                        // yarn
-    std::optional<double> attention_factor;        // yarn (mscale of the attention logits)
-    bool operator==(const RopeScaling&) const = default;
-};
 
 struct HfConfig {
     std::string architecture;  // "LlamaForCausalLM", ...
@@ -36,15 +31,16 @@ struct HfConfig {
     int64_t intermediate_size = 0;
     int64_t num_hidden_layers = 0;
     int64_t num_attention_heads = 0;
-    int64_t num_key_value_heads = 0;  // defaults to num_attention_heads
+    int64_t num_key_value_heads = 0;  // default per architecture (see above)
     int64_t head_dim = 0;             // defaults to hidden_size / num_attention_heads (Qwen3: 128)
     int64_t max_position_embeddings = 0;
     double rms_norm_eps = 1e-6;
     double rope_theta = 10000.0;
     RopeScaling rope_scaling;
     bool tie_word_embeddings = false;
-    int64_t sliding_window = 0;   // 0: full attention
-    bool attention_bias = false;  // q/k/v projection biases (always on for Qwen2)
+    int64_t sliding_window = 0;     // 0: full attention
+    int64_t max_window_layers = 0;  // layers >= this use sliding_window (Qwen2/Qwen3); 0 for Mistral
+    bool attention_bias = false;    // q/k/v (and, except on Qwen2, o_proj) biases; always on for Qwen2, off for Mistral
     std::string hidden_act = "silu";
     std::string torch_dtype;  // "bfloat16", "float16", "float32", or ""
     std::optional<int64_t> bos_token_id;
@@ -52,7 +48,7 @@ struct HfConfig {
     std::optional<int64_t> pad_token_id;
 };
 
-// Architectures kiln supports, as HF spells them.
+// Architectures kiln supports, as HF spells them (the hf_class column of kArchitectures).
 const std::vector<std::string>& hf_supported_architectures();
 
 // `name` is used in error messages. Unknown architecture -> kUnsupported naming it and the list.

@@ -1,7 +1,7 @@
 // llama2.c checkpoint reader (see llama2c.h).
 #include "formats/llama2c.h"
 
-#include <cstring>
+#include "core/bytes.h"
 
 namespace kiln::formats {
 namespace {
@@ -16,22 +16,15 @@ constexpr int32_t kMaxVocab = 1 << 22;
 constexpr int32_t kMaxSeqLen = 1 << 24;
 constexpr uint32_t kV1Magic = 0x616b3432;  // "ak42": llama2.c's later export versions
 
-int32_t read_i32_le(const uint8_t* p) {
-    uint32_t v = uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
-    int32_t out;
-    std::memcpy(&out, &v, 4);
-    return out;
-}
-
 core::Result<Llama2cHeader> parse_header(const uint8_t* data, size_t size, const std::string& name) {
     if (size < Llama2cFile::kHeaderBytes)
         return core::error(StatusCode::kCorrupt) << name << ": " << size << " bytes, shorter than the "
                                                  << Llama2cFile::kHeaderBytes << "-byte llama2.c header";
-    if (uint32_t(read_i32_le(data)) == kV1Magic)
+    if (uint32_t(core::load_i32_le(data)) == kV1Magic)
         return core::error(StatusCode::kUnsupported) << name << ": llama2.c versioned export (magic \"ak42\") is "
                                                      << "not supported; export with the legacy (version 0) format";
     int32_t v[7];
-    for (int i = 0; i < 7; ++i) v[i] = read_i32_le(data + 4 * i);
+    for (int i = 0; i < 7; ++i) v[i] = core::load_i32_le(data + 4 * i);
     Llama2cHeader h;
     h.dim = v[0];
     h.hidden_dim = v[1];
@@ -85,7 +78,6 @@ core::Result<Llama2cFile> Llama2cFile::parse(const uint8_t* data, size_t size, c
     KILN_ASSIGN_OR_RETURN(Llama2cHeader h, parse_header(data, size, name));
     Llama2cFile f;
     f.base_ = data;
-    f.size_ = size;
     f.path_ = name;
     f.header_ = h;
     // The caps keep every product below 2^62 bytes.

@@ -59,7 +59,6 @@ public:
 private:
     std::shared_ptr<core::MappedFile> file_;
     const uint8_t* base_ = nullptr;
-    size_t size_ = 0;
     std::string path_;
     Llama2cHeader header_;
     std::vector<Llama2cArray> arrays_;

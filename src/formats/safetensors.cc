@@ -10,6 +10,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/bytes.h"
+#include "formats/json_brief.h"
+
 namespace kiln::formats {
 namespace {
 
@@ -31,12 +34,6 @@ std::string supported_dtype_list() {
     std::string s;
     for (const DTypeName& d : kDTypeNames) s += (s.empty() ? "" : ", ") + std::string(d.name);
     return s;
-}
-
-uint64_t read_u64_le(const uint8_t* p) {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
-    return v;
 }
 
 std::optional<uint64_t> json_u64(const json& j) {
@@ -77,17 +74,18 @@ core::Result<SafetensorsTensorInfo> parse_tensor_entry(const std::string& where,
         std::optional<uint64_t> v = json_u64(d);
         if (!v)
             return core::error(StatusCode::kCorrupt)
-                   << pre << "shape entry " << d.dump() << " is not a non-negative integer";
+                   << pre << "shape entry " << json_brief(d) << " is not a non-negative integer";
         if (*v != 0 && num_elements > UINT64_MAX / *v)
-            return core::error(StatusCode::kCorrupt) << pre << "shape " << sh->dump() << " overflows 64 bits";
+            return core::error(StatusCode::kCorrupt)
+                   << pre << "shape overflows 64 bits at dimension " << t.shape.size() << " (" << *v << ")";
         num_elements *= *v;
         t.shape.push_back(*v);
     }
     std::optional<uint64_t> begin = json_u64((*off)[0]);
     std::optional<uint64_t> end = json_u64((*off)[1]);
     if (!begin || !end)
-        return core::error(StatusCode::kCorrupt)
-               << pre << "data_offsets " << off->dump() << " are not non-negative integers";
+        return core::error(StatusCode::kCorrupt) << pre << "data_offsets [" << json_brief((*off)[0]) << ", "
+                                                 << json_brief((*off)[1]) << "] are not non-negative integers";
     if (*end < *begin)
         return core::error(StatusCode::kCorrupt) << pre << "data_offsets end " << *end << " before begin " << *begin;
     if (*end > data_size)
@@ -95,11 +93,12 @@ core::Result<SafetensorsTensorInfo> parse_tensor_entry(const std::string& where,
                << pre << "data_offsets end " << *end << " past the end of the data (" << data_size << " bytes)";
     std::optional<uint64_t> want = core::dtype_bytes(t.dtype, num_elements);
     if (!want)
-        return core::error(StatusCode::kCorrupt) << pre << "shape " << sh->dump() << " overflows 64 bits in bytes";
+        return core::error(StatusCode::kCorrupt)
+               << pre << "shape " << core::shape_string(t.shape) << " overflows 64 bits in bytes";
     if (*end - *begin != *want)
         return core::error(StatusCode::kCorrupt)
-               << pre << "data_offsets span " << (*end - *begin) << " bytes but shape " << sh->dump() << " of "
-               << dtype_str << " needs " << *want;
+               << pre << "data_offsets span " << (*end - *begin) << " bytes but shape " << core::shape_string(t.shape)
+               << " of " << dtype_str << " needs " << *want;
     t.offset = *begin;
     t.num_bytes = *want;
     return t;
@@ -196,7 +195,7 @@ core::Result<SafetensorsFile> SafetensorsFile::parse(const uint8_t* data, size_t
     if (size < 8)
         return core::error(StatusCode::kCorrupt)
                << name << ": " << size << " bytes, too short for the 8-byte header length";
-    uint64_t header_len = read_u64_le(data);
+    uint64_t header_len = core::load_u64_le(data);
     if (header_len > kSafetensorsMaxHeaderBytes)
         return core::error(StatusCode::kCorrupt)
                << name << ": header length " << header_len << " at byte offset 0 is over the limit of "
@@ -307,8 +306,12 @@ core::Result<SafetensorsSet> SafetensorsSet::open(const std::string& path) {
     if (fs::exists(dir / "model.safetensors", ec)) {
         files.push_back((dir / "model.safetensors").string());
     } else {
-        for (const fs::directory_entry& e : fs::directory_iterator(dir, ec))
-            if (e.path().extension() == ".safetensors") files.push_back(e.path().string());
+        // increment(ec), not the range-for's operator++, which throws on a read error.
+        std::error_code list_ec;
+        for (fs::directory_iterator it(dir, list_ec), end; !list_ec && it != end; it.increment(list_ec))
+            if (it->path().extension() == ".safetensors") files.push_back(it->path().string());
+        if (list_ec)
+            return core::error(StatusCode::kIo) << path << ": cannot list the directory: " << list_ec.message();
         std::sort(files.begin(), files.end());
     }
     if (files.empty())
@@ -409,10 +412,6 @@ core::Result<Layout> plan_layout(const std::vector<SafetensorsTensorIn>& tensors
     return layout;
 }
 
-void put_u64_le(uint64_t v, uint8_t* out) {
-    for (int i = 0; i < 8; ++i) out[i] = uint8_t(v >> (8 * i));
-}
-
 }  // namespace
 
 core::Status write_safetensors(const std::string& path, const std::vector<SafetensorsTensorIn>& tensors,
@@ -423,7 +422,7 @@ core::Status write_safetensors(const std::string& path, const std::vector<Safete
         std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
         if (!out) return core::error(StatusCode::kIo) << tmp << ": cannot create";
         uint8_t len[8];
-        put_u64_le(layout.header.size(), len);
+        core::store_u64_le(layout.header.size(), len);
         out.write(reinterpret_cast<const char*>(len), 8);
         out.write(layout.header.data(), std::streamsize(layout.header.size()));
         for (size_t i : layout.order)
@@ -441,7 +440,7 @@ core::Result<std::vector<uint8_t>> safetensors_to_bytes(const std::vector<Safete
                                                         const std::map<std::string, std::string>& metadata) {
     KILN_ASSIGN_OR_RETURN(Layout layout, plan_layout(tensors, metadata));
     std::vector<uint8_t> bytes(8 + layout.header.size() + layout.data_bytes);
-    put_u64_le(layout.header.size(), bytes.data());
+    core::store_u64_le(layout.header.size(), bytes.data());
     std::memcpy(bytes.data() + 8, layout.header.data(), layout.header.size());
     uint8_t* p = bytes.data() + 8 + layout.header.size();
     for (size_t i : layout.order) {

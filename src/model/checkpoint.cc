@@ -4,11 +4,13 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
-#include <sstream>
+#include <unordered_map>
 
+#include "core/bytes.h"
 #include "formats/gguf.h"
 #include "formats/llama2c.h"
 #include "formats/safetensors.h"
+#include "kernels/ref/dequant.h"
 #include "model/weight_names.h"
 
 namespace kiln::model {
@@ -17,23 +19,26 @@ namespace {
 namespace fs = std::filesystem;
 using core::StatusCode;
 
-std::string shape_string(const std::vector<uint64_t>& shape) {
-    std::ostringstream os;
-    os << '[';
-    for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
-    os << ']';
-    return os.str();
-}
+using core::ends_with;
+using core::shape_string;
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-core::Status add_tensor(Checkpoint* ck, std::set<std::string>* names, TensorRef t) {
+// Adds `t` to the checkpoint, with its Q/K rows moved from rotate-half into interleaved order first
+// when `rope_heads` > 0 (weight_names.h).
+core::Status add_tensor(Checkpoint* ck, std::set<std::string>* names, TensorRef t, int64_t rope_heads) {
     if (!names->insert(t.name).second)
         return core::error(StatusCode::kCorrupt) << ck->path << ": two tensors map to the name '" << t.name << "'";
+    if (rope_heads > 0) {
+        auto permuted = permute_tensor(t, rope_heads, RopeOrder::kInterleaved, &ck->owners);
+        if (!permuted.is_ok())
+            return core::error(StatusCode::kCorrupt) << ck->path << ": " << permuted.status().message();
+        t = std::move(permuted).value();
+    }
     ck->tensors.push_back(std::move(t));
     return core::Status::ok();
+}
+
+bool is_plain_float(core::DType t) {
+    return t == core::DType::kF32 || t == core::DType::kF16 || t == core::DType::kBF16;
 }
 
 }  // namespace
@@ -84,19 +89,15 @@ core::Result<Checkpoint> load_gguf_checkpoint(const std::string& path) {
     ck.format = "gguf";
     ck.path = path;
     ck.owners.push_back(gguf);
+    ck.gguf = gguf;
     KILN_ASSIGN_OR_RETURN(ck.config, config_from_gguf(*gguf));
     const std::string arch = gguf->get_string("general.architecture").value_or("");
     const bool neox = gguf_arch_uses_neox_rope(arch);
     std::set<std::string> names;
     for (const formats::GgufTensorInfo& info : gguf->tensors()) {
         TensorRef t{info.name, info.dtype, info.shape, gguf->tensor_data(info), info.num_bytes};
-        if (int64_t heads = neox ? rope_permute_heads(t.name, ck.config) : 0) {
-            auto permuted = permute_tensor(t, heads, RopeOrder::kInterleaved, &ck.owners);
-            if (!permuted.is_ok())
-                return core::error(StatusCode::kCorrupt) << path << ": " << permuted.status().message();
-            t = std::move(permuted).value();
-        }
-        KILN_RETURN_IF_ERROR(add_tensor(&ck, &names, std::move(t)));
+        int64_t heads = neox ? rope_permute_heads(t.name, ck.config) : 0;
+        KILN_RETURN_IF_ERROR(add_tensor(&ck, &names, std::move(t), heads));
     }
     for (const std::string& key : gguf->keys()) {
         if (key == "general.architecture" || key == "general.alignment" || key.rfind(arch + ".", 0) == 0) continue;
@@ -129,13 +130,8 @@ core::Result<Checkpoint> load_hf_checkpoint(const std::string& path) {
         std::string name = hf_to_gguf_name(info.name).value_or(info.name);
         if (name == "output.weight" && ck.config.tie_word_embeddings) continue;  // a saved copy of the embedding
         TensorRef t{name, info.dtype, info.shape, st->tensor_data(i), info.num_bytes};
-        if (int64_t heads = rope_permute_heads(name, ck.config)) {
-            auto permuted = permute_tensor(t, heads, RopeOrder::kInterleaved, &ck.owners);
-            if (!permuted.is_ok())
-                return core::error(StatusCode::kCorrupt) << path << ": " << permuted.status().message();
-            t = std::move(permuted).value();
-        }
-        KILN_RETURN_IF_ERROR(add_tensor(&ck, &names, std::move(t)));
+        int64_t heads = rope_permute_heads(name, ck.config);
+        KILN_RETURN_IF_ERROR(add_tensor(&ck, &names, std::move(t), heads));
     }
     auto tok = st->metadata().find(kGgufTokenizerMetadataKey);
     if (tok != st->metadata().end()) {
@@ -201,52 +197,86 @@ core::Result<Checkpoint> load_checkpoint(const std::string& path) {
     if (ends_with(path, ".gguf")) return load_gguf_checkpoint(path);
     if (ends_with(path, ".safetensors")) return load_hf_checkpoint(path);
     if (got == 9 && head[8] == '{') {
-        uint64_t header_len = 0;
-        for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | head[i];
+        uint64_t header_len = core::load_u64_le(head);
         if (!ec && header_len <= file_size - 8) return load_hf_checkpoint(path);
     }
     return load_llama2c_checkpoint(path);
 }
 
+namespace {
+
+// Weight matrices go through kernels::ref::dequantize_row; norm weights and biases are read as
+// plain floats.
+enum class Role { kMatrix, kVector };
+
+class TensorChecker {
+public:
+    explicit TensorChecker(const Checkpoint& ck) : ck_(ck) {
+        for (const TensorRef& t : ck.tensors) by_name_.emplace(t.name, &t);
+    }
+
+    core::Status expect(const std::string& name, const std::vector<uint64_t>& shape, Role role) const {
+        auto it = by_name_.find(name);
+        if (it == by_name_.end())
+            return core::error(StatusCode::kCorrupt)
+                   << ck_.path << ": missing tensor '" << name << "' (expected shape " << shape_string(shape) << ")";
+        const TensorRef& t = *it->second;
+        if (t.shape != shape)
+            return core::error(StatusCode::kCorrupt) << ck_.path << ": tensor '" << name << "' has shape "
+                                                     << shape_string(t.shape) << ", expected " << shape_string(shape);
+        if (role == Role::kMatrix && !kernels::ref::dequant_supported(t.dtype))
+            return core::error(StatusCode::kUnsupported)
+                   << ck_.path << ": tensor '" << name << "' is " << core::dtype_name(t.dtype)
+                   << ", which kiln cannot dequantize (weight matrices must be f32, f16, bf16 or a GGML q*_0/q*_1/"
+                      "q*_k type)";
+        if (role == Role::kVector && !is_plain_float(t.dtype))
+            return core::error(StatusCode::kUnsupported)
+                   << ck_.path << ": tensor '" << name << "' is " << core::dtype_name(t.dtype)
+                   << "; norm weights and biases must be f32, f16 or bf16";
+        return core::Status::ok();
+    }
+
+private:
+    const Checkpoint& ck_;
+    std::unordered_map<std::string, const TensorRef*> by_name_;
+};
+
+core::Status check_layer_tensors(const TensorChecker& check, const ModelConfig& c, int64_t layer_idx) {
+    const uint64_t hidden = uint64_t(c.hidden_size), inter = uint64_t(c.intermediate_size);
+    const uint64_t q = uint64_t(c.q_dim()), kv = uint64_t(c.kv_dim()), head_dim = uint64_t(c.head_dim);
+    const std::string p = "blk." + std::to_string(layer_idx) + ".";
+    KILN_RETURN_IF_ERROR(check.expect(p + "attn_norm.weight", {hidden}, Role::kVector));
+    KILN_RETURN_IF_ERROR(check.expect(p + "attn_q.weight", {q, hidden}, Role::kMatrix));
+    KILN_RETURN_IF_ERROR(check.expect(p + "attn_k.weight", {kv, hidden}, Role::kMatrix));
+    KILN_RETURN_IF_ERROR(check.expect(p + "attn_v.weight", {kv, hidden}, Role::kMatrix));
+    KILN_RETURN_IF_ERROR(check.expect(p + "attn_output.weight", {hidden, q}, Role::kMatrix));
+    KILN_RETURN_IF_ERROR(check.expect(p + "ffn_norm.weight", {hidden}, Role::kVector));
+    KILN_RETURN_IF_ERROR(check.expect(p + "ffn_gate.weight", {inter, hidden}, Role::kMatrix));
+    KILN_RETURN_IF_ERROR(check.expect(p + "ffn_up.weight", {inter, hidden}, Role::kMatrix));
+    KILN_RETURN_IF_ERROR(check.expect(p + "ffn_down.weight", {hidden, inter}, Role::kMatrix));
+    if (c.attention_bias) {
+        KILN_RETURN_IF_ERROR(check.expect(p + "attn_q.bias", {q}, Role::kVector));
+        KILN_RETURN_IF_ERROR(check.expect(p + "attn_k.bias", {kv}, Role::kVector));
+        KILN_RETURN_IF_ERROR(check.expect(p + "attn_v.bias", {kv}, Role::kVector));
+    }
+    if (c.has_output_bias()) KILN_RETURN_IF_ERROR(check.expect(p + "attn_output.bias", {hidden}, Role::kVector));
+    if (c.qk_norm) {
+        KILN_RETURN_IF_ERROR(check.expect(p + "attn_q_norm.weight", {head_dim}, Role::kVector));
+        KILN_RETURN_IF_ERROR(check.expect(p + "attn_k_norm.weight", {head_dim}, Role::kVector));
+    }
+    return core::Status::ok();
+}
+
+}  // namespace
+
 core::Status check_checkpoint_tensors(const Checkpoint& ck) {
     const ModelConfig& c = ck.config;
     const uint64_t hidden = uint64_t(c.hidden_size), vocab = uint64_t(c.vocab_size);
-    const uint64_t inter = uint64_t(c.intermediate_size), q = uint64_t(c.q_dim()), kv = uint64_t(c.kv_dim());
-    const uint64_t head_dim = uint64_t(c.head_dim);
-    auto expect = [&](const std::string& name, std::vector<uint64_t> shape) -> core::Status {
-        const TensorRef* t = ck.find(name);
-        if (!t)
-            return core::error(StatusCode::kCorrupt)
-                   << ck.path << ": missing tensor '" << name << "' (expected shape " << shape_string(shape) << ")";
-        if (t->shape != shape)
-            return core::error(StatusCode::kCorrupt) << ck.path << ": tensor '" << name << "' has shape "
-                                                     << shape_string(t->shape) << ", expected " << shape_string(shape);
-        return core::Status::ok();
-    };
-    KILN_RETURN_IF_ERROR(expect("token_embd.weight", {vocab, hidden}));
-    KILN_RETURN_IF_ERROR(expect("output_norm.weight", {hidden}));
-    if (!c.tie_word_embeddings) KILN_RETURN_IF_ERROR(expect("output.weight", {vocab, hidden}));
-    for (int64_t l = 0; l < c.num_layers; ++l) {
-        const std::string p = "blk." + std::to_string(l) + ".";
-        KILN_RETURN_IF_ERROR(expect(p + "attn_norm.weight", {hidden}));
-        KILN_RETURN_IF_ERROR(expect(p + "attn_q.weight", {q, hidden}));
-        KILN_RETURN_IF_ERROR(expect(p + "attn_k.weight", {kv, hidden}));
-        KILN_RETURN_IF_ERROR(expect(p + "attn_v.weight", {kv, hidden}));
-        KILN_RETURN_IF_ERROR(expect(p + "attn_output.weight", {hidden, q}));
-        KILN_RETURN_IF_ERROR(expect(p + "ffn_norm.weight", {hidden}));
-        KILN_RETURN_IF_ERROR(expect(p + "ffn_gate.weight", {inter, hidden}));
-        KILN_RETURN_IF_ERROR(expect(p + "ffn_up.weight", {inter, hidden}));
-        KILN_RETURN_IF_ERROR(expect(p + "ffn_down.weight", {hidden, inter}));
-        if (c.attention_bias) {
-            KILN_RETURN_IF_ERROR(expect(p + "attn_q.bias", {q}));
-            KILN_RETURN_IF_ERROR(expect(p + "attn_k.bias", {kv}));
-            KILN_RETURN_IF_ERROR(expect(p + "attn_v.bias", {kv}));
-        }
-        if (c.qk_norm) {
-            KILN_RETURN_IF_ERROR(expect(p + "attn_q_norm.weight", {head_dim}));
-            KILN_RETURN_IF_ERROR(expect(p + "attn_k_norm.weight", {head_dim}));
-        }
-    }
+    TensorChecker check(ck);
+    KILN_RETURN_IF_ERROR(check.expect("token_embd.weight", {vocab, hidden}, Role::kMatrix));
+    KILN_RETURN_IF_ERROR(check.expect("output_norm.weight", {hidden}, Role::kVector));
+    if (!c.tie_word_embeddings) KILN_RETURN_IF_ERROR(check.expect("output.weight", {vocab, hidden}, Role::kMatrix));
+    for (int64_t l = 0; l < c.num_layers; ++l) KILN_RETURN_IF_ERROR(check_layer_tensors(check, c, l));
     return core::Status::ok();
 }
 

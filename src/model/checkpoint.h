@@ -7,8 +7,8 @@
 // - Q/K rows (attn_q/attn_k weights and biases, attn_q_norm/attn_k_norm) are in Meta's
 //   interleaved-pair RoPE order, whatever the file held: HF files and GGUF qwen2/qwen3 files
 //   (rotate-half order) are permuted on load, into buffers the Checkpoint owns.
-// - Every tensor of the architecture is present with the shape the config implies
-//   (check_checkpoint_tensors), so model code may index without re-checking.
+// - Every tensor of the architecture is present with the shape the config implies and a dtype kiln
+//   can read (check_checkpoint_tensors), so model code may index without re-checking.
 // - TensorRef::data stays valid as long as the Checkpoint (or a copy of it) lives: `owners` holds
 //   the file mappings and owned buffers. Data is mmap'd and read-only.
 #pragma once
@@ -21,6 +21,7 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
+#include "formats/gguf.h"
 #include "formats/hf_config.h"
 #include "model/metadata_json.h"
 #include "model/model_config.h"
@@ -52,6 +53,7 @@ struct Checkpoint {
     std::string tokenizer_path;                                  // tokenizer.json next to an HF checkpoint, else ""
     std::optional<formats::GenerationConfig> generation_config;  // generation_config.json, if any
     std::vector<std::shared_ptr<const void>> owners;             // keep TensorRef::data alive
+    std::shared_ptr<const formats::GgufFile> gguf;               // the parsed file when format is "gguf"
 
     const TensorRef* find(const std::string& name) const;
     const formats::GgufValue* find_metadata(const std::string& key) const;
@@ -66,8 +68,10 @@ core::Result<Checkpoint> load_gguf_checkpoint(const std::string& path);
 core::Result<Checkpoint> load_hf_checkpoint(const std::string& path);
 core::Result<Checkpoint> load_llama2c_checkpoint(const std::string& path);
 
-// The architecture's tensors, each present with the shape the config implies; kCorrupt naming the
-// tensor otherwise. Extra tensors are allowed.
+// The architecture's tensors, each present with the shape the config implies (kCorrupt naming the
+// tensor otherwise) and a usable dtype (kUnsupported otherwise): weight matrices one that
+// kernels::ref::dequantize_row decodes, norm weights and biases f32, f16 or bf16. Extra tensors are
+// allowed.
 core::Status check_checkpoint_tensors(const Checkpoint& checkpoint);
 
 // A copy of `t` whose rows are permuted into `to` RoPE order (weight_names.h) in a new buffer that

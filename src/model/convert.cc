@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 
+#include "core/bytes.h"
 #include "core/mapped_file.h"
 #include "core/numeric.h"
 #include "formats/ggml_type.h"
@@ -233,11 +234,7 @@ core::Result<GgufMetadata> read_llama2c_tokenizer(const std::string& path, int64
     KILN_ASSIGN_OR_RETURN(core::MappedFile file, core::MappedFile::open(path));
     const uint8_t* p = file.data();
     const size_t size = file.size();
-    auto read_i32 = [&](size_t off) {
-        int32_t v;
-        std::memcpy(&v, p + off, 4);
-        return v;
-    };
+    auto read_i32 = [&](size_t off) { return core::load_i32_le(p + off); };
     if (size < 4) return core::error(StatusCode::kCorrupt) << path << ": too short for a llama2.c tokenizer";
     if (vocab_size <= 0 || uint64_t(vocab_size) > (size - 4) / 8)
         return core::error(StatusCode::kCorrupt)
@@ -281,12 +278,18 @@ core::Result<GgufMetadata> read_llama2c_tokenizer(const std::string& path, int64
     };
 }
 
-core::Status convert_checkpoint(const std::string& in, const std::string& out, const ConvertOptions& opts) {
+core::Status check_convert_options(const ConvertOptions& opts) {
     if (opts.to != "gguf" && opts.to != "safetensors")
         return core::error(StatusCode::kInvalidArgument)
                << "convert: --to must be gguf or safetensors, not '" << opts.to << "'";
     if (opts.dtype && !is_castable(*opts.dtype))
-        return core::error(StatusCode::kInvalidArgument) << "convert: --dtype must be f32, f16 or bf16";
+        return core::error(StatusCode::kInvalidArgument)
+               << "convert: --dtype must be f32, f16 or bf16, not " << core::dtype_name(*opts.dtype);
+    return core::Status::ok();
+}
+
+core::Status convert_checkpoint(const std::string& in, const std::string& out, const ConvertOptions& opts) {
+    KILN_RETURN_IF_ERROR(check_convert_options(opts));
     KILN_ASSIGN_OR_RETURN(Checkpoint ck, load_checkpoint(in));
     if (!opts.tokenizer_path.empty()) {
         KILN_ASSIGN_OR_RETURN(GgufMetadata tok, read_llama2c_tokenizer(opts.tokenizer_path, ck.config.vocab_size));

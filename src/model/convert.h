@@ -33,6 +33,9 @@ struct ConvertOptions {
     bool progress = false;             // per-tensor progress lines on stderr
 };
 
+// kInvalidArgument unless `to` is gguf or safetensors and `dtype` (if set) is f32, f16 or bf16.
+// convert_checkpoint checks this first; the CLI calls it to tell usage errors apart.
+core::Status check_convert_options(const ConvertOptions& options);
 core::Status convert_checkpoint(const std::string& in, const std::string& out, const ConvertOptions& options);
 
 core::Status write_gguf_checkpoint(const Checkpoint& checkpoint, const std::string& path,

@@ -13,13 +13,6 @@ using formats::GgufType;
 using formats::GgufValue;
 using nlohmann::json;
 
-bool is_unsigned_type(GgufType t) {
-    return t == GgufType::kU8 || t == GgufType::kU16 || t == GgufType::kU32 || t == GgufType::kU64;
-}
-bool is_signed_type(GgufType t) {
-    return t == GgufType::kI8 || t == GgufType::kI16 || t == GgufType::kI32 || t == GgufType::kI64;
-}
-
 uint64_t unsigned_max(GgufType t) {
     switch (t) {
         case GgufType::kU8:
@@ -116,8 +109,8 @@ std::optional<std::string> decode_string(const json& j) {
 }
 
 json encode_value(const GgufValue& v) {
-    if (is_unsigned_type(v.type)) return v.u;
-    if (is_signed_type(v.type)) return v.i;
+    if (formats::gguf_is_unsigned(v.type)) return v.u;
+    if (formats::gguf_is_signed(v.type)) return v.i;
     switch (v.type) {
         case GgufType::kBool:
             return v.u != 0;
@@ -151,12 +144,12 @@ struct Decoder {
         --budget;
         GgufValue v;
         v.type = t;
-        if (is_unsigned_type(t)) {
+        if (formats::gguf_is_unsigned(t)) {
             if (!j.is_number_integer() || (!j.is_number_unsigned() && j.get<int64_t>() < 0) ||
                 j.get<uint64_t>() > unsigned_max(t))
                 return bad(key, "value out of range for " + std::string(formats::gguf_type_name(t)));
             v.u = j.get<uint64_t>();
-        } else if (is_signed_type(t)) {
+        } else if (formats::gguf_is_signed(t)) {
             if (!j.is_number_integer() || (j.is_number_unsigned() && j.get<uint64_t>() > uint64_t(INT64_MAX)))
                 return bad(key, "value is not a signed integer");
             int64_t i = j.get<int64_t>();

@@ -6,19 +6,13 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "formats/architectures.h"
+
 namespace kiln::model {
 namespace {
 
 using core::StatusCode;
 using formats::GgufValue;
-
-constexpr int64_t kMaxVocab = int64_t(1) << 24;
-constexpr int64_t kMaxHidden = int64_t(1) << 18;
-constexpr int64_t kMaxIntermediate = int64_t(1) << 20;
-constexpr int64_t kMaxLayers = 1024;
-constexpr int64_t kMaxHeads = 1024;
-constexpr int64_t kMaxHeadDim = 4096;
-constexpr int64_t kMaxSeqLen = int64_t(1) << 30;
 
 // GGUF stores floats as f32; give back the shortest decimal that rounds to the same f32, so that
 // 1e-5 read from a GGUF prints as 1e-05 again, not 9.99999974737875e-06.
@@ -30,18 +24,24 @@ double shortest_f32(double v) {
     return std::strtod(buf, nullptr);
 }
 
-const char* hf_architecture(const std::string& arch) {
-    if (arch == "mistral") return "MistralForCausalLM";
-    if (arch == "qwen2") return "Qwen2ForCausalLM";
-    if (arch == "qwen3") return "Qwen3ForCausalLM";
-    return "LlamaForCausalLM";
-}
-
-core::Status check_range(const char* field, int64_t v, int64_t max) {
-    if (v <= 0 || v > max)
-        return core::error(StatusCode::kCorrupt)
-               << "model config: " << field << " is " << v << ", outside [1, " << max << "]";
-    return core::Status::ok();
+formats::HyperParams hyper_params(const ModelConfig& c) {
+    formats::HyperParams p;
+    p.vocab_size = c.vocab_size;
+    p.hidden_size = c.hidden_size;
+    p.intermediate_size = c.intermediate_size;
+    p.num_layers = c.num_layers;
+    p.num_heads = c.num_heads;
+    p.num_kv_heads = c.num_kv_heads;
+    p.head_dim = c.head_dim;
+    p.max_seq_len = c.max_seq_len;
+    p.rms_norm_eps = c.rms_norm_eps;
+    p.rope_theta = c.rope_theta;
+    p.sliding_window = c.sliding_window;
+    p.max_window_layers = c.max_window_layers;
+    p.rope_scaling = c.rope_scaling;
+    p.bos_token_id = c.bos_token_id;
+    p.eos_token_ids = c.eos_token_ids;
+    return p;
 }
 
 // Reads an integer hyper-parameter; absent -> `fallback` (nullopt fallback: required).
@@ -83,42 +83,37 @@ core::Status read_gguf_rope_scaling(const formats::GgufFile& g, const std::strin
         KILN_ASSIGN_OR_RETURN(double af, gguf_float(g, p + "attn_factor", 1.0));
         c->rope_scaling.attention_factor = af;
     }
-    if (!(c->rope_scaling.factor > 0))
-        return core::error(StatusCode::kCorrupt)
-               << g.path() << ": " << p << "factor " << c->rope_scaling.factor << " is not positive";
+    // llama.cpp's Llama-3 files carry precomputed frequency factors instead of scaling keys.
+    if (!type && g.find_tensor("rope_freqs.weight"))
+        return core::error(StatusCode::kUnsupported)
+               << g.path() << ": tensor rope_freqs.weight holds RoPE frequency factors (llama.cpp's form of Llama-3 "
+               << "RoPE scaling), which kiln does not read, and there is no " << p << "type key to use instead";
     return core::Status::ok();
+}
+
+// {arch}.vocab_size, else the token list's length, else token_embd's rows.
+core::Result<int64_t> gguf_vocab_size(const formats::GgufFile& g, const std::string& p) {
+    if (g.find(p + "vocab_size")) return gguf_int(g, p + "vocab_size", std::nullopt);
+    if (const GgufValue* toks = g.find("tokenizer.ggml.tokens"); toks && toks->type == formats::GgufType::kArray)
+        return int64_t(toks->array.size());
+    if (const formats::GgufTensorInfo* emb = g.find_tensor("token_embd.weight"); emb && !emb->shape.empty())
+        return int64_t(std::min<uint64_t>(emb->shape[0], uint64_t(INT64_MAX)));
+    return core::error(StatusCode::kCorrupt) << g.path() << ": cannot tell the vocabulary size";
 }
 
 }  // namespace
 
-const std::vector<std::string>& supported_archs() {
-    static const std::vector<std::string> kArchs = {"llama", "mistral", "qwen2", "qwen3"};
-    return kArchs;
-}
-
 core::Status ModelConfig::validate() const {
-    bool known = false;
-    for (const std::string& a : supported_archs()) known |= a == arch;
-    if (!known)
+    if (!formats::find_arch_by_model_type(arch))
         return core::error(StatusCode::kUnsupported) << "model config: architecture '" << arch << "' is not supported";
-    KILN_RETURN_IF_ERROR(check_range("vocab_size", vocab_size, kMaxVocab));
-    KILN_RETURN_IF_ERROR(check_range("hidden_size", hidden_size, kMaxHidden));
-    KILN_RETURN_IF_ERROR(check_range("intermediate_size", intermediate_size, kMaxIntermediate));
-    KILN_RETURN_IF_ERROR(check_range("num_layers", num_layers, kMaxLayers));
-    KILN_RETURN_IF_ERROR(check_range("num_heads", num_heads, kMaxHeads));
-    KILN_RETURN_IF_ERROR(check_range("num_kv_heads", num_kv_heads, kMaxHeads));
-    KILN_RETURN_IF_ERROR(check_range("head_dim", head_dim, kMaxHeadDim));
-    KILN_RETURN_IF_ERROR(check_range("max_seq_len", max_seq_len, kMaxSeqLen));
-    if (num_heads % num_kv_heads != 0)
+    KILN_RETURN_IF_ERROR(formats::check_hyper_params(hyper_params(*this), formats::FieldNames::kKiln, "model config"));
+    if (arch == "llama" && sliding_window > 0)
         return core::error(StatusCode::kCorrupt)
-               << "model config: num_heads " << num_heads << " is not a multiple of num_kv_heads " << num_kv_heads;
-    if (head_dim % 2 != 0)
-        return core::error(StatusCode::kCorrupt) << "model config: head_dim " << head_dim << " is odd";
-    if (!(rms_norm_eps > 0) || !std::isfinite(rms_norm_eps) || !(rope_theta > 0) || !std::isfinite(rope_theta))
-        return core::error(StatusCode::kCorrupt) << "model config: rms_norm_eps " << rms_norm_eps << " / rope_theta "
-                                                 << rope_theta << " must be positive";
-    if (sliding_window < 0)
-        return core::error(StatusCode::kCorrupt) << "model config: sliding_window " << sliding_window << " is negative";
+               << "model config: llama has no sliding window (got " << sliding_window << "); Mistral is arch mistral";
+    if (arch == "mistral" && attention_bias)
+        return core::error(StatusCode::kUnsupported) << "model config: mistral has no attention biases";
+    if (arch == "qwen2" && !attention_bias)
+        return core::error(StatusCode::kCorrupt) << "model config: qwen2 always has q/k/v biases";
     return core::Status::ok();
 }
 
@@ -140,6 +135,7 @@ core::Result<ModelConfig> config_from_hf(const formats::HfConfig& hf) {
     c.attention_bias = hf.attention_bias;
     c.qk_norm = hf.model_type == "qwen3";
     c.sliding_window = hf.sliding_window;
+    c.max_window_layers = hf.max_window_layers;
     c.torch_dtype = hf.torch_dtype;
     c.bos_token_id = hf.bos_token_id;
     c.eos_token_ids = hf.eos_token_ids;
@@ -150,19 +146,26 @@ core::Result<ModelConfig> config_from_hf(const formats::HfConfig& hf) {
 core::Result<ModelConfig> config_from_gguf(const formats::GgufFile& g) {
     std::optional<std::string> arch = g.get_string("general.architecture");
     if (!arch) return core::error(StatusCode::kCorrupt) << g.path() << ": no general.architecture string";
-    if (*arch != "llama" && *arch != "qwen2" && *arch != "qwen3")
+    const formats::ArchNames* names = formats::find_arch_by_gguf(*arch);
+    if (!names) {
+        std::string supported;
+        for (const formats::ArchNames& a : formats::kArchitectures)
+            if (a.gguf_arch == a.model_type) supported += (supported.empty() ? "" : ", ") + std::string(a.gguf_arch);
         return core::error(StatusCode::kUnsupported)
-               << g.path() << ": GGUF architecture '" << *arch << "' is not supported (supported: llama, qwen2, qwen3)";
+               << g.path() << ": GGUF architecture '" << *arch << "' is not supported (supported: " << supported << ")";
+    }
     const std::string p = *arch + ".";
     ModelConfig c;
-    c.arch = *arch;
+    c.arch = names->model_type;
     c.name = g.get_string("general.name").value_or("");
     KILN_ASSIGN_OR_RETURN(c.hidden_size, gguf_int(g, p + "embedding_length", std::nullopt));
     KILN_ASSIGN_OR_RETURN(c.num_layers, gguf_int(g, p + "block_count", std::nullopt));
     KILN_ASSIGN_OR_RETURN(c.intermediate_size, gguf_int(g, p + "feed_forward_length", std::nullopt));
     KILN_ASSIGN_OR_RETURN(c.num_heads, gguf_int(g, p + "attention.head_count", std::nullopt));
     KILN_ASSIGN_OR_RETURN(c.num_kv_heads, gguf_int(g, p + "attention.head_count_kv", c.num_heads));
-    KILN_RETURN_IF_ERROR(check_range("num_heads", c.num_heads, kMaxHeads));
+    if (c.num_heads <= 0)  // the default head_dim divides by it; validate() checks the rest
+        return core::error(StatusCode::kCorrupt)
+               << g.path() << ": " << p << "attention.head_count " << c.num_heads << " is not positive";
     KILN_ASSIGN_OR_RETURN(c.head_dim, gguf_int(g, p + "attention.key_length", c.hidden_size / c.num_heads));
     KILN_ASSIGN_OR_RETURN(int64_t value_len, gguf_int(g, p + "attention.value_length", c.head_dim));
     KILN_ASSIGN_OR_RETURN(int64_t rope_dims, gguf_int(g, p + "rope.dimension_count", c.head_dim));
@@ -174,19 +177,10 @@ core::Result<ModelConfig> config_from_gguf(const formats::GgufFile& g) {
     KILN_ASSIGN_OR_RETURN(c.rms_norm_eps, gguf_float(g, p + "attention.layer_norm_rms_epsilon", 1e-5));
     KILN_ASSIGN_OR_RETURN(c.rope_theta, gguf_float(g, p + "rope.freq_base", 10000.0));
     KILN_ASSIGN_OR_RETURN(c.sliding_window, gguf_int(g, p + "attention.sliding_window", int64_t(0)));
+    KILN_ASSIGN_OR_RETURN(c.max_window_layers, gguf_int(g, p + "attention.max_window_layers", int64_t(0)));
+    if (c.arch == "llama" && c.sliding_window > 0) c.arch = "mistral";  // how kiln writes Mistral
     KILN_RETURN_IF_ERROR(read_gguf_rope_scaling(g, *arch, &c));
-
-    std::optional<int64_t> vocab;
-    if (g.find(p + "vocab_size")) {
-        KILN_ASSIGN_OR_RETURN(vocab, gguf_int(g, p + "vocab_size", std::nullopt));
-    } else if (const GgufValue* toks = g.find("tokenizer.ggml.tokens");
-               toks && toks->type == formats::GgufType::kArray) {
-        vocab = int64_t(toks->array.size());
-    } else if (const formats::GgufTensorInfo* emb = g.find_tensor("token_embd.weight"); emb && !emb->shape.empty()) {
-        vocab = int64_t(std::min<uint64_t>(emb->shape[0], uint64_t(INT64_MAX)));
-    }
-    if (!vocab) return core::error(StatusCode::kCorrupt) << g.path() << ": cannot tell the vocabulary size";
-    c.vocab_size = *vocab;
+    KILN_ASSIGN_OR_RETURN(c.vocab_size, gguf_vocab_size(g, p));
     c.tie_word_embeddings = g.find_tensor("output.weight") == nullptr;
     c.attention_bias = *arch == "qwen2" || g.find_tensor("blk.0.attn_q.bias") != nullptr;
     c.qk_norm = *arch == "qwen3" || g.find_tensor("blk.0.attn_q_norm.weight") != nullptr;
@@ -217,11 +211,13 @@ core::Result<ModelConfig> config_from_llama2c(const formats::Llama2cHeader& h) {
 }
 
 std::string gguf_arch(const ModelConfig& config) {
-    return config.arch == "mistral" ? "llama" : config.arch;
+    const formats::ArchNames* a = formats::find_arch_by_model_type(config.arch);
+    return a ? std::string(a->gguf_arch) : config.arch;
 }
 
 bool gguf_arch_uses_neox_rope(const std::string& gguf_arch_name) {
-    return gguf_arch_name == "qwen2" || gguf_arch_name == "qwen3";
+    const formats::ArchNames* a = formats::find_arch_by_gguf(gguf_arch_name);
+    return a && a->gguf_neox_rope;
 }
 
 std::vector<std::pair<std::string, GgufValue>> config_to_gguf_metadata(const ModelConfig& c) {
@@ -245,6 +241,8 @@ std::vector<std::pair<std::string, GgufValue>> config_to_gguf_metadata(const Mod
     kv.emplace_back(p + "attention.layer_norm_rms_epsilon", gguf_f32(float(c.rms_norm_eps)));
     kv.emplace_back(p + "rope.freq_base", gguf_f32(float(c.rope_theta)));
     if (c.sliding_window > 0) kv.emplace_back(p + "attention.sliding_window", gguf_u32(uint32_t(c.sliding_window)));
+    if (c.sliding_window > 0 && c.max_window_layers > 0)
+        kv.emplace_back(p + "attention.max_window_layers", gguf_u32(uint32_t(c.max_window_layers)));
     const formats::RopeScaling& rs = c.rope_scaling;
     if (!rs.type.empty()) {
         kv.emplace_back(p + "rope.scaling.type", gguf_string(rs.type));
@@ -267,7 +265,8 @@ std::vector<std::pair<std::string, GgufValue>> config_to_gguf_metadata(const Mod
 
 std::string config_to_hf_json(const ModelConfig& c, const std::string& torch_dtype) {
     nlohmann::ordered_json j;
-    j["architectures"] = {hf_architecture(c.arch)};
+    const formats::ArchNames* names = formats::find_arch_by_model_type(c.arch);
+    j["architectures"] = {std::string(names ? names->hf_class : "LlamaForCausalLM")};
     j["model_type"] = c.arch;
     j["vocab_size"] = c.vocab_size;
     j["hidden_size"] = c.hidden_size;
@@ -302,13 +301,13 @@ std::string config_to_hf_json(const ModelConfig& c, const std::string& torch_dty
     j["tie_word_embeddings"] = c.tie_word_embeddings;
     if (c.arch != "qwen2") j["attention_bias"] = c.attention_bias;
     j["hidden_act"] = "silu";
+    // LlamaConfig has no sliding window; Mistral's applies to every layer.
     if (c.arch == "mistral") {
         j["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nullptr;
     } else if (c.arch == "qwen2" || c.arch == "qwen3") {
         j["use_sliding_window"] = c.sliding_window > 0;
         j["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nullptr;
-    } else if (c.sliding_window > 0) {
-        j["sliding_window"] = c.sliding_window;
+        j["max_window_layers"] = c.max_window_layers;
     }
     std::string dtype = torch_dtype.empty() ? c.torch_dtype : torch_dtype;
     if (!dtype.empty()) j["torch_dtype"] = dtype;

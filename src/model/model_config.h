@@ -3,10 +3,17 @@
 // back out as GGUF metadata or an HF config.json.
 // GGUF keys follow llama.cpp (gguf-py constants: {arch}.context_length, {arch}.embedding_length,
 // {arch}.attention.head_count, ...). Mistral is stored as GGUF architecture "llama", as llama.cpp
-// does. Two keys are kiln extensions, since llama.cpp stores Llama-3 RoPE scaling as a rope_freqs
-// tensor instead: {arch}.rope.scaling.low_freq_factor / high_freq_factor.
-// Invariants after validate(): every size positive, num_heads a multiple of num_kv_heads, head_dim
-// even (RoPE rotates pairs), eps and theta positive.
+// does; a "llama" GGUF with {arch}.attention.sliding_window reads back as mistral (Llama has no
+// sliding window). Three keys are kiln extensions: {arch}.rope.scaling.low_freq_factor /
+// high_freq_factor (Llama-3 RoPE scaling) and {arch}.attention.max_window_layers (Qwen2/Qwen3: the
+// first layer that uses the sliding window; absent means every layer, llama.cpp's meaning of
+// sliding_window). llama.cpp instead stores Llama-3 RoPE scaling as precomputed frequency factors in
+// a rope_freqs.weight tensor, which kiln does not read: a GGUF holding that tensor without a
+// {arch}.rope.scaling.type key is kUnsupported rather than silently run without its scaling.
+// Invariants after validate(): the architecture is in formats/architectures.h and the checks of
+// formats/hyper_params.h hold (sizes positive and capped, num_heads a multiple of num_kv_heads,
+// head_dim even, eps and theta positive, RoPE scaling coherent, bos/eos ids inside the vocabulary);
+// llama has no sliding window, mistral no attention biases, qwen2 always q/k/v biases.
 #pragma once
 
 #include <cstdint>
@@ -37,24 +44,29 @@ struct ModelConfig {
     double rope_theta = 10000.0;
     formats::RopeScaling rope_scaling;  // type "" = none
     bool tie_word_embeddings = false;   // no output.weight: the classifier is token_embd
-    bool attention_bias = false;        // attn_q/k/v have .bias (Qwen2)
+    bool attention_bias = false;        // attn_q/k/v have .bias (Qwen2), and attn_output too (has_output_bias)
     bool qk_norm = false;               // per-head RMSNorm of q and k before RoPE (Qwen3)
     int64_t sliding_window = 0;         // 0: full attention
+    int64_t max_window_layers = 0;      // layers >= this use sliding_window (Qwen2/Qwen3); 0: all (Mistral)
     std::string torch_dtype;            // from HF config; "" if unknown
     std::optional<int64_t> bos_token_id;
     std::vector<int64_t> eos_token_ids;
 
     int64_t q_dim() const { return num_heads * head_dim; }
     int64_t kv_dim() const { return num_kv_heads * head_dim; }
+    // o_proj / attn_output bias: Llama and Qwen3 with attention_bias; Qwen2's output has none.
+    bool has_output_bias() const { return attention_bias && arch != "qwen2"; }
+    // The attention window of one layer; 0 for full attention.
+    int64_t window_for_layer(int64_t layer_idx) const {
+        return sliding_window > 0 && layer_idx >= max_window_layers ? sliding_window : 0;
+    }
     core::Status validate() const;
 };
 
-// Architectures ModelConfig::arch may name.
-const std::vector<std::string>& supported_archs();
-
 core::Result<ModelConfig> config_from_hf(const formats::HfConfig& hf);
 // Reads general.architecture and the {arch}.* keys; tensor presence decides tied embeddings and
-// q/k/v biases. Unknown architecture -> kUnsupported.
+// attention biases. Unknown architecture, or a rope_freqs.weight tensor without
+// {arch}.rope.scaling.type -> kUnsupported.
 core::Result<ModelConfig> config_from_gguf(const formats::GgufFile& gguf);
 // llama2.c: RoPE theta 10000, RMSNorm eps 1e-5, BOS 1, EOS 2.
 core::Result<ModelConfig> config_from_llama2c(const formats::Llama2cHeader& header);

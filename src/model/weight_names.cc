@@ -3,6 +3,8 @@
 
 #include <cstring>
 
+#include "core/bytes.h"
+
 namespace kiln::model {
 namespace {
 
@@ -27,6 +29,7 @@ constexpr NamePair kLayer[] = {
     {"self_attn.k_proj.bias", "attn_k.bias"},
     {"self_attn.v_proj.bias", "attn_v.bias"},
     {"self_attn.o_proj.weight", "attn_output.weight"},
+    {"self_attn.o_proj.bias", "attn_output.bias"},
     {"self_attn.q_norm.weight", "attn_q_norm.weight"},
     {"self_attn.k_norm.weight", "attn_k_norm.weight"},
     {"post_attention_layernorm.weight", "ffn_norm.weight"},
@@ -68,11 +71,6 @@ std::optional<std::string> map_name(const std::string& name, bool from_hf) {
     return std::nullopt;
 }
 
-bool ends_with(const std::string& s, const char* suffix) {
-    size_t n = std::strlen(suffix);
-    return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
-}
-
 }  // namespace
 
 std::optional<std::string> hf_to_gguf_name(const std::string& hf_name) {
@@ -84,7 +82,7 @@ std::optional<std::string> gguf_to_hf_name(const std::string& gguf_name) {
 }
 
 bool is_hf_ignored_tensor(const std::string& hf_name) {
-    return ends_with(hf_name, ".rotary_emb.inv_freq");
+    return core::ends_with(hf_name, ".rotary_emb.inv_freq");
 }
 
 int64_t rope_permute_heads(const std::string& gguf_name, const ModelConfig& config) {

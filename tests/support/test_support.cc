@@ -39,4 +39,6 @@ std::vector<uint8_t> read_file(const std::string& path) {
     return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
+std::string kiln_binary() { return std::string(KILN_BINARY_DIR) + "/bin/kiln"; }
+
 }  // namespace kiln::test

@@ -16,5 +16,8 @@ std::string temp_dir(const std::string& name);
 void write_file(const std::string& path, const std::vector<uint8_t>& bytes);
 void write_file(const std::string& path, const std::string& text);
 std::vector<uint8_t> read_file(const std::string& path);
+// The `kiln` command line built next to the tests (<build>/bin/kiln); tests that run it skip when it
+// has not been built.
+std::string kiln_binary();
 
 }  // namespace kiln::test

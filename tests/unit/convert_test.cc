@@ -317,14 +317,14 @@ struct HfModel {
     std::map<std::string, std::vector<uint8_t>> tensors;  // HF name -> f32 bytes
 };
 
-HfModel write_random_hf(const std::string& dir, const std::string& arch) {
+HfModel write_random_hf(const std::string& dir, const std::string& arch, bool attention_bias = false) {
     std::filesystem::create_directories(dir);
     HfModel m;
     ModelConfig& c = m.config;
     c.arch = arch;
     c.vocab_size = 32, c.hidden_size = 16, c.intermediate_size = 24, c.num_layers = 2;
     c.num_heads = 4, c.num_kv_heads = 2, c.head_dim = arch == "qwen3" ? 6 : 4, c.max_seq_len = 64;
-    c.attention_bias = arch == "qwen2";
+    c.attention_bias = arch == "qwen2" || attention_bias;
     c.qk_norm = arch == "qwen3";
     c.tie_word_embeddings = arch != "llama";
     std::mt19937 rng(11);
@@ -361,6 +361,7 @@ HfModel write_random_hf(const std::string& dir, const std::string& arch) {
         if (c.attention_bias)
             for (auto [n, d] : {std::pair{"q", Q}, std::pair{"k", KV}, std::pair{"v", KV}})
                 shapes[p + "self_attn." + n + "_proj.bias"] = add(p + "self_attn." + n + "_proj.bias", {d});
+        if (c.has_output_bias()) shapes[p + "self_attn.o_proj.bias"] = add(p + "self_attn.o_proj.bias", {H});
         if (c.qk_norm) {
             shapes[p + "self_attn.q_norm.weight"] = add(p + "self_attn.q_norm.weight", {hd});
             shapes[p + "self_attn.k_norm.weight"] = add(p + "self_attn.k_norm.weight", {hd});
@@ -417,6 +418,45 @@ TEST(Convert, HfArchitecturesRoundTripThroughGguf) {
             EXPECT_EQ(0, std::memcmp(back->tensor_data(*t), bytes.data(), bytes.size())) << name;
         }
     }
+}
+
+// LlamaAttention gives o_proj a bias too when attention_bias is set: it must load as
+// blk.N.attn_output.bias, be required, and survive HF -> GGUF -> HF.
+TEST(Convert, LlamaAttentionBiasKeepsTheOutputBias) {
+    const std::string dir = test::temp_dir("convert_llama_bias");
+    HfModel m = write_random_hf(dir + "/src", "llama", /*attention_bias=*/true);
+    Checkpoint src = load_ok(dir + "/src");
+    EXPECT_TRUE(src.config.has_output_bias());
+    const TensorRef* ob = src.find("blk.1.attn_output.bias");
+    ASSERT_NE(ob, nullptr);
+    const std::vector<uint8_t>& want = m.tensors["model.layers.1.self_attn.o_proj.bias"];
+    ASSERT_EQ(ob->num_bytes, want.size());
+    EXPECT_EQ(0, std::memcmp(ob->data, want.data(), want.size()));
+
+    ASSERT_TRUE(convert_checkpoint(dir + "/src", dir + "/m.gguf", to("gguf")).is_ok());
+    Checkpoint g = load_ok(dir + "/m.gguf");
+    expect_same_tensors(src, g);
+    EXPECT_TRUE(g.config.has_output_bias());
+    ASSERT_TRUE(convert_checkpoint(dir + "/m.gguf", dir + "/back", to("safetensors")).is_ok());
+    auto back = formats::SafetensorsFile::open(dir + "/back/model.safetensors");
+    ASSERT_TRUE(back.is_ok());
+    const formats::SafetensorsTensorInfo* t = back->find_tensor("model.layers.1.self_attn.o_proj.bias");
+    ASSERT_NE(t, nullptr);
+    EXPECT_EQ(0, std::memcmp(back->tensor_data(*t), want.data(), want.size()));
+
+    // Without it the checkpoint is incomplete.
+    std::vector<formats::SafetensorsTensorIn> in;
+    auto full = formats::SafetensorsFile::open(dir + "/src/model.safetensors");
+    ASSERT_TRUE(full.is_ok());
+    for (const auto& info : full->tensors())
+        if (info.name != "model.layers.0.self_attn.o_proj.bias")
+            in.push_back({info.name, info.dtype, info.shape, full->tensor_data(info), info.num_bytes});
+    ASSERT_TRUE(formats::write_safetensors(dir + "/src/model2.safetensors", in, {}).is_ok());
+    std::filesystem::rename(dir + "/src/model2.safetensors", dir + "/src/model.safetensors");
+    auto ck = load_checkpoint(dir + "/src");
+    ASSERT_FALSE(ck.is_ok());
+    EXPECT_NE(ck.status().message().find("missing tensor 'blk.0.attn_output.bias'"), std::string::npos)
+        << ck.status().message();
 }
 
 TEST(Convert, LoaderErrors) {

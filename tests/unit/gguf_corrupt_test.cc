@@ -184,6 +184,33 @@ TEST(GgufCorrupt, OverlapsAndDuplicates) {
     expect_error(dup.bytes, StatusCode::kCorrupt, {"duplicate tensor name 'a'", "byte offset 57"});
 }
 
+// A 1 MiB key over an array of 500k empty inner arrays: 13 bytes a value, but the parser used to
+// build two new strings as long as the key for every inner array (~1 TB of copying, a hang). Now
+// the key is only copied into a message on error, so this parses at once, and a broken copy fails
+// naming the key's field only once.
+TEST(GgufCorrupt, LongKeyOverManyNestedArraysParsesQuickly) {
+    const std::string key(size_t(1) << 20, 'k');
+    constexpr uint64_t kInner = 500000;
+    GgufBytes b;
+    b.header(3, 0, 1).str(key).u32(kTypeArray).u32(kTypeArray).u64(kInner);
+    for (uint64_t i = 0; i < kInner; ++i) b.u32(kTypeU32).u64(0);
+    core::Result<GgufFile> r = GgufFile::parse(b.bytes.data(), b.size(), "long.gguf");
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string().substr(0, 200);
+    ASSERT_NE(r->find(key), nullptr);
+    EXPECT_EQ(r->find(key)->array.size(), kInner);
+
+    // The last inner array claims one u32 that is not there.
+    std::vector<uint8_t> bad_bytes = b.bytes;
+    bad_bytes[bad_bytes.size() - 8] = 1;
+    core::Result<GgufFile> bad = GgufFile::parse(bad_bytes.data(), bad_bytes.size(), "bad.gguf");
+    ASSERT_FALSE(bad.is_ok());
+    const std::string& msg = bad.status().message();
+    const std::string tail = msg.substr(msg.size() > 200 ? msg.size() - 200 : 0);
+    EXPECT_NE(msg.find("': array count 1 of u32 exceeds the 0 bytes left"), std::string::npos) << tail;
+    EXPECT_NE(msg.find("(array element 499999)"), std::string::npos) << tail;
+    EXPECT_LT(msg.size(), key.size() + 400);  // the key appears once
+}
+
 TEST(GgufCorrupt, HeaderLongerThanFile) {
     // The tensor infos end at byte 57, so data would start at 64 in a 57-byte file.
     GgufBytes b;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "model/model_config.h"
+#include "model/weight_names.h"
 
 namespace kiln::formats {
 namespace {
@@ -229,6 +230,183 @@ TEST(HfConfig, ModelConfigRoundTripsThroughConfigJson) {
         EXPECT_EQ(bm->sliding_window, a->sliding_window);
         EXPECT_EQ(bm->head_dim, a->head_dim);
     }
+}
+
+// `text` with `from` replaced by `to` (which must occur).
+std::string with(std::string text, const std::string& from, const std::string& to) {
+    size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) text.replace(at, from.size(), to);
+    return text;
+}
+
+// `text` (a JSON object) with `"key": value` added last; nlohmann keeps the last of duplicate keys.
+std::string with_last(const std::string& text, const std::string& key, const std::string& value) {
+    return text.substr(0, text.rfind('}')) + ", \"" + key + "\": " + value + "}";
+}
+
+void expect_parse_error(const std::string& text, StatusCode code, const std::vector<std::string>& needles) {
+    auto c = parse_hf_config(text, "cfg");
+    ASSERT_FALSE(c.is_ok()) << text.substr(0, 300);
+    EXPECT_EQ(c.status().code(), code) << c.status().to_string();
+    for (const std::string& n : needles)
+        EXPECT_NE(c.status().message().find(n), std::string::npos) << "'" << n << "' not in " << c.status().message();
+}
+
+// Type errors used to dump() the offending value, which recurses: a 100k-deep array overflowed the
+// stack. Containers are now only named by type.
+TEST(HfConfig, DeeplyNestedValuesInErrorsDoNotRecurse) {
+    const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+    for (const char* key : {"hidden_size", "eos_token_id", "rms_norm_eps", "tie_word_embeddings", "hidden_act"})
+        expect_parse_error(with_last(kMistral, key, deep), StatusCode::kCorrupt, {key, "array of size 1"});
+    expect_parse_error(with_last(kMistral, "rope_scaling", deep), StatusCode::kCorrupt,
+                       {"\"rope_scaling\" should be an object", "array of size 1"});
+    expect_parse_error(with_last(kMistral, "rope_scaling", "{\"factor\": " + deep + "}"), StatusCode::kCorrupt,
+                       {"rope_scaling", "factor", "array of size 1"});
+    expect_parse_error(with_last(kMistral, "eos_token_id", "[2, " + deep + "]"), StatusCode::kCorrupt,
+                       {"eos_token_id", "array of size 1"});
+}
+
+// transformers' defaults when num_key_value_heads is absent: LlamaConfig None -> num_attention_heads,
+// MistralConfig 8, Qwen2Config / Qwen3Config 32. null means num_attention_heads everywhere.
+TEST(HfConfig, AbsentNumKeyValueHeadsTakesTheClassDefault) {
+    auto llama = parse_hf_config(with(kLlama31, "\"num_key_value_heads\": 8, ", ""), "llama");
+    ASSERT_TRUE(llama.is_ok()) << llama.status().to_string();
+    EXPECT_EQ(llama->num_key_value_heads, 32);
+
+    std::string mha_mistral = with(kMistral, "\"num_key_value_heads\": 8, ", "");
+    auto mistral = parse_hf_config(mha_mistral, "mistral");
+    ASSERT_TRUE(mistral.is_ok()) << mistral.status().to_string();
+    EXPECT_EQ(mistral->num_key_value_heads, 8);  // not num_attention_heads (32)
+    auto mistral_null = parse_hf_config(with_last(mha_mistral, "num_key_value_heads", "null"), "mistral");
+    ASSERT_TRUE(mistral_null.is_ok()) << mistral_null.status().to_string();
+    EXPECT_EQ(mistral_null->num_key_value_heads, 32);
+
+    std::string qwen3 = with(with(kQwen3, "\"num_key_value_heads\": 8, ", ""), "\"num_attention_heads\": 16",
+                             "\"num_attention_heads\": 64");
+    auto q3 = parse_hf_config(qwen3, "qwen3");
+    ASSERT_TRUE(q3.is_ok()) << q3.status().to_string();
+    EXPECT_EQ(q3->num_key_value_heads, 32);
+    // Qwen2.5-0.5B without the key: 32 KV heads do not divide its 14 heads, as in transformers.
+    expect_parse_error(with(kQwen25, "\"num_key_value_heads\": 2,", ""), StatusCode::kCorrupt,
+                       {"num_key_value_heads 32"});
+    auto q2_null = parse_hf_config(with(kQwen25, "\"num_key_value_heads\": 2", "\"num_key_value_heads\": null"), "q");
+    ASSERT_TRUE(q2_null.is_ok()) << q2_null.status().to_string();
+    EXPECT_EQ(q2_null->num_key_value_heads, 14);
+}
+
+// Qwen2Config: the window applies only with use_sliding_window, and only to layers >=
+// max_window_layers (layer_types when given); LlamaConfig has no sliding window at all.
+TEST(HfConfig, QwenSlidingWindowStartsAtMaxWindowLayers) {
+    const std::string on = with(kQwen25, "\"use_sliding_window\": false", "\"use_sliding_window\": true");
+    auto c = parse_hf_config(on, "qwen2");
+    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+    EXPECT_EQ(c->sliding_window, 32768);
+    EXPECT_EQ(c->max_window_layers, 21);
+    auto m = model::config_from_hf(*c);
+    ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+    EXPECT_EQ(m->window_for_layer(20), 0);
+    EXPECT_EQ(m->window_for_layer(21), 32768);
+    auto back = parse_hf_config(model::config_to_hf_json(*m), "written");
+    ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+    EXPECT_EQ(back->sliding_window, 32768);
+    EXPECT_EQ(back->max_window_layers, 21);
+
+    auto absent = parse_hf_config(with(on, "\"max_window_layers\": 21,", ""), "qwen2");
+    ASSERT_TRUE(absent.is_ok());
+    EXPECT_EQ(absent->max_window_layers, 28);  // Qwen2Config default
+    auto null_window = parse_hf_config(with(on, "\"sliding_window\": 32768", "\"sliding_window\": null"), "q");
+    ASSERT_TRUE(null_window.is_ok());
+    EXPECT_EQ(null_window->sliding_window, 0);  // use_sliding_window with a null window: none
+
+    auto layer_types = [&](int full, int sliding, bool interleave = false) {
+        std::string list;
+        for (int i = 0; i < full + sliding; ++i) {
+            bool slide = interleave ? i % 2 == 1 : i >= full;
+            list += std::string(i ? ", " : "") + (slide ? "\"sliding_attention\"" : "\"full_attention\"");
+        }
+        return with_last(on, "layer_types", "[" + list + "]");
+    };
+    auto typed = parse_hf_config(layer_types(10, 14), "qwen2");
+    ASSERT_TRUE(typed.is_ok()) << typed.status().to_string();
+    EXPECT_EQ(typed->max_window_layers, 10);
+    expect_parse_error(layer_types(12, 12, true), StatusCode::kUnsupported, {"layer_types"});
+    expect_parse_error(layer_types(10, 10), StatusCode::kCorrupt, {"layer_types", "24"});
+
+    auto llama = parse_hf_config(with_last(kLlama31, "sliding_window", "4096"), "llama");
+    ASSERT_TRUE(llama.is_ok());
+    EXPECT_EQ(llama->sliding_window, 0);
+}
+
+TEST(HfConfig, UnsupportedActivationAndMlpBias) {
+    expect_parse_error(with(kLlama31, "\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu_pytorch_tanh\""),
+                       StatusCode::kUnsupported, {"hidden_act", "gelu_pytorch_tanh"});
+    EXPECT_TRUE(parse_hf_config(with(kLlama31, "\"hidden_act\": \"silu\"", "\"hidden_act\": \"swish\""), "c").is_ok());
+    expect_parse_error(with(kLlama31, "\"mlp_bias\": false", "\"mlp_bias\": true"), StatusCode::kUnsupported,
+                       {"mlp_bias"});
+}
+
+// LlamaAttention / Qwen3Attention give o_proj a bias with attention_bias; Qwen2 has q/k/v biases only,
+// and MistralAttention none whatever the config says.
+TEST(HfConfig, AttentionBiasCoversTheOutputProjectionExceptOnQwen2) {
+    auto llama = parse_hf_config(with(kLlama31, "\"attention_bias\": false", "\"attention_bias\": true"), "l");
+    ASSERT_TRUE(llama.is_ok());
+    auto lm = model::config_from_hf(*llama);
+    ASSERT_TRUE(lm.is_ok()) << lm.status().to_string();
+    EXPECT_TRUE(lm->attention_bias);
+    EXPECT_TRUE(lm->has_output_bias());
+    auto qm = model::config_from_hf(*parse_hf_config(kQwen25, "q"));
+    ASSERT_TRUE(qm.is_ok());
+    EXPECT_TRUE(qm->attention_bias);
+    EXPECT_FALSE(qm->has_output_bias());
+    auto mistral = parse_hf_config(with_last(kMistral, "attention_bias", "true"), "m");
+    ASSERT_TRUE(mistral.is_ok());
+    EXPECT_FALSE(mistral->attention_bias);
+
+    EXPECT_EQ(model::hf_to_gguf_name("model.layers.3.self_attn.o_proj.bias"), "blk.3.attn_output.bias");
+    EXPECT_EQ(model::gguf_to_hf_name("blk.3.attn_output.bias"), "model.layers.3.self_attn.o_proj.bias");
+}
+
+TEST(HfConfig, TokenIdsMustBeInsideTheVocabulary) {
+    // 2^64 - 1 used to wrap to -1 inside a list.
+    expect_parse_error(with(kMistral, "\"eos_token_id\": 2", "\"eos_token_id\": [2, 18446744073709551615]"),
+                       StatusCode::kCorrupt, {"eos_token_id", "18446744073709551615"});
+    expect_parse_error(with(kMistral, "\"eos_token_id\": 2", "\"eos_token_id\": 18446744073709551615"),
+                       StatusCode::kCorrupt, {"eos_token_id"});
+    expect_parse_error(with(kMistral, "\"bos_token_id\": 1", "\"bos_token_id\": 32000"), StatusCode::kCorrupt,
+                       {"bos_token_id 32000", "vocab_size 32000"});
+    expect_parse_error(with(kMistral, "\"eos_token_id\": 2", "\"eos_token_id\": [2, -1]"), StatusCode::kCorrupt,
+                       {"eos_token_id -1"});
+    auto m = model::config_from_hf(*parse_hf_config(kMistral, "m"));
+    ASSERT_TRUE(m.is_ok());
+    m->eos_token_ids = {2, 40000};
+    core::Status st = m->validate();
+    EXPECT_EQ(st.code(), StatusCode::kCorrupt);
+    EXPECT_NE(st.message().find("eos_token_ids 40000"), std::string::npos) << st.message();
+    m->eos_token_ids = {2};
+    m->bos_token_id = -5;
+    EXPECT_NE(m->validate().message().find("bos_token_id -5"), std::string::npos);
+}
+
+TEST(HfConfig, RopeParametersAndLlama3ScalingAreChecked) {
+    expect_parse_error(with_last(kMistral, "rope_parameters", "\"yes\""), StatusCode::kCorrupt,
+                       {"\"rope_parameters\" should be an object"});
+    auto v5 =
+        parse_hf_config(with_last(kMistral, "rope_parameters", R"({"rope_type": "default", "rope_theta": 5e5})"), "m");
+    ASSERT_TRUE(v5.is_ok()) << v5.status().to_string();
+    EXPECT_DOUBLE_EQ(v5->rope_theta, 5e5);
+    EXPECT_EQ(v5->rope_scaling.type, "");
+
+    expect_parse_error(with(kLlama31, "\"original_max_position_embeddings\": 8192, ", ""), StatusCode::kCorrupt,
+                       {"original_max_position_embeddings"});
+    expect_parse_error(with(kLlama31, "\"high_freq_factor\": 4.0", "\"high_freq_factor\": 1.0"), StatusCode::kCorrupt,
+                       {"low_freq_factor", "high_freq_factor"});
+    expect_parse_error(with(kLlama31, "\"factor\": 8.0", "\"factor\": 0"), StatusCode::kCorrupt, {"factor"});
+    // The same checks guard configs from other sources.
+    auto m = model::config_from_hf(*parse_hf_config(kLlama31, "l"));
+    ASSERT_TRUE(m.is_ok());
+    m->rope_scaling.low_freq_factor = m->rope_scaling.high_freq_factor;
+    EXPECT_EQ(m->validate().code(), StatusCode::kCorrupt);
 }
 
 }  // namespace

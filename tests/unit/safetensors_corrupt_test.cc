@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 
 #include "formats/safetensors.h"
 #include "support/test_support.h"
@@ -129,6 +130,39 @@ TEST(SafetensorsCorrupt, MalformedEntries) {
     expect_error(make_file("{\"__metadata__\":[]}", 0), StatusCode::kCorrupt, {"__metadata__"});
     expect_error(make_file("{" + entry("w", "F32", "[1]", 0, 4) + "," + entry("w", "F32", "[1]", 0, 4) + "}", 4),
                  StatusCode::kCorrupt, {"'w'", "twice"});
+}
+
+// Error messages used to dump() the offending JSON value, which recurses: a 100k-deep nested array
+// overflowed the stack. They now print scalars only and name containers by type.
+TEST(SafetensorsCorrupt, DeeplyNestedValuesInErrorsDoNotRecurse) {
+    const size_t kDepth = 100000;
+    const std::string deep = std::string(kDepth, '[') + std::string(kDepth, ']');
+    expect_error(make_file("{\"w\":{\"dtype\":\"F32\",\"shape\":[1," + deep + "],\"data_offsets\":[0,4]}}", 4),
+                 StatusCode::kCorrupt, {"'w'", "shape entry array of size 1"});
+    expect_error(make_file("{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0," + deep + "]}}", 4),
+                 StatusCode::kCorrupt, {"'w'", "data_offsets [0, array of size 1]"});
+    // Scalars are still shown, long strings cut short.
+    expect_error(
+        make_file("{\"w\":{\"dtype\":\"F32\",\"shape\":[\"" + std::string(1000, 'x') + "\"],\"data_offsets\":[0,4]}}",
+                  4),
+        StatusCode::kCorrupt, {"'w'", "shape entry \"" + std::string(60, 'x') + "\"..."});
+}
+
+// A directory that cannot be listed is an I/O error, not an exception out of directory_iterator.
+TEST(SafetensorsCorrupt, UnreadableDirectoryIsAnError) {
+    std::string dir = test::temp_dir("safetensors_unreadable");
+    std::filesystem::permissions(dir, std::filesystem::perms::none);
+    std::error_code ec;
+    bool readable = std::filesystem::directory_iterator(dir, ec) != std::filesystem::directory_iterator() || !ec;
+    if (readable) {
+        std::filesystem::permissions(dir, std::filesystem::perms::owner_all);
+        GTEST_SKIP() << "running as root: permissions do not stop listing a directory";
+    }
+    auto set = SafetensorsSet::open(dir);
+    std::filesystem::permissions(dir, std::filesystem::perms::owner_all);
+    ASSERT_FALSE(set.is_ok());
+    EXPECT_EQ(set.status().code(), StatusCode::kIo) << set.status().to_string();
+    EXPECT_NE(set.status().message().find("cannot list"), std::string::npos) << set.status().message();
 }
 
 TEST(SafetensorsCorrupt, OpenNamesThePath) {

@@ -1,0 +1,113 @@
+// Shared hyper-parameter checks (see hyper_params.h).
+#include "formats/hyper_params.h"
+
+#include <cmath>
+
+namespace kiln::formats {
+namespace {
+
+using core::StatusCode;
+
+constexpr int64_t kMaxVocab = int64_t(1) << 24;
+constexpr int64_t kMaxHidden = int64_t(1) << 18;
+constexpr int64_t kMaxIntermediate = int64_t(1) << 20;
+constexpr int64_t kMaxLayers = 1024;
+constexpr int64_t kMaxHeads = 1024;
+constexpr int64_t kMaxHeadDim = 4096;
+constexpr int64_t kMaxSeqLen = int64_t(1) << 30;
+
+enum Field {
+    kVocab,
+    kHidden,
+    kIntermediate,
+    kLayers,
+    kHeads,
+    kKvHeads,
+    kHeadDim,
+    kSeqLen,
+    kEps,
+    kTheta,
+    kWindow,
+    kWindowLayers,
+    kBos,
+    kEos,
+    kNumFields
+};
+
+// clang-format off
+constexpr const char* kHfNames[kNumFields] = {
+    "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+    "num_key_value_heads", "head_dim", "max_position_embeddings", "rms_norm_eps", "rope_theta",
+    "sliding_window", "max_window_layers", "bos_token_id", "eos_token_id"};
+constexpr const char* kKilnNames[kNumFields] = {
+    "vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
+    "max_seq_len", "rms_norm_eps", "rope_theta", "sliding_window", "max_window_layers", "bos_token_id",
+    "eos_token_ids"};
+// clang-format on
+
+bool positive(double v) {
+    return v > 0 && std::isfinite(v);
+}
+
+core::Status check_rope_scaling(const RopeScaling& rs, const std::string& where) {
+    if (!positive(rs.factor))
+        return core::error(StatusCode::kCorrupt)
+               << where << ": rope_scaling factor " << rs.factor << " is not a positive number";
+    if (rs.type != "llama3") return core::Status::ok();
+    if (rs.original_max_position_embeddings <= 0)
+        return core::error(StatusCode::kCorrupt)
+               << where << ": llama3 rope_scaling needs original_max_position_embeddings > 0, got "
+               << rs.original_max_position_embeddings;
+    if (!positive(rs.low_freq_factor) || !positive(rs.high_freq_factor) || rs.low_freq_factor == rs.high_freq_factor)
+        return core::error(StatusCode::kCorrupt)
+               << where << ": llama3 rope_scaling low_freq_factor " << rs.low_freq_factor << " and high_freq_factor "
+               << rs.high_freq_factor << " must be positive and different";
+    return core::Status::ok();
+}
+
+}  // namespace
+
+core::Status check_hyper_params(const HyperParams& p, FieldNames names, const std::string& where) {
+    const char* const* n = names == FieldNames::kHf ? kHfNames : kKilnNames;
+    const struct {
+        Field field;
+        int64_t value, max;
+    } ranges[] = {{kVocab, p.vocab_size, kMaxVocab},
+                  {kHidden, p.hidden_size, kMaxHidden},
+                  {kIntermediate, p.intermediate_size, kMaxIntermediate},
+                  {kLayers, p.num_layers, kMaxLayers},
+                  {kHeads, p.num_heads, kMaxHeads},
+                  {kKvHeads, p.num_kv_heads, kMaxHeads},
+                  {kHeadDim, p.head_dim, kMaxHeadDim},
+                  {kSeqLen, p.max_seq_len, kMaxSeqLen}};
+    for (const auto& r : ranges)
+        if (r.value <= 0 || r.value > r.max)
+            return core::error(StatusCode::kCorrupt)
+                   << where << ": " << n[r.field] << " is " << r.value << ", outside [1, " << r.max << "]";
+    if (p.num_heads % p.num_kv_heads != 0)
+        return core::error(StatusCode::kCorrupt) << where << ": " << n[kHeads] << " " << p.num_heads
+                                                 << " is not a multiple of " << n[kKvHeads] << " " << p.num_kv_heads;
+    if (p.head_dim % 2 != 0)
+        return core::error(StatusCode::kCorrupt)
+               << where << ": " << n[kHeadDim] << " " << p.head_dim << " is odd (RoPE rotates pairs)";
+    if (!positive(p.rms_norm_eps))
+        return core::error(StatusCode::kCorrupt)
+               << where << ": " << n[kEps] << " " << p.rms_norm_eps << " is not positive";
+    if (!positive(p.rope_theta))
+        return core::error(StatusCode::kCorrupt)
+               << where << ": " << n[kTheta] << " " << p.rope_theta << " is not positive";
+    if (p.sliding_window < 0 || p.max_window_layers < 0)
+        return core::error(StatusCode::kCorrupt) << where << ": " << n[kWindow] << " " << p.sliding_window << " / "
+                                                 << n[kWindowLayers] << " " << p.max_window_layers << " is negative";
+    KILN_RETURN_IF_ERROR(check_rope_scaling(p.rope_scaling, where));
+    auto check_id = [&](Field field, int64_t id) -> core::Status {
+        if (id >= 0 && id < p.vocab_size) return core::Status::ok();
+        return core::error(StatusCode::kCorrupt) << where << ": " << n[field] << " " << id << " is outside [0, "
+                                                 << n[kVocab] << " " << p.vocab_size << ")";
+    };
+    if (p.bos_token_id) KILN_RETURN_IF_ERROR(check_id(kBos, *p.bos_token_id));
+    for (int64_t id : p.eos_token_ids) KILN_RETURN_IF_ERROR(check_id(kEos, id));
+    return core::Status::ok();
+}
+
+}  // namespace kiln::formats
