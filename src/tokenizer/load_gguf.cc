@@ -1,8 +1,11 @@
-// Tokenizer::from_gguf: builds a tokenizer from GGUF tokenizer.ggml.* metadata the way llama.cpp's
-// llama_vocab::load does: model "llama" = SentencePiece BPE over scores (dummy prefix per
-// tokenizer.ggml.add_space_prefix, default on), model "gpt2" = byte-level BPE over
+// Tokenizer::from_gguf / from_gguf_metadata: builds a tokenizer from GGUF tokenizer.ggml.* metadata
+// the way llama.cpp's llama_vocab::load does: model "llama" = SentencePiece BPE over scores (dummy
+// prefix per tokenizer.ggml.add_space_prefix, default on), model "gpt2" = byte-level BPE over
 // tokenizer.ggml.merges with the regexes of tokenizer.ggml.pre; add_bos/add_eos default per model
 // and pre-tokenizer and are overridden by tokenizer.ggml.add_bos_token / add_eos_token.
+// The loader only sees a key -> value lookup, so the metadata may come from a GgufFile or from
+// anywhere else that carries it (kiln convert stores it inside safetensors __metadata__). Values of
+// the wrong type are treated as absent, exactly like GgufFile's typed getters.
 #include "formats/gguf.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_state.h"
@@ -12,8 +15,57 @@ namespace {
 
 constexpr const char* kSpmSpace = "\xE2\x96\x81";  // U+2581
 
+// Typed reads over the lookup, with GgufFile's semantics (gguf.cc get_*).
+class Meta {
+public:
+    Meta(const GgufLookup& find, const std::string& source) : find_(find), source_(source) {}
+    const std::string& path() const { return source_; }
+
+    const formats::GgufValue* find(const std::string& key) const { return find_ ? find_(key) : nullptr; }
+    std::optional<std::string> get_string(const std::string& key) const {
+        const formats::GgufValue* v = find(key);
+        if (!v || v->type != formats::GgufType::kString) return std::nullopt;
+        return v->s;
+    }
+    std::optional<int64_t> get_int(const std::string& key) const {
+        const formats::GgufValue* v = find(key);
+        return v ? v->as_int() : std::nullopt;
+    }
+    std::optional<bool> get_bool(const std::string& key) const {
+        const formats::GgufValue* v = find(key);
+        if (!v || v->type != formats::GgufType::kBool) return std::nullopt;
+        return v->u != 0;
+    }
+    // The items of an array of strings (nullptr if absent or of another element type).
+    const std::vector<formats::GgufValue>* get_string_array(const std::string& key) const {
+        const formats::GgufValue* v = find(key);
+        if (!v || v->type != formats::GgufType::kArray || v->elem_type != formats::GgufType::kString) return nullptr;
+        for (const formats::GgufValue& x : v->array)
+            if (x.type != formats::GgufType::kString) return nullptr;
+        return &v->array;
+    }
+    // A numeric array converted with `conv` (as_int / as_float); nullopt if any item does not convert.
+    template <typename T, typename Conv>
+    std::optional<std::vector<T>> get_numeric_array(const std::string& key, Conv conv) const {
+        const formats::GgufValue* v = find(key);
+        if (!v || v->type != formats::GgufType::kArray || v->elem_type == formats::GgufType::kBool) return std::nullopt;
+        std::vector<T> out;
+        out.reserve(v->array.size());
+        for (const formats::GgufValue& x : v->array) {
+            auto y = conv(x);
+            if (!y) return std::nullopt;
+            out.push_back(T(*y));
+        }
+        return out;
+    }
+
+private:
+    const GgufLookup& find_;
+    const std::string& source_;
+};
+
 // Reads an optional token id key; absent -> `fallback`.
-core::Result<int32_t> read_id(const formats::GgufFile& g, const std::string& key, int32_t fallback, size_t n) {
+core::Result<int32_t> read_id(const Meta& g, const std::string& key, int32_t fallback, size_t n) {
     std::optional<int64_t> v = g.get_int(key);
     if (!v) return (fallback >= 0 && size_t(fallback) < n) ? fallback : -1;
     if (*v < 0 || uint64_t(*v) >= n)
@@ -22,14 +74,14 @@ core::Result<int32_t> read_id(const formats::GgufFile& g, const std::string& key
     return int32_t(*v);
 }
 
-core::Status load_merges(const formats::GgufFile& g, TokenizerState& s) {
-    std::optional<std::vector<std::string>> merges = g.get_string_array("tokenizer.ggml.merges");
+core::Status load_merges(const Meta& g, TokenizerState& s) {
+    const std::vector<formats::GgufValue>* merges = g.get_string_array("tokenizer.ggml.merges");
     if (!merges)
         return core::error(core::StatusCode::kCorrupt) << g.path() << ": byte-level BPE vocabulary without "
                                                        << "tokenizer.ggml.merges (or not an array of strings)";
     std::string joined;
     for (size_t i = 0; i < merges->size(); ++i) {
-        const std::string& m = (*merges)[i];
+        const std::string& m = (*merges)[i].s;
         size_t sp = m.find(' ', 1);
         if (sp == std::string::npos) continue;  // llama.cpp skips these as well
         std::string_view a = std::string_view(m).substr(0, sp), b = std::string_view(m).substr(sp + 1);
@@ -41,16 +93,18 @@ core::Status load_merges(const formats::GgufFile& g, TokenizerState& s) {
     return core::Status::ok();
 }
 
-core::Status load_vocab(const formats::GgufFile& g, TokenizerState& s) {
-    std::optional<std::vector<std::string>> tokens = g.get_string_array("tokenizer.ggml.tokens");
+core::Status load_vocab(const Meta& g, TokenizerState& s) {
+    const std::vector<formats::GgufValue>* tokens = g.get_string_array("tokenizer.ggml.tokens");
     if (!tokens || tokens->empty())
         return core::error(core::StatusCode::kCorrupt)
                << g.path() << ": tokenizer.ggml.tokens is missing, empty or not an array of strings";
-    s.tokens = std::move(*tokens);
-    const size_t n = s.tokens.size();
+    const size_t n = tokens->size();
+    s.tokens.reserve(n);
+    for (const formats::GgufValue& t : *tokens) s.tokens.push_back(t.s);
     for (size_t i = 0; i < n; ++i)
         if (s.tokens[i].empty()) s.tokens[i] = "[EMPTY_" + std::to_string(i) + "]";  // as llama.cpp
-    if (std::optional<std::vector<int64_t>> types = g.get_int_array("tokenizer.ggml.token_type")) {
+    if (std::optional<std::vector<int64_t>> types = g.get_numeric_array<int64_t>(
+            "tokenizer.ggml.token_type", [](const formats::GgufValue& x) { return x.as_int(); })) {
         if (types->size() != n)
             return core::error(core::StatusCode::kCorrupt) << g.path() << ": tokenizer.ggml.token_type has "
                                                            << types->size() << " entries for " << n << " tokens";
@@ -58,7 +112,8 @@ core::Status load_vocab(const formats::GgufFile& g, TokenizerState& s) {
         for (size_t i = 0; i < n; ++i)
             s.types[i] = ((*types)[i] >= 0 && (*types)[i] <= 6) ? TokenType((*types)[i]) : TokenType::kUndefined;
     }
-    if (std::optional<std::vector<float>> scores = g.get_float_array("tokenizer.ggml.scores")) {
+    if (std::optional<std::vector<float>> scores = g.get_numeric_array<float>(
+            "tokenizer.ggml.scores", [](const formats::GgufValue& x) { return x.as_float(); })) {
         if (scores->size() != n)
             return core::error(core::StatusCode::kCorrupt)
                    << g.path() << ": tokenizer.ggml.scores has " << scores->size() << " entries for " << n << " tokens";
@@ -77,7 +132,26 @@ core::Status load_vocab(const formats::GgufFile& g, TokenizerState& s) {
 
 }  // namespace
 
-core::Result<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const formats::GgufFile& g) {
+core::Result<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const formats::GgufFile& gguf) {
+    return from_gguf_metadata([&gguf](const std::string& key) { return gguf.find(key); }, gguf.path());
+}
+
+core::Result<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf_metadata(const GgufMetadataList& metadata,
+                                                                       const std::string& source) {
+    // A handful of lookups over a few dozen keys: a linear scan beats building an index. The first
+    // occurrence of a key wins, as in GgufFile (which rejects duplicates).
+    return from_gguf_metadata(
+        [&metadata](const std::string& key) -> const formats::GgufValue* {
+            for (const auto& [k, v] : metadata)
+                if (k == key) return &v;
+            return nullptr;
+        },
+        source);
+}
+
+core::Result<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf_metadata(const GgufLookup& find,
+                                                                       const std::string& source) {
+    const Meta g(find, source);
     std::optional<std::string> model = g.get_string("tokenizer.ggml.model");
     if (!model) return core::error(core::StatusCode::kNotFound) << g.path() << ": no tokenizer.ggml.model key";
     auto s = std::make_unique<TokenizerState>();

@@ -5,7 +5,8 @@
 //   normalizer: null, Sequence, Prepend, Replace (String pattern), NFC
 //   pre_tokenizer: null, Sequence, Split (String/Regex pattern; Isolated, Removed,
 //     MergedWithPrevious, MergedWithNext; invert), ByteLevel (add_prefix_space only as the first
-//     step, use_regex = the GPT-2 pattern), Metaspace (replacement, prepend_scheme, split), Digits
+//     step, use_regex = the GPT-2 pattern), Metaspace (replacement, prepend_scheme, split; only as
+//     the first step), Digits
 //   post_processor: null, ByteLevel, TemplateProcessing ("single"), RobertaProcessing,
 //     BertProcessing, Sequence
 // A ByteLevel pre-tokenizer makes it a byte-level ("bpe") tokenizer, otherwise SentencePiece-style
@@ -13,6 +14,12 @@
 // tokenizer_config.json: add_bos_token / add_eos_token (when present they replace the
 // post-processor's tokens, like transformers' LlamaTokenizerFast), bos_token / eos_token,
 // chat_template. Malformed JSON or a field of the wrong type is a kCorrupt error naming the file.
+//
+// Hostile input stays bounded: token ids must be integers, the vocabulary may not have more slots
+// than the JSON has bytes (a real tokenizer.json spends far more than a byte per token, so a tiny
+// file cannot make us allocate a huge table), Sequence nesting is capped, and normalizers may grow
+// text at most kMaxNormalizerGrowth-fold (chained Replace steps could otherwise blow it up
+// exponentially at encode time).
 #include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -28,6 +35,31 @@ using json = nlohmann::json;
 namespace fs = std::filesystem;
 
 constexpr const char* kSpmSpace = "\xE2\x96\x81";  // U+2581
+constexpr int kMaxNesting = 16;                    // Sequence inside Sequence ...
+constexpr size_t kMaxNormalizerGrowth = 64;        // output bytes per input byte, all Replace steps together
+constexpr size_t kMaxNormalizerPrepend = 1 << 12;  // bytes all Prepend steps together may add
+
+// What the loader checks as it goes.
+struct Limits {
+    size_t max_tokens;     // vocabulary slots; bounded by the input size
+    size_t growth = 1;     // product of the Replace steps' growth factors so far
+    size_t prepended = 0;  // bytes the Prepend steps add
+};
+
+core::StatusBuilder corrupt(const std::string& src) {
+    core::StatusBuilder b(core::StatusCode::kCorrupt);
+    b << src << ": ";
+    return b;
+}
+
+// A token id: a JSON integer in [0, 2^31). Anything else (floats, negatives, strings) is corrupt.
+core::Result<int32_t> token_id(const json& v, const std::string& src, const char* what) {
+    if (v.is_number_unsigned() && v.get<uint64_t>() <= uint64_t(INT32_MAX)) return int32_t(v.get<uint64_t>());
+    if (v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= INT32_MAX)
+        return int32_t(v.get<int64_t>());
+    return corrupt(src) << what << " id " << v.dump(-1, ' ', false, json::error_handler_t::replace)
+                        << " is not an integer in [0, 2^31)";
+}
 
 core::StatusBuilder unsupported(const std::string& src) {
     core::StatusBuilder b(core::StatusCode::kUnsupported);
@@ -42,18 +74,45 @@ std::string token_content(const json& v) {
     return {};
 }
 
-core::Status add_normalizer(const json& n, const std::string& src, TokenizerState& s) {
+// Records a step that may grow text; errors once the growth passes the caps.
+core::Status check_growth(Limits& lim, const NormalizerStep& step, const std::string& src) {
+    if (step.kind == NormalizerStep::Kind::kReplace) {
+        if (step.from.empty()) return core::Status::ok();  // replace_all ignores an empty pattern
+        size_t factor = (step.to.size() + step.from.size() - 1) / step.from.size();
+        lim.growth *= std::max<size_t>(factor, 1);
+        if (lim.growth > kMaxNormalizerGrowth)
+            return unsupported(src) << "normalizers that grow text more than " << kMaxNormalizerGrowth << "-fold";
+    } else if (step.kind != NormalizerStep::Kind::kNfc) {
+        lim.prepended += step.to.size();
+        if (lim.prepended > kMaxNormalizerPrepend)
+            return unsupported(src) << "normalizers that prepend more than " << kMaxNormalizerPrepend << " bytes";
+    }
+    return core::Status::ok();
+}
+
+core::Status push_normalizer(TokenizerState& s, Limits& lim, NormalizerStep step, const std::string& src) {
+    KILN_RETURN_IF_ERROR(check_growth(lim, step, src));
+    s.normalizers.push_back(std::move(step));
+    return core::Status::ok();
+}
+
+core::Status add_normalizer(const json& n, const std::string& src, TokenizerState& s, Limits& lim, int depth = 0) {
     if (n.is_null()) return core::Status::ok();
+    if (depth > kMaxNesting) return unsupported(src) << "normalizers nested deeper than " << kMaxNesting;
     const std::string type = n.at("type").get<std::string>();
     if (type == "Sequence") {
-        for (const json& sub : n.at("normalizers")) KILN_RETURN_IF_ERROR(add_normalizer(sub, src, s));
+        for (const json& sub : n.at("normalizers")) KILN_RETURN_IF_ERROR(add_normalizer(sub, src, s, lim, depth + 1));
     } else if (type == "Prepend") {
-        s.normalizers.push_back({NormalizerStep::Kind::kPrepend, "", n.at("prepend").get<std::string>()});
+        KILN_RETURN_IF_ERROR(
+            push_normalizer(s, lim, {NormalizerStep::Kind::kPrepend, "", n.at("prepend").get<std::string>()}, src));
     } else if (type == "Replace") {
         const json& pat = n.at("pattern");
-        if (!pat.contains("String")) return unsupported(src) << "Replace normalizer with a regex pattern";
-        s.normalizers.push_back(
-            {NormalizerStep::Kind::kReplace, pat["String"].get<std::string>(), n.at("content").get<std::string>()});
+        if (!pat.is_object() || !pat.contains("String"))
+            return unsupported(src) << "Replace normalizer with a regex pattern";
+        KILN_RETURN_IF_ERROR(push_normalizer(
+            s, lim,
+            {NormalizerStep::Kind::kReplace, pat["String"].get<std::string>(), n.at("content").get<std::string>()},
+            src));
     } else if (type == "NFC") {
         s.normalizers.push_back({NormalizerStep::Kind::kNfc, "", ""});
     } else {
@@ -78,18 +137,20 @@ core::Status add_splitter(TokenizerState& s, const std::string& pattern, bool li
 }
 
 // `first` = nothing has touched the text yet (ByteLevel's add_prefix_space is only supported there).
-core::Status add_pre_tokenizer(const json& p, const std::string& src, TokenizerState& s, bool& byte_level,
-                               std::string& name, bool& first) {
+core::Status add_pre_tokenizer(const json& p, const std::string& src, TokenizerState& s, Limits& lim, bool& byte_level,
+                               std::string& name, bool& first, int depth = 0) {
     if (p.is_null()) return core::Status::ok();
+    if (depth > kMaxNesting) return unsupported(src) << "pre-tokenizers nested deeper than " << kMaxNesting;
     const std::string type = p.at("type").get<std::string>();
     if (type != "Sequence") name += (name.empty() ? "" : "+") + type;
     if (type == "Sequence") {
         for (const json& sub : p.at("pretokenizers"))
-            KILN_RETURN_IF_ERROR(add_pre_tokenizer(sub, src, s, byte_level, name, first));
+            KILN_RETURN_IF_ERROR(add_pre_tokenizer(sub, src, s, lim, byte_level, name, first, depth + 1));
         return core::Status::ok();
     }
     if (type == "Split") {
         const json& pat = p.at("pattern");
+        if (!pat.is_object()) return corrupt(src) << "Split pattern must be an object";
         bool literal = pat.contains("String");
         std::string re = literal ? pat["String"].get<std::string>() : pat.at("Regex").get<std::string>();
         KILN_ASSIGN_OR_RETURN(SplitBehavior b, split_behavior(p.at("behavior").get<std::string>(), src));
@@ -98,18 +159,22 @@ core::Status add_pre_tokenizer(const json& p, const std::string& src, TokenizerS
         byte_level = true;
         if (p.value("add_prefix_space", false)) {
             if (!first) return unsupported(src) << "ByteLevel add_prefix_space after another pre-tokenizer";
-            s.normalizers.push_back({NormalizerStep::Kind::kPrependIfMissing, "", " "});
+            KILN_RETURN_IF_ERROR(push_normalizer(s, lim, {NormalizerStep::Kind::kPrependIfMissing, "", " "}, src));
         }
         if (p.value("use_regex", true))
             KILN_RETURN_IF_ERROR(add_splitter(s, kGpt2Pattern, false, SplitBehavior::kIsolated, false));
     } else if (type == "Metaspace") {
+        // Implemented as normalizers on the whole text, which equals HF's per-piece Metaspace only when
+        // no pre-tokenizer ran before it.
+        if (!first) return unsupported(src) << "Metaspace after another pre-tokenizer";
         std::string repl = p.value("replacement", std::string(kSpmSpace));
         std::string scheme = p.value("prepend_scheme", p.value("add_prefix_space", true) ? "always" : "never");
-        s.normalizers.push_back({NormalizerStep::Kind::kReplace, " ", repl});
+        KILN_RETURN_IF_ERROR(push_normalizer(s, lim, {NormalizerStep::Kind::kReplace, " ", repl}, src));
         if (scheme == "always")
-            s.normalizers.push_back({NormalizerStep::Kind::kPrependIfMissing, "", repl});
+            KILN_RETURN_IF_ERROR(push_normalizer(s, lim, {NormalizerStep::Kind::kPrependIfMissing, "", repl}, src));
         else if (scheme == "first")
-            s.normalizers.push_back({NormalizerStep::Kind::kPrependIfMissingFirst, "", repl});
+            KILN_RETURN_IF_ERROR(
+                push_normalizer(s, lim, {NormalizerStep::Kind::kPrependIfMissingFirst, "", repl}, src));
         else if (scheme != "never")
             return unsupported(src) << "Metaspace prepend_scheme '" << scheme << "'";
         s.strip_prefix_space = scheme != "never";
@@ -128,12 +193,13 @@ core::Status add_pre_tokenizer(const json& p, const std::string& src, TokenizerS
 }
 
 // Token ids the post-processor puts before / after a single sequence.
-core::Status add_post_processor(const json& p, const std::string& src, TokenizerState& s) {
+core::Status add_post_processor(const json& p, const std::string& src, TokenizerState& s, int depth = 0) {
     if (p.is_null()) return core::Status::ok();
+    if (depth > kMaxNesting) return unsupported(src) << "post-processors nested deeper than " << kMaxNesting;
     const std::string type = p.at("type").get<std::string>();
     if (type == "ByteLevel") return core::Status::ok();
     if (type == "Sequence") {
-        for (const json& sub : p.at("processors")) KILN_RETURN_IF_ERROR(add_post_processor(sub, src, s));
+        for (const json& sub : p.at("processors")) KILN_RETURN_IF_ERROR(add_post_processor(sub, src, s, depth + 1));
     } else if (type == "TemplateProcessing") {
         const json& specials = p.at("special_tokens");
         bool after = false;
@@ -143,12 +209,16 @@ core::Status add_post_processor(const json& p, const std::string& src, Tokenizer
                 continue;
             }
             const std::string key = item.at("SpecialToken").at("id").get<std::string>();
-            for (const json& id : specials.at(key).at("ids"))
-                (after ? s.suffix_ids : s.prefix_ids).push_back(id.get<int32_t>());
+            for (const json& id : specials.at(key).at("ids")) {
+                KILN_ASSIGN_OR_RETURN(int32_t v, token_id(id, src, "post_processor special token"));
+                (after ? s.suffix_ids : s.prefix_ids).push_back(v);
+            }
         }
     } else if (type == "RobertaProcessing" || type == "BertProcessing") {
-        s.prefix_ids.push_back(p.at("cls").at(1).get<int32_t>());
-        s.suffix_ids.push_back(p.at("sep").at(1).get<int32_t>());
+        KILN_ASSIGN_OR_RETURN(int32_t cls, token_id(p.at("cls").at(1), src, "post_processor cls"));
+        KILN_ASSIGN_OR_RETURN(int32_t sep, token_id(p.at("sep").at(1), src, "post_processor sep"));
+        s.prefix_ids.push_back(cls);
+        s.suffix_ids.push_back(sep);
     } else {
         return unsupported(src)
                << "unknown post_processor type '" << type
@@ -157,22 +227,32 @@ core::Status add_post_processor(const json& p, const std::string& src, Tokenizer
     return core::Status::ok();
 }
 
-core::Status load_vocab_and_merges(const json& model, const json& added, const std::string& src, TokenizerState& s) {
+core::Status load_vocab_and_merges(const json& model, const json& added, const std::string& src, const Limits& lim,
+                                   TokenizerState& s) {
     if (!model.at("vocab").is_object() || !model.at("merges").is_array() || !added.is_array())
         return core::error(core::StatusCode::kCorrupt)
                << src << ": model.vocab must be an object, model.merges and added_tokens arrays";
     size_t n = 0;
-    for (const auto& [text, id] : model.at("vocab").items()) n = std::max(n, size_t(id.get<uint32_t>()) + 1);
-    for (const json& t : added) n = std::max(n, size_t(t.at("id").get<uint32_t>()) + 1);
-    if (n == 0 || n > (size_t(1) << 24))
-        return core::error(core::StatusCode::kCorrupt) << src << ": bad vocabulary size";
+    for (const auto& [text, id] : model.at("vocab").items()) {
+        KILN_ASSIGN_OR_RETURN(int32_t i, token_id(id, src, "vocab"));
+        n = std::max(n, size_t(i) + 1);
+    }
+    for (const json& t : added) {
+        KILN_ASSIGN_OR_RETURN(int32_t i, token_id(t.at("id"), src, "added token"));
+        n = std::max(n, size_t(i) + 1);
+    }
+    if (n == 0) return corrupt(src) << "empty vocabulary";
+    if (n > lim.max_tokens)
+        return corrupt(src) << "vocabulary ids go up to " << n - 1 << ", more than a " << lim.max_tokens
+                            << "-byte tokenizer.json can describe";
     s.tokens.assign(n, std::string());
     s.types.assign(n, TokenType::kUnused);
     s.token_to_id.reserve(n);
     for (const auto& [text, id] : model.at("vocab").items()) {
-        s.tokens[id.get<uint32_t>()] = text;
-        s.types[id.get<uint32_t>()] = TokenType::kNormal;
-        s.token_to_id.emplace(text, id.get<int32_t>());
+        const int32_t i = id.get<int32_t>();  // checked above
+        s.tokens[size_t(i)] = text;
+        s.types[size_t(i)] = TokenType::kNormal;
+        s.token_to_id.emplace(text, i);
     }
     for (const json& t : added) {
         AddedToken a{t.at("id").get<int32_t>(), t.at("content").get<std::string>(), t.value("special", false),
@@ -234,9 +314,11 @@ core::Status apply_config(const json& cfg, TokenizerState& s) {
     return core::Status::ok();
 }
 
-core::Result<std::unique_ptr<TokenizerState>> build(const json& j, const json& cfg, const std::string& src) {
+core::Result<std::unique_ptr<TokenizerState>> build(const json& j, const json& cfg, const std::string& src,
+                                                    Limits& lim) {
     auto s = std::make_unique<TokenizerState>();
     const json& model = j.at("model");
+    if (!model.is_object()) return corrupt(src) << "model must be an object";
     const std::string model_type = model.value("type", "BPE");
     if (model_type != "BPE")
         return unsupported(src) << "model type '" << model_type << "' (only BPE tokenizers are supported)";
@@ -247,11 +329,11 @@ core::Result<std::unique_ptr<TokenizerState>> build(const json& j, const json& c
         !model.value("end_of_word_suffix", json("")).get<std::string>().empty())
         return unsupported(src) << "BPE end_of_word_suffix";
     const json empty = json::array();
-    KILN_RETURN_IF_ERROR(load_vocab_and_merges(model, j.value("added_tokens", empty), src, *s));
-    KILN_RETURN_IF_ERROR(add_normalizer(j.value("normalizer", json()), src, *s));
+    KILN_RETURN_IF_ERROR(load_vocab_and_merges(model, j.value("added_tokens", empty), src, lim, *s));
+    KILN_RETURN_IF_ERROR(add_normalizer(j.value("normalizer", json()), src, *s, lim));
     bool byte_level = false, first = true;
     std::string name;
-    KILN_RETURN_IF_ERROR(add_pre_tokenizer(j.value("pre_tokenizer", json()), src, *s, byte_level, name, first));
+    KILN_RETURN_IF_ERROR(add_pre_tokenizer(j.value("pre_tokenizer", json()), src, *s, lim, byte_level, name, first));
     s->pre_name = name.empty() ? "none" : name;
     KILN_RETURN_IF_ERROR(add_post_processor(j.value("post_processor", json()), src, *s));
     s->kind = byte_level ? ModelKind::kBpe : ModelKind::kSpm;
@@ -283,22 +365,35 @@ core::Result<std::unique_ptr<Tokenizer>> Tokenizer::from_hf(const std::string& p
     cfg_path = json_path.parent_path() / "tokenizer_config.json";
     const std::string src = json_path.string();
     KILN_ASSIGN_OR_RETURN(std::string text, core::read_text_file(src));
-    json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.is_object())
-        return core::error(core::StatusCode::kCorrupt) << src << ": not a valid tokenizer.json (JSON parse error)";
-    json cfg = json::object();
+    std::string cfg_text;
     if (fs::exists(cfg_path, ec)) {
-        KILN_ASSIGN_OR_RETURN(std::string cfg_text, core::read_text_file(cfg_path.string()));
-        cfg = json::parse(cfg_text, nullptr, false);
-        if (cfg.is_discarded() || !cfg.is_object())
+        KILN_ASSIGN_OR_RETURN(cfg_text, core::read_text_file(cfg_path.string()));
+        json cfg = json::parse(cfg_text, nullptr, false);
+        if (cfg.is_discarded() || !cfg.is_object())  // checked here so the error names the config file
             return core::error(core::StatusCode::kCorrupt) << cfg_path.string() << ": not a valid JSON object";
     }
+    return from_hf_json(text, src, cfg_text);
+}
+
+core::Result<std::unique_ptr<Tokenizer>> Tokenizer::from_hf_json(std::string_view tokenizer_json,
+                                                                 const std::string& name,
+                                                                 std::string_view config_json) {
+    json j = json::parse(tokenizer_json, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object())
+        return core::error(core::StatusCode::kCorrupt) << name << ": not a valid tokenizer.json (JSON parse error)";
+    json cfg = json::object();
+    if (!config_json.empty()) {
+        cfg = json::parse(config_json, nullptr, false);
+        if (cfg.is_discarded() || !cfg.is_object())
+            return core::error(core::StatusCode::kCorrupt) << name << ": tokenizer_config.json is not a JSON object";
+    }
+    Limits lim{std::max<size_t>(tokenizer_json.size(), 256)};
     try {
-        KILN_ASSIGN_OR_RETURN(std::unique_ptr<TokenizerState> s, build(j, cfg, src));
-        KILN_RETURN_IF_ERROR(s->finalize(src));
+        KILN_ASSIGN_OR_RETURN(std::unique_ptr<TokenizerState> s, build(j, cfg, name, lim));
+        KILN_RETURN_IF_ERROR(s->finalize(name));
         return std::unique_ptr<Tokenizer>(new Tokenizer(std::move(s)));
     } catch (const json::exception& e) {
-        return core::error(core::StatusCode::kCorrupt) << src << ": malformed tokenizer.json: " << e.what();
+        return core::error(core::StatusCode::kCorrupt) << name << ": malformed tokenizer.json: " << e.what();
     }
 }
 

@@ -6,6 +6,8 @@
 
 #include <pcre2.h>
 
+#include <algorithm>
+#include <climits>
 #include <map>
 
 #include "core/check.h"
@@ -15,6 +17,8 @@ namespace kiln::tokenizer {
 const char* const kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 namespace {
+
+constexpr size_t kMinMatchLimit = size_t(1) << 16;  // backtracking steps per match attempt, short texts
 
 constexpr const char* kLlama3Regex =
     R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3})"
@@ -134,13 +138,23 @@ Splitter::~Splitter() {
 
 void Splitter::split(std::string_view text, const std::vector<Span>& in, std::vector<Span>& out) const {
     pcre2_match_data* md = pcre2_match_data_create_from_pattern(static_cast<pcre2_code*>(code_), nullptr);
-    KILN_CHECK(md != nullptr) << "out of memory for PCRE2 match data";
-    for (const Span& span : in) split_one(text, span, md, out);
+    pcre2_match_context* mc = pcre2_match_context_create(nullptr);
+    KILN_CHECK(md != nullptr && mc != nullptr) << "out of memory for PCRE2 match data";
+    // PCRE2's default match limit (10M backtracking steps per match attempt) lets a hostile
+    // tokenizer.json regex (nested quantifiers) spend ~20 ms per attempt even on a few bytes of text.
+    // Real pre-tokenizer regexes backtrack at most a few steps per byte (e.g. \s*[\r\n]+ over a run
+    // of spaces), so a limit proportional to the text keeps them exact and bounds the rest.
+    const size_t limit = std::max<size_t>(kMinMatchLimit, 64 * text.size());
+    pcre2_set_match_limit(mc, uint32_t(std::min<size_t>(limit, UINT32_MAX)));
+    for (const Span& span : in) split_one(text, span, md, mc, out);
+    pcre2_match_context_free(mc);
     pcre2_match_data_free(md);
 }
 
-void Splitter::split_one(std::string_view text, Span span, void* match_data, std::vector<Span>& out) const {
+void Splitter::split_one(std::string_view text, Span span, void* match_data, void* match_context,
+                         std::vector<Span>& out) const {
     auto* md = static_cast<pcre2_match_data*>(match_data);
+    auto* mc = static_cast<pcre2_match_context*>(match_context);
     auto* code = static_cast<const pcre2_code*>(code_);
     auto subject = reinterpret_cast<PCRE2_SPTR>(text.data() + span.begin);
     const size_t len = span.end - span.begin;
@@ -176,9 +190,12 @@ void Splitter::split_one(std::string_view text, Span span, void* match_data, std
     };
     size_t pos = 0;
     while (pos < len) {
-        int rc = pcre2_match(code, subject, len, pos, PCRE2_NOTEMPTY, md, nullptr);
+        int rc = pcre2_match(code, subject, len, pos, PCRE2_NOTEMPTY, md, mc);
         if (rc < 0) break;  // no match (or a resource limit): the rest is a gap
         const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+        // \K (or a lookbehind holding it) can report a match that starts before `pos` or ends where it
+        // started; no real pre-tokenizer regex does, so treat the rest as a gap rather than loop.
+        if (ov[0] < pos || ov[1] <= ov[0] || ov[1] > len) break;
         emit(uint32_t(pos), uint32_t(ov[0]), false);
         emit(uint32_t(ov[0]), uint32_t(ov[1]), true);
         pos = ov[1];

@@ -43,7 +43,8 @@ public:
 
 private:
     Splitter() = default;
-    void split_one(std::string_view text, Span span, void* match_data, std::vector<Span>& out) const;
+    void split_one(std::string_view text, Span span, void* match_data, void* match_context,
+                   std::vector<Span>& out) const;
 
     std::string pattern_;
     void* code_ = nullptr;  // pcre2_code_8*

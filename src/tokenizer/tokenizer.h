@@ -19,28 +19,48 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
 
 namespace kiln::formats {
 class GgufFile;
-}
+struct GgufValue;
+}  // namespace kiln::formats
 
 namespace kiln::tokenizer {
 
 struct TokenizerState;  // tokenizer_state.h
 
+// GGUF metadata by key: the value, or nullptr when the key is absent. The values must stay alive
+// for the duration of the from_gguf_metadata call only (the tokenizer copies what it keeps).
+using GgufLookup = std::function<const formats::GgufValue*(const std::string& key)>;
+// Metadata as an ordered key list (model::GgufMetadata has this type; the first entry of a key wins).
+using GgufMetadataList = std::vector<std::pair<std::string, formats::GgufValue>>;
+
 class Tokenizer {
 public:
     // tokenizer.ggml.* metadata of a GGUF file.
     static core::Result<std::unique_ptr<Tokenizer>> from_gguf(const formats::GgufFile& gguf);
+    // The same tokenizer.ggml.* keys from anywhere else (e.g. the "kiln.gguf_tokenizer" metadata of
+    // a converted safetensors checkpoint). `source` names the origin in error messages.
+    static core::Result<std::unique_ptr<Tokenizer>> from_gguf_metadata(const GgufLookup& find,
+                                                                       const std::string& source);
+    static core::Result<std::unique_ptr<Tokenizer>> from_gguf_metadata(const GgufMetadataList& metadata,
+                                                                       const std::string& source);
     // A tokenizer.json file, or a directory holding tokenizer.json (and optionally
     // tokenizer_config.json: add_bos_token / add_eos_token, bos_token / eos_token, chat_template).
     static core::Result<std::unique_ptr<Tokenizer>> from_hf(const std::string& path);
+    // tokenizer.json text (and optionally tokenizer_config.json text; empty = none) already in
+    // memory; `name` names the source in error messages. from_hf reads the files and calls this.
+    static core::Result<std::unique_ptr<Tokenizer>> from_hf_json(std::string_view tokenizer_json,
+                                                                 const std::string& name,
+                                                                 std::string_view config_json = {});
     // A llama2.c tokenizer.bin (int32 max_token_len, then per token: f32 score, int32 len, bytes).
     static core::Result<std::unique_ptr<Tokenizer>> from_llama2c(const std::string& tokenizer_bin_path);
     // Dispatch on the path: *.gguf, a directory or *.json (HF), anything else llama2.c .bin.
