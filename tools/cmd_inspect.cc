@@ -16,6 +16,7 @@
 #include "core/bytes.h"
 #include "formats/gguf.h"
 #include "model/checkpoint.h"
+#include "model/checkpoint_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kiln::tools {
@@ -84,14 +85,9 @@ ordered_json config_json(const model::ModelConfig& c) {
 
 // The tokenizer the checkpoint carries: GGUF metadata, or tokenizer.json beside an HF checkpoint.
 ordered_json tokenizer_json(const model::Checkpoint& ck) {
-    core::Result<std::unique_ptr<tokenizer::Tokenizer>> tok = core::error(core::StatusCode::kNotFound) << "none";
-    if (ck.gguf) {
-        tok = tokenizer::Tokenizer::from_gguf(*ck.gguf);
-    } else if (!ck.tokenizer_path.empty()) {
-        tok = tokenizer::Tokenizer::from_hf(ck.tokenizer_path);
-    } else {
+    auto tok = model::load_tokenizer(ck);
+    if (!tok && tok.status().code() == core::StatusCode::kNotFound)
         return ordered_json{{"kind", "none"}, {"note", "no tokenizer in this file"}};
-    }
     if (!tok) return ordered_json{{"kind", "error"}, {"error", tok.status().to_string()}};
     const tokenizer::Tokenizer& t = **tok;
     return ordered_json{{"kind", t.kind()},     {"pre", t.pre()},       {"vocab_size", t.vocab_size()},

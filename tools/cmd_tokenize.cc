@@ -1,6 +1,6 @@
 // `kiln tokenize` and `kiln detokenize`: thin command-line wrappers over kiln::tokenizer.
 // MODEL may be a GGUF file, an HF tokenizer.json (or a directory holding one) or a llama2.c
-// tokenizer .bin; Tokenizer::load picks the reader. Exit codes: 0 ok, 1 failure, 2 usage error.
+// tokenizer .bin, or a model folder whose checkpoint carries a tokenizer (model::load_tokenizer). Exit codes: 0 ok, 1 failure, 2 usage error.
 #include <chrono>
 #include <climits>
 #include <cstdio>
@@ -13,6 +13,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "model/checkpoint_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kiln::tools {
@@ -25,7 +26,8 @@ constexpr const char* kTokenizeUsage =
     "line, separated by spaces.\n"
     "\n"
     "  -m, --model MODEL    a .gguf file, an HF tokenizer.json or a directory holding one (its\n"
-    "                       tokenizer_config.json is read too), or a llama2.c tokenizer .bin\n"
+    "                       tokenizer_config.json is read too), a llama2.c tokenizer .bin, or a\n"
+    "                       model folder written by kiln convert\n"
     "  --no-special         add no BOS/EOS (or other post-processor tokens)\n"
     "  --no-parse-special   treat control tokens written in the text (e.g. <|eot_id|>) as plain text;\n"
     "                       user-defined added tokens are still matched, as in llama.cpp and HF\n"
@@ -132,7 +134,7 @@ int cmd_tokenize(int argc, char** argv) {
     if (args.positional().size() != 1)
         return usage_error("tokenize", "expected exactly one TEXT argument (or - for standard input)", kTokenizeUsage);
     const auto t_start = Clock::now();
-    auto tok = tokenizer::Tokenizer::load(*model);
+    auto tok = kiln::model::load_tokenizer(*model);
     if (!tok.is_ok()) {
         std::fprintf(stderr, "kiln tokenize: %s\n", tok.status().to_string().c_str());
         return 1;
@@ -180,7 +182,7 @@ int cmd_detokenize(int argc, char** argv) {
     for (const std::string& a : args.positional())
         if (!parse_ids(a == "-" ? read_stdin() : a, ids))
             return usage_error("detokenize", "not a list of token ids: '" + a + "'", kDetokenizeUsage);
-    auto tok = tokenizer::Tokenizer::load(*model);
+    auto tok = kiln::model::load_tokenizer(*model);
     if (!tok.is_ok()) {
         std::fprintf(stderr, "kiln detokenize: %s\n", tok.status().to_string().c_str());
         return 1;

@@ -12,7 +12,8 @@ model="$KILN_TESTDATA/models/stories260K"
 # The tokenizer survives both hops.
 a=$("$KILN_BIN" tokenize -m "$tmp/a.gguf" "Once upon a time")
 b=$("$KILN_BIN" tokenize -m "$tmp/b.gguf" "Once upon a time")
-[ "$a" = "$b" ] || { echo "tokenizer changed: '$a' vs '$b'"; exit 1; }
+c=$("$KILN_BIN" tokenize -m "$tmp/hf" "Once upon a time")
+[ "$a" = "$b" ] && [ "$a" = "$c" ] || { echo "tokenizer changed: '$a' vs '$b' vs '$c'"; exit 1; }
 exec python3 - "$model/stories260K.bin" "$tmp" <<'PY'
 import json, sys
 import numpy as np

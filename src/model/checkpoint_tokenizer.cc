@@ -1,0 +1,26 @@
+// load_tokenizer (see checkpoint_tokenizer.h).
+#include "model/checkpoint_tokenizer.h"
+
+#include <filesystem>
+
+namespace kiln::model {
+
+core::Result<std::unique_ptr<tokenizer::Tokenizer>> load_tokenizer(const Checkpoint& ck) {
+    if (ck.gguf) return tokenizer::Tokenizer::from_gguf(*ck.gguf);
+    if (!ck.tokenizer_path.empty()) return tokenizer::Tokenizer::from_hf(ck.tokenizer_path);
+    for (const auto& [key, value] : ck.gguf_metadata) {
+        if (key.rfind("tokenizer.ggml.", 0) == 0) return tokenizer::Tokenizer::from_gguf_metadata(ck.gguf_metadata, ck.path);
+    }
+    return core::error(core::StatusCode::kNotFound) << ck.path << ": the checkpoint carries no tokenizer";
+}
+
+core::Result<std::unique_ptr<tokenizer::Tokenizer>> load_tokenizer(const std::string& path) {
+    auto tok = tokenizer::Tokenizer::load(path);
+    std::error_code ec;
+    if (tok.is_ok() || !std::filesystem::is_directory(path, ec)) return tok;
+    auto ck = load_checkpoint(path);
+    if (!ck.is_ok()) return tok;  // the tokenizer error says more than the model's
+    return load_tokenizer(*ck);
+}
+
+}  // namespace kiln::model

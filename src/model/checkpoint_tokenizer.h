@@ -1,0 +1,22 @@
+// The tokenizer that travels with a checkpoint: a GGUF file's tokenizer.ggml.* keys, the
+// tokenizer.json beside an HF checkpoint, or (for kiln-converted safetensors) the GGUF tokenizer
+// carried in the kiln.gguf_tokenizer metadata key. llama2.c checkpoints carry none.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "model/checkpoint.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kiln::model {
+
+// kNotFound when the checkpoint carries no tokenizer.
+core::Result<std::unique_ptr<tokenizer::Tokenizer>> load_tokenizer(const Checkpoint& checkpoint);
+
+// A tokenizer from any path a user may name: what tokenizer::Tokenizer::load reads (.gguf,
+// tokenizer.json or a folder holding one, llama2.c .bin), else the tokenizer of the checkpoint there.
+core::Result<std::unique_ptr<tokenizer::Tokenizer>> load_tokenizer(const std::string& path);
+
+}  // namespace kiln::model
