@@ -24,26 +24,6 @@ double shortest_f32(double v) {
     return std::strtod(buf, nullptr);
 }
 
-formats::HyperParams hyper_params(const ModelConfig& c) {
-    formats::HyperParams p;
-    p.vocab_size = c.vocab_size;
-    p.hidden_size = c.hidden_size;
-    p.intermediate_size = c.intermediate_size;
-    p.num_layers = c.num_layers;
-    p.num_heads = c.num_heads;
-    p.num_kv_heads = c.num_kv_heads;
-    p.head_dim = c.head_dim;
-    p.max_seq_len = c.max_seq_len;
-    p.rms_norm_eps = c.rms_norm_eps;
-    p.rope_theta = c.rope_theta;
-    p.sliding_window = c.sliding_window;
-    p.max_window_layers = c.max_window_layers;
-    p.rope_scaling = c.rope_scaling;
-    p.bos_token_id = c.bos_token_id;
-    p.eos_token_ids = c.eos_token_ids;
-    return p;
-}
-
 // Reads an integer hyper-parameter; absent -> `fallback` (nullopt fallback: required).
 core::Result<int64_t> gguf_int(const formats::GgufFile& g, const std::string& key, std::optional<int64_t> fallback) {
     const GgufValue* v = g.find(key);
@@ -106,7 +86,7 @@ core::Result<int64_t> gguf_vocab_size(const formats::GgufFile& g, const std::str
 core::Status ModelConfig::validate() const {
     if (!formats::find_arch_by_model_type(arch))
         return core::error(StatusCode::kUnsupported) << "model config: architecture '" << arch << "' is not supported";
-    KILN_RETURN_IF_ERROR(formats::check_hyper_params(hyper_params(*this), formats::FieldNames::kKiln, "model config"));
+    KILN_RETURN_IF_ERROR(formats::check_hyper_params(*this, formats::FieldNames::kKiln, "model config"));
     if (arch == "llama" && sliding_window > 0)
         return core::error(StatusCode::kCorrupt)
                << "model config: llama has no sliding window (got " << sliding_window << "); Mistral is arch mistral";

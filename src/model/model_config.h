@@ -29,28 +29,21 @@
 
 namespace kiln::model {
 
-struct ModelConfig {
+// The sizes, RoPE and token-id fields (formats::HyperParams, checked by check_hyper_params) plus
+// what decides the architecture's tensors.
+struct ModelConfig : formats::HyperParams {
+    ModelConfig() {
+        rms_norm_eps = 1e-5;
+        rope_theta = 10000.0;
+    }
     std::string arch = "llama";  // "llama", "mistral", "qwen2", "qwen3"
     std::string name;            // human-readable (general.name); may be empty
-    int64_t vocab_size = 0;
-    int64_t hidden_size = 0;
-    int64_t intermediate_size = 0;
-    int64_t num_layers = 0;
-    int64_t num_heads = 0;
-    int64_t num_kv_heads = 0;
-    int64_t head_dim = 0;
-    int64_t max_seq_len = 0;
-    double rms_norm_eps = 1e-5;
-    double rope_theta = 10000.0;
-    formats::RopeScaling rope_scaling;  // type "" = none
+    // HyperParams notes: rope_scaling.type "" = none; sliding_window 0 = full attention;
+    // layers >= max_window_layers use sliding_window (Qwen2/Qwen3); 0: all (Mistral).
     bool tie_word_embeddings = false;   // no output.weight: the classifier is token_embd
     bool attention_bias = false;        // attn_q/k/v have .bias (Qwen2), and attn_output too (has_output_bias)
     bool qk_norm = false;               // per-head RMSNorm of q and k before RoPE (Qwen3)
-    int64_t sliding_window = 0;         // 0: full attention
-    int64_t max_window_layers = 0;      // layers >= this use sliding_window (Qwen2/Qwen3); 0: all (Mistral)
     std::string torch_dtype;            // from HF config; "" if unknown
-    std::optional<int64_t> bos_token_id;
-    std::vector<int64_t> eos_token_ids;
 
     int64_t q_dim() const { return num_heads * head_dim; }
     int64_t kv_dim() const { return num_kv_heads * head_dim; }
