@@ -1,0 +1,197 @@
+// Sampler implementation. See sampler.h for the pipeline and the reference behaviour of each step.
+#include "sampling/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/check.h"
+
+namespace kiln::sampling {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+// A cumulative mass within this of top_p counts as reaching it, so a boundary that is exact in real
+// arithmetic (e.g. 0.5 + 0.25 vs p = 0.75) is not lost to float rounding of the softmax.
+constexpr double kTopPSlack = 1e-6;
+
+// Descending prob, then ascending id: a strict weak order (no NaN reaches it), deterministic on ties.
+bool higher(const TokenProb& a, const TokenProb& b) {
+    return a.prob != b.prob ? a.prob > b.prob : a.id < b.id;
+}
+
+}  // namespace
+
+int32_t argmax_lowest_id(std::span<const float> logits) {
+    int32_t best = 0;
+    float best_val = kNegInf;
+    bool found = false;
+    for (size_t i = 0; i < logits.size(); ++i) {
+        float v = logits[i];
+        if (std::isnan(v)) continue;
+        if (!found || v > best_val) {  // strict >: the first (lowest) id wins ties
+            best = int32_t(i);
+            best_val = v;
+            found = true;
+        }
+    }
+    return best;
+}
+
+core::Result<Sampler> Sampler::create(const SamplingParams& params, int32_t vocab_size, int32_t num_prompt_tokens) {
+    KILN_RETURN_IF_ERROR(params.validate(vocab_size));
+    if (num_prompt_tokens < 0) {
+        return core::error(core::StatusCode::kInvalidArgument)
+               << "num_prompt_tokens must be >= 0, got " << num_prompt_tokens;
+    }
+    return Sampler(params, vocab_size, num_prompt_tokens);
+}
+
+Sampler::Sampler(const SamplingParams& params, int32_t vocab_size, int32_t num_prompt_tokens)
+    : params_(params), vocab_size_(vocab_size), num_prompt_tokens_(num_prompt_tokens) {
+    core::Status st = params.validate(vocab_size);
+    KILN_CHECK(st.is_ok()) << "Sampler built from unvalidated params: " << st.message();
+    KILN_CHECK(num_prompt_tokens >= 0) << num_prompt_tokens;
+    if (params_.top_k < 0) params_.top_k = 0;
+    if (params_.has_seed) {
+        rng_.seed(params_.seed);
+    } else {
+        std::random_device rd;
+        rng_.seed((uint64_t(rd()) << 32) ^ uint64_t(rd()));
+    }
+}
+
+double Sampler::uniform01() {
+    return double(rng_() >> 11) * 0x1.0p-53;
+}
+
+void Sampler::apply_bias_and_penalties(std::span<float> logits, std::span<const int32_t> ids) {
+    for (const auto& [id, bias] : params_.logit_bias) logits[size_t(id)] += bias;
+
+    auto in_range = [&](int32_t id) { return id >= 0 && id < vocab_size_; };
+    const float rp = params_.repetition_penalty;
+    if (rp != 1.0f) {
+        if (seen_.empty()) seen_.assign(size_t(vocab_size_), 0);
+        for (int32_t id : ids) {
+            if (!in_range(id) || seen_[size_t(id)]) continue;
+            seen_[size_t(id)] = 1;
+            float& l = logits[size_t(id)];
+            l = l > 0.0f ? l / rp : l * rp;
+        }
+        for (int32_t id : ids) {
+            if (in_range(id)) seen_[size_t(id)] = 0;
+        }
+    }
+
+    const float fp = params_.frequency_penalty, pp = params_.presence_penalty;
+    if (fp != 0.0f || pp != 0.0f) {
+        size_t start = std::min(ids.size(), size_t(num_prompt_tokens_));
+        std::span<const int32_t> generated = ids.subspan(start);
+        if (counts_.empty()) counts_.assign(size_t(vocab_size_), 0);
+        for (int32_t id : generated) {
+            if (in_range(id)) ++counts_[size_t(id)];
+        }
+        for (int32_t id : generated) {
+            if (!in_range(id) || counts_[size_t(id)] == 0) continue;
+            logits[size_t(id)] -= fp * float(counts_[size_t(id)]) + pp;
+            counts_[size_t(id)] = 0;  // applied once per distinct token; also restores the all-zero state
+        }
+    }
+}
+
+bool Sampler::build_candidates(std::span<float> logits) {
+    if (is_greedy()) {
+        greedy_id_ = argmax_lowest_id(logits);
+        return false;
+    }
+    const float inv_t = 1.0f / params_.temperature;
+    for (float& l : logits) l = std::isnan(l) ? kNegInf : l * inv_t;
+
+    // Candidates carry logits in .prob until the softmax below.
+    cands_.resize(size_t(vocab_size_));
+    for (int32_t i = 0; i < vocab_size_; ++i) cands_[size_t(i)] = {i, logits[size_t(i)]};
+    bool sorted = false;
+    if (params_.top_k > 0 && params_.top_k < vocab_size_) {
+        auto kth = cands_.begin() + params_.top_k;
+        std::nth_element(cands_.begin(), kth - 1, cands_.end(), higher);
+        cands_.resize(size_t(params_.top_k));
+        std::sort(cands_.begin(), cands_.end(), higher);  // only k elements
+        sorted = true;
+    }
+
+    float max_logit = kNegInf;
+    for (const TokenProb& c : cands_) max_logit = std::max(max_logit, c.prob);
+    if (max_logit == kNegInf) {  // everything banned: fall back to the lowest id rather than NaN
+        greedy_id_ = argmax_lowest_id(logits);
+        return false;
+    }
+    double sum = 0.0;
+    for (TokenProb& c : cands_) {
+        c.prob = std::exp(c.prob - max_logit);
+        sum += c.prob;
+    }
+    const float inv_sum = float(1.0 / sum);
+    for (TokenProb& c : cands_) c.prob *= inv_sum;
+
+    if (params_.top_p < 1.0f) {
+        const double target = double(params_.top_p) - kTopPSlack;
+        const size_t n = cands_.size();
+        size_t k = sorted ? n : std::min<size_t>(n, 64);
+        size_t keep = n;
+        for (;;) {
+            if (!sorted) std::partial_sort(cands_.begin(), cands_.begin() + k, cands_.end(), higher);
+            double cum = 0.0;
+            size_t i = 0;
+            for (; i < k; ++i) {
+                cum += cands_[i].prob;
+                if (cum >= target) break;
+            }
+            if (i < k) {
+                keep = i + 1;
+                break;
+            }
+            if (k == n) break;
+            k = std::min(n, k * 8);  // the mass is spread wider than guessed: sort a larger prefix
+        }
+        sorted = true;
+        cands_.resize(keep);
+    }
+
+    if (params_.min_p > 0.0f) {
+        float max_prob = 0.0f;
+        for (const TokenProb& c : cands_) max_prob = std::max(max_prob, c.prob);
+        const float threshold = params_.min_p * max_prob;
+        std::erase_if(cands_, [&](const TokenProb& c) { return c.prob < threshold; });  // keeps the max
+    }
+
+    double kept = 0.0;
+    for (const TokenProb& c : cands_) kept += c.prob;
+    const float inv_kept = float(1.0 / kept);
+    for (TokenProb& c : cands_) c.prob *= inv_kept;
+    return true;
+}
+
+std::vector<TokenProb> Sampler::distribution(std::span<float> logits, std::span<const int32_t> ids) {
+    KILN_CHECK(logits.size() == size_t(vocab_size_)) << logits.size() << " vs vocab " << vocab_size_;
+    apply_bias_and_penalties(logits, ids);
+    if (!build_candidates(logits)) return {{greedy_id_, 1.0f}};
+    return cands_;
+}
+
+int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> ids) {
+    KILN_CHECK(logits.size() == size_t(vocab_size_)) << logits.size() << " vs vocab " << vocab_size_;
+    apply_bias_and_penalties(logits, ids);
+    if (!build_candidates(logits)) return greedy_id_;
+    const double u = uniform01();  // cands_ is normalized: walk the CDF
+    double cum = 0.0;
+    for (const TokenProb& c : cands_) {
+        cum += c.prob;
+        if (u < cum) return c.id;
+    }
+    for (auto it = cands_.rbegin(); it != cands_.rend(); ++it) {  // u beyond the rounded total mass
+        if (it->prob > 0.0f) return it->id;
+    }
+    return cands_.front().id;
+}
+
+}  // namespace kiln::sampling

@@ -1,0 +1,78 @@
+// Sampler: turns one row of f32 logits into a token id for one request, host-only.
+// Pipeline, in this order (HF transformers logits processors / vLLM sampler semantics):
+//   1. logit bias          (OpenAI logit_bias: added to the raw logit)
+//   2. repetition penalty  (HF RepetitionPenaltyLogitsProcessor / CTRL: positive logits divided,
+//                           negative multiplied, once per distinct token in prompt + generated)
+//   3. frequency/presence  (OpenAI / vLLM: logit -= freq * count + presence * [count > 0], counting
+//                           generated tokens only, i.e. ids[num_prompt_tokens:])
+//   4. temperature         (below kGreedyTemperature: greedy argmax, lowest id on ties; no RNG draw)
+//   5. top-k               (nth_element, ties broken by lower id; no full sort)
+//   6. top-p               (smallest prefix of the descending distribution whose mass reaches p,
+//                           always at least one token; grows a partial sort instead of sorting all)
+//   7. min-p               (drop tokens with prob < min_p * max prob)
+//   8. a draw from the sampler's own std::mt19937_64 (seeded: the same seed gives the same tokens on
+//      any thread or platform, since mt19937_64 and our [0,1) conversion are fully specified;
+//      unseeded: std::random_device).
+// Invariants: params passed validate(vocab_size); logits.size() == vocab_size. NaN logits are treated
+// as -inf. Token ids outside [0, vocab_size) in the history are ignored by the penalties. If every
+// logit is -inf the lowest id is returned. The logits span is scratch: on return it holds the values
+// after steps 1-4. Not thread-safe; one Sampler per request.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "core/status.h"
+#include "sampling/sampling_params.h"
+
+namespace kiln::sampling {
+
+struct TokenProb {
+    int32_t id;
+    float prob;
+};
+
+class Sampler {
+public:
+    // Validates params; the usual way to build a Sampler from a user's request.
+    static core::Result<Sampler> create(const SamplingParams& params, int32_t vocab_size, int32_t num_prompt_tokens);
+
+    // Precondition (KILN_CHECK): params.validate(vocab_size) is ok and num_prompt_tokens >= 0.
+    // num_prompt_tokens splits the history passed to sample(): the first num_prompt_tokens ids are the
+    // prompt (repetition penalty only), the rest were generated (all penalties).
+    Sampler(const SamplingParams& params, int32_t vocab_size, int32_t num_prompt_tokens);
+
+    // Applies the pipeline to `logits` (modified in place) and draws a token.
+    // prompt_and_generated_ids: the prompt followed by every token generated so far.
+    int32_t sample(std::span<float> logits, std::span<const int32_t> prompt_and_generated_ids);
+
+    // Steps 1-7 only: the final candidates with renormalized probabilities (greedy: one token, prob 1).
+    // Order: descending prob (ties by id) when top-k or top-p ran, otherwise ascending id.
+    // Consumes no randomness; for tests and logprobs.
+    std::vector<TokenProb> distribution(std::span<float> logits, std::span<const int32_t> prompt_and_generated_ids);
+
+    bool is_greedy() const { return params_.temperature < kGreedyTemperature; }
+    const SamplingParams& params() const { return params_; }
+
+private:
+    void apply_bias_and_penalties(std::span<float> logits, std::span<const int32_t> ids);
+    // Fills cands_ with steps 4-7. Returns false when greedy (or everything is -inf): greedy_id_ holds the answer.
+    bool build_candidates(std::span<float> logits);
+    double uniform01();  // [0, 1) with 53 random bits
+
+    SamplingParams params_;
+    int32_t vocab_size_;
+    int32_t num_prompt_tokens_;
+    std::mt19937_64 rng_;
+    int32_t greedy_id_ = 0;
+    std::vector<TokenProb> cands_;  // scratch, reused across steps
+    std::vector<int32_t> counts_;   // [vocab_size] zero between calls; penalties only
+    std::vector<uint8_t> seen_;     // [vocab_size] zero between calls; repetition penalty only
+};
+
+// Index of the largest logit, lowest id on ties, NaN never chosen (0 if all are NaN/-inf).
+int32_t argmax_lowest_id(std::span<const float> logits);
+
+}  // namespace kiln::sampling

@@ -1,0 +1,363 @@
+// Sampler and SamplingParams::validate: greedy/top-k/top-p/min-p edge cases on hand-built
+// distributions, temperature checked statistically (binomial sd bounds, fixed seed), seeding,
+// penalties and logit bias on hand-computed logits.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "sampling/sampler.h"
+#include "sampling/sampling_params.h"
+
+namespace kiln::sampling {
+namespace {
+
+SamplingParams seeded(uint64_t seed) {
+    SamplingParams p;
+    p.seed = seed;
+    p.has_seed = true;
+    return p;
+}
+
+std::vector<float> random_logits(int32_t n, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> nd(0.0f, 3.0f);
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = nd(rng);
+    return v;
+}
+
+std::set<int32_t> ids_of(const std::vector<TokenProb>& d) {
+    std::set<int32_t> s;
+    for (const TokenProb& t : d) s.insert(t.id);
+    return s;
+}
+
+// Logits whose softmax is exactly {0.5, 0.25, 0.125, 0.125} in real arithmetic.
+std::vector<float> halves() {
+    return {std::log(0.5f), std::log(0.25f), std::log(0.125f), std::log(0.125f)};
+}
+
+TEST(Sampler, GreedyPicksLowestIdOnTies) {
+    SamplingParams p;
+    p.temperature = 0.0f;
+    Sampler s(p, 5, 0);
+    std::vector<float> logits = {1.0f, 3.0f, -2.0f, 3.0f, 2.0f};
+    EXPECT_EQ(s.sample(logits, {}), 1);
+    std::vector<float> all_equal(5, 0.5f);
+    EXPECT_EQ(s.sample(all_equal, {}), 0);
+    std::vector<float> with_nan = {std::nanf(""), 1.0f, 1.0f, 0.0f, 0.0f};
+    EXPECT_EQ(s.sample(with_nan, {}), 1);
+}
+
+TEST(Sampler, TopK1MatchesGreedy) {
+    for (uint64_t seed = 0; seed < 20; ++seed) {
+        std::vector<float> logits = random_logits(1000, seed);
+        logits[size_t(seed * 37 % 1000)] = 100.0f;
+        logits[size_t(seed * 53 % 1000)] = 100.0f;  // a tie: both must pick the lower id
+        std::vector<float> copy = logits;
+        SamplingParams p = seeded(seed);
+        p.top_k = 1;
+        Sampler topk(p, 1000, 0);
+        p.temperature = 0.0f;
+        Sampler greedy(p, 1000, 0);
+        EXPECT_EQ(topk.sample(logits, {}), greedy.sample(copy, {})) << "seed " << seed;
+    }
+}
+
+TEST(Sampler, TopKKeepsTheKLargest) {
+    std::vector<float> logits = random_logits(4097, 7);
+    std::vector<float> sorted = logits;
+    std::sort(sorted.begin(), sorted.end(), std::greater<>());
+    SamplingParams p = seeded(1);
+    p.top_k = 10;
+    Sampler s(p, 4097, 0);
+    std::vector<float> work = logits;
+    auto d = s.distribution(work, {});
+    ASSERT_EQ(d.size(), 10u);
+    for (const TokenProb& t : d) EXPECT_GE(logits[size_t(t.id)], sorted[9]);
+    double sum = 0;
+    for (const TokenProb& t : d) sum += t.prob;
+    EXPECT_NEAR(sum, 1.0, 1e-5);
+}
+
+TEST(Sampler, TopPOneKeepsAll) {
+    SamplingParams p = seeded(1);
+    p.top_p = 1.0f;
+    Sampler s(p, 4, 0);
+    std::vector<float> l = halves();
+    EXPECT_EQ(s.distribution(l, {}).size(), 4u);
+}
+
+TEST(Sampler, TinyTopPKeepsOnlyTheArgmax) {
+    SamplingParams p = seeded(1);
+    p.top_p = 1e-6f;
+    std::vector<float> logits = random_logits(5000, 3);
+    int32_t best = argmax_lowest_id(logits);
+    Sampler s(p, 5000, 0);
+    auto d = s.distribution(logits, {});
+    ASSERT_EQ(d.size(), 1u);
+    EXPECT_EQ(d[0].id, best);
+    EXPECT_FLOAT_EQ(d[0].prob, 1.0f);
+}
+
+TEST(Sampler, TopPExactCumulativeBoundary) {
+    // Cumulative masses 0.5, 0.75, 0.875, 1: p equal to one of them keeps exactly that prefix.
+    struct Case {
+        float p;
+        size_t kept;
+    };
+    for (Case c : {Case{0.5f, 1}, Case{0.75f, 2}, Case{0.875f, 3}, Case{0.76f, 3}, Case{0.49f, 1}, Case{0.9f, 4}}) {
+        SamplingParams p = seeded(1);
+        p.top_p = c.p;
+        Sampler s(p, 4, 0);
+        std::vector<float> l = halves();
+        auto d = s.distribution(l, {});
+        EXPECT_EQ(d.size(), c.kept) << "top_p " << c.p;
+        EXPECT_EQ(d[0].id, 0);
+    }
+    // Kept probabilities are renormalized: p=0.75 leaves {2/3, 1/3}.
+    SamplingParams p = seeded(1);
+    p.top_p = 0.75f;
+    Sampler s(p, 4, 0);
+    std::vector<float> l = halves();
+    auto d = s.distribution(l, {});
+    ASSERT_EQ(d.size(), 2u);
+    EXPECT_NEAR(d[0].prob, 2.0 / 3.0, 1e-6);
+    EXPECT_NEAR(d[1].prob, 1.0 / 3.0, 1e-6);
+}
+
+TEST(Sampler, TopPOnFlatDistributionGrowsPastFirstGuess) {
+    // 1000 equal tokens, p = 0.5: exactly 500 kept (more than the first partial-sort guess), lowest ids.
+    SamplingParams p = seeded(1);
+    p.top_p = 0.5f;
+    Sampler s(p, 1000, 0);
+    std::vector<float> flat(1000, 0.0f);
+    auto d = s.distribution(flat, {});
+    ASSERT_EQ(d.size(), 500u);
+    EXPECT_EQ(*ids_of(d).rbegin(), 499);
+}
+
+TEST(Sampler, MinP) {
+    // max prob 0.5: min_p 0.26 -> threshold 0.13 drops the two 0.125 tokens; 0.24 -> 0.12 keeps all.
+    SamplingParams p = seeded(1);
+    p.min_p = 0.26f;
+    Sampler s(p, 4, 0);
+    std::vector<float> l = halves();
+    auto d = s.distribution(l, {});
+    EXPECT_EQ(ids_of(d), (std::set<int32_t>{0, 1}));
+    p.min_p = 0.24f;
+    Sampler s2(p, 4, 0);
+    l = halves();
+    EXPECT_EQ(s2.distribution(l, {}).size(), 4u);
+    p.min_p = 1.0f;  // only the max survives
+    Sampler s3(p, 4, 0);
+    l = halves();
+    auto d3 = s3.distribution(l, {});
+    ASSERT_EQ(d3.size(), 1u);
+    EXPECT_EQ(d3[0].id, 0);
+}
+
+// Draws n tokens at temperature t from logits {0, 1, 2, 3} and checks each frequency against
+// softmax(logits / t) within 5 binomial standard deviations, plus a chi-square bound.
+void check_temperature(float t, uint64_t seed) {
+    const std::vector<float> base = {0.0f, 1.0f, 2.0f, 3.0f};
+    std::vector<double> expect(4);
+    double z = 0;
+    for (size_t i = 0; i < 4; ++i) z += std::exp(double(base[i]) / t);
+    for (size_t i = 0; i < 4; ++i) expect[i] = std::exp(double(base[i]) / t) / z;
+
+    SamplingParams p = seeded(seed);
+    p.temperature = t;
+    Sampler s(p, 4, 0);
+    const int n = 40000;
+    std::vector<int> counts(4, 0);
+    for (int i = 0; i < n; ++i) {
+        std::vector<float> l = base;
+        ++counts[size_t(s.sample(l, {}))];
+    }
+    double chi2 = 0;
+    for (size_t i = 0; i < 4; ++i) {
+        double mean = n * expect[i];
+        double sd = std::sqrt(n * expect[i] * (1 - expect[i]));
+        EXPECT_NEAR(counts[i], mean, 5 * sd) << "t=" << t << " token " << i << " seed " << seed;
+        chi2 += (counts[i] - mean) * (counts[i] - mean) / mean;
+    }
+    EXPECT_LT(chi2, 20.5) << "t=" << t;  // 3 dof: P(chi2 > 20.5) ~ 1.3e-4
+}
+
+TEST(Sampler, TemperatureShapesTheDistribution) {
+    check_temperature(1.0f, 11);
+    check_temperature(0.5f, 12);
+    check_temperature(2.0f, 13);
+}
+
+TEST(Sampler, SameSeedSameSequenceDifferentSeedDifferent) {
+    auto run = [](uint64_t seed) {
+        SamplingParams p = seeded(seed);
+        p.top_p = 0.95f;
+        Sampler s(p, 1000, 0);
+        std::vector<int32_t> out;
+        for (int i = 0; i < 64; ++i) {
+            std::vector<float> l = random_logits(1000, uint64_t(i));
+            out.push_back(s.sample(l, {}));
+        }
+        return out;
+    };
+    EXPECT_EQ(run(42), run(42));
+    EXPECT_NE(run(42), run(43));
+}
+
+TEST(Sampler, PenaltiesOnHandComputedLogits) {
+    SamplingParams p;
+    p.temperature = 0.0f;  // greedy: the logits span then holds exactly the penalized values
+    p.repetition_penalty = 2.0f;
+    p.frequency_penalty = 0.5f;
+    p.presence_penalty = 0.25f;
+    // prompt {0, 1, 0}, generated {2, 2, 3}: freq/presence only touch 2 and 3, repetition all of 0..3.
+    Sampler s(p, 6, 3);
+    const std::vector<int32_t> ids = {0, 1, 0, 2, 2, 3};
+    std::vector<float> l = {2.0f, -2.0f, 1.0f, 0.5f, 3.0f, -1.0f};
+    int32_t tok = s.sample(l, ids);
+    EXPECT_FLOAT_EQ(l[0], 1.0f);                           // 2 / 2 (once, despite two occurrences)
+    EXPECT_FLOAT_EQ(l[1], -4.0f);                          // -2 * 2
+    EXPECT_FLOAT_EQ(l[2], 1.0f / 2 - (0.5f * 2 + 0.25f));  // 0.5 - 1.25
+    EXPECT_FLOAT_EQ(l[3], 0.5f / 2 - (0.5f * 1 + 0.25f));  // 0.25 - 0.75
+    EXPECT_FLOAT_EQ(l[4], 3.0f);                           // unseen
+    EXPECT_FLOAT_EQ(l[5], -1.0f);
+    EXPECT_EQ(tok, 4);
+
+    // Scratch state is reset: the same call again gives the same values.
+    std::vector<float> l2 = {2.0f, -2.0f, 1.0f, 0.5f, 3.0f, -1.0f};
+    s.sample(l2, ids);
+    EXPECT_EQ(l, l2);
+    // Out-of-range history ids are ignored, not a crash.
+    std::vector<int32_t> bad = {-1, 99, 4};
+    std::vector<float> l3 = {0.0f, 0.0f, 0.0f, 0.0f, 3.0f, 0.0f};
+    s.sample(l3, bad);
+    EXPECT_FLOAT_EQ(l3[4], 1.5f);  // all three ids are prompt: repetition only
+}
+
+TEST(Sampler, PenaltyRepeatsGreedyAvoidance) {
+    // A strong repetition penalty moves greedy off a token it has already produced.
+    SamplingParams p;
+    p.temperature = 0.0f;
+    p.repetition_penalty = 1.5f;
+    Sampler s(p, 3, 1);
+    std::vector<float> l = {0.0f, 3.0f, 2.5f};
+    std::vector<int32_t> ids = {0, 1};
+    EXPECT_EQ(s.sample(l, ids), 2);  // 3 / 1.5 = 2 < 2.5
+}
+
+TEST(Sampler, LogitBiasForcesAndBans) {
+    SamplingParams p = seeded(5);
+    p.logit_bias = {{7, 100.0f}};
+    Sampler s(p, 1000, 0);
+    for (int i = 0; i < 200; ++i) {
+        std::vector<float> l = random_logits(1000, uint64_t(i));
+        EXPECT_EQ(s.sample(l, {}), 7);
+    }
+    std::vector<float> l = {1.0f, 5.0f, 2.0f};
+    SamplingParams g;
+    g.temperature = 0.0f;
+    g.logit_bias = {{1, -100.0f}};
+    Sampler ban(g, 3, 0);
+    EXPECT_EQ(ban.sample(l, {}), 2);
+}
+
+TEST(Sampler, AllBannedFallsBackToLowestId) {
+    SamplingParams p = seeded(1);
+    Sampler s(p, 4, 0);
+    const float inf = std::numeric_limits<float>::infinity();
+    std::vector<float> l = {-inf, -inf, -inf, -inf};
+    EXPECT_EQ(s.sample(l, {}), 0);
+}
+
+TEST(Sampler, LargeVocabTopKTopPMinP) {
+    const int32_t vocab = 151936;
+    SamplingParams p = seeded(9);
+    p.temperature = 0.7f;
+    p.top_k = 50;
+    p.top_p = 0.9f;
+    p.min_p = 0.05f;
+    p.repetition_penalty = 1.1f;
+    p.frequency_penalty = 0.2f;
+    Sampler s(p, vocab, 2);
+    std::vector<float> logits = random_logits(vocab, 99);
+    std::vector<float> sorted = logits;
+    std::nth_element(sorted.begin(), sorted.begin() + 59, sorted.end(), std::greater<>());
+    const float kth60 = sorted[59];  // penalties can reorder the top 50 only among a few
+    std::vector<int32_t> history = {1, 2, 3};
+    for (int i = 0; i < 20; ++i) {
+        std::vector<float> l = logits;
+        int32_t tok = s.sample(l, history);
+        EXPECT_GE(logits[size_t(tok)], kth60);
+    }
+}
+
+TEST(SamplingParams, DefaultsValidate) {
+    EXPECT_TRUE(SamplingParams{}.validate(10).is_ok());
+}
+
+TEST(SamplingParams, ValidateNamesTheField) {
+    struct Case {
+        const char* field;
+        void (*mutate)(SamplingParams&);
+    };
+    const Case cases[] = {
+        {"temperature", [](SamplingParams& p) { p.temperature = -0.1f; }},
+        {"temperature", [](SamplingParams& p) { p.temperature = std::numeric_limits<float>::infinity(); }},
+        {"top_k", [](SamplingParams& p) { p.top_k = -2; }},
+        {"top_p", [](SamplingParams& p) { p.top_p = 0.0f; }},
+        {"top_p", [](SamplingParams& p) { p.top_p = 1.5f; }},
+        {"top_p", [](SamplingParams& p) { p.top_p = std::nanf(""); }},
+        {"min_p", [](SamplingParams& p) { p.min_p = -0.1f; }},
+        {"min_p", [](SamplingParams& p) { p.min_p = 1.1f; }},
+        {"repetition_penalty", [](SamplingParams& p) { p.repetition_penalty = 0.0f; }},
+        {"repetition_penalty", [](SamplingParams& p) { p.repetition_penalty = std::nanf(""); }},
+        {"frequency_penalty", [](SamplingParams& p) { p.frequency_penalty = 2.5f; }},
+        {"presence_penalty", [](SamplingParams& p) { p.presence_penalty = std::nanf(""); }},
+        {"logit_bias",
+         [](SamplingParams& p) {
+             p.logit_bias = {{10, 1.0f}};
+         }},
+        {"logit_bias",
+         [](SamplingParams& p) {
+             p.logit_bias = {{-1, 1.0f}};
+         }},
+        {"logit_bias",
+         [](SamplingParams& p) {
+             p.logit_bias = {{3, std::numeric_limits<float>::infinity()}};
+         }},
+        {"max_tokens", [](SamplingParams& p) { p.max_tokens = -1; }},
+        {"stop_strings",
+         [](SamplingParams& p) {
+             p.stop_strings = {"ok", ""};
+         }},
+        {"stop_ids", [](SamplingParams& p) { p.stop_ids = {10}; }},
+    };
+    for (const Case& c : cases) {
+        SamplingParams p;
+        c.mutate(p);
+        core::Status st = p.validate(10);
+        EXPECT_EQ(st.code(), core::StatusCode::kInvalidArgument) << c.field;
+        EXPECT_NE(st.message().find(c.field), std::string::npos) << st.message();
+        auto r = Sampler::create(p, 10, 0);
+        EXPECT_FALSE(r.is_ok()) << c.field;
+    }
+    SamplingParams ok;
+    ok.top_k = -1;
+    ok.temperature = 0.0f;
+    ok.max_tokens = 0;
+    EXPECT_TRUE(ok.validate(10).is_ok());
+    EXPECT_FALSE(SamplingParams{}.validate(0).is_ok());
+    EXPECT_FALSE(Sampler::create(ok, 10, -1).is_ok());
+    EXPECT_TRUE(Sampler::create(ok, 10, 0).is_ok());
+}
+
+}  // namespace
+}  // namespace kiln::sampling
