@@ -18,6 +18,8 @@ const Command kCommands[] = {
     {"tokenize", kiln::tools::cmd_tokenize, "encode text to token ids with a model's tokenizer"},
     {"detokenize", kiln::tools::cmd_detokenize, "decode token ids to text"},
     {"convert", kiln::tools::cmd_convert, "convert a model between llama2.c .bin, GGUF and safetensors"},
+    {"logits", kiln::tools::cmd_logits, "teacher-forced top-K logits at every position of a prompt"},
+    {"generate", kiln::tools::cmd_generate, "greedy text generation from a prompt"},
 };
 
 void usage(FILE* out) {

@@ -1,0 +1,55 @@
+// ThreadPool: a persistent pool of worker threads for data-parallel loops. Threads are created
+// once, in the constructor, and park on a condition variable between jobs; no op creates threads.
+// parallel_for(n, fn) splits [0, n) into contiguous chunks whose boundaries depend only on n and
+// num_threads() (never on timing), so the same call always computes the same chunks; the calling
+// thread runs chunks too. A parallel_for issued from inside a worker (nested) runs serially on that
+// thread; calls from several outside threads are serialized.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace kiln::core {
+
+class ThreadPool {
+public:
+    // num_threads counts the calling thread: 1 means no workers (everything runs inline).
+    explicit ThreadPool(int num_threads);
+    ~ThreadPool();
+    ThreadPool(const ThreadPool&) = delete;
+    ThreadPool& operator=(const ThreadPool&) = delete;
+
+    int num_threads() const { return num_threads_; }
+
+    // Calls fn(begin, end) over disjoint ranges covering [0, n); returns when all are done.
+    // min_chunk: the smallest range worth handing to another thread.
+    void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t min_chunk = 1);
+
+    // std::thread::hardware_concurrency() (logical CPUs; physical-core detection comes later), at least 1.
+    static int default_num_threads();
+
+private:
+    void worker_loop();
+    void run_chunks();
+
+    int num_threads_;
+    std::vector<std::thread> workers_;
+    std::mutex call_mu_;  // one parallel_for at a time
+    std::mutex mu_;
+    std::condition_variable wake_cv_, done_cv_;
+    uint64_t generation_ = 0;
+    bool stop_ = false;
+    // The current job (valid while a generation runs).
+    const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
+    int64_t n_ = 0, num_chunks_ = 0;
+    std::atomic<int64_t> next_chunk_{0};
+    int64_t chunks_done_ = 0;  // guarded by mu_
+    int active_ = 0;           // workers inside run_chunks; guarded by mu_
+};
+
+}  // namespace kiln::core

@@ -1,0 +1,71 @@
+// LlamaModel: the forward pass of the Llama family (Llama 2/3, Mistral, Qwen2 with q/k/v biases,
+// Qwen3 with per-head q/k RMSNorm, SmolLM), configured entirely by ModelConfig. Weights are used as
+// stored in the Checkpoint (mmap'd, any dtype kernels::ref::dequantize_row reads, one row at a time);
+// activations are fp32. Norm weights and biases (small) are copied to fp32 at load.
+// A forward call takes a batch of new tokens of one sequence: prefill runs all prompt tokens as one
+// matrix-matrix pass, decode one token at a time; both append to the sequence's KvCache.
+// Layer: x += o_proj(attn(rope(q_norm(q)), rope(k_norm(k)), v)); x += down(silu(gate) * up), each
+// branch on rmsnorm(x) (transformers modeling_llama / modeling_qwen3).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "kernels/ref/transformer.h"
+#include "model/checkpoint.h"
+
+namespace kiln::model {
+
+// One sequence's keys and values, contiguous per layer: k/v of layer l are [len, kv_dim] floats
+// (kv_dim = num_kv_heads * head_dim), row r = position r. Grows on demand up to max_len.
+class KvCache {
+public:
+    KvCache(const ModelConfig& config, int64_t max_len);
+    int64_t size() const { return len_; }  // tokens cached
+    int64_t max_len() const { return max_len_; }
+    void clear() { len_ = 0; }
+
+private:
+    friend class LlamaModel;
+    int64_t num_layers_, kv_dim_, max_len_, len_ = 0;
+    std::vector<std::vector<float>> k_, v_;  // per layer: [capacity, kv_dim]
+};
+
+class LlamaModel {
+public:
+    // The architectures this class runs.
+    static const std::vector<std::string>& supported_architectures();
+    // kUnsupported for other architectures or RoPE scaling types; the checkpoint must outlive the model.
+    static core::Result<std::unique_ptr<LlamaModel>> create(const Checkpoint& checkpoint, core::ThreadPool* pool);
+
+    const ModelConfig& config() const { return config_; }
+
+    // Runs `tokens` at positions cache.size() .. and appends them to the cache. Returns logits
+    // [num_tokens, vocab] when all_logits, else [1, vocab] for the last token. kInvalidArgument for
+    // an empty batch, a token id outside the vocabulary or a cache that would overflow.
+    core::Result<std::vector<float>> forward(const std::vector<int32_t>& tokens, KvCache& cache, bool all_logits);
+
+private:
+    struct Layer {
+        kernels::ref::WeightView wq, wk, wv, wo, w_gate, w_up, w_down;
+        std::vector<float> attn_norm, ffn_norm;  // [hidden]
+        std::vector<float> bq, bk, bv, bo;       // [q_dim], [kv_dim], [kv_dim], [hidden]; empty if none
+        std::vector<float> q_norm, k_norm;       // [head_dim]; empty if none
+    };
+    LlamaModel() = default;
+    core::Status layer_forward(int64_t layer_idx, int64_t num_tokens, const std::vector<int32_t>& positions,
+                               KvCache& cache, std::vector<float>& x);
+
+    ModelConfig config_;
+    core::ThreadPool* pool_ = nullptr;
+    kernels::ref::WeightView embed_, output_;  // [vocab, hidden]
+    std::vector<float> output_norm_;           // [hidden]
+    std::vector<Layer> layers_;
+    std::vector<double> inv_freq_;  // [head_dim / 2]
+};
+
+}  // namespace kiln::model

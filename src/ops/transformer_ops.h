@@ -1,0 +1,39 @@
+// Threaded CPU front-ends of the transformer ops: each validates its arguments (kInvalidArgument /
+// kUnsupported, never an abort) and splits the work of kernels/ref across a core::ThreadPool.
+// Work is split only along independent outputs (rows of W, rows of x, (token, head) pairs), and each
+// piece runs the reference arithmetic, so results are bit-identical for any thread count.
+// Later, SIMD and CUDA kernels are chosen here; model code calls only these.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "kernels/ref/transformer.h"
+
+namespace kiln::ops {
+
+using kernels::ref::AttentionShape;
+using kernels::ref::KvSpan;
+using kernels::ref::WeightView;
+
+// y [m, w.rows] = x [m, w.cols] @ W^T (+ bias [w.rows]). Parallel over row blocks of W and of x.
+core::Status matmul(core::ThreadPool& pool, const float* x, int64_t m, const WeightView& w, const float* bias,
+                    float* y);
+
+// Each of the m rows of x [m, n]: y = rmsnorm(x) * weight [n]. Parallel over rows.
+core::Status rmsnorm(core::ThreadPool& pool, const float* x, const float* weight, float* y, int64_t m, int64_t n,
+                     float eps);
+
+// x [num_tokens, num_heads, head_dim] rotated in place at positions [num_tokens].
+core::Status rope(core::ThreadPool& pool, float* x, int64_t num_tokens, int64_t num_heads, int64_t head_dim,
+                  const int32_t* positions, const std::vector<double>& inv_freq);
+
+// out [n] = silu(gate) * up.
+core::Status silu_mul(core::ThreadPool& pool, const float* gate, const float* up, float* out, int64_t n);
+
+// Causal GQA attention over one sequence's cache; q, out [num_tokens, num_heads, head_dim].
+core::Status attention(core::ThreadPool& pool, const float* q, const KvSpan& kv, const AttentionShape& s, float* out);
+
+}  // namespace kiln::ops

@@ -1,0 +1,253 @@
+// Threaded ops (src/ops/transformer_ops) against the scalar references (kernels/ref/transformer) over
+// odd shapes, every weight dtype the models use and 1 vs 3 threads. Splitting never changes the
+// arithmetic, so results must match bit for bit; the references themselves are checked against
+// double-precision loops over fully dequantized weights.
+#include "ops/transformer_ops.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/numeric.h"
+#include "kernels/ref/dequant.h"
+#include "kernels/ref/transformer.h"
+
+namespace kiln::ops {
+namespace {
+
+using core::DType;
+namespace ref = kernels::ref;
+
+std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> d(0.0f, scale);
+    std::vector<float> v(n);
+    for (float& x : v) x = d(rng);
+    return v;
+}
+
+void put_f16(uint8_t* p, float v) {
+    uint16_t h = core::f32_to_fp16(v);
+    std::memcpy(p, &h, 2);
+}
+
+// Random weights of [rows, cols] in `dtype`, with block scales kept small and finite.
+std::vector<uint8_t> random_weights(DType dtype, int64_t rows, int64_t cols, uint32_t seed) {
+    const auto& info = core::dtype_info(dtype);
+    size_t bytes = size_t(*core::dtype_bytes(dtype, uint64_t(rows * cols)));
+    std::vector<uint8_t> buf(bytes);
+    std::mt19937 rng(seed);
+    if (dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16) {
+        std::vector<float> v = randn(size_t(rows * cols), seed, 0.5f);
+        for (size_t i = 0; i < v.size(); ++i) {
+            if (dtype == DType::kF32) std::memcpy(&buf[i * 4], &v[i], 4);
+            if (dtype == DType::kF16) put_f16(&buf[i * 2], v[i]);
+            if (dtype == DType::kBF16) {
+                uint16_t h = core::f32_to_bf16(v[i]);
+                std::memcpy(&buf[i * 2], &h, 2);
+            }
+        }
+        return buf;
+    }
+    for (uint8_t& b : buf) b = uint8_t(rng());
+    for (size_t off = 0; off < bytes; off += info.block_bytes) {
+        uint8_t* blk = &buf[off];
+        switch (dtype) {
+            case DType::kQ8_0:
+            case DType::kQ4_0:
+                put_f16(blk, 0.01f);
+                break;
+            case DType::kQ4_1:
+                put_f16(blk, 0.01f);
+                put_f16(blk + 2, -0.05f);
+                break;
+            case DType::kQ4_K:
+                put_f16(blk, 0.01f);
+                put_f16(blk + 2, 0.002f);
+                break;
+            case DType::kQ6_K:
+                put_f16(blk + 208, 0.001f);
+                break;
+            default:
+                ADD_FAILURE() << "no generator for " << core::dtype_name(dtype);
+        }
+    }
+    return buf;
+}
+
+struct MatmulCase {
+    DType dtype;
+    int64_t m, n, k;
+};
+
+TEST(TransformerOps, MatmulMatchesReference) {
+    const DType dtypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
+                            DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ6_K};
+    core::ThreadPool pool1(1), pool3(3);
+    uint32_t seed = 1;
+    for (DType dt : dtypes) {
+        const int64_t block = core::dtype_info(dt).block_size;
+        for (int64_t m : {1, 7, 33}) {
+            for (int64_t n : {1, 7, 127}) {
+                for (int64_t kb : {1, 3}) {
+                    const int64_t k = dt == DType::kF32 || block == 1 ? (kb == 1 ? 7 : 127) : block * kb;
+                    ++seed;
+                    std::vector<uint8_t> wbuf = random_weights(dt, n, k, seed);
+                    WeightView w = ref::make_weight_view(wbuf.data(), dt, n, k);
+                    std::vector<float> x = randn(size_t(m * k), seed + 1000);  // [m, k]
+                    std::vector<float> bias = randn(size_t(n), seed + 2000);   // [n]
+                    std::vector<float> want(size_t(m * n)), got1(size_t(m * n)), got3(size_t(m * n));
+                    ref::matmul(x.data(), w, bias.data(), want.data(), m);
+                    ASSERT_TRUE(matmul(pool1, x.data(), m, w, bias.data(), got1.data()).is_ok());
+                    ASSERT_TRUE(matmul(pool3, x.data(), m, w, bias.data(), got3.data()).is_ok());
+                    ASSERT_EQ(0, std::memcmp(want.data(), got1.data(), want.size() * 4))
+                        << core::dtype_name(dt) << " seed " << seed;
+                    ASSERT_EQ(0, std::memcmp(want.data(), got3.data(), want.size() * 4))
+                        << core::dtype_name(dt) << " seed " << seed;
+                    // The reference against a double-precision product of the dequantized matrix.
+                    std::vector<float> wf(size_t(n * k));
+                    ASSERT_TRUE(ref::dequantize_row(dt, wbuf.data(), wf.data(), n * k).is_ok());
+                    double max_err = 0;
+                    for (int64_t i = 0; i < m; ++i)
+                        for (int64_t j = 0; j < n; ++j) {
+                            double acc = bias[size_t(j)], mag = std::abs(acc);  // error relative to sum |terms|
+                            for (int64_t p = 0; p < k; ++p) {
+                                const double term = double(x[size_t(i * k + p)]) * wf[size_t(j * k + p)];
+                                acc += term;
+                                mag += std::abs(term);
+                            }
+                            max_err = std::max(max_err, std::abs(acc - want[size_t(i * n + j)]) / (1 + mag));
+                        }
+                    EXPECT_LT(max_err, 1e-5) << core::dtype_name(dt) << " m" << m << " n" << n << " k" << k;
+                }
+            }
+        }
+    }
+}
+
+TEST(TransformerOps, MatmulRejectsBadArguments) {
+    core::ThreadPool pool(1);
+    std::vector<uint8_t> wbuf(64);
+    WeightView w{wbuf.data(), DType::kI32, 1, 16, 64};
+    float x[16] = {}, y[1];
+    EXPECT_EQ(matmul(pool, x, 1, w, nullptr, y).code(), core::StatusCode::kUnsupported);
+    w.dtype = DType::kF32;
+    w.row_bytes = 60;
+    EXPECT_EQ(matmul(pool, x, 1, w, nullptr, y).code(), core::StatusCode::kInvalidArgument);
+}
+
+TEST(TransformerOps, RmsnormRopeSiluMatchReference) {
+    core::ThreadPool pool3(3);
+    for (int64_t m : {1, 7, 127}) {
+        for (int64_t n : {8, 64, 130}) {
+            std::vector<float> x = randn(size_t(m * n), uint32_t(m * n)), w = randn(size_t(n), 7);
+            std::vector<float> want(x.size()), got(x.size());
+            for (int64_t i = 0; i < m; ++i) ref::rmsnorm(&x[size_t(i * n)], w.data(), &want[size_t(i * n)], n, 1e-5f);
+            ASSERT_TRUE(rmsnorm(pool3, x.data(), w.data(), got.data(), m, n, 1e-5f).is_ok());
+            ASSERT_EQ(want, got);
+
+            const int64_t heads = 2, head_dim = n / 2;
+            if (head_dim % 2) continue;
+            std::vector<int32_t> pos(static_cast<size_t>(m));
+            for (int64_t t = 0; t < m; ++t) pos[size_t(t)] = int32_t(3 * t + 1);
+            auto inv = ref::rope_inv_freqs(head_dim, ref::RopeParams{});
+            std::vector<float> a = x, b = x;
+            ref::rope(a.data(), m, heads, head_dim, pos.data(), inv);
+            ASSERT_TRUE(rope(pool3, b.data(), m, heads, head_dim, pos.data(), inv).is_ok());
+            ASSERT_EQ(a, b);
+            // Rotation keeps the norm of every pair.
+            for (size_t i = 0; i + 1 < x.size(); i += 2)
+                EXPECT_NEAR(std::hypot(a[i], a[i + 1]), std::hypot(x[i], x[i + 1]), 1e-5);
+        }
+        std::vector<float> g = randn(size_t(m * 5000), 3), u = randn(size_t(m * 5000), 4);
+        std::vector<float> want(g.size()), got(g.size());
+        ref::silu_mul(g.data(), u.data(), want.data(), int64_t(g.size()));
+        ASSERT_TRUE(silu_mul(pool3, g.data(), u.data(), got.data(), int64_t(g.size())).is_ok());
+        ASSERT_EQ(want, got);
+    }
+}
+
+TEST(TransformerOps, Llama3RopeFrequencies) {
+    // Llama-3.1 values: factor 8, low 1, high 4, original context 8192, theta 500000.
+    ref::RopeParams p;
+    p.theta = 500000;
+    p.scaling = ref::RopeScalingKind::kLlama3;
+    p.factor = 8;
+    p.low_freq_factor = 1;
+    p.high_freq_factor = 4;
+    p.original_max_position_embeddings = 8192;
+    auto scaled = ref::rope_inv_freqs(128, p);
+    auto plain = ref::rope_inv_freqs(128, ref::RopeParams{500000});
+    const double kPi = 3.14159265358979323846;
+    for (size_t i = 0; i < scaled.size(); ++i) {
+        double wavelen = 2 * kPi / plain[i];
+        if (wavelen < 8192 / 4.0)
+            EXPECT_DOUBLE_EQ(scaled[i], plain[i]) << i;
+        else if (wavelen > 8192 / 1.0)
+            EXPECT_DOUBLE_EQ(scaled[i], plain[i] / 8) << i;
+        else
+            EXPECT_TRUE(scaled[i] < plain[i] && scaled[i] > plain[i] / 8) << i;
+    }
+    EXPECT_DOUBLE_EQ(scaled[0], 1.0);
+}
+
+TEST(TransformerOps, AttentionMatchesReferenceAndNaive) {
+    core::ThreadPool pool1(1), pool3(3);
+    for (int64_t kv_len : {1, 7, 127}) {
+        for (int64_t num_tokens : {int64_t(1), std::min<int64_t>(kv_len, 5), kv_len}) {
+            for (int64_t window : {0, 4}) {
+                AttentionShape s{num_tokens, 6, 2, 10, window};
+                std::vector<float> q = randn(size_t(num_tokens * 6 * 10), 11);  // [T, H, D]
+                std::vector<float> k = randn(size_t(kv_len * 2 * 10), 12);      // [L, KVH, D]
+                std::vector<float> v = randn(size_t(kv_len * 2 * 10), 13);      // [L, KVH, D]
+                KvSpan kv{k.data(), v.data(), kv_len};
+                std::vector<float> want(q.size()), got1(q.size()), got3(q.size());
+                ref::attention(q.data(), kv, s, want.data());
+                ASSERT_TRUE(attention(pool1, q.data(), kv, s, got1.data()).is_ok());
+                ASSERT_TRUE(attention(pool3, q.data(), kv, s, got3.data()).is_ok());
+                ASSERT_EQ(want, got1);
+                ASSERT_EQ(want, got3);
+                // Naive double-precision attention.
+                for (int64_t t = 0; t < num_tokens; ++t) {
+                    const int64_t pos = kv_len - num_tokens + t;
+                    for (int64_t h = 0; h < 6; ++h) {
+                        const int64_t kvh = h / 3;
+                        std::vector<double> p;
+                        double mx = -1e300, sum = 0;
+                        for (int64_t j = 0; j <= pos; ++j) {
+                            if (window && pos - j >= window) {
+                                p.push_back(-1e300);
+                                continue;
+                            }
+                            double d = 0;
+                            for (int64_t e = 0; e < 10; ++e)
+                                d += double(q[size_t((t * 6 + h) * 10 + e)]) * k[size_t((j * 2 + kvh) * 10 + e)];
+                            p.push_back(d / std::sqrt(10.0));
+                            mx = std::max(mx, p.back());
+                        }
+                        for (double& x : p) {
+                            x = x < -1e299 ? 0 : std::exp(x - mx);
+                            sum += x;
+                        }
+                        for (int64_t e = 0; e < 10; ++e) {
+                            double o = 0;
+                            for (int64_t j = 0; j <= pos; ++j)
+                                o += p[size_t(j)] / sum * v[size_t((j * 2 + kvh) * 10 + e)];
+                            EXPECT_NEAR(o, want[size_t((t * 6 + h) * 10 + e)], 1e-5);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    AttentionShape bad{2, 6, 4, 10, 0};
+    float dummy[200] = {};
+    KvSpan kv{dummy, dummy, 2};
+    EXPECT_FALSE(attention(pool1, dummy, kv, bad, dummy).is_ok());
+}
+
+}  // namespace
+}  // namespace kiln::ops

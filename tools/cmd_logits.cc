@@ -1,0 +1,108 @@
+// `kiln logits -m MODEL -p PROMPT [--top K] [--tokenizer FILE] [-t N]`: teacher-forced top-K logits
+// at every prompt position (BOS included when the tokenizer adds it), one batched prefill pass.
+// Output format (the stories260K golden files'): a '#' comment line, then per position
+// "POS INPUT_ID ID:LOGIT ..." with logits to 6 decimals, best first.
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "args.h"
+#include "commands.h"
+#include "model_session.h"
+
+namespace kiln::tools {
+namespace {
+
+constexpr const char* kLogitsUsage =
+    "usage: kiln logits -m MODEL -p PROMPT [--top K] [--tokenizer FILE] [-t N]\n"
+    "\n"
+    "Runs PROMPT (BOS added when the tokenizer asks for it) through the model in one pass and prints,\n"
+    "for every position, the top-K next-token logits: \"POS INPUT_ID ID:LOGIT ...\".\n"
+    "\n"
+    "  -m, --model MODEL      GGUF file, safetensors file or HF folder, or llama2.c .bin\n"
+    "  -p, --prompt PROMPT    the text\n"
+    "  --top K                logits per position (default 5)\n"
+    "  --tokenizer FILE       tokenizer to use instead of the checkpoint's (for llama2.c .bin files,\n"
+    "                         tok512.bin or tokenizer.bin beside the model is used when present)\n"
+    "  -t, --threads N        worker threads including the main one (default: logical CPUs,\n"
+    "                         std::thread::hardware_concurrency; physical-core detection comes later)\n";
+
+std::optional<std::string> either(const Args& a, const char* s, const char* l) {
+    auto v = a.get(l);
+    return v ? v : a.get(s);
+}
+
+}  // namespace
+
+int cmd_logits(int argc, char** argv) {
+    Args args({"--help", "-h"}, {"-m", "--model", "-p", "--prompt", "--top", "--tokenizer", "-t", "--threads"});
+    if (!args.parse(argc, argv, 2)) {
+        std::fprintf(stderr, "kiln logits: %s\n%s", args.error().c_str(), kLogitsUsage);
+        return 2;
+    }
+    if (args.has("--help") || args.has("-h")) {
+        std::fputs(kLogitsUsage, stdout);
+        return 0;
+    }
+    auto model_path = either(args, "-m", "--model");
+    auto prompt = either(args, "-p", "--prompt");
+    if (!model_path || !prompt || !args.positional().empty()) {
+        std::fputs(kLogitsUsage, stderr);
+        return 2;
+    }
+    int top = 5;
+    if (auto k = args.get("--top")) {
+        auto v = parse_threads(*k);  // same rule: a positive integer
+        if (!v) {
+            std::fprintf(stderr, "kiln logits: --top needs a positive integer, got '%s'\n", k->c_str());
+            return 2;
+        }
+        top = *v;
+    }
+    std::optional<int> threads;
+    if (auto t = either(args, "-t", "--threads")) {
+        threads = parse_threads(*t);
+        if (!threads) {
+            std::fprintf(stderr, "kiln logits: --threads needs a positive integer, got '%s'\n", t->c_str());
+            return 2;
+        }
+    }
+    auto session = open_model_session(*model_path, args.get("--tokenizer").value_or(""), threads);
+    if (!session) {
+        std::fprintf(stderr, "kiln logits: %s\n", session.status().to_string().c_str());
+        return 1;
+    }
+    ModelSession& s = **session;
+    std::vector<int32_t> ids = s.tokenizer->encode(*prompt);
+    if (ids.empty()) {
+        std::fprintf(stderr, "kiln logits: the prompt encodes to no tokens\n");
+        return 1;
+    }
+    const model::ModelConfig& c = s.model->config();
+    model::KvCache cache(c, int64_t(ids.size()));
+    auto logits = s.model->forward(ids, cache, /*all_logits=*/true);
+    if (!logits) {
+        std::fprintf(stderr, "kiln logits: %s\n", logits.status().to_string().c_str());
+        return 1;
+    }
+    const int64_t V = c.vocab_size;
+    const int64_t k = std::min<int64_t>(top, V);
+    std::string line = "# " + (c.name.empty() ? c.arch : c.name) + " teacher-forced logits; input ids = [";
+    for (size_t i = 0; i < ids.size(); ++i) line += (i ? ", " : "") + std::to_string(ids[i]);
+    std::printf("%s]\n", line.c_str());
+    std::vector<int32_t> order(static_cast<size_t>(V));
+    for (size_t t = 0; t < ids.size(); ++t) {
+        const float* row = logits->data() + t * size_t(V);  // [V]
+        std::iota(order.begin(), order.end(), 0);
+        std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                          [&](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+        std::printf("%zu %d", t, ids[t]);
+        for (int64_t r = 0; r < k; ++r) std::printf(" %d:%.6f", order[size_t(r)], double(row[order[size_t(r)]]));
+        std::printf("\n");
+    }
+    return 0;
+}
+
+}  // namespace kiln::tools

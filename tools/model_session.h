@@ -1,0 +1,33 @@
+// Shared setup of the commands that run a model (logits, generate): load the checkpoint, find its
+// tokenizer (--tokenizer, the checkpoint's own, or tok512.bin / tokenizer.bin beside a llama2.c
+// .bin), build a thread pool of -t threads and the LlamaModel.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "model/checkpoint.h"
+#include "model/llama.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kiln::tools {
+
+struct ModelSession {
+    model::Checkpoint checkpoint;
+    std::unique_ptr<tokenizer::Tokenizer> tokenizer;
+    std::unique_ptr<core::ThreadPool> pool;
+    std::unique_ptr<model::LlamaModel> model;
+};
+
+// threads: nullopt = core::ThreadPool::default_num_threads(). tokenizer_path: "" = find one.
+core::Result<std::unique_ptr<ModelSession>> open_model_session(const std::string& model_path,
+                                                               const std::string& tokenizer_path,
+                                                               std::optional<int> threads);
+
+// Parses a positive thread count; nullopt on a bad value.
+std::optional<int> parse_threads(const std::string& s);
+
+}  // namespace kiln::tools
