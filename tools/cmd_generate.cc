@@ -1,31 +1,53 @@
-// `kiln generate -m MODEL -p PROMPT [-n N] [-t N] [--tokenizer FILE]`: greedy decoding (argmax) for
-// now; the sampling library (src/sampling) plugs in later. The prompt runs as one batched prefill,
-// then one token per step until N tokens or EOS. Text streams to stdout; load time and tokens/s go to
-// stderr.
+// `kiln generate -m MODEL -p PROMPT [-n N] [-t N] [--tokenizer FILE] [sampling flags]`: the prompt
+// runs as one batched prefill, then one token per step until N tokens, EOS or a stop string. Tokens
+// are chosen by kiln::sampling::Sampler; without --temp decoding is greedy (temperature 0), unlike
+// llama.cpp's 0.8 default, so that runs are reproducible and match the greedy goldens. Text streams
+// through StreamDecoder + StopChecker, so stdout gets only generated text, never half a UTF-8
+// character nor any part of a stop string; load time and tokens/s go to stderr.
 #include <algorithm>
 #include <chrono>
+#include <climits>
+#include <cstdint>
 #include <cstdio>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "args.h"
 #include "commands.h"
 #include "model_session.h"
+#include "sampling/sampler.h"
+#include "sampling/sampling_params.h"
+#include "sampling/stop_checker.h"
 
 namespace kiln::tools {
 namespace {
 
 constexpr const char* kGenerateUsage =
-    "usage: kiln generate -m MODEL [-p PROMPT] [-n N] [-t N] [--tokenizer FILE]\n"
+    "usage: kiln generate -m MODEL [-p PROMPT] [-n N] [-t N] [--tokenizer FILE] [sampling options]\n"
     "\n"
-    "Greedy decoding: continues PROMPT (default: empty, BOS only) by up to N tokens (default 256),\n"
-    "stopping at EOS. Text goes to standard output, timings to standard error.\n"
+    "Continues PROMPT (default: empty, BOS only) by up to N tokens (default 256), stopping at EOS or\n"
+    "a stop string. Greedy unless --temp is given. Text goes to standard output, timings to standard\n"
+    "error.\n"
     "\n"
     "  -m, --model MODEL      GGUF file, safetensors file or HF folder, or llama2.c .bin\n"
     "  -p, --prompt PROMPT    the text to continue\n"
     "  -n, --max-tokens N     tokens to generate (default 256)\n"
     "  --tokenizer FILE       tokenizer to use instead of the checkpoint's\n"
-    "  -t, --threads N        worker threads (default: logical CPUs, std::thread::hardware_concurrency)\n";
+    "  -t, --threads N        worker threads (default: logical CPUs, std::thread::hardware_concurrency)\n"
+    "\n"
+    "sampling (vLLM / OpenAI semantics, see src/sampling/sampler.h):\n"
+    "  --temp T               temperature (default 0 = greedy argmax)\n"
+    "  --top-k K              keep the K most likely tokens (0 = off)\n"
+    "  --top-p P              nucleus sampling, (0, 1] (1 = off)\n"
+    "  --min-p P              drop tokens below P * max prob, [0, 1] (0 = off)\n"
+    "  --repeat-penalty R     repetition penalty over prompt + output (1 = off)\n"
+    "  --frequency-penalty F  [-2, 2], over generated tokens\n"
+    "  --presence-penalty F   [-2, 2], over generated tokens\n"
+    "  --seed S               RNG seed (default: random)\n"
+    "  --stop STR             stop before this string (one; the last given wins)\n"
+    "  --ignore-eos           keep generating past EOS\n";
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) {
@@ -37,11 +59,84 @@ std::optional<std::string> either(const Args& a, const char* s, const char* l) {
     return v ? v : a.get(s);
 }
 
+// Whole-string numbers only; nullopt on trailing junk or overflow.
+std::optional<float> parse_float(const std::string& s) {
+    try {
+        size_t used = 0;
+        float v = std::stof(s, &used);
+        if (used != s.size()) return std::nullopt;
+        return v;
+    } catch (...) {
+        return std::nullopt;
+    }
+}
+
+std::optional<int64_t> parse_int(const std::string& s) {
+    try {
+        size_t used = 0;
+        long long v = std::stoll(s, &used);
+        if (used != s.size()) return std::nullopt;
+        return int64_t(v);
+    } catch (...) {
+        return std::nullopt;
+    }
+}
+
+// Fills the sampling fields of `p` from the flags; false (message printed) on a malformed number.
+// Range checks are SamplingParams::validate's.
+bool parse_sampling(const Args& args, sampling::SamplingParams& p) {
+    p.temperature = 0.0f;  // greedy unless --temp
+    const struct {
+        const char* flag;
+        float* dst;
+    } floats[] = {{"--temp", &p.temperature},
+                  {"--top-p", &p.top_p},
+                  {"--min-p", &p.min_p},
+                  {"--repeat-penalty", &p.repetition_penalty},
+                  {"--frequency-penalty", &p.frequency_penalty},
+                  {"--presence-penalty", &p.presence_penalty}};
+    for (const auto& f : floats) {
+        auto v = args.get(f.flag);
+        if (!v) continue;
+        auto x = parse_float(*v);
+        if (!x) {
+            std::fprintf(stderr, "kiln generate: %s needs a number, got '%s'\n", f.flag, v->c_str());
+            return false;
+        }
+        *f.dst = *x;
+    }
+    if (auto v = args.get("--top-k")) {
+        auto x = parse_int(*v);
+        if (!x || *x < INT32_MIN || *x > INT32_MAX) {
+            std::fprintf(stderr, "kiln generate: --top-k needs an integer, got '%s'\n", v->c_str());
+            return false;
+        }
+        p.top_k = int32_t(*x);
+    }
+    if (auto v = args.get("--seed")) {
+        try {
+            size_t used = 0;
+            unsigned long long x = std::stoull(*v, &used);
+            if (used != v->size() || v->find('-') != std::string::npos) throw 0;
+            p.seed = x;
+            p.has_seed = true;
+        } catch (...) {
+            std::fprintf(stderr, "kiln generate: --seed needs a non-negative integer, got '%s'\n", v->c_str());
+            return false;
+        }
+    }
+    if (auto v = args.get("--stop")) p.stop_strings.push_back(*v);
+    p.ignore_eos = args.has("--ignore-eos");
+    return true;
+}
+
 }  // namespace
 
 int cmd_generate(int argc, char** argv) {
-    Args args({"--help", "-h"},
-              {"-m", "--model", "-p", "--prompt", "-n", "--max-tokens", "--tokenizer", "-t", "--threads"});
+    Args args(
+        {"--help", "-h", "--ignore-eos"},
+        {"-m", "--model", "-p", "--prompt", "-n", "--max-tokens", "--tokenizer", "-t", "--threads", "--temp", "--top-k",
+         "--top-p", "--min-p", "--repeat-penalty", "--frequency-penalty", "--presence-penalty", "--seed", "--stop"});
     if (!args.parse(argc, argv, 2)) {
         std::fprintf(stderr, "kiln generate: %s\n%s", args.error().c_str(), kGenerateUsage);
         return 2;
@@ -72,6 +167,14 @@ int cmd_generate(int argc, char** argv) {
             return 2;
         }
     }
+    sampling::SamplingParams params;
+    if (!parse_sampling(args, params)) return 2;
+    params.max_tokens = max_tokens;
+    // Range checks before the (possibly slow) model load; token ids are checked again by Sampler::create.
+    if (core::Status st = params.validate(INT32_MAX); !st.is_ok()) {
+        std::fprintf(stderr, "kiln generate: %s\n", st.to_string().c_str());
+        return 2;
+    }
     const auto t_load = Clock::now();
     auto session = open_model_session(*model_path, args.get("--tokenizer").value_or(""), threads);
     if (!session) {
@@ -87,6 +190,15 @@ int cmd_generate(int argc, char** argv) {
         std::fprintf(stderr, "kiln generate: empty prompt and the tokenizer has no BOS token\n");
         return 1;
     }
+    auto sampler = sampling::Sampler::create(params, int32_t(c.vocab_size), int32_t(ids.size()));
+    if (!sampler) {
+        std::fprintf(stderr, "kiln generate: %s\n", sampler.status().to_string().c_str());
+        return 2;
+    }
+    std::vector<int32_t> eos_ids;
+    if (s.tokenizer->eos_id() >= 0) eos_ids.push_back(s.tokenizer->eos_id());
+    sampling::StopChecker stop(params, eos_ids);
+    std::vector<int32_t> history = ids;  // prompt + generated, for the penalties
     const int64_t max_len = c.max_seq_len > 0 ? c.max_seq_len : int64_t(ids.size()) + max_tokens;
     model::KvCache cache(c, max_len);
     tokenizer::StreamDecoder stream(*s.tokenizer);
@@ -102,14 +214,20 @@ int cmd_generate(int argc, char** argv) {
             return 1;
         }
         if (generated == 0) prefill_s = since(t_step);
-        const int32_t best = int32_t(std::max_element(logits->begin(), logits->end()) - logits->begin());
-        if (best == s.tokenizer->eos_id()) break;
-        std::string piece = stream.push(best);
-        std::fwrite(piece.data(), 1, piece.size(), stdout);
+        const int32_t id = sampler->sample(std::span<float>(logits->data(), size_t(c.vocab_size)), history);
+        if (stop.is_stop_token(id)) break;
+        history.push_back(id);
+        sampling::StopChecker::Output out = stop.append(stream.push(id));
+        std::fwrite(out.text.data(), 1, out.text.size(), stdout);
         std::fflush(stdout);
-        next = {best};
+        if (out.stopped) {
+            ++generated;
+            break;
+        }
+        next = {id};
     }
-    std::string tail = stream.flush();
+    std::string tail = stop.stopped() ? std::string() : stop.append(stream.flush()).text;
+    if (!stop.stopped()) tail += stop.finish();
     std::fwrite(tail.data(), 1, tail.size(), stdout);
     std::fputc('\n', stdout);
     const double gen_s = since(t_gen);

@@ -8,6 +8,7 @@ int cmd_tokenize(int argc, char** argv);    // kiln tokenize -m MODEL [...] TEXT
 int cmd_detokenize(int argc, char** argv);  // kiln detokenize -m MODEL IDS...
 int cmd_convert(int argc, char** argv);     // kiln convert IN OUT --to gguf|safetensors
 int cmd_logits(int argc, char** argv);      // kiln logits -m MODEL -p PROMPT [--top K] [-t N]
-int cmd_generate(int argc, char** argv);    // kiln generate -m MODEL [-p PROMPT] [-n N] [-t N]
+int cmd_generate(int argc, char** argv);    // kiln generate -m MODEL [-p PROMPT] [-n N] [-t N] [sampling]
+int cmd_perplexity(int argc, char** argv);  // kiln perplexity -m MODEL -f FILE [--ctx N] [-t N]
 
 }  // namespace kiln::tools

@@ -19,7 +19,8 @@ const Command kCommands[] = {
     {"detokenize", kiln::tools::cmd_detokenize, "decode token ids to text"},
     {"convert", kiln::tools::cmd_convert, "convert a model between llama2.c .bin, GGUF and safetensors"},
     {"logits", kiln::tools::cmd_logits, "teacher-forced top-K logits at every position of a prompt"},
-    {"generate", kiln::tools::cmd_generate, "greedy text generation from a prompt"},
+    {"generate", kiln::tools::cmd_generate, "text generation from a prompt (greedy or sampled)"},
+    {"perplexity", kiln::tools::cmd_perplexity, "perplexity of a text file (llama.cpp's windowed method)"},
 };
 
 void usage(FILE* out) {
