@@ -37,7 +37,7 @@ bool Args::parse(int argc, char** argv, int first) {
                 value = argv[++i];
             }
             set_.insert(a);
-            values_[a] = value;
+            values_[a].push_back(value);
         } else {
             error_ = "unknown option " + a;
             return false;
@@ -49,7 +49,12 @@ bool Args::parse(int argc, char** argv, int first) {
 std::optional<std::string> Args::get(const std::string& opt) const {
     auto it = values_.find(opt);
     if (it == values_.end()) return std::nullopt;
-    return it->second;
+    return it->second.back();
+}
+
+std::vector<std::string> Args::get_all(const std::string& opt) const {
+    auto it = values_.find(opt);
+    return it == values_.end() ? std::vector<std::string>{} : it->second;
 }
 
 }  // namespace kiln::tools

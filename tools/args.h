@@ -19,12 +19,14 @@ public:
     const std::string& error() const { return error_; }
 
     bool has(const std::string& flag) const { return set_.count(flag) > 0; }
+    // The last value given for `opt` (nullopt if absent); get_all: every value, in order.
     std::optional<std::string> get(const std::string& opt) const;
+    std::vector<std::string> get_all(const std::string& opt) const;
     const std::vector<std::string>& positional() const { return positional_; }
 
 private:
     std::set<std::string> flags_, options_, set_;
-    std::map<std::string, std::string> values_;
+    std::map<std::string, std::vector<std::string>> values_;
     std::vector<std::string> positional_;
     std::string error_;
 };

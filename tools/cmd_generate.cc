@@ -1,5 +1,6 @@
-// `kiln generate -m MODEL -p PROMPT [-n N] [-t N] [--tokenizer FILE] [sampling flags]`: the prompt
-// runs as one batched prefill, then one token per step until N tokens, EOS or a stop string. Tokens
+// `kiln generate -m MODEL -p PROMPT [-n N] [-t N] [--chat] [--tokenizer FILE] [sampling flags]`: the
+// prompt (with --chat: the conversation rendered by the model's chat template, tokenized like HF's
+// apply_chat_template, i.e. without adding BOS/EOS) runs as one batched prefill, then one token per step until N tokens, EOS or a stop string. Tokens
 // are chosen by kiln::sampling::Sampler; without --temp decoding is greedy (temperature 0), unlike
 // llama.cpp's 0.8 default, so that runs are reproducible and match the greedy goldens. Text streams
 // through StreamDecoder + StopChecker, so stdout gets only generated text, never half a UTF-8
@@ -9,8 +10,10 @@
 #include <climits>
 #include <cstdint>
 #include <cstdio>
+#include <fstream>
 #include <optional>
 #include <span>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -20,22 +23,28 @@
 #include "sampling/sampler.h"
 #include "sampling/sampling_params.h"
 #include "sampling/stop_checker.h"
+#include "tokenizer/chat_template.h"
 
 namespace kiln::tools {
 namespace {
 
 constexpr const char* kGenerateUsage =
-    "usage: kiln generate -m MODEL [-p PROMPT] [-n N] [-t N] [--tokenizer FILE] [sampling options]\n"
+    "usage: kiln generate [-m MODEL] [-p PROMPT] [-n N] [-t N] [--chat [--system TEXT]] [--tokenizer FILE]\n"
+    "                     [sampling options]\n"
     "\n"
     "Continues PROMPT (default: empty, BOS only) by up to N tokens (default 256), stopping at EOS or\n"
-    "a stop string. Greedy unless --temp is given. Text goes to standard output, timings to standard\n"
-    "error.\n"
+    "a stop string; with --chat, answers PROMPT as the user's message in the model's chat format.\n"
+    "Greedy unless --temp is given. Text goes to standard output, timings to standard error.\n"
     "\n"
     "  -m, --model MODEL      GGUF file, safetensors file or HF folder, or llama2.c .bin\n"
+    "                         (default: $KILN_MODEL, else SmolLM2-135M-Instruct Q4_1 from scripts/setup)\n"
     "  -p, --prompt PROMPT    the text to continue\n"
     "  -n, --max-tokens N     tokens to generate (default 256)\n"
+    "  --chat                 wrap PROMPT as a user message in the model's chat template\n"
+    "  --system TEXT          with --chat: a system message first (else the template's default)\n"
+    "  --chat-template FILE   with --chat: a Jinja chat template to use instead of the model's\n"
     "  --tokenizer FILE       tokenizer to use instead of the checkpoint's\n"
-    "  -t, --threads N        worker threads (default: logical CPUs, std::thread::hardware_concurrency)\n"
+    "  -t, --threads N        worker threads (default: the physical cores this process may use)\n"
     "\n"
     "sampling (vLLM / OpenAI semantics, see src/sampling/sampler.h):\n"
     "  --temp T               temperature (default 0 = greedy argmax)\n"
@@ -46,7 +55,7 @@ constexpr const char* kGenerateUsage =
     "  --frequency-penalty F  [-2, 2], over generated tokens\n"
     "  --presence-penalty F   [-2, 2], over generated tokens\n"
     "  --seed S               RNG seed (default: random)\n"
-    "  --stop STR             stop before this string (one; the last given wins)\n"
+    "  --stop STR             stop before this string (repeatable)\n"
     "  --ignore-eos           keep generating past EOS\n";
 
 using Clock = std::chrono::steady_clock;
@@ -125,18 +134,45 @@ bool parse_sampling(const Args& args, sampling::SamplingParams& p) {
             return false;
         }
     }
-    if (auto v = args.get("--stop")) p.stop_strings.push_back(*v);
+    for (const std::string& v : args.get_all("--stop")) p.stop_strings.push_back(v);
     p.ignore_eos = args.has("--ignore-eos");
     return true;
+}
+
+// The prompt's ids: plain text encoded with the tokenizer's BOS/EOS rules, or with --chat the
+// conversation rendered by the chat template and encoded without adding BOS/EOS (the template
+// writes them), as HF apply_chat_template does.
+core::Result<std::vector<int32_t>> prompt_tokens(const Args& args, const tokenizer::Tokenizer& tok) {
+    const std::string prompt = either(args, "-p", "--prompt").value_or("");
+    if (!args.has("--chat")) return tok.encode(prompt);
+    std::string tmpl = tok.chat_template();
+    if (auto f = args.get("--chat-template")) {
+        std::ifstream in(*f, std::ios::binary);
+        if (!in) return core::error(core::StatusCode::kNotFound) << "cannot read chat template '" << *f << "'";
+        std::stringstream ss;
+        ss << in.rdbuf();
+        tmpl = ss.str();
+    }
+    if (tmpl.empty()) {
+        return core::error(core::StatusCode::kNotFound)
+               << "--chat: the model has no chat template; pass --chat-template FILE";
+    }
+    std::vector<tokenizer::ChatMessage> messages;
+    if (auto sys = args.get("--system")) messages.push_back({"system", *sys});
+    messages.push_back({"user", prompt});
+    const std::string bos = tok.bos_id() >= 0 ? tok.token_text(tok.bos_id()) : "";
+    const std::string eos = tok.eos_id() >= 0 ? tok.token_text(tok.eos_id()) : "";
+    KILN_ASSIGN_OR_RETURN(std::string text, tokenizer::render_chat_template(tmpl, messages, true, bos, eos));
+    return tok.encode(text, /*add_special=*/false, /*parse_special=*/true);
 }
 
 }  // namespace
 
 int cmd_generate(int argc, char** argv) {
     Args args(
-        {"--help", "-h", "--ignore-eos"},
+        {"--help", "-h", "--ignore-eos", "--chat"},
         {"-m", "--model", "-p", "--prompt", "-n", "--max-tokens", "--tokenizer", "-t", "--threads", "--temp", "--top-k",
-         "--top-p", "--min-p", "--repeat-penalty", "--frequency-penalty", "--presence-penalty", "--seed", "--stop"});
+         "--top-p", "--min-p", "--repeat-penalty", "--frequency-penalty", "--presence-penalty", "--seed", "--stop", "--system", "--chat-template"});
     if (!args.parse(argc, argv, 2)) {
         std::fprintf(stderr, "kiln generate: %s\n%s", args.error().c_str(), kGenerateUsage);
         return 2;
@@ -146,8 +182,12 @@ int cmd_generate(int argc, char** argv) {
         return 0;
     }
     auto model_path = either(args, "-m", "--model");
-    if (!model_path || !args.positional().empty()) {
+    if (!args.positional().empty()) {
         std::fputs(kGenerateUsage, stderr);
+        return 2;
+    }
+    if (!args.has("--chat") && (args.get("--system") || args.get("--chat-template"))) {
+        std::fprintf(stderr, "kiln generate: --system and --chat-template need --chat\n");
         return 2;
     }
     int max_tokens = 256;
@@ -176,7 +216,7 @@ int cmd_generate(int argc, char** argv) {
         return 2;
     }
     const auto t_load = Clock::now();
-    auto session = open_model_session(*model_path, args.get("--tokenizer").value_or(""), threads);
+    auto session = open_model_session(model_path, args.get("--tokenizer").value_or(""), threads);
     if (!session) {
         std::fprintf(stderr, "kiln generate: %s\n", session.status().to_string().c_str());
         return 1;
@@ -184,7 +224,12 @@ int cmd_generate(int argc, char** argv) {
     const double load_s = since(t_load);
     ModelSession& s = **session;
     const model::ModelConfig& c = s.model->config();
-    std::vector<int32_t> ids = s.tokenizer->encode(either(args, "-p", "--prompt").value_or(""));
+    auto prompt_ids = prompt_tokens(args, *s.tokenizer);
+    if (!prompt_ids) {
+        std::fprintf(stderr, "kiln generate: %s\n", prompt_ids.status().to_string().c_str());
+        return 1;
+    }
+    std::vector<int32_t> ids = std::move(*prompt_ids);
     if (ids.empty() && s.tokenizer->bos_id() >= 0) ids.push_back(s.tokenizer->bos_id());
     if (ids.empty()) {
         std::fprintf(stderr, "kiln generate: empty prompt and the tokenizer has no BOS token\n");

@@ -22,12 +22,13 @@ constexpr const char* kLogitsUsage =
     "for every position, the top-K next-token logits: \"POS INPUT_ID ID:LOGIT ...\".\n"
     "\n"
     "  -m, --model MODEL      GGUF file, safetensors file or HF folder, or llama2.c .bin\n"
+    "                         (default: $KILN_MODEL, else SmolLM2-135M-Instruct Q4_1 from scripts/setup)\n"
     "  -p, --prompt PROMPT    the text\n"
     "  --top K                logits per position (default 5)\n"
     "  --tokenizer FILE       tokenizer to use instead of the checkpoint's (for llama2.c .bin files,\n"
     "                         tok512.bin or tokenizer.bin beside the model is used when present)\n"
-    "  -t, --threads N        worker threads including the main one (default: logical CPUs,\n"
-    "                         std::thread::hardware_concurrency; physical-core detection comes later)\n";
+    "  -t, --threads N        worker threads including the main one (default: the physical cores\n"
+    "                         this process may use)\n";
 
 std::optional<std::string> either(const Args& a, const char* s, const char* l) {
     auto v = a.get(l);
@@ -48,7 +49,7 @@ int cmd_logits(int argc, char** argv) {
     }
     auto model_path = either(args, "-m", "--model");
     auto prompt = either(args, "-p", "--prompt");
-    if (!model_path || !prompt || !args.positional().empty()) {
+    if (!prompt || !args.positional().empty()) {
         std::fputs(kLogitsUsage, stderr);
         return 2;
     }
@@ -69,7 +70,7 @@ int cmd_logits(int argc, char** argv) {
             return 2;
         }
     }
-    auto session = open_model_session(*model_path, args.get("--tokenizer").value_or(""), threads);
+    auto session = open_model_session(model_path, args.get("--tokenizer").value_or(""), threads);
     if (!session) {
         std::fprintf(stderr, "kiln logits: %s\n", session.status().to_string().c_str());
         return 1;

@@ -32,10 +32,11 @@ constexpr const char* kPerplexityUsage =
     "2N tokens. Progress goes to standard error; `ppl = X` and the token count to standard output.\n"
     "\n"
     "  -m, --model MODEL      GGUF file, safetensors file or HF folder, or llama2.c .bin\n"
+    "                         (default: $KILN_MODEL, else SmolLM2-135M-Instruct Q4_1 from scripts/setup)\n"
     "  -f, --file FILE        the text to score\n"
     "  -c, --ctx N            window length in tokens (default 512, capped to the model's max_seq_len)\n"
     "  --tokenizer FILE       tokenizer to use instead of the checkpoint's\n"
-    "  -t, --threads N        worker threads (default: logical CPUs, std::thread::hardware_concurrency)\n";
+    "  -t, --threads N        worker threads (default: the physical cores this process may use)\n";
 
 std::optional<std::string> either(const Args& a, const char* s, const char* l) {
     auto v = a.get(l);
@@ -65,7 +66,7 @@ int cmd_perplexity(int argc, char** argv) {
     }
     auto model_path = either(args, "-m", "--model");
     auto text_path = either(args, "-f", "--file");
-    if (!model_path || !text_path || !args.positional().empty()) {
+    if (!text_path || !args.positional().empty()) {
         std::fputs(kPerplexityUsage, stderr);
         return 2;
     }
@@ -93,7 +94,7 @@ int cmd_perplexity(int argc, char** argv) {
     }
     std::stringstream ss;
     ss << in.rdbuf();
-    auto session = open_model_session(*model_path, args.get("--tokenizer").value_or(""), threads);
+    auto session = open_model_session(model_path, args.get("--tokenizer").value_or(""), threads);
     if (!session) {
         std::fprintf(stderr, "kiln perplexity: %s\n", session.status().to_string().c_str());
         return 1;

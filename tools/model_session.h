@@ -22,10 +22,18 @@ struct ModelSession {
     std::unique_ptr<model::LlamaModel> model;
 };
 
-// threads: nullopt = core::ThreadPool::default_num_threads(). tokenizer_path: "" = find one.
-core::Result<std::unique_ptr<ModelSession>> open_model_session(const std::string& model_path,
+// model_path: nullopt = the default model (resolve_model_path). threads: nullopt =
+// core::ThreadPool::default_num_threads(). tokenizer_path: "" = find one.
+core::Result<std::unique_ptr<ModelSession>> open_model_session(const std::optional<std::string>& model_path,
                                                                const std::string& tokenizer_path,
                                                                std::optional<int> threads);
+
+// The model used when -m is omitted: $KILN_MODEL when set, else
+// ${XDG_CACHE_HOME:-$HOME/.cache}/kiln/SmolLM2-135M-Instruct.Q4_1.gguf (scripts/setup links it there).
+std::string default_model_path();
+// `model_arg`, or the default model when it is absent; kNotFound naming the path and the fix when
+// the default is missing.
+core::Result<std::string> resolve_model_path(const std::optional<std::string>& model_arg);
 
 // Parses a positive thread count; nullopt on a bad value.
 std::optional<int> parse_threads(const std::string& s);

