@@ -31,4 +31,10 @@ private:
     std::string error_;
 };
 
+// a ∪ b, for building an Args from shared option sets.
+inline std::set<std::string> merged(std::set<std::string> a, const std::set<std::string>& b) {
+    a.insert(b.begin(), b.end());
+    return a;
+}
+
 }  // namespace kiln::tools

@@ -29,22 +29,18 @@ namespace kiln::tools {
 namespace {
 
 constexpr const char* kGenerateUsage =
-    "usage: kiln generate [-m MODEL] [-p PROMPT] [-n N] [-t N] [--chat [--system TEXT]] [--tokenizer FILE]\n"
-    "                     [sampling options]\n"
+    "usage: kiln generate [-m MODEL] [-p PROMPT] [-n N] [--chat [--system TEXT]] [sampling options]\n"
+    "                     [-t N] [--tokenizer FILE] [--isa ISA] [--f32-activations]\n"
     "\n"
     "Continues PROMPT (default: empty, BOS only) by up to N tokens (default 256), stopping at EOS or\n"
     "a stop string; with --chat, answers PROMPT as the user's message in the model's chat format.\n"
     "Greedy unless --temp is given. Text goes to standard output, timings to standard error.\n"
     "\n"
-    "  -m, --model MODEL      GGUF file, safetensors file or HF folder, or llama2.c .bin\n"
-    "                         (default: $KILN_MODEL, else SmolLM2-135M-Instruct Q4_1 from scripts/setup)\n"
     "  -p, --prompt PROMPT    the text to continue\n"
     "  -n, --max-tokens N     tokens to generate (default 256)\n"
     "  --chat                 wrap PROMPT as a user message in the model's chat template\n"
     "  --system TEXT          with --chat: a system message first (else the template's default)\n"
     "  --chat-template FILE   with --chat: a Jinja chat template to use instead of the model's\n"
-    "  --tokenizer FILE       tokenizer to use instead of the checkpoint's\n"
-    "  -t, --threads N        worker threads (default: the physical cores this process may use)\n"
     "\n"
     "sampling (vLLM / OpenAI semantics, see src/sampling/sampler.h):\n"
     "  --temp T               temperature (default 0 = greedy argmax)\n"
@@ -57,6 +53,11 @@ constexpr const char* kGenerateUsage =
     "  --seed S               RNG seed (default: random)\n"
     "  --stop STR             stop before this string (repeatable)\n"
     "  --ignore-eos           keep generating past EOS\n";
+
+void print_usage(std::FILE* f) {
+    std::fputs(kGenerateUsage, f);
+    std::fputs(kSessionHelp, f);
+}
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) {
@@ -169,21 +170,19 @@ core::Result<std::vector<int32_t>> prompt_tokens(const Args& args, const tokeniz
 }  // namespace
 
 int cmd_generate(int argc, char** argv) {
-    Args args(
-        {"--help", "-h", "--ignore-eos", "--chat"},
-        {"-m", "--model", "-p", "--prompt", "-n", "--max-tokens", "--tokenizer", "-t", "--threads", "--temp", "--top-k",
-         "--top-p", "--min-p", "--repeat-penalty", "--frequency-penalty", "--presence-penalty", "--seed", "--stop", "--system", "--chat-template"});
+    Args args(merged({"--help", "-h", "--ignore-eos", "--chat"}, kSessionFlags),
+              merged({"-p", "--prompt", "-n", "--max-tokens", "--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--frequency-penalty", "--presence-penalty", "--seed", "--stop", "--system", "--chat-template"}, kSessionOptions));
     if (!args.parse(argc, argv, 2)) {
-        std::fprintf(stderr, "kiln generate: %s\n%s", args.error().c_str(), kGenerateUsage);
+        std::fprintf(stderr, "kiln generate: %s\n", args.error().c_str());
+        print_usage(stderr);
         return 2;
     }
     if (args.has("--help") || args.has("-h")) {
-        std::fputs(kGenerateUsage, stdout);
+        print_usage(stdout);
         return 0;
     }
-    auto model_path = either(args, "-m", "--model");
     if (!args.positional().empty()) {
-        std::fputs(kGenerateUsage, stderr);
+        print_usage(stderr);
         return 2;
     }
     if (!args.has("--chat") && (args.get("--system") || args.get("--chat-template"))) {
@@ -199,14 +198,8 @@ int cmd_generate(int argc, char** argv) {
         }
         max_tokens = *v;
     }
-    std::optional<int> threads;
-    if (auto t = either(args, "-t", "--threads")) {
-        threads = parse_threads(*t);
-        if (!threads) {
-            std::fprintf(stderr, "kiln generate: --threads needs a positive integer, got '%s'\n", t->c_str());
-            return 2;
-        }
-    }
+    SessionOptions session_options;
+    if (!parse_session_options(args, "generate", session_options)) return 2;
     sampling::SamplingParams params;
     if (!parse_sampling(args, params)) return 2;
     params.max_tokens = max_tokens;
@@ -216,7 +209,7 @@ int cmd_generate(int argc, char** argv) {
         return 2;
     }
     const auto t_load = Clock::now();
-    auto session = open_model_session(model_path, args.get("--tokenizer").value_or(""), threads);
+    auto session = open_model_session(session_options);
     if (!session) {
         std::fprintf(stderr, "kiln generate: %s\n", session.status().to_string().c_str());
         return 1;

@@ -16,19 +16,19 @@ namespace kiln::tools {
 namespace {
 
 constexpr const char* kLogitsUsage =
-    "usage: kiln logits -m MODEL -p PROMPT [--top K] [--tokenizer FILE] [-t N]\n"
+    "usage: kiln logits [-m MODEL] -p PROMPT [--top K] [--tokenizer FILE] [-t N] [--isa ISA] [--f32-activations]\n"
     "\n"
     "Runs PROMPT (BOS added when the tokenizer asks for it) through the model in one pass and prints,\n"
     "for every position, the top-K next-token logits: \"POS INPUT_ID ID:LOGIT ...\".\n"
     "\n"
-    "  -m, --model MODEL      GGUF file, safetensors file or HF folder, or llama2.c .bin\n"
-    "                         (default: $KILN_MODEL, else SmolLM2-135M-Instruct Q4_1 from scripts/setup)\n"
     "  -p, --prompt PROMPT    the text\n"
     "  --top K                logits per position (default 5)\n"
-    "  --tokenizer FILE       tokenizer to use instead of the checkpoint's (for llama2.c .bin files,\n"
-    "                         tok512.bin or tokenizer.bin beside the model is used when present)\n"
-    "  -t, --threads N        worker threads including the main one (default: the physical cores\n"
-    "                         this process may use)\n";
+    "(for llama2.c .bin files, tok512.bin or tokenizer.bin beside the model is the default tokenizer)\n";
+
+void print_usage(std::FILE* f) {
+    std::fputs(kLogitsUsage, f);
+    std::fputs(kSessionHelp, f);
+}
 
 std::optional<std::string> either(const Args& a, const char* s, const char* l) {
     auto v = a.get(l);
@@ -38,19 +38,20 @@ std::optional<std::string> either(const Args& a, const char* s, const char* l) {
 }  // namespace
 
 int cmd_logits(int argc, char** argv) {
-    Args args({"--help", "-h"}, {"-m", "--model", "-p", "--prompt", "--top", "--tokenizer", "-t", "--threads"});
+    Args args(merged({"--help", "-h"}, kSessionFlags),
+              merged({"-p", "--prompt", "--top"}, kSessionOptions));
     if (!args.parse(argc, argv, 2)) {
-        std::fprintf(stderr, "kiln logits: %s\n%s", args.error().c_str(), kLogitsUsage);
+        std::fprintf(stderr, "kiln logits: %s\n", args.error().c_str());
+        print_usage(stderr);
         return 2;
     }
     if (args.has("--help") || args.has("-h")) {
-        std::fputs(kLogitsUsage, stdout);
+        print_usage(stdout);
         return 0;
     }
-    auto model_path = either(args, "-m", "--model");
     auto prompt = either(args, "-p", "--prompt");
     if (!prompt || !args.positional().empty()) {
-        std::fputs(kLogitsUsage, stderr);
+        print_usage(stderr);
         return 2;
     }
     int top = 5;
@@ -62,15 +63,9 @@ int cmd_logits(int argc, char** argv) {
         }
         top = *v;
     }
-    std::optional<int> threads;
-    if (auto t = either(args, "-t", "--threads")) {
-        threads = parse_threads(*t);
-        if (!threads) {
-            std::fprintf(stderr, "kiln logits: --threads needs a positive integer, got '%s'\n", t->c_str());
-            return 2;
-        }
-    }
-    auto session = open_model_session(model_path, args.get("--tokenizer").value_or(""), threads);
+    SessionOptions session_options;
+    if (!parse_session_options(args, "logits", session_options)) return 2;
+    auto session = open_model_session(session_options);
     if (!session) {
         std::fprintf(stderr, "kiln logits: %s\n", session.status().to_string().c_str());
         return 1;

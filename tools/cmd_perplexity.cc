@@ -25,18 +25,19 @@ namespace kiln::tools {
 namespace {
 
 constexpr const char* kPerplexityUsage =
-    "usage: kiln perplexity -m MODEL -f FILE [--ctx N] [-t N] [--tokenizer FILE]\n"
+    "usage: kiln perplexity [-m MODEL] -f FILE [--ctx N] [-t N] [--tokenizer FILE] [--isa ISA] [--f32-activations]\n"
     "\n"
     "Perplexity of FILE, computed as llama.cpp's perplexity tool does: non-overlapping windows of N\n"
     "tokens, each starting with BOS, scoring the second half of each window. The file needs at least\n"
     "2N tokens. Progress goes to standard error; `ppl = X` and the token count to standard output.\n"
     "\n"
-    "  -m, --model MODEL      GGUF file, safetensors file or HF folder, or llama2.c .bin\n"
-    "                         (default: $KILN_MODEL, else SmolLM2-135M-Instruct Q4_1 from scripts/setup)\n"
     "  -f, --file FILE        the text to score\n"
-    "  -c, --ctx N            window length in tokens (default 512, capped to the model's max_seq_len)\n"
-    "  --tokenizer FILE       tokenizer to use instead of the checkpoint's\n"
-    "  -t, --threads N        worker threads (default: the physical cores this process may use)\n";
+    "  -c, --ctx N            window length in tokens (default 512, capped to the model's max_seq_len)\n";
+
+void print_usage(std::FILE* f) {
+    std::fputs(kPerplexityUsage, f);
+    std::fputs(kSessionHelp, f);
+}
 
 std::optional<std::string> either(const Args& a, const char* s, const char* l) {
     auto v = a.get(l);
@@ -55,19 +56,20 @@ double nll_of(const float* row, int64_t vocab, int32_t target) {
 }  // namespace
 
 int cmd_perplexity(int argc, char** argv) {
-    Args args({"--help", "-h"}, {"-m", "--model", "-f", "--file", "-c", "--ctx", "--tokenizer", "-t", "--threads"});
+    Args args(merged({"--help", "-h"}, kSessionFlags),
+              merged({"-f", "--file", "-c", "--ctx"}, kSessionOptions));
     if (!args.parse(argc, argv, 2)) {
-        std::fprintf(stderr, "kiln perplexity: %s\n%s", args.error().c_str(), kPerplexityUsage);
+        std::fprintf(stderr, "kiln perplexity: %s\n", args.error().c_str());
+        print_usage(stderr);
         return 2;
     }
     if (args.has("--help") || args.has("-h")) {
-        std::fputs(kPerplexityUsage, stdout);
+        print_usage(stdout);
         return 0;
     }
-    auto model_path = either(args, "-m", "--model");
     auto text_path = either(args, "-f", "--file");
     if (!text_path || !args.positional().empty()) {
-        std::fputs(kPerplexityUsage, stderr);
+        print_usage(stderr);
         return 2;
     }
     int n_ctx = 512;
@@ -79,14 +81,8 @@ int cmd_perplexity(int argc, char** argv) {
         }
         n_ctx = *v;
     }
-    std::optional<int> threads;
-    if (auto t = either(args, "-t", "--threads")) {
-        threads = parse_threads(*t);
-        if (!threads) {
-            std::fprintf(stderr, "kiln perplexity: --threads needs a positive integer, got '%s'\n", t->c_str());
-            return 2;
-        }
-    }
+    SessionOptions session_options;
+    if (!parse_session_options(args, "perplexity", session_options)) return 2;
     std::ifstream in(*text_path, std::ios::binary);
     if (!in) {
         std::fprintf(stderr, "kiln perplexity: cannot read '%s'\n", text_path->c_str());
@@ -94,7 +90,7 @@ int cmd_perplexity(int argc, char** argv) {
     }
     std::stringstream ss;
     ss << in.rdbuf();
-    auto session = open_model_session(model_path, args.get("--tokenizer").value_or(""), threads);
+    auto session = open_model_session(session_options);
     if (!session) {
         std::fprintf(stderr, "kiln perplexity: %s\n", session.status().to_string().c_str());
         return 1;

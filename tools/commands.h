@@ -10,5 +10,7 @@ int cmd_convert(int argc, char** argv);     // kiln convert IN OUT --to gguf|saf
 int cmd_logits(int argc, char** argv);      // kiln logits -m MODEL -p PROMPT [--top K] [-t N]
 int cmd_generate(int argc, char** argv);    // kiln generate -m MODEL [-p PROMPT] [-n N] [-t N] [sampling]
 int cmd_perplexity(int argc, char** argv);  // kiln perplexity -m MODEL -f FILE [--ctx N] [-t N]
+int cmd_synth(int argc, char** argv);       // kiln synth --preset NAME --dtype T -o OUT.gguf [--seed S] [--layers N]
+int cmd_bench(int argc, char** argv);       // kiln bench -m MODEL [-p N] [-n N] [-t N] [-r N] [--json]
 
 }  // namespace kiln::tools

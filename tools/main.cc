@@ -21,6 +21,8 @@ const Command kCommands[] = {
     {"logits", kiln::tools::cmd_logits, "teacher-forced top-K logits at every position of a prompt"},
     {"generate", kiln::tools::cmd_generate, "text generation from a prompt (greedy or sampled)"},
     {"perplexity", kiln::tools::cmd_perplexity, "perplexity of a text file (llama.cpp's windowed method)"},
+    {"synth", kiln::tools::cmd_synth, "write a GGUF with random weights at a real model's shapes (benchmarks)"},
+    {"bench", kiln::tools::cmd_bench, "prefill/decode tokens/s against measured bandwidth and compute peaks"},
 };
 
 void usage(FILE* out) {

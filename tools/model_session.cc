@@ -1,6 +1,7 @@
 // Model + tokenizer + thread pool setup for the commands that run a model (see model_session.h).
 #include "model_session.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 
@@ -67,16 +68,62 @@ std::optional<int> parse_threads(const std::string& s) {
     }
 }
 
+const std::set<std::string> kSessionFlags = {"--f32-activations"};
+const std::set<std::string> kSessionOptions = {"-m", "--model", "--tokenizer", "-t", "--threads", "--isa"};
+const char* const kSessionHelp =
+    "\nmodel and kernels:\n"
+    "  -m, --model MODEL      GGUF file, safetensors file or HF folder, or llama2.c .bin\n"
+    "                         (default: $KILN_MODEL, else SmolLM2-135M-Instruct Q4_1 from scripts/setup)\n"
+    "  --tokenizer FILE       tokenizer to use instead of the checkpoint's\n"
+    "  -t, --threads N        worker threads (default: the physical cores this process may use)\n"
+    "  --isa ISA              matmul kernels: ref, avx2, avx512, avx512-vnni (default: the best this CPU runs)\n"
+    "  --f32-activations      multiply quantized weights by f32 activations (slow reference path) instead\n"
+    "                         of activations rounded to 8-bit blocks\n";
+
+bool parse_session_options(const Args& args, const char* cmd, SessionOptions& out) {
+    out.model = args.get("--model") ? args.get("--model") : args.get("-m");
+    out.tokenizer = args.get("--tokenizer").value_or("");
+    if (auto t = args.get("--threads") ? args.get("--threads") : args.get("-t")) {
+        out.threads = parse_threads(*t);
+        if (!out.threads) {
+            std::fprintf(stderr, "kiln %s: --threads needs an integer in [1, 1024], got '%s'\n", cmd, t->c_str());
+            return false;
+        }
+    }
+    if (auto i = args.get("--isa")) {
+        auto isa = kernels::cpu::parse_isa(*i);
+        if (!isa) {
+            std::fprintf(stderr, "kiln %s: --isa must be ref, avx2, avx512 or avx512-vnni, got '%s'\n", cmd, i->c_str());
+            return false;
+        }
+        if (!kernels::cpu::isa_supported(*isa)) {
+            std::fprintf(stderr, "kiln %s: this CPU cannot run --isa %s\n", cmd, i->c_str());
+            return false;
+        }
+        out.linear.isa = *isa;
+    }
+    out.linear.f32_activations = args.has("--f32-activations");
+    return true;
+}
+
+core::Result<std::unique_ptr<ModelSession>> open_model_session(const SessionOptions& o) {
+    auto s = std::make_unique<ModelSession>();
+    KILN_ASSIGN_OR_RETURN(std::string path, resolve_model_path(o.model));
+    KILN_ASSIGN_OR_RETURN(s->checkpoint, model::load_checkpoint(path));
+    KILN_ASSIGN_OR_RETURN(s->tokenizer, find_tokenizer(s->checkpoint, o.tokenizer));
+    s->pool = std::make_unique<core::ThreadPool>(o.threads.value_or(core::ThreadPool::default_num_threads()));
+    KILN_ASSIGN_OR_RETURN(s->model, model::LlamaModel::create(s->checkpoint, s->pool.get(), o.linear));
+    return s;
+}
+
 core::Result<std::unique_ptr<ModelSession>> open_model_session(const std::optional<std::string>& model_path,
                                                                const std::string& tokenizer_path,
                                                                std::optional<int> threads) {
-    auto s = std::make_unique<ModelSession>();
-    KILN_ASSIGN_OR_RETURN(std::string path, resolve_model_path(model_path));
-    KILN_ASSIGN_OR_RETURN(s->checkpoint, model::load_checkpoint(path));
-    KILN_ASSIGN_OR_RETURN(s->tokenizer, find_tokenizer(s->checkpoint, tokenizer_path));
-    s->pool = std::make_unique<core::ThreadPool>(threads.value_or(core::ThreadPool::default_num_threads()));
-    KILN_ASSIGN_OR_RETURN(s->model, model::LlamaModel::create(s->checkpoint, s->pool.get()));
-    return s;
+    SessionOptions o;
+    o.model = model_path;
+    o.tokenizer = tokenizer_path;
+    o.threads = threads;
+    return open_model_session(o);
 }
 
 }  // namespace kiln::tools

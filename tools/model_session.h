@@ -5,12 +5,15 @@
 
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "args.h"
 #include "model/checkpoint.h"
 #include "model/llama.h"
+#include "ops/linear.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kiln::tools {
@@ -21,6 +24,22 @@ struct ModelSession {
     std::unique_ptr<core::ThreadPool> pool;
     std::unique_ptr<model::LlamaModel> model;
 };
+
+// What the model commands share: which model, tokenizer, threads and kernels.
+struct SessionOptions {
+    std::optional<std::string> model;  // nullopt = the default model
+    std::string tokenizer;             // "" = the checkpoint's own (or one found beside it)
+    std::optional<int> threads;        // nullopt = physical cores
+    ops::LinearOptions linear;         // --isa, --f32-activations
+};
+// Option names for Args: flags (no value) and options (with a value) parse_session_options reads.
+extern const std::set<std::string> kSessionFlags, kSessionOptions;
+// The --help lines of those options.
+extern const char* const kSessionHelp;
+// Reads -m/--model, --tokenizer, -t/--threads, --isa, --f32-activations; false after printing
+// "kiln CMD: <what is wrong>" on a bad value.
+bool parse_session_options(const Args& args, const char* cmd, SessionOptions& out);
+core::Result<std::unique_ptr<ModelSession>> open_model_session(const SessionOptions& options);
 
 // model_path: nullopt = the default model (resolve_model_path). threads: nullopt =
 // core::ThreadPool::default_num_threads(). tokenizer_path: "" = find one.

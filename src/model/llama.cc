@@ -79,7 +79,14 @@ const std::vector<std::string>& LlamaModel::supported_architectures() {
     return kArchs;
 }
 
-core::Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const Checkpoint& ck, core::ThreadPool* pool) {
+static core::Result<ops::Linear> linear(const Checkpoint& ck, const std::string& name, int64_t rows, int64_t cols,
+                                        const ops::LinearOptions& lo) {
+    KILN_ASSIGN_OR_RETURN(WeightView w, matrix(ck, name, rows, cols));
+    return ops::make_linear(w, lo);
+}
+
+core::Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const Checkpoint& ck, core::ThreadPool* pool,
+                                                             const ops::LinearOptions& lo) {
     KILN_CHECK(pool != nullptr) << "LlamaModel needs a thread pool";
     const ModelConfig& c = ck.config;
     const auto& archs = supported_architectures();
@@ -100,21 +107,22 @@ core::Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const Checkpoint& c
     const int64_t H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), F = c.intermediate_size, V = c.vocab_size;
     KILN_ASSIGN_OR_RETURN(m->embed_, matrix(ck, "token_embd.weight", V, H));
     if (c.tie_word_embeddings) {
-        m->output_ = m->embed_;
+        KILN_ASSIGN_OR_RETURN(m->output_, ops::make_linear(m->embed_, lo));
     } else {
-        KILN_ASSIGN_OR_RETURN(m->output_, matrix(ck, "output.weight", V, H));
+        KILN_ASSIGN_OR_RETURN(auto out, matrix(ck, "output.weight", V, H));
+        KILN_ASSIGN_OR_RETURN(m->output_, ops::make_linear(out, lo));
     }
     KILN_ASSIGN_OR_RETURN(m->output_norm_, vec(ck, "output_norm.weight", H));
     for (int64_t l = 0; l < c.num_layers; ++l) {
         const std::string p = "blk." + std::to_string(l) + ".";
         Layer L;
-        KILN_ASSIGN_OR_RETURN(L.wq, matrix(ck, p + "attn_q.weight", Q, H));
-        KILN_ASSIGN_OR_RETURN(L.wk, matrix(ck, p + "attn_k.weight", KV, H));
-        KILN_ASSIGN_OR_RETURN(L.wv, matrix(ck, p + "attn_v.weight", KV, H));
-        KILN_ASSIGN_OR_RETURN(L.wo, matrix(ck, p + "attn_output.weight", H, Q));
-        KILN_ASSIGN_OR_RETURN(L.w_gate, matrix(ck, p + "ffn_gate.weight", F, H));
-        KILN_ASSIGN_OR_RETURN(L.w_up, matrix(ck, p + "ffn_up.weight", F, H));
-        KILN_ASSIGN_OR_RETURN(L.w_down, matrix(ck, p + "ffn_down.weight", H, F));
+        KILN_ASSIGN_OR_RETURN(L.wq, linear(ck, p + "attn_q.weight", Q, H, lo));
+        KILN_ASSIGN_OR_RETURN(L.wk, linear(ck, p + "attn_k.weight", KV, H, lo));
+        KILN_ASSIGN_OR_RETURN(L.wv, linear(ck, p + "attn_v.weight", KV, H, lo));
+        KILN_ASSIGN_OR_RETURN(L.wo, linear(ck, p + "attn_output.weight", H, Q, lo));
+        KILN_ASSIGN_OR_RETURN(L.w_gate, linear(ck, p + "ffn_gate.weight", F, H, lo));
+        KILN_ASSIGN_OR_RETURN(L.w_up, linear(ck, p + "ffn_up.weight", F, H, lo));
+        KILN_ASSIGN_OR_RETURN(L.w_down, linear(ck, p + "ffn_down.weight", H, F, lo));
         KILN_ASSIGN_OR_RETURN(L.attn_norm, vec(ck, p + "attn_norm.weight", H));
         KILN_ASSIGN_OR_RETURN(L.ffn_norm, vec(ck, p + "ffn_norm.weight", H));
         if (c.attention_bias) {
@@ -148,15 +156,15 @@ Status LlamaModel::layer_forward(int64_t layer_idx, int64_t T, const std::vector
     std::vector<float> xn(size_t(T * H));  // [T, H]
     std::vector<float> q(size_t(T * Q));   // [T, num_heads, head_dim]
     KILN_RETURN_IF_ERROR(ops::rmsnorm(pool, x.data(), L.attn_norm.data(), xn.data(), T, H, eps));
-    KILN_RETURN_IF_ERROR(ops::matmul(pool, xn.data(), T, L.wq, opt(L.bq), q.data()));
+    KILN_RETURN_IF_ERROR(ops::linear(pool, xn.data(), T, L.wq, opt(L.bq), q.data(), scratch_));
     // New keys and values go straight into the cache rows of their positions.
     const int64_t start = cache.len_;
     std::vector<float>& kc = cache.k_[size_t(layer_idx)];  // [capacity, KV]
     std::vector<float>& vc = cache.v_[size_t(layer_idx)];  // [capacity, KV]
     float* k_new = kc.data() + start * KV;                 // [T, num_kv_heads, head_dim]
     float* v_new = vc.data() + start * KV;                 // [T, num_kv_heads, head_dim]
-    KILN_RETURN_IF_ERROR(ops::matmul(pool, xn.data(), T, L.wk, opt(L.bk), k_new));
-    KILN_RETURN_IF_ERROR(ops::matmul(pool, xn.data(), T, L.wv, opt(L.bv), v_new));
+    KILN_RETURN_IF_ERROR(ops::linear(pool, xn.data(), T, L.wk, opt(L.bk), k_new, scratch_));
+    KILN_RETURN_IF_ERROR(ops::linear(pool, xn.data(), T, L.wv, opt(L.bv), v_new, scratch_));
     if (c.qk_norm) {
         KILN_RETURN_IF_ERROR(ops::rmsnorm(pool, q.data(), L.q_norm.data(), q.data(), T * c.num_heads, D, eps));
         KILN_RETURN_IF_ERROR(ops::rmsnorm(pool, k_new, L.k_norm.data(), k_new, T * c.num_kv_heads, D, eps));
@@ -168,15 +176,15 @@ Status LlamaModel::layer_forward(int64_t layer_idx, int64_t T, const std::vector
     ops::AttentionShape shape{T, c.num_heads, c.num_kv_heads, D, c.window_for_layer(layer_idx)};
     KILN_RETURN_IF_ERROR(ops::attention(pool, q.data(), kv, shape, att.data()));
     std::vector<float> o(size_t(T * H));  // [T, H]
-    KILN_RETURN_IF_ERROR(ops::matmul(pool, att.data(), T, L.wo, opt(L.bo), o.data()));
+    KILN_RETURN_IF_ERROR(ops::linear(pool, att.data(), T, L.wo, opt(L.bo), o.data(), scratch_));
     for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
 
     KILN_RETURN_IF_ERROR(ops::rmsnorm(pool, x.data(), L.ffn_norm.data(), xn.data(), T, H, eps));
     std::vector<float> gate(size_t(T * F)), up(size_t(T * F));  // [T, F]
-    KILN_RETURN_IF_ERROR(ops::matmul(pool, xn.data(), T, L.w_gate, nullptr, gate.data()));
-    KILN_RETURN_IF_ERROR(ops::matmul(pool, xn.data(), T, L.w_up, nullptr, up.data()));
+    KILN_RETURN_IF_ERROR(ops::linear(pool, xn.data(), T, L.w_gate, nullptr, gate.data(), scratch_));
+    KILN_RETURN_IF_ERROR(ops::linear(pool, xn.data(), T, L.w_up, nullptr, up.data(), scratch_));
     KILN_RETURN_IF_ERROR(ops::silu_mul(pool, gate.data(), up.data(), gate.data(), T * F));
-    KILN_RETURN_IF_ERROR(ops::matmul(pool, gate.data(), T, L.w_down, nullptr, o.data()));
+    KILN_RETURN_IF_ERROR(ops::linear(pool, gate.data(), T, L.w_down, nullptr, o.data(), scratch_));
     for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
     return Status::ok();
 }
@@ -221,7 +229,7 @@ core::Result<std::vector<float>> LlamaModel::forward(const std::vector<int32_t>&
     std::vector<float> xn(static_cast<size_t>(rows * H));
     KILN_RETURN_IF_ERROR(ops::rmsnorm(*pool_, last, output_norm_.data(), xn.data(), rows, H, float(c.rms_norm_eps)));
     std::vector<float> logits(static_cast<size_t>(rows * V));  // [rows, V]
-    KILN_RETURN_IF_ERROR(ops::matmul(*pool_, xn.data(), rows, output_, nullptr, logits.data()));
+    KILN_RETURN_IF_ERROR(ops::linear(*pool_, xn.data(), rows, output_, nullptr, logits.data(), scratch_));
     return logits;
 }
 

@@ -17,6 +17,7 @@
 #include "core/thread_pool.h"
 #include "kernels/ref/transformer.h"
 #include "model/checkpoint.h"
+#include "ops/linear.h"
 
 namespace kiln::model {
 
@@ -40,7 +41,9 @@ public:
     // The architectures this class runs.
     static const std::vector<std::string>& supported_architectures();
     // kUnsupported for other architectures or RoPE scaling types; the checkpoint must outlive the model.
-    static core::Result<std::unique_ptr<LlamaModel>> create(const Checkpoint& checkpoint, core::ThreadPool* pool);
+    // `linear` picks the matmul kernels (ISA, int8 or f32 activations) once for every weight.
+    static core::Result<std::unique_ptr<LlamaModel>> create(const Checkpoint& checkpoint, core::ThreadPool* pool,
+                                                            const ops::LinearOptions& linear = {});
 
     const ModelConfig& config() const { return config_; }
 
@@ -51,7 +54,7 @@ public:
 
 private:
     struct Layer {
-        kernels::ref::WeightView wq, wk, wv, wo, w_gate, w_up, w_down;
+        ops::Linear wq, wk, wv, wo, w_gate, w_up, w_down;
         std::vector<float> attn_norm, ffn_norm;  // [hidden]
         std::vector<float> bq, bk, bv, bo;       // [q_dim], [kv_dim], [kv_dim], [hidden]; empty if none
         std::vector<float> q_norm, k_norm;       // [head_dim]; empty if none
@@ -62,7 +65,9 @@ private:
 
     ModelConfig config_;
     core::ThreadPool* pool_ = nullptr;
-    kernels::ref::WeightView embed_, output_;  // [vocab, hidden]
+    kernels::ref::WeightView embed_;  // [vocab, hidden]
+    ops::Linear output_;              // [vocab, hidden]
+    std::vector<uint8_t> scratch_;    // quantized activations, reused across calls
     std::vector<float> output_norm_;           // [hidden]
     std::vector<Layer> layers_;
     std::vector<double> inv_freq_;  // [head_dim / 2]

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # `kiln logits` and `kiln generate` on stories260K: the logits lines match
 # logits_top5_once_upon_a_time.txt (same positions, input ids and top-5 ids; logits within 1e-4) for
-# 1 and 3 threads, the tokenizer is found beside the .bin, greedy generation from BOS reproduces the
-# golden text, and bad arguments are usage errors (exit 2).
+# 1 and 3 threads and the scalar kernels (--isa ref), the tokenizer is found beside the .bin, greedy generation from BOS reproduces the
+# golden text, bad arguments are usage errors (exit 2), and without -m or a default model the error
+# says so.
 set -euo pipefail
 D="$KILN_TESTDATA/models/stories260K"
 [ -f "$D/stories260K.bin" ] || { echo "no test data, skipping"; exit 0; }
-for t in 1 3; do
-    "$KILN_BIN" logits -m "$D/stories260K.bin" -p "Once upon a time" -t $t > /tmp/kiln_logits_$$.txt
+for opts in "-t 1" "-t 3" "-t 2 --isa ref"; do
+    "$KILN_BIN" logits -m "$D/stories260K.bin" -p "Once upon a time" $opts > /tmp/kiln_logits_$$.txt
     python3 - /tmp/kiln_logits_$$.txt "$D/logits_top5_once_upon_a_time.txt" <<'PY'
 import sys
 def rows(path):
@@ -37,7 +38,10 @@ print("generate ok")
 PY
 rm -f /tmp/kiln_gen_$$.txt
 set +e
-"$KILN_BIN" logits -p x 2>/dev/null; [ $? -eq 2 ] || { echo "missing -m not a usage error"; exit 1; }
+msg=$(env -u KILN_MODEL XDG_CACHE_HOME=/nonexistent "$KILN_BIN" logits -p x 2>&1)
+[ $? -eq 1 ] && grep -q "default model" <<< "$msg" || { echo "missing -m and no default model: $msg"; exit 1; }
+"$KILN_BIN" logits -m "$D/stories260K.bin" -p x --isa bogus 2>/dev/null; [ $? -eq 2 ] || { echo "--isa bogus not a usage error"; exit 1; }
+"$KILN_BIN" logits -m "$D/stories260K.bin" -p x -t 0 2>/dev/null; [ $? -eq 2 ] || { echo "-t 0 not a usage error"; exit 1; }
 "$KILN_BIN" logits -m "$D/stories260K.bin" -p x -t 0 2>/dev/null; [ $? -eq 2 ] || { echo "-t 0 accepted"; exit 1; }
 "$KILN_BIN" logits -m /nonexistent -p x 2>/dev/null; [ $? -eq 1 ] || { echo "missing model not exit 1"; exit 1; }
 echo ok

@@ -17,7 +17,7 @@ assert n > 0 and n % 63 == 0, n
 print("perplexity ok")
 PY
 set +e
-"$KILN_BIN" perplexity -f "$F" 2>/dev/null; [ $? -eq 2 ] || { echo "missing -m not a usage error"; exit 1; }
+env -u KILN_MODEL XDG_CACHE_HOME=/nonexistent "$KILN_BIN" perplexity -f "$F" 2>/dev/null; [ $? -eq 1 ] || { echo "missing -m and no default model: not exit 1"; exit 1; }
 "$KILN_BIN" perplexity -m "$D/stories260K.bin" -f "$F" --ctx 0 2>/dev/null; [ $? -eq 2 ] || { echo "--ctx 0 accepted"; exit 1; }
 "$KILN_BIN" perplexity -m "$D/stories260K.bin" -f /nonexistent 2>/dev/null; [ $? -eq 1 ] || { echo "missing file not exit 1"; exit 1; }
 echo ok

@@ -1,0 +1,91 @@
+// Run-time ISA selection for the matmul kernels (see matmul.h). Generic code: compiled without ISA
+// flags; it only calls into the per-ISA TUs through their one exported lookup function each.
+#include "kernels/cpu/matmul.h"
+
+#include "core/cpu_info.h"
+#include "kernels/cpu/matmul_isa.h"
+#include "kernels/ref/quant_matmul.h"
+
+namespace kiln::kernels::cpu {
+
+const char* isa_name(Isa isa) {
+    switch (isa) {
+        case Isa::kRef:
+            return "ref";
+        case Isa::kAvx2:
+            return "avx2";
+        case Isa::kAvx512:
+            return "avx512";
+        case Isa::kAvx512Vnni:
+            return "avx512-vnni";
+    }
+    return "?";
+}
+
+std::optional<Isa> parse_isa(std::string_view name) {
+    for (Isa isa : {Isa::kRef, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
+        if (name == isa_name(isa)) return isa;
+    }
+    return std::nullopt;
+}
+
+bool isa_supported(Isa isa) {
+    const core::CpuFeatures& f = core::cpu_features();
+    const bool avx2 = f.avx2 && f.fma && f.f16c;
+    const bool avx512 = avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
+    switch (isa) {
+        case Isa::kRef:
+            return true;
+        case Isa::kAvx2:
+            return avx2;
+        case Isa::kAvx512:
+            return avx512;
+        case Isa::kAvx512Vnni:
+            return avx512 && f.avx512vnni && f.avx512bf16;
+    }
+    return false;
+}
+
+namespace {
+
+// An ISA counts as built when it has a kernel for the most common weight type.
+bool isa_built(Isa isa) {
+    return find_matmul_kernel(core::DType::kQ8_0, isa) != nullptr;
+}
+
+}  // namespace
+
+Isa best_isa() {
+    static const Isa best = [] {
+        for (Isa isa : {Isa::kAvx512Vnni, Isa::kAvx512, Isa::kAvx2}) {
+            if (isa_supported(isa) && isa_built(isa)) return isa;
+        }
+        return Isa::kRef;
+    }();
+    return best;
+}
+
+const MatmulKernel* find_matmul_kernel(core::DType weight_type, Isa isa) {
+    switch (isa) {
+        case Isa::kRef:
+            return ref::ref_matmul_kernel(weight_type);
+        case Isa::kAvx2:
+            return avx2_matmul_kernel(weight_type);
+        case Isa::kAvx512:
+            return avx512_matmul_kernel(weight_type);
+        case Isa::kAvx512Vnni:
+            return avx512vnni_matmul_kernel(weight_type);
+    }
+    return nullptr;
+}
+
+const MatmulKernel* best_matmul_kernel(core::DType weight_type) {
+    const Isa order[] = {Isa::kAvx512Vnni, Isa::kAvx512, Isa::kAvx2, Isa::kRef};
+    for (Isa isa : order) {
+        if (!isa_supported(isa)) continue;
+        if (const MatmulKernel* k = find_matmul_kernel(weight_type, isa)) return k;
+    }
+    return nullptr;
+}
+
+}  // namespace kiln::kernels::cpu

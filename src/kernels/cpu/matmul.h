@@ -1,0 +1,88 @@
+// Matmul building blocks for ops::matmul: y = x @ W^T with W stored as rows of a plain or GGML
+// block-quantized dtype, compiled once per ISA and picked at run time. A kernel is a plain struct of
+// function pointers; the caller owns threading (it splits the weight rows [r0, r1) across threads;
+// decode tiles are 4 rows for F32/F16/BF16/legacy formats and 2 for K-quants, so splits at
+// multiples of 4 avoid remainder tiles) and scratch (activation rows quantized by quantize_row once
+// per token, shared by all threads).
+// ISAs: kRef (kernels/ref/quant_matmul.cc, scalar oracle); kAvx2 (AVX2+FMA+F16C); kAvx512 (the
+// same 256-bit kernel bodies built with AVX-512 F/BW/VL/DQ: EVEX, 32 registers); kAvx512Vnni (as
+// kAvx512 plus VNNI/BF16 flags; the u8 x s8 block dot is one vpdpbusd). Weight types: F32, F16,
+// BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K on every ISA.
+//
+// Activation formats (kiln's own; every ISA produces bit-identical bytes for the same input):
+//  - kF32:   the f32 row itself (for F32, F16 and BF16 weights); act_row_bytes = 4 * k.
+//  - kQ8:    k / 32 ActQ8 blocks (for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 weights).
+//  - kQ8K:   k / 256 ActQ8K blocks (for Q2_K, Q3_K, Q4_K, Q5_K, Q6_K weights).
+// Quantization (like ggml quantize_row_q8_0 / q8_K): amax = max |x| over the block,
+// d = amax / 127, q = round_half_even(x * (1 / d)) (q = 0 when d = 0), so |q| <= 127.
+//
+// Arithmetic contract (what the tests tie together): for every weight block the integer dot
+// product of the quantized values is exact (the same integer in every ISA); it is then scaled in
+// fp32 (d_w * d_x) and accumulated. ISAs differ only in the order of the fp32 accumulation, so
+// their results agree with the ref kernel to within 1e-5 of sum |w_i x_i| (the test bound).
+// Weight block layouts: GGML ggml-common.h block_q4_0 ... block_q6_k, as kernels/ref/dequant.cc.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "core/dtype.h"
+
+namespace kiln::kernels::cpu {
+
+enum class Isa { kRef, kAvx2, kAvx512, kAvx512Vnni };
+
+const char* isa_name(Isa isa);  // "ref", "avx2", "avx512", "avx512-vnni"
+std::optional<Isa> parse_isa(std::string_view name);
+// True when this CPU (and OS) can run code of `isa`. kRef always.
+bool isa_supported(Isa isa);
+// The best ISA this CPU supports among those this build has kernels for.
+Isa best_isa();
+
+// Activation block for the legacy 32-element weight formats. x[i] ~= d * q[i]; s = d * sum(q)
+// (lets a weight format with a min, x = d_w * q_w + m_w, add m_w * s per block).
+struct ActQ8 {
+    float d;
+    float s;
+    int8_t q[32];
+};
+static_assert(sizeof(ActQ8) == 40);
+
+// Activation block for the K-quants (256 elements). x[i] ~= d * q[i];
+// bsums[j] = sum(q[16 j .. 16 j + 15]) (for the mins of Q2_K/Q4_K/Q5_K and the offsets of Q3_K
+// (-4) and Q6_K (-32), applied in integers).
+struct ActQ8K {
+    float d;
+    int16_t bsums[16];
+    int8_t q[256];
+};
+static_assert(sizeof(ActQ8K) == 292);
+
+enum class ActFormat { kF32, kQ8, kQ8K };
+
+struct MatmulKernel {
+    ActFormat act;
+    // Bytes of one activation row of k elements (k a multiple of the weight block size).
+    size_t (*act_row_bytes)(int64_t k);
+    // x [k] -> dst [act_row_bytes(k)]. dst needs no alignment.
+    void (*quantize_row)(const float* x, void* dst, int64_t k);
+    // y[t * ldy + r] = dot(weight row r, activation row t) for t in [0, n), r in [r0, r1).
+    // w: the weight matrix, row r at w + r * w_row_bytes; act: n rows, row t at act + t * act_row_bytes.
+    // Strides may exceed the dense row sizes (padding). k: elements per row (a multiple of the weight
+    // block size). Pointers need no alignment. Only y[t * ldy + r] for r in [r0, r1) is written, so
+    // threads given disjoint row ranges may share y.
+    void (*gemm)(const void* w, size_t w_row_bytes, const void* act, size_t act_row_bytes, int64_t n, int64_t k,
+                 float* y, int64_t ldy, int64_t r0, int64_t r1);
+};
+
+// Kernel for `weight_type` compiled for `isa`; nullptr when this build has none (or the type is
+// not supported). Does not check isa_supported: calling an unsupported ISA's kernel is SIGILL.
+const MatmulKernel* find_matmul_kernel(core::DType weight_type, Isa isa);
+
+// find_matmul_kernel at best_isa(), falling back to lower ISAs and finally kRef; nullptr only when
+// no ISA handles weight_type.
+const MatmulKernel* best_matmul_kernel(core::DType weight_type);
+
+}  // namespace kiln::kernels::cpu

@@ -1,0 +1,16 @@
+// AVX-512 (F/BW/VL/DQ, no VNNI) build of the matmul kernels (flags: src/kernels/CMakeLists.txt): the
+// same 256-bit kernel bodies as matmul_avx2.cc; the compiler may use EVEX encodings and the 32
+// vector registers, which relieves register pressure in the (weight rows x activation rows) tiles.
+// For Skylake-SP class CPUs; selected only when isa_supported(Isa::kAvx512).
+#include "kernels/cpu/matmul_isa.h"
+#include "kernels/cpu/simd_kquant_kernels.h"
+#include "kernels/cpu/simd_legacy_kernels.h"
+
+namespace kiln::kernels::cpu {
+
+const MatmulKernel* avx512_matmul_kernel(core::DType weight_type) {
+    if (const MatmulKernel* k = simd_legacy_kernel(weight_type)) return k;
+    return simd_kquant_kernel(weight_type);
+}
+
+}  // namespace kiln::kernels::cpu

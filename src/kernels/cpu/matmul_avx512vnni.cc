@@ -1,0 +1,21 @@
+// AVX-512 VNNI build of the matmul kernels (built with -mavx512f/bw/vl/dq/vnni/bf16 -mfma -mf16c, see
+// src/kernels/CMakeLists.txt): the same kernel bodies as matmul_avx2.cc, where the u8 x s8 block
+// dot is one 256-bit vpdpbusd instead of vpmaddubsw + vpmaddwd (simd_avx2.h). The integer results
+// are identical (no int16 saturation occurs in either), so the tests hold it to the same bounds.
+// Selected only when isa_supported(Isa::kAvx512Vnni); never run on AVX2-only machines.
+#include "kernels/cpu/matmul_isa.h"
+#include "kernels/cpu/simd_kquant_kernels.h"
+#include "kernels/cpu/simd_legacy_kernels.h"
+
+#if !defined(__AVX512VNNI__) || !defined(__AVX512VL__)
+#error "matmul_avx512vnni.cc must be built with -mavx512vnni -mavx512vl"
+#endif
+
+namespace kiln::kernels::cpu {
+
+const MatmulKernel* avx512vnni_matmul_kernel(core::DType weight_type) {
+    if (const MatmulKernel* k = simd_legacy_kernel(weight_type)) return k;
+    return simd_kquant_kernel(weight_type);
+}
+
+}  // namespace kiln::kernels::cpu

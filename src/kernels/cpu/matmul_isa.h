@@ -1,0 +1,16 @@
+// Internal: the one lookup function each ISA translation unit exports (matmul.cc dispatches to
+// them). Each returns nullptr for weight types that ISA does not implement.
+#pragma once
+
+#include "core/dtype.h"
+#include "kernels/cpu/matmul.h"
+
+namespace kiln::kernels::cpu {
+
+// matmul_avx2.cc, matmul_avx512.cc, matmul_avx512vnni.cc: the same kernel bodies built for
+// different instruction sets.
+const MatmulKernel* avx2_matmul_kernel(core::DType weight_type);
+const MatmulKernel* avx512_matmul_kernel(core::DType weight_type);
+const MatmulKernel* avx512vnni_matmul_kernel(core::DType weight_type);
+
+}  // namespace kiln::kernels::cpu

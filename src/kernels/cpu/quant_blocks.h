@@ -1,0 +1,47 @@
+// Byte layouts of the GGML weight blocks the matmul kernels read (ggml-common.h block_q4_0 ...
+// block_q6_k; the field meanings are spelled out in kernels/ref/dequant.cc). Offsets, not structs:
+// weight rows carry no alignment promise, so kernels read fields with memcpy / unaligned loads.
+// Constants only, on purpose: this header is included by ISA-specific TUs (-mavx2 ...), and an
+// inline function here could be ODR-merged into generic code compiled with those flags.
+#pragma once
+
+#include <cstddef>
+
+namespace kiln::kernels::cpu::blocks {
+
+constexpr int kQK = 32;     // elements per legacy block
+constexpr int kQK_K = 256;  // elements per K-quant super-block
+
+// Q4_0: fp16 d | 16 bytes nibbles (low nibble element j, high nibble element j + 16). x = d (q - 8).
+constexpr size_t kQ4_0Bytes = 18, kQ4_0D = 0, kQ4_0Qs = 2;
+// Q4_1: fp16 d | fp16 m | 16 bytes nibbles. x = d q + m.
+constexpr size_t kQ4_1Bytes = 20, kQ4_1D = 0, kQ4_1M = 2, kQ4_1Qs = 4;
+// Q5_0: fp16 d | u32 qh (bit j = bit 4 of element j) | 16 bytes nibbles. x = d (q - 16).
+constexpr size_t kQ5_0Bytes = 22, kQ5_0D = 0, kQ5_0Qh = 2, kQ5_0Qs = 6;
+// Q5_1: fp16 d | fp16 m | u32 qh | 16 bytes nibbles. x = d q + m.
+constexpr size_t kQ5_1Bytes = 24, kQ5_1D = 0, kQ5_1M = 2, kQ5_1Qh = 4, kQ5_1Qs = 8;
+// Q8_0: fp16 d | 32 int8. x = d q.
+constexpr size_t kQ8_0Bytes = 34, kQ8_0D = 0, kQ8_0Qs = 2;
+// Q4_K: fp16 d | fp16 dmin | 12 bytes 6-bit scales/mins | 128 bytes nibbles.
+// x = (d sc_j) q - (dmin m_j) for sub-block j of 32; sub-blocks 2p, 2p+1 share qs[32p .. 32p+31]
+// (low nibbles, then high nibbles).
+constexpr size_t kQ4_KBytes = 144, kQ4_KD = 0, kQ4_KDmin = 2, kQ4_KScales = 4, kQ4_KQs = 16;
+// Q5_K: as Q4_K plus qh[32]: bit j of qh[l] = bit 4 of element l of sub-block j.
+constexpr size_t kQ5_KBytes = 176, kQ5_KD = 0, kQ5_KDmin = 2, kQ5_KScales = 4, kQ5_KQh = 16, kQ5_KQs = 48;
+// Q6_K: ql[128] | qh[64] | int8 scales[16] | fp16 d. x = (d sc_i) (q - 32), sub-blocks of 16.
+// Half h (128 elements), element 32 s + l: low 4 bits in ql[64h + l + 32 (s & 1)] (nibble s >> 1),
+// high 2 bits at bits 2s, 2s+1 of qh[32h + l].
+constexpr size_t kQ6_KBytes = 210, kQ6_KQl = 0, kQ6_KQh = 128, kQ6_KScales = 192, kQ6_KD = 208;
+
+// Q2_K: scales[16] (low nibble scale, high nibble min of sub-block i of 16) | qs[64] | fp16 d | fp16 dmin.
+// x = (d sc_i) q - (dmin m_i); element 128h + 32s + l (l = 0..31) is bits 2s, 2s+1 of qs[32h + l].
+constexpr size_t kQ2_KBytes = 84, kQ2_KScales = 0, kQ2_KQs = 16, kQ2_KD = 80, kQ2_KDmin = 82;
+// Q3_K: hmask[32] | qs[64] (2 low bits, laid out as Q2_K) | 12 bytes 6-bit scales | fp16 d.
+// x = (d (sc_i - 32)) (q - (hbit ? 0 : 4)); element 128h + 32s + l has its hbit at bit 4h + s of hmask[l].
+constexpr size_t kQ3_KBytes = 110, kQ3_KHmask = 0, kQ3_KQs = 32, kQ3_KScales = 96, kQ3_KD = 108;
+
+// Offsets inside the activation blocks (ActQ8 / ActQ8K in matmul.h).
+constexpr size_t kActQ8Bytes = 40, kActQ8D = 0, kActQ8S = 4, kActQ8Q = 8;
+constexpr size_t kActQ8KBytes = 292, kActQ8KD = 0, kActQ8KBsums = 4, kActQ8KQ = 36;
+
+}  // namespace kiln::kernels::cpu::blocks

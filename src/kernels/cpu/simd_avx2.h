@@ -1,0 +1,161 @@
+// Internal helpers shared by the SIMD matmul TUs: matmul_avx2.cc (-mavx2 -mfma -mf16c) and
+// matmul_avx512.cc / matmul_avx512vnni.cc (AVX-512 flags; with VNNI the u8 x s8 dot is vpdpbusd).
+// Include ONLY from such TUs. Everything here has internal linkage (anonymous namespace): an inline
+// function with external linkage compiled with AVX2 flags could be ODR-merged into generic code and
+// run on a CPU without AVX2. For the same reason no std:: templates are used here.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace kiln::kernels::cpu {
+namespace {  // NOLINT(google-build-namespaces): internal linkage per ISA TU is the point
+
+inline float avx2_load_f32(const uint8_t* p) {
+    float f;
+    std::memcpy(&f, p, 4);
+    return f;
+}
+
+inline float avx2_half(const uint8_t* p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+inline float avx2_hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+inline int32_t avx2_hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+// u8 x s8 products summed in groups of 4 -> 8 int32. Exact as long as every adjacent u*s pair sum
+// fits int16 (true for |s| <= 127 and u <= 128), so both forms below give identical integers.
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+inline __m256i avx2_dot_u8s8(__m256i u, __m256i s) {
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+}
+#else
+inline __m256i avx2_dot_u8s8(__m256i u, __m256i s) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+#endif
+
+inline float avx2_max8(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+// 32 int32 in four vectors (elements 0-7, 8-15, ...) -> 32 int8 in element order (saturating).
+inline __m256i avx2_pack_i32_to_i8(__m256i i0, __m256i i1, __m256i i2, __m256i i3) {
+    const __m256i p01 = _mm256_packs_epi32(i0, i1);  // per 128-bit lane: i0 lo/hi half, i1 half
+    const __m256i p23 = _mm256_packs_epi32(i2, i3);
+    const __m256i b = _mm256_packs_epi16(p01, p23);  // 4-byte groups: 0 2 4 6 | 1 3 5 7 (of 8 groups)
+    return _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+// Quantizes 32 floats with multiplier `id` (round half to even, MXCSR default) and returns the
+// 32 int8 values; *sum receives their sum.
+inline __m256i avx2_quantize32(const float* x, __m256 id, int32_t* sum) {
+    const __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x), id));
+    const __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8), id));
+    const __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 16), id));
+    const __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 24), id));
+    *sum = avx2_hsum_i32(_mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3)));
+    return avx2_pack_i32_to_i8(i0, i1, i2, i3);
+}
+
+// max |x| over len floats (len a multiple of 8).
+inline float avx2_amax(const float* x, int len) {
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 m = _mm256_setzero_ps();
+    for (int j = 0; j < len; j += 8) m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(x + j), abs_mask));
+    return avx2_max8(m);
+}
+
+// Decode streams R weight rows at a time; rows are short (a few KiB), so the hardware prefetcher
+// keeps re-training at row starts and one thread reaches well under DRAM bandwidth. While a tile
+// runs its block loop, it pulls the next R-row group (contiguous, right after its own rows) into L2,
+// step_bytes per block (R * block bytes): call once per block index b. Prefetches never fault, so
+// running past the end of the matrix is harmless.
+inline void avx2_prefetch_next_group(const uint8_t* next_group, int64_t step_bytes, int64_t b) {
+    const char* p = reinterpret_cast<const char*>(next_group + b * step_bytes);
+    for (int64_t off = 0; off < step_bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T1);
+}
+
+// Row tiling shared by all formats. F provides kDecodeRows, kPrefillRows and
+//   template <int R, int T> static void tile(const uint8_t* w, size_t w_row_bytes, const uint8_t* act,
+//                                            size_t act_row_bytes, int64_t k, float* y, int64_t ldy);
+// computing y[t * ldy + r] for r < R weight rows starting at w and t < T activation rows at act.
+template <class F, int R>
+inline void avx2_tile_t(int num_t, const uint8_t* w, size_t wrb, const uint8_t* act, size_t arb, int64_t k, float* y,
+                        int64_t ldy) {
+    switch (num_t) {
+        case 4:
+            F::template tile<R, 4>(w, wrb, act, arb, k, y, ldy);
+            break;
+        case 3:
+            F::template tile<R, 3>(w, wrb, act, arb, k, y, ldy);
+            break;
+        case 2:
+            F::template tile<R, 2>(w, wrb, act, arb, k, y, ldy);
+            break;
+        default:
+            F::template tile<R, 1>(w, wrb, act, arb, k, y, ldy);
+            break;
+    }
+}
+
+template <class F>
+void avx2_gemm(const void* w, size_t wrb, const void* act, size_t arb, int64_t n, int64_t k, float* y, int64_t ldy,
+               int64_t r0, int64_t r1) {
+    const uint8_t* wb = static_cast<const uint8_t*>(w);
+    const uint8_t* ab = static_cast<const uint8_t*>(act);
+    if (n == 1) {  // decode: several weight rows at once = several independent read streams
+        constexpr int R = F::kDecodeRows;
+        int64_t r = r0;
+        for (; r + R <= r1; r += R) F::template tile<R, 1>(wb + r * int64_t(wrb), wrb, ab, arb, k, y + r, ldy);
+        for (; r < r1; ++r) F::template tile<1, 1>(wb + r * int64_t(wrb), wrb, ab, arb, k, y + r, ldy);
+        return;
+    }
+    // Prefill: each decoded weight block serves up to 4 activation rows. Activation rows are taken in
+    // chunks of ~256 KiB so they stay in L2 while the weight rows [r0, r1) stream past them.
+    constexpr int R = F::kPrefillRows;
+    int64_t chunk = int64_t((256 << 10) / (arb > 0 ? arb : 1)) & ~int64_t(3);
+    if (chunk < 4) chunk = 4;
+    for (int64_t t0 = 0; t0 < n; t0 += chunk) {
+        const int64_t t1 = t0 + chunk < n ? t0 + chunk : n;
+        int64_t r = r0;
+        for (; r < r1; r += R) {
+            const bool full = r + R <= r1;
+            for (int64_t t = t0; t < t1; t += 4) {
+                const int num_t = int(t1 - t < 4 ? t1 - t : 4);
+                const uint8_t* a = ab + t * int64_t(arb);
+                float* yt = y + t * ldy;
+                if (full) {
+                    avx2_tile_t<F, R>(num_t, wb + r * int64_t(wrb), wrb, a, arb, k, yt + r, ldy);
+                } else {
+                    for (int64_t rr = r; rr < r1; ++rr) {
+                        avx2_tile_t<F, 1>(num_t, wb + rr * int64_t(wrb), wrb, a, arb, k, yt + rr, ldy);
+                    }
+                }
+            }
+        }
+    }
+}
+
+}  // namespace
+}  // namespace kiln::kernels::cpu

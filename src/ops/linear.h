@@ -1,0 +1,40 @@
+// Linear layers on the CPU: a weight matrix bound once, at load time, to the kernel that multiplies
+// it (kernels/cpu/matmul.h, at the ISA picked from CPUID or forced by the caller), so the per-call
+// path does no lookups. Quantized weights multiply activations rounded to 8-bit blocks (ActQ8 /
+// ActQ8K, as llama.cpp does) unless f32_activations asks for the reference path, which dequantizes
+// each weight row to f32 and matches a float reference to rounding (kernels::ref::matmul_tile).
+// Work is split along output rows and token tiles only, so results do not depend on the thread count.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/ref/transformer.h"
+
+namespace kiln::ops {
+
+struct LinearOptions {
+    kernels::cpu::Isa isa = kernels::cpu::best_isa();
+    // Quantized weights times f32 activations (the scalar reference path): slow, but equal to a float
+    // forward pass up to rounding. Float weights (F32/F16/BF16) always use f32 activations.
+    bool f32_activations = false;
+};
+
+struct Linear {
+    kernels::ref::WeightView w;                          // [rows, cols] as stored
+    const kernels::cpu::MatmulKernel* kernel = nullptr;  // nullptr: the f32 reference path
+    kernels::cpu::Isa isa = kernels::cpu::Isa::kRef;     // the ISA of `kernel`
+};
+
+// kUnsupported when the CPU lacks options.isa or no path handles the weight type.
+core::Result<Linear> make_linear(const kernels::ref::WeightView& w, const LinearOptions& options);
+
+// y [m, l.w.rows] = x [m, l.w.cols] @ W^T (+ bias [l.w.rows]). scratch holds the quantized
+// activations; it grows to the largest m seen and is reused, so steady-state decode allocates nothing.
+core::Status linear(core::ThreadPool& pool, const float* x, int64_t m, const Linear& l, const float* bias, float* y,
+                    std::vector<uint8_t>& scratch);
+
+}  // namespace kiln::ops

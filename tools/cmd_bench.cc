@@ -1,0 +1,379 @@
+// `kiln bench -m MODEL [-p 512] [-n 128] [-t N] [-r 5] [--json]`: llama-bench style throughput
+// (pp: one forward over p prompt tokens; tg: n decode steps of one token each, from an empty cache)
+// reported next to the machine's floors measured in the same run (kernels/roofline: memory read
+// bandwidth, f32 FMA peak, int8 dot peak), as DESIGN.md "Performance method" asks.
+// Each test runs once as a warm-up (tg: min(n, 8) steps), then REPS times; tokens/s is the median.
+// The probes run before and after the tests and each floor keeps the better figure: a floor is a
+// property of the machine, and other load on a shared VM can only lower a measurement of it.
+// Weights are copied into anonymous memory (MADV_HUGEPAGE) unless --mmap, so background reclaim of
+// file-backed pages cannot swing the figures.
+// Formulas (docs/performance.md):
+//   weight_bytes  = every tensor of the layers + output_norm + the output matrix (token_embd when
+//                   tied: counted once) ; the embedding lookup reads one row per token
+//   tg: bytes_per_token = weight_bytes + embd_row_bytes
+//   pp: bytes_per_token = weight_bytes / p + embd_row_bytes   (weights streamed once per forward)
+//   ops_per_token = 2 * (matmul weights used per token): 2 * layer matrices + 2 * vocab * hidden for
+//                   tg; for pp the logits are computed for the last token only, so 2 * V * H / p.
+//                   Attention score/value flops (4 * layers * q_dim * context) are not counted.
+//   achieved_gbps = bytes_per_token * tokens_per_s / 1e9 ; pct_of_bw_limit = 100 * achieved / bw_limit
+//   achieved_gops = ops_per_token * tokens_per_s / 1e9   ; pct_of_peak = 100 * achieved / peak_gops
+//   peak_gops = the peak of the arithmetic the matmuls use: the int8 dot peak when the matmul kernel
+//               quantizes activations to 8 bits (quantized weights on kernels/cpu), else the f32
+//               FMA peak (float weights, or the f32 reference path).
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "args.h"
+#include "commands.h"
+#include "model_session.h"
+#include "core/thread_pool.h"
+#include "kernels/roofline/roofline.h"
+#include "model/checkpoint.h"
+#include "model/llama.h"
+#include "ops/linear.h"
+
+namespace kiln::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::ordered_json;
+
+constexpr const char* kBenchUsage =
+    "usage: kiln bench -m MODEL [-p N] [-n N] [-t N] [-r N] [--isa ISA] [--f32-activations] [--json] [--mmap]\n"
+    "                  [--probe-mib N]\n"
+    "\n"
+    "Measures prefill (ppN) and decode (tgN) tokens/s, the median of REPS runs after a warm-up, and\n"
+    "in the same run the machine's memory read bandwidth, f32 FMA peak and int8 dot peak; reports\n"
+    "each throughput as a share of those limits (formulas: docs/performance.md).\n"
+    "\n"
+    "  -m, --model MODEL   GGUF file, safetensors file or HF folder, or llama2.c .bin\n"
+    "  -p, --n-prompt N    prompt tokens of the pp test (default 512; 0 skips it)\n"
+    "  -n, --n-gen N       decode steps of the tg test (default 128; 0 skips it)\n"
+    "  -t, --threads N     worker threads (default: the physical cores this process may use)\n"
+    "  --isa ISA           matmul kernels: ref, avx2, avx512, avx512-vnni (default: the best this CPU runs)\n"
+    "  --f32-activations   quantized weights times f32 activations (the slow reference path)\n"
+    "  -r, --reps N        timed runs per test (default 5)\n"
+    "  --json              print a JSON array, one object per test\n"
+    "  --mmap              run from the file mapping instead of a copy in anonymous memory\n"
+    "  --probe-mib N       bandwidth probe buffer in MiB (default 1024, at least 64)\n";
+
+std::optional<int64_t> parse_count(const std::string& s, int64_t lo, int64_t hi) {
+    if (s.empty() || s.size() > 12 || s.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+    const int64_t v = std::stoll(s);
+    if (v < lo || v > hi) return std::nullopt;
+    return v;
+}
+
+// Moves every tensor into one anonymous mapping (huge pages advised); the Checkpoint owns it.
+core::Status copy_to_anonymous(model::Checkpoint& ck) {
+    uint64_t total = 0;
+    for (const model::TensorRef& t : ck.tensors) total += (t.num_bytes + 63) / 64 * 64;
+    if (total == 0) return core::Status::ok();
+    void* p = mmap(nullptr, size_t(total), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return core::error(core::StatusCode::kOutOfMemory)
+               << ck.path << ": cannot allocate " << total << " bytes for the weights (try --mmap)";
+#ifdef MADV_HUGEPAGE
+    madvise(p, size_t(total), MADV_HUGEPAGE);
+#endif
+    std::shared_ptr<void> owner(p, [total](void* q) { munmap(q, size_t(total)); });
+    uint8_t* dst = static_cast<uint8_t*>(p);
+    for (model::TensorRef& t : ck.tensors) {
+        std::memcpy(dst, t.data, size_t(t.num_bytes));
+        t.data = dst;
+        dst += (t.num_bytes + 63) / 64 * 64;
+    }
+    ck.owners.push_back(std::move(owner));
+    return core::Status::ok();
+}
+
+struct Traffic {
+    uint64_t weight_bytes = 0;      // read once per forward
+    uint64_t embd_row_bytes = 0;    // read once per token
+    uint64_t layer_mm_params = 0;   // matmul weights of the layers, per token
+    uint64_t output_mm_params = 0;  // vocab * hidden, once per forward (last token's logits)
+    uint64_t params = 0;
+    std::string dtype;
+};
+
+Traffic count_traffic(const model::Checkpoint& ck) {
+    const model::ModelConfig& c = ck.config;
+    Traffic tr;
+    tr.params = ck.num_params();
+    for (const model::TensorRef& t : ck.tensors) {
+        const bool layer = t.name.rfind("blk.", 0) == 0;
+        if (layer) tr.weight_bytes += t.num_bytes;
+        if (layer && t.shape.size() == 2) tr.layer_mm_params += t.num_elements();
+        if (t.name == "output_norm.weight") tr.weight_bytes += t.num_bytes;
+        if (t.name == "token_embd.weight") tr.embd_row_bytes = t.num_bytes / std::max<uint64_t>(1, t.shape[0]);
+        if (t.name == (c.tie_word_embeddings ? "token_embd.weight" : "output.weight")) {
+            tr.weight_bytes += t.num_bytes;
+            tr.output_mm_params = t.num_elements();
+        }
+        if (t.name == "blk.0.attn_q.weight") tr.dtype = std::string(core::dtype_name(t.dtype));
+    }
+    return tr;
+}
+
+// The matmul path LlamaModel::create picks with these ops::LinearOptions, probed on one layer
+// weight (every matrix of a synth or converted file shares its dtype).
+struct ComputePath {
+    std::string matmul;  // e.g. "avx2, int8 activations (kernels/cpu)"
+    bool int8 = false;   // activations quantized to 8 bits: int8 dot products
+};
+
+ComputePath compute_path(const model::Checkpoint& ck, const ops::LinearOptions& options) {
+    const model::TensorRef* t = ck.find("blk.0.attn_q.weight");
+    if (!t || t->shape.size() != 2) return {"unknown", false};
+    const auto view = kernels::ref::make_weight_view(t->data, t->dtype, int64_t(t->shape[0]), int64_t(t->shape[1]));
+    auto lin = ops::make_linear(view, options);
+    if (!lin || !lin->kernel) return {"f32 reference (kernels/ref)", false};
+    const bool int8 = lin->kernel->act != kernels::cpu::ActFormat::kF32;
+    return {std::string(kernels::cpu::isa_name(lin->isa)) + (int8 ? ", int8 activations" : ", f32 activations") +
+                " (kernels/cpu)",
+            int8};
+}
+
+struct TestResult {
+    std::string name;
+    std::vector<double> samples;  // tokens/s of each timed run
+    double tokens_per_s = 0, bytes_per_token = 0, ops_per_token = 0;
+};
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::vector<int32_t> bench_tokens(int64_t n, int64_t vocab) {
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    const int64_t span = std::max<int64_t>(1, vocab - 3);
+    for (int64_t i = 0; i < n; ++i) ids[size_t(i)] = int32_t(3 + (i * 7919 + 17) % span);
+    return ids;
+}
+
+// Seconds for one pp run (one forward of p tokens) or one tg run (`steps` single-token forwards).
+core::Result<double> run_once(model::LlamaModel& m, bool prefill, int64_t count) {
+    const model::ModelConfig& c = m.config();
+    model::KvCache cache(c, std::max<int64_t>(count, 1));
+    const std::vector<int32_t> ids = bench_tokens(count, c.vocab_size);
+    const auto t0 = Clock::now();
+    if (prefill) {
+        KILN_ASSIGN_OR_RETURN(auto logits, m.forward(ids, cache, false));
+        (void)logits;
+    } else {
+        for (int64_t i = 0; i < count; ++i) {
+            KILN_ASSIGN_OR_RETURN(auto logits, m.forward({ids[size_t(i)]}, cache, false));
+            (void)logits;
+        }
+    }
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+core::Result<TestResult> run_test(model::LlamaModel& m, bool prefill, int64_t count, int reps, const Traffic& tr) {
+    TestResult r;
+    r.name = (prefill ? "pp" : "tg") + std::to_string(count);
+    KILN_ASSIGN_OR_RETURN(double warm, run_once(m, prefill, prefill ? count : std::min<int64_t>(count, 8)));
+    (void)warm;
+    for (int i = 0; i < reps; ++i) {
+        KILN_ASSIGN_OR_RETURN(double s, run_once(m, prefill, count));
+        r.samples.push_back(double(count) / s);
+    }
+    r.tokens_per_s = median(r.samples);
+    const double per_forward = prefill ? double(count) : 1.0;  // tokens sharing one pass over the weights
+    r.bytes_per_token = double(tr.weight_bytes) / per_forward + double(tr.embd_row_bytes);
+    r.ops_per_token = 2.0 * double(tr.layer_mm_params) + 2.0 * double(tr.output_mm_params) / per_forward;
+    return r;
+}
+
+// Field-wise best of two probe runs.
+kernels::roofline::Roofline best_of(kernels::roofline::Roofline a, const kernels::roofline::Roofline& b) {
+    auto best = [](std::optional<double>& x, const std::optional<double>& y) {
+        if (y && (!x || *y > *x)) x = y;
+    };
+    a.read_gbps = std::max(a.read_gbps, b.read_gbps);
+    a.fma_f32_gflops = std::max(a.fma_f32_gflops, b.fma_f32_gflops);
+    a.int8_gops = std::max(a.int8_gops, b.int8_gops);
+    best(a.vnni_int8_gops, b.vnni_int8_gops);
+    best(a.bf16_gflops, b.bf16_gflops);
+    return a;
+}
+
+ordered_json opt_json(const std::optional<double>& v) {
+    return v ? ordered_json(*v) : ordered_json(nullptr);
+}
+
+double peak_of(const kernels::roofline::Roofline& roof, const ComputePath& path) {
+    return path.int8 ? roof.int8_gops : roof.fma_f32_gflops;
+}
+
+ordered_json result_json(const TestResult& r, const model::Checkpoint& ck, const Traffic& tr,
+                         const kernels::roofline::Roofline& roof, const ComputePath& path, int reps, bool mmapped) {
+    const model::ModelConfig& c = ck.config;
+    const double gbps = r.bytes_per_token * r.tokens_per_s / 1e9;
+    const double gops = r.ops_per_token * r.tokens_per_s / 1e9;
+    const double peak = peak_of(roof, path);
+    ordered_json j;
+    j["test"] = r.name;
+    j["model"] = ck.path;
+    j["model_name"] = c.name;
+    j["arch"] = c.arch;
+    j["weights_dtype"] = tr.dtype;
+    j["params"] = tr.params;
+    j["threads"] = roof.threads;
+    j["isa"] = roof.isa;
+    j["matmul"] = path.matmul;
+    j["weights_memory"] = mmapped ? "mmap" : "anonymous";
+    j["reps"] = reps;
+    j["tokens_per_s"] = r.tokens_per_s;
+    j["samples_tokens_per_s"] = r.samples;
+    j["bytes_per_token"] = r.bytes_per_token;
+    j["achieved_gbps"] = gbps;
+    j["bw_limit_gbps"] = roof.read_gbps;
+    j["pct_of_bw_limit"] = 100.0 * gbps / roof.read_gbps;
+    j["bw_floor_tokens_per_s"] = roof.read_gbps * 1e9 / r.bytes_per_token;
+    j["ops_per_token"] = r.ops_per_token;
+    j["achieved_gops"] = gops;
+    j["peak_kind"] = path.int8 ? "int8_dot" : "f32_fma";
+    j["peak_gops"] = peak;
+    j["pct_of_peak"] = 100.0 * gops / peak;
+    j["f32_fma_peak_gflops"] = roof.fma_f32_gflops;
+    j["int8_peak_gops"] = roof.int8_gops;
+    j["vnni_int8_peak_gops"] = opt_json(roof.vnni_int8_gops);
+    j["bf16_peak_gflops"] = opt_json(roof.bf16_gflops);
+    return j;
+}
+
+void print_table(const std::vector<TestResult>& results, const model::Checkpoint& ck, const Traffic& tr,
+                 const kernels::roofline::Roofline& roof, const ComputePath& path, bool mmapped) {
+    const model::ModelConfig& c = ck.config;
+    auto opt = [](const std::optional<double>& v) {
+        return v ? std::to_string(int64_t(*v)) : std::string("unsupported");
+    };
+    std::printf("model: %s (%s, %s, %.1fM params, %s weights, %s)\n", ck.path.c_str(), c.name.c_str(), c.arch.c_str(),
+                double(tr.params) / 1e6, tr.dtype.c_str(), mmapped ? "mmap" : "anonymous memory");
+    std::printf(
+        "machine (%d threads, probes %s): read %.1f GB/s | f32 FMA %.1f GFLOP/s | int8 %.1f GOP/s | "
+        "VNNI %s | BF16 %s\n",
+        roof.threads, roof.isa.c_str(), roof.read_gbps, roof.fma_f32_gflops, roof.int8_gops,
+        opt(roof.vnni_int8_gops).c_str(), opt(roof.bf16_gflops).c_str());
+    std::printf("matmul: %s; %% peak is of the %s peak\n\n", path.matmul.c_str(), path.int8 ? "int8 dot" : "f32 FMA");
+    std::printf("| %-7s | %10s | %10s | %9s | %7s | %10s | %9s | %7s |\n", "test", "tokens/s", "MB/token", "GB/s",
+                "% bw", "floor t/s", "GOP/s", "% peak");
+    std::printf("|---------|------------|------------|-----------|---------|------------|-----------|---------|\n");
+    for (const TestResult& r : results) {
+        const double gbps = r.bytes_per_token * r.tokens_per_s / 1e9, gops = r.ops_per_token * r.tokens_per_s / 1e9;
+        std::printf("| %-7s | %10.2f | %10.2f | %9.2f | %6.1f%% | %10.1f | %9.2f | %6.1f%% |\n", r.name.c_str(),
+                    r.tokens_per_s, r.bytes_per_token / 1e6, gbps, 100.0 * gbps / roof.read_gbps,
+                    roof.read_gbps * 1e9 / r.bytes_per_token, gops, 100.0 * gops / peak_of(roof, path));
+    }
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+    Args args({"--help", "-h", "--json", "--mmap", "--f32-activations"},
+              {"-m", "--model", "-p", "--n-prompt", "-n", "--n-gen", "-t", "--threads", "-r", "--reps", "--probe-mib",
+               "--isa"});
+    if (!args.parse(argc, argv, 2)) {
+        std::fprintf(stderr, "kiln bench: %s\n%s", args.error().c_str(), kBenchUsage);
+        return 2;
+    }
+    if (args.has("--help") || args.has("-h")) {
+        std::fputs(kBenchUsage, stdout);
+        return 0;
+    }
+    auto either = [&](const char* s, const char* l) { return args.get(l) ? args.get(l) : args.get(s); };
+    auto model_path = either("-m", "--model");
+    if (!model_path || !args.positional().empty()) {
+        std::fprintf(stderr, "kiln bench: %s\n%s",
+                     model_path ? "unexpected positional argument" : "no model given (-m MODEL)", kBenchUsage);
+        return 2;
+    }
+    struct Opt {
+        const char *s, *l;
+        int64_t lo, hi, *dst;
+    };
+    int64_t n_prompt = 512, n_gen = 128, threads = core::ThreadPool::default_num_threads(), reps = 5, probe_mib = 1024;
+    for (const Opt& o : {Opt{"-p", "--n-prompt", 0, 1 << 20, &n_prompt}, Opt{"-n", "--n-gen", 0, 1 << 20, &n_gen},
+                         Opt{"-t", "--threads", 1, 1024, &threads}, Opt{"-r", "--reps", 1, 1000, &reps},
+                         Opt{"--probe-mib", "--probe-mib", 64, 1 << 20, &probe_mib}}) {
+        auto v = either(o.s, o.l);
+        if (!v) continue;
+        auto x = parse_count(*v, o.lo, o.hi);
+        if (!x) {
+            std::fprintf(stderr, "kiln bench: %s needs an integer in [%lld, %lld], got '%s'\n", o.l, (long long)o.lo,
+                         (long long)o.hi, v->c_str());
+            return 2;
+        }
+        *o.dst = *x;
+    }
+    SessionOptions session;  // only its kernel choice (--isa, --f32-activations) is used here
+    if (!parse_session_options(args, "bench", session)) return 2;
+    if (n_prompt == 0 && n_gen == 0) {
+        std::fprintf(stderr, "kiln bench: -p 0 and -n 0 leave nothing to measure\n");
+        return 2;
+    }
+    auto ck = model::load_checkpoint(*model_path);
+    if (!ck) {
+        std::fprintf(stderr, "kiln bench: %s\n", ck.status().to_string().c_str());
+        return 1;
+    }
+    const bool mmapped = args.has("--mmap");
+    if (!mmapped) {
+        if (core::Status st = copy_to_anonymous(*ck); !st.is_ok()) {
+            std::fprintf(stderr, "kiln bench: %s\n", st.to_string().c_str());
+            return 1;
+        }
+    }
+    core::ThreadPool pool(static_cast<int>(threads));
+    auto model = model::LlamaModel::create(*ck, &pool, session.linear);
+    if (!model) {
+        std::fprintf(stderr, "kiln bench: %s\n", model.status().to_string().c_str());
+        return 1;
+    }
+    auto roof = kernels::roofline::measure_roofline(pool, uint64_t(probe_mib) << 20);
+    if (!roof) {
+        std::fprintf(stderr, "kiln bench: %s\n", roof.status().to_string().c_str());
+        return 1;
+    }
+    const Traffic tr = count_traffic(*ck);
+    const ComputePath path = compute_path(*ck, session.linear);
+    std::vector<TestResult> results;
+    for (bool prefill : {true, false}) {
+        const int64_t count = prefill ? n_prompt : n_gen;
+        if (count == 0) continue;
+        auto r = run_test(**model, prefill, count, int(reps), tr);
+        if (!r) {
+            std::fprintf(stderr, "kiln bench: %s\n", r.status().to_string().c_str());
+            return 1;
+        }
+        results.push_back(std::move(*r));
+    }
+    auto roof_after = kernels::roofline::measure_roofline(pool, uint64_t(probe_mib) << 20);
+    if (!roof_after) {
+        std::fprintf(stderr, "kiln bench: %s\n", roof_after.status().to_string().c_str());
+        return 1;
+    }
+    *roof = best_of(*roof, *roof_after);
+    if (args.has("--json")) {
+        ordered_json out = ordered_json::array();
+        for (const TestResult& r : results) out.push_back(result_json(r, *ck, tr, *roof, path, int(reps), mmapped));
+        std::printf("%s\n", out.dump(2, ' ', false, ordered_json::error_handler_t::replace).c_str());
+    } else {
+        print_table(results, *ck, tr, *roof, path, mmapped);
+    }
+    return 0;
+}
+
+}  // namespace kiln::tools

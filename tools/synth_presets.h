@@ -1,0 +1,70 @@
+// Building blocks of `kiln synth`: model presets at the real shapes of public checkpoints, the
+// tensor plan of a Llama-family GGUF, seeded random weights and a small ggml-layout quantizer.
+// Weights are a deterministic function of (seed, tensor index, row index) only, so a file is the
+// same whatever the thread count or chunking that produced it. Values are realistic in scale:
+// matrices ~N(0, 0.02) (Irwin-Hall approximation), norm weights ~1 + N(0, 0.02), biases ~N(0, 0.02),
+// so activations of the forward pass stay finite and non-trivial.
+// Quantized layouts follow ggml (ggml-common.h) exactly as kernels/ref/dequant.cc decodes them;
+// the rounding follows ggml-quants.c quantize_row_*_ref.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "model/metadata_json.h"
+#include "model/model_config.h"
+
+namespace kiln::tools {
+
+struct SynthPreset {
+    const char* name;
+    const char* arch;  // ModelConfig::arch
+    int64_t vocab_size, hidden_size, intermediate_size, num_layers, num_heads, num_kv_heads, head_dim, max_seq_len;
+    double rms_norm_eps, rope_theta;
+    bool tie_word_embeddings;
+    bool llama3_rope;  // Llama-3.1/3.2 RoPE scaling (factor 32, low 1, high 4, original 8192)
+    const char* about;
+};
+
+const std::vector<SynthPreset>& synth_presets();
+const SynthPreset* find_synth_preset(const std::string& name);  // nullptr if unknown
+std::string synth_preset_names();                               // "a, b, c" for messages
+
+// The preset's config; num_layers > 0 overrides the layer count.
+model::ModelConfig synth_config(const SynthPreset& p, int64_t num_layers);
+
+// Weight dtypes `kiln synth` writes (f32, f16, bf16, q8_0, q4_0, q4_1).
+bool synth_dtype_supported(core::DType t);
+
+enum class SynthKind { kMatrix, kNorm, kBias };
+struct SynthTensor {
+    std::string name;
+    core::DType dtype;
+    std::vector<uint64_t> shape;  // row-major: [rows, cols] or [cols]
+    SynthKind kind;
+    uint64_t rows() const { return shape.size() == 2 ? shape[0] : 1; }
+    uint64_t cols() const { return shape.back(); }
+    uint64_t row_bytes() const;
+    uint64_t num_bytes() const { return rows() * row_bytes(); }
+};
+
+// Every tensor of the architecture in file order: matrices in `weight_dtype`, norms and biases f32
+// (as llama.cpp's quantized files keep them).
+std::vector<SynthTensor> synth_tensor_plan(const model::ModelConfig& c, core::DType weight_dtype);
+
+// Writes rows [row_begin, row_end) of tensor `tensor_idx` into dst (row_bytes each). `scratch`
+// holds cols floats.
+void synth_rows(const SynthTensor& t, uint64_t seed, uint64_t tensor_idx, uint64_t row_begin, uint64_t row_end,
+                uint8_t* dst, float* scratch);
+
+// fp32 row -> `type` bytes (f32, f16, bf16, q8_0, q4_0, q4_1); n a multiple of the block size.
+void quantize_row(core::DType type, const float* x, int64_t n, uint8_t* dst);
+
+// A minimal SentencePiece ("llama") tokenizer of exactly vocab_size pieces (>= 259): <unk>, <s>,
+// </s>, the 256 byte tokens <0x00>..<0xFF>, then synthetic pieces ("▁a", "a", "▁b", ..., "▁aa", ...)
+// with descending scores. BOS 1, EOS 2, UNK 0.
+model::GgufMetadata synth_tokenizer(int64_t vocab_size);
+
+}  // namespace kiln::tools
