@@ -1,5 +1,8 @@
 // ThreadPool: a persistent pool of worker threads for data-parallel loops. Threads are created
-// once, in the constructor, and park on a condition variable between jobs; no op creates threads.
+// once, in the constructor; no op creates threads. Between jobs a worker spins for a short while
+// (kSpinIterations pause instructions, ~50-100 us) before it parks on a condition variable, so the
+// back-to-back small jobs of a decode step (a few per layer) start without a wake-up syscall, and an
+// idle pool still sleeps. The caller spins while waiting for the workers to finish.
 // parallel_for(n, fn) splits [0, n) into contiguous chunks whose boundaries depend only on n and
 // num_threads() (never on timing), so the same call always computes the same chunks; the calling
 // thread runs chunks too. A parallel_for issued from inside a worker (nested) runs serially on that
@@ -41,16 +44,21 @@ private:
     int num_threads_;
     std::vector<std::thread> workers_;
     std::mutex call_mu_;  // one parallel_for at a time
-    std::mutex mu_;
-    std::condition_variable wake_cv_, done_cv_;
-    uint64_t generation_ = 0;
-    bool stop_ = false;
-    // The current job (valid while a generation runs).
+    // Job hand-off (a seqlock): generation_ is odd while the caller writes the job fields below and
+    // even once they are ready. A worker announces itself in active_ and then re-checks the
+    // generation before reading the fields; the caller waits for active_ == 0 after making the
+    // generation odd, so no worker reads fields while they change.
+    std::atomic<uint64_t> generation_{0};
+    std::atomic<int> active_{0};
+    std::atomic<int64_t> next_chunk_{0};
+    std::atomic<int64_t> chunks_done_{0};
     const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
     int64_t n_ = 0, num_chunks_ = 0;
-    std::atomic<int64_t> next_chunk_{0};
-    int64_t chunks_done_ = 0;  // guarded by mu_
-    int active_ = 0;           // workers inside run_chunks; guarded by mu_
+    // Parking after the spin: sleepers_ counts workers that may be waiting on wake_cv_.
+    std::mutex mu_;
+    std::condition_variable wake_cv_;
+    std::atomic<int> sleepers_{0};
+    std::atomic<bool> stop_{false};
 };
 
 }  // namespace kiln::core

@@ -153,40 +153,61 @@ Status LlamaModel::layer_forward(int64_t layer_idx, int64_t T, const std::vector
     core::ThreadPool& pool = *pool_;
     const int64_t H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), F = c.intermediate_size, D = c.head_dim;
     const float eps = float(c.rms_norm_eps);
-    std::vector<float> xn(size_t(T * H));  // [T, H]
-    std::vector<float> q(size_t(T * Q));   // [T, num_heads, head_dim]
-    KILN_RETURN_IF_ERROR(ops::rmsnorm(pool, x.data(), L.attn_norm.data(), xn.data(), T, H, eps));
-    KILN_RETURN_IF_ERROR(ops::linear(pool, xn.data(), T, L.wq, opt(L.bq), q.data(), scratch_));
-    // New keys and values go straight into the cache rows of their positions.
+    Workspace& w = work_;
+    KILN_RETURN_IF_ERROR(ops::rmsnorm(pool, x.data(), L.attn_norm.data(), w.xn.data(), T, H, eps));
+    // Q, K and V in one job: qkv [T, Q + 2 KV], then q to its own buffer, k and v to the cache rows
+    // of their positions.
+    const ops::LinearPart qkv_parts[] = {{&L.wq, opt(L.bq)}, {&L.wk, opt(L.bk)}, {&L.wv, opt(L.bv)}};
+    KILN_RETURN_IF_ERROR(ops::linear_group(pool, w.xn.data(), T, qkv_parts, w.qkv.data(), scratch_));
     const int64_t start = cache.len_;
     std::vector<float>& kc = cache.k_[size_t(layer_idx)];  // [capacity, KV]
     std::vector<float>& vc = cache.v_[size_t(layer_idx)];  // [capacity, KV]
     float* k_new = kc.data() + start * KV;                 // [T, num_kv_heads, head_dim]
     float* v_new = vc.data() + start * KV;                 // [T, num_kv_heads, head_dim]
-    KILN_RETURN_IF_ERROR(ops::linear(pool, xn.data(), T, L.wk, opt(L.bk), k_new, scratch_));
-    KILN_RETURN_IF_ERROR(ops::linear(pool, xn.data(), T, L.wv, opt(L.bv), v_new, scratch_));
+    float* q = w.q.data();                                 // [T, num_heads, head_dim]
+    for (int64_t t = 0; t < T; ++t) {
+        const float* row = w.qkv.data() + t * (Q + 2 * KV);
+        std::copy_n(row, Q, q + t * Q);
+        std::copy_n(row + Q, KV, k_new + t * KV);
+        std::copy_n(row + Q + KV, KV, v_new + t * KV);
+    }
     if (c.qk_norm) {
-        KILN_RETURN_IF_ERROR(ops::rmsnorm(pool, q.data(), L.q_norm.data(), q.data(), T * c.num_heads, D, eps));
+        KILN_RETURN_IF_ERROR(ops::rmsnorm(pool, q, L.q_norm.data(), q, T * c.num_heads, D, eps));
         KILN_RETURN_IF_ERROR(ops::rmsnorm(pool, k_new, L.k_norm.data(), k_new, T * c.num_kv_heads, D, eps));
     }
-    KILN_RETURN_IF_ERROR(ops::rope(pool, q.data(), T, c.num_heads, D, positions.data(), inv_freq_));
+    KILN_RETURN_IF_ERROR(ops::rope(pool, q, T, c.num_heads, D, positions.data(), inv_freq_));
     KILN_RETURN_IF_ERROR(ops::rope(pool, k_new, T, c.num_kv_heads, D, positions.data(), inv_freq_));
-    std::vector<float> att(size_t(T * Q));  // [T, num_heads, head_dim]
     ops::KvSpan kv{kc.data(), vc.data(), start + T};
     ops::AttentionShape shape{T, c.num_heads, c.num_kv_heads, D, c.window_for_layer(layer_idx)};
-    KILN_RETURN_IF_ERROR(ops::attention(pool, q.data(), kv, shape, att.data()));
-    std::vector<float> o(size_t(T * H));  // [T, H]
-    KILN_RETURN_IF_ERROR(ops::linear(pool, att.data(), T, L.wo, opt(L.bo), o.data(), scratch_));
-    for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
+    KILN_RETURN_IF_ERROR(ops::attention(pool, q, kv, shape, w.att.data()));
+    KILN_RETURN_IF_ERROR(ops::linear(pool, w.att.data(), T, L.wo, opt(L.bo), w.o.data(), scratch_));
+    for (int64_t i = 0; i < T * H; ++i) x[size_t(i)] += w.o[size_t(i)];
 
-    KILN_RETURN_IF_ERROR(ops::rmsnorm(pool, x.data(), L.ffn_norm.data(), xn.data(), T, H, eps));
-    std::vector<float> gate(size_t(T * F)), up(size_t(T * F));  // [T, F]
-    KILN_RETURN_IF_ERROR(ops::linear(pool, xn.data(), T, L.w_gate, nullptr, gate.data(), scratch_));
-    KILN_RETURN_IF_ERROR(ops::linear(pool, xn.data(), T, L.w_up, nullptr, up.data(), scratch_));
-    KILN_RETURN_IF_ERROR(ops::silu_mul(pool, gate.data(), up.data(), gate.data(), T * F));
-    KILN_RETURN_IF_ERROR(ops::linear(pool, gate.data(), T, L.w_down, nullptr, o.data(), scratch_));
-    for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
+    KILN_RETURN_IF_ERROR(ops::rmsnorm(pool, x.data(), L.ffn_norm.data(), w.xn.data(), T, H, eps));
+    // gate and up in one job: gate_up [T, 2F]; then silu(gate) * up into the first F columns.
+    const ops::LinearPart gate_up_parts[] = {{&L.w_gate, nullptr}, {&L.w_up, nullptr}};
+    KILN_RETURN_IF_ERROR(ops::linear_group(pool, w.xn.data(), T, gate_up_parts, w.gate_up.data(), scratch_));
+    float* gu = w.gate_up.data();
+    pool.parallel_for(T, [&](int64_t b, int64_t e) {
+        for (int64_t t = b; t < e; ++t) kernels::ref::silu_mul(gu + t * 2 * F, gu + t * 2 * F + F, w.act.data() + t * F, F);
+    });
+    KILN_RETURN_IF_ERROR(ops::linear(pool, w.act.data(), T, L.w_down, nullptr, w.o.data(), scratch_));
+    for (int64_t i = 0; i < T * H; ++i) x[size_t(i)] += w.o[size_t(i)];
     return Status::ok();
+}
+
+void LlamaModel::Workspace::reserve(const ModelConfig& c, int64_t T) {
+    auto grow = [](std::vector<float>& v, int64_t n) {
+        if (int64_t(v.size()) < n) v.resize(size_t(n));
+    };
+    const int64_t H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), F = c.intermediate_size;
+    grow(xn, T * H);
+    grow(qkv, T * (Q + 2 * KV));
+    grow(q, T * Q);
+    grow(att, T * Q);
+    grow(o, T * H);
+    grow(gate_up, T * 2 * F);
+    grow(act, T * F);
 }
 
 core::Result<std::vector<float>> LlamaModel::forward(const std::vector<int32_t>& tokens, KvCache& cache,
@@ -221,6 +242,7 @@ core::Result<std::vector<float>> LlamaModel::forward(const std::vector<int32_t>&
     pool_->parallel_for(T, [&](int64_t b, int64_t e) {
         for (int64_t t = b; t < e; ++t) kernels::ref::weight_row(embed_, tokens[size_t(t)], x.data() + t * H);
     });
+    work_.reserve(c, T);
     for (int64_t l = 0; l < c.num_layers; ++l) KILN_RETURN_IF_ERROR(layer_forward(l, T, positions, cache, x));
     cache.len_ = start + T;
 

@@ -68,6 +68,12 @@ private:
     kernels::ref::WeightView embed_;  // [vocab, hidden]
     ops::Linear output_;              // [vocab, hidden]
     std::vector<uint8_t> scratch_;    // quantized activations, reused across calls
+    // Activation buffers of layer_forward, grown to the largest batch seen and reused.
+    struct Workspace {
+        std::vector<float> xn, qkv, q, att, o, gate_up, act;
+        void reserve(const ModelConfig& c, int64_t num_tokens);
+    };
+    Workspace work_;
     std::vector<float> output_norm_;           // [hidden]
     std::vector<Layer> layers_;
     std::vector<double> inv_freq_;  // [head_dim / 2]

@@ -44,36 +44,106 @@ core::Result<Linear> make_linear(const kernels::ref::WeightView& w, const Linear
 
 core::Status linear(core::ThreadPool& pool, const float* x, int64_t m, const Linear& l, const float* bias, float* y,
                     std::vector<uint8_t>& scratch) {
-    if (!l.kernel) return matmul(pool, x, m, l.w, bias, y);
-    const kernels::ref::WeightView& w = l.w;
-    if (m < 0 || w.rows <= 0 || w.cols <= 0) return core::error(core::StatusCode::kInvalidArgument) << "linear: bad shape";
-    if (!x || !y || !w.data) return core::error(core::StatusCode::kInvalidArgument) << "linear: null pointer";
-    if (m == 0) return core::Status::ok();
-    const cpu::MatmulKernel& k = *l.kernel;
-    const int64_t K = w.cols, N = w.rows;
-    const size_t act_bytes = k.act_row_bytes(K);
-    const uint8_t* act = reinterpret_cast<const uint8_t*>(x);
-    if (k.act != cpu::ActFormat::kF32) {
-        if (scratch.size() < size_t(m) * act_bytes) scratch.resize(size_t(m) * act_bytes);
-        uint8_t* dst = scratch.data();
-        pool.parallel_for(m, [&](int64_t b, int64_t e) {
-            for (int64_t t = b; t < e; ++t) k.quantize_row(x + t * K, dst + size_t(t) * act_bytes, K);
-        });
-        act = dst;
+    const LinearPart part{&l, bias};
+    return linear_group(pool, x, m, std::span<const LinearPart>(&part, 1), y, scratch);
+}
+
+namespace {
+
+// A group with a part on the f32 reference path (no kernel): each part alone into its own buffer,
+// then scattered into its columns. Not a hot path (f32_activations, or types without kernels).
+core::Status mixed_group(core::ThreadPool& pool, const float* x, int64_t m, std::span<const LinearPart> parts,
+                         int64_t total, float* y, std::vector<uint8_t>& scratch) {
+    if (parts.size() == 1) return matmul(pool, x, m, parts[0].linear->w, parts[0].bias, y);
+    int64_t col = 0;
+    for (const LinearPart& p : parts) {
+        const int64_t n = p.linear->w.rows;
+        std::vector<float> part(size_t(m * n));  // [m, n]
+        KILN_RETURN_IF_ERROR(linear(pool, x, m, *p.linear, p.bias, part.data(), scratch));
+        for (int64_t t = 0; t < m; ++t) std::copy_n(part.data() + t * n, n, y + t * total + col);
+        col += n;
     }
+    return core::Status::ok();
+}
+
+}  // namespace
+
+core::Status linear_group(core::ThreadPool& pool, const float* x, int64_t m, std::span<const LinearPart> parts,
+                          float* y, std::vector<uint8_t>& scratch) {
+    if (parts.empty() || m < 0 || !x || !y) return core::error(core::StatusCode::kInvalidArgument) << "linear: bad arguments";
+    const int64_t K = parts[0].linear->w.cols;
+    int64_t total = 0;
+    bool all_kernels = true;
+    for (const LinearPart& p : parts) {
+        const kernels::ref::WeightView& w = p.linear->w;
+        if (w.rows <= 0 || w.cols != K || !w.data)
+            return core::error(core::StatusCode::kInvalidArgument) << "linear: parts must share the input width";
+        total += w.rows;
+        all_kernels = all_kernels && p.linear->kernel;
+    }
+    if (m == 0) return core::Status::ok();
+    if (!all_kernels) return mixed_group(pool, x, m, parts, total, y, scratch);
+
+    // Quantize x once per activation format the parts use: [kF32] = x itself, [kQ8], [kQ8K] in scratch.
+    const uint8_t* act[3] = {reinterpret_cast<const uint8_t*>(x), nullptr, nullptr};
+    size_t act_bytes[3] = {size_t(K) * sizeof(float), 0, 0};
+    const cpu::MatmulKernel* quantizer[3] = {nullptr, nullptr, nullptr};
+    size_t need = 0;
+    for (const LinearPart& p : parts) {
+        const int f = int(p.linear->kernel->act);
+        if (f == 0 || quantizer[f]) continue;
+        quantizer[f] = p.linear->kernel;
+        act_bytes[f] = p.linear->kernel->act_row_bytes(K);
+        need += size_t(m) * act_bytes[f];
+    }
+    if (scratch.size() < need) scratch.resize(need);
+    size_t offset = 0;
+    for (int f = 1; f < 3; ++f) {
+        if (!quantizer[f]) continue;
+        uint8_t* dst = scratch.data() + offset;
+        offset += size_t(m) * act_bytes[f];
+        const cpu::MatmulKernel* q = quantizer[f];
+        const size_t arb = act_bytes[f];
+        pool.parallel_for(m, [&](int64_t b, int64_t e) {
+            for (int64_t t = b; t < e; ++t) q->quantize_row(x + t * K, dst + size_t(t) * arb, K);
+        });
+        act[f] = dst;
+    }
+
+    // Tasks: token tiles x row slices of every part; each part gets slices in proportion to its rows,
+    // enough in all to give every thread several tasks (load balance).
     const int64_t tiles = (m + kTokenTile - 1) / kTokenTile;
-    // Enough row slices per token tile to give every thread several tasks (load balance).
     const int64_t want = std::max<int64_t>(1, (pool.num_threads() * 4 + tiles - 1) / tiles);
-    const int64_t slices = std::max<int64_t>(1, std::min<int64_t>(want, (N + kMinRows - 1) / kMinRows));
-    pool.parallel_for(tiles * slices, [&](int64_t begin, int64_t end) {
+    int64_t slices[8], slices_total = 0;
+    if (parts.size() > 8) return core::error(core::StatusCode::kInvalidArgument) << "linear: at most 8 parts";
+    for (size_t i = 0; i < parts.size(); ++i) {
+        const int64_t rows = parts[i].linear->w.rows;
+        const int64_t share = std::max<int64_t>(1, (want * rows + total - 1) / total);
+        slices[i] = std::max<int64_t>(1, std::min<int64_t>(share, (rows + kMinRows - 1) / kMinRows));
+        slices_total += slices[i];
+    }
+    pool.parallel_for(tiles * slices_total, [&](int64_t begin, int64_t end) {
         for (int64_t task = begin; task < end; ++task) {
-            const int64_t s = task % slices, tile = task / slices;
-            const int64_t r0 = N * s / slices, r1 = N * (s + 1) / slices;
+            int64_t s = task % slices_total, col = 0;
+            const int64_t tile = task / slices_total;
+            size_t i = 0;
+            while (s >= slices[i]) {
+                s -= slices[i];
+                col += parts[i].linear->w.rows;
+                ++i;
+            }
+            const Linear& l = *parts[i].linear;
+            const cpu::MatmulKernel& k = *l.kernel;
+            const int f = int(k.act);
+            const int64_t N = l.w.rows;
+            const int64_t r0 = N * s / slices[i], r1 = N * (s + 1) / slices[i];
             const int64_t t0 = tile * kTokenTile, t1 = std::min(m, t0 + kTokenTile);
-            k.gemm(w.data, w.row_bytes, act + size_t(t0) * act_bytes, act_bytes, t1 - t0, K, y + t0 * N, N, r0, r1);
-            if (bias) {
-                for (int64_t t = t0; t < t1; ++t) {
-                    for (int64_t r = r0; r < r1; ++r) y[t * N + r] += bias[r];
+            float* out = y + t0 * total + col;  // column `col` of row t0; row stride `total`
+            k.gemm(l.w.data, l.w.row_bytes, act[f] + size_t(t0) * act_bytes[f], act_bytes[f], t1 - t0, K, out, total,
+                   r0, r1);
+            if (const float* bias = parts[i].bias) {
+                for (int64_t t = 0; t < t1 - t0; ++t) {
+                    for (int64_t r = r0; r < r1; ++r) out[t * total + r] += bias[r];
                 }
             }
         }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "core/status.h"
@@ -36,5 +37,16 @@ core::Result<Linear> make_linear(const kernels::ref::WeightView& w, const Linear
 // activations; it grows to the largest m seen and is reused, so steady-state decode allocates nothing.
 core::Status linear(core::ThreadPool& pool, const float* x, int64_t m, const Linear& l, const float* bias, float* y,
                     std::vector<uint8_t>& scratch);
+
+// Several linears over the same input, written side by side: y [m, sum of rows], part p filling the
+// columns after those of parts 0..p-1 (e.g. Q, K and V; or gate and up). The input is quantized
+// once per activation format and all parts run as one parallel job, which is what fusing the
+// matrices would buy, without copying weights of possibly different types.
+struct LinearPart {
+    const Linear* linear = nullptr;
+    const float* bias = nullptr;  // [linear->w.rows] or nullptr
+};
+core::Status linear_group(core::ThreadPool& pool, const float* x, int64_t m, std::span<const LinearPart> parts,
+                          float* y, std::vector<uint8_t>& scratch);
 
 }  // namespace kiln::ops

@@ -1,8 +1,9 @@
 // Threaded CPU front-ends of the transformer ops: each validates its arguments (kInvalidArgument /
-// kUnsupported, never an abort) and splits the work of kernels/ref across a core::ThreadPool.
-// Work is split only along independent outputs (rows of W, rows of x, (token, head) pairs), and each
-// piece runs the reference arithmetic, so results are bit-identical for any thread count.
-// Later, SIMD and CUDA kernels are chosen here; model code calls only these.
+// kUnsupported, never an abort) and splits the work across a core::ThreadPool. The split depends only
+// on the shapes (never on timing), so results are bit-identical for any thread count. matmul,
+// rmsnorm, rope and silu_mul run the kernels/ref arithmetic; attention runs the kernels/cpu tiled
+// online-softmax kernel (equal to the reference within fp32 rounding; the reference itself when no
+// SIMD kernel applies). Weight matmuls of the models go through ops/linear.h.
 #pragma once
 
 #include <cstdint>
