@@ -187,10 +187,7 @@ Status LlamaModel::layer_forward(int64_t layer_idx, int64_t T, const std::vector
     // gate and up in one job: gate_up [T, 2F]; then silu(gate) * up into the first F columns.
     const ops::LinearPart gate_up_parts[] = {{&L.w_gate, nullptr}, {&L.w_up, nullptr}};
     KILN_RETURN_IF_ERROR(ops::linear_group(pool, w.xn.data(), T, gate_up_parts, w.gate_up.data(), scratch_));
-    float* gu = w.gate_up.data();
-    pool.parallel_for(T, [&](int64_t b, int64_t e) {
-        for (int64_t t = b; t < e; ++t) kernels::ref::silu_mul(gu + t * 2 * F, gu + t * 2 * F + F, w.act.data() + t * F, F);
-    });
+    KILN_RETURN_IF_ERROR(ops::silu_mul_rows(pool, w.gate_up.data(), w.act.data(), T, F));
     KILN_RETURN_IF_ERROR(ops::linear(pool, w.act.data(), T, L.w_down, nullptr, w.o.data(), scratch_));
     for (int64_t i = 0; i < T * H; ++i) x[size_t(i)] += w.o[size_t(i)];
     return Status::ok();

@@ -70,6 +70,22 @@ Status silu_mul(core::ThreadPool& pool, const float* gate, const float* up, floa
     return Status::ok();
 }
 
+Status silu_mul_rows(core::ThreadPool& pool, const float* gate_up, float* out, int64_t m, int64_t n) {
+    if (m < 0 || n < 0) return invalid("silu_mul_rows", "bad shape");
+    if (!gate_up || !out) return invalid("silu_mul_rows", "null pointer");
+    // Few rows (decode): split each row into column slices so every thread gets work.
+    const int64_t slices = m >= pool.num_threads() ? 1 : std::max<int64_t>(1, n / 1024);
+    pool.parallel_for(m * slices, [&](int64_t b, int64_t e) {
+        for (int64_t task = b; task < e; ++task) {
+            const int64_t t = task / slices, s = task % slices;
+            const int64_t c0 = n * s / slices, c1 = n * (s + 1) / slices;
+            const float* row = gate_up + t * 2 * n;
+            kernels::ref::silu_mul(row + c0, row + n + c0, out + t * n + c0, c1 - c0);
+        }
+    });
+    return Status::ok();
+}
+
 Status attention(core::ThreadPool& pool, const float* q, const KvSpan& kv, const AttentionShape& s, float* out) {
     if (s.num_tokens < 0 || s.num_heads <= 0 || s.num_kv_heads <= 0 || s.head_dim <= 0 || s.window < 0)
         return invalid("attention", "bad shape");

@@ -33,6 +33,9 @@ core::Status rope(core::ThreadPool& pool, float* x, int64_t num_tokens, int64_t 
 
 // out [n] = silu(gate) * up.
 core::Status silu_mul(core::ThreadPool& pool, const float* gate, const float* up, float* out, int64_t n);
+// Row-wise, for gate and up side by side: out [m, n] = silu(gate_up[:, :n]) * gate_up[:, n:],
+// gate_up [m, 2n] (the output of a gate/up linear_group).
+core::Status silu_mul_rows(core::ThreadPool& pool, const float* gate_up, float* out, int64_t m, int64_t n);
 
 // Causal GQA attention over one sequence's cache; q, out [num_tokens, num_heads, head_dim].
 core::Status attention(core::ThreadPool& pool, const float* q, const KvSpan& kv, const AttentionShape& s, float* out);

@@ -189,6 +189,22 @@ TEST(TransformerOps, LinearGroupEqualsSeparateLinears) {
     }
 }
 
+TEST(TransformerOps, SiluMulRowsMatchesReference) {
+    for (int threads : {1, 3}) {
+        core::ThreadPool pool(threads);
+        for (int64_t m : {1, 2, 5}) {
+            for (int64_t n : {1, 7, 5000}) {
+                std::vector<float> gu = randn(size_t(m * 2 * n), uint32_t(m * n), 2.0f);  // [m, 2n]
+                std::vector<float> got(size_t(m * n)), want(size_t(m * n));
+                ASSERT_TRUE(silu_mul_rows(pool, gu.data(), got.data(), m, n).is_ok());
+                for (int64_t t = 0; t < m; ++t)
+                    ref::silu_mul(&gu[size_t(t * 2 * n)], &gu[size_t(t * 2 * n + n)], &want[size_t(t * n)], n);
+                ASSERT_EQ(got, want) << "threads " << threads << " m " << m << " n " << n;
+            }
+        }
+    }
+}
+
 TEST(TransformerOps, MatmulRejectsBadArguments) {
     core::ThreadPool pool(1);
     std::vector<uint8_t> wbuf(64);

@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/simd_avx2.h"
 
 namespace kiln::kernels::cpu {
 namespace {  // NOLINT(google-build-namespaces): internal linkage per ISA TU is the point
@@ -38,13 +39,6 @@ inline int64_t imin(int64_t a, int64_t b) {
 }
 inline int64_t imax(int64_t a, int64_t b) {
     return a > b ? a : b;
-}
-
-inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
 }
 
 // Lane u of the result = horizontal sum of a_u, u < 4, summed as ((0+1)+(2+3)) + ((4+5)+(6+7)) of
@@ -143,7 +137,7 @@ float block_exp(float* p, int64_t n, float m) {
         _mm256_storeu_ps(p + i, e);
         sum = _mm256_add_ps(sum, e);
     }
-    return hsum8(sum);
+    return avx2_hsum(sum);
 }
 
 // For each of the R rows: o_r[d0, d0 + 8 NV) = o_r * corr_r + sum_{j < n} p_r[j] v_j[...] (v_j at

@@ -1,4 +1,4 @@
-// Internal helpers shared by the SIMD matmul TUs: matmul_avx2.cc (-mavx2 -mfma -mf16c) and
+// Internal helpers shared by the SIMD kernel TUs (matmul_avx2.cc, attention_avx2.cc: -mavx2 -mfma -mf16c;
 // matmul_avx512.cc / matmul_avx512vnni.cc (AVX-512 flags; with VNNI the u8 x s8 dot is vpdpbusd).
 // Include ONLY from such TUs. Everything here has internal linkage (anonymous namespace): an inline
 // function with external linkage compiled with AVX2 flags could be ODR-merged into generic code and
