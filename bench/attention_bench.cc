@@ -1,0 +1,83 @@
+// Google Benchmark microbenchmarks of CPU attention (ops::attention: the kernels/cpu tiled
+// online-softmax kernel at the best ISA) over an f32 KV cache, at two model shapes:
+//   smollm2 (SmolLM2-135M: 9 heads, 3 KV heads, head_dim 64) and llama3-8b (32, 8, 128).
+// prefill: 512 new tokens, causal, kv_len 512. decode: 1 new token at kv_len 2048.
+// Counters (rates, 1e9 units): GB/s = K and V bytes of the cache read once per call
+// (2 * kv_len * kv_heads * head_dim * 4); GFLOP/s = 4 * head_dim * (query head, key) pairs attended
+// (q.k and p.v, 2 flops per multiply-add each; softmax not counted).
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "kernels/ref/transformer.h"
+#include "ops/transformer_ops.h"
+
+namespace {
+
+struct Model {
+    const char* name;
+    int64_t heads, kv_heads, head_dim;
+};
+constexpr Model kModels[] = {{"smollm2", 9, 3, 64}, {"llama3-8b", 32, 8, 128}};
+
+std::vector<float> random_floats(size_t n, uint64_t seed) {
+    uint64_t s = seed * 0x9E3779B97F4A7C15ULL + 1;
+    std::vector<float> v(n);
+    for (float& x : v) {
+        s ^= s >> 12;
+        s ^= s << 25;
+        s ^= s >> 27;
+        x = float((s * 0x2545F4914F6CDD1DULL) >> 40) * (2.0f / float(1 << 24)) - 1.0f;  // [-1, 1)
+    }
+    return v;
+}
+
+void bm_attention(benchmark::State& st, Model m, int64_t num_tokens, int64_t kv_len, int threads) {
+    kiln::core::ThreadPool pool(threads);
+    kiln::kernels::ref::AttentionShape s;
+    s.num_tokens = num_tokens;
+    s.num_heads = m.heads;
+    s.num_kv_heads = m.kv_heads;
+    s.head_dim = m.head_dim;
+    const size_t kv_floats = size_t(kv_len * m.kv_heads * m.head_dim);
+    const std::vector<float> k = random_floats(kv_floats, 1), v = random_floats(kv_floats, 2);
+    const std::vector<float> q = random_floats(size_t(num_tokens * m.heads * m.head_dim), 3);
+    std::vector<float> out(q.size());
+    const kiln::kernels::ref::KvSpan kv{k.data(), v.data(), kv_len};
+    for (auto _ : st) {
+        if (!kiln::ops::attention(pool, q.data(), kv, s, out.data()).is_ok())
+            return st.SkipWithError("attention failed");
+        benchmark::DoNotOptimize(out.data());
+        benchmark::ClobberMemory();
+    }
+    // Token t (position kv_len - num_tokens + t) attends to keys 0 .. its position.
+    double pairs = 0;
+    for (int64_t t = 0; t < num_tokens; ++t) pairs += double(kv_len - num_tokens + t + 1);
+    const double iters = double(st.iterations());
+    st.counters["GB/s"] = benchmark::Counter(2.0 * double(kv_floats) * 4 * iters / 1e9, benchmark::Counter::kIsRate);
+    st.counters["GFLOP/s"] = benchmark::Counter(4.0 * double(m.head_dim) * double(m.heads) * pairs * iters / 1e9,
+                                                benchmark::Counter::kIsRate);
+}
+
+int register_all() {
+    for (const Model& m : kModels)
+        for (int threads : {1, 2}) {
+            const std::string th = "/threads:" + std::to_string(threads);
+            benchmark::RegisterBenchmark(("attention_prefill/" + std::string(m.name) + "/tokens:512" + th).c_str(),
+                                         bm_attention, m, int64_t(512), int64_t(512), threads)
+                ->Unit(benchmark::kMillisecond)
+                ->UseRealTime();
+            benchmark::RegisterBenchmark(("attention_decode/" + std::string(m.name) + "/kv:2048" + th).c_str(),
+                                         bm_attention, m, int64_t(1), int64_t(2048), threads)
+                ->Unit(benchmark::kMicrosecond)
+                ->UseRealTime();
+        }
+    return 0;
+}
+
+[[maybe_unused]] const int registered = register_all();
+
+}  // namespace
