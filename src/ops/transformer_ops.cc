@@ -124,11 +124,17 @@ Status attention(core::ThreadPool& pool, const float* q, const KvSpan& kv, const
     const int64_t num_tiles = (s.num_tokens + tile - 1) / tile;
     const int64_t num_tasks = num_tiles * s.num_kv_heads * num_splits;
     const int64_t rows = s.num_tokens * s.num_heads;
-    std::vector<float> part_out, part_lse;  // [num_splits, num_tokens, num_heads, head_dim], [num_splits, rows]
+    // [num_splits, num_tokens, num_heads, head_dim], [num_splits, rows]: per calling thread, grown
+    // to the largest need and reused, so decode steps allocate nothing once warm.
+    thread_local std::vector<float> part_out, part_lse;
     if (num_splits > 1) {
-        part_out.resize(size_t(num_splits * rows * s.head_dim));
-        part_lse.resize(size_t(num_splits * rows));
+        const size_t out_floats = size_t(num_splits * rows * s.head_dim), lse_floats = size_t(num_splits * rows);
+        if (part_out.size() < out_floats) part_out.resize(out_floats);
+        if (part_lse.size() < lse_floats) part_lse.resize(lse_floats);
     }
+    // Plain pointers for the workers: inside the lambda a thread_local name would be their own copy.
+    float* const partial_out = part_out.data();
+    float* const partial_lse = part_lse.data();
     const size_t scratch_floats = kc::attention_scratch_floats(s, tile);
     std::atomic<int64_t> next_task{0};
     // Dynamic scheduling, latest (longest, under the causal mask) token tiles first.
@@ -145,7 +151,7 @@ Status attention(core::ThreadPool& pool, const float* q, const KvSpan& kv, const
             if (num_splits > 1) {
                 task.j0 = (split0 + split) * kSplitKeys;
                 task.j1 = std::min(kv.kv_len, task.j0 + kSplitKeys);
-                kernel(q, kv, s, task, part_out.data() + split * rows * s.head_dim, part_lse.data() + split * rows,
+                kernel(q, kv, s, task, partial_out + split * rows * s.head_dim, partial_lse + split * rows,
                        scratch.data());
             } else {
                 task.j1 = kv.kv_len;
@@ -154,7 +160,7 @@ Status attention(core::ThreadPool& pool, const float* q, const KvSpan& kv, const
         }
     });
     if (num_splits > 1)
-        kc::attention_merge(part_out.data(), part_lse.data(), num_splits, rows, s.head_dim, out, s.head_dim);
+        kc::attention_merge(partial_out, partial_lse, num_splits, rows, s.head_dim, out, s.head_dim);
     return Status::ok();
 }
 
