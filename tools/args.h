@@ -22,6 +22,11 @@ public:
     // The last value given for `opt` (nullopt if absent); get_all: every value, in order.
     std::optional<std::string> get(const std::string& opt) const;
     std::vector<std::string> get_all(const std::string& opt) const;
+    // The value of the long spelling if given, else of the short one (e.g. "--model", "-m").
+    std::optional<std::string> get_either(const std::string& long_opt, const std::string& short_opt) const {
+        auto v = get(long_opt);
+        return v ? v : get(short_opt);
+    }
     const std::vector<std::string>& positional() const { return positional_; }
 
 private:

@@ -293,8 +293,7 @@ int cmd_bench(int argc, char** argv) {
         std::fputs(kBenchUsage, stdout);
         return 0;
     }
-    auto either = [&](const char* s, const char* l) { return args.get(l) ? args.get(l) : args.get(s); };
-    auto model_path = either("-m", "--model");
+    auto model_path = args.get_either("--model", "-m");
     if (!model_path || !args.positional().empty()) {
         std::fprintf(stderr, "kiln bench: %s\n%s",
                      model_path ? "unexpected positional argument" : "no model given (-m MODEL)", kBenchUsage);
@@ -308,7 +307,7 @@ int cmd_bench(int argc, char** argv) {
     for (const Opt& o : {Opt{"-p", "--n-prompt", 0, 1 << 20, &n_prompt}, Opt{"-n", "--n-gen", 0, 1 << 20, &n_gen},
                          Opt{"-t", "--threads", 1, 1024, &threads}, Opt{"-r", "--reps", 1, 1000, &reps},
                          Opt{"--probe-mib", "--probe-mib", 64, 1 << 20, &probe_mib}}) {
-        auto v = either(o.s, o.l);
+        auto v = args.get_either(o.l, o.s);
         if (!v) continue;
         auto x = parse_count(*v, o.lo, o.hi);
         if (!x) {

@@ -64,11 +64,6 @@ double since(Clock::time_point t0) {
     return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-std::optional<std::string> either(const Args& a, const char* s, const char* l) {
-    auto v = a.get(l);
-    return v ? v : a.get(s);
-}
-
 // Whole-string numbers only; nullopt on trailing junk or overflow.
 std::optional<float> parse_float(const std::string& s) {
     try {
@@ -144,7 +139,7 @@ bool parse_sampling(const Args& args, sampling::SamplingParams& p) {
 // conversation rendered by the chat template and encoded without adding BOS/EOS (the template
 // writes them), as HF apply_chat_template does.
 core::Result<std::vector<int32_t>> prompt_tokens(const Args& args, const tokenizer::Tokenizer& tok) {
-    const std::string prompt = either(args, "-p", "--prompt").value_or("");
+    const std::string prompt = args.get_either("--prompt", "-p").value_or("");
     if (!args.has("--chat")) return tok.encode(prompt);
     std::string tmpl = tok.chat_template();
     if (auto f = args.get("--chat-template")) {
@@ -190,7 +185,7 @@ int cmd_generate(int argc, char** argv) {
         return 2;
     }
     int max_tokens = 256;
-    if (auto n = either(args, "-n", "--max-tokens")) {
+    if (auto n = args.get_either("--max-tokens", "-n")) {
         auto v = parse_threads(*n);
         if (!v) {
             std::fprintf(stderr, "kiln generate: -n needs a positive integer, got '%s'\n", n->c_str());

@@ -30,11 +30,6 @@ void print_usage(std::FILE* f) {
     std::fputs(kSessionHelp, f);
 }
 
-std::optional<std::string> either(const Args& a, const char* s, const char* l) {
-    auto v = a.get(l);
-    return v ? v : a.get(s);
-}
-
 }  // namespace
 
 int cmd_logits(int argc, char** argv) {
@@ -49,7 +44,7 @@ int cmd_logits(int argc, char** argv) {
         print_usage(stdout);
         return 0;
     }
-    auto prompt = either(args, "-p", "--prompt");
+    auto prompt = args.get_either("--prompt", "-p");
     if (!prompt || !args.positional().empty()) {
         print_usage(stderr);
         return 2;

@@ -39,11 +39,6 @@ void print_usage(std::FILE* f) {
     std::fputs(kSessionHelp, f);
 }
 
-std::optional<std::string> either(const Args& a, const char* s, const char* l) {
-    auto v = a.get(l);
-    return v ? v : a.get(s);
-}
-
 // -log softmax(row)[target], in double.
 double nll_of(const float* row, int64_t vocab, int32_t target) {
     float max_logit = row[0];
@@ -67,13 +62,13 @@ int cmd_perplexity(int argc, char** argv) {
         print_usage(stdout);
         return 0;
     }
-    auto text_path = either(args, "-f", "--file");
+    auto text_path = args.get_either("--file", "-f");
     if (!text_path || !args.positional().empty()) {
         print_usage(stderr);
         return 2;
     }
     int n_ctx = 512;
-    if (auto n = either(args, "-c", "--ctx")) {
+    if (auto n = args.get_either("--ctx", "-c")) {
         auto v = parse_threads(*n);
         if (!v || *v < 4) {
             std::fprintf(stderr, "kiln perplexity: --ctx needs an integer >= 4, got '%s'\n", n->c_str());

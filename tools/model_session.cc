@@ -81,9 +81,9 @@ const char* const kSessionHelp =
     "                         of activations rounded to 8-bit blocks\n";
 
 bool parse_session_options(const Args& args, const char* cmd, SessionOptions& out) {
-    out.model = args.get("--model") ? args.get("--model") : args.get("-m");
+    out.model = args.get_either("--model", "-m");
     out.tokenizer = args.get("--tokenizer").value_or("");
-    if (auto t = args.get("--threads") ? args.get("--threads") : args.get("-t")) {
+    if (auto t = args.get_either("--threads", "-t")) {
         out.threads = parse_threads(*t);
         if (!out.threads) {
             std::fprintf(stderr, "kiln %s: --threads needs an integer in [1, 1024], got '%s'\n", cmd, t->c_str());
