@@ -50,6 +50,7 @@ using nlohmann::ordered_json;
 constexpr const char* kBenchUsage =
     "usage: kiln bench -m MODEL [-p N] [-n N] [-t N] [-r N] [--isa ISA] [--f32-activations] [--json] [--mmap]\n"
     "                  [--probe-mib N]\n"
+    "       kiln bench offline --help   (the serving engine's throughput over many requests)\n"
     "\n"
     "Measures prefill (ppN) and decode (tgN) tokens/s, the median of REPS runs after a warm-up, and\n"
     "in the same run the machine's memory read bandwidth, f32 FMA peak and int8 dot peak; reports\n"
@@ -71,29 +72,6 @@ std::optional<int64_t> parse_count(const std::string& s, int64_t lo, int64_t hi)
     const int64_t v = std::stoll(s);
     if (v < lo || v > hi) return std::nullopt;
     return v;
-}
-
-// Moves every tensor into one anonymous mapping (huge pages advised); the Checkpoint owns it.
-core::Status copy_to_anonymous(model::Checkpoint& ck) {
-    uint64_t total = 0;
-    for (const model::TensorRef& t : ck.tensors) total += (t.num_bytes + 63) / 64 * 64;
-    if (total == 0) return core::Status::ok();
-    void* p = mmap(nullptr, size_t(total), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
-        return core::error(core::StatusCode::kOutOfMemory)
-               << ck.path << ": cannot allocate " << total << " bytes for the weights (try --mmap)";
-#ifdef MADV_HUGEPAGE
-    madvise(p, size_t(total), MADV_HUGEPAGE);
-#endif
-    std::shared_ptr<void> owner(p, [total](void* q) { munmap(q, size_t(total)); });
-    uint8_t* dst = static_cast<uint8_t*>(p);
-    for (model::TensorRef& t : ck.tensors) {
-        std::memcpy(dst, t.data, size_t(t.num_bytes));
-        t.data = dst;
-        dst += (t.num_bytes + 63) / 64 * 64;
-    }
-    ck.owners.push_back(std::move(owner));
-    return core::Status::ok();
 }
 
 struct Traffic {
@@ -282,6 +260,7 @@ void print_table(const std::vector<TestResult>& results, const model::Checkpoint
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
+    if (argc > 2 && std::strcmp(argv[2], "offline") == 0) return cmd_bench_offline(argc, argv);
     Args args({"--help", "-h", "--json", "--mmap", "--f32-activations"},
               {"-m", "--model", "-p", "--n-prompt", "-n", "--n-gen", "-t", "--threads", "-r", "--reps", "--probe-mib",
                "--isa"});
@@ -330,7 +309,7 @@ int cmd_bench(int argc, char** argv) {
     }
     const bool mmapped = args.has("--mmap");
     if (!mmapped) {
-        if (core::Status st = copy_to_anonymous(*ck); !st.is_ok()) {
+        if (core::Status st = model::copy_to_anonymous(*ck); !st.is_ok()) {
             std::fprintf(stderr, "kiln bench: %s\n", st.to_string().c_str());
             return 1;
         }

@@ -1,16 +1,18 @@
 // `kiln generate -m MODEL -p PROMPT [-n N] [-t N] [--chat] [--tokenizer FILE] [sampling flags]`: the
 // prompt (with --chat: the conversation rendered by the model's chat template, tokenized like HF's
-// apply_chat_template, i.e. without adding BOS/EOS) runs as one batched prefill, then one token per step until N tokens, EOS or a stop string. Tokens
-// are chosen by kiln::sampling::Sampler; without --temp decoding is greedy (temperature 0), unlike
-// llama.cpp's 0.8 default, so that runs are reproducible and match the greedy goldens. Text streams
-// through StreamDecoder + StopChecker, so stdout gets only generated text, never half a UTF-8
-// character nor any part of a stop string; load time and tokens/s go to stderr.
+// apply_chat_template, i.e. without adding BOS/EOS) runs as one batched prefill, then one token per step until N
+// tokens, EOS or a stop string. Tokens are chosen by kiln::sampling::Sampler; without --temp decoding is greedy
+// (temperature 0), unlike llama.cpp's 0.8 default, so that runs are reproducible and match the greedy goldens. Text
+// streams through StreamDecoder + StopChecker, so stdout gets only generated text, never half a UTF-8 character nor any
+// part of a stop string; load time and tokens/s go to stderr.
 #include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <future>
+#include <memory>
 #include <optional>
 #include <span>
 #include <sstream>
@@ -19,11 +21,10 @@
 
 #include "args.h"
 #include "commands.h"
+#include "engine_options.h"
+#include "kiln/engine.h"
 #include "model_session.h"
-#include "sampling/sampler.h"
 #include "sampling/sampling_params.h"
-#include "sampling/stop_checker.h"
-#include "tokenizer/chat_template.h"
 
 namespace kiln::tools {
 namespace {
@@ -57,6 +58,7 @@ constexpr const char* kGenerateUsage =
 void print_usage(std::FILE* f) {
     std::fputs(kGenerateUsage, f);
     std::fputs(kSessionHelp, f);
+    std::fputs(kEngineHelp, f);
 }
 
 using Clock = std::chrono::steady_clock;
@@ -138,35 +140,44 @@ bool parse_sampling(const Args& args, sampling::SamplingParams& p) {
 // The prompt's ids: plain text encoded with the tokenizer's BOS/EOS rules, or with --chat the
 // conversation rendered by the chat template and encoded without adding BOS/EOS (the template
 // writes them), as HF apply_chat_template does.
-core::Result<std::vector<int32_t>> prompt_tokens(const Args& args, const tokenizer::Tokenizer& tok) {
+bool prompt_tokens(const Args& args, const Engine& engine, std::vector<int32_t>& ids) {
     const std::string prompt = args.get_either("--prompt", "-p").value_or("");
-    if (!args.has("--chat")) return tok.encode(prompt);
-    std::string tmpl = tok.chat_template();
+    if (!args.has("--chat")) {
+        ids = engine.tokenize(prompt);
+        return true;
+    }
+    std::string tmpl;
     if (auto f = args.get("--chat-template")) {
         std::ifstream in(*f, std::ios::binary);
-        if (!in) return core::error(core::StatusCode::kNotFound) << "cannot read chat template '" << *f << "'";
+        if (!in) {
+            std::fprintf(stderr, "kiln generate: cannot read chat template '%s'\n", f->c_str());
+            return false;
+        }
         std::stringstream ss;
         ss << in.rdbuf();
         tmpl = ss.str();
     }
-    if (tmpl.empty()) {
-        return core::error(core::StatusCode::kNotFound)
-               << "--chat: the model has no chat template; pass --chat-template FILE";
-    }
-    std::vector<tokenizer::ChatMessage> messages;
+    std::vector<ChatMessage> messages;
     if (auto sys = args.get("--system")) messages.push_back({"system", *sys});
     messages.push_back({"user", prompt});
-    const std::string bos = tok.bos_id() >= 0 ? tok.token_text(tok.bos_id()) : "";
-    const std::string eos = tok.eos_id() >= 0 ? tok.token_text(tok.eos_id()) : "";
-    KILN_ASSIGN_OR_RETURN(std::string text, tokenizer::render_chat_template(tmpl, messages, true, bos, eos));
-    return tok.encode(text, /*add_special=*/false, /*parse_special=*/true);
+    std::string text;
+    Status st = engine.apply_chat_template(messages, true, tmpl, &text);
+    if (!st.ok()) {
+        std::fprintf(stderr, "kiln generate: --chat: %s\n", st.message.c_str());
+        return false;
+    }
+    ids = engine.tokenize(text, /*add_special=*/false, /*parse_special=*/true);
+    return true;
 }
 
 }  // namespace
 
 int cmd_generate(int argc, char** argv) {
-    Args args(merged({"--help", "-h", "--ignore-eos", "--chat"}, kSessionFlags),
-              merged({"-p", "--prompt", "-n", "--max-tokens", "--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--frequency-penalty", "--presence-penalty", "--seed", "--stop", "--system", "--chat-template"}, kSessionOptions));
+    Args args(
+        merged({"--help", "-h", "--ignore-eos", "--chat"}, engine_flags()),
+        merged({"-p", "--prompt", "-n", "--max-tokens", "--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty",
+                "--frequency-penalty", "--presence-penalty", "--seed", "--stop", "--system", "--chat-template"},
+               engine_options()));
     if (!args.parse(argc, argv, 2)) {
         std::fprintf(stderr, "kiln generate: %s\n", args.error().c_str());
         print_usage(stderr);
@@ -193,8 +204,6 @@ int cmd_generate(int argc, char** argv) {
         }
         max_tokens = *v;
     }
-    SessionOptions session_options;
-    if (!parse_session_options(args, "generate", session_options)) return 2;
     sampling::SamplingParams params;
     if (!parse_sampling(args, params)) return 2;
     params.max_tokens = max_tokens;
@@ -203,70 +212,64 @@ int cmd_generate(int argc, char** argv) {
         std::fprintf(stderr, "kiln generate: %s\n", st.to_string().c_str());
         return 2;
     }
+    EngineOptions options;
+    if (!parse_engine_options(args, "generate", options)) return 2;
+    if (!args.get("--max-seqs")) options.max_seqs = 1;  // one request: size the default KV budget for it
     const auto t_load = Clock::now();
-    auto session = open_model_session(session_options);
-    if (!session) {
-        std::fprintf(stderr, "kiln generate: %s\n", session.status().to_string().c_str());
+    Status st;
+    std::unique_ptr<Engine> engine = Engine::create(options, &st);
+    if (!engine) {
+        std::fprintf(stderr, "kiln generate: %s\n", st.message.c_str());
         return 1;
     }
     const double load_s = since(t_load);
-    ModelSession& s = **session;
-    const model::ModelConfig& c = s.model->config();
-    auto prompt_ids = prompt_tokens(args, *s.tokenizer);
-    if (!prompt_ids) {
-        std::fprintf(stderr, "kiln generate: %s\n", prompt_ids.status().to_string().c_str());
-        return 1;
-    }
-    std::vector<int32_t> ids = std::move(*prompt_ids);
-    if (ids.empty() && s.tokenizer->bos_id() >= 0) ids.push_back(s.tokenizer->bos_id());
+    std::vector<int32_t> ids;
+    if (!prompt_tokens(args, *engine, ids)) return 1;
+    const ModelInfo& info = engine->model_info();
+    if (ids.empty() && info.bos_id >= 0) ids.push_back(info.bos_id);
     if (ids.empty()) {
         std::fprintf(stderr, "kiln generate: empty prompt and the tokenizer has no BOS token\n");
         return 1;
     }
-    auto sampler = sampling::Sampler::create(params, int32_t(c.vocab_size), int32_t(ids.size()));
-    if (!sampler) {
-        std::fprintf(stderr, "kiln generate: %s\n", sampler.status().to_string().c_str());
-        return 2;
+    if (int64_t(ids.size()) >= info.max_model_len) {
+        std::fprintf(stderr, "kiln generate: the prompt has %zu tokens; the context holds %lld\n", ids.size(),
+                     (long long)info.max_model_len);
+        return 1;
     }
-    std::vector<int32_t> eos_ids;
-    if (s.tokenizer->eos_id() >= 0) eos_ids.push_back(s.tokenizer->eos_id());
-    sampling::StopChecker stop(params, eos_ids);
-    std::vector<int32_t> history = ids;  // prompt + generated, for the penalties
-    const int64_t max_len = c.max_seq_len > 0 ? c.max_seq_len : int64_t(ids.size()) + max_tokens;
-    model::KvCache cache(c, max_len);
-    tokenizer::StreamDecoder stream(*s.tokenizer);
-    std::vector<int32_t> next = ids;
-    int generated = 0;
-    double prefill_s = 0;
-    const auto t_gen = Clock::now();
-    for (; generated < max_tokens && cache.size() + int64_t(next.size()) <= max_len; ++generated) {
-        const auto t_step = Clock::now();
-        auto logits = s.model->forward(next, cache, false);
-        if (!logits) {
-            std::fprintf(stderr, "kiln generate: %s\n", logits.status().to_string().c_str());
-            return 1;
-        }
-        if (generated == 0) prefill_s = since(t_step);
-        const int32_t id = sampler->sample(std::span<float>(logits->data(), size_t(c.vocab_size)), history);
-        if (stop.is_stop_token(id)) break;
-        history.push_back(id);
-        sampling::StopChecker::Output out = stop.append(stream.push(id));
-        std::fwrite(out.text.data(), 1, out.text.size(), stdout);
+    if (int64_t(ids.size()) + params.max_tokens > info.max_model_len) {  // stop at the context, as llama.cpp does
+        params.max_tokens = int32_t(info.max_model_len - int64_t(ids.size()));
+        std::fprintf(stderr, "kiln generate: -n lowered to %d to fit the context of %lld tokens\n", params.max_tokens,
+                     (long long)info.max_model_len);
+    }
+    Request req;
+    req.prompt_ids = ids;
+    req.sampling = to_public(params);
+    std::promise<RequestOutput> done;
+    double ttft = 0;
+    req.on_output = [&](const RequestOutput& o) {  // on the engine's thread
+        std::fwrite(o.text.data(), 1, o.text.size(), stdout);
         std::fflush(stdout);
-        if (out.stopped) {
-            ++generated;
-            break;
-        }
-        next = {id};
+        if (!o.token_ids.empty() && ttft == 0) ttft = o.ttft_seconds;
+        if (o.finished) done.set_value(o);
+    };
+    std::future<RequestOutput> result = done.get_future();
+    const auto t_gen = Clock::now();
+    st = engine->add_request(std::move(req), nullptr);
+    if (!st.ok()) {
+        std::fprintf(stderr, "kiln generate: %s\n", st.message.c_str());
+        return 1;
     }
-    std::string tail = stop.stopped() ? std::string() : stop.append(stream.flush()).text;
-    if (!stop.stopped()) tail += stop.finish();
-    std::fwrite(tail.data(), 1, tail.size(), stdout);
+    const RequestOutput last = result.get();
     std::fputc('\n', stdout);
+    if (last.finish_reason == FinishReason::kError) {
+        std::fprintf(stderr, "kiln generate: %s\n", last.error.c_str());
+        return 1;
+    }
     const double gen_s = since(t_gen);
-    const double decode_s = gen_s - prefill_s;
-    std::fprintf(stderr, "load %.3f s; prompt %zu tokens in %.3f s; %d tokens generated in %.3f s (%.1f tokens/s)\n",
-                 load_s, ids.size(), prefill_s, generated, gen_s,
+    const double decode_s = gen_s - ttft;
+    const int64_t generated = last.completion_tokens;
+    std::fprintf(stderr, "load %.3f s; prompt %zu tokens in %.3f s; %lld tokens generated in %.3f s (%.1f tokens/s)\n",
+                 load_s, ids.size(), ttft, (long long)generated, gen_s,
                  generated > 1 && decode_s > 0 ? double(generated - 1) / decode_s : 0.0);
     return 0;
 }

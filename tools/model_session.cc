@@ -11,26 +11,6 @@ namespace kiln::tools {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-core::Result<std::unique_ptr<tokenizer::Tokenizer>> find_tokenizer(const model::Checkpoint& ck,
-                                                                   const std::string& explicit_path) {
-    if (!explicit_path.empty()) return model::load_tokenizer(explicit_path);
-    auto tok = model::load_tokenizer(ck);
-    if (tok.is_ok() || tok.status().code() != core::StatusCode::kNotFound) return tok;
-    if (ck.format == "llama2c") {
-        const fs::path dir = fs::path(ck.path).parent_path();
-        for (const char* name : {"tok512.bin", "tokenizer.bin"}) {
-            std::error_code ec;
-            if (fs::exists(dir / name, ec)) return tokenizer::Tokenizer::from_llama2c((dir / name).string());
-        }
-    }
-    return core::error(core::StatusCode::kNotFound)
-           << ck.path << ": no tokenizer in the checkpoint (and no tok512.bin / tokenizer.bin beside it); "
-           << "pass --tokenizer FILE";
-}
-
-}  // namespace
 
 std::string default_model_path() {
     if (const char* m = std::getenv("KILN_MODEL"); m && *m) return m;
@@ -110,7 +90,7 @@ core::Result<std::unique_ptr<ModelSession>> open_model_session(const SessionOpti
     auto s = std::make_unique<ModelSession>();
     KILN_ASSIGN_OR_RETURN(std::string path, resolve_model_path(o.model));
     KILN_ASSIGN_OR_RETURN(s->checkpoint, model::load_checkpoint(path));
-    KILN_ASSIGN_OR_RETURN(s->tokenizer, find_tokenizer(s->checkpoint, o.tokenizer));
+    KILN_ASSIGN_OR_RETURN(s->tokenizer, model::find_tokenizer(s->checkpoint, o.tokenizer));
     s->pool = std::make_unique<core::ThreadPool>(o.threads.value_or(core::ThreadPool::default_num_threads()));
     KILN_ASSIGN_OR_RETURN(s->model, model::LlamaModel::create(s->checkpoint, s->pool.get(), o.linear));
     return s;

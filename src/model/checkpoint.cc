@@ -1,6 +1,9 @@
 // Checkpoint loading for GGUF, HF safetensors and llama2.c (see checkpoint.h).
 #include "model/checkpoint.h"
 
+#include <sys/mman.h>
+#include <cstring>
+
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -277,6 +280,29 @@ core::Status check_checkpoint_tensors(const Checkpoint& ck) {
     KILN_RETURN_IF_ERROR(check.expect("output_norm.weight", {hidden}, Role::kVector));
     if (!c.tie_word_embeddings) KILN_RETURN_IF_ERROR(check.expect("output.weight", {vocab, hidden}, Role::kMatrix));
     for (int64_t l = 0; l < c.num_layers; ++l) KILN_RETURN_IF_ERROR(check_layer_tensors(check, c, l));
+    return core::Status::ok();
+}
+
+// Moves every tensor into one anonymous mapping (huge pages advised); the Checkpoint owns it.
+core::Status copy_to_anonymous(model::Checkpoint& ck) {
+    uint64_t total = 0;
+    for (const model::TensorRef& t : ck.tensors) total += (t.num_bytes + 63) / 64 * 64;
+    if (total == 0) return core::Status::ok();
+    void* p = mmap(nullptr, size_t(total), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return core::error(core::StatusCode::kOutOfMemory)
+               << ck.path << ": cannot allocate " << total << " bytes for the weights";
+#ifdef MADV_HUGEPAGE
+    madvise(p, size_t(total), MADV_HUGEPAGE);
+#endif
+    std::shared_ptr<void> owner(p, [total](void* q) { munmap(q, size_t(total)); });
+    uint8_t* dst = static_cast<uint8_t*>(p);
+    for (model::TensorRef& t : ck.tensors) {
+        std::memcpy(dst, t.data, size_t(t.num_bytes));
+        t.data = dst;
+        dst += (t.num_bytes + 63) / 64 * 64;
+    }
+    ck.owners.push_back(std::move(owner));
     return core::Status::ok();
 }
 

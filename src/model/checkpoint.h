@@ -64,6 +64,10 @@ struct Checkpoint {
 // name (or a safetensors-looking header) a safetensors file with config.json beside it, anything
 // else a llama2.c checkpoint.
 core::Result<Checkpoint> load_checkpoint(const std::string& path);
+// Moves every tensor into one anonymous mapping (huge pages advised) that the Checkpoint owns, so
+// background reclaim of file-backed pages cannot slow a benchmark or a server; kOutOfMemory when it
+// cannot be allocated.
+core::Status copy_to_anonymous(Checkpoint& checkpoint);
 core::Result<Checkpoint> load_gguf_checkpoint(const std::string& path);
 core::Result<Checkpoint> load_hf_checkpoint(const std::string& path);
 core::Result<Checkpoint> load_llama2c_checkpoint(const std::string& path);

@@ -19,4 +19,9 @@ core::Result<std::unique_ptr<tokenizer::Tokenizer>> load_tokenizer(const Checkpo
 // tokenizer.json or a folder holding one, llama2.c .bin), else the tokenizer of the checkpoint there.
 core::Result<std::unique_ptr<tokenizer::Tokenizer>> load_tokenizer(const std::string& path);
 
+// The tokenizer a model command uses: explicit_path when non-empty, else the checkpoint's own, else
+// (llama2.c) tok512.bin or tokenizer.bin beside it; kNotFound naming the fix otherwise.
+core::Result<std::unique_ptr<tokenizer::Tokenizer>> find_tokenizer(const Checkpoint& checkpoint,
+                                                                   const std::string& explicit_path);
+
 }  // namespace kiln::model

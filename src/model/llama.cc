@@ -146,71 +146,185 @@ static const float* opt(const std::vector<float>& v) {
     return v.empty() ? nullptr : v.data();
 }
 
-Status LlamaModel::layer_forward(int64_t layer_idx, int64_t T, const std::vector<int32_t>& positions, KvCache& cache,
-                                 std::vector<float>& x) {
+Status LlamaModel::layer_forward(int64_t layer_idx, int64_t T, const KvLayers& kv) {
     const ModelConfig& c = config_;
     const Layer& L = layers_[size_t(layer_idx)];
     core::ThreadPool& pool = *pool_;
     const int64_t H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), F = c.intermediate_size, D = c.head_dim;
     const float eps = float(c.rms_norm_eps);
     Workspace& w = work_;
-    KILN_RETURN_IF_ERROR(ops::rmsnorm(pool, x.data(), L.attn_norm.data(), w.xn.data(), T, H, eps));
-    // Q, K and V in one job: qkv [T, Q + 2 KV], then q to its own buffer, k and v to the cache rows
-    // of their positions.
+    float* x = w.x.data();  // [T, H]
+    KILN_RETURN_IF_ERROR(ops::rmsnorm(pool, x, L.attn_norm.data(), w.xn.data(), T, H, eps));
+    // Q, K and V in one job: qkv [T, Q + 2 KV]; q and k to their own buffers for the norms and RoPE,
+    // then k and v to their cache slots.
     const ops::LinearPart qkv_parts[] = {{&L.wq, opt(L.bq)}, {&L.wk, opt(L.bk)}, {&L.wv, opt(L.bv)}};
     KILN_RETURN_IF_ERROR(ops::linear_group(pool, w.xn.data(), T, qkv_parts, w.qkv.data(), scratch_));
-    const int64_t start = cache.len_;
-    std::vector<float>& kc = cache.k_[size_t(layer_idx)];  // [capacity, KV]
-    std::vector<float>& vc = cache.v_[size_t(layer_idx)];  // [capacity, KV]
-    float* k_new = kc.data() + start * KV;                 // [T, num_kv_heads, head_dim]
-    float* v_new = vc.data() + start * KV;                 // [T, num_kv_heads, head_dim]
-    float* q = w.q.data();                                 // [T, num_heads, head_dim]
+    float* q = w.q.data();      // [T, num_heads, head_dim]
+    float* k_new = w.k.data();  // [T, num_kv_heads, head_dim]
     for (int64_t t = 0; t < T; ++t) {
         const float* row = w.qkv.data() + t * (Q + 2 * KV);
         std::copy_n(row, Q, q + t * Q);
         std::copy_n(row + Q, KV, k_new + t * KV);
-        std::copy_n(row + Q + KV, KV, v_new + t * KV);
     }
     if (c.qk_norm) {
         KILN_RETURN_IF_ERROR(ops::rmsnorm(pool, q, L.q_norm.data(), q, T * c.num_heads, D, eps));
         KILN_RETURN_IF_ERROR(ops::rmsnorm(pool, k_new, L.k_norm.data(), k_new, T * c.num_kv_heads, D, eps));
     }
-    KILN_RETURN_IF_ERROR(ops::rope(pool, q, T, c.num_heads, D, positions.data(), inv_freq_));
-    KILN_RETURN_IF_ERROR(ops::rope(pool, k_new, T, c.num_kv_heads, D, positions.data(), inv_freq_));
-    ops::KvSpan kv{kc.data(), vc.data(), start + T};
-    ops::AttentionShape shape{T, c.num_heads, c.num_kv_heads, D, c.window_for_layer(layer_idx)};
-    KILN_RETURN_IF_ERROR(ops::attention(pool, q, kv, shape, w.att.data()));
+    KILN_RETURN_IF_ERROR(ops::rope(pool, q, T, c.num_heads, D, w.positions.data(), inv_freq_));
+    KILN_RETURN_IF_ERROR(ops::rope(pool, k_new, T, c.num_kv_heads, D, w.positions.data(), inv_freq_));
+    float* kc = kv.k[size_t(layer_idx)];  // [num_slots, KV]
+    float* vc = kv.v[size_t(layer_idx)];  // [num_slots, KV]
+    for (int64_t t = 0; t < T; ++t) {
+        const int64_t slot = w.slots[size_t(t)];
+        std::copy_n(k_new + t * KV, KV, kc + slot * KV);
+        std::copy_n(w.qkv.data() + t * (Q + 2 * KV) + Q + KV, KV, vc + slot * KV);
+    }
+    for (ops::AttentionSeq& a : w.attn) {
+        a.kv.k = kc;
+        a.kv.v = vc;
+    }
+    const ops::AttentionHeads heads{c.num_heads, c.num_kv_heads, D, c.window_for_layer(layer_idx)};
+    KILN_RETURN_IF_ERROR(ops::batch_attention(pool, q, T, w.attn, heads, w.att.data()));
     KILN_RETURN_IF_ERROR(ops::linear(pool, w.att.data(), T, L.wo, opt(L.bo), w.o.data(), scratch_));
-    for (int64_t i = 0; i < T * H; ++i) x[size_t(i)] += w.o[size_t(i)];
+    for (int64_t i = 0; i < T * H; ++i) x[i] += w.o[size_t(i)];
 
-    KILN_RETURN_IF_ERROR(ops::rmsnorm(pool, x.data(), L.ffn_norm.data(), w.xn.data(), T, H, eps));
+    KILN_RETURN_IF_ERROR(ops::rmsnorm(pool, x, L.ffn_norm.data(), w.xn.data(), T, H, eps));
     // gate and up in one job: gate_up [T, 2F]; then silu(gate) * up into the first F columns.
     const ops::LinearPart gate_up_parts[] = {{&L.w_gate, nullptr}, {&L.w_up, nullptr}};
     KILN_RETURN_IF_ERROR(ops::linear_group(pool, w.xn.data(), T, gate_up_parts, w.gate_up.data(), scratch_));
     KILN_RETURN_IF_ERROR(ops::silu_mul_rows(pool, w.gate_up.data(), w.act.data(), T, F));
     KILN_RETURN_IF_ERROR(ops::linear(pool, w.act.data(), T, L.w_down, nullptr, w.o.data(), scratch_));
-    for (int64_t i = 0; i < T * H; ++i) x[size_t(i)] += w.o[size_t(i)];
+    for (int64_t i = 0; i < T * H; ++i) x[i] += w.o[size_t(i)];
     return Status::ok();
 }
 
 void LlamaModel::Workspace::reserve(const ModelConfig& c, int64_t T) {
-    auto grow = [](std::vector<float>& v, int64_t n) {
+    auto grow = [](auto& v, int64_t n) {
         if (int64_t(v.size()) < n) v.resize(size_t(n));
     };
     const int64_t H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), F = c.intermediate_size;
+    grow(x, T * H);
     grow(xn, T * H);
     grow(qkv, T * (Q + 2 * KV));
     grow(q, T * Q);
+    grow(k, T * KV);
     grow(att, T * Q);
     grow(o, T * H);
     grow(gate_up, T * 2 * F);
     grow(act, T * F);
+    grow(positions, T);
+    grow(slots, T);
+}
+
+Status LlamaModel::check_batch(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs,
+                               const KvLayers& kv) const {
+    const ModelConfig& c = config_;
+    auto bad = [] { return core::error(StatusCode::kInvalidArgument); };
+    if (tokens.empty())
+        return bad() << "forward: "
+                     << "no tokens";
+    if (int64_t(kv.k.size()) != c.num_layers || int64_t(kv.v.size()) != c.num_layers)
+        return bad() << "forward: "
+                     << "K/V storage has " << kv.k.size() << " layers, the model " << c.num_layers;
+    if (kv.block_size < 0 || kv.num_slots < 0)
+        return bad() << "forward: "
+                     << "negative block size or slot count";
+    if (kv.block_size == 0 && seqs.size() != 1)
+        return bad() << "forward: "
+                     << "a contiguous cache holds exactly one sequence";
+    int64_t total = 0;
+    for (const BatchSeq& s : seqs) {
+        if (s.num_tokens <= 0 || s.start < 0)
+            return bad() << "forward: "
+                         << "a sequence with no new tokens or a negative start";
+        if (s.num_logits < 0 || s.num_logits > s.num_tokens)
+            return bad() << "forward: "
+                         << "num_logits outside [0, num_tokens]";
+        const int64_t len = s.start + s.num_tokens;
+        if (kv.block_size == 0) {
+            if (len > kv.num_slots)
+                return bad() << "forward: " << s.start << " cached + " << s.num_tokens
+                             << " new tokens exceed the context of " << kv.num_slots;
+        } else {
+            const int64_t need = (len + kv.block_size - 1) / kv.block_size;
+            if (int64_t(s.block_table.size()) < need)
+                return bad() << "forward: "
+                             << "block table of " << s.block_table.size() << " blocks for " << len << " tokens";
+            const int64_t num_blocks = kv.num_slots / kv.block_size;
+            for (int64_t b = 0; b < need; ++b)
+                if (s.block_table[size_t(b)] < 0 || s.block_table[size_t(b)] >= num_blocks)
+                    return bad() << "forward: "
+                                 << "block id " << s.block_table[size_t(b)] << " outside [0, " << num_blocks << ")";
+        }
+        total += s.num_tokens;
+    }
+    if (total != int64_t(tokens.size()))
+        return bad() << "forward: "
+                     << "sequences hold " << total << " tokens, the batch " << tokens.size();
+    for (int32_t t : tokens)
+        if (t < 0 || t >= c.vocab_size)
+            return bad() << "forward: "
+                         << "token id " << t << " outside [0, " << c.vocab_size << ")";
+    return Status::ok();
+}
+
+Status LlamaModel::forward_batch(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs, const KvLayers& kv,
+                                 std::vector<float>& logits) {
+    KILN_RETURN_IF_ERROR(check_batch(tokens, seqs, kv));
+    const ModelConfig& c = config_;
+    const int64_t T = int64_t(tokens.size()), H = c.hidden_size, V = c.vocab_size;
+    Workspace& w = work_;
+    w.reserve(c, T);
+    w.attn.resize(seqs.size());
+    int64_t row = 0, num_logits = 0;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+        const BatchSeq& s = seqs[i];
+        for (int64_t t = 0; t < s.num_tokens; ++t) {
+            const int64_t pos = s.start + t;
+            w.positions[size_t(row + t)] = int32_t(pos);
+            w.slots[size_t(row + t)] =
+                kv.block_size == 0
+                    ? pos
+                    : int64_t(s.block_table[size_t(pos / kv.block_size)]) * kv.block_size + pos % kv.block_size;
+        }
+        ops::AttentionSeq& a = w.attn[i];
+        a.kv.kv_len = s.start + s.num_tokens;
+        a.kv.block_table = kv.block_size ? s.block_table.data() : nullptr;
+        a.kv.block_size = kv.block_size;
+        a.q_start = row;
+        a.num_tokens = s.num_tokens;
+        row += s.num_tokens;
+        num_logits += s.num_logits;
+    }
+    float* x = w.x.data();  // [T, H]: the residual stream
+    pool_->parallel_for(T, [&](int64_t b, int64_t e) {
+        for (int64_t t = b; t < e; ++t) kernels::ref::weight_row(embed_, tokens[size_t(t)], x + t * H);
+    });
+    for (int64_t l = 0; l < c.num_layers; ++l) KILN_RETURN_IF_ERROR(layer_forward(l, T, kv));
+
+    // The rows that want logits, gathered [num_logits, H], normed, projected.
+    std::vector<float>& gathered = w.o;  // [T, H], free now; holds [num_logits, H]
+    row = 0;
+    int64_t out_row = 0;
+    for (const BatchSeq& s : seqs) {
+        for (int64_t t = s.num_tokens - s.num_logits; t < s.num_tokens; ++t, ++out_row)
+            std::copy_n(x + (row + t) * H, H, gathered.data() + out_row * H);
+        row += s.num_tokens;
+    }
+    if (num_logits == 0) {
+        logits.clear();
+        return Status::ok();
+    }
+    KILN_RETURN_IF_ERROR(
+        ops::rmsnorm(*pool_, gathered.data(), output_norm_.data(), w.xn.data(), num_logits, H, float(c.rms_norm_eps)));
+    logits.resize(size_t(num_logits * V));  // [num_logits, V]
+    return ops::linear(*pool_, w.xn.data(), num_logits, output_, nullptr, logits.data(), scratch_);
 }
 
 core::Result<std::vector<float>> LlamaModel::forward(const std::vector<int32_t>& tokens, KvCache& cache,
                                                      bool all_logits) {
     const ModelConfig& c = config_;
-    const int64_t T = int64_t(tokens.size()), H = c.hidden_size, V = c.vocab_size;
+    const int64_t T = int64_t(tokens.size());
     if (T == 0) return core::error(StatusCode::kInvalidArgument) << "forward: no tokens";
     if (cache.num_layers_ != c.num_layers || cache.kv_dim_ != c.kv_dim())
         return core::error(StatusCode::kInvalidArgument) << "forward: KV cache made for another model";
@@ -218,11 +332,8 @@ core::Result<std::vector<float>> LlamaModel::forward(const std::vector<int32_t>&
     if (start + T > cache.max_len_)
         return core::error(StatusCode::kInvalidArgument)
                << "forward: " << start << " cached + " << T << " new tokens exceed the context of " << cache.max_len_;
-    for (int32_t t : tokens)
-        if (t < 0 || t >= V)
-            return core::error(StatusCode::kInvalidArgument)
-                   << "forward: token id " << t << " outside [0, " << V << ")";
     const size_t need = size_t((start + T) * c.kv_dim());
+    KvLayers kv;
     for (int64_t l = 0; l < c.num_layers; ++l) {
         auto& k = cache.k_[size_t(l)];
         auto& v = cache.v_[size_t(l)];
@@ -231,24 +342,14 @@ core::Result<std::vector<float>> LlamaModel::forward(const std::vector<int32_t>&
             k.resize(grown);
             v.resize(grown);
         }
+        kv.k.push_back(k.data());
+        kv.v.push_back(v.data());
     }
-    std::vector<int32_t> positions(static_cast<size_t>(T));  // [T]
-    for (int64_t t = 0; t < T; ++t) positions[size_t(t)] = int32_t(start + t);
-
-    std::vector<float> x(static_cast<size_t>(T * H));  // [T, H]: the residual stream
-    pool_->parallel_for(T, [&](int64_t b, int64_t e) {
-        for (int64_t t = b; t < e; ++t) kernels::ref::weight_row(embed_, tokens[size_t(t)], x.data() + t * H);
-    });
-    work_.reserve(c, T);
-    for (int64_t l = 0; l < c.num_layers; ++l) KILN_RETURN_IF_ERROR(layer_forward(l, T, positions, cache, x));
+    kv.num_slots = int64_t(cache.k_[0].size()) / c.kv_dim();
+    const BatchSeq seq{start, T, {}, all_logits ? T : 1};
+    std::vector<float> logits;
+    KILN_RETURN_IF_ERROR(forward_batch(tokens, std::span<const BatchSeq>(&seq, 1), kv, logits));
     cache.len_ = start + T;
-
-    const int64_t rows = all_logits ? T : 1;
-    const float* last = x.data() + (T - rows) * H;  // [rows, H]
-    std::vector<float> xn(static_cast<size_t>(rows * H));
-    KILN_RETURN_IF_ERROR(ops::rmsnorm(*pool_, last, output_norm_.data(), xn.data(), rows, H, float(c.rms_norm_eps)));
-    std::vector<float> logits(static_cast<size_t>(rows * V));  // [rows, V]
-    KILN_RETURN_IF_ERROR(ops::linear(*pool_, xn.data(), rows, output_, nullptr, logits.data(), scratch_));
     return logits;
 }
 

@@ -2,14 +2,16 @@
 // Qwen3 with per-head q/k RMSNorm, SmolLM), configured entirely by ModelConfig. Weights are used as
 // stored in the Checkpoint (mmap'd, any dtype kernels::ref::dequantize_row reads, one row at a time);
 // activations are fp32. Norm weights and biases (small) are copied to fp32 at load.
-// A forward call takes a batch of new tokens of one sequence: prefill runs all prompt tokens as one
-// matrix-matrix pass, decode one token at a time; both append to the sequence's KvCache.
+// forward_batch runs a ragged batch (new tokens of many sequences: prompt chunks on top of a cached
+// prefix, decode tokens) as one matrix-matrix pass per weight, with K/V in a paged pool (the
+// serving engine) or one sequence's contiguous KvCache (forward, for the single-prompt tools).
 // Layer: x += o_proj(attn(rope(q_norm(q)), rope(k_norm(k)), v)); x += down(silu(gate) * up), each
 // branch on rmsnorm(x) (transformers modeling_llama / modeling_qwen3).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -17,6 +19,7 @@
 #include "core/thread_pool.h"
 #include "kernels/ref/transformer.h"
 #include "model/checkpoint.h"
+#include "ops/batch_attention.h"
 #include "ops/linear.h"
 
 namespace kiln::model {
@@ -36,6 +39,23 @@ private:
     std::vector<std::vector<float>> k_, v_;  // per layer: [capacity, kv_dim]
 };
 
+// Where the K/V of a batch live, per layer: a paged pool [num_blocks, block_size, kv_dim] shared by
+// every sequence of the batch (each has a block table), or, with block_size 0, one sequence's
+// contiguous [num_slots, kv_dim] rows (position p in row p).
+struct KvLayers {
+    std::vector<float*> k, v;  // [num_layers]
+    int64_t block_size = 0;    // tokens per block; 0 = contiguous, one sequence
+    int64_t num_slots = 0;     // rows of each k[l] / v[l] (num_blocks * block_size when paged)
+};
+
+// One sequence of a forward batch.
+struct BatchSeq {
+    int64_t start = 0;                     // tokens already cached = position of its first new token
+    int64_t num_tokens = 0;                // new tokens: the next contiguous run of the batch's tokens
+    std::span<const int32_t> block_table;  // paged: physical block of each logical block, >= start + num_tokens tokens
+    int64_t num_logits = 0;                // logits wanted for its last num_logits new tokens (0..num_tokens)
+};
+
 class LlamaModel {
 public:
     // The architectures this class runs.
@@ -52,6 +72,15 @@ public:
     // an empty batch, a token id outside the vocabulary or a cache that would overflow.
     core::Result<std::vector<float>> forward(const std::vector<int32_t>& tokens, KvCache& cache, bool all_logits);
 
+    // A ragged batch of sequences in one pass: tokens [num_tokens] holds each sequence's new tokens
+    // in turn; their K/V are written to kv (at the slots their block tables give) and attention runs
+    // over each sequence's own cache. logits is resized to [sum of num_logits, vocab], rows in
+    // sequence order. Every row's arithmetic is independent of the rest of the batch (batch
+    // invariance: the same logits bit for bit alone, batched or chunked). kInvalidArgument for bad
+    // token ids, counts, block tables or slots outside kv.
+    core::Status forward_batch(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs, const KvLayers& kv,
+                               std::vector<float>& logits);
+
 private:
     struct Layer {
         ops::Linear wq, wk, wv, wo, w_gate, w_up, w_down;
@@ -60,8 +89,9 @@ private:
         std::vector<float> q_norm, k_norm;       // [head_dim]; empty if none
     };
     LlamaModel() = default;
-    core::Status layer_forward(int64_t layer_idx, int64_t num_tokens, const std::vector<int32_t>& positions,
-                               KvCache& cache, std::vector<float>& x);
+    // Runs layer layer_idx on work_.x; work_.positions / slots / attn describe the batch.
+    core::Status layer_forward(int64_t layer_idx, int64_t num_tokens, const KvLayers& kv);
+    core::Status check_batch(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs, const KvLayers& kv) const;
 
     ModelConfig config_;
     core::ThreadPool* pool_ = nullptr;
@@ -70,11 +100,14 @@ private:
     std::vector<uint8_t> scratch_;    // quantized activations, reused across calls
     // Activation buffers of layer_forward, grown to the largest batch seen and reused.
     struct Workspace {
-        std::vector<float> xn, qkv, q, att, o, gate_up, act;
+        std::vector<float> x, xn, qkv, q, k, att, o, gate_up, act;  // x: the residual stream [T, H]
+        std::vector<int32_t> positions;                             // [T]
+        std::vector<int64_t> slots;                                 // [T] K/V row of each new token
+        std::vector<ops::AttentionSeq> attn;                        // [num seqs]
         void reserve(const ModelConfig& c, int64_t num_tokens);
     };
     Workspace work_;
-    std::vector<float> output_norm_;           // [hidden]
+    std::vector<float> output_norm_;  // [hidden]
     std::vector<Layer> layers_;
     std::vector<double> inv_freq_;  // [head_dim / 2]
 };

@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <atomic>
 
-#include "kernels/cpu/attention.h"
 #include "kernels/ref/dequant.h"
+#include "ops/batch_attention.h"
 
 namespace kiln::ops {
 namespace {
@@ -92,76 +92,18 @@ Status attention(core::ThreadPool& pool, const float* q, const KvSpan& kv, const
     if (s.num_heads % s.num_kv_heads) return invalid("attention", "num_heads must be a multiple of num_kv_heads");
     if (kv.kv_len < s.num_tokens) return invalid("attention", "kv_len smaller than the number of new tokens");
     if (!q || !out || !kv.k || !kv.v) return invalid("attention", "null pointer");
+    if (kv.block_table && kv.block_size <= 0) return invalid("attention", "paged KV cache needs block_size > 0");
     if (s.num_tokens == 0) return Status::ok();
-    namespace kc = kernels::cpu;
+    // One sequence of ops::batch_attention (the same arithmetic as the serving engine's batches).
+    const AttentionSeq seq{kv, 0, s.num_tokens};
+    const AttentionHeads heads{s.num_heads, s.num_kv_heads, s.head_dim, s.window};
     const size_t num_floats = size_t(s.num_tokens * s.num_heads * s.head_dim);
     const auto q_addr = reinterpret_cast<uintptr_t>(q), out_addr = reinterpret_cast<uintptr_t>(out);
-    const bool overlap = q_addr < out_addr + num_floats * 4 && out_addr < q_addr + num_floats * 4;
-    if (kc::best_isa() == kc::Isa::kRef || s.head_dim % 8 != 0 || overlap) {
-        // No SIMD kernel, a head_dim no real model uses, or out aliasing q (the tiled kernel clears
-        // its output rows before reading q): the reference rows, bit-identical to
-        // kernels::ref::attention for any thread count.
-        pool.parallel_for(s.num_tokens * s.num_heads, [&](int64_t b, int64_t e) {
-            std::vector<float> scores(size_t(kv.kv_len));  // [kv_len]
-            kernels::ref::attention_rows(q, kv, s, out, b, e, scores.data());
-        });
-        return Status::ok();
+    if (q_addr < out_addr + num_floats * 4 && out_addr < q_addr + num_floats * 4) {  // in place: q copied first
+        std::vector<float> q_copy(q, q + num_floats);
+        return batch_attention(pool, q_copy.data(), s.num_tokens, std::span<const AttentionSeq>(&seq, 1), heads, out);
     }
-    // Tasks are (kv_head, query-token tile[, key split]): each streams its K/V blocks once for all
-    // query heads of the group. The decomposition depends only on the shape, never on the thread
-    // count, so results are bit-identical for any pool size. Few tokens (decode) would leave threads
-    // idle with only num_kv_heads tasks, so their keys are also split into aligned ranges of
-    // kSplitKeys (flash-decoding) whose partial results are merged by their log-sum-exp.
-    constexpr int64_t kTokenTile = 16;   // query tokens per task: K/V block reuse vs. task count
-    constexpr int64_t kSplitKeys = 128;  // keys per split-KV range (a multiple of the block size)
-    constexpr int64_t kSplitMaxTokens = 4;
-    const kc::AttentionFn kernel = kc::best_attention_kernel();
-    const int64_t first_pos = kv.kv_len - s.num_tokens;
-    const int64_t key_lo = s.window > 0 ? std::max<int64_t>(0, first_pos - s.window + 1) : 0;
-    const int64_t split0 = key_lo / kSplitKeys, split1 = (kv.kv_len + kSplitKeys - 1) / kSplitKeys;
-    const int64_t num_splits = s.num_tokens <= kSplitMaxTokens ? split1 - split0 : 1;
-    const int64_t tile = num_splits > 1 ? s.num_tokens : kTokenTile;
-    const int64_t num_tiles = (s.num_tokens + tile - 1) / tile;
-    const int64_t num_tasks = num_tiles * s.num_kv_heads * num_splits;
-    const int64_t rows = s.num_tokens * s.num_heads;
-    // [num_splits, num_tokens, num_heads, head_dim], [num_splits, rows]: per calling thread, grown
-    // to the largest need and reused, so decode steps allocate nothing once warm.
-    thread_local std::vector<float> part_out, part_lse;
-    if (num_splits > 1) {
-        const size_t out_floats = size_t(num_splits * rows * s.head_dim), lse_floats = size_t(num_splits * rows);
-        if (part_out.size() < out_floats) part_out.resize(out_floats);
-        if (part_lse.size() < lse_floats) part_lse.resize(lse_floats);
-    }
-    // Plain pointers for the workers: inside the lambda a thread_local name would be their own copy.
-    float* const partial_out = part_out.data();
-    float* const partial_lse = part_lse.data();
-    const size_t scratch_floats = kc::attention_scratch_floats(s, tile);
-    std::atomic<int64_t> next_task{0};
-    // Dynamic scheduling, latest (longest, under the causal mask) token tiles first.
-    pool.parallel_for(std::min<int64_t>(pool.num_threads(), num_tasks), [&](int64_t, int64_t) {
-        thread_local std::vector<float> scratch;
-        if (scratch.size() < scratch_floats) scratch.resize(scratch_floats);
-        for (int64_t i; (i = next_task.fetch_add(1, std::memory_order_relaxed)) < num_tasks;) {
-            kc::AttentionTask task;
-            task.kv_head = i % s.num_kv_heads;
-            const int64_t tile_idx = num_tiles - 1 - (i / s.num_kv_heads) % num_tiles;
-            const int64_t split = i / (s.num_kv_heads * num_tiles);
-            task.t0 = tile_idx * tile;
-            task.t1 = std::min(s.num_tokens, task.t0 + tile);
-            if (num_splits > 1) {
-                task.j0 = (split0 + split) * kSplitKeys;
-                task.j1 = std::min(kv.kv_len, task.j0 + kSplitKeys);
-                kernel(q, kv, s, task, partial_out + split * rows * s.head_dim, partial_lse + split * rows,
-                       scratch.data());
-            } else {
-                task.j1 = kv.kv_len;
-                kernel(q, kv, s, task, out, nullptr, scratch.data());
-            }
-        }
-    });
-    if (num_splits > 1)
-        kc::attention_merge(partial_out, partial_lse, num_splits, rows, s.head_dim, out, s.head_dim);
-    return Status::ok();
+    return batch_attention(pool, q, s.num_tokens, std::span<const AttentionSeq>(&seq, 1), heads, out);
 }
 
 }  // namespace kiln::ops

@@ -1,9 +1,9 @@
 // Threaded CPU front-ends of the transformer ops: each validates its arguments (kInvalidArgument /
 // kUnsupported, never an abort) and splits the work across a core::ThreadPool. The split depends only
 // on the shapes (never on timing), so results are bit-identical for any thread count. matmul,
-// rmsnorm, rope and silu_mul run the kernels/ref arithmetic; attention runs the kernels/cpu tiled
-// online-softmax kernel (equal to the reference within fp32 rounding; the reference itself when no
-// SIMD kernel applies). Weight matmuls of the models go through ops/linear.h.
+// rmsnorm, rope and silu_mul run the kernels/ref arithmetic; attention runs ops::batch_attention
+// (the kernels/cpu tiled online-softmax kernel, equal to the reference within fp32 rounding). Weight matmuls of the
+// models go through ops/linear.h.
 #pragma once
 
 #include <cstdint>
@@ -37,7 +37,8 @@ core::Status silu_mul(core::ThreadPool& pool, const float* gate, const float* up
 // gate_up [m, 2n] (the output of a gate/up linear_group).
 core::Status silu_mul_rows(core::ThreadPool& pool, const float* gate_up, float* out, int64_t m, int64_t n);
 
-// Causal GQA attention over one sequence's cache; q, out [num_tokens, num_heads, head_dim].
+// Causal GQA attention over one sequence's cache; q, out [num_tokens, num_heads, head_dim] (out may
+// alias q). One sequence of ops::batch_attention.
 core::Status attention(core::ThreadPool& pool, const float* q, const KvSpan& kv, const AttentionShape& s, float* out);
 
 }  // namespace kiln::ops

@@ -12,12 +12,24 @@
 // ref 2.0e-5, avx2 9.5e-6): tol = 1e-4 (max seen 4.4e-5).
 // ops::attention is checked with pools of 1, 2 and 3 threads: equal bit for bit across pool sizes
 // (the split depends only on the shape) and within tolerance of the reference.
+// Paged K/V (KvSpan::block_table): the contiguous cache is scattered into a pool of blocks (sizes 1,
+// 3, 16, 64, 100; kv_len never a multiple of the block size except for size 1) through a shuffled
+// block table, with spare blocks and unused slots set to NaN (a read of one would poison the
+// output). Every kernel, kernels::ref::attention and ops::attention must give bit-identical out and
+// lse on the paged cache and on the contiguous one (only addresses differ), and still match the
+// reference within the tolerances above.
+// Kernels address out / lse from the task's first token: the token-tile runs give every task a
+// private buffer of exactly its rows (an out-of-range write fails under ASan) and copy it back.
 // ISAs the CPU lacks are skipped.
 #include "kernels/cpu/attention.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -85,32 +97,55 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
                     << want[worst] << "), NMSE " << err2 / (ref2 > 0 ? ref2 : 1.0) << ", tol " << tol;
 }
 
-// (a): one task per KV head, all tokens, all keys.
-std::vector<float> run_whole(AttentionFn fn, const Data& d) {
+// (a): one task per KV head, all tokens, all keys; lse [T, H] to *lse when not null.
+std::vector<float> run_whole(AttentionFn fn, const Data& d, const KvSpan& kv, std::vector<float>* lse = nullptr) {
     const AttentionShape& s = d.s;
     std::vector<float> out(d.q.size(), -7.0f), scratch(attention_scratch_floats(s, s.num_tokens));
+    if (lse) lse->assign(size_t(s.num_tokens * s.num_heads), -7.0f);
     for (int64_t kvh = 0; kvh < s.num_kv_heads; ++kvh) {
         AttentionTask task{kvh, 0, s.num_tokens, 0, d.kv_len};
-        fn(d.q.data(), d.kv(), s, task, out.data(), nullptr, scratch.data());
+        fn(d.q.data(), kv, s, task, out.data(), lse ? lse->data() : nullptr, scratch.data());
     }
     return out;
 }
+std::vector<float> run_whole(AttentionFn fn, const Data& d) {
+    return run_whole(fn, d, d.kv());
+}
 
-// One task per (KV head, tile of `tile` tokens), all keys.
-std::vector<float> run_tiles(AttentionFn fn, const Data& d, int64_t tile) {
+// One task per (KV head, tile of `tile` tokens), all keys, each writing a private buffer of exactly
+// its tile's rows ([t1 - t0, H, D] and [t1 - t0, H]) whose group rows are copied into out / lse.
+std::vector<float> run_tiles(AttentionFn fn, const Data& d, const KvSpan& kv, int64_t tile,
+                             std::vector<float>* lse = nullptr) {
     const AttentionShape& s = d.s;
+    const int64_t hd = s.head_dim, group = s.num_heads / s.num_kv_heads;
     std::vector<float> out(d.q.size(), -7.0f), scratch(attention_scratch_floats(s, tile));
+    if (lse) lse->assign(size_t(s.num_tokens * s.num_heads), -7.0f);
     for (int64_t kvh = 0; kvh < s.num_kv_heads; ++kvh) {
         for (int64_t t0 = 0; t0 < s.num_tokens; t0 += tile) {
-            AttentionTask task{kvh, t0, std::min(s.num_tokens, t0 + tile), 0, d.kv_len};
-            fn(d.q.data(), d.kv(), s, task, out.data(), nullptr, scratch.data());
+            const int64_t t1 = std::min(s.num_tokens, t0 + tile);
+            AttentionTask task{kvh, t0, t1, 0, d.kv_len};
+            std::vector<float> own_out(size_t((t1 - t0) * s.num_heads * hd), -7.0f);  // [t1 - t0, H, D]
+            std::vector<float> own_lse(size_t((t1 - t0) * s.num_heads), -7.0f);       // [t1 - t0, H]
+            fn(d.q.data(), kv, s, task, own_out.data(), own_lse.data(), scratch.data());
+            for (int64_t t = t0; t < t1; ++t) {
+                for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+                    const int64_t own_row = (t - t0) * s.num_heads + h, row = t * s.num_heads + h;
+                    std::copy_n(own_out.begin() + own_row * hd, hd, out.begin() + row * hd);
+                    if (lse) (*lse)[size_t(row)] = own_lse[size_t(own_row)];
+                }
+            }
         }
     }
     return out;
 }
+std::vector<float> run_tiles(AttentionFn fn, const Data& d, int64_t tile) {
+    return run_tiles(fn, d, d.kv(), tile);
+}
 
-// (b): token tiles of 7, keys split at two block-aligned cut points, merged.
-std::vector<float> run_split(AttentionFn fn, const Data& d) {
+// (b): token tiles of 7, keys split at two block-aligned cut points, merged. The partial results
+// ([3, T, H, D] and [3, T, H]) go to *part_out_copy / *part_lse_copy when not null.
+std::vector<float> run_split(AttentionFn fn, const Data& d, const KvSpan& kv,
+                             std::vector<float>* part_out_copy = nullptr, std::vector<float>* part_lse_copy = nullptr) {
     const AttentionShape& s = d.s;
     const int64_t rows = s.num_tokens * s.num_heads, hd = s.head_dim, tile = 7;
     const int64_t cut1 = kAttentionBlockKeys, cut2 = 3 * kAttentionBlockKeys;
@@ -121,14 +156,19 @@ std::vector<float> run_split(AttentionFn fn, const Data& d) {
         for (int64_t kvh = 0; kvh < s.num_kv_heads; ++kvh) {
             for (int64_t t0 = 0; t0 < s.num_tokens; t0 += tile) {
                 AttentionTask task{kvh, t0, std::min(s.num_tokens, t0 + tile), cuts[split], cuts[split + 1]};
-                fn(d.q.data(), d.kv(), s, task, part_out.data() + split * rows * hd, part_lse.data() + split * rows,
-                   scratch.data());
+                const int64_t row0 = split * rows + t0 * s.num_heads;  // out / lse are relative to t0
+                fn(d.q.data(), kv, s, task, part_out.data() + row0 * hd, part_lse.data() + row0, scratch.data());
             }
         }
     }
     std::vector<float> out(d.q.size(), -7.0f);
     attention_merge(part_out.data(), part_lse.data(), 3, rows, hd, out.data(), hd);
+    if (part_out_copy) *part_out_copy = part_out;
+    if (part_lse_copy) *part_lse_copy = part_lse;
     return out;
+}
+std::vector<float> run_split(AttentionFn fn, const Data& d) {
+    return run_split(fn, d, d.kv());
 }
 
 void check_isa(Isa isa) {
@@ -220,13 +260,146 @@ TEST(AttentionKernel, OpsAttentionAcrossThreadCounts) {
 }
 
 TEST(AttentionKernel, OpsAttentionInPlace) {
-    // out == q is allowed by ops::attention (it takes the reference rows path then).
+    // out == q is allowed by ops::attention (q is copied first): the same bits as out apart.
     core::ThreadPool pool2(2);
     const AttentionShape s{5, 9, 3, 64, 0};
     const Data d = make_data(s, 20, 321, 1.0f);
+    std::vector<float> apart(d.q.size());
+    ASSERT_TRUE(ops::attention(pool2, d.q.data(), d.kv(), s, apart.data()).is_ok());
     std::vector<float> buf = d.q;
     ASSERT_TRUE(ops::attention(pool2, buf.data(), d.kv(), s, buf.data()).is_ok());
-    EXPECT_EQ(buf, d.want);
+    EXPECT_EQ(buf, apart);
+    expect_close(buf, d.want, 1e-5f, "in place");
+}
+
+// d's cache scattered into a block pool: logical block i of the sequence in physical block
+// table[i], a shuffled permutation of num_blocks = ceil(kv_len / block_size) + 3 blocks; the spare
+// blocks and the slots past kv_len hold NaN.
+struct PagedCache {
+    int64_t block_size = 0;
+    std::vector<float> k, v;     // [num_blocks, block_size, KVH, D]
+    std::vector<int32_t> table;  // [ceil(kv_len / block_size)]
+    int64_t kv_len = 0;
+    KvSpan kv() const { return KvSpan{k.data(), v.data(), kv_len, table.data(), block_size}; }
+};
+
+PagedCache make_paged(const Data& d, int64_t block_size, uint32_t seed) {
+    const int64_t row = d.s.num_kv_heads * d.s.head_dim;  // floats per token
+    const int64_t num_logical = (d.kv_len + block_size - 1) / block_size, num_blocks = num_logical + 3;
+    std::vector<int32_t> perm(static_cast<size_t>(num_blocks));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::mt19937 rng(seed);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    PagedCache p;
+    p.block_size = block_size;
+    p.kv_len = d.kv_len;
+    p.table.assign(perm.begin(), perm.begin() + num_logical);
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    p.k.assign(size_t(num_blocks * block_size * row), nan);
+    p.v.assign(p.k.size(), nan);
+    for (int64_t j = 0; j < d.kv_len; ++j) {
+        const int64_t dst = (int64_t(p.table[size_t(j / block_size)]) * block_size + j % block_size) * row;
+        EXPECT_EQ(dst / row, ref::kv_row(p.kv(), j));
+        std::copy_n(d.k.begin() + j * row, row, p.k.begin() + dst);
+        std::copy_n(d.v.begin() + j * row, row, p.v.begin() + dst);
+    }
+    return p;
+}
+
+// Bitwise equality (NaN-safe, -0.0 != 0.0): the paged runs must repeat every operation.
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// The paged grid: calls fn(d, paged, what) for block sizes x GQA x head_dim x window x num_tokens.
+template <typename Fn>
+void for_each_paged_case(Fn fn) {
+    const int64_t heads[][2] = {{1, 1}, {2, 2}, {3, 1}, {8, 2}};
+    uint32_t seed = 5000;
+    for (int64_t block_size : {1, 3, 16, 64, 100}) {
+        for (const auto& hk : heads) {
+            for (int64_t hd : {64, 80, 24}) {
+                for (int64_t window : {0, 70}) {
+                    for (int64_t num_tokens : {1, 37}) {
+                        // Keep the (debug) run short: 8 heads only at head_dim 64.
+                        if (hk[0] == 8 && hd != 64) continue;
+                        int64_t past = 150;  // kv_len 151 or 187: a partial last block for block sizes > 1
+                        while (block_size > 1 && (past + num_tokens) % block_size == 0) ++past;
+                        seed += 11;
+                        const float q_scale = (seed % 3 == 0) ? 30.0f : 1.0f;
+                        const AttentionShape s{num_tokens, hk[0], hk[1], hd, window};
+                        const Data d = make_data(s, past, seed, q_scale);
+                        const PagedCache paged = make_paged(d, block_size, seed + 3);
+                        const std::string what = describe(d, seed) + " block_size=" + std::to_string(block_size) +
+                                                 " q_scale=" + std::to_string(q_scale);
+                        fn(d, paged, q_scale, what);
+                        if (::testing::Test::HasFailure()) return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+void check_paged_isa(Isa isa) {
+    if (!isa_supported(isa)) GTEST_SKIP() << isa_name(isa) << " not supported by this CPU";
+    const AttentionFn fn = find_attention_kernel(isa);
+    if (!fn) GTEST_SKIP() << isa_name(isa) << " not built";
+    for_each_paged_case([&](const Data& d, const PagedCache& paged, float q_scale, const std::string& case_what) {
+        const std::string what = std::string(isa_name(isa)) + " " + case_what;
+        const float tol = q_scale > 1.0f ? 1e-4f : 1e-5f;
+        std::vector<float> lse_c, lse_p;
+        const std::vector<float> whole_c = run_whole(fn, d, d.kv(), &lse_c);
+        const std::vector<float> whole_p = run_whole(fn, d, paged.kv(), &lse_p);
+        EXPECT_TRUE(same_bits(whole_p, whole_c)) << what << " whole out";
+        EXPECT_TRUE(same_bits(lse_p, lse_c)) << what << " whole lse";
+        expect_close(whole_p, d.want, tol, what + " whole");
+
+        const std::vector<float> tiles_c = run_tiles(fn, d, d.kv(), 5, &lse_c);
+        const std::vector<float> tiles_p = run_tiles(fn, d, paged.kv(), 5, &lse_p);
+        EXPECT_TRUE(same_bits(tiles_p, tiles_c)) << what << " tiles out";
+        EXPECT_TRUE(same_bits(lse_p, lse_c)) << what << " tiles lse";
+        EXPECT_TRUE(same_bits(tiles_p, whole_p)) << what << " tiles of 5 vs whole";
+
+        std::vector<float> part_out_c, part_out_p;
+        const std::vector<float> split_c = run_split(fn, d, d.kv(), &part_out_c, &lse_c);
+        const std::vector<float> split_p = run_split(fn, d, paged.kv(), &part_out_p, &lse_p);
+        EXPECT_TRUE(same_bits(part_out_p, part_out_c)) << what << " split partial out";
+        EXPECT_TRUE(same_bits(lse_p, lse_c)) << what << " split partial lse";
+        EXPECT_TRUE(same_bits(split_p, split_c)) << what << " split merged";
+        expect_close(split_p, d.want, tol, what + " split");
+    });
+}
+
+TEST(AttentionKernel, RefPagedBitIdenticalToContiguous) {
+    check_paged_isa(Isa::kRef);
+}
+TEST(AttentionKernel, Avx2PagedBitIdenticalToContiguous) {
+    check_paged_isa(Isa::kAvx2);
+}
+
+TEST(AttentionKernel, ReferencePagedBitIdenticalToContiguous) {
+    for_each_paged_case([&](const Data& d, const PagedCache& paged, float, const std::string& what) {
+        std::vector<float> got(d.q.size(), -7.0f);
+        ref::attention(d.q.data(), paged.kv(), d.s, got.data());
+        EXPECT_TRUE(same_bits(got, d.want)) << what;
+    });
+}
+
+TEST(AttentionKernel, OpsAttentionPagedBitIdenticalToContiguous) {
+    core::ThreadPool pool2(2);
+    for_each_paged_case([&](const Data& d, const PagedCache& paged, float q_scale, const std::string& what) {
+        std::vector<float> got_c(d.q.size()), got_p(d.q.size());
+        ASSERT_TRUE(ops::attention(pool2, d.q.data(), d.kv(), d.s, got_c.data()).is_ok());
+        ASSERT_TRUE(ops::attention(pool2, d.q.data(), paged.kv(), d.s, got_p.data()).is_ok());
+        EXPECT_TRUE(same_bits(got_p, got_c)) << what;
+        expect_close(got_p, d.want, q_scale > 1.0f ? 1e-4f : 1e-5f, what);
+    });
+    float dummy[64] = {};
+    const int32_t table[1] = {0};
+    const KvSpan bad{dummy, dummy, 1, table, 0};
+    EXPECT_FALSE(ops::attention(pool2, dummy, bad, AttentionShape{1, 1, 1, 8, 0}, dummy + 32).is_ok())
+        << "block_size 0 with a block table";
 }
 
 }  // namespace

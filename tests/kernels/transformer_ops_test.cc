@@ -285,8 +285,11 @@ TEST(TransformerOps, AttentionMatchesReferenceAndNaive) {
                 ref::attention(q.data(), kv, s, want.data());
                 ASSERT_TRUE(attention(pool1, q.data(), kv, s, got1.data()).is_ok());
                 ASSERT_TRUE(attention(pool3, q.data(), kv, s, got3.data()).is_ok());
-                ASSERT_EQ(want, got1);
-                ASSERT_EQ(want, got3);
+                // The tiled kernel (ops::batch_attention): the same bits for any thread count, the
+                // reference's values within fp32 rounding.
+                ASSERT_EQ(got1, got3);
+                for (size_t i = 0; i < want.size(); ++i)
+                    ASSERT_NEAR(got1[i], want[i], 1e-5f * (1.0f + std::fabs(want[i]))) << i;
                 // Naive double-precision attention.
                 for (int64_t t = 0; t < num_tokens; ++t) {
                     const int64_t pos = kv_len - num_tokens + t;

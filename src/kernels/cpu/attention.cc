@@ -17,7 +17,7 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 void ref_attention_task(const float* q, const ref::KvSpan& kv, const ref::AttentionShape& s, const AttentionTask& task,
                         float* out, float* lse, float* scratch) {
     const int64_t hd = s.head_dim, num_heads = s.num_heads, group = s.num_heads / s.num_kv_heads;
-    const int64_t kv_stride = s.num_kv_heads * hd;  // floats per cached token
+    const int64_t kv_stride = s.num_kv_heads * hd;  // floats per cache row
     const int64_t first_pos = kv.kv_len - s.num_tokens;
     const float scale = 1.0f / std::sqrt(float(hd));
     const int64_t num_task_tokens = task.t1 - task.t0, rows = num_task_tokens * group;
@@ -25,9 +25,11 @@ void ref_attention_task(const float* q, const ref::KvSpan& kv, const ref::Attent
     float* m = scratch;                              // [rows] running max of the scores
     float* l = m + rows;                             // [rows] running sum of exp(score - m)
     float* p = l + rows;                             // [kAttentionBlockKeys] scores, then probabilities, of one row
-    const float* k_head = kv.k + task.kv_head * hd;  // key j at k_head + j * kv_stride
+    const float* k_head = kv.k + task.kv_head * hd;  // key j at k_head + kv_row(kv, j) * kv_stride
     const float* v_head = kv.v + task.kv_head * hd;
-    auto row_out = [&](int64_t t, int64_t hh) { return out + (t * num_heads + task.kv_head * group + hh) * hd; };
+    // out / lse rows are relative to the task's first token (attention.h).
+    auto out_idx = [&](int64_t t, int64_t hh) { return (t - task.t0) * num_heads + task.kv_head * group + hh; };
+    auto row_out = [&](int64_t t, int64_t hh) { return out + out_idx(t, hh) * hd; };
     auto key_lo = [&](int64_t pos) { return std::max(task.j0, s.window > 0 ? pos - s.window + 1 : int64_t(0)); };
     for (int64_t t = task.t0; t < task.t1; ++t) {
         for (int64_t hh = 0; hh < group; ++hh) std::fill(row_out(t, hh), row_out(t, hh) + hd, 0.0f);
@@ -49,7 +51,7 @@ void ref_attention_task(const float* q, const ref::KvSpan& kv, const ref::Attent
                 float* o = row_out(t, hh);                                               // [head_dim]
                 float mx = kNegInf;
                 for (int64_t j = ja; j < jb; ++j) {
-                    const float* kj = k_head + j * kv_stride;
+                    const float* kj = k_head + ref::kv_row(kv, j) * kv_stride;
                     float dot = 0.0f;
                     for (int64_t d = 0; d < hd; ++d) dot += qr[d] * kj[d];
                     p[j - ja] = dot * scale;
@@ -66,7 +68,7 @@ void ref_attention_task(const float* q, const ref::KvSpan& kv, const ref::Attent
                 m[r] = m_new;
                 for (int64_t d = 0; d < hd; ++d) o[d] *= corr;
                 for (int64_t j = ja; j < jb; ++j) {
-                    const float* vj = v_head + j * kv_stride;
+                    const float* vj = v_head + ref::kv_row(kv, j) * kv_stride;
                     for (int64_t d = 0; d < hd; ++d) o[d] += p[j - ja] * vj[d];
                 }
             }
@@ -80,7 +82,7 @@ void ref_attention_task(const float* q, const ref::KvSpan& kv, const ref::Attent
                 const float inv = 1.0f / l[r];
                 for (int64_t d = 0; d < hd; ++d) o[d] *= inv;
             }
-            if (lse) lse[t * num_heads + task.kv_head * group + hh] = l[r] > 0.0f ? m[r] + std::log(l[r]) : kNegInf;
+            if (lse) lse[out_idx(t, hh)] = l[r] > 0.0f ? m[r] + std::log(l[r]) : kNegInf;
         }
     }
 }

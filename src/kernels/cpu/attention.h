@@ -1,6 +1,8 @@
 // Fast CPU attention for ops::attention: causal GQA attention over one sequence's f32 KV cache
-// (kernels/ref KvSpan layout), tiled with an online softmax (FlashAttention-2, Dao 2023; online
-// normalizer, Milakov & Gimelshein 2018), compiled once per ISA and picked at run time.
+// (kernels/ref KvSpan, contiguous or paged), tiled with an online softmax (FlashAttention-2, Dao
+// 2023; online normalizer, Milakov & Gimelshein 2018), compiled once per ISA and picked at run time.
+// Keys and values are located only through kv_row, and the arithmetic never depends on where a
+// row lives, so a paged cache gives results bit-identical to the same tokens stored contiguously.
 //
 // A task is (kv_head, query tokens [t0, t1), keys [j0, j1)): it computes every query head of
 // kv_head's group for those tokens, streaming K/V in blocks of kAttentionBlockKeys keys, so one
@@ -39,13 +41,18 @@ struct AttentionTask {
     int64_t j0 = 0, j1 = 0;  // keys considered: [j0, j1) ∩ each token's causal/window range
 };
 
-// For t in [t0, t1) and every head h of kv_head's group:
-//   out [num_tokens, num_heads, head_dim]: row (t, h) = softmax-weighted sum of V over the keys in
-//     range (normalized over those keys only; zeros when there are none);
-//   lse [num_tokens, num_heads] (may be null): log(sum_j exp(q.k_j / sqrt(head_dim))) over them,
-//     -inf when there are none.
-// Other rows of out / lse are not touched, so tasks with disjoint (kv_head, tokens) may share them.
-// q [num_tokens, num_heads, head_dim] must not overlap out (out rows are cleared before q is read);
+// For t in [t0, t1) and every head h of kv_head's group (q row (t, h) at q + (t * num_heads + h) *
+// head_dim, q [num_tokens, num_heads, head_dim]: absolute token index):
+//   out [t1 - t0, num_heads, head_dim]: row (t, h) at out + ((t - t0) * num_heads + h) * head_dim
+//     = softmax-weighted sum of V over the keys in range (normalized over those keys only; zeros
+//     when there are none);
+//   lse [t1 - t0, num_heads] (may be null): lse[(t - t0) * num_heads + h] = log(sum_j exp(q.k_j /
+//     sqrt(head_dim))) over them, -inf when there are none.
+// out and lse are addressed relative to the task's first token, so a caller may give each task a
+// private buffer of (t1 - t0) token rows, or share one [num_tokens, ...] buffer by passing
+// out + t0 * num_heads * head_dim and lse + t0 * num_heads. Rows of other heads are not touched, so
+// tasks with disjoint (kv_head, tokens) may share a buffer.
+// q must not overlap out (out rows are cleared before q is read);
 // scratch: attention_scratch_floats(s, t1 - t0) floats.
 using AttentionFn = void (*)(const float* q, const ref::KvSpan& kv, const ref::AttentionShape& s,
                              const AttentionTask& task, float* out, float* lse, float* scratch);

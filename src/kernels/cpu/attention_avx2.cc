@@ -8,12 +8,16 @@
 //  - exp: Cephes-style exp (round(x log2 e) range reduction, degree-6 polynomial, ~2 ulp), inputs
 //    below -87 (masked keys, underflow) give exactly 0;
 //  - P V: output chunks (up to 64 floats for one row, 32 for a pair) stay in registers across one
-//    block of keys.
+//    block of keys;
+//  - K/V rows (contiguous or paged, see ref::KvSpan) are located once per block of keys into arrays
+//    of row pointers that the inner loops index: the loads and the arithmetic are the same for
+//    either layout, so a paged cache gives bit-identical results.
 // Measured (SmolLM2 shape, 9 heads / 3 KV heads / head_dim 64, EPYC Zen 3, one core): prefill 512
 // ~43 GFLOP/s = ~43% of the FMA peak; decode with a cache-resident KV ~35 GFLOP/s.
 // Everything except the one exported lookup function has internal linkage, and no std:: templates
-// or inline library functions are used: an out-of-line copy compiled with AVX2 flags could be
-// merged into generic code by the linker and run on a CPU without AVX2.
+// or inline library functions are used (not even ref::kv_row: cache_rows below repeats it): an
+// out-of-line copy compiled with AVX2 flags could be merged into generic code by the linker and
+// run on a CPU without AVX2.
 #include <immintrin.h>
 #include <math.h>
 
@@ -70,12 +74,12 @@ inline __m256 exp8(__m256 x) {
 }
 
 // For each of the R rows (same key range): s[r][i] = scale * q_r . k_i for i < n (k_i at
-// k + i * kv_stride); mx[r] = max_i s[r][i]. Entries of s[r] past n are unspecified. KU keys per
+// kptr[i], [head_dim]); mx[r] = max_i s[r][i]. Entries of s[r] past n are unspecified. KU keys per
 // step give R * KU independent accumulators (8: enough to cover the FMA latency); each loaded key
 // vector serves all R rows.
 template <int R>
-void block_scores(const float* const* qr, const float* k, int64_t kv_stride, int64_t n, int64_t hd, float scale,
-                  float* const* s, float* mx) {
+void block_scores(const float* const* qr, const float* const* kptr, int64_t n, int64_t hd, float scale, float* const* s,
+                  float* mx) {
     constexpr int KU = R == 1 ? 8 : 4;
     const int64_t hd8 = hd & ~int64_t(7);
     const __m128 lane = _mm_setr_ps(0.0f, 1.0f, 2.0f, 3.0f);
@@ -83,7 +87,7 @@ void block_scores(const float* const* qr, const float* k, int64_t kv_stride, int
     for (int r = 0; r < R; ++r) vmax[r] = _mm_set1_ps(kNegInf);
     for (int64_t i = 0; i < n; i += KU) {
         const float* kp[KU];
-        for (int u = 0; u < KU; ++u) kp[u] = k + imin(i + u, n - 1) * kv_stride;  // clamp: no reads past n
+        for (int u = 0; u < KU; ++u) kp[u] = kptr[imin(i + u, n - 1)];  // clamp: no reads past n
         __m256 acc[R][KU];
         for (int r = 0; r < R; ++r)
             for (int u = 0; u < KU; ++u) acc[r][u] = _mm256_setzero_ps();
@@ -141,9 +145,9 @@ float block_exp(float* p, int64_t n, float m) {
 }
 
 // For each of the R rows: o_r[d0, d0 + 8 NV) = o_r * corr_r + sum_{j < n} p_r[j] v_j[...] (v_j at
-// v + j * kv_stride). The chunk stays in registers across the keys; each V load serves R rows.
+// vptr[j], [head_dim]). The chunk stays in registers across the keys; each V load serves R rows.
 template <int R, int NV>
-void pv_chunk(float* const* o, int64_t d0, const float* v, int64_t kv_stride, int64_t n, const float* const* p,
+void pv_chunk(float* const* o, int64_t d0, const float* const* vptr, int64_t n, const float* const* p,
               const float* corr) {
     __m256 acc[R][NV];
     for (int r = 0; r < R; ++r) {
@@ -153,7 +157,7 @@ void pv_chunk(float* const* o, int64_t d0, const float* v, int64_t kv_stride, in
     for (int64_t j = 0; j < n; ++j) {
         __m256 pj[R];
         for (int r = 0; r < R; ++r) pj[r] = _mm256_broadcast_ss(p[r] + j);
-        const float* vj = v + j * kv_stride + d0;
+        const float* vj = vptr[j] + d0;
         for (int i = 0; i < NV; ++i) {
             const __m256 vv = in_register(_mm256_loadu_ps(vj + 8 * i));
             for (int r = 0; r < R; ++r) acc[r][i] = _mm256_fmadd_ps(pj[r], vv, acc[r][i]);
@@ -165,51 +169,76 @@ void pv_chunk(float* const* o, int64_t d0, const float* v, int64_t kv_stride, in
 
 // pv_chunk with nv (1 <= nv <= NV) vectors chosen at run time.
 template <int R, int NV>
-void pv_chunk_n(int64_t nv, float* const* o, int64_t d0, const float* v, int64_t kv_stride, int64_t n,
-                const float* const* p, const float* corr) {
+void pv_chunk_n(int64_t nv, float* const* o, int64_t d0, const float* const* vptr, int64_t n, const float* const* p,
+                const float* corr) {
     if constexpr (NV > 1) {
-        if (nv < NV) return pv_chunk_n<R, NV - 1>(nv, o, d0, v, kv_stride, n, p, corr);
+        if (nv < NV) return pv_chunk_n<R, NV - 1>(nv, o, d0, vptr, n, p, corr);
     }
-    pv_chunk<R, NV>(o, d0, v, kv_stride, n, p, corr);
+    pv_chunk<R, NV>(o, d0, vptr, n, p, corr);
 }
 
-// o_r = o_r * corr_r + sum_{j < n} p_r[j] v_j for each of the R rows (element-wise, keys in order:
-// the same arithmetic for any R or chunking).
+// o_r = o_r * corr_r + sum_{j < n} p_r[j] v_j for each of the R rows (v_j at vptr[j]; element-wise,
+// keys in order: the same arithmetic for any R or chunking).
 template <int R>
-void block_pv(float* const* o, const float* v, int64_t kv_stride, int64_t n, int64_t hd, const float* const* p,
+void block_pv(float* const* o, const float* const* vptr, int64_t n, int64_t hd, const float* const* p,
               const float* corr) {
     constexpr int64_t kMaxVectors = R == 1 ? 8 : 4;  // R * kMaxVectors accumulators + R broadcasts
     const int64_t hd8 = hd & ~int64_t(7);
     for (int64_t d0 = 0; d0 < hd8; d0 += 8 * kMaxVectors)
-        pv_chunk_n<R, kMaxVectors>(imin(kMaxVectors, (hd8 - d0) / 8), o, d0, v, kv_stride, n, p, corr);
+        pv_chunk_n<R, kMaxVectors>(imin(kMaxVectors, (hd8 - d0) / 8), o, d0, vptr, n, p, corr);
     for (int r = 0; r < R; ++r) {
         for (int64_t d = hd8; d < hd; ++d) {  // scalar tail (head_dim % 8)
             float acc = o[r][d] * corr[r];
-            for (int64_t j = 0; j < n; ++j) acc = fmaf(p[r][j], v[j * kv_stride + d], acc);
+            for (int64_t j = 0; j < n; ++j) acc = fmaf(p[r][j], vptr[j][d], acc);
             o[r][d] = acc;
         }
     }
 }
 
-// One block's online-softmax update of R rows that share the key range [ja, ja + n).
+// One block's online-softmax update of R rows that share the key range [ja, ja + n) (key / value
+// ja + i at kptr[i] / vptr[i]).
 template <int R>
-void update_rows(const float* const* qr, float* const* o, const float* k, const float* v, int64_t kv_stride, int64_t n,
+void update_rows(const float* const* qr, float* const* o, const float* const* kptr, const float* const* vptr, int64_t n,
                  int64_t hd, float scale, float* const* p, float* m, float* l) {
     float mx[R], corr[R];
-    block_scores<R>(qr, k, kv_stride, n, hd, scale, p, mx);
+    block_scores<R>(qr, kptr, n, hd, scale, p, mx);
     for (int r = 0; r < R; ++r) {
         const float m_new = m[r] > mx[r] ? m[r] : mx[r];
         corr[r] = m[r] == kNegInf ? 0.0f : expf(m[r] - m_new);
         l[r] = l[r] * corr[r] + block_exp(p[r], n, m_new);
         m[r] = m_new;
     }
-    block_pv<R>(o, v, kv_stride, n, hd, p, corr);
+    block_pv<R>(o, vptr, n, hd, p, corr);
+}
+
+// krow[i] / vrow[i] = start of key / value j_begin + i of the task's KV head, j_begin <= j < j_end:
+// k_head / v_head + ref::kv_row(kv, j) * kv_stride, with kv_row's arithmetic walked slot by slot
+// (divides once per call, never per key).
+void cache_rows(const ref::KvSpan& kv, const float* k_head, const float* v_head, int64_t kv_stride, int64_t j_begin,
+                int64_t j_end, const float** krow, const float** vrow) {
+    if (!kv.block_table) {
+        for (int64_t j = j_begin; j < j_end; ++j) {
+            krow[j - j_begin] = k_head + j * kv_stride;
+            vrow[j - j_begin] = v_head + j * kv_stride;
+        }
+        return;
+    }
+    int64_t block_idx = j_begin / kv.block_size, slot = j_begin % kv.block_size;
+    for (int64_t j = j_begin; j < j_end; ++j) {
+        const int64_t row = int64_t(kv.block_table[block_idx]) * kv.block_size + slot;
+        krow[j - j_begin] = k_head + row * kv_stride;
+        vrow[j - j_begin] = v_head + row * kv_stride;
+        if (++slot == kv.block_size) {
+            slot = 0;
+            ++block_idx;
+        }
+    }
 }
 
 void avx2_attention_task(const float* q, const ref::KvSpan& kv, const ref::AttentionShape& s, const AttentionTask& task,
                          float* out, float* lse, float* scratch) {
     const int64_t hd = s.head_dim, num_heads = s.num_heads, group = s.num_heads / s.num_kv_heads;
-    const int64_t kv_stride = s.num_kv_heads * hd;  // floats per cached token
+    const int64_t kv_stride = s.num_kv_heads * hd;  // floats per cache row
     const int64_t first_pos = kv.kv_len - s.num_tokens;
     const float scale = 1.0f / sqrtf(float(hd));
     const int64_t num_task_tokens = task.t1 - task.t0, rows = num_task_tokens * group;
@@ -217,13 +246,15 @@ void avx2_attention_task(const float* q, const ref::KvSpan& kv, const ref::Atten
     float* m = scratch;                                            // [rows] running max of the scores
     float* l = m + rows;                                           // [rows] running sum of exp(score - m)
     float* p[2] = {l + rows, l + rows + kAttentionBlockKeys + 8};  // 2 x [block + 8]: scores, then probabilities
-    const float* k_head = kv.k + task.kv_head * hd;                // key j at k_head + j * kv_stride
+    const float* k_head = kv.k + task.kv_head * hd;                // key j at k_head + kv_row(kv, j) * kv_stride
     const float* v_head = kv.v + task.kv_head * hd;
     const int64_t head0 = task.kv_head * group;  // first query head of the group
-    // Task row r = (token t0 + r / group, head head0 + r % group); its index in q / out rows:
-    auto row_idx = [&](int64_t r) { return (task.t0 + r / group) * num_heads + head0 + r % group; };
+    // Task row r = (token t0 + r / group, head head0 + r % group); its index in q rows (absolute)
+    // and in out / lse rows (relative to t0, attention.h):
+    auto q_idx = [&](int64_t r) { return (task.t0 + r / group) * num_heads + head0 + r % group; };
+    auto out_idx = [&](int64_t r) { return r / group * num_heads + head0 + r % group; };
     for (int64_t r = 0; r < rows; ++r) {
-        float* o = out + row_idx(r) * hd;
+        float* o = out + out_idx(r) * hd;
         for (int64_t d = 0; d < hd; ++d) o[d] = 0.0f;
         m[r] = kNegInf;
         l[r] = 0.0f;
@@ -238,6 +269,12 @@ void avx2_attention_task(const float* q, const ref::KvSpan& kv, const ref::Atten
     const int64_t a = imax(imax(0, task.j0), win > 0 ? first_pos + task.t0 - win + 1 : 0);
     const int64_t b = imin(task.j1, first_pos + task.t1);
     for (int64_t kb = a / kAttentionBlockKeys * kAttentionBlockKeys; kb < b; kb += kAttentionBlockKeys) {
+        // Every row's keys in this block lie in [imax(kb, a), imin(kb + block, b)): locate them once.
+        const float* krow[kAttentionBlockKeys];  // key kb + i of kv_head at krow[i], [head_dim]
+        const float* vrow[kAttentionBlockKeys];  // value kb + i at vrow[i], [head_dim]
+        const int64_t lo = imax(kb, a);
+        cache_rows(kv, k_head, v_head, kv_stride, lo, imin(kb + kAttentionBlockKeys, b), krow + (lo - kb),
+                   vrow + (lo - kb));
         for (int64_t r = 0; r < rows;) {
             const int64_t t = task.t0 + r / group;
             int64_t ja, jb;
@@ -260,22 +297,22 @@ void avx2_attention_task(const float* q, const ref::KvSpan& kv, const ref::Atten
             const float* qr[2];
             float* o[2];
             for (int64_t i = 0; i < (pair ? 2 : 1); ++i) {
-                qr[i] = q + row_idx(r + i) * hd;   // [head_dim]
-                o[i] = out + row_idx(r + i) * hd;  // [head_dim]
+                qr[i] = q + q_idx(r + i) * hd;     // [head_dim]
+                o[i] = out + out_idx(r + i) * hd;  // [head_dim]
             }
-            const float* kj = k_head + ja * kv_stride;
-            const float* vj = v_head + ja * kv_stride;
+            const float* const* kj = krow + (ja - kb);  // [jb - ja] row pointers
+            const float* const* vj = vrow + (ja - kb);
             if (pair) {
-                update_rows<2>(qr, o, kj, vj, kv_stride, jb - ja, hd, scale, p, m + r, l + r);
+                update_rows<2>(qr, o, kj, vj, jb - ja, hd, scale, p, m + r, l + r);
                 r += 2;
             } else {
-                update_rows<1>(qr, o, kj, vj, kv_stride, jb - ja, hd, scale, p, m + r, l + r);
+                update_rows<1>(qr, o, kj, vj, jb - ja, hd, scale, p, m + r, l + r);
                 r += 1;
             }
         }
     }
     for (int64_t r = 0; r < rows; ++r) {
-        const int64_t row = row_idx(r);
+        const int64_t row = out_idx(r);
         float* o = out + row * hd;
         if (l[r] > 0.0f) {
             const float inv = 1.0f / l[r];

@@ -115,7 +115,7 @@ void softmax(float* x, int64_t n) {
 void attention_rows(const float* q, const KvSpan& kv, const AttentionShape& s, float* out, int64_t row_begin,
                     int64_t row_end, float* scores) {
     const int64_t hd = s.head_dim, group = s.num_heads / s.num_kv_heads;
-    const int64_t kv_stride = s.num_kv_heads * hd;  // floats per cached token
+    const int64_t kv_stride = s.num_kv_heads * hd;  // floats per cache row
     const int64_t first_pos = kv.kv_len - s.num_tokens;
     const float scale = 1.0f / std::sqrt(float(hd));
     for (int64_t row = row_begin; row < row_end; ++row) {
@@ -125,7 +125,7 @@ void attention_rows(const float* q, const KvSpan& kv, const AttentionShape& s, f
         const int64_t len = pos + 1 - j_begin;
         const float* qv = q + row * hd;  // [head_dim]
         for (int64_t j = j_begin; j <= pos; ++j) {
-            const float* kj = kv.k + j * kv_stride + kvh * hd;
+            const float* kj = kv.k + kv_row(kv, j) * kv_stride + kvh * hd;
             float dot = 0.0f;
             for (int64_t d = 0; d < hd; ++d) dot += qv[d] * kj[d];
             scores[j - j_begin] = dot * scale;
@@ -134,7 +134,7 @@ void attention_rows(const float* q, const KvSpan& kv, const AttentionShape& s, f
         float* o = out + row * hd;  // [head_dim]
         for (int64_t d = 0; d < hd; ++d) o[d] = 0.0f;
         for (int64_t j = j_begin; j <= pos; ++j) {
-            const float* vj = kv.v + j * kv_stride + kvh * hd;
+            const float* vj = kv.v + kv_row(kv, j) * kv_stride + kvh * hd;
             const float p = scores[j - j_begin];
             for (int64_t d = 0; d < hd; ++d) o[d] += p * vj[d];
         }

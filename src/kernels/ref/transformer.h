@@ -62,13 +62,26 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t n);
 // In place, numerically stable (max subtracted).
 void softmax(float* x, int64_t n);
 
-// One sequence's cached keys and values for one layer, contiguous: row r holds the token at
-// position r. A paged cache replaces this descriptor later.
+// One sequence's cached keys and values for one layer. A row is num_kv_heads * head_dim floats.
+//  - contiguous (block_table null): row j holds the token at position j;
+//  - paged (block_table set; vLLM's PagedAttention layout): k and v point at a layer's block pool,
+//    the token at position j sits in row kv_row(kv, j), slot j % block_size of physical block
+//    block_table[j / block_size]. block_size > 0; block_table holds ceil(kv_len / block_size)
+//    entries, each a block of the pool. Slots past kv_len in the last block are never read.
+// Both layouts give bit-identical attention results for the same tokens: only addresses change.
 struct KvSpan {
-    const float* k = nullptr;  // [kv_len, num_kv_heads, head_dim]
-    const float* v = nullptr;  // [kv_len, num_kv_heads, head_dim]
+    // contiguous: [kv_len, num_kv_heads, head_dim]; paged: [num_blocks, block_size, num_kv_heads, head_dim]
+    const float* k = nullptr;
+    const float* v = nullptr;  // same layout as k
     int64_t kv_len = 0;        // tokens cached, the new ones included
+    // Paged when non-null: [ceil(kv_len / block_size)] physical block of each logical block.
+    const int32_t* block_table = nullptr;
+    int64_t block_size = 0;  // tokens per block when paged
 };
+// Row of key/value j in k/v (units of num_kv_heads * head_dim floats).
+inline int64_t kv_row(const KvSpan& kv, int64_t j) {
+    return kv.block_table ? int64_t(kv.block_table[j / kv.block_size]) * kv.block_size + j % kv.block_size : j;
+}
 struct AttentionShape {
     int64_t num_tokens = 0;  // new tokens, at positions kv_len - num_tokens .. kv_len - 1
     int64_t num_heads = 0;

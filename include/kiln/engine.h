@@ -1,0 +1,151 @@
+// kiln's public C++ API: an Engine loads a model and serves many requests at once (continuous
+// batching over a paged KV cache with prefix caching; see docs/kv.md). Requests may be added and
+// aborted from any thread; the engine runs its step loop on its own thread and reports each
+// request's progress to the request's callback, on that thread.
+// Self-contained: includes only the standard library (no src/ headers, no CUDA types); no exception
+// crosses it (errors are kiln::Status).
+// Guarantee (batch invariance): a request's tokens (and, on CPU, the logits they came from, bit
+// for bit) do not depend on the other requests, on chunked prefill, on preemption or on prefix
+// cache hits.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace kiln {
+
+struct Status {
+    enum class Code {
+        kOk = 0,
+        kInvalidArgument,
+        kNotFound,
+        kUnsupported,
+        kCorrupt,
+        kIo,
+        kOutOfMemory,
+        kInternal,
+        kUnavailable
+    };
+    Code code = Code::kOk;
+    std::string message;
+    bool ok() const { return code == Code::kOk; }
+};
+
+// Token selection and stopping (vLLM / OpenAI semantics; kiln::Engine validates every field).
+struct SamplingParams {
+    float temperature = 1.0f;  // 0 = greedy
+    int32_t top_k = 0;         // 0 or -1 = off
+    float top_p = 1.0f;        // (0, 1]
+    float min_p = 0.0f;        // [0, 1]
+    float repetition_penalty = 1.0f;
+    float frequency_penalty = 0.0f;  // [-2, 2]
+    float presence_penalty = 0.0f;   // [-2, 2]
+    std::vector<std::pair<int32_t, float>> logit_bias;
+    uint64_t seed = 0;
+    bool has_seed = false;  // false: seeded from std::random_device
+    int32_t max_tokens = 16;
+    std::vector<std::string> stop;  // stop strings (excluded from the text)
+    std::vector<int32_t> stop_token_ids;
+    bool ignore_eos = false;
+};
+
+enum class FinishReason { kNone, kStop, kLength, kAbort, kError };
+const char* finish_reason_name(FinishReason r);  // "", "stop", "length", "abort", "error"
+
+// One update of a request. The last one has finished = true (exactly one per request).
+struct RequestOutput {
+    uint64_t request_id = 0;
+    std::vector<int32_t> token_ids;  // new tokens since the previous update
+    std::string text;                // their text (never half a UTF-8 character, never part of a stop string)
+    bool finished = false;
+    FinishReason finish_reason = FinishReason::kNone;
+    std::string error;          // with kError
+    int64_t prompt_tokens = 0;  // usage
+    int64_t completion_tokens = 0;
+    int64_t cached_tokens = 0;               // prompt tokens served by the prefix cache
+    double ttft_seconds = 0;                 // from add_request to the first token (set on every update after it)
+    std::vector<std::vector<float>> logits;  // with Request::return_logits: each new token's logits row
+};
+using OutputCallback = std::function<void(const RequestOutput&)>;
+
+struct Request {
+    std::string prompt;               // encoded with the tokenizer's BOS/EOS rules, unless prompt_ids is set
+    std::vector<int32_t> prompt_ids;  // used as is when non-empty
+    SamplingParams sampling;
+    OutputCallback on_output;  // called on the engine's thread; must not block for long
+    bool return_logits = false;
+};
+
+struct EngineOptions {
+    std::string model;      // GGUF file, Hugging Face folder or llama2.c .bin
+    std::string tokenizer;  // "" = the checkpoint's own
+    int threads = 0;        // 0 = the physical cores
+    std::string isa;        // "" = the best this CPU has; "avx2", "avx512", "avx512-vnni", "ref"
+    bool f32_activations = false;
+    bool mmap_weights = false;       // run from the file mapping (fast start) instead of a copy in anonymous memory
+    int64_t kv_cache_bytes = 0;      // 0 = a quarter of available memory, at most what max_seqs full contexts need
+    int32_t block_size = 16;         // tokens per KV block
+    int64_t max_batch_tokens = 512;  // tokens per step (decode tokens + prompt chunks)
+    int32_t max_seqs = 64;           // sequences per step
+    bool prefix_cache = true;
+    int64_t max_model_len = 0;  // 0 = the model's context length
+};
+
+struct EngineStats {
+    int64_t num_running = 0, num_waiting = 0;
+    int32_t kv_blocks_in_use = 0, kv_blocks_total = 0, peak_kv_blocks_in_use = 0;
+    int32_t block_size = 0;
+    int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0;
+    int64_t prompt_tokens_total = 0, generated_tokens_total = 0;
+    int64_t num_preemptions = 0, num_steps = 0;
+    double schedule_seconds = 0, forward_seconds = 0, sample_seconds = 0;
+};
+
+struct ModelInfo {
+    std::string name, arch, path;
+    int64_t vocab_size = 0, max_model_len = 0, num_layers = 0;
+    int32_t bos_id = -1, eos_id = -1;
+    std::string chat_template;  // "" when the model has none
+    int threads = 0;
+    std::string isa;
+};
+
+struct ChatMessage {
+    std::string role, content;
+};
+
+class Engine {
+public:
+    // Loads the model and starts the step loop. nullptr with *status set on failure.
+    static std::unique_ptr<Engine> create(const EngineOptions& options, Status* status);
+    ~Engine();  // aborts what is still running and joins the loop
+    Engine(const Engine&) = delete;
+    Engine& operator=(const Engine&) = delete;
+
+    // Queues a request; *id is its id. An error (nothing queued, no callback) for bad parameters, an
+    // empty prompt or one that does not fit the context.
+    Status add_request(Request request, uint64_t* id);
+    // Ends a request early: its callback gets finished with kAbort and its KV blocks are freed. A
+    // finished or unknown id is a no-op.
+    void abort(uint64_t id);
+    EngineStats stats() const;
+    const ModelInfo& model_info() const;
+
+    std::vector<int32_t> tokenize(const std::string& text, bool add_special = true, bool parse_special = true) const;
+    std::string detokenize(const std::vector<int32_t>& ids) const;
+    // The conversation in the model's chat template (or `chat_template` when non-empty).
+    Status apply_chat_template(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                               const std::string& chat_template, std::string* text) const;
+
+    struct Impl;
+
+private:
+    explicit Engine(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kiln

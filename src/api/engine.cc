@@ -1,0 +1,255 @@
+// kiln::Engine (include/kiln/engine.h) over engine::EngineCore: loading, the step-loop thread, and
+// the conversions between the public plain structs and the internal ones.
+// Threading: one mutex guards the core; the loop thread holds it for one step at a time and sleeps
+// on a condition variable while there is no work. add_request / abort take the same mutex, so they
+// wait at most one step. Callbacks run inside a step (on the loop thread) and must not call back
+// into the Engine.
+#include "kiln/engine.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "core/thread_pool.h"
+#include "engine/engine_core.h"
+#include "kernels/cpu/matmul.h"
+#include "model/checkpoint.h"
+#include "model/checkpoint_tokenizer.h"
+#include "model/llama.h"
+#include "ops/linear.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kiln {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Status to_public(const core::Status& s) {
+    if (s.is_ok()) return {};
+    return {Status::Code(int(s.code())), s.to_string()};
+}
+
+sampling::SamplingParams to_internal(const SamplingParams& p) {
+    sampling::SamplingParams q;
+    q.temperature = p.temperature;
+    q.top_k = p.top_k;
+    q.top_p = p.top_p;
+    q.min_p = p.min_p;
+    q.repetition_penalty = p.repetition_penalty;
+    q.frequency_penalty = p.frequency_penalty;
+    q.presence_penalty = p.presence_penalty;
+    q.logit_bias = p.logit_bias;
+    q.seed = p.seed;
+    q.has_seed = p.has_seed;
+    q.max_tokens = p.max_tokens;
+    q.stop_strings = p.stop;
+    q.stop_ids = p.stop_token_ids;
+    q.ignore_eos = p.ignore_eos;
+    return q;
+}
+
+}  // namespace
+
+const char* finish_reason_name(FinishReason r) {
+    return engine::finish_reason_name(engine::FinishReason(int(r)));
+}
+
+struct Engine::Impl {
+    model::Checkpoint checkpoint;
+    std::unique_ptr<tokenizer::Tokenizer> tokenizer;
+    std::unique_ptr<core::ThreadPool> pool;
+    std::unique_ptr<model::LlamaModel> model;
+    std::unique_ptr<engine::EngineCore> core;
+    ModelInfo info;
+
+    mutable std::mutex mu;
+    std::condition_variable cv;
+    bool stopping = false;
+    uint64_t next_id = 1;
+    std::unordered_map<uint64_t, Clock::time_point> added;  // arrival times, for TTFT
+    std::thread loop;
+
+    void run() {
+        std::unique_lock<std::mutex> lock(mu);
+        while (!stopping) {
+            if (!core->has_work()) {
+                cv.wait(lock, [&] { return stopping || core->has_work(); });
+                continue;
+            }
+            core->step();
+        }
+    }
+};
+
+std::unique_ptr<Engine> Engine::create(const EngineOptions& o, Status* status) {
+    auto fail = [&](const core::Status& s) -> std::unique_ptr<Engine> {
+        if (status) *status = to_public(s);
+        return nullptr;
+    };
+    auto impl = std::make_unique<Impl>();
+    ops::LinearOptions lo;
+    if (!o.isa.empty()) {
+        auto isa = kernels::cpu::parse_isa(o.isa);
+        if (!isa) return fail(core::error(core::StatusCode::kInvalidArgument) << "unknown ISA '" << o.isa << "'");
+        if (!kernels::cpu::isa_supported(*isa))
+            return fail(core::error(core::StatusCode::kUnsupported) << "this CPU cannot run ISA " << o.isa);
+        lo.isa = *isa;
+    }
+    lo.f32_activations = o.f32_activations;
+    if (o.threads < 0 || o.threads > 1024)
+        return fail(core::error(core::StatusCode::kInvalidArgument)
+                    << "threads must be in [1, 1024], got " << o.threads);
+    auto ck = model::load_checkpoint(o.model);
+    if (!ck) return fail(ck.status());
+    impl->checkpoint = std::move(*ck);
+    if (!o.mmap_weights) {
+        if (core::Status st = model::copy_to_anonymous(impl->checkpoint); !st.is_ok()) return fail(st);
+    }
+    auto tok = model::find_tokenizer(impl->checkpoint, o.tokenizer);
+    if (!tok) return fail(tok.status());
+    impl->tokenizer = std::move(*tok);
+    const int threads = o.threads > 0 ? o.threads : core::ThreadPool::default_num_threads();
+    impl->pool = std::make_unique<core::ThreadPool>(threads);
+    auto m = model::LlamaModel::create(impl->checkpoint, impl->pool.get(), lo);
+    if (!m) return fail(m.status());
+    impl->model = std::move(*m);
+    engine::EngineConfig ec;
+    ec.kv_cache_bytes = o.kv_cache_bytes;
+    ec.block_size = o.block_size;
+    ec.max_batch_tokens = o.max_batch_tokens;
+    ec.max_seqs = o.max_seqs;
+    ec.prefix_cache = o.prefix_cache;
+    ec.max_model_len = o.max_model_len;
+    auto core = engine::EngineCore::create(impl->model.get(), impl->tokenizer.get(), ec);
+    if (!core) return fail(core.status());
+    impl->core = std::move(*core);
+    const model::ModelConfig& c = impl->model->config();
+    ModelInfo& info = impl->info;
+    info.name = c.name;
+    info.arch = c.arch;
+    info.path = o.model;
+    info.vocab_size = c.vocab_size;
+    info.max_model_len = impl->core->max_model_len();
+    info.num_layers = c.num_layers;
+    info.bos_id = impl->tokenizer->bos_id();
+    info.eos_id = impl->tokenizer->eos_id();
+    info.chat_template = impl->tokenizer->chat_template();
+    info.threads = threads;
+    info.isa = kernels::cpu::isa_name(lo.isa);
+    Impl* raw = impl.get();
+    impl->loop = std::thread([raw] { raw->run(); });
+    if (status) *status = {};
+    return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Engine::~Engine() {
+    {
+        std::lock_guard<std::mutex> lock(impl_->mu);
+        impl_->stopping = true;
+    }
+    impl_->cv.notify_all();
+    impl_->loop.join();
+    // Whatever is left ends with kAbort (its callback still runs, as promised).
+    std::vector<uint64_t> left;
+    for (const auto& [id, t] : impl_->added) left.push_back(id);
+    for (uint64_t id : left) impl_->core->abort(int64_t(id));
+}
+
+Status Engine::add_request(Request r, uint64_t* id) {
+    engine::Request req;
+    req.prompt = r.prompt_ids.empty() ? impl_->tokenizer->encode(r.prompt) : std::move(r.prompt_ids);
+    req.params = to_internal(r.sampling);
+    req.return_logits = r.return_logits;
+    Impl* impl = impl_.get();
+    OutputCallback cb = std::move(r.on_output);
+    std::lock_guard<std::mutex> lock(impl->mu);
+    const uint64_t rid = impl->next_id++;
+    const Clock::time_point t0 = Clock::now();
+    req.on_output = [impl, cb, rid, t0](const engine::StepOutput& s) {
+        RequestOutput out;
+        out.request_id = rid;
+        out.token_ids = s.token_ids;
+        out.text = s.text;
+        out.finished = s.finished;
+        out.finish_reason = FinishReason(int(s.finish_reason));
+        out.error = s.error;
+        out.prompt_tokens = s.prompt_tokens;
+        out.completion_tokens = s.completion_tokens;
+        out.cached_tokens = s.cached_tokens;
+        out.ttft_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+        out.logits = s.logits;
+        if (s.finished) impl->added.erase(rid);
+        if (cb) cb(out);
+    };
+    impl->added.emplace(rid, t0);
+    core::Status st = impl->core->add(int64_t(rid), std::move(req));
+    if (!st.is_ok()) {
+        impl->added.erase(rid);
+        return to_public(st);
+    }
+    if (id) *id = rid;
+    impl->cv.notify_all();
+    return {};
+}
+
+void Engine::abort(uint64_t id) {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->core->abort(int64_t(id));
+}
+
+EngineStats Engine::stats() const {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    const engine::EngineStats s = impl_->core->stats();
+    EngineStats o;
+    o.num_running = s.num_running;
+    o.num_waiting = s.num_waiting;
+    o.kv_blocks_in_use = s.kv_blocks_in_use;
+    o.kv_blocks_total = s.kv_blocks_total;
+    o.peak_kv_blocks_in_use = s.peak_kv_blocks_in_use;
+    o.block_size = impl_->core->config().block_size;
+    o.prefix_query_tokens = s.prefix_query_tokens;
+    o.prefix_hit_tokens = s.prefix_hit_tokens;
+    o.prompt_tokens_total = s.prompt_tokens_total;
+    o.generated_tokens_total = s.generated_tokens_total;
+    o.num_preemptions = s.num_preemptions;
+    o.num_steps = s.num_steps;
+    o.schedule_seconds = s.schedule_seconds;
+    o.forward_seconds = s.forward_seconds;
+    o.sample_seconds = s.sample_seconds;
+    return o;
+}
+
+const ModelInfo& Engine::model_info() const {
+    return impl_->info;
+}
+
+std::vector<int32_t> Engine::tokenize(const std::string& text, bool add_special, bool parse_special) const {
+    return impl_->tokenizer->encode(text, add_special, parse_special);
+}
+
+std::string Engine::detokenize(const std::vector<int32_t>& ids) const {
+    return impl_->tokenizer->decode(ids);
+}
+
+Status Engine::apply_chat_template(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                                   const std::string& chat_template, std::string* text) const {
+    const tokenizer::Tokenizer& tok = *impl_->tokenizer;
+    const std::string& tmpl = chat_template.empty() ? tok.chat_template() : chat_template;
+    if (tmpl.empty())
+        return {Status::Code::kNotFound, "the model has no chat template; pass one (--chat-template FILE)"};
+    std::vector<tokenizer::ChatMessage> msgs;
+    for (const ChatMessage& m : messages) msgs.push_back({m.role, m.content});
+    const std::string bos = tok.bos_id() >= 0 ? tok.token_text(tok.bos_id()) : "";
+    const std::string eos = tok.eos_id() >= 0 ? tok.token_text(tok.eos_id()) : "";
+    auto r = tokenizer::render_chat_template(tmpl, msgs, add_generation_prompt, bos, eos);
+    if (!r) return to_public(r.status());
+    if (text) *text = std::move(*r);
+    return {};
+}
+
+}  // namespace kiln

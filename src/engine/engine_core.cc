@@ -1,0 +1,278 @@
+// EngineCore (see engine_core.h).
+#include "engine/engine_core.h"
+
+#include <algorithm>
+#include <fstream>
+
+#include "core/check.h"
+
+namespace kiln::engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+int64_t mem_available_bytes() {
+    std::ifstream in("/proc/meminfo");
+    std::string key;
+    int64_t kb = 0;
+    std::string unit;
+    while (in >> key >> kb >> unit)
+        if (key == "MemAvailable:") return kb * 1024;
+    return 0;
+}
+
+}  // namespace
+
+const char* finish_reason_name(FinishReason r) {
+    switch (r) {
+        case FinishReason::kNone:
+            return "";
+        case FinishReason::kStop:
+            return "stop";
+        case FinishReason::kLength:
+            return "length";
+        case FinishReason::kAbort:
+            return "abort";
+        case FinishReason::kError:
+            return "error";
+    }
+    return "";
+}
+
+int64_t default_kv_cache_bytes(int64_t bytes_per_token, int64_t max_seqs, int64_t max_model_len) {
+    const int64_t avail = mem_available_bytes();
+    int64_t budget = avail > 0 ? avail / 4 : (int64_t(1) << 30);
+    const int64_t need = bytes_per_token * max_seqs * max_model_len;
+    if (need > 0) budget = std::min(budget, need);
+    return budget;
+}
+
+core::Result<std::unique_ptr<EngineCore>> EngineCore::create(model::LlamaModel* model,
+                                                             const tokenizer::Tokenizer* tokenizer,
+                                                             const EngineConfig& config) {
+    KILN_CHECK(model && tokenizer) << "EngineCore needs a model and a tokenizer";
+    const model::ModelConfig& mc = model->config();
+    EngineConfig c = config;
+    auto bad = [] { return core::error(core::StatusCode::kInvalidArgument); };
+    if (c.block_size <= 0 || c.block_size > 4096)
+        return bad() << "--block-size must be in [1, 4096], got " << c.block_size;
+    if (c.max_batch_tokens <= 0) return bad() << "--max-batch-tokens must be positive, got " << c.max_batch_tokens;
+    if (c.max_seqs <= 0) return bad() << "--max-seqs must be positive, got " << c.max_seqs;
+    if (c.max_model_len < 0 || c.kv_cache_bytes < 0 || c.num_kv_blocks < 0)
+        return bad() << "negative context length or KV budget";
+    if (c.max_model_len == 0) c.max_model_len = mc.max_seq_len > 0 ? mc.max_seq_len : 2048;
+    if (mc.max_seq_len > 0 && c.max_model_len > mc.max_seq_len)
+        return bad() << "--max-model-len " << c.max_model_len << " exceeds the model's context of " << mc.max_seq_len;
+    const int64_t block_bytes = kv::KvStorage::bytes_per_block(mc.num_layers, c.block_size, mc.kv_dim());
+    if (c.num_kv_blocks == 0) {
+        if (c.kv_cache_bytes == 0)
+            c.kv_cache_bytes = default_kv_cache_bytes(block_bytes / c.block_size, c.max_seqs, c.max_model_len);
+        c.num_kv_blocks = c.kv_cache_bytes / block_bytes;
+        if (c.num_kv_blocks < 1)
+            return bad() << "a KV budget of " << c.kv_cache_bytes << " bytes holds no block of " << block_bytes
+                         << " bytes";
+    }
+    if (c.num_kv_blocks > INT32_MAX / c.block_size) return bad() << "too many KV blocks: " << c.num_kv_blocks;
+    std::unique_ptr<EngineCore> e(new EngineCore());
+    e->model_ = model;
+    e->tokenizer_ = tokenizer;
+    KILN_ASSIGN_OR_RETURN(e->storage_,
+                          kv::KvStorage::create(mc.num_layers, c.num_kv_blocks, c.block_size, mc.kv_dim()));
+    sched::SchedulerConfig sc;
+    sc.num_blocks = int32_t(c.num_kv_blocks);
+    sc.block_size = c.block_size;
+    sc.max_batch_tokens = c.max_batch_tokens;
+    sc.max_seqs = c.max_seqs;
+    sc.prefix_cache = c.prefix_cache;
+    e->scheduler_ = std::make_unique<sched::Scheduler>(sc);
+    for (int64_t l = 0; l < mc.num_layers; ++l) {
+        e->kv_layers_.k.push_back(e->storage_->k(l));
+        e->kv_layers_.v.push_back(e->storage_->v(l));
+    }
+    e->kv_layers_.block_size = c.block_size;
+    e->kv_layers_.num_slots = c.num_kv_blocks * c.block_size;
+    if (tokenizer->eos_id() >= 0) e->eos_ids_.push_back(tokenizer->eos_id());
+    for (int64_t id : mc.eos_token_ids)
+        if (id >= 0 && std::find(e->eos_ids_.begin(), e->eos_ids_.end(), int32_t(id)) == e->eos_ids_.end())
+            e->eos_ids_.push_back(int32_t(id));
+    e->stats_.kv_blocks_total = int32_t(c.num_kv_blocks);
+    e->config_ = c;
+    return e;
+}
+
+core::Status EngineCore::add(int64_t id, Request request) {
+    const int64_t vocab = model_->config().vocab_size;
+    if (requests_.count(id))
+        return core::error(core::StatusCode::kInvalidArgument) << "request id " << id << " is in use";
+    if (request.prompt.empty()) return core::error(core::StatusCode::kInvalidArgument) << "the prompt has no tokens";
+    for (int32_t t : request.prompt)
+        if (t < 0 || t >= vocab)
+            return core::error(core::StatusCode::kInvalidArgument)
+                   << "prompt token id " << t << " outside the vocabulary [0, " << vocab << ")";
+    const int64_t len = int64_t(request.prompt.size());
+    if (len >= config_.max_model_len)
+        return core::error(core::StatusCode::kInvalidArgument)
+               << "the prompt has " << len << " tokens; the context holds " << config_.max_model_len
+               << " (prompt + output)";
+    if (request.params.max_tokens < 0) return core::error(core::StatusCode::kInvalidArgument) << "max_tokens < 0";
+    if (len + request.params.max_tokens > config_.max_model_len)
+        return core::error(core::StatusCode::kInvalidArgument)
+               << "prompt (" << len << " tokens) + max_tokens (" << request.params.max_tokens
+               << ") exceeds the context of " << config_.max_model_len;
+    KILN_ASSIGN_OR_RETURN(sampling::Sampler sampler,
+                          sampling::Sampler::create(request.params, int32_t(vocab), int32_t(len)));
+    KILN_RETURN_IF_ERROR(scheduler_->add(id, request.prompt, len + request.params.max_tokens));
+    Live live;
+    live.sampler = std::make_unique<sampling::Sampler>(std::move(sampler));
+    live.stop = std::make_unique<sampling::StopChecker>(request.params, eos_ids_);
+    live.decoder = std::make_unique<tokenizer::StreamDecoder>(*tokenizer_);
+    live.request = std::move(request);
+    stats_.prompt_tokens_total += len;
+    if (live.request.params.max_tokens == 0) {  // nothing to generate: finished at once
+        scheduler_->remove(id);
+        StepOutput out;
+        out.request_id = id;
+        out.prompt_tokens = len;
+        finish(id, live, FinishReason::kLength, out);
+        return core::Status::ok();
+    }
+    requests_.emplace(id, std::move(live));
+    return core::Status::ok();
+}
+
+void EngineCore::finish(int64_t id, Live& live, FinishReason reason, StepOutput& out) {
+    if (!live.stop->stopped()) {
+        out.text += live.stop->append(live.decoder->flush()).text;
+        if (!live.stop->stopped()) out.text += live.stop->finish();
+    }
+    out.finished = true;
+    out.finish_reason = reason;
+    out.completion_tokens = live.generated;
+    out.cached_tokens = live.cached_tokens;
+    if (live.request.on_output) live.request.on_output(out);
+    (void)id;
+}
+
+void EngineCore::abort(int64_t id) {
+    auto it = requests_.find(id);
+    if (it == requests_.end()) return;
+    scheduler_->remove(id);
+    StepOutput out;
+    out.request_id = id;
+    out.prompt_tokens = int64_t(it->second.request.prompt.size());
+    Live live = std::move(it->second);
+    requests_.erase(it);
+    finish(id, live, FinishReason::kAbort, out);
+}
+
+void EngineCore::fail_batch(const sched::ScheduledBatch& batch, const core::Status& st) {
+    for (const sched::ScheduledSeq& s : batch.seqs) {
+        auto it = requests_.find(s.id);
+        if (it == requests_.end()) continue;
+        scheduler_->remove(s.id);
+        StepOutput out;
+        out.request_id = s.id;
+        out.error = st.to_string();
+        Live live = std::move(it->second);
+        requests_.erase(it);
+        finish(s.id, live, FinishReason::kError, out);
+    }
+}
+
+bool EngineCore::step() {
+    const auto t0 = Clock::now();
+    sched::ScheduledBatch batch = scheduler_->schedule();
+    if (batch.seqs.empty()) return false;
+    tokens_.clear();
+    seqs_.clear();
+    for (const sched::ScheduledSeq& s : batch.seqs) {
+        const std::vector<int32_t>& all = scheduler_->tokens(s.id);
+        tokens_.insert(tokens_.end(), all.begin() + s.start, all.begin() + s.start + s.num_tokens);
+        seqs_.push_back({s.start, s.num_tokens, s.block_table, s.sample ? 1 : 0});
+    }
+    const auto t1 = Clock::now();
+    stats_.schedule_seconds += std::chrono::duration<double>(t1 - t0).count();
+    if (core::Status st = model_->forward_batch(tokens_, seqs_, kv_layers_, logits_); !st.is_ok()) {
+        fail_batch(batch, st);
+        return true;
+    }
+    const auto t2 = Clock::now();
+    stats_.forward_seconds += std::chrono::duration<double>(t2 - t1).count();
+    const int64_t vocab = model_->config().vocab_size;
+    sampled_.clear();
+    std::vector<std::pair<size_t, std::vector<float>>> raw;  // (index into sampled_, logits) when asked
+    size_t row = 0;
+    for (const sched::ScheduledSeq& s : batch.seqs) {
+        if (!s.sample) continue;
+        Live& live = requests_.at(s.id);
+        std::span<float> logits(logits_.data() + row * size_t(vocab), size_t(vocab));
+        if (live.request.return_logits)
+            raw.emplace_back(sampled_.size(), std::vector<float>(logits.begin(), logits.end()));
+        sampled_.push_back(live.sampler->sample(logits, scheduler_->tokens(s.id)));
+        ++row;
+    }
+    scheduler_->complete(batch, sampled_);
+    stats_.sample_seconds += seconds_since(t2);
+    ++stats_.num_steps;
+
+    size_t si = 0, ri = 0;
+    for (const sched::ScheduledSeq& s : batch.seqs) {
+        Live& live = requests_.at(s.id);
+        if (!live.cached_reported) live.cached_tokens = s.start;  // its first step starts after the cached prefix
+        live.cached_reported = true;
+        if (!s.sample) continue;
+        const size_t idx = si++;
+        const int32_t tok = sampled_[idx];
+        StepOutput out;
+        out.request_id = s.id;
+        out.prompt_tokens = int64_t(live.request.prompt.size());
+        out.cached_tokens = live.cached_tokens;
+        if (ri < raw.size() && raw[ri].first == idx) out.logits.push_back(std::move(raw[ri++].second));
+        ++stats_.generated_tokens_total;
+        FinishReason reason = FinishReason::kNone;
+        if (live.stop->is_stop_token(tok)) {
+            reason = FinishReason::kStop;
+        } else {
+            ++live.generated;
+            out.token_ids.push_back(tok);
+            sampling::StopChecker::Output o = live.stop->append(live.decoder->push(tok));
+            out.text = std::move(o.text);
+            if (o.stopped)
+                reason = FinishReason::kStop;
+            else if (live.generated >= live.request.params.max_tokens)
+                reason = FinishReason::kLength;
+            else if (int64_t(scheduler_->tokens(s.id).size()) >= config_.max_model_len)
+                reason = FinishReason::kLength;
+        }
+        if (reason == FinishReason::kNone) {
+            out.completion_tokens = live.generated;
+            if (live.request.on_output) live.request.on_output(out);
+            continue;
+        }
+        scheduler_->remove(s.id);
+        Live done = std::move(live);
+        requests_.erase(s.id);
+        finish(s.id, done, reason, out);
+    }
+    return true;
+}
+
+EngineStats EngineCore::stats() const {
+    EngineStats s = stats_;
+    const sched::SchedulerStats ss = scheduler_->stats();
+    s.num_running = ss.num_running;
+    s.num_waiting = ss.num_waiting;
+    s.kv_blocks_in_use = ss.blocks_in_use;
+    s.kv_blocks_total = ss.blocks_total;
+    s.peak_kv_blocks_in_use = ss.peak_blocks_in_use;
+    s.prefix_query_tokens = ss.prefix_query_tokens;
+    s.prefix_hit_tokens = ss.prefix_hit_tokens;
+    s.num_preemptions = ss.num_preemptions;
+    return s;
+}
+
+}  // namespace kiln::engine

@@ -1,0 +1,128 @@
+// EngineCore: the serving engine's step loop, single-threaded and deterministic (kiln::Engine in
+// include/kiln/engine.h runs it on its own thread). One step = schedule (sched::Scheduler:
+// continuous batching, chunked prefill, prefix cache, preemption) -> one LlamaModel::forward_batch
+// over the paged KV cache -> sample every sequence that reached its last token -> detokenize, check
+// stops -> report to each request's callback; finished and aborted requests free their blocks at
+// once.
+// Invariants: a request's tokens and text depend only on its prompt and params (batch invariance of
+// forward_batch; one Sampler per request, called once per generated token); every callback of a
+// request runs on the thread calling step() / abort(), the last one with finished = true, exactly once.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "kv/kv_storage.h"
+#include "model/checkpoint.h"
+#include "model/llama.h"
+#include "sampling/sampler.h"
+#include "sampling/stop_checker.h"
+#include "sched/scheduler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kiln::engine {
+
+enum class FinishReason { kNone, kStop, kLength, kAbort, kError };
+const char* finish_reason_name(FinishReason r);  // "", "stop", "length", "abort", "error"
+
+struct StepOutput {
+    int64_t request_id = 0;
+    std::vector<int32_t> token_ids;  // new tokens since the last output (a stop token is not included)
+    std::string text;                // new text, safe to show (never part of a stop string)
+    bool finished = false;
+    FinishReason finish_reason = FinishReason::kNone;
+    std::string error;  // with kError
+    int64_t prompt_tokens = 0, completion_tokens = 0;
+    int64_t cached_tokens = 0;               // prompt tokens served by the prefix cache (first admission)
+    std::vector<std::vector<float>> logits;  // with Request::return_logits: the raw logits of each new token
+};
+using OutputFn = std::function<void(const StepOutput&)>;
+
+struct Request {
+    std::vector<int32_t> prompt;  // token ids, non-empty
+    sampling::SamplingParams params;
+    OutputFn on_output;
+    bool return_logits = false;  // tests: the row each new token was sampled from, before sampling
+};
+
+struct EngineConfig {
+    int64_t num_kv_blocks = 0;   // 0: from kv_cache_bytes
+    int64_t kv_cache_bytes = 0;  // 0: a default (see default_kv_cache_bytes)
+    int32_t block_size = 16;
+    int64_t max_batch_tokens = 512;
+    int32_t max_seqs = 64;
+    bool prefix_cache = true;
+    int64_t max_model_len = 0;  // 0: the model's context length
+};
+
+struct EngineStats {
+    int64_t num_running = 0, num_waiting = 0;
+    int32_t kv_blocks_in_use = 0, kv_blocks_total = 0, peak_kv_blocks_in_use = 0;
+    int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0;
+    int64_t prompt_tokens_total = 0, generated_tokens_total = 0;
+    int64_t num_preemptions = 0, num_steps = 0;
+    double schedule_seconds = 0, forward_seconds = 0, sample_seconds = 0;  // summed over steps
+};
+
+// The default KV budget: a quarter of MemAvailable (or 1 GiB when unknown), at most what max_seqs
+// sequences of max_model_len tokens need.
+int64_t default_kv_cache_bytes(int64_t bytes_per_token, int64_t max_seqs, int64_t max_model_len);
+
+class EngineCore {
+public:
+    // The model, tokenizer and pool must outlive the core. kInvalidArgument for a bad config.
+    static core::Result<std::unique_ptr<EngineCore>> create(model::LlamaModel* model,
+                                                            const tokenizer::Tokenizer* tokenizer,
+                                                            const EngineConfig& config);
+    // Queues a request under `id` (unique, caller-chosen). kInvalidArgument (nothing queued, no
+    // callback) for a duplicate id, an empty prompt, bad params, or a prompt + max_tokens beyond
+    // the context or the KV pool.
+    core::Status add(int64_t id, Request request);
+    // Ends a request now: its callback gets finished with kAbort; its blocks are freed. Unknown: no-op.
+    void abort(int64_t id);
+    // Runs one step; false when there was nothing to do.
+    bool step();
+    bool has_work() const { return !requests_.empty(); }
+    EngineStats stats() const;
+    const EngineConfig& config() const { return config_; }
+    int64_t max_model_len() const { return config_.max_model_len; }
+
+private:
+    struct Live {
+        Request request;
+        std::unique_ptr<sampling::Sampler> sampler;
+        std::unique_ptr<sampling::StopChecker> stop;
+        std::unique_ptr<tokenizer::StreamDecoder> decoder;
+        int64_t generated = 0;
+        int64_t cached_tokens = 0;
+        bool cached_reported = false;
+    };
+    EngineCore() = default;
+    void finish(int64_t id, Live& live, FinishReason reason, StepOutput& out);
+    void fail_batch(const sched::ScheduledBatch& batch, const core::Status& st);
+
+    model::LlamaModel* model_ = nullptr;
+    const tokenizer::Tokenizer* tokenizer_ = nullptr;
+    EngineConfig config_;
+    std::unique_ptr<kv::KvStorage> storage_;
+    std::unique_ptr<sched::Scheduler> scheduler_;
+    model::KvLayers kv_layers_;
+    std::map<int64_t, Live> requests_;
+    std::vector<int32_t> eos_ids_;
+    // Step buffers, reused.
+    std::vector<int32_t> tokens_;
+    std::vector<model::BatchSeq> seqs_;
+    std::vector<float> logits_;
+    std::vector<int32_t> sampled_;
+    EngineStats stats_;
+};
+
+}  // namespace kiln::engine

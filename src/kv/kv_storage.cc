@@ -1,0 +1,40 @@
+// KvStorage (see kv_storage.h).
+#include "kv/kv_storage.h"
+
+#include <sys/mman.h>
+
+namespace kiln::kv {
+
+int64_t KvStorage::bytes_per_block(int64_t num_layers, int64_t block_size, int64_t kv_dim) {
+    return 2 * num_layers * block_size * kv_dim * int64_t(sizeof(float));
+}
+
+core::Result<std::unique_ptr<KvStorage>> KvStorage::create(int64_t num_layers, int64_t num_blocks, int64_t block_size,
+                                                           int64_t kv_dim) {
+    if (num_layers <= 0 || num_blocks <= 0 || block_size <= 0 || kv_dim <= 0)
+        return core::error(core::StatusCode::kInvalidArgument)
+               << "KV storage: layers, blocks, block size and kv_dim must be positive (" << num_layers << ", "
+               << num_blocks << ", " << block_size << ", " << kv_dim << ")";
+    std::unique_ptr<KvStorage> s(new KvStorage());
+    s->num_layers_ = num_layers;
+    s->num_blocks_ = num_blocks;
+    s->block_size_ = block_size;
+    s->kv_dim_ = kv_dim;
+    s->layer_floats_ = num_blocks * block_size * kv_dim;
+    s->bytes_ = size_t(2 * num_layers) * size_t(s->layer_floats_) * sizeof(float);
+    void* p = mmap(nullptr, s->bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return core::error(core::StatusCode::kOutOfMemory)
+               << "KV storage: cannot map " << s->bytes_ / (1 << 20) << " MiB for " << num_blocks << " blocks";
+#ifdef MADV_HUGEPAGE
+    madvise(p, s->bytes_, MADV_HUGEPAGE);
+#endif
+    s->base_ = static_cast<float*>(p);
+    return s;
+}
+
+KvStorage::~KvStorage() {
+    if (base_) munmap(base_, bytes_);
+}
+
+}  // namespace kiln::kv

@@ -1,0 +1,45 @@
+// KvStorage: the K/V floats of a paged KV cache (the block pool's data; BlockPool keeps the
+// metadata). Per layer, K and V are each [num_blocks, block_size, kv_dim] f32 (kv_dim =
+// num_kv_heads * head_dim): token slot s = block * block_size + offset is row s, so one block of one
+// layer is block_size * kv_dim contiguous floats. See docs/kv.md "Storage layout".
+// The memory is one anonymous mapping (committed lazily by the OS as blocks are first written,
+// MADV_HUGEPAGE advised), so a large budget costs nothing until it is used.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "core/status.h"
+
+namespace kiln::kv {
+
+class KvStorage {
+public:
+    // Bytes one block takes across every layer, K and V.
+    static int64_t bytes_per_block(int64_t num_layers, int64_t block_size, int64_t kv_dim);
+    // kInvalidArgument for non-positive sizes; kOutOfMemory when the mapping fails.
+    static core::Result<std::unique_ptr<KvStorage>> create(int64_t num_layers, int64_t num_blocks, int64_t block_size,
+                                                           int64_t kv_dim);
+    ~KvStorage();
+    KvStorage(const KvStorage&) = delete;
+    KvStorage& operator=(const KvStorage&) = delete;
+
+    float* k(int64_t layer) const { return base_ + (2 * layer) * layer_floats_; }  // [num_blocks * block_size, kv_dim]
+    float* v(int64_t layer) const {
+        return base_ + (2 * layer + 1) * layer_floats_;
+    }  // [num_blocks * block_size, kv_dim]
+    int64_t num_layers() const { return num_layers_; }
+    int64_t num_blocks() const { return num_blocks_; }
+    int64_t block_size() const { return block_size_; }
+    int64_t kv_dim() const { return kv_dim_; }
+    size_t bytes() const { return bytes_; }
+
+private:
+    KvStorage() = default;
+    float* base_ = nullptr;
+    size_t bytes_ = 0;
+    int64_t num_layers_ = 0, num_blocks_ = 0, block_size_ = 0, kv_dim_ = 0, layer_floats_ = 0;
+};
+
+}  // namespace kiln::kv

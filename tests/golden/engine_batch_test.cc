@@ -1,0 +1,313 @@
+// The serving engine's batch invariance on real models (stories260K; SmolLM2-135M where installed):
+// every request yields the same tokens, and the same logits bit for bit, whether it runs alone or
+// among 16 concurrent requests of different lengths and sampling settings, under a KV budget small
+// enough to force preemption, with tiny prefill chunks, with odd block sizes, and with its prefix
+// served by the prefix cache. Also: aborts mid-flight free every block, each request's callback
+// ends exactly once, and a randomized add / abort / step sequence keeps the pool's invariants.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "engine/engine_core.h"
+#include "model/checkpoint.h"
+#include "model/checkpoint_tokenizer.h"
+#include "model/llama.h"
+#include "support/test_support.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kiln::engine {
+namespace {
+
+struct Result {
+    std::vector<int32_t> tokens;
+    std::vector<std::vector<float>> logits;
+    FinishReason reason = FinishReason::kNone;
+    int finishes = 0;
+    int64_t cached_tokens = 0;
+};
+
+struct Spec {
+    std::vector<int32_t> prompt;
+    sampling::SamplingParams params;
+};
+
+class EngineBatch : public ::testing::TestWithParam<std::string> {
+protected:
+    void SetUp() override {
+        std::string path;
+        if (GetParam() == "stories260k") {
+            path = test::testdata("models/stories260K/stories260K.bin");
+            if (!test::file_exists(path)) GTEST_SKIP() << "no test data";
+        } else {
+            path = test::smollm2_path();
+            if (!test::file_exists(path)) GTEST_SKIP() << "SmolLM2 not installed (scripts/setup)";
+        }
+        auto ck = model::load_checkpoint(path);
+        ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
+        ck_ = std::move(*ck);
+        auto tok = model::find_tokenizer(ck_, "");
+        ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
+        tok_ = std::move(*tok);
+        pool_ = std::make_unique<core::ThreadPool>(2);
+        auto m = model::LlamaModel::create(ck_, pool_.get());
+        ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+        model_ = std::move(*m);
+        small_ = GetParam() == "stories260k";
+    }
+
+    // 16 requests: prompt lengths 1..~90 (a third share a 40-token prefix), greedy and seeded
+    // sampling with top-k / top-p / penalties, different output lengths.
+    std::vector<Spec> make_specs(int n, uint64_t seed) const {
+        std::mt19937_64 rng(seed);
+        const int32_t vocab = int32_t(model_->config().vocab_size);
+        std::uniform_int_distribution<int32_t> pick(3, vocab - 1);
+        std::vector<int32_t> shared(40);
+        for (int32_t& t : shared) t = pick(rng);
+        std::vector<Spec> specs;
+        for (int i = 0; i < n; ++i) {
+            Spec s;
+            const int len = 1 + int(rng() % (small_ ? 90 : 40));
+            if (i % 3 == 0) s.prompt = shared;
+            while (int(s.prompt.size()) < len + (i % 3 == 0 ? 40 : 0)) s.prompt.push_back(pick(rng));
+            s.params.max_tokens = int32_t(small_ ? 8 + rng() % 40 : 4 + rng() % 8);
+            s.params.ignore_eos = i % 2 == 0;
+            if (i % 4 == 1) {
+                s.params.temperature = 0.0f;
+            } else {
+                s.params.temperature = 0.7f + 0.1f * float(i % 3);
+                s.params.top_k = i % 5 == 0 ? 20 : 0;
+                s.params.top_p = i % 2 ? 0.9f : 1.0f;
+                s.params.presence_penalty = i % 7 == 0 ? 0.5f : 0.0f;
+                s.params.seed = 1000 + uint64_t(i);
+                s.params.has_seed = true;
+            }
+            specs.push_back(std::move(s));
+        }
+        return specs;
+    }
+
+    std::unique_ptr<EngineCore> make_core(const EngineConfig& c) {
+        auto core = EngineCore::create(model_.get(), tok_.get(), c);
+        EXPECT_TRUE(core.is_ok()) << core.status().to_string();
+        return core.is_ok() ? std::move(*core) : nullptr;
+    }
+
+    void add(EngineCore& core, int64_t id, const Spec& s, std::map<int64_t, Result>& results) {
+        Request r;
+        r.prompt = s.prompt;
+        r.params = s.params;
+        r.return_logits = true;
+        Result* res = &results[id];
+        r.on_output = [res](const StepOutput& o) {
+            res->tokens.insert(res->tokens.end(), o.token_ids.begin(), o.token_ids.end());
+            for (const auto& l : o.logits) res->logits.push_back(l);
+            if (o.finished) {
+                res->reason = o.finish_reason;
+                res->cached_tokens = o.cached_tokens;
+                ++res->finishes;
+            }
+        };
+        ASSERT_TRUE(core.add(id, std::move(r)).is_ok());
+    }
+
+    // Every spec alone, each in a fresh engine without a prefix cache.
+    std::map<int64_t, Result> run_alone(const std::vector<Spec>& specs) {
+        std::map<int64_t, Result> out;
+        EngineConfig c;
+        c.prefix_cache = false;
+        c.num_kv_blocks = 256;
+        for (size_t i = 0; i < specs.size(); ++i) {
+            auto core = make_core(c);
+            add(*core, int64_t(i), specs[i], out);
+            while (core->step()) {
+            }
+        }
+        return out;
+    }
+
+    std::map<int64_t, Result> run_batched(const std::vector<Spec>& specs, const EngineConfig& c, EngineStats* stats) {
+        std::map<int64_t, Result> out;
+        auto core = make_core(c);
+        for (size_t i = 0; i < specs.size(); ++i) add(*core, int64_t(i), specs[i], out);
+        while (core->step()) {
+        }
+        EXPECT_FALSE(core->has_work());
+        *stats = core->stats();
+        EXPECT_EQ(stats->kv_blocks_in_use, 0) << "blocks left referenced after every request finished";
+        return out;
+    }
+
+    static void expect_same(const std::map<int64_t, Result>& want, const std::map<int64_t, Result>& got,
+                            const std::string& what) {
+        ASSERT_EQ(want.size(), got.size()) << what;
+        for (const auto& [id, w] : want) {
+            const Result& g = got.at(id);
+            EXPECT_EQ(g.finishes, 1) << what << ": request " << id;
+            EXPECT_EQ(g.reason, w.reason) << what << ": request " << id;
+            ASSERT_EQ(g.tokens, w.tokens) << what << ": request " << id;
+            ASSERT_EQ(g.logits.size(), w.logits.size()) << what << ": request " << id;
+            for (size_t s = 0; s < w.logits.size(); ++s) {
+                ASSERT_EQ(g.logits[s].size(), w.logits[s].size());
+                EXPECT_EQ(0, std::memcmp(g.logits[s].data(), w.logits[s].data(), w.logits[s].size() * sizeof(float)))
+                    << what << ": request " << id << " step " << s << ": logits differ from the request run alone";
+            }
+        }
+    }
+
+    model::Checkpoint ck_;
+    std::unique_ptr<tokenizer::Tokenizer> tok_;
+    std::unique_ptr<core::ThreadPool> pool_;
+    std::unique_ptr<model::LlamaModel> model_;
+    bool small_ = true;
+};
+
+TEST_P(EngineBatch, BatchedEqualsAlone) {
+    const std::vector<Spec> specs = make_specs(16, 7);
+    const auto alone = run_alone(specs);
+    for (const auto& [id, r] : alone) EXPECT_EQ(r.finishes, 1);
+    struct Case {
+        const char* name;
+        EngineConfig config;
+    };
+    std::vector<Case> cases;
+    cases.push_back({"default", EngineConfig{}});
+    EngineConfig tight;  // a few blocks more than the longest request needs: forces preemption
+    tight.num_kv_blocks = small_ ? 12 : 6;
+    cases.push_back({"tiny KV budget", tight});
+    EngineConfig chunks;
+    chunks.max_batch_tokens = 3;
+    cases.push_back({"3-token steps", chunks});
+    EngineConfig odd;
+    odd.block_size = 7;
+    odd.max_seqs = 5;
+    odd.max_batch_tokens = 29;
+    cases.push_back({"block 7, 5 seqs, 29 tokens", odd});
+    EngineConfig no_cache;
+    no_cache.prefix_cache = false;
+    no_cache.block_size = 1;
+    cases.push_back({"block 1, no prefix cache", no_cache});
+    for (const Case& c : cases) {
+        EngineStats stats;
+        const auto got = run_batched(specs, c.config, &stats);
+        expect_same(alone, got, c.name);
+        if (std::string(c.name) == "tiny KV budget") {
+            EXPECT_GT(stats.num_preemptions, 0) << "the budget forced none";
+        }
+    }
+}
+
+TEST_P(EngineBatch, PrefixCacheHitsLeaveOutputsUnchanged) {
+    const std::vector<Spec> specs = make_specs(6, 11);
+    const auto alone = run_alone(specs);
+    EngineConfig c;
+    c.block_size = 8;
+    auto core = make_core(c);
+    std::map<int64_t, Result> first, second;
+    // Sequentially, so every later request finds the earlier ones' blocks cached.
+    for (size_t i = 0; i < specs.size(); ++i) {
+        add(*core, int64_t(i), specs[i], first);
+        while (core->step()) {
+        }
+    }
+    for (size_t i = 0; i < specs.size(); ++i) {
+        add(*core, int64_t(i), specs[i], second);
+        while (core->step()) {
+        }
+    }
+    expect_same(alone, first, "first pass");
+    expect_same(alone, second, "second pass (prefixes cached)");
+    for (size_t i = 0; i < specs.size(); ++i) {
+        const int64_t len = int64_t(specs[i].prompt.size());
+        EXPECT_EQ(second[int64_t(i)].cached_tokens, (len - 1) / 8 * 8) << "request " << i << " of " << len << " tokens";
+    }
+    EXPECT_EQ(core->stats().kv_blocks_in_use, 0);
+}
+
+TEST_P(EngineBatch, AbortsFreeBlocksAndRandomOpsKeepInvariants) {
+    const std::vector<Spec> specs = make_specs(24, 3);
+    std::map<int64_t, Spec> by_id;
+    EngineConfig c;
+    c.num_kv_blocks = small_ ? 20 : 10;
+    c.max_batch_tokens = 37;
+    auto core = make_core(c);
+    std::map<int64_t, Result> results;
+    std::mt19937_64 rng(5);
+    size_t next = 0;
+    std::vector<int64_t> aborted;
+    for (int step = 0; step < 2000 && (next < specs.size() || core->has_work()); ++step) {
+        const int op = int(rng() % 10);
+        if (op < 3 && next < specs.size()) {
+            add(*core, int64_t(next), specs[next], results);
+            ++next;
+        } else if (op == 3 && core->has_work()) {
+            const int64_t id = int64_t(rng() % next);
+            if (results[id].finishes == 0) aborted.push_back(id);
+            core->abort(id);  // finished or unknown ids are no-ops
+        } else {
+            core->step();
+        }
+        const EngineStats s = core->stats();
+        ASSERT_LE(s.kv_blocks_in_use, s.kv_blocks_total);
+    }
+    while (core->step()) {
+    }
+    EXPECT_FALSE(core->has_work());
+    EXPECT_EQ(core->stats().kv_blocks_in_use, 0);
+    ASSERT_FALSE(aborted.empty());
+    for (int64_t id : aborted) EXPECT_EQ(results[id].reason, FinishReason::kAbort) << id;
+    // Every request ended exactly once; the ones that were not aborted match their solo runs.
+    std::vector<Spec> kept;
+    std::vector<int64_t> kept_ids;
+    for (const auto& [id, r] : results) {
+        EXPECT_EQ(r.finishes, 1) << "request " << id;
+        if (r.reason != FinishReason::kAbort) {
+            kept.push_back(specs[size_t(id)]);
+            kept_ids.push_back(id);
+        }
+    }
+    const auto alone = run_alone(kept);
+    for (size_t i = 0; i < kept.size(); ++i)
+        EXPECT_EQ(results[kept_ids[i]].tokens, alone.at(int64_t(i)).tokens) << "request " << kept_ids[i];
+}
+
+TEST_P(EngineBatch, BadRequestsAreRejectedWithoutHarm) {
+    EngineConfig c;
+    c.max_model_len = 64;
+    auto core = make_core(c);
+    std::map<int64_t, Result> results;
+    Request r;
+    EXPECT_FALSE(core->add(1, r).is_ok()) << "empty prompt";
+    r.prompt = {1, 2, -5};
+    EXPECT_FALSE(core->add(1, r).is_ok()) << "negative token id";
+    r.prompt = std::vector<int32_t>(70, 5);
+    EXPECT_FALSE(core->add(1, r).is_ok()) << "prompt beyond the context";
+    r.prompt = {1, 2, 3};
+    r.params.max_tokens = 100;
+    EXPECT_FALSE(core->add(1, r).is_ok()) << "max_tokens beyond the context";
+    r.params.max_tokens = 4;
+    r.params.top_p = 0.0f;
+    EXPECT_FALSE(core->add(1, r).is_ok()) << "top_p = 0";
+    EXPECT_FALSE(core->has_work());
+    Spec ok;
+    ok.prompt = {1, 2, 3};
+    ok.params.max_tokens = 4;
+    ok.params.temperature = 0;
+    ok.params.ignore_eos = true;
+    add(*core, 1, ok, results);
+    EXPECT_FALSE(core->add(1, r).is_ok()) << "duplicate id";
+    while (core->step()) {
+    }
+    EXPECT_EQ(results[1].tokens.size(), 4u);
+    EXPECT_EQ(results[1].reason, FinishReason::kLength);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, EngineBatch, ::testing::Values("stories260k", "smollm2"));
+
+}  // namespace
+}  // namespace kiln::engine

@@ -1,0 +1,277 @@
+// `kiln bench offline -m MODEL --requests N --input-len I --output-len O [--shared-prefix P] [engine
+// options] [--json]`: the serving engine's throughput with every request queued at once (vLLM's
+// `benchmark_throughput` / `vllm bench throughput` shape). Prompts are seeded random token ids (the
+// first P shared by all), decoding is greedy with EOS ignored, so every request yields exactly O
+// tokens.
+// Reports requests/s, output tokens/s, TTFT and TPOT (mean, p50, p99), the prefix-cache hit rate,
+// peak KV blocks in use, and the share of step time spent scheduling and preparing batches.
+// With --shared-prefix P > 0 it first runs a cold/warm probe: one request alone (its prefix not
+// cached: cold TTFT), then another with the same prefix and a new suffix (warm TTFT); the main
+// run follows, its prefix cache already warm. TTFT = from add_request to the first token; TPOT =
+// (last token time - first token time) / (O - 1).
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "args.h"
+#include "commands.h"
+#include "engine_options.h"
+#include "model_session.h"
+
+namespace kiln::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kUsage =
+    "usage: kiln bench offline [-m MODEL] [--requests N] [--input-len I] [--output-len O]\n"
+    "                          [--shared-prefix P] [--seed S] [--json] [engine options]\n"
+    "\n"
+    "Queues N requests of I prompt tokens (seeded random ids; the first P shared by all) at once and\n"
+    "generates O tokens for each (greedy, EOS ignored). Reports requests/s, output tokens/s, TTFT and\n"
+    "TPOT (mean/p50/p99), prefix-cache hit rate, peak KV blocks and the scheduling share of step time.\n"
+    "With P > 0, first measures the TTFT of one request alone with a cold and then a warm prefix cache.\n"
+    "\n"
+    "  --requests N       requests (default 16)\n"
+    "  --input-len I      prompt tokens per request (default 128)\n"
+    "  --output-len O     tokens generated per request (default 128)\n"
+    "  --shared-prefix P  leading prompt tokens common to every request (default 0)\n"
+    "  --seed S           prompt token seed (default 0)\n"
+    "  --json             one JSON object on stdout\n";
+
+struct Timing {
+    Clock::time_point added, first, last;
+    int64_t tokens = 0;
+    bool done = false;
+    std::string error;
+};
+
+struct Stats {
+    double mean = 0, p50 = 0, p99 = 0;
+};
+
+Stats summarize(std::vector<double> v) {
+    Stats s;
+    if (v.empty()) return s;
+    std::sort(v.begin(), v.end());
+    double sum = 0;
+    for (double x : v) sum += x;
+    s.mean = sum / double(v.size());
+    auto pct = [&](double p) {
+        return v[size_t(std::min<double>(double(v.size() - 1), p * double(v.size() - 1) + 0.5))];
+    };
+    s.p50 = pct(0.50);
+    s.p99 = pct(0.99);
+    return s;
+}
+
+// Runs `prompts` through the engine, all queued at once; fills one Timing per prompt. False after
+// printing the error.
+bool run_batch(Engine& engine, const std::vector<std::vector<int32_t>>& prompts, int32_t output_len,
+               std::vector<Timing>& timings) {
+    std::mutex mu;
+    std::condition_variable cv;
+    size_t remaining = prompts.size();
+    timings.assign(prompts.size(), Timing{});
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        Request r;
+        r.prompt_ids = prompts[i];
+        r.sampling.temperature = 0;
+        r.sampling.max_tokens = output_len;
+        r.sampling.ignore_eos = true;
+        Timing* t = &timings[i];
+        r.on_output = [&, t](const RequestOutput& o) {
+            const Clock::time_point now = Clock::now();
+            std::lock_guard<std::mutex> lock(mu);
+            if (!o.token_ids.empty()) {
+                if (t->tokens == 0) t->first = now;
+                t->last = now;
+                t->tokens += int64_t(o.token_ids.size());
+            }
+            if (o.finished) {
+                if (o.finish_reason == FinishReason::kError) t->error = o.error;
+                t->done = true;
+                if (--remaining == 0) cv.notify_all();
+            }
+        };
+        {
+            std::lock_guard<std::mutex> lock(mu);
+            t->added = Clock::now();
+        }
+        Status st = engine.add_request(std::move(r), nullptr);
+        if (!st.ok()) {
+            std::fprintf(stderr, "kiln bench offline: request %zu: %s\n", i, st.message.c_str());
+            return false;
+        }
+    }
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return remaining == 0; });
+    for (const Timing& t : timings) {
+        if (!t.error.empty()) {
+            std::fprintf(stderr, "kiln bench offline: %s\n", t.error.c_str());
+            return false;
+        }
+    }
+    return true;
+}
+
+double ms(Clock::duration d) {
+    return std::chrono::duration<double, std::milli>(d).count();
+}
+
+std::optional<int64_t> count_arg(const Args& args, const char* flag, int64_t def, int64_t lo, int64_t hi) {
+    auto v = args.get(flag);
+    if (!v) return def;
+    try {
+        size_t used = 0;
+        long long x = std::stoll(*v, &used);
+        if (used == v->size() && x >= lo && x <= hi) return int64_t(x);
+    } catch (...) {
+    }
+    std::fprintf(stderr, "kiln bench offline: %s needs an integer in [%lld, %lld], got '%s'\n", flag, (long long)lo,
+                 (long long)hi, v->c_str());
+    return std::nullopt;
+}
+
+}  // namespace
+
+int cmd_bench_offline(int argc, char** argv) {
+    Args args(merged({"--help", "-h", "--json"}, engine_flags()),
+              merged({"--requests", "--input-len", "--output-len", "--shared-prefix", "--seed"}, engine_options()));
+    if (!args.parse(argc, argv, 3)) {
+        std::fprintf(stderr, "kiln bench offline: %s\n%s%s", args.error().c_str(), kUsage, kEngineHelp);
+        return 2;
+    }
+    if (args.has("--help") || args.has("-h")) {
+        std::fputs(kUsage, stdout);
+        std::fputs(kSessionHelp, stdout);
+        std::fputs(kEngineHelp, stdout);
+        return 0;
+    }
+    if (!args.positional().empty()) {
+        std::fprintf(stderr, "kiln bench offline: unexpected argument '%s'\n", args.positional()[0].c_str());
+        return 2;
+    }
+    const auto n_req = count_arg(args, "--requests", 16, 1, 100000);
+    const auto in_len = count_arg(args, "--input-len", 128, 1, 1 << 20);
+    const auto out_len = count_arg(args, "--output-len", 128, 1, 1 << 20);
+    const auto prefix = count_arg(args, "--shared-prefix", 0, 0, 1 << 20);
+    const auto seed = count_arg(args, "--seed", 0, 0, INT32_MAX);
+    if (!n_req || !in_len || !out_len || !prefix || !seed) return 2;
+    if (*prefix >= *in_len) {
+        std::fprintf(stderr, "kiln bench offline: --shared-prefix must be smaller than --input-len\n");
+        return 2;
+    }
+    EngineOptions options;
+    if (!parse_engine_options(args, "bench offline", options)) return 2;
+    if (!args.get("--max-model-len")) options.max_model_len = 0;
+    Status st;
+    std::unique_ptr<Engine> engine = Engine::create(options, &st);
+    if (!engine) {
+        std::fprintf(stderr, "kiln bench offline: %s\n", st.message.c_str());
+        return 1;
+    }
+    const ModelInfo& info = engine->model_info();
+    if (*in_len + *out_len > info.max_model_len) {
+        std::fprintf(stderr, "kiln bench offline: input + output length %lld exceeds the context of %lld\n",
+                     (long long)(*in_len + *out_len), (long long)info.max_model_len);
+        return 2;
+    }
+    // Prompts: ids drawn away from the first few (often special) tokens.
+    std::mt19937_64 rng{uint64_t(*seed)};
+    const int32_t lo = std::min<int32_t>(16, int32_t(info.vocab_size) - 1);
+    std::uniform_int_distribution<int32_t> pick(lo, int32_t(info.vocab_size) - 1);
+    std::vector<int32_t> shared(static_cast<size_t>(*prefix));
+    for (int32_t& t : shared) t = pick(rng);
+    auto make_prompt = [&] {
+        std::vector<int32_t> p = shared;
+        while (int64_t(p.size()) < *in_len) p.push_back(pick(rng));
+        return p;
+    };
+    nlohmann::ordered_json j;
+    j["model"] = info.path;
+    j["threads"] = info.threads;
+    j["requests"] = *n_req;
+    j["input_len"] = *in_len;
+    j["output_len"] = *out_len;
+    j["shared_prefix"] = *prefix;
+    std::vector<Timing> timings;
+    if (*prefix > 0) {  // cold / warm TTFT probe
+        if (!run_batch(*engine, {make_prompt()}, 1, timings)) return 1;
+        const double cold = ms(timings[0].first - timings[0].added);
+        if (!run_batch(*engine, {make_prompt()}, 1, timings)) return 1;
+        const double warm = ms(timings[0].first - timings[0].added);
+        j["ttft_cold_ms"] = cold;
+        j["ttft_warm_ms"] = warm;
+        j["ttft_warm_over_cold"] = cold > 0 ? warm / cold : 0.0;
+    }
+    std::vector<std::vector<int32_t>> prompts;
+    for (int64_t i = 0; i < *n_req; ++i) prompts.push_back(make_prompt());
+    const EngineStats before = engine->stats();
+    const Clock::time_point t0 = Clock::now();
+    if (!run_batch(*engine, prompts, int32_t(*out_len), timings)) return 1;
+    const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+    const EngineStats after = engine->stats();
+    std::vector<double> ttft, tpot;
+    int64_t out_tokens = 0;
+    for (const Timing& t : timings) {
+        out_tokens += t.tokens;
+        ttft.push_back(ms(t.first - t.added));
+        if (t.tokens > 1) tpot.push_back(ms(t.last - t.first) / double(t.tokens - 1));
+    }
+    const Stats a = summarize(ttft), b = summarize(tpot);
+    const int64_t queried = after.prefix_query_tokens - before.prefix_query_tokens;
+    const int64_t hits = after.prefix_hit_tokens - before.prefix_hit_tokens;
+    const double sched_s = after.schedule_seconds - before.schedule_seconds;
+    const double step_s =
+        sched_s + (after.forward_seconds - before.forward_seconds) + (after.sample_seconds - before.sample_seconds);
+    j["max_seqs"] = options.max_seqs;
+    j["max_batch_tokens"] = options.max_batch_tokens;
+    j["seconds"] = wall;
+    j["requests_per_s"] = double(*n_req) / wall;
+    j["output_tokens_per_s"] = double(out_tokens) / wall;
+    j["total_tokens_per_s"] = double(out_tokens + *n_req * *in_len) / wall;
+    j["ttft_ms_mean"] = a.mean;
+    j["ttft_ms_p50"] = a.p50;
+    j["ttft_ms_p99"] = a.p99;
+    j["tpot_ms_mean"] = b.mean;
+    j["tpot_ms_p50"] = b.p50;
+    j["tpot_ms_p99"] = b.p99;
+    j["prefix_hit_rate"] = queried > 0 ? double(hits) / double(queried) : 0.0;
+    j["peak_kv_blocks_in_use"] = after.peak_kv_blocks_in_use;
+    j["kv_blocks_total"] = after.kv_blocks_total;
+    j["kv_block_size"] = after.block_size;
+    j["steps"] = after.num_steps - before.num_steps;
+    j["preemptions"] = after.num_preemptions - before.num_preemptions;
+    j["schedule_pct_of_step"] = step_s > 0 ? 100.0 * sched_s / step_s : 0.0;
+    if (args.has("--json")) {
+        std::printf("%s\n", j.dump(2).c_str());
+        return 0;
+    }
+    std::printf("%s: %lld requests x (%lld in + %lld out) tokens, %d threads, max-seqs %d\n", info.path.c_str(),
+                (long long)*n_req, (long long)*in_len, (long long)*out_len, info.threads, options.max_seqs);
+    if (*prefix > 0)
+        std::printf("prefix probe (%lld shared tokens): TTFT cold %.1f ms, warm %.1f ms (%.1f%%)\n", (long long)*prefix,
+                    j["ttft_cold_ms"].get<double>(), j["ttft_warm_ms"].get<double>(),
+                    100.0 * j["ttft_warm_over_cold"].get<double>());
+    std::printf("%.2f requests/s, %.1f output tokens/s (%.3f s)\n", j["requests_per_s"].get<double>(),
+                j["output_tokens_per_s"].get<double>(), wall);
+    std::printf("TTFT ms mean %.1f p50 %.1f p99 %.1f; TPOT ms mean %.2f p50 %.2f p99 %.2f\n", a.mean, a.p50, a.p99,
+                b.mean, b.p50, b.p99);
+    std::printf(
+        "prefix hit rate %.1f%%; peak KV blocks %d of %d; %lld steps, %lld preemptions; scheduling %.2f%% of "
+        "step time\n",
+        100.0 * j["prefix_hit_rate"].get<double>(), after.peak_kv_blocks_in_use, after.kv_blocks_total,
+        (long long)j["steps"].get<int64_t>(), (long long)j["preemptions"].get<int64_t>(),
+        j["schedule_pct_of_step"].get<double>());
+    return 0;
+}
+
+}  // namespace kiln::tools

@@ -1,0 +1,125 @@
+// Engine options of the kiln commands (see engine_options.h).
+#include "engine_options.h"
+
+#include <cmath>
+#include <cstdio>
+#include <optional>
+
+#include "model_session.h"
+
+namespace kiln::tools {
+
+std::set<std::string> engine_flags() {
+    return merged({"--no-prefix-cache", "--mmap"}, kSessionFlags);
+}
+std::set<std::string> engine_options() {
+    return merged({"--kv-cache-gb", "--block-size", "--max-batch-tokens", "--max-seqs", "--max-model-len"},
+                  kSessionOptions);
+}
+
+const char* const kEngineHelp =
+    "\n"
+    "engine (continuous batching over a paged KV cache, see docs/kv.md):\n"
+    "  --kv-cache-gb G        KV cache budget in GiB (default: a quarter of available memory, at most\n"
+    "                         what --max-seqs full contexts need)\n"
+    "  --block-size N         tokens per KV block (default 16)\n"
+    "  --max-batch-tokens N   tokens per step, decode tokens and prompt chunks together (default 512)\n"
+    "  --max-seqs N           sequences per step (default 64)\n"
+    "  --max-model-len N      context length: prompt + output (default: the model's)\n"
+    "  --no-prefix-cache      do not reuse the KV of earlier prompts' common prefixes\n"
+    "  --mmap                 run from the file mapping (faster start) instead of a copy of the weights\n"
+    "                         in anonymous memory\n";
+
+namespace {
+
+std::optional<int64_t> parse_positive(const std::string& s, int64_t max) {
+    try {
+        size_t used = 0;
+        long long v = std::stoll(s, &used);
+        if (used != s.size() || v < 1 || v > max) return std::nullopt;
+        return int64_t(v);
+    } catch (...) {
+        return std::nullopt;
+    }
+}
+
+}  // namespace
+
+bool parse_engine_options(const Args& args, const char* cmd, EngineOptions& out) {
+    SessionOptions s;
+    if (!parse_session_options(args, cmd, s)) return false;
+    auto path = resolve_model_path(s.model);
+    if (!path) {
+        std::fprintf(stderr, "kiln %s: %s\n", cmd, path.status().to_string().c_str());
+        return false;
+    }
+    out.model = *path;
+    out.tokenizer = s.tokenizer;
+    out.threads = s.threads.value_or(0);
+    if (args.get("--isa")) out.isa = kernels::cpu::isa_name(s.linear.isa);
+    out.f32_activations = s.linear.f32_activations;
+    if (auto v = args.get("--kv-cache-gb")) {
+        double gb = 0;
+        try {
+            size_t used = 0;
+            gb = std::stod(*v, &used);
+            if (used != v->size()) gb = -1;
+        } catch (...) {
+            gb = -1;
+        }
+        if (!(gb > 0) || !std::isfinite(gb) || gb > 1 << 20) {
+            std::fprintf(stderr, "kiln %s: --kv-cache-gb needs a positive number, got '%s'\n", cmd, v->c_str());
+            return false;
+        }
+        out.kv_cache_bytes = int64_t(gb * double(1 << 30));
+    }
+    const struct {
+        const char* flag;
+        int64_t max;
+        int64_t value;
+    } ints[] = {{"--block-size", 4096, out.block_size},
+                {"--max-batch-tokens", 1 << 20, out.max_batch_tokens},
+                {"--max-seqs", 1 << 16, out.max_seqs},
+                {"--max-model-len", 1 << 24, out.max_model_len}};
+    int64_t got[4];
+    for (int i = 0; i < 4; ++i) {
+        got[i] = ints[i].value;
+        auto v = args.get(ints[i].flag);
+        if (!v) continue;
+        auto x = parse_positive(*v, ints[i].max);
+        if (!x) {
+            std::fprintf(stderr, "kiln %s: %s needs an integer in [1, %lld], got '%s'\n", cmd, ints[i].flag,
+                         (long long)ints[i].max, v->c_str());
+            return false;
+        }
+        got[i] = *x;
+    }
+    out.block_size = int32_t(got[0]);
+    out.max_batch_tokens = got[1];
+    out.max_seqs = int32_t(got[2]);
+    out.max_model_len = got[3];
+    out.prefix_cache = !args.has("--no-prefix-cache");
+    out.mmap_weights = args.has("--mmap");
+    return true;
+}
+
+SamplingParams to_public(const sampling::SamplingParams& p) {
+    SamplingParams q;
+    q.temperature = p.temperature;
+    q.top_k = p.top_k;
+    q.top_p = p.top_p;
+    q.min_p = p.min_p;
+    q.repetition_penalty = p.repetition_penalty;
+    q.frequency_penalty = p.frequency_penalty;
+    q.presence_penalty = p.presence_penalty;
+    q.logit_bias = p.logit_bias;
+    q.seed = p.seed;
+    q.has_seed = p.has_seed;
+    q.max_tokens = p.max_tokens;
+    q.stop = p.stop_strings;
+    q.stop_token_ids = p.stop_ids;
+    q.ignore_eos = p.ignore_eos;
+    return q;
+}
+
+}  // namespace kiln::tools

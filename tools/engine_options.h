@@ -1,0 +1,29 @@
+// The serving-engine options every command that runs kiln::Engine shares (generate, bench offline,
+// later serve): the session options of model_session.h (-m, --tokenizer, -t, --isa,
+// --f32-activations) plus the KV cache and batching knobs.
+#pragma once
+
+#include <set>
+#include <string>
+
+#include "args.h"
+#include "kiln/engine.h"
+#include "sampling/sampling_params.h"
+
+namespace kiln::tools {
+
+// Option names for Args: flags (no value) and options (with a value), the session ones included.
+// Functions, not globals: they build on model_session.cc's sets, and globals of two files have no
+// defined initialization order.
+std::set<std::string> engine_flags();
+std::set<std::string> engine_options();
+extern const char* const kEngineHelp;  // --help lines of the options below (session ones included)
+
+// Fills `out` (model path resolved, the default model when -m is absent); false after printing
+// "kiln CMD: <what is wrong>".
+bool parse_engine_options(const Args& args, const char* cmd, EngineOptions& out);
+
+// The public form of validated sampling params.
+SamplingParams to_public(const sampling::SamplingParams& p);
+
+}  // namespace kiln::tools
