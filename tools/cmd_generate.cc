@@ -1,10 +1,11 @@
-// `kiln generate -m MODEL -p PROMPT [-n N] [-t N] [--chat] [--tokenizer FILE] [sampling flags]`: the
+// `kiln generate -m MODEL -p PROMPT [-n N] [-t N] [--chat] [--tokenizer FILE] [sampling flags] [engine
+// options]`: one request through the public kiln::Engine (include/kiln/engine.h), like any client: the
 // prompt (with --chat: the conversation rendered by the model's chat template, tokenized like HF's
-// apply_chat_template, i.e. without adding BOS/EOS) runs as one batched prefill, then one token per step until N
-// tokens, EOS or a stop string. Tokens are chosen by kiln::sampling::Sampler; without --temp decoding is greedy
-// (temperature 0), unlike llama.cpp's 0.8 default, so that runs are reproducible and match the greedy goldens. Text
-// streams through StreamDecoder + StopChecker, so stdout gets only generated text, never half a UTF-8 character nor any
-// part of a stop string; load time and tokens/s go to stderr.
+// apply_chat_template, i.e. without adding BOS/EOS) is prefilled in chunks of --max-batch-tokens, then
+// one token per step until N tokens, EOS, a stop string or the context's end. Without --temp decoding
+// is greedy (temperature 0), unlike llama.cpp's 0.8 default, so that runs are reproducible and match
+// the greedy goldens. The engine streams text that is never half a UTF-8 character nor any part of a
+// stop string; stdout gets only that text, load time and tokens/s go to stderr.
 #include <algorithm>
 #include <chrono>
 #include <climits>
@@ -261,6 +262,7 @@ int cmd_generate(int argc, char** argv) {
     }
     const RequestOutput last = result.get();
     std::fputc('\n', stdout);
+    std::fflush(stdout);
     if (last.finish_reason == FinishReason::kError) {
         std::fprintf(stderr, "kiln generate: %s\n", last.error.c_str());
         return 1;
