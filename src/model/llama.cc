@@ -154,31 +154,38 @@ Status LlamaModel::layer_forward(int64_t layer_idx, int64_t T, const KvLayers& k
     const float eps = float(c.rms_norm_eps);
     Workspace& w = work_;
     float* x = w.x.data();  // [T, H]
-    KILN_RETURN_IF_ERROR(ops::rmsnorm(pool, x, L.attn_norm.data(), w.xn.data(), T, H, eps));
-    // Q, K and V in one job: qkv [T, Q + 2 KV]; q and k to their own buffers for the norms and RoPE,
-    // then k and v to their cache slots.
+    // The previous layer's FFN output (w.o) is added here, fused with this layer's norm.
+    if (layer_idx == 0) {
+        KILN_RETURN_IF_ERROR(ops::rmsnorm(pool, x, L.attn_norm.data(), w.xn.data(), T, H, eps));
+    } else {
+        KILN_RETURN_IF_ERROR(ops::add_rmsnorm(pool, x, w.o.data(), L.attn_norm.data(), w.xn.data(), T, H, eps));
+    }
+    // Q, K and V in one job: qkv [T, Q + 2 KV]. Then, per token in one pass: q to its own buffer,
+    // k and v straight to their cache slots, with the q/k norms (Qwen3) and RoPE applied in place
+    // there (RoPE fused with the KV-cache write).
     const ops::LinearPart qkv_parts[] = {{&L.wq, opt(L.bq)}, {&L.wk, opt(L.bk)}, {&L.wv, opt(L.bv)}};
     KILN_RETURN_IF_ERROR(ops::linear_group(pool, w.xn.data(), T, qkv_parts, w.qkv.data(), scratch_));
-    float* q = w.q.data();      // [T, num_heads, head_dim]
-    float* k_new = w.k.data();  // [T, num_kv_heads, head_dim]
-    for (int64_t t = 0; t < T; ++t) {
-        const float* row = w.qkv.data() + t * (Q + 2 * KV);
-        std::copy_n(row, Q, q + t * Q);
-        std::copy_n(row + Q, KV, k_new + t * KV);
-    }
-    if (c.qk_norm) {
-        KILN_RETURN_IF_ERROR(ops::rmsnorm(pool, q, L.q_norm.data(), q, T * c.num_heads, D, eps));
-        KILN_RETURN_IF_ERROR(ops::rmsnorm(pool, k_new, L.k_norm.data(), k_new, T * c.num_kv_heads, D, eps));
-    }
-    KILN_RETURN_IF_ERROR(ops::rope(pool, q, T, c.num_heads, D, w.positions.data(), inv_freq_));
-    KILN_RETURN_IF_ERROR(ops::rope(pool, k_new, T, c.num_kv_heads, D, w.positions.data(), inv_freq_));
-    float* kc = kv.k[size_t(layer_idx)];  // [num_slots, KV]
-    float* vc = kv.v[size_t(layer_idx)];  // [num_slots, KV]
-    for (int64_t t = 0; t < T; ++t) {
-        const int64_t slot = w.slots[size_t(t)];
-        std::copy_n(k_new + t * KV, KV, kc + slot * KV);
-        std::copy_n(w.qkv.data() + t * (Q + 2 * KV) + Q + KV, KV, vc + slot * KV);
-    }
+    float* q = w.q.data();                // [T, num_heads, head_dim]
+    float* kc = kv.k[size_t(layer_idx)];  // [num_slots, num_kv_heads, head_dim]
+    float* vc = kv.v[size_t(layer_idx)];  // [num_slots, num_kv_heads, head_dim]
+    pool.parallel_for(T, [&](int64_t b, int64_t e) {
+        for (int64_t t = b; t < e; ++t) {
+            const float* row = w.qkv.data() + t * (Q + 2 * KV);  // [Q | KV | KV]
+            float* qt = q + t * Q;
+            float* kt = kc + w.slots[size_t(t)] * KV;
+            std::copy_n(row, Q, qt);
+            std::copy_n(row + Q, KV, kt);
+            std::copy_n(row + Q + KV, KV, vc + w.slots[size_t(t)] * KV);
+            if (c.qk_norm) {
+                for (int64_t h = 0; h < c.num_heads; ++h)
+                    kernels::ref::rmsnorm(qt + h * D, L.q_norm.data(), qt + h * D, D, eps);
+                for (int64_t h = 0; h < c.num_kv_heads; ++h)
+                    kernels::ref::rmsnorm(kt + h * D, L.k_norm.data(), kt + h * D, D, eps);
+            }
+            kernels::ref::rope(qt, 1, c.num_heads, D, &w.positions[size_t(t)], inv_freq_);
+            kernels::ref::rope(kt, 1, c.num_kv_heads, D, &w.positions[size_t(t)], inv_freq_);
+        }
+    });
     for (ops::AttentionSeq& a : w.attn) {
         a.kv.k = kc;
         a.kv.v = vc;
@@ -186,16 +193,14 @@ Status LlamaModel::layer_forward(int64_t layer_idx, int64_t T, const KvLayers& k
     const ops::AttentionHeads heads{c.num_heads, c.num_kv_heads, D, c.window_for_layer(layer_idx)};
     KILN_RETURN_IF_ERROR(ops::batch_attention(pool, q, T, w.attn, heads, w.att.data()));
     KILN_RETURN_IF_ERROR(ops::linear(pool, w.att.data(), T, L.wo, opt(L.bo), w.o.data(), scratch_));
-    for (int64_t i = 0; i < T * H; ++i) x[i] += w.o[size_t(i)];
-
-    KILN_RETURN_IF_ERROR(ops::rmsnorm(pool, x, L.ffn_norm.data(), w.xn.data(), T, H, eps));
+    // x += o, xn = rmsnorm(x): the residual add fused with the FFN's norm.
+    KILN_RETURN_IF_ERROR(ops::add_rmsnorm(pool, x, w.o.data(), L.ffn_norm.data(), w.xn.data(), T, H, eps));
     // gate and up in one job: gate_up [T, 2F]; then silu(gate) * up into the first F columns.
     const ops::LinearPart gate_up_parts[] = {{&L.w_gate, nullptr}, {&L.w_up, nullptr}};
     KILN_RETURN_IF_ERROR(ops::linear_group(pool, w.xn.data(), T, gate_up_parts, w.gate_up.data(), scratch_));
     KILN_RETURN_IF_ERROR(ops::silu_mul_rows(pool, w.gate_up.data(), w.act.data(), T, F));
-    KILN_RETURN_IF_ERROR(ops::linear(pool, w.act.data(), T, L.w_down, nullptr, w.o.data(), scratch_));
-    for (int64_t i = 0; i < T * H; ++i) x[i] += w.o[size_t(i)];
-    return Status::ok();
+    // w.o = the FFN output, added to x by the next layer (or by forward_batch after the last).
+    return ops::linear(pool, w.act.data(), T, L.w_down, nullptr, w.o.data(), scratch_);
 }
 
 void LlamaModel::Workspace::reserve(const ModelConfig& c, int64_t T) {
@@ -207,7 +212,6 @@ void LlamaModel::Workspace::reserve(const ModelConfig& c, int64_t T) {
     grow(xn, T * H);
     grow(qkv, T * (Q + 2 * KV));
     grow(q, T * Q);
-    grow(k, T * KV);
     grow(att, T * Q);
     grow(o, T * H);
     grow(gate_up, T * 2 * F);
@@ -301,6 +305,7 @@ Status LlamaModel::forward_batch(std::span<const int32_t> tokens, std::span<cons
         for (int64_t t = b; t < e; ++t) kernels::ref::weight_row(embed_, tokens[size_t(t)], x + t * H);
     });
     for (int64_t l = 0; l < c.num_layers; ++l) KILN_RETURN_IF_ERROR(layer_forward(l, T, kv));
+    for (int64_t i = 0; i < T * H; ++i) x[i] += w.o[size_t(i)];  // the last layer's FFN output
 
     // The rows that want logits, gathered [num_logits, H], normed, projected.
     std::vector<float>& gathered = w.o;  // [T, H], free now; holds [num_logits, H]

@@ -89,7 +89,8 @@ private:
         std::vector<float> q_norm, k_norm;       // [head_dim]; empty if none
     };
     LlamaModel() = default;
-    // Runs layer layer_idx on work_.x; work_.positions / slots / attn describe the batch.
+    // Runs layer layer_idx on work_.x; work_.positions / slots / attn describe the batch. On return
+    // work_.o holds the layer's FFN output, which the next layer (or forward_batch) adds to x.
     core::Status layer_forward(int64_t layer_idx, int64_t num_tokens, const KvLayers& kv);
     core::Status check_batch(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs, const KvLayers& kv) const;
 
@@ -100,10 +101,10 @@ private:
     std::vector<uint8_t> scratch_;    // quantized activations, reused across calls
     // Activation buffers of layer_forward, grown to the largest batch seen and reused.
     struct Workspace {
-        std::vector<float> x, xn, qkv, q, k, att, o, gate_up, act;  // x: the residual stream [T, H]
-        std::vector<int32_t> positions;                             // [T]
-        std::vector<int64_t> slots;                                 // [T] K/V row of each new token
-        std::vector<ops::AttentionSeq> attn;                        // [num seqs]
+        std::vector<float> x, xn, qkv, q, att, o, gate_up, act;  // x: the residual stream [T, H]
+        std::vector<int32_t> positions;                          // [T]
+        std::vector<int64_t> slots;                              // [T] K/V row of each new token
+        std::vector<ops::AttentionSeq> attn;                     // [num seqs]
         void reserve(const ModelConfig& c, int64_t num_tokens);
     };
     Workspace work_;

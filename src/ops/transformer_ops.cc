@@ -52,6 +52,21 @@ Status rmsnorm(core::ThreadPool& pool, const float* x, const float* weight, floa
     return Status::ok();
 }
 
+Status add_rmsnorm(core::ThreadPool& pool, float* x, const float* delta, const float* weight, float* y, int64_t m,
+                   int64_t n, float eps) {
+    if (m < 0 || n <= 0) return invalid("add_rmsnorm", "bad shape");
+    if (!x || !delta || !weight || !y) return invalid("add_rmsnorm", "null pointer");
+    pool.parallel_for(m, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+            float* row = x + i * n;
+            const float* d = delta + i * n;
+            for (int64_t j = 0; j < n; ++j) row[j] += d[j];
+            kernels::ref::rmsnorm(row, weight, y + i * n, n, eps);
+        }
+    });
+    return Status::ok();
+}
+
 Status rope(core::ThreadPool& pool, float* x, int64_t num_tokens, int64_t num_heads, int64_t head_dim,
             const int32_t* positions, const std::vector<double>& inv_freq) {
     if (num_tokens < 0 || num_heads <= 0 || head_dim <= 0 || head_dim % 2)

@@ -27,6 +27,11 @@ core::Status matmul(core::ThreadPool& pool, const float* x, int64_t m, const Wei
 core::Status rmsnorm(core::ThreadPool& pool, const float* x, const float* weight, float* y, int64_t m, int64_t n,
                      float eps);
 
+// The residual add fused with the next RMSNorm, row by row: x += delta, then y = rmsnorm(x) * weight
+// (x, delta, y [m, n]); one pass over each row instead of two. The same bits as the two ops apart.
+core::Status add_rmsnorm(core::ThreadPool& pool, float* x, const float* delta, const float* weight, float* y, int64_t m,
+                         int64_t n, float eps);
+
 // x [num_tokens, num_heads, head_dim] rotated in place at positions [num_tokens].
 core::Status rope(core::ThreadPool& pool, float* x, int64_t num_tokens, int64_t num_heads, int64_t head_dim,
                   const int32_t* positions, const std::vector<double>& inv_freq);
