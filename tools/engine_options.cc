@@ -13,8 +13,9 @@ std::set<std::string> engine_flags() {
     return merged({"--no-prefix-cache", "--mmap"}, kSessionFlags);
 }
 std::set<std::string> engine_options() {
-    return merged({"--kv-cache-gb", "--block-size", "--max-batch-tokens", "--max-seqs", "--max-model-len"},
-                  kSessionOptions);
+    return merged(
+        {"--kv-cache-gb", "--kv-cache-dtype", "--block-size", "--max-batch-tokens", "--max-seqs", "--max-model-len"},
+        kSessionOptions);
 }
 
 const char* const kEngineHelp =
@@ -22,6 +23,7 @@ const char* const kEngineHelp =
     "engine (continuous batching over a paged KV cache, see docs/kv.md):\n"
     "  --kv-cache-gb G        KV cache budget in GiB (default: a quarter of available memory, at most\n"
     "                         what --max-seqs full contexts need)\n"
+    "  --kv-cache-dtype T     f32 (default) or f16 (half the memory; K/V rounded to half)\n"
     "  --block-size N         tokens per KV block (default 16)\n"
     "  --max-batch-tokens N   tokens per step, decode tokens and prompt chunks together (default 512)\n"
     "  --max-seqs N           sequences per step (default 64)\n"
@@ -72,6 +74,13 @@ bool parse_engine_options(const Args& args, const char* cmd, EngineOptions& out)
             return false;
         }
         out.kv_cache_bytes = int64_t(gb * double(1 << 30));
+    }
+    if (auto v = args.get("--kv-cache-dtype")) {
+        if (*v != "f32" && *v != "f16") {
+            std::fprintf(stderr, "kiln %s: --kv-cache-dtype must be f32 or f16, got '%s'\n", cmd, v->c_str());
+            return false;
+        }
+        out.kv_cache_dtype = *v;
     }
     const struct {
         const char* flag;

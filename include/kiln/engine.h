@@ -86,11 +86,12 @@ struct EngineOptions {
     int threads = 0;        // 0 = the physical cores
     std::string isa;        // "" = the best this CPU has; "avx2", "avx512", "avx512-vnni", "ref"
     bool f32_activations = false;
-    bool mmap_weights = false;       // run from the file mapping (fast start) instead of a copy in anonymous memory
-    int64_t kv_cache_bytes = 0;      // 0 = a quarter of available memory, at most what max_seqs full contexts need
-    int32_t block_size = 16;         // tokens per KV block
-    int64_t max_batch_tokens = 512;  // tokens per step (decode tokens + prompt chunks)
-    int32_t max_seqs = 64;           // sequences per step
+    bool mmap_weights = false;           // run from the file mapping (fast start) instead of a copy in anonymous memory
+    int64_t kv_cache_bytes = 0;          // 0 = a quarter of available memory, at most what max_seqs full contexts need
+    int32_t block_size = 16;             // tokens per KV block
+    std::string kv_cache_dtype = "f32";  // "f32" or "f16" (half the memory; K/V rounded to half once)
+    int64_t max_batch_tokens = 512;      // tokens per step (decode tokens + prompt chunks)
+    int32_t max_seqs = 64;               // sequences per step
     bool prefix_cache = true;
     int64_t max_model_len = 0;  // 0 = the model's context length
 };

@@ -119,6 +119,10 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o, Status* status) {
     engine::EngineConfig ec;
     ec.kv_cache_bytes = o.kv_cache_bytes;
     ec.block_size = o.block_size;
+    if (o.kv_cache_dtype != "f32" && o.kv_cache_dtype != "f16")
+        return fail(core::error(core::StatusCode::kInvalidArgument)
+                    << "KV cache dtype must be f32 or f16, got '" << o.kv_cache_dtype << "'");
+    ec.kv_f16 = o.kv_cache_dtype == "f16";
     ec.max_batch_tokens = o.max_batch_tokens;
     ec.max_seqs = o.max_seqs;
     ec.prefix_cache = o.prefix_cache;

@@ -67,7 +67,8 @@ core::Result<std::unique_ptr<EngineCore>> EngineCore::create(model::LlamaModel* 
     if (c.max_model_len == 0) c.max_model_len = mc.max_seq_len > 0 ? mc.max_seq_len : 2048;
     if (mc.max_seq_len > 0 && c.max_model_len > mc.max_seq_len)
         return bad() << "--max-model-len " << c.max_model_len << " exceeds the model's context of " << mc.max_seq_len;
-    const int64_t block_bytes = kv::KvStorage::bytes_per_block(mc.num_layers, c.block_size, mc.kv_dim());
+    const int64_t elem_bytes = c.kv_f16 ? 2 : 4;
+    const int64_t block_bytes = kv::KvStorage::bytes_per_block(mc.num_layers, c.block_size, mc.kv_dim(), elem_bytes);
     if (c.num_kv_blocks == 0) {
         if (c.kv_cache_bytes == 0)
             c.kv_cache_bytes = default_kv_cache_bytes(block_bytes / c.block_size, c.max_seqs, c.max_model_len);
@@ -81,7 +82,7 @@ core::Result<std::unique_ptr<EngineCore>> EngineCore::create(model::LlamaModel* 
     e->model_ = model;
     e->tokenizer_ = tokenizer;
     KILN_ASSIGN_OR_RETURN(e->storage_,
-                          kv::KvStorage::create(mc.num_layers, c.num_kv_blocks, c.block_size, mc.kv_dim()));
+                          kv::KvStorage::create(mc.num_layers, c.num_kv_blocks, c.block_size, mc.kv_dim(), elem_bytes));
     sched::SchedulerConfig sc;
     sc.num_blocks = int32_t(c.num_kv_blocks);
     sc.block_size = c.block_size;
@@ -94,6 +95,7 @@ core::Result<std::unique_ptr<EngineCore>> EngineCore::create(model::LlamaModel* 
         e->kv_layers_.v.push_back(e->storage_->v(l));
     }
     e->kv_layers_.block_size = c.block_size;
+    e->kv_layers_.f16 = c.kv_f16;
     e->kv_layers_.num_slots = c.num_kv_blocks * c.block_size;
     if (tokenizer->eos_id() >= 0) e->eos_ids_.push_back(tokenizer->eos_id());
     for (int64_t id : mc.eos_token_ids)

@@ -57,6 +57,7 @@ struct EngineConfig {
     int64_t num_kv_blocks = 0;   // 0: from kv_cache_bytes
     int64_t kv_cache_bytes = 0;  // 0: a default (see default_kv_cache_bytes)
     int32_t block_size = 16;
+    bool kv_f16 = false;  // K/V stored as IEEE half (half the memory), else f32
     int64_t max_batch_tokens = 512;
     int32_t max_seqs = 64;
     bool prefix_cache = true;

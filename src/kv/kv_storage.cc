@@ -5,12 +5,14 @@
 
 namespace kiln::kv {
 
-int64_t KvStorage::bytes_per_block(int64_t num_layers, int64_t block_size, int64_t kv_dim) {
-    return 2 * num_layers * block_size * kv_dim * int64_t(sizeof(float));
+int64_t KvStorage::bytes_per_block(int64_t num_layers, int64_t block_size, int64_t kv_dim, int64_t elem_bytes) {
+    return 2 * num_layers * block_size * kv_dim * elem_bytes;
 }
 
 core::Result<std::unique_ptr<KvStorage>> KvStorage::create(int64_t num_layers, int64_t num_blocks, int64_t block_size,
-                                                           int64_t kv_dim) {
+                                                           int64_t kv_dim, int64_t elem_bytes) {
+    if (elem_bytes != 4 && elem_bytes != 2)
+        return core::error(core::StatusCode::kInvalidArgument) << "KV storage: elements of 4 (f32) or 2 (f16) bytes";
     if (num_layers <= 0 || num_blocks <= 0 || block_size <= 0 || kv_dim <= 0)
         return core::error(core::StatusCode::kInvalidArgument)
                << "KV storage: layers, blocks, block size and kv_dim must be positive (" << num_layers << ", "
@@ -20,8 +22,9 @@ core::Result<std::unique_ptr<KvStorage>> KvStorage::create(int64_t num_layers, i
     s->num_blocks_ = num_blocks;
     s->block_size_ = block_size;
     s->kv_dim_ = kv_dim;
-    s->layer_floats_ = num_blocks * block_size * kv_dim;
-    s->bytes_ = size_t(2 * num_layers) * size_t(s->layer_floats_) * sizeof(float);
+    s->elem_bytes_ = elem_bytes;
+    s->layer_bytes_ = num_blocks * block_size * kv_dim * elem_bytes;
+    s->bytes_ = size_t(2 * num_layers) * size_t(s->layer_bytes_);
     void* p = mmap(nullptr, s->bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED)
         return core::error(core::StatusCode::kOutOfMemory)
@@ -29,7 +32,7 @@ core::Result<std::unique_ptr<KvStorage>> KvStorage::create(int64_t num_layers, i
 #ifdef MADV_HUGEPAGE
     madvise(p, s->bytes_, MADV_HUGEPAGE);
 #endif
-    s->base_ = static_cast<float*>(p);
+    s->base_ = static_cast<uint8_t*>(p);
     return s;
 }
 

@@ -7,6 +7,7 @@
 
 #include "core/bytes.h"
 #include "core/check.h"
+#include "core/numeric.h"
 #include "kernels/ref/dequant.h"
 #include "ops/transformer_ops.h"
 
@@ -142,6 +143,11 @@ core::Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const Checkpoint& c
     return m;
 }
 
+// n floats rounded to IEEE half (round to nearest even).
+static void store_f16(const float* x, uint16_t* h, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) h[i] = core::f32_to_fp16(x[i]);
+}
+
 static const float* opt(const std::vector<float>& v) {
     return v.empty() ? nullptr : v.data();
 }
@@ -165,17 +171,24 @@ Status LlamaModel::layer_forward(int64_t layer_idx, int64_t T, const KvLayers& k
     // there (RoPE fused with the KV-cache write).
     const ops::LinearPart qkv_parts[] = {{&L.wq, opt(L.bq)}, {&L.wk, opt(L.bk)}, {&L.wv, opt(L.bv)}};
     KILN_RETURN_IF_ERROR(ops::linear_group(pool, w.xn.data(), T, qkv_parts, w.qkv.data(), scratch_));
-    float* q = w.q.data();                // [T, num_heads, head_dim]
-    float* kc = kv.k[size_t(layer_idx)];  // [num_slots, num_kv_heads, head_dim]
-    float* vc = kv.v[size_t(layer_idx)];  // [num_slots, num_kv_heads, head_dim]
+    float* q = w.q.data();                     // [T, num_heads, head_dim]
+    void* const kc = kv.k[size_t(layer_idx)];  // [num_slots, num_kv_heads, head_dim]
+    void* const vc = kv.v[size_t(layer_idx)];  // [num_slots, num_kv_heads, head_dim]
     pool.parallel_for(T, [&](int64_t b, int64_t e) {
+        thread_local std::vector<float> k_row;  // [KV]: an f16 cache's key before rounding
+        if (kv.f16 && int64_t(k_row.size()) < KV) k_row.resize(size_t(KV));
         for (int64_t t = b; t < e; ++t) {
-            const float* row = w.qkv.data() + t * (Q + 2 * KV);  // [Q | KV | KV]
+            float* row = w.qkv.data() + t * (Q + 2 * KV);  // [Q | KV | KV]
             float* qt = q + t * Q;
-            float* kt = kc + w.slots[size_t(t)] * KV;
+            const int64_t slot = w.slots[size_t(t)];
+            float* kt = kv.f16 ? k_row.data() : static_cast<float*>(kc) + slot * KV;
             std::copy_n(row, Q, qt);
             std::copy_n(row + Q, KV, kt);
-            std::copy_n(row + Q + KV, KV, vc + w.slots[size_t(t)] * KV);
+            if (kv.f16) {
+                store_f16(row + Q + KV, static_cast<uint16_t*>(vc) + slot * KV, KV);
+            } else {
+                std::copy_n(row + Q + KV, KV, static_cast<float*>(vc) + slot * KV);
+            }
             if (c.qk_norm) {
                 for (int64_t h = 0; h < c.num_heads; ++h)
                     kernels::ref::rmsnorm(qt + h * D, L.q_norm.data(), qt + h * D, D, eps);
@@ -184,6 +197,7 @@ Status LlamaModel::layer_forward(int64_t layer_idx, int64_t T, const KvLayers& k
             }
             kernels::ref::rope(qt, 1, c.num_heads, D, &w.positions[size_t(t)], inv_freq_);
             kernels::ref::rope(kt, 1, c.num_kv_heads, D, &w.positions[size_t(t)], inv_freq_);
+            if (kv.f16) store_f16(kt, static_cast<uint16_t*>(kc) + slot * KV, KV);
         }
     });
     for (ops::AttentionSeq& a : w.attn) {
@@ -295,6 +309,7 @@ Status LlamaModel::forward_batch(std::span<const int32_t> tokens, std::span<cons
         a.kv.kv_len = s.start + s.num_tokens;
         a.kv.block_table = kv.block_size ? s.block_table.data() : nullptr;
         a.kv.block_size = kv.block_size;
+        a.kv.f16 = kv.f16;
         a.q_start = row;
         a.num_tokens = s.num_tokens;
         row += s.num_tokens;
@@ -347,8 +362,8 @@ core::Result<std::vector<float>> LlamaModel::forward(const std::vector<int32_t>&
             k.resize(grown);
             v.resize(grown);
         }
-        kv.k.push_back(k.data());
-        kv.v.push_back(v.data());
+        kv.k.push_back(static_cast<void*>(k.data()));
+        kv.v.push_back(static_cast<void*>(v.data()));
     }
     kv.num_slots = int64_t(cache.k_[0].size()) / c.kv_dim();
     const BatchSeq seq{start, T, {}, all_logits ? T : 1};

@@ -42,10 +42,12 @@ private:
 // Where the K/V of a batch live, per layer: a paged pool [num_blocks, block_size, kv_dim] shared by
 // every sequence of the batch (each has a block table), or, with block_size 0, one sequence's
 // contiguous [num_slots, kv_dim] rows (position p in row p).
+// Elements are f32, or IEEE half when f16 (rows are computed in f32 and rounded once when stored).
 struct KvLayers {
-    std::vector<float*> k, v;  // [num_layers]
-    int64_t block_size = 0;    // tokens per block; 0 = contiguous, one sequence
-    int64_t num_slots = 0;     // rows of each k[l] / v[l] (num_blocks * block_size when paged)
+    std::vector<void*> k, v;  // [num_layers]
+    int64_t block_size = 0;   // tokens per block; 0 = contiguous, one sequence
+    int64_t num_slots = 0;    // rows of each k[l] / v[l] (num_blocks * block_size when paged)
+    bool f16 = false;
 };
 
 // One sequence of a forward batch.

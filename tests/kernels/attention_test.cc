@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "core/numeric.h"
 #include "core/thread_pool.h"
 #include "ops/transformer_ops.h"
 
@@ -400,6 +401,57 @@ TEST(AttentionKernel, OpsAttentionPagedBitIdenticalToContiguous) {
     const KvSpan bad{dummy, dummy, 1, table, 0};
     EXPECT_FALSE(ops::attention(pool2, dummy, bad, AttentionShape{1, 1, 1, 8, 0}, dummy + 32).is_ok())
         << "block_size 0 with a block table";
+}
+
+}  // namespace
+}  // namespace kiln::kernels::cpu
+
+namespace kiln::kernels::cpu {
+namespace {
+
+// The f16 KV cache: every kernel (and the reference) on a paged f16 cache gives exactly what it gives
+// on the f32 cache holding the same values (each rounded to half and widened back), since widening
+// is exact and the arithmetic after it is the f32 path's.
+void check_f16_cache(Isa isa) {
+    if (!isa_supported(isa)) GTEST_SKIP() << isa_name(isa) << " not supported by this CPU";
+    const AttentionFn fn = find_attention_kernel(isa);
+    if (!fn) GTEST_SKIP() << isa_name(isa) << " not built";
+    for_each_paged_case([&](const Data& d0, const PagedCache& paged0, float, const std::string& case_what) {
+        const std::string what = std::string(isa_name(isa)) + " f16 " + case_what;
+        auto round_half = [](std::vector<float> v) {
+            for (float& x : v) x = std::isnan(x) ? x : core::fp16_to_f32(core::f32_to_fp16(x));
+            return v;
+        };
+        Data d = d0;  // the f32 cache of the rounded values, and its reference output
+        d.k = round_half(d0.k);
+        d.v = round_half(d0.v);
+        ref::attention(d.q.data(), d.kv(), d.s, d.want.data());
+        std::vector<uint16_t> kh(paged0.k.size()), vh(paged0.v.size());
+        for (size_t i = 0; i < kh.size(); ++i) {
+            kh[i] = core::f32_to_fp16(paged0.k[i]);
+            vh[i] = core::f32_to_fp16(paged0.v[i]);
+        }
+        KvSpan half = paged0.kv();
+        half.k = kh.data();
+        half.v = vh.data();
+        half.f16 = true;
+        std::vector<float> lse_f, lse_h;
+        const std::vector<float> want = run_whole(fn, d, d.kv(), &lse_f);
+        const std::vector<float> got = run_whole(fn, d, half, &lse_h);
+        EXPECT_TRUE(same_bits(got, want)) << what << " whole out";
+        EXPECT_TRUE(same_bits(lse_h, lse_f)) << what << " whole lse";
+        EXPECT_TRUE(same_bits(run_tiles(fn, d, half, 5, &lse_h), run_tiles(fn, d, d.kv(), 5, &lse_f))) << what;
+        std::vector<float> ref_half(d.q.size());
+        ref::attention(d.q.data(), half, d.s, ref_half.data());
+        EXPECT_TRUE(same_bits(ref_half, d.want)) << what << " reference";
+    });
+}
+
+TEST(AttentionKernel, RefF16CacheEqualsF32OfRoundedValues) {
+    check_f16_cache(Isa::kRef);
+}
+TEST(AttentionKernel, Avx2F16CacheEqualsF32OfRoundedValues) {
+    check_f16_cache(Isa::kAvx2);
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 // Label `unit`, so the sanitizer pass runs it too (on stories260K; SmolLM2 only in optimized builds).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -121,9 +123,10 @@ protected:
     }
 
     // Every spec alone, each in a fresh engine without a prefix cache.
-    std::map<int64_t, Result> run_alone(const std::vector<Spec>& specs) {
+    std::map<int64_t, Result> run_alone(const std::vector<Spec>& specs, bool kv_f16 = false) {
         std::map<int64_t, Result> out;
         EngineConfig c;
+        c.kv_f16 = kv_f16;
         c.prefix_cache = false;
         c.num_kv_blocks = 256;
         for (size_t i = 0; i < specs.size(); ++i) {
@@ -203,6 +206,30 @@ TEST_P(EngineBatch, BatchedEqualsAlone) {
         if (std::string(c.name) == "tiny KV budget") {
             EXPECT_GT(stats.num_preemptions, 0) << "the budget forced none";
         }
+    }
+}
+
+TEST_P(EngineBatch, F16KvCacheIsBatchInvariantAndCloseToF32) {
+    const std::vector<Spec> specs = make_specs(8, 13);
+    const auto alone = run_alone(specs, /*kv_f16=*/true);
+    EngineConfig c;
+    c.kv_f16 = true;
+    c.num_kv_blocks = small_ ? 12 : 6;  // preemption and recompute with an f16 cache
+    c.max_batch_tokens = 19;
+    EngineStats stats;
+    expect_same(alone, run_batched(specs, c, &stats), "f16 KV, tight budget, 19-token steps");
+    // The first token's logits come from the prompt alone: within f16 rounding of the f32 cache's.
+    const auto f32 = run_alone(specs);
+    for (const auto& [id, r] : alone) {
+        const std::vector<float>& a = r.logits.at(0);
+        const std::vector<float>& b = f32.at(id).logits.at(0);
+        float max_abs = 0, max_diff = 0;
+        for (size_t i = 0; i < a.size(); ++i) {
+            max_abs = std::max(max_abs, std::fabs(b[i]));
+            max_diff = std::max(max_diff, std::fabs(a[i] - b[i]));
+        }
+        EXPECT_GT(max_diff, 0.0f) << "request " << id << ": f16 and f32 caches gave identical logits";
+        EXPECT_LT(max_diff, 0.02f * max_abs) << "request " << id;
     }
 }
 

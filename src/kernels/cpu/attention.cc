@@ -9,10 +9,21 @@
 #include <cmath>
 #include <limits>
 
+#include "core/numeric.h"
+
 namespace kiln::kernels::cpu {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// head_dim elements of a K or V array from element `offset`, as f32: the array itself for an f32
+// cache, else widened into buf.
+const float* kv_vec(const ref::KvSpan& kv, const void* base, int64_t offset, int64_t hd, float* buf) {
+    if (!kv.f16) return static_cast<const float*>(base) + offset;
+    const uint16_t* h = static_cast<const uint16_t*>(base) + offset;
+    for (int64_t d = 0; d < hd; ++d) buf[d] = core::fp16_to_f32(h[d]);
+    return buf;
+}
 
 void ref_attention_task(const float* q, const ref::KvSpan& kv, const ref::AttentionShape& s, const AttentionTask& task,
                         float* out, float* lse, float* scratch) {
@@ -22,11 +33,18 @@ void ref_attention_task(const float* q, const ref::KvSpan& kv, const ref::Attent
     const float scale = 1.0f / std::sqrt(float(hd));
     const int64_t num_task_tokens = task.t1 - task.t0, rows = num_task_tokens * group;
     if (num_task_tokens <= 0) return;
-    float* m = scratch;                              // [rows] running max of the scores
-    float* l = m + rows;                             // [rows] running sum of exp(score - m)
-    float* p = l + rows;                             // [kAttentionBlockKeys] scores, then probabilities, of one row
-    const float* k_head = kv.k + task.kv_head * hd;  // key j at k_head + kv_row(kv, j) * kv_stride
-    const float* v_head = kv.v + task.kv_head * hd;
+    float* m = scratch;                         // [rows] running max of the scores
+    float* l = m + rows;                        // [rows] running sum of exp(score - m)
+    float* p = l + rows;                        // [kAttentionBlockKeys] scores, then probabilities, of one row
+    float* kbuf = p + kAttentionBlockKeys + 8;  // [head_dim]: one key widened to f32 (f16 cache)
+    float* vbuf = kbuf + hd;                    // [head_dim]: one value
+    // Key / value j of kv_head as f32: in place for an f32 cache, widened into kbuf / vbuf for f16.
+    auto key = [&](int64_t j) {
+        return kv_vec(kv, kv.k, ref::kv_row(kv, j) * kv_stride + task.kv_head * hd, hd, kbuf);
+    };
+    auto value = [&](int64_t j) {
+        return kv_vec(kv, kv.v, ref::kv_row(kv, j) * kv_stride + task.kv_head * hd, hd, vbuf);
+    };
     // out / lse rows are relative to the task's first token (attention.h).
     auto out_idx = [&](int64_t t, int64_t hh) { return (t - task.t0) * num_heads + task.kv_head * group + hh; };
     auto row_out = [&](int64_t t, int64_t hh) { return out + out_idx(t, hh) * hd; };
@@ -51,7 +69,7 @@ void ref_attention_task(const float* q, const ref::KvSpan& kv, const ref::Attent
                 float* o = row_out(t, hh);                                               // [head_dim]
                 float mx = kNegInf;
                 for (int64_t j = ja; j < jb; ++j) {
-                    const float* kj = k_head + ref::kv_row(kv, j) * kv_stride;
+                    const float* kj = key(j);
                     float dot = 0.0f;
                     for (int64_t d = 0; d < hd; ++d) dot += qr[d] * kj[d];
                     p[j - ja] = dot * scale;
@@ -68,7 +86,7 @@ void ref_attention_task(const float* q, const ref::KvSpan& kv, const ref::Attent
                 m[r] = m_new;
                 for (int64_t d = 0; d < hd; ++d) o[d] *= corr;
                 for (int64_t j = ja; j < jb; ++j) {
-                    const float* vj = v_head + ref::kv_row(kv, j) * kv_stride;
+                    const float* vj = value(j);
                     for (int64_t d = 0; d < hd; ++d) o[d] += p[j - ja] * vj[d];
                 }
             }
@@ -91,8 +109,10 @@ void ref_attention_task(const float* q, const ref::KvSpan& kv, const ref::Attent
 
 size_t attention_scratch_floats(const ref::AttentionShape& s, int64_t max_task_tokens) {
     const int64_t group = s.num_kv_heads > 0 ? s.num_heads / s.num_kv_heads : 0;
-    // m and l per row, scores of two rows (register-blocked pairs), each with slack for 8-wide stores.
-    return size_t(2 * std::max<int64_t>(0, max_task_tokens) * group + 2 * (kAttentionBlockKeys + 8));
+    // m and l per row, scores of two rows (register-blocked pairs), each with slack for 8-wide stores,
+    // and one block of keys and values widened to f32 (f16 caches).
+    return size_t(2 * std::max<int64_t>(0, max_task_tokens) * group + 2 * (kAttentionBlockKeys + 8) +
+                  2 * kAttentionBlockKeys * std::max<int64_t>(0, s.head_dim));
 }
 
 AttentionFn find_attention_kernel(Isa isa) {

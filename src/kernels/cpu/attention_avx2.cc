@@ -211,26 +211,40 @@ void update_rows(const float* const* qr, float* const* o, const float* const* kp
     block_pv<R>(o, vptr, n, hd, p, corr);
 }
 
-// krow[i] / vrow[i] = start of key / value j_begin + i of the task's KV head, j_begin <= j < j_end:
-// k_head / v_head + ref::kv_row(kv, j) * kv_stride, with kv_row's arithmetic walked slot by slot
-// (divides once per call, never per key).
-void cache_rows(const ref::KvSpan& kv, const float* k_head, const float* v_head, int64_t kv_stride, int64_t j_begin,
-                int64_t j_end, const float** krow, const float** vrow) {
-    if (!kv.block_table) {
-        for (int64_t j = j_begin; j < j_end; ++j) {
-            krow[j - j_begin] = k_head + j * kv_stride;
-            vrow[j - j_begin] = v_head + j * kv_stride;
-        }
-        return;
-    }
-    int64_t block_idx = j_begin / kv.block_size, slot = j_begin % kv.block_size;
+// n halves at h widened to f32 at f (F16C; exact).
+inline void widen_f16(const uint16_t* h, float* f, int64_t n) {
+    int64_t d = 0;
+    for (; d + 8 <= n; d += 8)
+        _mm256_storeu_ps(f + d, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + d))));
+    for (; d < n; ++d) f[d] = _cvtsh_ss(h[d]);
+}
+
+// krow[i] / vrow[i] = start of key / value j_begin + i of the task's KV head (element offset
+// head_off), j_begin <= j < j_end, with ref::kv_row's arithmetic walked slot by slot (divides once per
+// call, never per key). f32 caches: pointers into the cache; f16 caches: the rows widened to f32 into
+// kbuf / vbuf ([j_end - j_begin, hd] each), slot i at kbuf + i * hd.
+void cache_rows(const ref::KvSpan& kv, int64_t head_off, int64_t kv_stride, int64_t hd, int64_t j_begin, int64_t j_end,
+                const float** krow, const float** vrow, float* kbuf, float* vbuf) {
+    int64_t block_idx = kv.block_table ? j_begin / kv.block_size : 0,
+            slot = kv.block_table ? j_begin % kv.block_size : 0;
     for (int64_t j = j_begin; j < j_end; ++j) {
-        const int64_t row = int64_t(kv.block_table[block_idx]) * kv.block_size + slot;
-        krow[j - j_begin] = k_head + row * kv_stride;
-        vrow[j - j_begin] = v_head + row * kv_stride;
-        if (++slot == kv.block_size) {
-            slot = 0;
-            ++block_idx;
+        int64_t row = j;
+        if (kv.block_table) {
+            row = int64_t(kv.block_table[block_idx]) * kv.block_size + slot;
+            if (++slot == kv.block_size) {
+                slot = 0;
+                ++block_idx;
+            }
+        }
+        const int64_t off = row * kv_stride + head_off, i = j - j_begin;
+        if (kv.f16) {
+            widen_f16(static_cast<const uint16_t*>(kv.k) + off, kbuf + i * hd, hd);
+            widen_f16(static_cast<const uint16_t*>(kv.v) + off, vbuf + i * hd, hd);
+            krow[i] = kbuf + i * hd;
+            vrow[i] = vbuf + i * hd;
+        } else {
+            krow[i] = static_cast<const float*>(kv.k) + off;
+            vrow[i] = static_cast<const float*>(kv.v) + off;
         }
     }
 }
@@ -246,9 +260,9 @@ void avx2_attention_task(const float* q, const ref::KvSpan& kv, const ref::Atten
     float* m = scratch;                                            // [rows] running max of the scores
     float* l = m + rows;                                           // [rows] running sum of exp(score - m)
     float* p[2] = {l + rows, l + rows + kAttentionBlockKeys + 8};  // 2 x [block + 8]: scores, then probabilities
-    const float* k_head = kv.k + task.kv_head * hd;                // key j at k_head + kv_row(kv, j) * kv_stride
-    const float* v_head = kv.v + task.kv_head * hd;
-    const int64_t head0 = task.kv_head * group;  // first query head of the group
+    float* kbuf = p[1] + kAttentionBlockKeys + 8;   // [block, head_dim]: keys widened to f32 (f16 caches)
+    float* vbuf = kbuf + kAttentionBlockKeys * hd;  // [block, head_dim]: values
+    const int64_t head0 = task.kv_head * group;     // first query head of the group
     // Task row r = (token t0 + r / group, head head0 + r % group); its index in q rows (absolute)
     // and in out / lse rows (relative to t0, attention.h):
     auto q_idx = [&](int64_t r) { return (task.t0 + r / group) * num_heads + head0 + r % group; };
@@ -273,8 +287,8 @@ void avx2_attention_task(const float* q, const ref::KvSpan& kv, const ref::Atten
         const float* krow[kAttentionBlockKeys];  // key kb + i of kv_head at krow[i], [head_dim]
         const float* vrow[kAttentionBlockKeys];  // value kb + i at vrow[i], [head_dim]
         const int64_t lo = imax(kb, a);
-        cache_rows(kv, k_head, v_head, kv_stride, lo, imin(kb + kAttentionBlockKeys, b), krow + (lo - kb),
-                   vrow + (lo - kb));
+        cache_rows(kv, task.kv_head * hd, kv_stride, hd, lo, imin(kb + kAttentionBlockKeys, b), krow + (lo - kb),
+                   vrow + (lo - kb), kbuf, vbuf);
         for (int64_t r = 0; r < rows;) {
             const int64_t t = task.t0 + r / group;
             int64_t ja, jb;

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "core/numeric.h"
 #include "kernels/ref/dequant.h"
 
 namespace kiln::kernels::ref {
@@ -112,6 +113,10 @@ void softmax(float* x, int64_t n) {
     for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
+float kv_elem(const KvSpan& kv, const void* base, int64_t i) {
+    return kv.f16 ? core::fp16_to_f32(static_cast<const uint16_t*>(base)[i]) : static_cast<const float*>(base)[i];
+}
+
 void attention_rows(const float* q, const KvSpan& kv, const AttentionShape& s, float* out, int64_t row_begin,
                     int64_t row_end, float* scores) {
     const int64_t hd = s.head_dim, group = s.num_heads / s.num_kv_heads;
@@ -125,18 +130,18 @@ void attention_rows(const float* q, const KvSpan& kv, const AttentionShape& s, f
         const int64_t len = pos + 1 - j_begin;
         const float* qv = q + row * hd;  // [head_dim]
         for (int64_t j = j_begin; j <= pos; ++j) {
-            const float* kj = kv.k + kv_row(kv, j) * kv_stride + kvh * hd;
+            const int64_t kj = kv_row(kv, j) * kv_stride + kvh * hd;  // element offset of the key
             float dot = 0.0f;
-            for (int64_t d = 0; d < hd; ++d) dot += qv[d] * kj[d];
+            for (int64_t d = 0; d < hd; ++d) dot += qv[d] * kv_elem(kv, kv.k, kj + d);
             scores[j - j_begin] = dot * scale;
         }
         softmax(scores, len);
         float* o = out + row * hd;  // [head_dim]
         for (int64_t d = 0; d < hd; ++d) o[d] = 0.0f;
         for (int64_t j = j_begin; j <= pos; ++j) {
-            const float* vj = kv.v + kv_row(kv, j) * kv_stride + kvh * hd;
+            const int64_t vj = kv_row(kv, j) * kv_stride + kvh * hd;
             const float p = scores[j - j_begin];
-            for (int64_t d = 0; d < hd; ++d) o[d] += p * vj[d];
+            for (int64_t d = 0; d < hd; ++d) o[d] += p * kv_elem(kv, kv.v, vj + d);
         }
     }
 }

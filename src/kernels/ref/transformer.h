@@ -69,19 +69,24 @@ void softmax(float* x, int64_t n);
 //    block_table[j / block_size]. block_size > 0; block_table holds ceil(kv_len / block_size)
 //    entries, each a block of the pool. Slots past kv_len in the last block are never read.
 // Both layouts give bit-identical attention results for the same tokens: only addresses change.
+// Elements are f32, or IEEE half when f16 (the f16 KV cache: half the memory and traffic; the
+// kernels widen each row to f32 exactly, so the result equals the f32 kernel on the rounded cache).
 struct KvSpan {
     // contiguous: [kv_len, num_kv_heads, head_dim]; paged: [num_blocks, block_size, num_kv_heads, head_dim]
-    const float* k = nullptr;
-    const float* v = nullptr;  // same layout as k
-    int64_t kv_len = 0;        // tokens cached, the new ones included
+    const void* k = nullptr;
+    const void* v = nullptr;  // same layout as k
+    int64_t kv_len = 0;       // tokens cached, the new ones included
     // Paged when non-null: [ceil(kv_len / block_size)] physical block of each logical block.
     const int32_t* block_table = nullptr;
     int64_t block_size = 0;  // tokens per block when paged
+    bool f16 = false;        // elements are IEEE half instead of f32
 };
 // Row of key/value j in k/v (units of num_kv_heads * head_dim floats).
 inline int64_t kv_row(const KvSpan& kv, int64_t j) {
     return kv.block_table ? int64_t(kv.block_table[j / kv.block_size]) * kv.block_size + j % kv.block_size : j;
 }
+// Element i of a K or V array (f32 or f16 per kv.f16).
+float kv_elem(const KvSpan& kv, const void* base, int64_t i);
 struct AttentionShape {
     int64_t num_tokens = 0;  // new tokens, at positions kv_len - num_tokens .. kv_len - 1
     int64_t num_heads = 0;
