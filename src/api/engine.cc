@@ -79,7 +79,9 @@ struct Engine::Impl {
                 cv.wait(lock, [&] { return stopping || core->has_work(); });
                 continue;
             }
-            core->step();
+            // A step that finds nothing to run while requests exist cannot happen (the scheduler
+            // always makes progress); should it, back off instead of spinning under the lock.
+            if (!core->step()) cv.wait_for(lock, std::chrono::milliseconds(1));
         }
     }
 };
