@@ -2,10 +2,11 @@
 // the conversions between the public plain structs and the internal ones.
 // Threading: one mutex guards the core; the loop thread holds it for one step at a time and sleeps
 // on a condition variable while there is no work. add_request / abort take the same mutex, so they
-// wait at most one step. Callbacks run inside a step (on the loop thread) and must not call back
-// into the Engine.
+// wait at most one step (the loop steps aside between steps while a caller waits). Callbacks run inside a step (on the
+// loop thread) and must not call back into the Engine.
 #include "kiln/engine.h"
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -67,6 +68,15 @@ struct Engine::Impl {
 
     mutable std::mutex mu;
     std::condition_variable cv;
+    // Callers waiting for mu: the loop steps aside between steps while any wait, so add_request /
+    // abort / stats wait at most one step (std::mutex alone would let the loop re-take it at once).
+    mutable std::atomic<int> waiters{0};
+    std::unique_lock<std::mutex> lock_for_caller() const {
+        waiters.fetch_add(1);
+        std::unique_lock<std::mutex> lock(mu);
+        waiters.fetch_sub(1);
+        return lock;
+    }
     bool stopping = false;
     uint64_t next_id = 1;
     std::unordered_map<uint64_t, Clock::time_point> added;  // arrival times, for TTFT
@@ -82,6 +92,11 @@ struct Engine::Impl {
             // A step that finds nothing to run while requests exist cannot happen (the scheduler
             // always makes progress); should it, back off instead of spinning under the lock.
             if (!core->step()) cv.wait_for(lock, std::chrono::milliseconds(1));
+            if (waiters.load() > 0) {  // let the callers in, then go on
+                lock.unlock();
+                while (waiters.load() > 0) std::this_thread::yield();
+                lock.lock();
+            }
         }
     }
 };
@@ -155,7 +170,7 @@ Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Engine::~Engine() {
     {
-        std::lock_guard<std::mutex> lock(impl_->mu);
+        auto lock = impl_->lock_for_caller();
         impl_->stopping = true;
     }
     impl_->cv.notify_all();
@@ -173,7 +188,7 @@ Status Engine::add_request(Request r, uint64_t* id) {
     req.return_logits = r.return_logits;
     Impl* impl = impl_.get();
     OutputCallback cb = std::move(r.on_output);
-    std::lock_guard<std::mutex> lock(impl->mu);
+    auto lock = impl->lock_for_caller();
     const uint64_t rid = impl->next_id++;
     const Clock::time_point t0 = Clock::now();
     req.on_output = [impl, cb, rid, t0](const engine::StepOutput& s) {
@@ -204,12 +219,12 @@ Status Engine::add_request(Request r, uint64_t* id) {
 }
 
 void Engine::abort(uint64_t id) {
-    std::lock_guard<std::mutex> lock(impl_->mu);
+    auto lock = impl_->lock_for_caller();
     impl_->core->abort(int64_t(id));
 }
 
 EngineStats Engine::stats() const {
-    std::lock_guard<std::mutex> lock(impl_->mu);
+    auto lock = impl_->lock_for_caller();
     const engine::EngineStats s = impl_->core->stats();
     EngineStats o;
     o.num_running = s.num_running;
