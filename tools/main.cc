@@ -23,6 +23,7 @@ const Command kCommands[] = {
     {"perplexity", kiln::tools::cmd_perplexity, "perplexity of a text file (llama.cpp's windowed method)"},
     {"synth", kiln::tools::cmd_synth, "write a GGUF with random weights at a real model's shapes (benchmarks)"},
     {"bench", kiln::tools::cmd_bench, "prefill/decode tokens/s against measured bandwidth and compute peaks"},
+    {"serve", kiln::tools::cmd_serve, "serve a model over an OpenAI-compatible HTTP API"},
 };
 
 void usage(FILE* out) {

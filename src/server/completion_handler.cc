@@ -1,0 +1,234 @@
+// POST /v1/completions and /v1/chat/completions: parse and validate the body, encode the prompt
+// (chat: the model's chat template, then tokenized without adding BOS/EOS, as HF
+// apply_chat_template), check it against the context, admit it under the queue limit, run n engine
+// requests and answer with one JSON body or an SSE stream (OpenAI chunk format, `data: [DONE]`).
+// A stream whose client has gone (a failed write; idle streams are probed with SSE comments) aborts
+// its engine requests.
+#include <algorithm>
+#include <ctime>
+#include <memory>
+
+#include "server/generation.h"
+#include "server/server_state.h"
+
+namespace kiln::server {
+namespace {
+
+constexpr auto kPoll = std::chrono::milliseconds(200);
+constexpr double kKeepAliveSeconds = 2.0;
+
+double since(Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Holds `n` of the server's in-flight slots until destroyed.
+struct Slot {
+    std::atomic<int64_t>& count;
+    int64_t n;
+    ~Slot() { count -= n; }
+};
+
+// One admitted request: its engine requests, what they produced so far, and its log entry. Shared
+// by the handler and (when streaming) the content provider.
+struct Job {
+    HttpServer::State& s;
+    Endpoint ep;
+    std::string model;
+    int64_t created = 0;
+    bool include_usage = false;
+    Clock::time_point t0;
+    std::unique_ptr<Slot> slot;
+    std::unique_ptr<Generation> gen;
+    std::vector<ChoiceResult> choices;
+    std::vector<int64_t> completion_tokens;
+    Usage usage;
+    std::string error;
+    RequestLogEntry log;
+    bool logged = false;
+
+    Job(HttpServer::State& st, Endpoint e) : s(st), ep(e) {}
+    ~Job() {
+        gen.reset();               // aborts what is unfinished before the slot is released
+        if (!logged) finish(499);  // the client went away before the stream started
+    }
+
+    // Folds one engine update in; returns the finish reason it carries ("" if none).
+    std::string absorb(const GenerationEvent& e) {
+        const RequestOutput& o = e.output;
+        ChoiceResult& c = choices[e.index];
+        c.text += o.text;
+        if (!o.token_ids.empty() && log.ttft_s < 0) log.ttft_s = since(t0);
+        if (o.prompt_tokens > 0) usage.prompt_tokens = o.prompt_tokens;
+        if (e.index == 0) usage.cached_tokens = o.cached_tokens;
+        completion_tokens[e.index] = std::max(completion_tokens[e.index], o.completion_tokens);
+        if (!o.finished) return "";
+        if (o.finish_reason == FinishReason::kError && error.empty())
+            error = o.error.empty() ? "engine error" : o.error;
+        c.finish_reason = finish_reason_name(o.finish_reason);
+        return c.finish_reason;
+    }
+
+    void finish(int status) {
+        logged = true;
+        usage.completion_tokens = 0;
+        for (int64_t t : completion_tokens) usage.completion_tokens += t;
+        log.status = status;
+        log.prompt_tokens = usage.prompt_tokens;
+        log.completion_tokens = usage.completion_tokens;
+        log.cached_tokens = usage.cached_tokens;
+        log.total_s = since(t0);
+        if (!choices.empty()) log.finish_reason = choices[0].finish_reason;
+        if (log.error.empty()) log.error = error;
+        s.metrics.record_request(log.path, status);
+        if (status == 200)
+            s.metrics.record_generation(log.ttft_s, log.total_s, log.prompt_tokens, log.completion_tokens);
+        if (status == 499) s.metrics.record_client_abort();
+        log_request(s, log);
+    }
+};
+
+// Stops waiting when the server shuts down: its engine requests are aborted, their last events come.
+std::vector<GenerationEvent> next_events(Job& job) {
+    if (job.s.stopping) job.gen->abort();
+    return job.gen->wait(kPoll);
+}
+
+void run_blocking(Job& job, httplib::Response& res) {
+    while (!job.gen->done())
+        for (const GenerationEvent& e : next_events(job)) job.absorb(e);
+    if (!job.error.empty()) {
+        ApiError e{500, job.error, "server_error", "", ""};
+        send_error(res, e);
+        job.finish(500);
+        return;
+    }
+    if (job.s.stopping) {
+        send_error(res, {503, "the server is shutting down", "server_error", "", ""});
+        job.finish(503);
+        return;
+    }
+    job.usage.completion_tokens = 0;
+    for (int64_t t : job.completion_tokens) job.usage.completion_tokens += t;
+    res.set_content(response_json(job.ep, job.log.id, job.created, job.model, job.choices, job.usage),
+                    "application/json");
+    job.finish(200);
+}
+
+// The whole stream, written in one call of the content provider; false when the client is gone.
+bool run_stream(Job& job, httplib::DataSink& sink) {
+    auto send = [&](const std::string& data) {
+        const std::string ev = "data: " + data + "\n\n";
+        return sink.write(ev.data(), ev.size());
+    };
+    auto gone = [&] {
+        job.gen->abort();
+        job.finish(499);
+        return false;
+    };
+    const bool usage_null = job.include_usage;
+    if (job.ep == Endpoint::kChat)
+        for (int i = 0; i < int(job.choices.size()); ++i)
+            if (!send(chunk_json(job.ep, job.log.id, job.created, job.model, i, "", "", true, usage_null)))
+                return gone();
+    Clock::time_point last_write = Clock::now();
+    while (!job.gen->done()) {
+        std::vector<GenerationEvent> events = next_events(job);
+        if (events.empty() && since(last_write) > kKeepAliveSeconds) {  // probe an idle client
+            static const char kPing[] = ": keep-alive\n\n";
+            if (!sink.is_writable() || !sink.write(kPing, sizeof kPing - 1)) return gone();
+            last_write = Clock::now();
+        }
+        for (const GenerationEvent& e : events) {
+            const std::string reason = job.absorb(e);
+            if (e.output.text.empty() && reason.empty()) continue;
+            if (e.output.finish_reason == FinishReason::kError) continue;
+            if (!send(chunk_json(job.ep, job.log.id, job.created, job.model, e.index, e.output.text, reason, false,
+                                 usage_null)))
+                return gone();
+            last_write = Clock::now();
+        }
+    }
+    if (!job.error.empty()) {
+        if (!send(error_json({500, job.error, "server_error", "", ""}))) return gone();
+    } else if (job.include_usage) {
+        job.usage.completion_tokens = 0;
+        for (int64_t t : job.completion_tokens) job.usage.completion_tokens += t;
+        if (!send(usage_chunk_json(job.ep, job.log.id, job.created, job.model, job.usage))) return gone();
+    }
+    if (!send("[DONE]")) return gone();
+    sink.done();
+    job.finish(job.error.empty() ? 200 : 500);
+    return true;
+}
+
+// The prompt's token ids; an error for an empty prompt or a chat template failure.
+std::optional<ApiError> encode_prompt(HttpServer::State& s, const GenerationRequest& r, std::vector<int32_t>* ids) {
+    if (r.endpoint == Endpoint::kChat) {
+        std::string text;
+        Status st = s.engine.apply_chat_template(r.messages, true, s.opt.chat_template, &text);
+        if (!st.ok()) return bad_request("cannot apply the chat template: " + st.message, "messages");
+        *ids = s.engine.tokenize(text, /*add_special=*/false, /*parse_special=*/true);
+    } else if (r.has_prompt_ids) {
+        *ids = r.prompt_ids;
+    } else {
+        *ids = s.engine.tokenize(r.prompt);
+        const int32_t bos = s.engine.model_info().bos_id;
+        if (ids->empty() && bos >= 0) ids->push_back(bos);
+    }
+    return std::nullopt;
+}
+
+}  // namespace
+
+void handle_generation(HttpServer::State& s, const httplib::Request& req, httplib::Response& res, Endpoint ep) {
+    auto job = std::make_shared<Job>(s, ep);
+    job->t0 = Clock::now();
+    job->created = int64_t(std::time(nullptr));
+    job->log.id = s.new_id(ep == Endpoint::kChat ? "chatcmpl-" : "cmpl-");
+    job->log.path = req.path;
+    job->model = s.model_name;
+    auto fail = [&](const ApiError& e) {
+        send_error(res, e);
+        job->log.error = e.message;
+        job->finish(e.status);
+    };
+    GenerationRequest r;
+    if (auto e = parse_generation_request(req.body, ep, &r)) return fail(*e);
+    job->log.n = r.n;
+    job->log.stream = r.stream;
+    if (!r.model.empty() && r.model != s.model_name) {
+        ApiError e{404, "The model `" + r.model + "` does not exist (this server serves `" + s.model_name + "`)",
+                   "invalid_request_error", "model", "model_not_found"};
+        return fail(e);
+    }
+    std::vector<int32_t> ids;
+    if (auto e = encode_prompt(s, r, &ids)) return fail(*e);
+    const ModelInfo& info = s.engine.model_info();
+    if (auto e = check_against_model(&r, int64_t(ids.size()), info.max_model_len, info.vocab_size)) return fail(*e);
+    const int64_t limit = int64_t(s.opt.max_seqs) + s.opt.max_queue;
+    if (s.in_flight.fetch_add(r.n) + r.n > limit) {
+        s.in_flight -= r.n;
+        res.set_header("Retry-After", "1");
+        return fail({429, "too many requests waiting (--max-queue " + std::to_string(s.opt.max_queue) + ")", "requests",
+                     "", "rate_limit_exceeded"});
+    }
+    job->slot.reset(new Slot{s.in_flight, r.n});
+    if (s.stopping) return fail({503, "the server is shutting down", "server_error", "", ""});
+    Status st = Generation::start(s.engine, ids, r.sampling, r.n, &job->gen);
+    if (!st.ok()) {
+        const int status = st.code == Status::Code::kInvalidArgument                                        ? 400
+                           : st.code == Status::Code::kOutOfMemory || st.code == Status::Code::kUnavailable ? 503
+                                                                                                            : 500;
+        return fail({status, st.message, status == 400 ? "invalid_request_error" : "server_error", "", ""});
+    }
+    job->choices.resize(r.n);
+    job->completion_tokens.assign(r.n, 0);
+    job->include_usage = r.include_usage;
+    if (!r.stream) return run_blocking(*job, res);
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    res.set_chunked_content_provider("text/event-stream",
+                                     [job](size_t, httplib::DataSink& sink) { return run_stream(*job, sink); });
+}
+
+}  // namespace kiln::server

@@ -1,0 +1,60 @@
+// n engine requests of one HTTP request and their output queue (see generation.h).
+#include "server/generation.h"
+
+namespace kiln::server {
+
+Status Generation::start(Engine& engine, const std::vector<int32_t>& prompt_ids, const SamplingParams& sampling, int n,
+                         std::unique_ptr<Generation>* out) {
+    auto q = std::make_shared<Queue>();
+    std::unique_ptr<Generation> g(new Generation(engine, q));
+    for (int i = 0; i < n; ++i) {
+        Request r;
+        r.prompt_ids = prompt_ids;
+        r.sampling = sampling;
+        if (sampling.has_seed) r.sampling.seed = sampling.seed + uint64_t(i);
+        r.on_output = [q, i](const RequestOutput& o) {  // engine thread: enqueue only
+            {
+                std::lock_guard<std::mutex> lock(q->mu);
+                q->events.push_back({i, o});
+            }
+            q->cv.notify_all();
+        };
+        uint64_t id = 0;
+        Status st = engine.add_request(std::move(r), &id);
+        if (!st.ok()) return st;  // g's destructor aborts the ones already queued
+        g->ids_.push_back(id);
+        g->finished_.push_back(false);
+    }
+    *out = std::move(g);
+    return {};
+}
+
+Generation::~Generation() {
+    for (size_t i = 0; i < ids_.size(); ++i)
+        if (!finished_[i]) engine_.abort(ids_[i]);
+}
+
+void Generation::abort() {
+    for (size_t i = 0; i < ids_.size(); ++i)
+        if (!finished_[i]) engine_.abort(ids_[i]);
+}
+
+std::vector<GenerationEvent> Generation::wait(std::chrono::milliseconds timeout) {
+    std::vector<GenerationEvent> got;
+    {
+        std::unique_lock<std::mutex> lock(queue_->mu);
+        queue_->cv.wait_for(lock, timeout, [&] { return !queue_->events.empty(); });
+        while (!queue_->events.empty()) {
+            got.push_back(std::move(queue_->events.front()));
+            queue_->events.pop_front();
+        }
+    }
+    for (const GenerationEvent& e : got)
+        if (e.output.finished && e.index < int(finished_.size()) && !finished_[e.index]) {
+            finished_[e.index] = true;
+            ++num_finished_;
+        }
+    return got;
+}
+
+}  // namespace kiln::server

@@ -1,0 +1,221 @@
+// HttpServer: httplib setup, authentication, limits, the small routes and the request log (the
+// generation routes are in completion_handler.cc).
+#include "server/http_server.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "server/server_state.h"
+
+namespace kiln::server {
+namespace {
+
+using json = nlohmann::json;
+
+std::string dump(const json& j) {
+    return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// Compares without an early exit, so the time taken does not reveal the key's prefix.
+bool equal_const_time(const std::string& a, const std::string& b) {
+    size_t diff = a.size() ^ b.size();
+    for (size_t i = 0; i < a.size(); ++i) diff |= uint8_t(a[i]) ^ uint8_t(i < b.size() ? b[i] : 0);
+    return diff == 0;
+}
+
+bool needs_auth(const std::string& path) {
+    return path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize";
+}
+
+const char* status_message(int status) {
+    switch (status) {
+        case 400:
+            return "bad request (malformed HTTP or body)";
+        case 404:
+            return "no such route";
+        case 405:
+            return "method not allowed";
+        case 413:
+            return "the request body is larger than the limit";
+        case 414:
+            return "the request URI is too long";
+        default:
+            return "request failed";
+    }
+}
+
+void setup_routes(HttpServer::State& s) {
+    httplib::Server& h = s.http;
+    h.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+        res.set_content("{\"status\":\"ok\"}", "application/json");
+    });
+    h.Get("/v1/models", [&s](const httplib::Request&, httplib::Response& res) {
+        res.set_content(models_json(s.model_name, s.created, s.engine.model_info().max_model_len), "application/json");
+    });
+    h.Post("/v1/completions", [&s](const httplib::Request& req, httplib::Response& res) {
+        handle_generation(s, req, res, Endpoint::kCompletions);
+    });
+    h.Post("/v1/chat/completions", [&s](const httplib::Request& req, httplib::Response& res) {
+        handle_generation(s, req, res, Endpoint::kChat);
+    });
+    h.Post("/tokenize", [&s](const httplib::Request& req, httplib::Response& res) {
+        std::string prompt;
+        bool add_special = true;
+        if (auto e = parse_tokenize_request(req.body, &prompt, &add_special)) return send_error(res, *e);
+        const std::vector<int32_t> ids = s.engine.tokenize(prompt, add_special, true);
+        res.set_content(
+            dump({{"tokens", ids}, {"count", ids.size()}, {"max_model_len", s.engine.model_info().max_model_len}}),
+            "application/json");
+    });
+    h.Post("/detokenize", [&s](const httplib::Request& req, httplib::Response& res) {
+        std::vector<int32_t> ids;
+        if (auto e = parse_detokenize_request(req.body, &ids)) return send_error(res, *e);
+        for (int32_t t : ids)
+            if (t >= s.engine.model_info().vocab_size)
+                return send_error(
+                    res, bad_request("token id " + std::to_string(t) + " is outside the vocabulary", "tokens"));
+        res.set_content(dump({{"prompt", s.engine.detokenize(ids)}}), "application/json");
+    });
+    h.Get("/metrics", [&s](const httplib::Request&, httplib::Response& res) {
+        res.set_content(s.metrics.render(s.engine.stats(), s.in_flight.load()), "text/plain; version=0.0.4");
+    });
+}
+
+void setup_http(HttpServer::State& s) {
+    httplib::Server& h = s.http;
+    h.set_payload_max_length(s.opt.max_body_bytes);
+    // One pool thread per connection: enough for every admitted request to stream, plus headroom for
+    // idle keep-alive connections and the small routes.
+    const size_t threads = size_t(std::clamp<int64_t>(int64_t(s.opt.max_seqs) + s.opt.max_queue + 32, 64, 1024));
+    h.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    h.set_pre_routing_handler([&s](const httplib::Request& req, httplib::Response& res) {
+        if (s.opt.api_key.empty() || !needs_auth(req.path)) return httplib::Server::HandlerResponse::Unhandled;
+        const std::string got = req.get_header_value("Authorization");
+        if (equal_const_time(got, "Bearer " + s.opt.api_key)) return httplib::Server::HandlerResponse::Unhandled;
+        send_error(res, {401, got.empty() ? "missing API key (Authorization: Bearer KEY)" : "invalid API key",
+                         "invalid_request_error", "", "invalid_api_key"});
+        s.metrics.record_request(req.path, 401);
+        return httplib::Server::HandlerResponse::Handled;
+    });
+    // httplib's own rejections (bad HTTP, 404 route, 413 body) get an OpenAI error body too.
+    h.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request&, httplib::Response& res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        std::string type = res.status == 404 ? "not_found_error" : "invalid_request_error";
+        send_error(res, {res.status, status_message(res.status), type, "", ""});
+        return httplib::Server::HandlerResponse::Handled;
+    }));
+    h.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "internal error";
+        try {
+            if (ep) std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+            what = e.what();
+        } catch (...) {
+        }
+        send_error(res, {500, what, "server_error", "", ""});
+    });
+    setup_routes(s);
+}
+
+std::string json_escape(const std::string& v) {
+    return dump(json(v));
+}
+
+}  // namespace
+
+std::string HttpServer::State::new_id(const char* prefix) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%s%016llx%08llx", prefix, (unsigned long long)id_salt,
+                  (unsigned long long)next_id.fetch_add(1));
+    return buf;
+}
+
+void send_error(httplib::Response& res, const ApiError& e) {
+    res.status = e.status;
+    res.set_content(error_json(e), "application/json");
+}
+
+void log_request(HttpServer::State& s, const RequestLogEntry& e) {
+    std::string line;
+    char buf[512];
+    if (s.opt.log_json) {
+        json j = {{"ts", double(std::time(nullptr))},
+                  {"id", e.id},
+                  {"path", e.path},
+                  {"status", e.status},
+                  {"n", e.n},
+                  {"stream", e.stream},
+                  {"prompt_tokens", e.prompt_tokens},
+                  {"completion_tokens", e.completion_tokens},
+                  {"cached_tokens", e.cached_tokens},
+                  {"ttft_s", e.ttft_s >= 0 ? json(e.ttft_s) : json(nullptr)},
+                  {"total_s", e.total_s},
+                  {"finish_reason", e.finish_reason}};
+        if (!e.error.empty()) j["error"] = e.error;
+        line = dump(j);
+    } else {
+        std::snprintf(
+            buf, sizeof buf,
+            "kiln serve: %s %s %d n=%d%s prompt=%lld cached=%lld output=%lld ttft=%.3fs total=%.3fs%s%s", e.id.c_str(),
+            e.path.c_str(), e.status, e.n, e.stream ? " stream" : "", (long long)e.prompt_tokens,
+            (long long)e.cached_tokens, (long long)e.completion_tokens, e.ttft_s >= 0 ? e.ttft_s : 0.0, e.total_s,
+            e.finish_reason.empty() ? "" : (" finish=" + e.finish_reason).c_str(), e.error.empty() ? "" : " error=");
+        line = buf;
+        if (!e.error.empty()) line += json_escape(e.error.substr(0, 200));
+    }
+    line += '\n';
+    std::lock_guard<std::mutex> lock(s.log_mu);
+    std::fwrite(line.data(), 1, line.size(), stderr);
+    std::fflush(stderr);
+}
+
+HttpServer::HttpServer(Engine& engine, ServerOptions options)
+    : state_(std::make_unique<State>(engine, std::move(options))) {
+    State& s = *state_;
+    s.model_name = s.opt.served_model_name.empty() ? engine.model_info().name : s.opt.served_model_name;
+    if (s.model_name.empty()) {  // llama2.c files have no name: the file's stem
+        std::string path = engine.model_info().path;
+        while (!path.empty() && path.back() == '/') path.pop_back();
+        std::string base = path.substr(path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/') + 1);
+        s.model_name = base.substr(0, base.find_last_of('.') == 0 ? base.size() : base.find_last_of('.'));
+    }
+    if (s.model_name.empty()) s.model_name = "kiln";
+    s.created = int64_t(std::time(nullptr));
+    s.id_salt = (uint64_t(std::random_device{}()) << 32) | std::random_device{}();
+    setup_http(s);
+}
+
+HttpServer::~HttpServer() {
+    stop();
+}
+
+bool HttpServer::bind(std::string* error) {
+    State& s = *state_;
+    if (s.opt.port == 0) {
+        s.port = s.http.bind_to_any_port(s.opt.host);
+        if (s.port > 0) return true;
+    } else if (s.http.bind_to_port(s.opt.host, s.opt.port)) {
+        s.port = s.opt.port;
+        return true;
+    }
+    if (error) *error = "cannot listen on " + s.opt.host + ":" + std::to_string(s.opt.port);
+    return false;
+}
+
+int HttpServer::port() const {
+    return state_->port;
+}
+
+bool HttpServer::serve() {
+    return state_->http.listen_after_bind();
+}
+
+void HttpServer::stop() {
+    state_->stopping = true;  // handlers abort their engine requests within one poll
+    state_->http.stop();
+}
+
+}  // namespace kiln::server

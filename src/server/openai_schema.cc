@@ -1,0 +1,348 @@
+// Request parsing and validation of the OpenAI schema (see openai_schema.h). Responses are built in
+// openai_response.cc.
+#include "server/openai_schema.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+namespace kiln::server {
+namespace {
+
+using json = nlohmann::json;
+using Err = std::optional<ApiError>;
+
+constexpr int kMaxJsonDepth = 64;
+
+// Rejects pathological nesting before the parser sees it (cheap; strings are skipped).
+bool depth_ok(std::string_view s) {
+    int depth = 0;
+    bool in_str = false;
+    for (size_t i = 0; i < s.size(); ++i) {
+        const char c = s[i];
+        if (in_str) {
+            if (c == '\\')
+                ++i;
+            else if (c == '"')
+                in_str = false;
+        } else if (c == '"') {
+            in_str = true;
+        } else if (c == '[' || c == '{') {
+            if (++depth > kMaxJsonDepth) return false;
+        } else if (c == ']' || c == '}') {
+            --depth;
+        }
+    }
+    return true;
+}
+
+Err parse_object(std::string_view body, json* out) {
+    if (!depth_ok(body)) return bad_request("the JSON body is nested too deeply");
+    json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) return bad_request("the body is not valid JSON (or not valid UTF-8)");
+    if (!j.is_object()) return bad_request("the body must be a JSON object");
+    *out = std::move(j);
+    return std::nullopt;
+}
+
+const json* field(const json& j, const char* key) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return nullptr;
+    return &*it;
+}
+
+Err get_number(const json& j, const char* key, double lo, double hi, float* out) {
+    const json* v = field(j, key);
+    if (!v) return std::nullopt;
+    if (!v->is_number()) return bad_request(std::string(key) + " must be a number", key);
+    const double x = v->get<double>();
+    if (!std::isfinite(x) || x < lo || x > hi)
+        return bad_request(std::string(key) + " must be in [" + json(lo).dump() + ", " + json(hi).dump() + "]", key);
+    *out = float(x);
+    return std::nullopt;
+}
+
+// Integers only (2.0 is not one, as in OpenAI's API); [lo, hi].
+Err get_int(const json& j, const char* key, int64_t lo, int64_t hi, std::optional<int64_t>* out) {
+    const json* v = field(j, key);
+    if (!v) return std::nullopt;
+    if (!v->is_number_integer()) return bad_request(std::string(key) + " must be an integer", key);
+    if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(hi))
+        return bad_request(std::string(key) + " must be at most " + std::to_string(hi), key);
+    const int64_t x = v->get<int64_t>();
+    if (x < lo || x > hi)
+        return bad_request(std::string(key) + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]",
+                           key);
+    *out = x;
+    return std::nullopt;
+}
+
+Err get_bool(const json& j, const char* key, bool* out) {
+    const json* v = field(j, key);
+    if (!v) return std::nullopt;
+    if (!v->is_boolean()) return bad_request(std::string(key) + " must be a boolean", key);
+    *out = v->get<bool>();
+    return std::nullopt;
+}
+
+// Fields that change the output and that kiln does not implement: present and not a harmless
+// default -> 400 naming the field.
+Err reject_unsupported(const json& j, Endpoint ep) {
+    auto is_off = [](const json& v) {
+        return v.is_null() || (v.is_boolean() && !v.get<bool>()) || (v.is_number_integer() && v.get<int64_t>() == 0) ||
+               (v.is_string() && v.get<std::string>().empty()) || (v.is_array() && v.empty());
+    };
+    static const char* const kFields[] = {"logprobs",     "top_logprobs",  "echo",           "suffix",
+                                          "tools",        "tool_choice",   "functions",      "function_call",
+                                          "audio",        "modalities",    "prediction",     "guided_json",
+                                          "guided_regex", "guided_choice", "guided_grammar", "prompt_logprobs"};
+    for (const char* f : kFields) {
+        auto it = j.find(f);
+        if (it != j.end() && !is_off(*it)) return bad_request(std::string(f) + " is not supported by kiln serve", f);
+    }
+    if (const json* v = field(j, "best_of"); v && !(v->is_number_integer() && v->get<int64_t>() == 1))
+        return bad_request("best_of is not supported by kiln serve (only 1)", "best_of");
+    if (const json* v = field(j, "response_format")) {
+        const bool text = v->is_object() && v->contains("type") && (*v)["type"] == "text";
+        if (!text)
+            return bad_request("response_format is not supported by kiln serve (only {\"type\": \"text\"})",
+                               "response_format");
+    }
+    (void)ep;
+    return std::nullopt;
+}
+
+Err parse_token_list(const json& a, const char* param, std::vector<int32_t>* out) {
+    out->clear();
+    for (const json& t : a) {
+        if (!t.is_number_integer()) return bad_request(std::string(param) + " token ids must be integers", param);
+        const int64_t x = t.get<int64_t>();
+        if (t.is_number_unsigned() && t.get<uint64_t>() > uint64_t(std::numeric_limits<int32_t>::max()))
+            return bad_request(std::string(param) + " token id out of range", param);
+        if (x < 0 || x > std::numeric_limits<int32_t>::max())
+            return bad_request(std::string(param) + " token id out of range", param);
+        out->push_back(int32_t(x));
+    }
+    return std::nullopt;
+}
+
+Err parse_prompt(const json& j, GenerationRequest* out) {
+    const json* p = field(j, "prompt");
+    if (!p) return bad_request("prompt is required", "prompt");
+    if (p->is_string()) {
+        out->prompt = p->get<std::string>();
+        return std::nullopt;
+    }
+    if (!p->is_array())
+        return bad_request("prompt must be a string, a list of token ids or a list of one of them", "prompt");
+    if (p->empty()) return bad_request("prompt is empty", "prompt");
+    if ((*p)[0].is_number()) {
+        out->has_prompt_ids = true;
+        return parse_token_list(*p, "prompt", &out->prompt_ids);
+    }
+    if (p->size() > 1) return bad_request("several prompts in one request are not supported; send one", "prompt");
+    const json& one = (*p)[0];
+    if (one.is_string()) {
+        out->prompt = one.get<std::string>();
+        return std::nullopt;
+    }
+    if (one.is_array()) {
+        if (one.empty()) return bad_request("prompt is empty", "prompt");
+        out->has_prompt_ids = true;
+        return parse_token_list(one, "prompt", &out->prompt_ids);
+    }
+    return bad_request("prompt must be a string, a list of token ids or a list of one of them", "prompt");
+}
+
+// content: a string, null, or a list of {"type": "text", "text": ...} parts (concatenated).
+Err parse_messages(const json& j, GenerationRequest* out) {
+    const json* m = field(j, "messages");
+    if (!m) return bad_request("messages is required", "messages");
+    if (!m->is_array() || m->empty()) return bad_request("messages must be a non-empty list", "messages");
+    for (const json& msg : *m) {
+        if (!msg.is_object()) return bad_request("each message must be an object", "messages");
+        const json* role = field(msg, "role");
+        if (!role || !role->is_string()) return bad_request("each message needs a string role", "messages");
+        const std::string r = role->get<std::string>();
+        if (r != "system" && r != "user" && r != "assistant" && r != "developer")
+            return bad_request("message role '" + r + "' is not supported (system, developer, user, assistant)",
+                               "messages");
+        ChatMessage cm;
+        cm.role = r == "developer" ? "system" : r;
+        const json* c = field(msg, "content");
+        if (c && c->is_string()) {
+            cm.content = c->get<std::string>();
+        } else if (c && c->is_array()) {
+            for (const json& part : *c) {
+                if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
+                    !part["text"].is_string())
+                    return bad_request("only text content parts are supported", "messages");
+                cm.content += part["text"].get<std::string>();
+            }
+        } else if (c || r != "assistant") {
+            return bad_request("message content must be a string or a list of text parts", "messages");
+        }
+        out->messages.push_back(std::move(cm));
+    }
+    return std::nullopt;
+}
+
+Err parse_stop(const json& j, SamplingParams* s) {
+    const json* v = field(j, "stop");
+    if (!v) return std::nullopt;
+    std::vector<std::string> stops;
+    if (v->is_string()) {
+        stops.push_back(v->get<std::string>());
+    } else if (v->is_array()) {
+        if (v->size() > kMaxStopStrings)
+            return bad_request("stop takes at most " + std::to_string(kMaxStopStrings) + " strings", "stop");
+        for (const json& x : *v) {
+            if (!x.is_string()) return bad_request("stop must be a string or a list of strings", "stop");
+            stops.push_back(x.get<std::string>());
+        }
+    } else {
+        return bad_request("stop must be a string or a list of strings", "stop");
+    }
+    for (std::string& x : stops)
+        if (!x.empty()) s->stop.push_back(std::move(x));
+    return std::nullopt;
+}
+
+Err parse_logit_bias(const json& j, SamplingParams* s) {
+    const json* v = field(j, "logit_bias");
+    if (!v) return std::nullopt;
+    if (!v->is_object()) return bad_request("logit_bias must be an object of token id -> bias", "logit_bias");
+    for (auto it = v->begin(); it != v->end(); ++it) {
+        const std::string& k = it.key();
+        int64_t id = -1;
+        if (!k.empty() && k.size() <= 10 && k.find_first_not_of("0123456789") == std::string::npos) id = std::stoll(k);
+        if (id < 0 || id > std::numeric_limits<int32_t>::max())
+            return bad_request("logit_bias keys must be token ids (non-negative integers)", "logit_bias");
+        if (!it->is_number() || !std::isfinite(it->get<double>()) || std::fabs(it->get<double>()) > 100)
+            return bad_request("logit_bias values must be numbers in [-100, 100]", "logit_bias");
+        s->logit_bias.emplace_back(int32_t(id), it->get<float>());
+    }
+    return std::nullopt;
+}
+
+Err parse_sampling(const json& j, GenerationRequest* out) {
+    SamplingParams& s = out->sampling;
+    if (auto e = get_number(j, "temperature", 0, 2, &s.temperature)) return e;
+    if (auto e = get_number(j, "top_p", 0, 1, &s.top_p)) return e;
+    if (s.top_p <= 0) return bad_request("top_p must be in (0, 1]", "top_p");
+    if (auto e = get_number(j, "min_p", 0, 1, &s.min_p)) return e;
+    if (auto e = get_number(j, "presence_penalty", -2, 2, &s.presence_penalty)) return e;
+    if (auto e = get_number(j, "frequency_penalty", -2, 2, &s.frequency_penalty)) return e;
+    if (auto e = get_number(j, "repetition_penalty", 0, 100, &s.repetition_penalty)) return e;
+    if (s.repetition_penalty <= 0) return bad_request("repetition_penalty must be > 0", "repetition_penalty");
+    std::optional<int64_t> v;
+    if (auto e = get_int(j, "top_k", -1, std::numeric_limits<int32_t>::max(), &v)) return e;
+    if (v) s.top_k = int32_t(*v);
+    v.reset();
+    // OpenAI seeds are any 64-bit integer; negative ones wrap.
+    if (auto e = get_int(j, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), &v))
+        return e;
+    if (v) {
+        s.seed = uint64_t(*v);
+        s.has_seed = true;
+    }
+    if (auto e = get_bool(j, "ignore_eos", &s.ignore_eos)) return e;
+    if (auto e = parse_stop(j, &s)) return e;
+    return parse_logit_bias(j, &s);
+}
+
+}  // namespace
+
+ApiError bad_request(std::string message, std::string param) {
+    ApiError e;
+    e.status = 400;
+    e.message = std::move(message);
+    e.param = std::move(param);
+    return e;
+}
+
+std::optional<ApiError> parse_generation_request(std::string_view body, Endpoint endpoint, GenerationRequest* out) {
+    *out = GenerationRequest{};
+    out->endpoint = endpoint;
+    json j;
+    if (auto e = parse_object(body, &j)) return e;
+    if (const json* m = field(j, "model")) {
+        if (!m->is_string()) return bad_request("model must be a string", "model");
+        out->model = m->get<std::string>();
+    }
+    if (auto e = reject_unsupported(j, endpoint)) return e;
+    if (auto e = endpoint == Endpoint::kChat ? parse_messages(j, out) : parse_prompt(j, out)) return e;
+    std::optional<int64_t> v;
+    if (auto e = get_int(j, "n", 1, kMaxChoices, &v)) return e;
+    if (v) out->n = int(*v);
+    v.reset();
+    if (auto e = get_int(j, "max_tokens", 1, std::numeric_limits<int32_t>::max(), &v)) return e;
+    if (v) out->max_tokens = v;
+    v.reset();
+    if (auto e = get_int(j, "max_completion_tokens", 1, std::numeric_limits<int32_t>::max(), &v)) return e;
+    if (v) out->max_tokens = v;
+    if (auto e = get_bool(j, "stream", &out->stream)) return e;
+    if (const json* so = field(j, "stream_options")) {
+        if (!so->is_object()) return bad_request("stream_options must be an object", "stream_options");
+        if (!out->stream) return bad_request("stream_options needs stream: true", "stream_options");
+        if (auto e = get_bool(*so, "include_usage", &out->include_usage)) {
+            e->param = "stream_options.include_usage";
+            return e;
+        }
+    }
+    return parse_sampling(j, out);
+}
+
+std::optional<ApiError> check_against_model(GenerationRequest* req, int64_t prompt_len, int64_t max_model_len,
+                                            int64_t vocab_size) {
+    const char* pparam = req->endpoint == Endpoint::kChat ? "messages" : "prompt";
+    if (prompt_len <= 0) return bad_request("the prompt has no tokens", pparam);
+    if (prompt_len >= max_model_len)
+        return bad_request("the prompt has " + std::to_string(prompt_len) + " tokens; the context holds " +
+                               std::to_string(max_model_len) + " (prompt + output)",
+                           pparam);
+    for (int32_t t : req->prompt_ids)
+        if (t >= vocab_size)
+            return bad_request(
+                "prompt token id " + std::to_string(t) + " is outside the vocabulary of " + std::to_string(vocab_size),
+                "prompt");
+    for (const auto& [t, b] : req->sampling.logit_bias)
+        if (t >= vocab_size)
+            return bad_request("logit_bias token id " + std::to_string(t) + " is outside the vocabulary of " +
+                                   std::to_string(vocab_size),
+                               "logit_bias");
+    if (req->sampling.top_k > vocab_size) req->sampling.top_k = 0;  // keeps every token either way
+    const int64_t room = max_model_len - prompt_len;
+    if (req->max_tokens) {
+        if (*req->max_tokens > room)
+            return bad_request("max_tokens (" + std::to_string(*req->max_tokens) + ") + the prompt (" +
+                                   std::to_string(prompt_len) + " tokens) exceed the context of " +
+                                   std::to_string(max_model_len),
+                               "max_tokens");
+        req->sampling.max_tokens = int32_t(*req->max_tokens);
+    } else {
+        req->sampling.max_tokens = int32_t(req->endpoint == Endpoint::kChat ? room : std::min<int64_t>(16, room));
+    }
+    return std::nullopt;
+}
+
+std::optional<ApiError> parse_tokenize_request(std::string_view body, std::string* prompt, bool* add_special) {
+    json j;
+    if (auto e = parse_object(body, &j)) return e;
+    const json* p = field(j, "prompt");
+    if (!p || !p->is_string()) return bad_request("prompt must be a string", "prompt");
+    *prompt = p->get<std::string>();
+    *add_special = true;
+    return get_bool(j, "add_special_tokens", add_special);
+}
+
+std::optional<ApiError> parse_detokenize_request(std::string_view body, std::vector<int32_t>* tokens) {
+    json j;
+    if (auto e = parse_object(body, &j)) return e;
+    const json* t = field(j, "tokens");
+    if (!t || !t->is_array()) return bad_request("tokens must be a list of token ids", "tokens");
+    return parse_token_list(*t, "tokens", tokens);
+}
+
+}  // namespace kiln::server

@@ -1,0 +1,90 @@
+// The OpenAI HTTP schema of `kiln serve`, without any network: request bodies of /v1/completions and
+// /v1/chat/completions parsed and validated into plain structs, and the JSON of responses, stream
+// chunks and errors. Follows the OpenAI API reference (completions, chat completions, streaming
+// chunks, error object); fields that would change the output and that kiln does not implement
+// (logprobs, echo, suffix, best_of > 1, tools, response_format, ...) are rejected naming the field;
+// unknown fields are ignored, as OpenAI-compatible servers do.
+// Invariant: parsing never throws and never aborts; every problem becomes an ApiError.
+// Checks that need the model (context length, vocabulary size) are done by the server after
+// tokenizing (see check_against_model).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/engine.h"
+
+namespace kiln::server {
+
+// An OpenAI error: HTTP status plus the `error` object.
+struct ApiError {
+    int status = 400;
+    std::string message;
+    std::string type = "invalid_request_error";
+    std::string param;  // "" -> null
+    std::string code;   // "" -> null
+};
+ApiError bad_request(std::string message, std::string param = "");
+
+enum class Endpoint { kCompletions, kChat };
+
+// One validated generation request (n choices).
+struct GenerationRequest {
+    Endpoint endpoint = Endpoint::kCompletions;
+    std::string model;  // "" = not given
+    // Completions: the text or, when has_prompt_ids, the token ids.
+    std::string prompt;
+    std::vector<int32_t> prompt_ids;
+    bool has_prompt_ids = false;
+    // Chat: the conversation.
+    std::vector<ChatMessage> messages;
+    int n = 1;
+    bool stream = false;
+    bool include_usage = false;
+    std::optional<int64_t> max_tokens;  // nullopt: the endpoint's default
+    SamplingParams sampling;            // max_tokens left for the server to fill
+};
+
+constexpr int kMaxChoices = 8;
+constexpr size_t kMaxStopStrings = 16;
+
+// Parses and validates a request body; nullopt on success.
+std::optional<ApiError> parse_generation_request(std::string_view body, Endpoint endpoint, GenerationRequest* out);
+
+// The checks that need the model: prompt length against the context, max_tokens (the default
+// filled in: 16 for completions, the rest of the context for chat), token ids against the
+// vocabulary. `prompt_len` is the encoded prompt's length. Fills req->sampling.max_tokens.
+std::optional<ApiError> check_against_model(GenerationRequest* req, int64_t prompt_len, int64_t max_model_len,
+                                            int64_t vocab_size);
+
+// /tokenize and /detokenize bodies.
+std::optional<ApiError> parse_tokenize_request(std::string_view body, std::string* prompt, bool* add_special);
+std::optional<ApiError> parse_detokenize_request(std::string_view body, std::vector<int32_t>* tokens);
+
+// ---- responses (JSON text) ----
+std::string error_json(const ApiError& e);
+
+struct ChoiceResult {
+    std::string text;
+    std::string finish_reason;  // "stop" / "length" (an aborted request reports "abort")
+};
+struct Usage {
+    int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+};
+// The whole (non-streamed) response.
+std::string response_json(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model,
+                          const std::vector<ChoiceResult>& choices, const Usage& usage);
+// One SSE event body (without "data: "): a text delta of choice `index` and/or its finish reason
+// ("" = none yet). For chat, role_only sends the opening {"role": "assistant", "content": ""} delta.
+// with_usage_null adds "usage": null (stream_options.include_usage asks for it on every chunk).
+std::string chunk_json(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model, int index,
+                       const std::string& text, const std::string& finish_reason, bool role_only, bool with_usage_null);
+// The final usage chunk (choices: []).
+std::string usage_chunk_json(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model,
+                             const Usage& usage);
+std::string models_json(const std::string& model, int64_t created, int64_t max_model_len);
+
+}  // namespace kiln::server

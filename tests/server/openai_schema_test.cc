@@ -1,0 +1,179 @@
+// Request parsing and validation of src/server/openai_schema (no network, no model): accepted
+// shapes of every field, the 4xx of malformed, mistyped, out-of-range and unsupported fields, the
+// model-dependent checks (context, vocabulary, default max_tokens), and the response/chunk JSON.
+#include "server/openai_schema.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+namespace kiln::server {
+namespace {
+
+using json = nlohmann::json;
+
+std::optional<ApiError> parse(const std::string& body, GenerationRequest* r, Endpoint ep = Endpoint::kCompletions) {
+    return parse_generation_request(body, ep, r);
+}
+
+TEST(OpenAiSchema, ParsesACompletionRequest) {
+    GenerationRequest r;
+    auto e = parse(R"({"model": "m", "prompt": "hi", "max_tokens": 7, "temperature": 0.5, "top_p": 0.9,
+        "top_k": 40, "min_p": 0.1, "n": 3, "stop": ["a", "b"], "seed": -1, "presence_penalty": 1,
+        "frequency_penalty": -1, "repetition_penalty": 1.2, "logit_bias": {"5": -100, "7": 2.5},
+        "ignore_eos": true, "stream": true, "stream_options": {"include_usage": true}, "unknown": {"x": [1]}})",
+                   &r);
+    ASSERT_FALSE(e) << e->message;
+    EXPECT_EQ(r.model, "m");
+    EXPECT_EQ(r.prompt, "hi");
+    EXPECT_EQ(r.max_tokens, 7);
+    EXPECT_FLOAT_EQ(r.sampling.temperature, 0.5f);
+    EXPECT_EQ(r.sampling.top_k, 40);
+    EXPECT_EQ(r.n, 3);
+    EXPECT_EQ(r.sampling.stop, (std::vector<std::string>{"a", "b"}));
+    EXPECT_TRUE(r.sampling.has_seed);
+    EXPECT_EQ(r.sampling.seed, ~uint64_t(0));
+    ASSERT_EQ(r.sampling.logit_bias.size(), 2u);
+    EXPECT_TRUE(r.sampling.ignore_eos);
+    EXPECT_TRUE(r.stream);
+    EXPECT_TRUE(r.include_usage);
+}
+
+TEST(OpenAiSchema, PromptShapes) {
+    GenerationRequest r;
+    ASSERT_FALSE(parse(R"({"prompt": [1, 2, 3]})", &r));
+    EXPECT_TRUE(r.has_prompt_ids);
+    EXPECT_EQ(r.prompt_ids, (std::vector<int32_t>{1, 2, 3}));
+    ASSERT_FALSE(parse(R"({"prompt": [[4, 5]]})", &r));
+    EXPECT_EQ(r.prompt_ids, (std::vector<int32_t>{4, 5}));
+    ASSERT_FALSE(parse(R"({"prompt": ["one"]})", &r));
+    EXPECT_EQ(r.prompt, "one");
+    EXPECT_FALSE(r.has_prompt_ids);
+}
+
+TEST(OpenAiSchema, ChatMessages) {
+    GenerationRequest r;
+    auto e = parse(R"({"messages": [{"role": "developer", "content": "be brief"},
+        {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+        {"role": "assistant", "content": null}], "max_completion_tokens": 3})",
+                   &r, Endpoint::kChat);
+    ASSERT_FALSE(e) << e->message;
+    ASSERT_EQ(r.messages.size(), 3u);
+    EXPECT_EQ(r.messages[0].role, "system");
+    EXPECT_EQ(r.messages[1].content, "ab");
+    EXPECT_EQ(r.max_tokens, 3);
+}
+
+TEST(OpenAiSchema, RejectsBadBodies) {
+    const struct {
+        const char* body;
+        const char* param;
+    } cases[] = {
+        {"{bad", ""},
+        {"", ""},
+        {"[]", ""},
+        {R"({"max_tokens": 1})", "prompt"},
+        {R"({"prompt": 5})", "prompt"},
+        {R"({"prompt": ["a", "b"]})", "prompt"},
+        {R"({"prompt": [-1]})", "prompt"},
+        {R"({"prompt": [1.5]})", "prompt"},
+        {R"({"prompt": "x", "max_tokens": "3"})", "max_tokens"},
+        {R"({"prompt": "x", "max_tokens": 0})", "max_tokens"},
+        {R"({"prompt": "x", "max_tokens": 99999999999})", "max_tokens"},
+        {R"({"prompt": "x", "temperature": -1})", "temperature"},
+        {R"({"prompt": "x", "top_p": 0})", "top_p"},
+        {R"({"prompt": "x", "top_k": -2})", "top_k"},
+        {R"({"prompt": "x", "n": 9})", "n"},
+        {R"({"prompt": "x", "n": 1.0})", "n"},
+        {R"({"prompt": "x", "stop": 3})", "stop"},
+        {R"({"prompt": "x", "seed": 1e30})", "seed"},
+        {R"({"prompt": "x", "logit_bias": {"a": 1}})", "logit_bias"},
+        {R"({"prompt": "x", "logit_bias": {"1": 101}})", "logit_bias"},
+        {R"({"prompt": "x", "stream_options": {"include_usage": true}})", "stream_options"},
+        {R"({"prompt": "x", "logprobs": 2})", "logprobs"},
+        {R"({"prompt": "x", "echo": true})", "echo"},
+        {R"({"prompt": "x", "suffix": "s"})", "suffix"},
+        {R"({"prompt": "x", "best_of": 2})", "best_of"},
+        {R"({"prompt": "x", "model": 3})", "model"},
+        {"\"just a string\"", ""},
+    };
+    for (const auto& c : cases) {
+        GenerationRequest r;
+        auto e = parse(c.body, &r);
+        ASSERT_TRUE(e) << c.body;
+        EXPECT_EQ(e->status, 400) << c.body;
+        EXPECT_EQ(e->param, c.param) << c.body;
+        EXPECT_FALSE(e->message.empty());
+    }
+    GenerationRequest r;
+    EXPECT_TRUE(parse("{\"prompt\": \"\xff\"}", &r));                             // invalid UTF-8
+    EXPECT_TRUE(parse(std::string(100000, '[') + std::string(100000, ']'), &r));  // nesting
+    EXPECT_TRUE(parse(R"({"messages": []})", &r, Endpoint::kChat));
+    EXPECT_TRUE(parse(R"({"messages": [{"role": "wizard", "content": "x"}]})", &r, Endpoint::kChat));
+    EXPECT_TRUE(parse(R"({"messages": [{"role": "user", "content": "x"}], "tools": [{}]})", &r, Endpoint::kChat));
+}
+
+TEST(OpenAiSchema, HarmlessDefaultsOfUnsupportedFieldsAreAccepted) {
+    GenerationRequest r;
+    EXPECT_FALSE(parse(R"({"prompt": "x", "logprobs": null, "echo": false, "best_of": 1, "suffix": ""})", &r));
+    EXPECT_FALSE(parse(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": false,
+        "response_format": {"type": "text"}, "tools": []})",
+                       &r, Endpoint::kChat));
+}
+
+TEST(OpenAiSchema, ChecksAgainstTheModel) {
+    GenerationRequest r;
+    ASSERT_FALSE(parse(R"({"prompt": "x"})", &r));
+    ASSERT_FALSE(check_against_model(&r, 10, 512, 100));
+    EXPECT_EQ(r.sampling.max_tokens, 16);  // completions default
+    ASSERT_FALSE(parse(R"({"prompt": "x"})", &r));
+    ASSERT_FALSE(check_against_model(&r, 500, 512, 100));
+    EXPECT_EQ(r.sampling.max_tokens, 12);  // clipped default
+    ASSERT_FALSE(parse(R"({"messages": [{"role": "user", "content": "x"}]})", &r, Endpoint::kChat));
+    ASSERT_FALSE(check_against_model(&r, 12, 512, 100));
+    EXPECT_EQ(r.sampling.max_tokens, 500);  // chat default: the rest of the context
+    ASSERT_FALSE(parse(R"({"prompt": "x", "max_tokens": 503})", &r));
+    EXPECT_EQ(check_against_model(&r, 10, 512, 100)->param, "max_tokens");
+    ASSERT_FALSE(parse(R"({"prompt": "x"})", &r));
+    EXPECT_TRUE(check_against_model(&r, 512, 512, 100));  // no room
+    ASSERT_FALSE(parse(R"({"prompt": [1, 100]})", &r));
+    EXPECT_EQ(check_against_model(&r, 2, 512, 100)->param, "prompt");
+    ASSERT_FALSE(parse(R"({"prompt": "x", "logit_bias": {"100": 1}})", &r));
+    EXPECT_EQ(check_against_model(&r, 2, 512, 100)->param, "logit_bias");
+}
+
+TEST(OpenAiSchema, ResponsesAndChunks) {
+    json e = json::parse(error_json({404, "no", "invalid_request_error", "model", "model_not_found"}));
+    EXPECT_EQ(e["error"]["code"], "model_not_found");
+    EXPECT_TRUE(json::parse(error_json(bad_request("x")))["error"]["param"].is_null());
+    json r = json::parse(response_json(Endpoint::kChat, "id1", 1, "m", {{"hi\xff", "stop"}}, {3, 2, 0}));
+    EXPECT_EQ(r["object"], "chat.completion");
+    EXPECT_EQ(r["choices"][0]["message"]["content"], "hi\xef\xbf\xbd");  // invalid UTF-8 replaced
+    EXPECT_EQ(r["usage"]["total_tokens"], 5);
+    json c = json::parse(chunk_json(Endpoint::kCompletions, "id", 1, "m", 2, "t", "", false, true));
+    EXPECT_EQ(c["choices"][0]["index"], 2);
+    EXPECT_TRUE(c["choices"][0]["finish_reason"].is_null());
+    EXPECT_TRUE(c["usage"].is_null());
+    json role = json::parse(chunk_json(Endpoint::kChat, "id", 1, "m", 0, "", "", true, false));
+    EXPECT_EQ(role["choices"][0]["delta"]["role"], "assistant");
+    json u = json::parse(usage_chunk_json(Endpoint::kChat, "id", 1, "m", {1, 2, 0}));
+    EXPECT_TRUE(u["choices"].empty());
+    EXPECT_EQ(u["usage"]["completion_tokens"], 2);
+}
+
+TEST(OpenAiSchema, TokenizeBodies) {
+    std::string p;
+    bool add = false;
+    EXPECT_FALSE(parse_tokenize_request(R"({"prompt": "a b"})", &p, &add));
+    EXPECT_EQ(p, "a b");
+    EXPECT_TRUE(add);
+    EXPECT_TRUE(parse_tokenize_request(R"({"prompt": 1})", &p, &add));
+    std::vector<int32_t> ids;
+    EXPECT_FALSE(parse_detokenize_request(R"({"tokens": [1, 2]})", &ids));
+    EXPECT_EQ(ids.size(), 2u);
+    EXPECT_TRUE(parse_detokenize_request(R"({"tokens": [-1]})", &ids));
+    EXPECT_TRUE(parse_detokenize_request(R"({"tokens": "1"})", &ids));
+}
+
+}  // namespace
+}  // namespace kiln::server

@@ -1,0 +1,480 @@
+#!/usr/bin/env python3
+"""End-to-end test of `kiln serve` with the official openai client and raw HTTP.
+
+stories260K (llama2.c, tok512.bin beside it): /health, /v1/models, greedy completions equal to
+`kiln generate`, streaming equal to non-streaming, n > 1 with per-choice seeds, stop strings, usage,
+chat through --chat-template, 32 concurrent streaming clients each equal to its sequential answer,
+40+ malformed or hostile requests answered with the right 4xx while the server keeps serving, a
+client that disconnects mid-stream frees its request (metrics back to 0), /tokenize, /detokenize,
+/metrics. A second server checks --api-key (401) and --max-queue (429). With the SmolLM2 GGUF in
+~/.cache/kiln, chat is compared with `kiln generate --chat` and a long stream is cut by its client.
+Every server must exit 0 on SIGTERM. Skips (exit 0) only when the openai module is missing.
+"""
+import http.client
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+try:
+    import openai
+except ImportError:
+    print("serve_test: the openai Python module is missing (pip install -r scripts/requirements.txt); skipping")
+    sys.exit(0)
+
+KILN = os.environ["KILN_BIN"]
+TESTDATA = os.environ["KILN_TESTDATA"]
+MODEL = os.path.join(TESTDATA, "models/stories260K/stories260K.bin")
+SMOL = os.path.expanduser("~/.cache/kiln/SmolLM2-135M-Instruct.Q4_1.gguf")
+TMP = tempfile.mkdtemp(prefix="kiln_serve_test_")
+FAILURES = []
+
+
+def check(cond, what):
+    if not cond:
+        FAILURES.append(what)
+        print("FAIL:", what, flush=True)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Server:
+    def __init__(self, model, *extra):
+        self.port = free_port()
+        self.log_path = os.path.join(TMP, f"serve_{self.port}.log")
+        self.log = open(self.log_path, "wb")
+        cmd = [KILN, "serve", "-m", model, "-t", "2", "--port", str(self.port), *extra]
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"kiln serve exited early ({self.proc.returncode}): {open(self.log_path).read()}")
+            try:
+                if raw("GET", "/health", port=self.port)[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise SystemExit("kiln serve did not become healthy")
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            rc = self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = "timeout"
+        check(rc == 0, f"kiln serve on port {self.port} exit status {rc} after SIGTERM")
+        self.log.close()
+
+
+def raw(method, path, body=None, headers=None, port=None, timeout=60):
+    """One request on a fresh connection; (status, parsed JSON or text)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    if isinstance(body, (dict, list)):
+        body = json.dumps(body)
+    if isinstance(body, str):
+        body = body.encode()
+    conn.request(method, path, body=body, headers=headers or {})
+    r = conn.getresponse()
+    data = r.read()
+    conn.close()
+    try:
+        return r.status, json.loads(data)
+    except ValueError:
+        return r.status, data.decode("utf-8", "replace")
+
+
+def raw_bytes(port, payload):
+    """Sends raw bytes (maybe not even HTTP); returns the status code of the reply (0 if none)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    try:
+        s.sendall(payload)
+    except OSError:
+        pass
+    data = b""
+    try:
+        while b"\r\n" not in data:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+    except OSError:
+        pass
+    s.close()
+    try:
+        return int(data.split(b" ", 2)[1])
+    except (IndexError, ValueError):
+        return 0
+
+
+def generate(model, prompt, n, *extra):
+    out = subprocess.run([KILN, "generate", "-m", model, "-p", prompt, "-n", str(n), "-t", "2", *extra],
+                         capture_output=True, check=True)
+    return out.stdout.decode("utf-8", "replace")[:-1]  # generate ends with a newline
+
+
+def metric(port, name):
+    status, text = raw("GET", "/metrics", port=port)
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise KeyError(name)
+
+
+def wait_idle(port, what):
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        if metric(port, "kiln_requests_running") == 0 and metric(port, "kiln_kv_blocks_used") == 0 \
+                and metric(port, "kiln_requests_waiting") == 0:
+            return
+        time.sleep(0.05)
+    check(False, f"{what}: requests or KV blocks still in use")
+
+
+def collect_stream(stream):
+    text, finish = {}, {}
+    usage = None
+    for chunk in stream:
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for c in chunk.choices:
+            piece = c.text if hasattr(c, "text") else (c.delta.content or "")
+            text[c.index] = text.get(c.index, "") + (piece or "")
+            if c.finish_reason:
+                finish[c.index] = c.finish_reason
+    return text, finish, usage
+
+
+PROMPTS = ["Once upon a time", "The little dog", "Lily and Ben went to the park", "One day", "Tom had a red ball",
+           "The sun was", "She saw a big", "Mom said"]
+
+
+def test_basic(srv, client, model_name):
+    status, models = raw("GET", "/v1/models", port=srv.port)
+    check(status == 200 and models["data"][0]["id"] == model_name, f"/v1/models: {models}")
+    # Greedy completions equal `kiln generate`.
+    for p in PROMPTS[:3]:
+        want = generate(MODEL, p, 40)
+        r = client.completions.create(model=model_name, prompt=p, max_tokens=40, temperature=0)
+        check(r.choices[0].text == want, f"completion of {p!r}: {r.choices[0].text!r} != generate {want!r}")
+        check(r.choices[0].finish_reason in ("length", "stop"), f"finish_reason {r.choices[0].finish_reason}")
+        ntok = raw("POST", "/tokenize", {"prompt": p}, port=srv.port)[1]["count"]
+        check(r.usage.prompt_tokens == ntok, f"usage.prompt_tokens {r.usage.prompt_tokens} != {ntok}")
+        check(r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens, "usage total")
+        if r.choices[0].finish_reason == "length":
+            check(r.usage.completion_tokens == 40, f"completion_tokens {r.usage.completion_tokens}")
+    # Token-id prompts equal text prompts.
+    ids = raw("POST", "/tokenize", {"prompt": PROMPTS[0]}, port=srv.port)[1]["tokens"]
+    a = client.completions.create(model=model_name, prompt=ids, max_tokens=20, temperature=0).choices[0].text
+    b = client.completions.create(model=model_name, prompt=PROMPTS[0], max_tokens=20, temperature=0).choices[0].text
+    check(a == b, f"token-id prompt {a!r} != text prompt {b!r}")
+    status, d = raw("POST", "/detokenize", {"tokens": ids[1:]}, port=srv.port)
+    check(status == 200 and d["prompt"].strip() == PROMPTS[0], f"/detokenize: {d}")
+    # Default max_tokens of completions is 16.
+    r = client.completions.create(model=model_name, prompt=PROMPTS[1], temperature=0, extra_body={"ignore_eos": True})
+    check(r.usage.completion_tokens == 16 and r.choices[0].finish_reason == "length", f"default max_tokens: {r.usage}")
+    # Streaming equals non-streaming; include_usage sends a final usage chunk.
+    full = client.completions.create(model=model_name, prompt=PROMPTS[2], max_tokens=60, temperature=0)
+    text, finish, usage = collect_stream(client.completions.create(
+        model=model_name, prompt=PROMPTS[2], max_tokens=60, temperature=0, stream=True,
+        stream_options={"include_usage": True}))
+    check(text.get(0) == full.choices[0].text, f"stream {text.get(0)!r} != {full.choices[0].text!r}")
+    check(finish.get(0) == full.choices[0].finish_reason, f"stream finish {finish}")
+    check(usage is not None and usage.completion_tokens == full.usage.completion_tokens, f"stream usage {usage}")
+    # Stop strings: the greedy text cut before the first one.
+    long = generate(MODEL, "", 120)
+    r = client.completions.create(model=model_name, prompt="", max_tokens=120, temperature=0, stop=["Lily", "girl"])
+    cut = min(long.index("Lily"), long.index("girl"))
+    check(r.choices[0].text == long[:cut] and r.choices[0].finish_reason == "stop",
+          f"stop: {r.choices[0].text!r} vs {long[:cut]!r} ({r.choices[0].finish_reason})")
+    # n > 1 with a seed: choice i is the n=1 request seeded seed + i; the same request repeats.
+    kw = dict(model=model_name, prompt=PROMPTS[3], max_tokens=30, temperature=0.9, top_p=0.95)
+    r = client.completions.create(n=3, seed=1234, **kw)
+    check(len(r.choices) == 3 and [c.index for c in r.choices] == [0, 1, 2], "n=3 choices")
+    for i in range(3):
+        one = client.completions.create(n=1, seed=1234 + i, **kw).choices[0].text
+        check(r.choices[i].text == one, f"n=3 choice {i} {r.choices[i].text!r} != seed+{i} {one!r}")
+    check(len({c.text for c in r.choices}) > 1, "n=3 sampled choices are all equal")
+    check(3 <= r.usage.completion_tokens <= 90, f"n=3 usage {r.usage}")
+    text, _, _ = collect_stream(client.completions.create(n=3, seed=1234, stream=True, **kw))
+    check([text.get(i) for i in range(3)] == [c.text for c in r.choices], f"n=3 stream {text}")
+    # Sampling knobs are accepted.
+    r = client.completions.create(model=model_name, prompt=PROMPTS[4], max_tokens=10, temperature=0.7, top_p=0.9,
+                                  presence_penalty=0.5, frequency_penalty=0.3, logit_bias={"5": -100}, seed=3,
+                                  extra_body={"top_k": 20, "min_p": 0.05, "repetition_penalty": 1.1})
+    check(len(r.choices[0].text) > 0, "sampled completion empty")
+
+
+def test_chat(srv, client, model_name):
+    # The template writes BOS + the contents: the chat answer equals the plain completion.
+    for p in PROMPTS[:2]:
+        want = client.completions.create(model=model_name, prompt=p, max_tokens=30, temperature=0).choices[0].text
+        r = client.chat.completions.create(model=model_name, messages=[{"role": "user", "content": p}],
+                                           max_tokens=30, temperature=0)
+        check(r.choices[0].message.content == want and r.choices[0].message.role == "assistant",
+              f"chat {r.choices[0].message.content!r} != completion {want!r}")
+        text, finish, usage = collect_stream(client.chat.completions.create(
+            model=model_name, messages=[{"role": "user", "content": p}], max_tokens=30, temperature=0, stream=True,
+            stream_options={"include_usage": True}))
+        check(text.get(0) == want and usage is not None, f"chat stream {text.get(0)!r} != {want!r}")
+    # Chat's default max_tokens is the rest of the context.
+    r = client.chat.completions.create(model=model_name, messages=[{"role": "user", "content": "Once"}],
+                                       temperature=0, extra_body={"ignore_eos": True})
+    check(r.usage.prompt_tokens + r.usage.completion_tokens == 512, f"chat default max_tokens: {r.usage}")
+
+
+def test_concurrent(srv, client, model_name):
+    jobs = []
+    for i in range(32):
+        p = PROMPTS[i % len(PROMPTS)] + (" and" * (i // len(PROMPTS)))
+        kw = dict(model=model_name, prompt=p, max_tokens=48 + i % 5)
+        kw.update(dict(temperature=0.8, seed=100 + i) if i % 2 else dict(temperature=0))
+        jobs.append(kw)
+    want = [client.completions.create(**kw).choices[0].text for kw in jobs]
+    got = [None] * len(jobs)
+    errors = []
+
+    def run(i):
+        try:
+            got[i] = collect_stream(client.completions.create(stream=True, **jobs[i]))[0].get(0, "")
+        except Exception as e:  # reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    check(not errors, f"concurrent streams raised: {errors[:3]}")
+    for i in range(len(jobs)):
+        check(got[i] == want[i], f"concurrent stream {i}: {got[i]!r} != sequential {want[i]!r}")
+    wait_idle(srv.port, "after 32 concurrent streams")
+
+
+def hostile_cases(model_name):
+    """(method, path, body, expected status) — the body is sent as given (str/bytes) or JSON-encoded."""
+    ok = {"prompt": "Once", "max_tokens": 2}
+
+    def c(**kw):
+        d = dict(ok)
+        d.update(kw)
+        return d
+
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    P = "/v1/completions"
+    return [
+        ("POST", P, "{bad", 400), ("POST", P, "", 400), ("POST", P, "[]", 400), ("POST", P, "null", 400),
+        ("POST", P, '{"prompt": "x", "max_tokens": NaN}', 400),
+        ("POST", P, {"max_tokens": 2}, 400), ("POST", P, c(prompt=5), 400), ("POST", P, c(prompt={"a": 1}), 400),
+        ("POST", P, c(prompt=["a", "b"]), 400), ("POST", P, c(prompt=[-1, 5]), 400),
+        ("POST", P, c(prompt=[100000]), 400), ("POST", P, c(prompt=[1.5]), 400), ("POST", P, c(prompt=[]), 400),
+        ("POST", P, c(prompt="hello " * 3000), 400),
+        ("POST", P, c(max_tokens="16"), 400), ("POST", P, c(max_tokens=-5), 400), ("POST", P, c(max_tokens=0), 400),
+        ("POST", P, c(max_tokens=10 ** 12), 400), ("POST", P, c(max_tokens=2 ** 70), 400),
+        ("POST", P, c(max_tokens=600), 400), ("POST", P, '{"prompt": "x", "max_tokens": 1e400}', 400),
+        ("POST", P, c(max_completion_tokens=-1), 400),
+        ("POST", P, c(temperature=-1), 400), ("POST", P, c(temperature="hot"), 400), ("POST", P, c(top_p=0), 400),
+        ("POST", P, c(top_p=1.5), 400), ("POST", P, c(top_k=-2), 400), ("POST", P, c(min_p=2), 400),
+        ("POST", P, c(presence_penalty=3), 400), ("POST", P, c(frequency_penalty=-2.5), 400),
+        ("POST", P, c(repetition_penalty=0), 400),
+        ("POST", P, c(n=0), 400), ("POST", P, c(n=9), 400), ("POST", P, c(n=2.5), 400), ("POST", P, c(n="2"), 400),
+        ("POST", P, c(stop=5), 400), ("POST", P, c(stop=["x"] * 17), 400), ("POST", P, c(stop=[1]), 400),
+        ("POST", P, c(seed="abc"), 400), ("POST", P, c(seed=2 ** 70), 400),
+        ("POST", P, c(logit_bias={"abc": 1}), 400), ("POST", P, c(logit_bias={"99999": 1}), 400),
+        ("POST", P, c(logit_bias={"5": 1000}), 400), ("POST", P, c(logit_bias=[1, 2]), 400),
+        ("POST", P, c(ignore_eos="true"), 400), ("POST", P, c(stream="yes"), 400),
+        ("POST", P, c(stream_options={"include_usage": True}), 400),
+        ("POST", P, c(logprobs=5), 400), ("POST", P, c(echo=True), 400), ("POST", P, c(suffix="x"), 400),
+        ("POST", P, c(best_of=3), 400), ("POST", P, c(model="gpt-4"), 404), ("POST", P, c(model=7), 400),
+        ("POST", P, b'{"prompt": "\xff\xfe\xfd", "max_tokens": 2}', 400),
+        ("POST", P, "[" * 100000 + "]" * 100000, 400),
+        ("POST", P, '{"prompt": "' + "a" * (5 << 20) + '"}', 413),
+        ("POST", "/v1/chat/completions", dict(chat, messages=[]), 400),
+        ("POST", "/v1/chat/completions", dict(chat, messages="hi"), 400),
+        ("POST", "/v1/chat/completions", dict(chat, messages=[{"role": "wizard", "content": "x"}]), 400),
+        ("POST", "/v1/chat/completions", dict(chat, messages=[{"role": "user", "content": 5}]), 400),
+        ("POST", "/v1/chat/completions", dict(chat, messages=[{"content": "x"}]), 400),
+        ("POST", "/v1/chat/completions", dict(chat, tools=[{"type": "function", "function": {"name": "f"}}]), 400),
+        ("POST", "/v1/chat/completions", dict(chat, response_format={"type": "json_object"}), 400),
+        ("POST", "/v1/chat/completions", dict(chat, logprobs=True, top_logprobs=2), 400),
+        ("POST", "/tokenize", {"prompt": 5}, 400), ("POST", "/tokenize", "{", 400),
+        ("POST", "/detokenize", {"tokens": ["a"]}, 400), ("POST", "/detokenize", {"tokens": [99999]}, 400),
+        ("GET", "/nope", None, 404),
+        # Unknown fields are ignored; harmless defaults of unsupported ones are accepted.
+        ("POST", P, c(foo={"bar": [1, 2]}, user="u", logprobs=None, echo=False, best_of=1, model=model_name), 200),
+        ("POST", "/v1/chat/completions", dict(chat, frobnicate=True, response_format={"type": "text"}), 200),
+    ]
+
+
+def test_hostile(srv):
+    cases = hostile_cases(srv.model_name)
+    check(len(cases) >= 30, "fewer than 30 hostile cases")
+    for method, path, body, want in cases:
+        label = f"{method} {path} {str(body)[:80]!r}"
+        if want == 413:
+            head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+            got = raw_bytes(srv.port, head.encode() + body.encode())
+            check(got == 413, f"{label}: status {got}, want 413")
+        else:
+            status, reply = raw(method, path, body, port=srv.port)
+            check(status == want, f"{label}: status {status}, want {want}: {str(reply)[:200]}")
+            if want >= 400:
+                ok = isinstance(reply, dict) and isinstance(reply.get("error", {}).get("message"), str)
+                check(ok, f"{label}: not an OpenAI error object: {str(reply)[:200]}")
+        check(raw("GET", "/health", port=srv.port)[0] == 200, f"{label}: server unhealthy afterwards")
+    # Not HTTP at all, and a request line without a body.
+    check(raw_bytes(srv.port, b"GARBAGE\r\n\r\n") == 400, "garbage request line")
+    check(raw_bytes(srv.port, b"POST /v1/completions HTTP/1.1\r\nContent-Length: -5\r\n\r\n") in (400, 413),
+          "negative Content-Length")
+    status, _ = raw("POST", "/v1/completions", {"prompt": "Once", "max_tokens": 4}, port=srv.port)
+    check(status == 200, "server stopped serving after the hostile requests")
+    wait_idle(srv.port, "after hostile requests")
+
+
+def disconnect_mid_stream(port, path, body, read_bytes=200):
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    data = json.dumps(body).encode()
+    s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+    got = b""
+    while len(got) < read_bytes:
+        chunk = s.recv(read_bytes)
+        if not chunk:
+            break
+        got += chunk
+    s.close()
+    return got
+
+
+def test_disconnect(srv, path="/v1/completions", body=None):
+    body = body or {"prompt": "Once", "max_tokens": 500, "ignore_eos": True, "stream": True}
+    for _ in range(3):
+        got = disconnect_mid_stream(srv.port, path, body)
+        check(b"200" in got.split(b"\r\n", 1)[0], f"stream start: {got[:80]!r}")
+    wait_idle(srv.port, "after clients disconnected mid-stream")
+
+
+def test_key_server():
+    key = "s3cret-key"
+    srv = Server(MODEL, "--api-key", key, "--max-queue", "0", "--max-seqs", "1", "--log-format", "json")
+    try:
+        body = {"prompt": "Once", "max_tokens": 4}
+        check(raw("POST", "/v1/completions", body, port=srv.port)[0] == 401, "no API key: not 401")
+        check(raw("POST", "/v1/completions", body, {"Authorization": "Bearer wrong"}, port=srv.port)[0] == 401,
+              "wrong API key: not 401")
+        check(raw("POST", "/v1/completions", body, {"Authorization": key}, port=srv.port)[0] == 401,
+              "key without Bearer: not 401")
+        check(raw("GET", "/v1/models", port=srv.port)[0] == 401, "/v1/models without key: not 401")
+        check(raw("POST", "/tokenize", {"prompt": "x"}, port=srv.port)[0] == 401, "/tokenize without key: not 401")
+        check(raw("GET", "/health", port=srv.port)[0] == 200, "/health needs no key")
+        status, reply = raw("POST", "/v1/completions", body, {"Authorization": "Bearer " + key}, port=srv.port)
+        check(status == 200, f"right API key: {status} {reply}")
+        # --max-seqs 1 --max-queue 0: two choices at once exceed the limit.
+        status, reply = raw("POST", "/v1/completions", dict(body, n=2), {"Authorization": "Bearer " + key},
+                            port=srv.port)
+        check(status == 429 and reply["error"]["code"] == "rate_limit_exceeded", f"over --max-queue: {status} {reply}")
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{srv.port}/v1", api_key=key, max_retries=0)
+        r = client.completions.create(model="stories260K", prompt="Once", max_tokens=4, temperature=0)
+        check(len(r.choices) == 1, "openai client with the key")
+        bad = openai.OpenAI(base_url=f"http://127.0.0.1:{srv.port}/v1", api_key="nope", max_retries=0)
+        try:
+            bad.completions.create(model="stories260K", prompt="Once", max_tokens=4)
+            check(False, "openai client with a wrong key succeeded")
+        except openai.AuthenticationError:
+            pass
+    finally:
+        srv.stop()
+    lines = [json.loads(l) for l in open(srv.log_path) if l.startswith("{")]
+    check(any(l.get("status") == 200 and l.get("completion_tokens") == 4 for l in lines),
+          f"--log-format json lines: {lines[:3]}")
+
+
+def test_smollm2():
+    """Chat on a model with its own template equals `kiln generate --chat`; a slow stream cut by its client
+    is aborted (counted) and frees its KV blocks; SIGTERM during a stream still exits 0."""
+    if not os.path.exists(SMOL):
+        print("serve_test: no SmolLM2 GGUF in ~/.cache/kiln; skipping its chat checks")
+        return
+    srv = Server(SMOL, "--served-model-name", "smol")
+    try:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{srv.port}/v1", api_key="x", max_retries=0)
+        q = "What is the capital of France?"
+        want = generate(SMOL, q, 24, "--chat")
+        r = client.chat.completions.create(model="smol", messages=[{"role": "user", "content": q}], max_tokens=24,
+                                           temperature=0)
+        check(r.choices[0].message.content == want, f"SmolLM2 chat {r.choices[0].message.content!r} != {want!r}")
+        text, _, _ = collect_stream(client.chat.completions.create(
+            model="smol", messages=[{"role": "user", "content": q}], max_tokens=24, temperature=0, stream=True))
+        check(text.get(0) == want, f"SmolLM2 chat stream {text.get(0)!r} != {want!r}")
+        aborts = metric(srv.port, "kiln_client_aborts_total")
+        test_disconnect(srv, "/v1/chat/completions",
+                        {"messages": [{"role": "user", "content": "Tell me a long story."}], "max_tokens": 1000,
+                         "ignore_eos": True, "stream": True, "model": "smol"})
+        check(metric(srv.port, "kiln_client_aborts_total") >= aborts + 3, "disconnects not counted as aborts")
+        # SIGTERM while a stream is running: the stream ends and the server exits 0.
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+        data = json.dumps({"prompt": "Once", "max_tokens": 1000, "ignore_eos": True, "stream": True}).encode()
+        s.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {len(data)}\r\n\r\n".encode() + data)
+        s.recv(100)
+    finally:
+        t0 = time.time()
+        srv.stop()
+        check(time.time() - t0 < 15, f"shutdown with a running stream took {time.time() - t0:.1f} s")
+
+
+def main():
+    if not os.path.exists(MODEL):
+        print("serve_test: no test data, skipping")
+        return 0
+    tmpl = os.path.join(TMP, "tmpl.jinja")
+    with open(tmpl, "w") as f:
+        f.write("{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    srv = Server(MODEL, "--chat-template", tmpl)
+    srv.model_name = "stories260K"
+    try:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{srv.port}/v1", api_key="unused", max_retries=0)
+        for name, fn in [("basic", lambda: test_basic(srv, client, srv.model_name)),
+                         ("chat", lambda: test_chat(srv, client, srv.model_name)),
+                         ("concurrent", lambda: test_concurrent(srv, client, srv.model_name)),
+                         ("hostile", lambda: test_hostile(srv)),
+                         ("disconnect", lambda: test_disconnect(srv))]:
+            t0 = time.time()
+            n0 = len(FAILURES)
+            fn()
+            print(f"serve_test: {name}: {'ok' if len(FAILURES) == n0 else 'FAILED'} ({time.time() - t0:.1f} s)",
+                  flush=True)
+        status, text = raw("GET", "/metrics", port=srv.port)
+        for name in ["kiln_requests_running", "kiln_requests_waiting", "kiln_kv_blocks_used", "kiln_kv_blocks_total",
+                     "kiln_prefix_cache_hit_rate", "kiln_prompt_tokens_total", "kiln_generation_tokens_total",
+                     "kiln_time_to_first_token_seconds_count", "kiln_e2e_request_latency_seconds_count"]:
+            check(f"\n{name} " in "\n" + text, f"/metrics lacks {name}")
+    finally:
+        srv.stop()
+    log = open(srv.log_path).read()
+    check("/v1/completions 200" in log and "ttft=" in log, "no request log lines")
+    for name, fn in [("api key + queue limit", test_key_server), ("SmolLM2", test_smollm2)]:
+        t0 = time.time()
+        n0 = len(FAILURES)
+        fn()
+        print(f"serve_test: {name}: {'ok' if len(FAILURES) == n0 else 'FAILED'} ({time.time() - t0:.1f} s)",
+              flush=True)
+    if FAILURES:
+        print(f"serve_test: {len(FAILURES)} failure(s); server logs in {TMP}")
+        return 1
+    print("serve_test: ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+// `kiln serve [-m MODEL] [--host H] [--port P] [--api-key K] [--max-queue N] [--served-model-name NAME]
+// [--chat-template FILE] [--log-format text|json] [engine options]`: loads the model into a
+// kiln::Engine and serves the OpenAI-compatible HTTP API of src/server (docs/server.md) until
+// SIGINT or SIGTERM, which stop the listener, abort running requests and exit 0.
+// Signals: blocked in every thread (the mask is set before any thread starts) and taken by one
+// sigwait thread, so no handler runs inside the engine or httplib.
+#include <pthread.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "args.h"
+#include "commands.h"
+#include "engine_options.h"
+#include "kiln/engine.h"
+#include "model_session.h"
+#include "server/http_server.h"
+
+namespace kiln::tools {
+namespace {
+
+constexpr const char* kServeUsage =
+    "usage: kiln serve [-m MODEL] [--host HOST] [--port PORT] [--api-key KEY] [--max-queue N]\n"
+    "                  [--served-model-name NAME] [--chat-template FILE] [--log-format text|json]\n"
+    "                  [-t N] [engine options]\n"
+    "\n"
+    "Serves MODEL over an OpenAI-compatible HTTP API (docs/server.md): /v1/completions,\n"
+    "/v1/chat/completions (JSON or SSE streaming), /v1/models, /health, /metrics, /tokenize,\n"
+    "/detokenize. SIGINT or SIGTERM stop it.\n"
+    "\n"
+    "  --host HOST            address to listen on (default 127.0.0.1)\n"
+    "  --port PORT            TCP port (default 8000; 0 = any free port, printed on stderr)\n"
+    "  --api-key KEY          require 'Authorization: Bearer KEY' on /v1/*, /tokenize, /detokenize\n"
+    "  --max-queue N          requests that may wait beyond --max-seqs before 429 (default 256)\n"
+    "  --served-model-name N  the model name clients send and see (default: the model's name)\n"
+    "  --chat-template FILE   a Jinja chat template instead of the model's (for models without one)\n"
+    "  --log-format FMT       request log lines on stderr: text (default) or json\n";
+
+void print_usage(std::FILE* f) {
+    std::fputs(kServeUsage, f);
+    std::fputs(kSessionHelp, f);
+    std::fputs(kEngineHelp, f);
+}
+
+bool parse_int_in(const std::string& s, long lo, long hi, int* out) {
+    try {
+        size_t used = 0;
+        long v = std::stol(s, &used);
+        if (used != s.size() || v < lo || v > hi) return false;
+        *out = int(v);
+        return true;
+    } catch (...) {
+        return false;
+    }
+}
+
+// Fills the server options from the flags; false after printing the problem.
+bool parse_server_options(const Args& args, server::ServerOptions& o) {
+    if (auto v = args.get("--host")) o.host = *v;
+    if (auto v = args.get("--port"); v && !parse_int_in(*v, 0, 65535, &o.port)) {
+        std::fprintf(stderr, "kiln serve: --port needs an integer in [0, 65535], got '%s'\n", v->c_str());
+        return false;
+    }
+    if (auto v = args.get("--max-queue"); v && !parse_int_in(*v, 0, 1 << 20, &o.max_queue)) {
+        std::fprintf(stderr, "kiln serve: --max-queue needs an integer in [0, 1048576], got '%s'\n", v->c_str());
+        return false;
+    }
+    if (auto v = args.get("--api-key")) {
+        if (v->empty()) {
+            std::fprintf(stderr, "kiln serve: --api-key is empty\n");
+            return false;
+        }
+        o.api_key = *v;
+    }
+    if (auto v = args.get("--served-model-name")) o.served_model_name = *v;
+    if (auto v = args.get("--log-format")) {
+        if (*v != "text" && *v != "json") {
+            std::fprintf(stderr, "kiln serve: --log-format is text or json, got '%s'\n", v->c_str());
+            return false;
+        }
+        o.log_json = *v == "json";
+    }
+    if (auto f = args.get("--chat-template")) {
+        std::ifstream in(*f, std::ios::binary);
+        if (!in) {
+            std::fprintf(stderr, "kiln serve: cannot read chat template '%s'\n", f->c_str());
+            return false;
+        }
+        std::stringstream ss;
+        ss << in.rdbuf();
+        o.chat_template = ss.str();
+    }
+    return true;
+}
+
+}  // namespace
+
+int cmd_serve(int argc, char** argv) {
+    Args args(merged({"--help", "-h"}, engine_flags()),
+              merged({"--host", "--port", "--api-key", "--max-queue", "--served-model-name", "--chat-template",
+                      "--log-format"},
+                     engine_options()));
+    if (!args.parse(argc, argv, 2)) {
+        std::fprintf(stderr, "kiln serve: %s\n", args.error().c_str());
+        print_usage(stderr);
+        return 2;
+    }
+    if (args.has("--help") || args.has("-h")) {
+        print_usage(stdout);
+        return 0;
+    }
+    if (!args.positional().empty()) {
+        print_usage(stderr);
+        return 2;
+    }
+    server::ServerOptions sopt;
+    if (!parse_server_options(args, sopt)) return 2;
+    EngineOptions options;
+    if (!parse_engine_options(args, "serve", options)) return 2;
+    sopt.max_seqs = options.max_seqs;
+
+    // Before any thread exists, so that every thread inherits the mask and only sigwait sees them.
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+    std::signal(SIGPIPE, SIG_IGN);  // a vanished client is a failed write, not a dead server
+
+    Status st;
+    std::unique_ptr<Engine> engine = Engine::create(options, &st);
+    if (!engine) {
+        std::fprintf(stderr, "kiln serve: %s\n", st.message.c_str());
+        return 1;
+    }
+    if (!sopt.chat_template.empty()) {  // a broken template is a start-up error, not one per request
+        std::string text;
+        Status t = engine->apply_chat_template({{"user", "hi"}}, true, sopt.chat_template, &text);
+        if (!t.ok()) {
+            std::fprintf(stderr, "kiln serve: --chat-template: %s\n", t.message.c_str());
+            return 2;
+        }
+    }
+    server::HttpServer http(*engine, sopt);
+    std::string err;
+    if (!http.bind(&err)) {
+        std::fprintf(stderr, "kiln serve: %s\n", err.c_str());
+        return 1;
+    }
+    const ModelInfo& info = engine->model_info();
+    std::fprintf(stderr, "kiln serve: %s (%s, context %lld, %d threads, %s) on http://%s:%d\n", info.path.c_str(),
+                 info.arch.c_str(), (long long)info.max_model_len, info.threads, info.isa.c_str(), sopt.host.c_str(),
+                 http.port());
+    std::fflush(stderr);
+
+    std::atomic<bool> signalled{false};
+    std::thread sig_thread([&] {
+        int sig = 0;
+        sigwait(&sigs, &sig);
+        if (!signalled.exchange(true)) std::fprintf(stderr, "kiln serve: signal %d, shutting down\n", sig);
+        http.stop();
+    });
+    const bool ok = http.serve();
+    http.stop();
+    // Wakes sigwait when serve() ended on its own (the signal stays blocked, so it only reaches sigwait).
+    if (!signalled.exchange(true)) pthread_kill(sig_thread.native_handle(), SIGTERM);
+    sig_thread.join();
+    if (!ok) {
+        std::fprintf(stderr, "kiln serve: the listener failed\n");
+        return 1;
+    }
+    return 0;
+}
+
+}  // namespace kiln::tools
