@@ -231,6 +231,67 @@ TEST(QuantMatmul, Avx512VnniMatchesRef) {
     check_isa(Isa::kAvx512Vnni);
 }
 
+// Batch invariance of the legacy SIMD kernels (the serving engine compares logits bit for bit
+// across batch compositions): y[t, r] must not depend on how many tokens share the gemm call, on
+// the tile a row or token lands in, or on the row range. 37 rows (not a multiple of the 8-row
+// lanes = rows tiles), n = 1..19 tokens: one call over all tokens and rows [0, 37) against (a) each
+// token alone and (b) uneven row ranges [0, 5), [5, 21), [21, 37) called separately.
+TEST(QuantMatmul, LegacyGemmIsBatchInvariant) {
+    const DType legacy[] = {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0};
+    const int64_t rows = 37, k = 256;
+    const int64_t ranges[][2] = {{0, 5}, {5, 21}, {21, 37}};
+    int isas_run = 0;
+    for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
+        if (!isa_supported(isa) || find_matmul_kernel(DType::kQ8_0, isa) == nullptr) continue;
+        ++isas_run;
+        uint32_t seed = 9000;
+        for (DType t : legacy) {
+            const MatmulKernel* kern = find_matmul_kernel(t, isa);
+            ASSERT_NE(kern, nullptr);
+            const std::vector<uint8_t> w = random_weights(t, rows, k, ++seed);
+            const size_t wrb = size_t(*core::dtype_bytes(t, uint64_t(k)));
+            const size_t arb = kern->act_row_bytes(k);
+            for (int64_t n = 1; n <= 19; ++n) {
+                const std::string at = std::string(core::dtype_name(t)) + " isa=" + isa_name(isa) +
+                                       " n=" + std::to_string(n) + " seed=" + std::to_string(seed);
+                std::vector<uint8_t> act(arb * size_t(n));
+                for (int64_t ti = 0; ti < n; ++ti) {
+                    const std::vector<float> x = random_x(k, seed * 131 + uint32_t(n * 19 + ti));
+                    kern->quantize_row(x.data(), &act[size_t(ti) * arb], k);
+                }
+                std::vector<float> all(size_t(n * rows), NAN);  // [n, rows]
+                kern->gemm(w.data(), wrb, act.data(), arb, n, k, all.data(), rows, 0, rows);
+                // (a) each token alone
+                std::vector<float> alone(size_t(n * rows), NAN);
+                for (int64_t ti = 0; ti < n; ++ti) {
+                    kern->gemm(w.data(), wrb, &act[size_t(ti) * arb], arb, 1, k, &alone[size_t(ti * rows)], rows, 0,
+                               rows);
+                }
+                // (b) uneven row ranges, all tokens at once
+                std::vector<float> split(size_t(n * rows), NAN);
+                for (const auto& rr : ranges) {
+                    kern->gemm(w.data(), wrb, act.data(), arb, n, k, split.data(), rows, rr[0], rr[1]);
+                }
+                for (int64_t ti = 0; ti < n; ++ti) {
+                    for (int64_t r = 0; r < rows; ++r) {
+                        const size_t i = size_t(ti * rows + r);
+                        ASSERT_FALSE(std::isnan(all[i])) << at << " token " << ti << " row " << r;
+                        // bit for bit (memcmp, so -0 vs +0 would count as a difference too)
+                        EXPECT_EQ(0, std::memcmp(&all[i], &alone[i], 4))
+                            << at << " token " << ti << " row " << r << ": n tokens " << all[i] << " vs alone "
+                            << alone[i];
+                        EXPECT_EQ(0, std::memcmp(&all[i], &split[i], 4))
+                            << at << " token " << ti << " row " << r << ": rows [0, 37) " << all[i]
+                            << " vs split ranges " << split[i];
+                    }
+                }
+                if (HasFailure()) return;  // one case's report is enough
+            }
+        }
+    }
+    if (isas_run == 0) GTEST_SKIP() << "no SIMD ISA supported by this CPU";
+}
+
 // (b): the ref kernel against the fp32 reference matmul over dequantized weights.
 TEST(QuantMatmul, RefMatchesFloatMatmulWithinActivationRounding) {
     uint32_t seed = 5000;

@@ -1,8 +1,8 @@
 // Matmul building blocks for ops::matmul: y = x @ W^T with W stored as rows of a plain or GGML
 // block-quantized dtype, compiled once per ISA and picked at run time. A kernel is a plain struct of
 // function pointers; the caller owns threading (it splits the weight rows [r0, r1) across threads;
-// decode tiles are 4 rows for F32/F16/BF16/legacy formats and 2 for K-quants, so splits at
-// multiples of 4 avoid remainder tiles) and scratch (activation rows quantized by quantize_row once
+// decode tiles are 8 rows for the legacy formats (lanes = rows), 4 for F32/F16/BF16 and 2 for
+// K-quants, so splits at multiples of 8 avoid remainder tiles) and scratch (activation rows quantized by quantize_row once
 // per token, shared by all threads).
 // ISAs: kRef (kernels/ref/quant_matmul.cc, scalar oracle); kAvx2 (AVX2+FMA+F16C); kAvx512 (the
 // same 256-bit kernel bodies built with AVX-512 F/BW/VL/DQ: EVEX, 32 registers); kAvx512Vnni (as

@@ -3,9 +3,11 @@
 // kernels/ref/quant_matmul.cc for the scalar oracle with the same integer arithmetic.
 // Per block: unpack the weight bytes once (nibbles with shift/mask, the 5th bit from qh via a
 // byte shuffle + compare), integer dot u8 x s8 (Q8_0 via the sign trick |w| x sign(x, w); Q4_0/Q5_0
-// as unsigned q minus offset * sum(x), the sum computed once per activation block for all rows;
-// maddubs + madd on AVX2, one vpdpbusd where the TU is built with AVX512-VNNI, see simd_avx2.h),
-// then one FMA into an fp32 accumulator per (weight row, activation row).
+// as unsigned q minus offset * sum(x), computed once per activation block for 8 rows;
+// maddubs + madd on AVX2, one vpdpbusd where the TU is built with AVX512-VNNI, see simd_avx2.h).
+// Legacy tiles are lanes = rows (see Legacy below): 8 weight rows share one fp32 accumulator vector
+// per activation row, and y[t * ldy + r] gets the same lane operations on every path (batch
+// invariance). Float weights keep one 8-lane accumulator per (weight row, activation row).
 // Include ONLY from ISA TUs (matmul_avx2.cc, matmul_avx512.cc, matmul_avx512vnni.cc): everything
 // here has internal linkage, so each TU gets its own copy compiled with its own instruction set.
 #pragma once
@@ -69,118 +71,240 @@ inline __m256i bit4_from_qh(const uint8_t* p) {
     return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
 }
 
-// [fp16 at p, 0, 0, 0] and [fp16 at p, fp16 at p + 2, 0, 0] as floats: the block's (d) or (d, m).
-inline __m128 half_lane0(const uint8_t* p) {
-    uint16_t h;
-    std::memcpy(&h, p, 2);
-    return _mm_cvtph_ps(_mm_cvtsi32_si128(h));
-}
-inline __m128 half_pair(const uint8_t* p) {
-    uint32_t u;
-    std::memcpy(&u, p, 4);
-    return _mm_cvtph_ps(_mm_cvtsi32_si128(int32_t(u)));
-}
-
 // kSigned: weights are int8 (sign trick); otherwise unsigned with weight = d * (u - kOffset) (+ m).
+// kD (kM): byte offset of the fp16 scale (min) in the block.
 struct FmtQ8_0 {
-    static constexpr size_t kBytes = blk::kQ8_0Bytes;
+    static constexpr size_t kBytes = blk::kQ8_0Bytes, kD = blk::kQ8_0D, kM = 0;
     static constexpr bool kSigned = true, kMin = false;
     static constexpr int kOffset = 0;
-    static __m128 scales(const uint8_t* b) { return half_lane0(b + blk::kQ8_0D); }
     static __m256i load(const uint8_t* b) {
         return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + blk::kQ8_0Qs));
     }
 };
 struct FmtQ4_0 {
-    static constexpr size_t kBytes = blk::kQ4_0Bytes;
+    static constexpr size_t kBytes = blk::kQ4_0Bytes, kD = blk::kQ4_0D, kM = 0;
     static constexpr bool kSigned = false, kMin = false;
     static constexpr int kOffset = 8;
-    static __m128 scales(const uint8_t* b) { return half_lane0(b + blk::kQ4_0D); }
     static __m256i load(const uint8_t* b) { return nibbles32(b + blk::kQ4_0Qs); }
 };
 struct FmtQ4_1 {
-    static constexpr size_t kBytes = blk::kQ4_1Bytes;
+    static constexpr size_t kBytes = blk::kQ4_1Bytes, kD = blk::kQ4_1D, kM = blk::kQ4_1M;
     static constexpr bool kSigned = false, kMin = true;
     static constexpr int kOffset = 0;
-    static_assert(blk::kQ4_1M == blk::kQ4_1D + 2);
-    static __m128 scales(const uint8_t* b) { return half_pair(b + blk::kQ4_1D); }
     static __m256i load(const uint8_t* b) { return nibbles32(b + blk::kQ4_1Qs); }
 };
 struct FmtQ5_0 {
-    static constexpr size_t kBytes = blk::kQ5_0Bytes;
+    static constexpr size_t kBytes = blk::kQ5_0Bytes, kD = blk::kQ5_0D, kM = 0;
     static constexpr bool kSigned = false, kMin = false;
     static constexpr int kOffset = 16;
-    static __m128 scales(const uint8_t* b) { return half_lane0(b + blk::kQ5_0D); }
     static __m256i load(const uint8_t* b) {
         return _mm256_or_si256(nibbles32(b + blk::kQ5_0Qs), bit4_from_qh(b + blk::kQ5_0Qh));
     }
 };
 struct FmtQ5_1 {
-    static constexpr size_t kBytes = blk::kQ5_1Bytes;
+    static constexpr size_t kBytes = blk::kQ5_1Bytes, kD = blk::kQ5_1D, kM = blk::kQ5_1M;
     static constexpr bool kSigned = false, kMin = true;
     static constexpr int kOffset = 0;
-    static_assert(blk::kQ5_1M == blk::kQ5_1D + 2);
-    static __m128 scales(const uint8_t* b) { return half_pair(b + blk::kQ5_1D); }
     static __m256i load(const uint8_t* b) {
         return _mm256_or_si256(nibbles32(b + blk::kQ5_1Qs), bit4_from_qh(b + blk::kQ5_1Qh));
     }
 };
 
-template <class Fmt>
-struct Legacy {
-    static constexpr int kDecodeRows = 4;
-    static constexpr int kPrefillRows = 2;
+// Reductions for lanes = rows. All sums are of exact integers, so their order does not matter.
+// unpack + add rather than hadd: vphaddd is microcoded on Zen (one per 2 cycles, 4x an unpack).
+// pair(a, b): per 128-bit half, dwords [a0 + a2, b0 + b2, a1 + a3, b1 + b3];
+// quad(pair(a, b), pair(c, d)): per half, dwords [a, b, c, d], each the sum of the half's 4 dwords.
+inline __m256i pair_i32(__m256i a, __m256i b) {
+    return _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
+}
+inline __m256i quad_i32(__m256i a, __m256i b) {
+    return _mm256_add_epi32(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b));
+}
+// The same moves on int16 pairs (a dword = 2 int16 lanes, added lane-wise, wrapping).
+inline __m256i pair_i16(__m256i a, __m256i b) {
+    return _mm256_add_epi16(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
+}
+inline __m256i quad_i16(__m256i a, __m256i b) {
+    return _mm256_add_epi16(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b));
+}
+// [r0..r3 | r0..r3] (half sums) and [r4..r7 | r4..r7] -> [r0 .. r7].
+inline __m256i halves_i32(__m256i s0123, __m256i s4567) {
+    return _mm256_add_epi32(_mm256_blend_epi32(s0123, s4567, 0xf0), _mm256_permute2x128_si256(s0123, s4567, 0x21));
+}
 
-    // Scales in the vector domain: [d_w, m_w] * [d_x, s_x] = [d_w d_x, m_w s_x] in one multiply; lane
-    // 0 is broadcast for the FMA, lane 1 (the min term, formats with a min) summed in an xmm.
-    template <int R, int T>
-    static void tile(const uint8_t* w, size_t wrb, const uint8_t* act, size_t arb, int64_t k, float* y, int64_t ldy) {
-        __m256 acc[R][T];
-        __m128 macc[R][T];
-        for (int r = 0; r < R; ++r) {
-            for (int t = 0; t < T; ++t) {
-                acc[r][t] = _mm256_setzero_ps();
-                macc[r][t] = _mm_setzero_ps();
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+constexpr bool kLegacyVnni = true;
+#else
+constexpr bool kLegacyVnni = false;
+#endif
+
+// Lane i = dot(weight block row i, activation block) as an exact int32 (including the Q4_0/Q5_0
+// offset: dot(u, x) - offset * sum(x) = dot(u - offset, x)). wq: the 8 rows' blocks as loaded.
+template <class Fmt>
+inline __m256i block_dots8(const __m256i* wq, __m256i xq) {
+    if constexpr (!Fmt::kSigned && !kLegacyVnni) {
+        // 4- and 5-bit weights without VNNI: maddubs gives int16 pair sums |u0 x0 + u1 x1| <= 2 * 31 * 127;
+        // the first two reduction levels add 4 of them (8 products) in int16: the true sums (with the
+        // offset subtracted: <= 8 * 16 * 127) fit, so wrapping intermediates do not matter. One madd
+        // per 4 rows then widens to int32.
+        __m256i q0123 = quad_i16(pair_i16(_mm256_maddubs_epi16(wq[0], xq), _mm256_maddubs_epi16(wq[1], xq)),
+                                 pair_i16(_mm256_maddubs_epi16(wq[2], xq), _mm256_maddubs_epi16(wq[3], xq)));
+        __m256i q4567 = quad_i16(pair_i16(_mm256_maddubs_epi16(wq[4], xq), _mm256_maddubs_epi16(wq[5], xq)),
+                                 pair_i16(_mm256_maddubs_epi16(wq[6], xq), _mm256_maddubs_epi16(wq[7], xq)));
+        if constexpr (Fmt::kOffset != 0) {
+            const __m256i o = pair_i16(_mm256_maddubs_epi16(_mm256_set1_epi8(Fmt::kOffset), xq),
+                                       _mm256_maddubs_epi16(_mm256_set1_epi8(Fmt::kOffset), xq));
+            const __m256i oq = quad_i16(o, o);
+            q0123 = _mm256_sub_epi16(q0123, oq);
+            q4567 = _mm256_sub_epi16(q4567, oq);
+        }
+        const __m256i ones = _mm256_set1_epi16(1);
+        return halves_i32(_mm256_madd_epi16(q0123, ones), _mm256_madd_epi16(q4567, ones));
+    } else {
+        __m256i v[8];
+        for (int i = 0; i < 8; ++i) {
+            if constexpr (Fmt::kSigned) {
+                v[i] = avx2_dot_u8s8(_mm256_abs_epi8(wq[i]), _mm256_sign_epi8(xq, wq[i]));
+            } else {
+                v[i] = avx2_dot_u8s8(wq[i], xq);
             }
         }
-        static_assert(blk::kActQ8S == blk::kActQ8D + 4);
+        __m256i s0123 = quad_i32(pair_i32(v[0], v[1]), pair_i32(v[2], v[3]));
+        __m256i s4567 = quad_i32(pair_i32(v[4], v[5]), pair_i32(v[6], v[7]));
+        if constexpr (Fmt::kOffset != 0) {
+            // the offset dot reduced the same way: the half's sum in every dword of the half
+            const __m256i o = pair_i32(avx2_dot_u8s8(_mm256_set1_epi8(Fmt::kOffset), xq),
+                                       avx2_dot_u8s8(_mm256_set1_epi8(Fmt::kOffset), xq));
+            const __m256i oq = quad_i32(o, o);
+            s0123 = _mm256_sub_epi32(s0123, oq);
+            s4567 = _mm256_sub_epi32(s4567, oq);
+        }
+        return halves_i32(s0123, s4567);
+    }
+}
+
+// Legacy formats, lanes = rows: 8 weight rows share one fp32 accumulator vector per activation row
+// (lane i = weight row i), so the scaling, conversion and accumulation are done once per 8 rows.
+// Per block and activation row: the 8 integer block dots, reduced to one vector of 8 exact int32
+// (block_dots8; the Q4_0/Q5_0 offset term, identical for all rows, subtracted once for the 8),
+// converted once, then
+//   acc  = fma(d_w * d_x, idot, acc)      (lane-wise: one rounding for the product, one for the fma)
+//   macc = fma(m_w, s_x, macc)            (formats with a min)
+// and y = acc (+ macc) at the end. Batch invariance (the serving engine compares logits bit for
+// bit): every y[t * ldy + r] goes through exactly these lane operations in block order whatever n,
+// the tile shape, the row range or the row's lane: decode, prefill and remainder rows all run tile8
+// (remainder groups repeat the last valid row and store only the valid lanes). Keep every fp32
+// multiply feeding an fma's multiplicand: GCC contracts a mul whose result is only added (default
+// -ffp-contract=fast), which could differ between inlined tile shapes.
+template <class Fmt>
+struct Legacy {
+    static constexpr int kRows = 8;
+    static constexpr int kMaxTokens = 4;
+
+    // rows[i]: weight row of lane i; y + i: its output column; lanes [0, valid) are stored.
+    // next_group (decode): where the next 8 contiguous rows start, prefetched block by block.
+    template <int T>
+    static void tile8(const uint8_t* const* rows, const uint8_t* act, size_t arb, int64_t k, float* y, int64_t ldy,
+                      int valid, const uint8_t* next_group) {
+        __m256 acc[T], macc[T];
+        for (int t = 0; t < T; ++t) {
+            acc[t] = _mm256_setzero_ps();
+            macc[t] = _mm256_setzero_ps();
+        }
         const int64_t nb = k / blk::kQK;
         for (int64_t b = 0; b < nb; ++b) {
-            if constexpr (T == 1) avx2_prefetch_next_group(w + R * int64_t(wrb), R * int64_t(Fmt::kBytes), b);
-            __m256i wq[R], wu[R];
-            __m128 ws[R];
-            for (int r = 0; r < R; ++r) {
-                const uint8_t* wb = w + r * int64_t(wrb) + b * int64_t(Fmt::kBytes);
-                ws[r] = Fmt::scales(wb);
-                wq[r] = Fmt::load(wb);
-                wu[r] = Fmt::kSigned ? _mm256_abs_epi8(wq[r]) : wq[r];
+            if (next_group) avx2_prefetch_next_group(next_group, kRows * int64_t(Fmt::kBytes), b);
+            const int64_t boff = b * int64_t(Fmt::kBytes);
+            __m256i wq[kRows];
+            for (int i = 0; i < kRows; ++i) wq[i] = Fmt::load(rows[i] + boff);
+            // the 8 rows' fp16 scales (and mins) through a small array: GCC builds it with vpinsrw (a
+            // vpgatherdd, or forcing the array through memory (failed store forwarding), measured slower)
+            alignas(32) uint16_t dh[kRows], mh[kRows];
+            for (int i = 0; i < kRows; ++i) {
+                const uint8_t* wb = rows[i] + boff;
+                std::memcpy(&dh[i], wb + Fmt::kD, 2);
+                if constexpr (Fmt::kMin) std::memcpy(&mh[i], wb + Fmt::kM, 2);
             }
+            const __m256 dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(dh)));
+            __m256 mw = _mm256_setzero_ps();
+            if constexpr (Fmt::kMin) mw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(mh)));
             for (int t = 0; t < T; ++t) {
                 const uint8_t* xb = act + t * int64_t(arb) + b * int64_t(blk::kActQ8Bytes);
-                // [d_x, s_x]: an unaligned 8-byte load (_mm_loadl_epi64 takes any alignment)
-                const __m128 xs =
-                    _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(xb + blk::kActQ8D)));
                 const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + blk::kActQ8Q));
-                // offset * (sums of 4 activations), lane-aligned with avx2_dot_u8s8, shared by the R rows:
-                // dot(u, x) - off = dot(u - offset, x) exactly
-                __m256i off = _mm256_setzero_si256();
-                if constexpr (Fmt::kOffset != 0) off = avx2_dot_u8s8(_mm256_set1_epi8(Fmt::kOffset), xq);
-                for (int r = 0; r < R; ++r) {
-                    const __m256i xsg = Fmt::kSigned ? _mm256_sign_epi8(xq, wq[r]) : xq;
-                    __m256i idot = avx2_dot_u8s8(wu[r], xsg);
-                    if constexpr (Fmt::kOffset != 0) idot = _mm256_sub_epi32(idot, off);
-                    const __m256 p = _mm256_cvtepi32_ps(idot);
-                    const __m128 prod = _mm_mul_ps(ws[r], xs);
-                    acc[r][t] = _mm256_fmadd_ps(_mm256_broadcastss_ps(prod), p, acc[r][t]);
-                    if constexpr (Fmt::kMin) macc[r][t] = _mm_add_ps(macc[r][t], prod);
+                const __m256i idot = block_dots8<Fmt>(wq, xq);
+                float dx;
+                std::memcpy(&dx, xb + blk::kActQ8D, 4);
+                const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(dx));
+                acc[t] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(idot), acc[t]);
+                if constexpr (Fmt::kMin) {
+                    float sx;
+                    std::memcpy(&sx, xb + blk::kActQ8S, 4);
+                    macc[t] = _mm256_fmadd_ps(mw, _mm256_set1_ps(sx), macc[t]);
                 }
             }
         }
-        for (int r = 0; r < R; ++r) {
-            for (int t = 0; t < T; ++t) {
-                float sum = avx2_hsum(acc[r][t]);
-                if constexpr (Fmt::kMin) sum += _mm_cvtss_f32(_mm_movehdup_ps(macc[r][t]));
-                y[t * ldy + r] = sum;
+        const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(valid), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        for (int t = 0; t < T; ++t) {
+            __m256 sum = acc[t];
+            if constexpr (Fmt::kMin) sum = _mm256_add_ps(sum, macc[t]);
+            if (valid == kRows) {
+                _mm256_storeu_ps(y + t * ldy, sum);
+            } else {
+                _mm256_maskstore_ps(y + t * ldy, mask, sum);
+            }
+        }
+    }
+
+    static void tile8_t(int num_t, const uint8_t* const* rows, const uint8_t* act, size_t arb, int64_t k, float* y,
+                        int64_t ldy, int valid) {
+        switch (num_t) {
+            case 4:
+                tile8<4>(rows, act, arb, k, y, ldy, valid, nullptr);
+                break;
+            case 3:
+                tile8<3>(rows, act, arb, k, y, ldy, valid, nullptr);
+                break;
+            case 2:
+                tile8<2>(rows, act, arb, k, y, ldy, valid, nullptr);
+                break;
+            default:
+                tile8<1>(rows, act, arb, k, y, ldy, valid, nullptr);
+                break;
+        }
+    }
+
+    // The 8 row pointers of the group starting at row r (rows past r1 repeat row r1 - 1); returns the
+    // number of valid lanes.
+    static int group_rows(const uint8_t* w, size_t wrb, int64_t r, int64_t r1, const uint8_t** rows) {
+        const int valid = int(r1 - r < kRows ? r1 - r : kRows);
+        for (int i = 0; i < kRows; ++i) rows[i] = w + (r + (i < valid ? i : valid - 1)) * int64_t(wrb);
+        return valid;
+    }
+
+    // MatmulKernel::gemm. Same loop structure as avx2_gemm (decode: row groups with prefetch; prefill:
+    // activation chunks of ~256 KiB, up to kMaxTokens activation rows per weight-block decode).
+    static void gemm(const void* w, size_t wrb, const void* act, size_t arb, int64_t n, int64_t k, float* y,
+                     int64_t ldy, int64_t r0, int64_t r1) {
+        const uint8_t* wb = static_cast<const uint8_t*>(w);
+        const uint8_t* ab = static_cast<const uint8_t*>(act);
+        const uint8_t* rows[kRows];
+        if (n == 1) {
+            for (int64_t r = r0; r < r1; r += kRows) {
+                const int valid = group_rows(wb, wrb, r, r1, rows);
+                tile8<1>(rows, ab, arb, k, y + r, ldy, valid, wb + (r + kRows) * int64_t(wrb));
+            }
+            return;
+        }
+        int64_t chunk = int64_t((256 << 10) / (arb > 0 ? arb : 1)) & ~int64_t(kMaxTokens - 1);
+        if (chunk < kMaxTokens) chunk = kMaxTokens;
+        for (int64_t t0 = 0; t0 < n; t0 += chunk) {
+            const int64_t t1 = t0 + chunk < n ? t0 + chunk : n;
+            for (int64_t r = r0; r < r1; r += kRows) {
+                const int valid = group_rows(wb, wrb, r, r1, rows);
+                for (int64_t t = t0; t < t1; t += kMaxTokens) {
+                    const int num_t = int(t1 - t < kMaxTokens ? t1 - t : kMaxTokens);
+                    tile8_t(num_t, rows, ab + t * int64_t(arb), arb, k, y + t * ldy + r, ldy, valid);
+                }
             }
         }
     }
@@ -252,11 +376,11 @@ struct Float {
 constexpr MatmulKernel kF32{ActFormat::kF32, f32_row_bytes, copy_row, avx2_gemm<Float<FloatF32>>};
 constexpr MatmulKernel kF16{ActFormat::kF32, f32_row_bytes, copy_row, avx2_gemm<Float<FloatF16>>};
 constexpr MatmulKernel kBF16{ActFormat::kF32, f32_row_bytes, copy_row, avx2_gemm<Float<FloatBF16>>};
-constexpr MatmulKernel kQ8_0{ActFormat::kQ8, q8_row_bytes, quantize_q8, avx2_gemm<Legacy<FmtQ8_0>>};
-constexpr MatmulKernel kQ4_0{ActFormat::kQ8, q8_row_bytes, quantize_q8, avx2_gemm<Legacy<FmtQ4_0>>};
-constexpr MatmulKernel kQ4_1{ActFormat::kQ8, q8_row_bytes, quantize_q8, avx2_gemm<Legacy<FmtQ4_1>>};
-constexpr MatmulKernel kQ5_0{ActFormat::kQ8, q8_row_bytes, quantize_q8, avx2_gemm<Legacy<FmtQ5_0>>};
-constexpr MatmulKernel kQ5_1{ActFormat::kQ8, q8_row_bytes, quantize_q8, avx2_gemm<Legacy<FmtQ5_1>>};
+constexpr MatmulKernel kQ8_0{ActFormat::kQ8, q8_row_bytes, quantize_q8, Legacy<FmtQ8_0>::gemm};
+constexpr MatmulKernel kQ4_0{ActFormat::kQ8, q8_row_bytes, quantize_q8, Legacy<FmtQ4_0>::gemm};
+constexpr MatmulKernel kQ4_1{ActFormat::kQ8, q8_row_bytes, quantize_q8, Legacy<FmtQ4_1>::gemm};
+constexpr MatmulKernel kQ5_0{ActFormat::kQ8, q8_row_bytes, quantize_q8, Legacy<FmtQ5_0>::gemm};
+constexpr MatmulKernel kQ5_1{ActFormat::kQ8, q8_row_bytes, quantize_q8, Legacy<FmtQ5_1>::gemm};
 
 inline const MatmulKernel* simd_legacy_kernel(core::DType weight_type) {
     switch (weight_type) {
