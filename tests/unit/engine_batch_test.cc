@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -218,18 +219,29 @@ TEST_P(EngineBatch, F16KvCacheIsBatchInvariantAndCloseToF32) {
     c.max_batch_tokens = 19;
     EngineStats stats;
     expect_same(alone, run_batched(specs, c, &stats), "f16 KV, tight budget, 19-token steps");
-    // The first token's logits come from the prompt alone: within f16 rounding of the f32 cache's.
+    // The first token's logits come from the prompt alone: close to the f32 cache's, same top token.
     const auto f32 = run_alone(specs);
     for (const auto& [id, r] : alone) {
         const std::vector<float>& a = r.logits.at(0);
         const std::vector<float>& b = f32.at(id).logits.at(0);
-        float max_abs = 0, max_diff = 0;
+        double sum_sq = 0, sum_sq_diff = 0;
+        float max_diff = 0;
         for (size_t i = 0; i < a.size(); ++i) {
-            max_abs = std::max(max_abs, std::fabs(b[i]));
+            sum_sq += double(b[i]) * b[i];
+            sum_sq_diff += double(a[i] - b[i]) * (a[i] - b[i]);
             max_diff = std::max(max_diff, std::fabs(a[i] - b[i]));
         }
+        const double rel_rms = std::sqrt(sum_sq_diff / sum_sq);
+        const auto argmax = [](const std::vector<float>& v) {
+            return std::max_element(v.begin(), v.end()) - v.begin();
+        };
+        std::printf("request %lld: f16 vs f32 KV, first-token logits: relative RMS %.2e, max |diff| %.3f, argmax %s\n",
+                    (long long)id, rel_rms, max_diff, argmax(a) == argmax(b) ? "same" : "differs");
+        // Measured: relative RMS ~1e-4 on stories260K, 1-6% on SmolLM2 (30 layers of rounded K/V); a
+        // broken f16 path (garbage rows, wrong slots) gives O(1). The top token must not move.
         EXPECT_GT(max_diff, 0.0f) << "request " << id << ": f16 and f32 caches gave identical logits";
-        EXPECT_LT(max_diff, 0.02f * max_abs) << "request " << id;
+        EXPECT_LT(rel_rms, 0.1) << "request " << id;
+        EXPECT_EQ(argmax(a), argmax(b)) << "request " << id;
     }
 }
 
