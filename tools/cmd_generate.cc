@@ -25,7 +25,6 @@
 #include "engine_options.h"
 #include "kiln/engine.h"
 #include "model_session.h"
-#include "sampling/sampling_params.h"
 
 namespace kiln::tools {
 namespace {
@@ -91,8 +90,8 @@ std::optional<int64_t> parse_int(const std::string& s) {
 }
 
 // Fills the sampling fields of `p` from the flags; false (message printed) on a malformed number.
-// Range checks are SamplingParams::validate's.
-bool parse_sampling(const Args& args, sampling::SamplingParams& p) {
+// Range checks are kiln::validate_sampling_params's.
+bool parse_sampling(const Args& args, SamplingParams& p) {
     p.temperature = 0.0f;  // greedy unless --temp
     const struct {
         const char* flag;
@@ -133,7 +132,7 @@ bool parse_sampling(const Args& args, sampling::SamplingParams& p) {
             return false;
         }
     }
-    for (const std::string& v : args.get_all("--stop")) p.stop_strings.push_back(v);
+    for (const std::string& v : args.get_all("--stop")) p.stop.push_back(v);
     p.ignore_eos = args.has("--ignore-eos");
     return true;
 }
@@ -205,12 +204,12 @@ int cmd_generate(int argc, char** argv) {
         }
         max_tokens = *v;
     }
-    sampling::SamplingParams params;
+    SamplingParams params;
     if (!parse_sampling(args, params)) return 2;
     params.max_tokens = max_tokens;
     // Range checks before the (possibly slow) model load; token ids are checked again by Sampler::create.
-    if (core::Status st = params.validate(INT32_MAX); !st.is_ok()) {
-        std::fprintf(stderr, "kiln generate: %s\n", st.to_string().c_str());
+    if (Status st = validate_sampling_params(params); !st.ok()) {
+        std::fprintf(stderr, "kiln generate: %s\n", st.message.c_str());
         return 2;
     }
     EngineOptions options;
@@ -244,7 +243,7 @@ int cmd_generate(int argc, char** argv) {
     }
     Request req;
     req.prompt_ids = ids;
-    req.sampling = to_public(params);
+    req.sampling = params;
     std::promise<RequestOutput> done;
     double ttft = 0;
     req.on_output = [&](const RequestOutput& o) {  // on the engine's thread

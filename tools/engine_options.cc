@@ -112,23 +112,4 @@ bool parse_engine_options(const Args& args, const char* cmd, EngineOptions& out)
     return true;
 }
 
-SamplingParams to_public(const sampling::SamplingParams& p) {
-    SamplingParams q;
-    q.temperature = p.temperature;
-    q.top_k = p.top_k;
-    q.top_p = p.top_p;
-    q.min_p = p.min_p;
-    q.repetition_penalty = p.repetition_penalty;
-    q.frequency_penalty = p.frequency_penalty;
-    q.presence_penalty = p.presence_penalty;
-    q.logit_bias = p.logit_bias;
-    q.seed = p.seed;
-    q.has_seed = p.has_seed;
-    q.max_tokens = p.max_tokens;
-    q.stop = p.stop_strings;
-    q.stop_token_ids = p.stop_ids;
-    q.ignore_eos = p.ignore_eos;
-    return q;
-}
-
 }  // namespace kiln::tools

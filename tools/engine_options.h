@@ -8,7 +8,6 @@
 
 #include "args.h"
 #include "kiln/engine.h"
-#include "sampling/sampling_params.h"
 
 namespace kiln::tools {
 
@@ -22,8 +21,5 @@ extern const char* const kEngineHelp;  // --help lines of the options below (ses
 // Fills `out` (model path resolved, the default model when -m is absent); false after printing
 // "kiln CMD: <what is wrong>".
 bool parse_engine_options(const Args& args, const char* cmd, EngineOptions& out);
-
-// The public form of validated sampling params.
-SamplingParams to_public(const sampling::SamplingParams& p);
 
 }  // namespace kiln::tools

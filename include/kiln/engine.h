@@ -53,6 +53,10 @@ struct SamplingParams {
     bool ignore_eos = false;
 };
 
+// Range checks of every field (the ones add_request makes, less the vocabulary bound of token ids),
+// for a client that wants to report bad parameters before loading a model.
+Status validate_sampling_params(const SamplingParams& params);
+
 enum class FinishReason { kNone, kStop, kLength, kAbort, kError };
 const char* finish_reason_name(FinishReason r);  // "", "stop", "length", "abort", "error"
 

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -53,6 +54,10 @@ sampling::SamplingParams to_internal(const SamplingParams& p) {
 }
 
 }  // namespace
+
+Status validate_sampling_params(const SamplingParams& params) {
+    return to_public(to_internal(params).validate(INT32_MAX));
+}
 
 const char* finish_reason_name(FinishReason r) {
     return engine::finish_reason_name(engine::FinishReason(int(r)));

@@ -20,17 +20,6 @@ namespace {
 
 using Tokens = std::vector<int32_t>;
 
-SchedulerConfig config(int32_t num_blocks, int32_t block_size, int64_t max_batch_tokens, int32_t max_seqs,
-                       bool prefix_cache) {
-    SchedulerConfig c;
-    c.num_blocks = num_blocks;
-    c.block_size = block_size;
-    c.max_batch_tokens = max_batch_tokens;
-    c.max_seqs = max_seqs;
-    c.prefix_cache = prefix_cache;
-    return c;
-}
-
 // The fake model's next token: a pure function of the whole history, over a 50-token vocabulary (so
 // prefixes repeat and the prefix cache gets hits).
 int32_t fake_next(const Tokens& history) {
@@ -51,7 +40,7 @@ void run_random(uint64_t seed, Totals& totals) {
     auto uniform = [&](int64_t lo, int64_t hi) { return lo + int64_t(rng() % uint64_t(hi - lo + 1)); };
     const int32_t bs = int32_t(uniform(1, 16));
     const int32_t num_blocks = int32_t(rng() % 3 == 0 ? uniform(1, 4) : uniform(2, 48));
-    const SchedulerConfig cfg = config(num_blocks, bs, uniform(1, 64), int32_t(uniform(1, 8)), rng() % 4 != 0);
+    const SchedulerConfig cfg{num_blocks, bs, uniform(1, 64), int32_t(uniform(1, 8)), rng() % 4 != 0};
     SCOPED_TRACE(::testing::Message() << "seed " << seed << ": num_blocks " << num_blocks << " block_size " << bs
                                       << " max_batch_tokens " << cfg.max_batch_tokens << " max_seqs " << cfg.max_seqs
                                       << " prefix_cache " << cfg.prefix_cache);

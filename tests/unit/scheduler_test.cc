@@ -13,17 +13,6 @@ namespace {
 
 using Tokens = std::vector<int32_t>;
 
-SchedulerConfig config(int32_t num_blocks, int32_t block_size, int64_t max_batch_tokens, int32_t max_seqs,
-                       bool prefix_cache) {
-    SchedulerConfig c;
-    c.num_blocks = num_blocks;
-    c.block_size = block_size;
-    c.max_batch_tokens = max_batch_tokens;
-    c.max_seqs = max_seqs;
-    c.prefix_cache = prefix_cache;
-    return c;
-}
-
 Tokens iota_tokens(int32_t n, int32_t first) {
     Tokens t(n);
     for (int32_t i = 0; i < n; ++i) t[i] = first + i;
@@ -39,7 +28,7 @@ std::vector<int32_t> fake_samples(const Scheduler& s, const ScheduledBatch& b) {
 }
 
 TEST(Scheduler, AddErrors) {
-    Scheduler s(config(4, 4, 64, 8, true));
+    Scheduler s(SchedulerConfig{4, 4, 64, 8, true});
     EXPECT_TRUE(s.add(1, {1, 2, 3}, 16).is_ok());  // exactly the whole pool
     core::Status dup = s.add(1, {4}, 4);
     EXPECT_EQ(dup.code(), core::StatusCode::kInvalidArgument);
@@ -55,7 +44,7 @@ TEST(Scheduler, AddErrors) {
 }
 
 TEST(Scheduler, EmptyWhenIdle) {
-    Scheduler s(config(4, 4, 64, 8, true));
+    Scheduler s(SchedulerConfig{4, 4, 64, 8, true});
     EXPECT_FALSE(s.has_work());
     ScheduledBatch b = s.schedule();
     EXPECT_TRUE(b.seqs.empty());
@@ -63,7 +52,7 @@ TEST(Scheduler, EmptyWhenIdle) {
 }
 
 TEST(Scheduler, TokenBudgetAndMaxSeqs) {
-    Scheduler s(config(64, 4, 7, 3, false));
+    Scheduler s(SchedulerConfig{64, 4, 7, 3, false});
     for (SeqId id = 1; id <= 5; ++id) ASSERT_TRUE(s.add(id, iota_tokens(3, 0), 8).is_ok());
     ScheduledBatch b = s.schedule();
     ASSERT_EQ(b.seqs.size(), 3u);
@@ -96,7 +85,7 @@ TEST(Scheduler, SelfPreemptedSequenceRecomputesItsHistory) {
     // Seq 2 preempts itself (seq 1 is already in the step), waits, and is re-admitted at the head of the
     // queue with its whole history (prompt + generated token) to run again; a running decode goes before
     // a new admission.
-    Scheduler s(config(3, 2, 64, 8, false));
+    Scheduler s(SchedulerConfig{3, 2, 64, 8, false});
     ASSERT_TRUE(s.add(1, {1, 2}, 6).is_ok());
     ASSERT_TRUE(s.add(2, {3, 4}, 6).is_ok());
     ScheduledBatch b = s.schedule();  // both prompts, one block each
@@ -124,7 +113,7 @@ TEST(Scheduler, SelfPreemptedSequenceRecomputesItsHistory) {
 }
 
 TEST(Scheduler, ChunkedPrefill) {
-    Scheduler s(config(16, 4, 10, 4, false));
+    Scheduler s(SchedulerConfig{16, 4, 10, 4, false});
     ASSERT_TRUE(s.add(7, iota_tokens(37, 100), 40).is_ok());
     const int64_t starts[] = {0, 10, 20, 30};
     const int64_t counts[] = {10, 10, 10, 7};
@@ -154,7 +143,7 @@ TEST(Scheduler, ChunkedPrefill) {
 }
 
 TEST(Scheduler, PrefixHitOnSharedBlocks) {
-    Scheduler s(config(32, 4, 64, 8, true));
+    Scheduler s(SchedulerConfig{32, 4, 64, 8, true});
     Tokens shared = iota_tokens(12, 1);  // 3 full blocks
     Tokens a = shared;
     a.insert(a.end(), {90, 91, 92});
@@ -203,7 +192,7 @@ TEST(Scheduler, PrefixHitOnSharedBlocks) {
 }
 
 TEST(Scheduler, PreemptsMostRecentlyAdmittedAndRecomputes) {
-    Scheduler s(config(4, 2, 64, 8, false));
+    Scheduler s(SchedulerConfig{4, 2, 64, 8, false});
     ASSERT_TRUE(s.add(1, {1, 2, 3}, 8).is_ok());
     ASSERT_TRUE(s.add(2, {4, 5, 6}, 8).is_ok());
     ScheduledBatch b = s.schedule();  // 2 blocks each: the pool is full
@@ -242,7 +231,7 @@ TEST(Scheduler, PreemptsMostRecentlyAdmittedAndRecomputes) {
 }
 
 TEST(Scheduler, PreemptsItselfWhenNoOtherCanGo) {
-    Scheduler s(config(3, 2, 64, 8, false));
+    Scheduler s(SchedulerConfig{3, 2, 64, 8, false});
     ASSERT_TRUE(s.add(1, {1, 2}, 6).is_ok());
     ASSERT_TRUE(s.add(2, {3, 4}, 6).is_ok());
     ScheduledBatch b = s.schedule();
@@ -260,7 +249,7 @@ TEST(Scheduler, PreemptsItselfWhenNoOtherCanGo) {
 }
 
 TEST(Scheduler, RemoveReleasesBlocksInAnyState) {
-    Scheduler s(config(8, 2, 4, 8, true));
+    Scheduler s(SchedulerConfig{8, 2, 4, 8, true});
     ASSERT_TRUE(s.add(1, iota_tokens(6, 0), 8).is_ok());
     ASSERT_TRUE(s.add(2, iota_tokens(3, 10), 8).is_ok());
     ScheduledBatch b = s.schedule();  // seq 1 gets a 4-token chunk; seq 2 waits
@@ -278,7 +267,7 @@ TEST(Scheduler, RemoveReleasesBlocksInAnyState) {
 }
 
 TEST(Scheduler, CompleteSkipsSequencesRemovedMidStep) {
-    Scheduler s(config(8, 2, 64, 8, false));
+    Scheduler s(SchedulerConfig{8, 2, 64, 8, false});
     ASSERT_TRUE(s.add(1, {1, 2}, 8).is_ok());
     ASSERT_TRUE(s.add(2, {3, 4}, 8).is_ok());
     ScheduledBatch b = s.schedule();
