@@ -1,7 +1,8 @@
 // `kiln serve [-m MODEL] [--host H] [--port P] [--api-key K] [--max-queue N] [--served-model-name NAME]
-// [--chat-template FILE] [--log-format text|json] [engine options]`: loads the model into a
-// kiln::Engine and serves the OpenAI-compatible HTTP API of src/server (docs/server.md) until
-// SIGINT or SIGTERM, which stop the listener, abort running requests and exit 0.
+// [--chat-template FILE] [--log-format text|json] [engine options]`: listens at once (/health
+// answers 503 while loading), loads the model into a kiln::Engine and serves the OpenAI-compatible
+// HTTP API of src/server (docs/server.md) until SIGINT or SIGTERM, which stop the listener, abort
+// running requests and exit 0.
 // Signals: blocked in every thread (the mask is set before any thread starts) and taken by one
 // sigwait thread, so no handler runs inside the engine or httplib.
 #include <pthread.h>
@@ -133,32 +134,20 @@ int cmd_serve(int argc, char** argv) {
     pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
     std::signal(SIGPIPE, SIG_IGN);  // a vanished client is a failed write, not a dead server
 
-    Status st;
-    std::unique_ptr<Engine> engine = Engine::create(options, &st);
-    if (!engine) {
-        std::fprintf(stderr, "kiln serve: %s\n", st.message.c_str());
-        return 1;
-    }
-    if (!sopt.chat_template.empty()) {  // a broken template is a start-up error, not one per request
-        std::string text;
-        Status t = engine->apply_chat_template({{"user", "hi"}}, true, sopt.chat_template, &text);
-        if (!t.ok()) {
-            std::fprintf(stderr, "kiln serve: --chat-template: %s\n", t.message.c_str());
-            return 2;
-        }
-    }
-    server::HttpServer http(*engine, sopt);
+    // Listen first, so that /health answers 503 while the model loads (load balancers and clients
+    // can tell "loading" from "down").
+    std::unique_ptr<Engine> engine;  // declared before the server: outlives its handlers
+    server::HttpServer http(sopt);
     std::string err;
     if (!http.bind(&err)) {
         std::fprintf(stderr, "kiln serve: %s\n", err.c_str());
         return 1;
     }
-    const ModelInfo& info = engine->model_info();
-    std::fprintf(stderr, "kiln serve: %s (%s, context %lld, %d threads, %s) on http://%s:%d\n", info.path.c_str(),
-                 info.arch.c_str(), (long long)info.max_model_len, info.threads, info.isa.c_str(), sopt.host.c_str(),
-                 http.port());
+    std::fprintf(stderr, "kiln serve: listening on http://%s:%d, loading %s\n", sopt.host.c_str(), http.port(),
+                 options.model.c_str());
     std::fflush(stderr);
-
+    std::atomic<bool> listener_ok{true};
+    std::thread listener([&] { listener_ok = http.serve(); });
     std::atomic<bool> signalled{false};
     std::thread sig_thread([&] {
         int sig = 0;
@@ -166,12 +155,39 @@ int cmd_serve(int argc, char** argv) {
         if (!signalled.exchange(true)) std::fprintf(stderr, "kiln serve: signal %d, shutting down\n", sig);
         http.stop();
     });
-    const bool ok = http.serve();
-    http.stop();
-    // Wakes sigwait when serve() ended on its own (the signal stays blocked, so it only reaches sigwait).
-    if (!signalled.exchange(true)) pthread_kill(sig_thread.native_handle(), SIGTERM);
-    sig_thread.join();
-    if (!ok) {
+    // Waits for the listener (stopping it first when stop_now) and ends the signal thread; returns `rc`.
+    auto shut_down = [&](int rc, bool stop_now = true) {
+        if (stop_now) http.stop();
+        listener.join();
+        // Wakes sigwait when no signal came (the signal stays blocked, so it only reaches sigwait).
+        if (!signalled.exchange(true)) pthread_kill(sig_thread.native_handle(), SIGTERM);
+        sig_thread.join();
+        return rc;
+    };
+
+    Status st;
+    engine = Engine::create(options, &st);
+    if (!engine) {
+        std::fprintf(stderr, "kiln serve: %s\n", st.message.c_str());
+        return shut_down(1);
+    }
+    if (!sopt.chat_template.empty()) {  // a broken template is a start-up error, not one per request
+        std::string text;
+        Status t = engine->apply_chat_template({{"user", "hi"}}, true, sopt.chat_template, &text);
+        if (!t.ok()) {
+            std::fprintf(stderr, "kiln serve: --chat-template: %s\n", t.message.c_str());
+            return shut_down(2);
+        }
+    }
+    if (signalled) return shut_down(0);  // stopped while loading
+    http.set_engine(*engine);
+    const ModelInfo& info = engine->model_info();
+    std::fprintf(stderr, "kiln serve: %s (%s, context %lld, %d threads, %s) on http://%s:%d\n", info.path.c_str(),
+                 info.arch.c_str(), (long long)info.max_model_len, info.threads, info.isa.c_str(), sopt.host.c_str(),
+                 http.port());
+    std::fflush(stderr);
+    shut_down(0, /*stop_now=*/false);  // serves until a signal stops the listener
+    if (!listener_ok) {
         std::fprintf(stderr, "kiln serve: the listener failed\n");
         return 1;
     }

@@ -51,6 +51,9 @@ struct SamplingParams {
     std::vector<std::string> stop;  // stop strings (excluded from the text)
     std::vector<int32_t> stop_token_ids;
     bool ignore_eos = false;
+    // -1: off. 0..20: each new token's log-probability (log_softmax of the model's raw logits, before
+    // bias, penalties and temperature) plus this many most likely alternatives (RequestOutput::logprobs).
+    int32_t logprobs = -1;
 };
 
 // Range checks of every field (the ones add_request makes, less the vocabulary bound of token ids),
@@ -59,6 +62,13 @@ Status validate_sampling_params(const SamplingParams& params);
 
 enum class FinishReason { kNone, kStop, kLength, kAbort, kError };
 const char* finish_reason_name(FinishReason r);  // "", "stop", "length", "abort", "error"
+
+// A generated token's log-probability and the most likely alternatives (best first, ties by lower id).
+struct TokenLogprobs {
+    int32_t token_id = 0;
+    float logprob = 0;
+    std::vector<std::pair<int32_t, float>> top;  // (token id, logprob), SamplingParams::logprobs of them
+};
 
 // One update of a request. The last one has finished = true (exactly one per request).
 struct RequestOutput {
@@ -73,6 +83,7 @@ struct RequestOutput {
     int64_t cached_tokens = 0;               // prompt tokens served by the prefix cache
     double ttft_seconds = 0;                 // from add_request to the first token (set on every update after it)
     std::vector<std::vector<float>> logits;  // with Request::return_logits: each new token's logits row
+    std::vector<TokenLogprobs> logprobs;     // with SamplingParams::logprobs >= 0: one per entry of token_ids
 };
 using OutputCallback = std::function<void(const RequestOutput&)>;
 
@@ -142,6 +153,8 @@ public:
 
     std::vector<int32_t> tokenize(const std::string& text, bool add_special = true, bool parse_special = true) const;
     std::string detokenize(const std::vector<int32_t>& ids) const;
+    // The bytes token `id` adds to generated text (possibly part of a UTF-8 character; "" out of range).
+    std::string token_bytes(int32_t id) const;
     // The conversation in the model's chat template (or `chat_template` when non-empty).
     Status apply_chat_template(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                                const std::string& chat_template, std::string* text) const;

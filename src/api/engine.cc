@@ -50,6 +50,7 @@ sampling::SamplingParams to_internal(const SamplingParams& p) {
     q.stop_strings = p.stop;
     q.stop_ids = p.stop_token_ids;
     q.ignore_eos = p.ignore_eos;
+    q.logprobs = p.logprobs;
     return q;
 }
 
@@ -209,6 +210,8 @@ Status Engine::add_request(Request r, uint64_t* id) {
         out.cached_tokens = s.cached_tokens;
         out.ttft_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
         out.logits = s.logits;
+        out.logprobs.reserve(s.logprobs.size());
+        for (const sampling::TokenLogprobs& lp : s.logprobs) out.logprobs.push_back({lp.token, lp.logprob, lp.top});
         if (s.finished) impl->added.erase(rid);
         if (cb) cb(out);
     };
@@ -260,6 +263,10 @@ std::vector<int32_t> Engine::tokenize(const std::string& text, bool add_special,
 
 std::string Engine::detokenize(const std::vector<int32_t>& ids) const {
     return impl_->tokenizer->decode(ids);
+}
+
+std::string Engine::token_bytes(int32_t id) const {
+    return impl_->tokenizer->piece(id, /*skip_special=*/false, /*first=*/false);
 }
 
 Status Engine::apply_chat_template(const std::vector<ChatMessage>& messages, bool add_generation_prompt,

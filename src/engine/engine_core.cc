@@ -206,7 +206,8 @@ bool EngineCore::step() {
     stats_.forward_seconds += std::chrono::duration<double>(t2 - t1).count();
     const int64_t vocab = model_->config().vocab_size;
     sampled_.clear();
-    std::vector<std::pair<size_t, std::vector<float>>> raw;  // (index into sampled_, logits) when asked
+    std::vector<std::pair<size_t, std::vector<float>>> raw;       // (index into sampled_, logits) when asked
+    std::vector<std::pair<size_t, sampling::TokenLogprobs>> lps;  // (index into sampled_, logprobs) when asked
     size_t row = 0;
     for (const sched::ScheduledSeq& s : batch.seqs) {
         if (!s.sample) continue;
@@ -214,14 +215,18 @@ bool EngineCore::step() {
         std::span<float> logits(logits_.data() + row * size_t(vocab), size_t(vocab));
         if (live.request.return_logits)
             raw.emplace_back(sampled_.size(), std::vector<float>(logits.begin(), logits.end()));
+        const int32_t num_top = live.request.params.logprobs;
+        if (num_top >= 0) row_copy_.assign(logits.begin(), logits.end());
         sampled_.push_back(live.sampler->sample(logits, scheduler_->tokens(s.id)));
+        if (num_top >= 0)
+            lps.emplace_back(sampled_.size() - 1, sampling::token_logprobs(row_copy_, sampled_.back(), num_top));
         ++row;
     }
     scheduler_->complete(batch, sampled_);
     stats_.sample_seconds += seconds_since(t2);
     ++stats_.num_steps;
 
-    size_t si = 0, ri = 0;
+    size_t si = 0, ri = 0, li = 0;
     for (const sched::ScheduledSeq& s : batch.seqs) {
         Live& live = requests_.at(s.id);
         if (!live.cached_reported) live.cached_tokens = s.start;  // its first step starts after the cached prefix
@@ -234,6 +239,8 @@ bool EngineCore::step() {
         out.prompt_tokens = int64_t(live.request.prompt.size());
         out.cached_tokens = live.cached_tokens;
         if (ri < raw.size() && raw[ri].first == idx) out.logits.push_back(std::move(raw[ri++].second));
+        const bool has_lp = li < lps.size() && lps[li].first == idx;
+        const size_t lpi = has_lp ? li++ : 0;
         ++stats_.generated_tokens_total;
         FinishReason reason = FinishReason::kNone;
         if (live.stop->is_stop_token(tok)) {
@@ -241,6 +248,7 @@ bool EngineCore::step() {
         } else {
             ++live.generated;
             out.token_ids.push_back(tok);
+            if (has_lp) out.logprobs.push_back(std::move(lps[lpi].second));
             sampling::StopChecker::Output o = live.stop->append(live.decoder->push(tok));
             out.text = std::move(o.text);
             if (o.stopped)

@@ -23,6 +23,7 @@
 #include "kv/kv_storage.h"
 #include "model/checkpoint.h"
 #include "model/llama.h"
+#include "sampling/logprobs.h"
 #include "sampling/sampler.h"
 #include "sampling/stop_checker.h"
 #include "sched/scheduler.h"
@@ -41,8 +42,9 @@ struct StepOutput {
     FinishReason finish_reason = FinishReason::kNone;
     std::string error;  // with kError
     int64_t prompt_tokens = 0, completion_tokens = 0;
-    int64_t cached_tokens = 0;               // prompt tokens served by the prefix cache (first admission)
-    std::vector<std::vector<float>> logits;  // with Request::return_logits: the raw logits of each new token
+    int64_t cached_tokens = 0;                      // prompt tokens served by the prefix cache (first admission)
+    std::vector<std::vector<float>> logits;         // with Request::return_logits: the raw logits of each new token
+    std::vector<sampling::TokenLogprobs> logprobs;  // with params.logprobs >= 0: one per entry of token_ids
 };
 using OutputFn = std::function<void(const StepOutput&)>;
 
@@ -123,6 +125,7 @@ private:
     std::vector<model::BatchSeq> seqs_;
     std::vector<float> logits_;
     std::vector<int32_t> sampled_;
+    std::vector<float> row_copy_;  // a logits row kept raw for logprobs (the sampler scribbles on its input)
     EngineStats stats_;
 };
 

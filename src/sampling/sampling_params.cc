@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "sampling/logprobs.h"
+
 namespace kiln::sampling {
 
 using core::error;
@@ -42,6 +44,10 @@ core::Status SamplingParams::validate(int32_t vocab_size) const {
             return error(StatusCode::kInvalidArgument)
                    << "logit_bias for token " << id << " must be finite, got " << bias;
         }
+    }
+    if (logprobs < -1 || logprobs > kMaxLogprobs) {
+        return error(StatusCode::kInvalidArgument)
+               << "logprobs must be -1 (off) or in [0, " << kMaxLogprobs << "], got " << logprobs;
     }
     if (max_tokens < 0) return error(StatusCode::kInvalidArgument) << "max_tokens must be >= 0, got " << max_tokens;
     for (size_t i = 0; i < stop_strings.size(); ++i) {

@@ -30,6 +30,7 @@ struct SamplingParams {
     std::vector<std::string> stop_strings;  // non-empty; excluded from the emitted text
     std::vector<int32_t> stop_ids;          // token ids that end generation (like EOS)
     bool ignore_eos = false;
+    int32_t logprobs = -1;  // -1: off; 0..kMaxLogprobs: each new token's logprob plus this many alternatives
 
     // kOk, or kInvalidArgument with a message naming the offending field and its value.
     core::Status validate(int32_t vocab_size) const;

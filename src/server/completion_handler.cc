@@ -36,6 +36,8 @@ struct Job {
     std::string model;
     int64_t created = 0;
     bool include_usage = false;
+    bool logprobs = false;
+    std::vector<int64_t> text_offset;  // per choice: bytes of token text so far (completions text_offset)
     Clock::time_point t0;
     std::unique_ptr<Slot> slot;
     std::unique_ptr<Generation> gen;
@@ -52,11 +54,24 @@ struct Job {
         if (!logged) finish(499);  // the client went away before the stream started
     }
 
-    // Folds one engine update in; returns the finish reason it carries ("" if none).
-    std::string absorb(const GenerationEvent& e) {
+    // The update's logprobs with token strings (empty unless the request asked for them).
+    std::vector<LogprobEntry> resolve_logprobs(const RequestOutput& o) const {
+        std::vector<LogprobEntry> out;
+        if (!logprobs) return out;
+        for (const TokenLogprobs& t : o.logprobs) {
+            LogprobEntry e{s.engine->token_bytes(t.token_id), t.logprob, {}};
+            for (const auto& [id, lp] : t.top) e.top.emplace_back(s.engine->token_bytes(id), lp);
+            out.push_back(std::move(e));
+        }
+        return out;
+    }
+
+    // Folds one engine update in (`lps`: its resolved logprobs); returns its finish reason ("" if none).
+    std::string absorb(const GenerationEvent& e, const std::vector<LogprobEntry>& lps) {
         const RequestOutput& o = e.output;
         ChoiceResult& c = choices[e.index];
         c.text += o.text;
+        c.logprobs.insert(c.logprobs.end(), lps.begin(), lps.end());
         if (!o.token_ids.empty() && log.ttft_s < 0) log.ttft_s = since(t0);
         if (o.prompt_tokens > 0) usage.prompt_tokens = o.prompt_tokens;
         if (e.index == 0) usage.cached_tokens = o.cached_tokens;
@@ -81,7 +96,7 @@ struct Job {
         if (log.error.empty()) log.error = error;
         s.metrics.record_request(log.path, status);
         if (status == 200)
-            s.metrics.record_generation(log.ttft_s, log.total_s, log.prompt_tokens, log.completion_tokens);
+            s.metrics.record_generation(log.ttft_s, log.total_s, log.prompt_tokens, log.completion_tokens, log.n);
         if (status == 499) s.metrics.record_client_abort();
         log_request(s, log);
     }
@@ -95,7 +110,7 @@ std::vector<GenerationEvent> next_events(Job& job) {
 
 void run_blocking(Job& job, httplib::Response& res) {
     while (!job.gen->done())
-        for (const GenerationEvent& e : next_events(job)) job.absorb(e);
+        for (const GenerationEvent& e : next_events(job)) job.absorb(e, job.resolve_logprobs(e.output));
     if (!job.error.empty()) {
         ApiError e{500, job.error, "server_error", "", ""};
         send_error(res, e);
@@ -109,7 +124,7 @@ void run_blocking(Job& job, httplib::Response& res) {
     }
     job.usage.completion_tokens = 0;
     for (int64_t t : job.completion_tokens) job.usage.completion_tokens += t;
-    res.set_content(response_json(job.ep, job.log.id, job.created, job.model, job.choices, job.usage),
+    res.set_content(response_json(job.ep, job.log.id, job.created, job.model, job.choices, job.usage, job.logprobs),
                     "application/json");
     job.finish(200);
 }
@@ -139,11 +154,14 @@ bool run_stream(Job& job, httplib::DataSink& sink) {
             last_write = Clock::now();
         }
         for (const GenerationEvent& e : events) {
-            const std::string reason = job.absorb(e);
-            if (e.output.text.empty() && reason.empty()) continue;
+            const std::vector<LogprobEntry> lps = job.resolve_logprobs(e.output);
+            const std::string reason = job.absorb(e, lps);
+            if (e.output.text.empty() && reason.empty() && lps.empty()) continue;
             if (e.output.finish_reason == FinishReason::kError) continue;
+            LogprobsPart part{job.logprobs ? &lps : nullptr, job.text_offset[e.index]};
+            for (const LogprobEntry& l : lps) job.text_offset[e.index] += int64_t(l.token.size());
             if (!send(chunk_json(job.ep, job.log.id, job.created, job.model, e.index, e.output.text, reason, false,
-                                 usage_null)))
+                                 usage_null, part)))
                 return gone();
             last_write = Clock::now();
         }
@@ -165,14 +183,14 @@ bool run_stream(Job& job, httplib::DataSink& sink) {
 std::optional<ApiError> encode_prompt(HttpServer::State& s, const GenerationRequest& r, std::vector<int32_t>* ids) {
     if (r.endpoint == Endpoint::kChat) {
         std::string text;
-        Status st = s.engine.apply_chat_template(r.messages, true, s.opt.chat_template, &text);
+        Status st = s.engine->apply_chat_template(r.messages, true, s.opt.chat_template, &text);
         if (!st.ok()) return bad_request("cannot apply the chat template: " + st.message, "messages");
-        *ids = s.engine.tokenize(text, /*add_special=*/false, /*parse_special=*/true);
+        *ids = s.engine->tokenize(text, /*add_special=*/false, /*parse_special=*/true);
     } else if (r.has_prompt_ids) {
         *ids = r.prompt_ids;
     } else {
-        *ids = s.engine.tokenize(r.prompt);
-        const int32_t bos = s.engine.model_info().bos_id;
+        *ids = s.engine->tokenize(r.prompt);
+        const int32_t bos = s.engine->model_info().bos_id;
         if (ids->empty() && bos >= 0) ids->push_back(bos);
     }
     return std::nullopt;
@@ -203,7 +221,7 @@ void handle_generation(HttpServer::State& s, const httplib::Request& req, httpli
     }
     std::vector<int32_t> ids;
     if (auto e = encode_prompt(s, r, &ids)) return fail(*e);
-    const ModelInfo& info = s.engine.model_info();
+    const ModelInfo& info = s.engine->model_info();
     if (auto e = check_against_model(&r, int64_t(ids.size()), info.max_model_len, info.vocab_size)) return fail(*e);
     const int64_t limit = int64_t(s.opt.max_seqs) + s.opt.max_queue;
     if (s.in_flight.fetch_add(r.n) + r.n > limit) {
@@ -214,7 +232,7 @@ void handle_generation(HttpServer::State& s, const httplib::Request& req, httpli
     }
     job->slot.reset(new Slot{s.in_flight, r.n});
     if (s.stopping) return fail({503, "the server is shutting down", "server_error", "", ""});
-    Status st = Generation::start(s.engine, ids, r.sampling, r.n, &job->gen);
+    Status st = Generation::start(*s.engine, ids, r.sampling, r.n, &job->gen);
     if (!st.ok()) {
         const int status = st.code == Status::Code::kInvalidArgument                                        ? 400
                            : st.code == Status::Code::kOutOfMemory || st.code == Status::Code::kUnavailable ? 503
@@ -224,6 +242,8 @@ void handle_generation(HttpServer::State& s, const httplib::Request& req, httpli
     job->choices.resize(r.n);
     job->completion_tokens.assign(r.n, 0);
     job->include_usage = r.include_usage;
+    job->logprobs = r.sampling.logprobs >= 0;
+    job->text_offset.assign(r.n, 0);
     if (!r.stream) return run_blocking(*job, res);
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");

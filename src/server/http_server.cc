@@ -49,11 +49,12 @@ const char* status_message(int status) {
 
 void setup_routes(HttpServer::State& s) {
     httplib::Server& h = s.http;
-    h.Get("/health", [](const httplib::Request&, httplib::Response& res) {
-        res.set_content("{\"status\":\"ok\"}", "application/json");
+    h.Get("/health", [&s](const httplib::Request&, httplib::Response& res) {
+        if (!s.ready) res.status = 503;
+        res.set_content(s.ready ? "{\"status\":\"ok\"}" : "{\"status\":\"loading\"}", "application/json");
     });
     h.Get("/v1/models", [&s](const httplib::Request&, httplib::Response& res) {
-        res.set_content(models_json(s.model_name, s.created, s.engine.model_info().max_model_len), "application/json");
+        res.set_content(models_json(s.model_name, s.created, s.engine->model_info().max_model_len), "application/json");
     });
     h.Post("/v1/completions", [&s](const httplib::Request& req, httplib::Response& res) {
         handle_generation(s, req, res, Endpoint::kCompletions);
@@ -65,22 +66,22 @@ void setup_routes(HttpServer::State& s) {
         std::string prompt;
         bool add_special = true;
         if (auto e = parse_tokenize_request(req.body, &prompt, &add_special)) return send_error(res, *e);
-        const std::vector<int32_t> ids = s.engine.tokenize(prompt, add_special, true);
+        const std::vector<int32_t> ids = s.engine->tokenize(prompt, add_special, true);
         res.set_content(
-            dump({{"tokens", ids}, {"count", ids.size()}, {"max_model_len", s.engine.model_info().max_model_len}}),
+            dump({{"tokens", ids}, {"count", ids.size()}, {"max_model_len", s.engine->model_info().max_model_len}}),
             "application/json");
     });
     h.Post("/detokenize", [&s](const httplib::Request& req, httplib::Response& res) {
         std::vector<int32_t> ids;
         if (auto e = parse_detokenize_request(req.body, &ids)) return send_error(res, *e);
         for (int32_t t : ids)
-            if (t >= s.engine.model_info().vocab_size)
+            if (t >= s.engine->model_info().vocab_size)
                 return send_error(
                     res, bad_request("token id " + std::to_string(t) + " is outside the vocabulary", "tokens"));
-        res.set_content(dump({{"prompt", s.engine.detokenize(ids)}}), "application/json");
+        res.set_content(dump({{"prompt", s.engine->detokenize(ids)}}), "application/json");
     });
     h.Get("/metrics", [&s](const httplib::Request&, httplib::Response& res) {
-        res.set_content(s.metrics.render(s.engine.stats(), s.in_flight.load()), "text/plain; version=0.0.4");
+        res.set_content(s.metrics.render(s.engine->stats(), s.in_flight.load()), "text/plain; version=0.0.4");
     });
 }
 
@@ -92,6 +93,11 @@ void setup_http(HttpServer::State& s) {
     const size_t threads = size_t(std::clamp<int64_t>(int64_t(s.opt.max_seqs) + s.opt.max_queue + 32, 64, 1024));
     h.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
     h.set_pre_routing_handler([&s](const httplib::Request& req, httplib::Response& res) {
+        if (!s.ready && req.path != "/health") {
+            res.set_header("Retry-After", "1");
+            send_error(res, {503, "the model is still loading", "server_error", "", "model_loading"});
+            return httplib::Server::HandlerResponse::Handled;
+        }
         if (s.opt.api_key.empty() || !needs_auth(req.path)) return httplib::Server::HandlerResponse::Unhandled;
         const std::string got = req.get_header_value("Authorization");
         if (equal_const_time(got, "Bearer " + s.opt.api_key)) return httplib::Server::HandlerResponse::Unhandled;
@@ -172,9 +178,16 @@ void log_request(HttpServer::State& s, const RequestLogEntry& e) {
     std::fflush(stderr);
 }
 
-HttpServer::HttpServer(Engine& engine, ServerOptions options)
-    : state_(std::make_unique<State>(engine, std::move(options))) {
+HttpServer::HttpServer(ServerOptions options) : state_(std::make_unique<State>(std::move(options))) {
     State& s = *state_;
+    s.created = int64_t(std::time(nullptr));
+    s.id_salt = (uint64_t(std::random_device{}()) << 32) | std::random_device{}();
+    setup_http(s);
+}
+
+void HttpServer::set_engine(Engine& engine) {
+    State& s = *state_;
+    s.engine = &engine;
     s.model_name = s.opt.served_model_name.empty() ? engine.model_info().name : s.opt.served_model_name;
     if (s.model_name.empty()) {  // llama2.c files have no name: the file's stem
         std::string path = engine.model_info().path;
@@ -183,9 +196,7 @@ HttpServer::HttpServer(Engine& engine, ServerOptions options)
         s.model_name = base.substr(0, base.find_last_of('.') == 0 ? base.size() : base.find_last_of('.'));
     }
     if (s.model_name.empty()) s.model_name = "kiln";
-    s.created = int64_t(std::time(nullptr));
-    s.id_salt = (uint64_t(std::random_device{}()) << 32) | std::random_device{}();
-    setup_http(s);
+    s.ready = true;  // publishes engine and model_name to the handler threads
 }
 
 HttpServer::~HttpServer() {

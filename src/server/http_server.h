@@ -2,6 +2,8 @@
 // thread per connection from a fixed pool). Routes: GET /health, GET /v1/models,
 // POST /v1/completions, POST /v1/chat/completions (JSON or SSE streaming), POST /tokenize,
 // POST /detokenize, GET /metrics (Prometheus). docs/server.md describes the behaviour.
+// The server can listen before the model is loaded: until set_engine, /health answers 503
+// {"status": "loading"} and every other route 503 with an OpenAI error.
 // Invariants: no request input aborts the process (every problem is an OpenAI error JSON with a
 // 4xx status); a streaming client that goes away has its engine requests aborted; stop() (from any
 // thread, e.g. a signal handler thread) stops the listener and aborts running requests.
@@ -29,7 +31,7 @@ struct ServerOptions {
 
 class HttpServer {
 public:
-    HttpServer(Engine& engine, ServerOptions options);
+    explicit HttpServer(ServerOptions options);
     ~HttpServer();
     HttpServer(const HttpServer&) = delete;
     HttpServer& operator=(const HttpServer&) = delete;
@@ -37,6 +39,8 @@ public:
     // Binds host:port; false (message in *error) when that fails.
     bool bind(std::string* error);
     int port() const;
+    // Makes the server answer with `engine` (which must outlive it); call once, from any thread.
+    void set_engine(Engine& engine);
     // Serves until stop(); returns false if the listener failed.
     bool serve();
     // Thread-safe, idempotent: stops accepting, aborts running requests, makes serve() return.

@@ -43,6 +43,7 @@ void Histogram::render(const std::string& name, const std::string& help, std::st
 
 Metrics::Metrics()
     : ttft_({0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}),
+      tpot_({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1}),
       e2e_({0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}) {}
 
 void Metrics::record_request(const std::string& endpoint, int status) {
@@ -50,9 +51,11 @@ void Metrics::record_request(const std::string& endpoint, int status) {
     ++requests_[{endpoint, status}];
 }
 
-void Metrics::record_generation(double ttft_s, double e2e_s, int64_t prompt_tokens, int64_t completion_tokens) {
+void Metrics::record_generation(double ttft_s, double e2e_s, int64_t prompt_tokens, int64_t completion_tokens, int n) {
     std::lock_guard<std::mutex> lock(mu_);
     if (ttft_s >= 0) ttft_.observe(ttft_s);
+    const double per_choice = double(completion_tokens) / double(n > 0 ? n : 1);
+    if (ttft_s >= 0 && per_choice > 1) tpot_.observe((e2e_s - ttft_s) / (per_choice - 1));
     e2e_.observe(e2e_s);
     server_prompt_tokens_ += prompt_tokens;
     server_completion_tokens_ += completion_tokens;
@@ -96,6 +99,7 @@ std::string Metrics::render(const EngineStats& s, int64_t requests_in_flight) co
     metric(&out, "kiln_server_completion_tokens_total", "counter", "Tokens returned by finished server requests.",
            double(server_completion_tokens_));
     ttft_.render("kiln_time_to_first_token_seconds", "Time from request to first token.", &out);
+    tpot_.render("kiln_time_per_output_token_seconds", "Time per output token after the first.", &out);
     e2e_.render("kiln_e2e_request_latency_seconds", "Time from request to its last token.", &out);
     return out;
 }

@@ -33,8 +33,9 @@ public:
     Metrics();
     // One finished HTTP request of `endpoint` ("/v1/completions", ...) with `status`.
     void record_request(const std::string& endpoint, int status);
-    // A finished generation: its time to first token (< 0: no token), end-to-end time, tokens.
-    void record_generation(double ttft_s, double e2e_s, int64_t prompt_tokens, int64_t completion_tokens);
+    // A finished generation of n choices: its time to first token (< 0: no token), end-to-end time,
+    // tokens (completion_tokens over all choices). TPOT = (e2e - ttft) / (tokens per choice - 1).
+    void record_generation(double ttft_s, double e2e_s, int64_t prompt_tokens, int64_t completion_tokens, int n = 1);
     void record_client_abort();
     std::string render(const EngineStats& s, int64_t requests_in_flight) const;
 
@@ -43,7 +44,7 @@ private:
     std::map<std::pair<std::string, int>, int64_t> requests_;
     int64_t client_aborts_ = 0;
     int64_t server_prompt_tokens_ = 0, server_completion_tokens_ = 0;
-    Histogram ttft_, e2e_;
+    Histogram ttft_, tpot_, e2e_;
 };
 
 }  // namespace kiln::server

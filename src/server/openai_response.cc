@@ -1,6 +1,7 @@
 // Response, stream-chunk and error JSON of the OpenAI schema (see openai_schema.h). Generated text
 // can hold bytes that are not UTF-8 (byte-fallback tokens): they are replaced by U+FFFD rather than
 // failing the dump.
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "server/openai_schema.h"
@@ -32,6 +33,49 @@ json envelope(Endpoint ep, bool chunk, const std::string& id, int64_t created, c
     return {{"id", id}, {"object", object}, {"created", created}, {"model", model}, {"system_fingerprint", nullptr}};
 }
 
+float finite(float lp) {
+    return lp < -9999.0f || std::isnan(lp) ? -9999.0f : lp;
+}
+
+json bytes_of(const std::string& s) {
+    json a = json::array();
+    for (char c : s) a.push_back(int(uint8_t(c)));
+    return a;
+}
+
+json logprobs_object(Endpoint ep, const LogprobsPart& part) {
+    if (!part.tokens) return nullptr;
+    if (ep == Endpoint::kChat) {
+        json content = json::array();
+        for (const LogprobEntry& e : *part.tokens) {
+            json top = json::array();
+            for (const auto& [tok, lp] : e.top)
+                top.push_back({{"token", tok}, {"logprob", finite(lp)}, {"bytes", bytes_of(tok)}});
+            content.push_back({{"token", e.token},
+                               {"logprob", finite(e.logprob)},
+                               {"bytes", bytes_of(e.token)},
+                               {"top_logprobs", top}});
+        }
+        return {{"content", std::move(content)}, {"refusal", nullptr}};
+    }
+    json tokens = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+    int64_t offset = part.text_offset;
+    for (const LogprobEntry& e : *part.tokens) {
+        tokens.push_back(e.token);
+        lps.push_back(finite(e.logprob));
+        json top = json::object();
+        for (const auto& [tok, lp] : e.top) top[tok] = finite(lp);
+        top[e.token] = finite(e.logprob);  // the chosen token is always included (OpenAI legacy completions)
+        tops.push_back(std::move(top));
+        offsets.push_back(offset);
+        offset += int64_t(e.token.size());
+    }
+    return {{"tokens", std::move(tokens)},
+            {"token_logprobs", std::move(lps)},
+            {"top_logprobs", std::move(tops)},
+            {"text_offset", std::move(offsets)}};
+}
+
 }  // namespace
 
 std::string error_json(const ApiError& e) {
@@ -41,11 +85,14 @@ std::string error_json(const ApiError& e) {
 }
 
 std::string response_json(Endpoint ep, const std::string& id, int64_t created, const std::string& model,
-                          const std::vector<ChoiceResult>& choices, const Usage& usage) {
+                          const std::vector<ChoiceResult>& choices, const Usage& usage, bool with_logprobs) {
     json j = envelope(ep, false, id, created, model);
     json arr = json::array();
     for (size_t i = 0; i < choices.size(); ++i) {
-        json c = {{"index", i}, {"logprobs", nullptr}, {"finish_reason", null_or(choices[i].finish_reason)}};
+        LogprobsPart part{with_logprobs ? &choices[i].logprobs : nullptr, 0};
+        json c = {{"index", i},
+                  {"logprobs", logprobs_object(ep, part)},
+                  {"finish_reason", null_or(choices[i].finish_reason)}};
         if (ep == Endpoint::kChat)
             c["message"] = {{"role", "assistant"}, {"content", choices[i].text}};
         else
@@ -58,10 +105,10 @@ std::string response_json(Endpoint ep, const std::string& id, int64_t created, c
 }
 
 std::string chunk_json(Endpoint ep, const std::string& id, int64_t created, const std::string& model, int index,
-                       const std::string& text, const std::string& finish_reason, bool role_only,
-                       bool with_usage_null) {
+                       const std::string& text, const std::string& finish_reason, bool role_only, bool with_usage_null,
+                       const LogprobsPart& logprobs) {
     json j = envelope(ep, true, id, created, model);
-    json c = {{"index", index}, {"logprobs", nullptr}, {"finish_reason", null_or(finish_reason)}};
+    json c = {{"index", index}, {"logprobs", logprobs_object(ep, logprobs)}, {"finish_reason", null_or(finish_reason)}};
     if (ep == Endpoint::kChat) {
         if (role_only)
             c["delta"] = {{"role", "assistant"}, {"content", ""}};

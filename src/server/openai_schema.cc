@@ -93,10 +93,10 @@ Err reject_unsupported(const json& j, Endpoint ep) {
         return v.is_null() || (v.is_boolean() && !v.get<bool>()) || (v.is_number_integer() && v.get<int64_t>() == 0) ||
                (v.is_string() && v.get<std::string>().empty()) || (v.is_array() && v.empty());
     };
-    static const char* const kFields[] = {"logprobs",     "top_logprobs",  "echo",           "suffix",
-                                          "tools",        "tool_choice",   "functions",      "function_call",
-                                          "audio",        "modalities",    "prediction",     "guided_json",
-                                          "guided_regex", "guided_choice", "guided_grammar", "prompt_logprobs"};
+    static const char* const kFields[] = {"echo",           "suffix",         "tools",        "tool_choice",
+                                          "functions",      "function_call",  "audio",        "modalities",
+                                          "prediction",     "guided_json",    "guided_regex", "guided_choice",
+                                          "guided_grammar", "prompt_logprobs"};
     for (const char* f : kFields) {
         auto it = j.find(f);
         if (it != j.end() && !is_off(*it)) return bad_request(std::string(f) + " is not supported by kiln serve", f);
@@ -109,7 +109,24 @@ Err reject_unsupported(const json& j, Endpoint ep) {
             return bad_request("response_format is not supported by kiln serve (only {\"type\": \"text\"})",
                                "response_format");
     }
-    (void)ep;
+    if (ep == Endpoint::kCompletions && field(j, "top_logprobs"))
+        return bad_request("top_logprobs is a chat field; /v1/completions takes logprobs: N", "top_logprobs");
+    return std::nullopt;
+}
+
+// Completions: logprobs N (an integer). Chat: logprobs (a boolean) and top_logprobs N.
+Err parse_logprobs(const json& j, Endpoint ep, SamplingParams* s) {
+    std::optional<int64_t> n;
+    if (ep == Endpoint::kCompletions) {
+        if (auto e = get_int(j, "logprobs", 0, kMaxLogprobs, &n)) return e;
+        if (n) s->logprobs = int32_t(*n);
+        return std::nullopt;
+    }
+    bool on = false;
+    if (auto e = get_bool(j, "logprobs", &on)) return e;
+    if (auto e = get_int(j, "top_logprobs", 0, kMaxLogprobs, &n)) return e;
+    if (n && !on) return bad_request("top_logprobs needs logprobs: true", "top_logprobs");
+    if (on) s->logprobs = n ? int32_t(*n) : 0;
     return std::nullopt;
 }
 
@@ -249,6 +266,7 @@ Err parse_sampling(const json& j, GenerationRequest* out) {
     }
     if (auto e = get_bool(j, "ignore_eos", &s.ignore_eos)) return e;
     if (auto e = parse_stop(j, &s)) return e;
+    if (auto e = parse_logprobs(j, out->endpoint, &s)) return e;
     return parse_logit_bias(j, &s);
 }
 

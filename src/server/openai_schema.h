@@ -2,7 +2,7 @@
 // /v1/chat/completions parsed and validated into plain structs, and the JSON of responses, stream
 // chunks and errors. Follows the OpenAI API reference (completions, chat completions, streaming
 // chunks, error object); fields that would change the output and that kiln does not implement
-// (logprobs, echo, suffix, best_of > 1, tools, response_format, ...) are rejected naming the field;
+// (echo, suffix, prompt_logprobs, best_of > 1, tools, response_format, ...) are rejected naming the field;
 // unknown fields are ignored, as OpenAI-compatible servers do.
 // Invariant: parsing never throws and never aborts; every problem becomes an ApiError.
 // Checks that need the model (context length, vocabulary size) are done by the server after
@@ -49,6 +49,7 @@ struct GenerationRequest {
 };
 
 constexpr int kMaxChoices = 8;
+constexpr int kMaxLogprobs = 20;  // completions `logprobs` and chat `top_logprobs` (vLLM's default cap)
 constexpr size_t kMaxStopStrings = 16;
 
 // Parses and validates a request body; nullopt on success.
@@ -67,21 +68,37 @@ std::optional<ApiError> parse_detokenize_request(std::string_view body, std::vec
 // ---- responses (JSON text) ----
 std::string error_json(const ApiError& e);
 
+// One generated token's logprobs, with the token strings resolved (bytes: what it adds to the text).
+struct LogprobEntry {
+    std::string token;
+    float logprob = 0;
+    std::vector<std::pair<std::string, float>> top;  // best first
+};
+// The `logprobs` object of a choice or chunk over `tokens` (completions: tokens, token_logprobs,
+// top_logprobs with the chosen token included, text_offset counted from `text_offset`; chat: content
+// entries with bytes). -inf becomes -9999 (JSON has no infinity), as in vLLM.
+struct LogprobsPart {
+    const std::vector<LogprobEntry>* tokens = nullptr;  // nullptr: "logprobs": null
+    int64_t text_offset = 0;
+};
+
 struct ChoiceResult {
     std::string text;
     std::string finish_reason;  // "stop" / "length" (an aborted request reports "abort")
+    std::vector<LogprobEntry> logprobs;
 };
 struct Usage {
     int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
 };
-// The whole (non-streamed) response.
+// The whole (non-streamed) response; with_logprobs fills each choice's logprobs object.
 std::string response_json(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model,
-                          const std::vector<ChoiceResult>& choices, const Usage& usage);
+                          const std::vector<ChoiceResult>& choices, const Usage& usage, bool with_logprobs = false);
 // One SSE event body (without "data: "): a text delta of choice `index` and/or its finish reason
 // ("" = none yet). For chat, role_only sends the opening {"role": "assistant", "content": ""} delta.
 // with_usage_null adds "usage": null (stream_options.include_usage asks for it on every chunk).
 std::string chunk_json(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model, int index,
-                       const std::string& text, const std::string& finish_reason, bool role_only, bool with_usage_null);
+                       const std::string& text, const std::string& finish_reason, bool role_only, bool with_usage_null,
+                       const LogprobsPart& logprobs = {});
 // The final usage chunk (choices: []).
 std::string usage_chunk_json(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model,
                              const Usage& usage);

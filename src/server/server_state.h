@@ -19,8 +19,9 @@ namespace kiln::server {
 using Clock = std::chrono::steady_clock;
 
 struct HttpServer::State {
-    State(Engine& e, ServerOptions o) : engine(e), opt(std::move(o)) {}
-    Engine& engine;
+    explicit State(ServerOptions o) : opt(std::move(o)) {}
+    Engine* engine = nullptr;  // set once by set_engine, before `ready`; routes other than /health wait for it
+    std::atomic<bool> ready{false};
     ServerOptions opt;
     std::string model_name;
     int64_t created = 0;  // unix time at start

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <nlohmann/json.hpp>
 
 namespace kiln::server {
@@ -90,7 +91,9 @@ TEST(OpenAiSchema, RejectsBadBodies) {
         {R"({"prompt": "x", "logit_bias": {"a": 1}})", "logit_bias"},
         {R"({"prompt": "x", "logit_bias": {"1": 101}})", "logit_bias"},
         {R"({"prompt": "x", "stream_options": {"include_usage": true}})", "stream_options"},
-        {R"({"prompt": "x", "logprobs": 2})", "logprobs"},
+        {R"({"prompt": "x", "logprobs": 2.5})", "logprobs"},
+        {R"({"prompt": "x", "logprobs": -1})", "logprobs"},
+        {R"({"prompt": "x", "prompt_logprobs": 1})", "prompt_logprobs"},
         {R"({"prompt": "x", "echo": true})", "echo"},
         {R"({"prompt": "x", "suffix": "s"})", "suffix"},
         {R"({"prompt": "x", "best_of": 2})", "best_of"},
@@ -159,6 +162,52 @@ TEST(OpenAiSchema, ResponsesAndChunks) {
     json u = json::parse(usage_chunk_json(Endpoint::kChat, "id", 1, "m", {1, 2, 0}));
     EXPECT_TRUE(u["choices"].empty());
     EXPECT_EQ(u["usage"]["completion_tokens"], 2);
+}
+
+TEST(OpenAiSchema, Logprobs) {
+    GenerationRequest r;
+    ASSERT_FALSE(parse(R"({"prompt": "x", "logprobs": 3})", &r));
+    EXPECT_EQ(r.sampling.logprobs, 3);
+    ASSERT_FALSE(parse(R"({"prompt": "x", "logprobs": 0})", &r));
+    EXPECT_EQ(r.sampling.logprobs, 0);
+    ASSERT_FALSE(parse(R"({"prompt": "x", "logprobs": null})", &r));
+    EXPECT_EQ(r.sampling.logprobs, -1);
+    EXPECT_EQ(parse(R"({"prompt": "x", "logprobs": 21})", &r)->param, "logprobs");
+    EXPECT_EQ(parse(R"({"prompt": "x", "logprobs": true})", &r)->param, "logprobs");
+    EXPECT_EQ(parse(R"({"prompt": "x", "top_logprobs": 2})", &r)->param, "top_logprobs");
+    auto chat = [](const char* body, GenerationRequest* out) {
+        return parse_generation_request(body, Endpoint::kChat, out);
+    };
+    const std::string msgs = R"("messages": [{"role": "user", "content": "hi"}])";
+    ASSERT_FALSE(chat(("{" + msgs + R"(, "logprobs": true, "top_logprobs": 4})").c_str(), &r));
+    EXPECT_EQ(r.sampling.logprobs, 4);
+    ASSERT_FALSE(chat(("{" + msgs + R"(, "logprobs": true})").c_str(), &r));
+    EXPECT_EQ(r.sampling.logprobs, 0);
+    ASSERT_FALSE(chat(("{" + msgs + R"(, "logprobs": false})").c_str(), &r));
+    EXPECT_EQ(r.sampling.logprobs, -1);
+    EXPECT_EQ(chat(("{" + msgs + R"(, "top_logprobs": 2})").c_str(), &r)->param, "top_logprobs");
+    EXPECT_EQ(chat(("{" + msgs + R"(, "logprobs": 2})").c_str(), &r)->param, "logprobs");
+    EXPECT_EQ(chat(("{" + msgs + R"(, "logprobs": true, "top_logprobs": 99})").c_str(), &r)->param, "top_logprobs");
+
+    const float inf = std::numeric_limits<float>::infinity();
+    std::vector<LogprobEntry> lps = {{"ab", -0.5f, {{"ab", -0.5f}, {"c", -1.5f}}}, {"\xc3", -inf, {}}};
+    json c = json::parse(response_json(Endpoint::kCompletions, "id", 1, "m", {{"ab?", "length", lps}}, {}, true));
+    const json& l = c["choices"][0]["logprobs"];
+    EXPECT_EQ(l["tokens"][0], "ab");
+    EXPECT_EQ(l["token_logprobs"][1], -9999.0);  // JSON has no -inf
+    EXPECT_EQ(l["text_offset"][1], 2);
+    EXPECT_EQ(l["top_logprobs"][0]["c"], -1.5);
+    EXPECT_EQ(l["top_logprobs"][1].size(), 1u);  // the chosen token is always there
+    json h = json::parse(response_json(Endpoint::kChat, "id", 1, "m", {{"ab?", "length", lps}}, {}, true));
+    const json& content = h["choices"][0]["logprobs"]["content"];
+    EXPECT_EQ(content[1]["bytes"], json::array({0xc3}));
+    EXPECT_EQ(content[0]["top_logprobs"][1]["token"], "c");
+    EXPECT_TRUE(json::parse(response_json(Endpoint::kChat, "id", 1, "m", {{"ab", "stop", lps}}, {},
+                                          false))["choices"][0]["logprobs"]
+                    .is_null());
+    LogprobsPart part{&lps, 10};
+    json k = json::parse(chunk_json(Endpoint::kCompletions, "id", 1, "m", 0, "ab", "", false, false, part));
+    EXPECT_EQ(k["choices"][0]["logprobs"]["text_offset"][0], 10);
 }
 
 TEST(OpenAiSchema, TokenizeBodies) {

@@ -3,6 +3,7 @@
 
 stories260K (llama2.c, tok512.bin beside it): /health, /v1/models, greedy completions equal to
 `kiln generate`, streaming equal to non-streaming, n > 1 with per-choice seeds, stop strings, usage,
+logprobs (completions and chat, checked against a log_softmax of `kiln logits`),
 chat through --chat-template, 32 concurrent streaming clients each equal to its sequential answer,
 40+ malformed or hostile requests answered with the right 4xx while the server keeps serving, a
 client that disconnects mid-stream frees its request (metrics back to 0), /tokenize, /detokenize,
@@ -12,6 +13,7 @@ Every server must exit 0 on SIGTERM. Skips (exit 0) only when the openai module 
 """
 import http.client
 import json
+import math
 import os
 import socket
 import subprocess
@@ -234,6 +236,54 @@ def test_chat(srv, client, model_name):
     check(r.usage.prompt_tokens + r.usage.completion_tokens == 512, f"chat default max_tokens: {r.usage}")
 
 
+def full_logprobs(prompt):
+    """log_softmax of the last position's logits from `kiln logits` (all 512 of stories260K's)."""
+    out = subprocess.run([KILN, "logits", "-m", MODEL, "-p", prompt, "--top", "512", "-t", "2"],
+                         capture_output=True, check=True).stdout.decode().splitlines()
+    logits = {int(k): float(v) for k, v in (kv.split(":") for kv in out[-1].split()[2:])}
+    m = max(logits.values())
+    lse = m + math.log(sum(math.exp(x - m) for x in logits.values()))
+    return {k: x - lse for k, x in logits.items()}
+
+
+def test_logprobs(srv, client, model_name):
+    p = PROMPTS[0]
+    r = client.completions.create(model=model_name, prompt=p, max_tokens=12, temperature=0, logprobs=5)
+    c = r.choices[0]
+    lp = c.logprobs
+    check(lp is not None and len(lp.tokens) == r.usage.completion_tokens, f"logprobs length: {lp}")
+    check("".join(lp.tokens) == c.text, f"logprob tokens {lp.tokens} do not spell {c.text!r}")
+    check(lp.text_offset == [sum(len(t) for t in lp.tokens[:i]) for i in range(len(lp.tokens))], "text_offset")
+    for i, t in enumerate(lp.tokens):
+        top = lp.top_logprobs[i]
+        check(len(top) in (5, 6) and top.get(t) == lp.token_logprobs[i], f"top_logprobs[{i}] {top} lacks {t!r}")
+        check(lp.token_logprobs[i] == max(top.values()) <= 0, f"greedy token {t!r} is not the most likely: {top}")
+    # The first token's numbers against an independent log_softmax over `kiln logits`' full row.
+    ref = sorted(full_logprobs(p).values(), reverse=True)
+    got = sorted(lp.top_logprobs[0].values(), reverse=True)
+    check(all(abs(a - b) < 1e-4 for a, b in zip(got, ref[:5])), f"top-5 logprobs {got} != kiln logits {ref[:5]}")
+    # Sampled tokens keep the model's raw logprobs (not the temperature-scaled ones) and stream the same.
+    kw = dict(model=model_name, prompt=PROMPTS[1], max_tokens=20, temperature=1.5, seed=11, logprobs=2)
+    full = client.completions.create(**kw).choices[0].logprobs
+    streamed = {"tokens": [], "token_logprobs": [], "text_offset": []}
+    for chunk in client.completions.create(stream=True, **kw):
+        for ch in chunk.choices:
+            if ch.logprobs is not None:
+                for k in streamed:
+                    streamed[k] += getattr(ch.logprobs, k)
+    check(streamed == {k: getattr(full, k) for k in streamed}, f"streamed logprobs {streamed} != {full}")
+    # Chat: content entries with bytes and top_logprobs.
+    r = client.chat.completions.create(model=model_name, messages=[{"role": "user", "content": p}], max_tokens=8,
+                                       temperature=0, logprobs=True, top_logprobs=3)
+    content = r.choices[0].logprobs.content
+    check("".join(e.token for e in content) == r.choices[0].message.content, "chat logprob tokens != content")
+    check(all(bytes(e.bytes) == e.token.encode() and len(e.top_logprobs) == 3 and
+              e.top_logprobs[0].logprob == e.logprob for e in content), f"chat logprobs: {content}")
+    r = client.chat.completions.create(model=model_name, messages=[{"role": "user", "content": p}], max_tokens=4,
+                                       temperature=0)
+    check(r.choices[0].logprobs is None, "logprobs sent without being asked")
+
+
 def test_concurrent(srv, client, model_name):
     jobs = []
     for i in range(32):
@@ -295,7 +345,7 @@ def hostile_cases(model_name):
         ("POST", P, c(logit_bias={"5": 1000}), 400), ("POST", P, c(logit_bias=[1, 2]), 400),
         ("POST", P, c(ignore_eos="true"), 400), ("POST", P, c(stream="yes"), 400),
         ("POST", P, c(stream_options={"include_usage": True}), 400),
-        ("POST", P, c(logprobs=5), 400), ("POST", P, c(echo=True), 400), ("POST", P, c(suffix="x"), 400),
+        ("POST", P, c(logprobs=21), 400), ("POST", P, c(logprobs=-1), 400), ("POST", P, c(echo=True), 400), ("POST", P, c(suffix="x"), 400),
         ("POST", P, c(best_of=3), 400), ("POST", P, c(model="gpt-4"), 404), ("POST", P, c(model=7), 400),
         ("POST", P, b'{"prompt": "\xff\xfe\xfd", "max_tokens": 2}', 400),
         ("POST", P, "[" * 100000 + "]" * 100000, 400),
@@ -307,7 +357,9 @@ def hostile_cases(model_name):
         ("POST", "/v1/chat/completions", dict(chat, messages=[{"content": "x"}]), 400),
         ("POST", "/v1/chat/completions", dict(chat, tools=[{"type": "function", "function": {"name": "f"}}]), 400),
         ("POST", "/v1/chat/completions", dict(chat, response_format={"type": "json_object"}), 400),
-        ("POST", "/v1/chat/completions", dict(chat, logprobs=True, top_logprobs=2), 400),
+        ("POST", "/v1/chat/completions", dict(chat, logprobs=False, top_logprobs=2), 400),
+        ("POST", "/v1/chat/completions", dict(chat, logprobs=True, top_logprobs=21), 400),
+        ("POST", P, c(prompt_logprobs=1), 400),
         ("POST", "/tokenize", {"prompt": 5}, 400), ("POST", "/tokenize", "{", 400),
         ("POST", "/detokenize", {"tokens": ["a"]}, 400), ("POST", "/detokenize", {"tokens": [99999]}, 400),
         ("GET", "/nope", None, 404),
@@ -446,6 +498,7 @@ def main():
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{srv.port}/v1", api_key="unused", max_retries=0)
         for name, fn in [("basic", lambda: test_basic(srv, client, srv.model_name)),
                          ("chat", lambda: test_chat(srv, client, srv.model_name)),
+                         ("logprobs", lambda: test_logprobs(srv, client, srv.model_name)),
                          ("concurrent", lambda: test_concurrent(srv, client, srv.model_name)),
                          ("hostile", lambda: test_hostile(srv)),
                          ("disconnect", lambda: test_disconnect(srv))]:
@@ -457,7 +510,8 @@ def main():
         status, text = raw("GET", "/metrics", port=srv.port)
         for name in ["kiln_requests_running", "kiln_requests_waiting", "kiln_kv_blocks_used", "kiln_kv_blocks_total",
                      "kiln_prefix_cache_hit_rate", "kiln_prompt_tokens_total", "kiln_generation_tokens_total",
-                     "kiln_time_to_first_token_seconds_count", "kiln_e2e_request_latency_seconds_count"]:
+                     "kiln_time_to_first_token_seconds_count", "kiln_time_per_output_token_seconds_count",
+                     "kiln_e2e_request_latency_seconds_count"]:
             check(f"\n{name} " in "\n" + text, f"/metrics lacks {name}")
     finally:
         srv.stop()
