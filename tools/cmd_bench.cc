@@ -51,6 +51,7 @@ constexpr const char* kBenchUsage =
     "usage: kiln bench -m MODEL [-p N] [-n N] [-t N] [-r N] [--isa ISA] [--f32-activations] [--json] [--mmap]\n"
     "                  [--probe-mib N]\n"
     "       kiln bench offline --help   (the serving engine's throughput over many requests)\n"
+    "       kiln bench serve --help     (load generator for a running `kiln serve`)\n"
     "\n"
     "Measures prefill (ppN) and decode (tgN) tokens/s, the median of REPS runs after a warm-up, and\n"
     "in the same run the machine's memory read bandwidth, f32 FMA peak and int8 dot peak; reports\n"
@@ -261,6 +262,7 @@ void print_table(const std::vector<TestResult>& results, const model::Checkpoint
 
 int cmd_bench(int argc, char** argv) {
     if (argc > 2 && std::strcmp(argv[2], "offline") == 0) return cmd_bench_offline(argc, argv);
+    if (argc > 2 && std::strcmp(argv[2], "serve") == 0) return cmd_bench_serve(argc, argv);
     Args args({"--help", "-h", "--json", "--mmap", "--f32-activations"},
               {"-m", "--model", "-p", "--n-prompt", "-n", "--n-gen", "-t", "--threads", "-r", "--reps", "--probe-mib",
                "--isa"});

@@ -2,10 +2,11 @@
 #include "model/checkpoint.h"
 
 #include <sys/mman.h>
-#include <cstring>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <unordered_map>
 
@@ -14,6 +15,7 @@
 #include "formats/llama2c.h"
 #include "formats/safetensors.h"
 #include "kernels/ref/dequant.h"
+#include "model/compressed_tensors.h"
 #include "model/weight_names.h"
 
 namespace kiln::model {
@@ -126,13 +128,45 @@ core::Result<Checkpoint> load_hf_checkpoint(const std::string& path) {
     KILN_ASSIGN_OR_RETURN(formats::SafetensorsSet set, formats::SafetensorsSet::open(path));
     auto st = std::make_shared<formats::SafetensorsSet>(std::move(set));
     ck.owners.push_back(st);
+    KILN_ASSIGN_OR_RETURN(std::optional<CompressedConfig> quantized, read_quantization_config(config_path.string()));
+    // compressed-tensors: the parts of each quantized Linear, by module (compressed_tensors.h).
+    std::map<std::string, std::map<std::string, TensorPart>> modules;
+    if (quantized) {
+        for (size_t i = 0; i < st->num_tensors(); ++i) {
+            const formats::SafetensorsTensorInfo& info = st->tensor(i);
+            TensorPart p{info.dtype, info.shape, st->tensor_data(i), info.num_bytes};
+            if (auto split = split_quant_part(info.name)) {
+                modules[split->first][split->second] = p;
+            } else if (info.name.size() > 7 && info.name.ends_with(".weight")) {
+                modules[info.name.substr(0, info.name.size() - 7)]["weight"] = p;
+            }
+        }
+        for (auto it = modules.begin(); it != modules.end();)  // a module is quantized when it has scales
+            it = it->second.count("weight_scale") ? std::next(it) : modules.erase(it);
+    }
     std::set<std::string> names;
     for (size_t i = 0; i < st->num_tensors(); ++i) {
         const formats::SafetensorsTensorInfo& info = st->tensor(i);
         if (is_hf_ignored_tensor(info.name)) continue;
-        std::string name = hf_to_gguf_name(info.name).value_or(info.name);
+        TensorRef t{info.name, info.dtype, info.shape, st->tensor_data(i), info.num_bytes};
+        if (!modules.empty()) {
+            const auto split = split_quant_part(info.name);
+            const std::string module = split                            ? split->first
+                                       : info.name.ends_with(".weight") ? info.name.substr(0, info.name.size() - 7)
+                                                                        : std::string();
+            auto mod = modules.find(module);
+            if (mod != modules.end()) {
+                // The module's weight is built once, at its main part; its other parts are consumed.
+                const bool main = split ? split->second == "weight_packed" : true;
+                if (!main) continue;
+                auto w = decompress_weight(*quantized, module, mod->second, &ck.owners);
+                if (!w.is_ok()) return core::error(w.status().code()) << path << ": " << w.status().message();
+                t = std::move(w).value();
+            }
+        }
+        std::string name = hf_to_gguf_name(t.name).value_or(t.name);
         if (name == "output.weight" && ck.config.tie_word_embeddings) continue;  // a saved copy of the embedding
-        TensorRef t{name, info.dtype, info.shape, st->tensor_data(i), info.num_bytes};
+        t.name = name;
         int64_t heads = rope_permute_heads(name, ck.config);
         KILN_RETURN_IF_ERROR(add_tensor(&ck, &names, std::move(t), heads));
     }

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "core/bytes.h"
 #include "core/mapped_file.h"
@@ -13,6 +14,7 @@
 #include "formats/ggml_type.h"
 #include "formats/gguf_writer.h"
 #include "formats/safetensors.h"
+#include "kernels/ref/dequant.h"
 
 namespace kiln::model {
 namespace {
@@ -127,6 +129,23 @@ core::Result<TensorRef> cast_tensor(const TensorRef& t, DType to, std::vector<st
     return out;
 }
 
+core::Result<Checkpoint> to_f32_checkpoint(const Checkpoint& ck) {
+    Checkpoint out = ck;
+    for (TensorRef& t : out.tensors) {
+        const core::DTypeInfo& info = core::dtype_info(t.dtype);
+        if (t.dtype == DType::kF32 || !(info.is_float || info.is_quantized)) continue;
+        const uint64_t n = t.num_elements();
+        auto buf = std::make_shared<std::vector<float>>(n);
+        core::Status st = kernels::ref::dequantize_row(t.dtype, t.data, buf->data(), int64_t(n));
+        if (!st.is_ok()) return core::error(st.code()) << "tensor '" << t.name << "': " << st.message();
+        t.dtype = DType::kF32;
+        t.data = reinterpret_cast<const uint8_t*>(buf->data());
+        t.num_bytes = n * 4;
+        out.owners.push_back(std::move(buf));
+    }
+    return out;
+}
+
 core::Status write_gguf_checkpoint(const Checkpoint& ck, const std::string& path, const ConvertOptions& opts) {
     formats::GgufWriter w;
     const std::string arch = gguf_arch(ck.config);
@@ -174,7 +193,8 @@ core::Status write_gguf_checkpoint(const Checkpoint& ck, const std::string& path
     return w.write(path);
 }
 
-core::Status write_hf_checkpoint(const Checkpoint& ck, const std::string& dir, const ConvertOptions& opts) {
+core::Status write_hf_checkpoint(const Checkpoint& ck, const std::string& dir, const ConvertOptions& opts,
+                                 const HfWriteExtras* extras) {
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) return core::error(StatusCode::kIo) << dir << ": cannot create directory: " << ec.message();
@@ -194,7 +214,13 @@ core::Status write_hf_checkpoint(const Checkpoint& ck, const std::string& dir, c
         KILN_ASSIGN_OR_RETURN(TensorRef t, prepare_tensor(src, opts, rope_permute_heads(src.name, ck.config), &owners));
         if (t.shape.size() >= 2) bytes_by_dtype[t.dtype] += t.num_bytes;
         progress.tensor(i, t);
-        tensors.push_back({gguf_to_hf_name(t.name).value_or(t.name), t.dtype, t.shape, t.data, t.num_bytes});
+        formats::SafetensorsTensorIn out{gguf_to_hf_name(t.name).value_or(t.name), t.dtype, t.shape, t.data,
+                                         t.num_bytes};
+        if (extras && extras->transform) {
+            KILN_ASSIGN_OR_RETURN(bool replaced, extras->transform(out, &tensors, &owners));
+            if (replaced) continue;
+        }
+        tensors.push_back(std::move(out));
     }
     std::map<std::string, std::string> metadata = {{"format", "pt"}};
     GgufMetadata tokenizer;
@@ -209,6 +235,11 @@ core::Status write_hf_checkpoint(const Checkpoint& ck, const std::string& dir, c
     for (const auto& [dtype, bytes] : bytes_by_dtype)
         if (bytes > most) most = bytes, main_dtype = dtype;
     std::string config = config_to_hf_json(ck.config, torch_dtype_name(main_dtype));
+    if (extras && !extras->quantization_config.empty()) {
+        nlohmann::ordered_json j = nlohmann::ordered_json::parse(config);
+        j["quantization_config"] = nlohmann::ordered_json::parse(extras->quantization_config);
+        config = j.dump(2) + "\n";
+    }
     {
         const std::string config_path = (fs::path(dir) / "config.json").string();
         std::FILE* f = std::fopen(config_path.c_str(), "wb");

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -22,6 +23,7 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
+#include "formats/safetensors.h"
 #include "model/checkpoint.h"
 
 namespace kiln::model {
@@ -40,8 +42,21 @@ core::Status convert_checkpoint(const std::string& in, const std::string& out, c
 
 core::Status write_gguf_checkpoint(const Checkpoint& checkpoint, const std::string& path,
                                    const ConvertOptions& options);
+// What kiln quantize adds to an HF write: `transform` sees each tensor as it will be written (HF
+// name, Q/K rows in HF order, dtype converted) and may append replacement tensors to *out (buffers
+// kept alive in *owners) and return true, or return false to write the tensor as it is.
+// `quantization_config` (a JSON object, "" = none) is added to config.json under that key.
+struct HfWriteExtras {
+    std::function<core::Result<bool>(const formats::SafetensorsTensorIn& t,
+                                     std::vector<formats::SafetensorsTensorIn>* out,
+                                     std::vector<std::shared_ptr<const void>>* owners)>
+        transform;
+    std::string quantization_config;
+};
+
 // `dir` is created if needed.
-core::Status write_hf_checkpoint(const Checkpoint& checkpoint, const std::string& dir, const ConvertOptions& options);
+core::Status write_hf_checkpoint(const Checkpoint& checkpoint, const std::string& dir, const ConvertOptions& options,
+                                 const HfWriteExtras* extras = nullptr);
 
 // A llama2.c tokenizer.bin (int32 max_token_len, then per token: f32 score, int32 byte length,
 // bytes) as GGUF tokenizer metadata: tokenizer.ggml.model "llama", tokens (spaces written as
@@ -49,6 +64,11 @@ core::Status write_hf_checkpoint(const Checkpoint& checkpoint, const std::string
 // scores, token_type (0 unknown=2, 1-2 control=3, <0xNN> byte=6, else normal=1), bos 1, eos 2,
 // unk 0. `vocab_size` tokens are read (the file does not store the count).
 core::Result<GgufMetadata> read_llama2c_tokenizer(const std::string& path, int64_t vocab_size);
+
+// A copy of `checkpoint` whose float and block-quantized tensors are all F32 (dequantized with
+// kernels::ref::dequantize_row; F32 tensors are shared, not copied): the reference weights of a
+// quantized model, and what kiln quantize starts from. Other dtypes (integers) are kept.
+core::Result<Checkpoint> to_f32_checkpoint(const Checkpoint& checkpoint);
 
 // `t` converted element-wise to `to` (both in {F32, F16, BF16}) into a buffer appended to `owners`;
 // fp16/bf16 rounding is round-to-nearest-even (core/numeric.h).

@@ -169,6 +169,10 @@ Status LlamaModel::layer_forward(int64_t layer_idx, int64_t T, const KvLayers& k
     // Q, K and V in one job: qkv [T, Q + 2 KV]. Then, per token in one pass: q to its own buffer,
     // k and v straight to their cache slots, with the q/k norms (Qwen3) and RoPE applied in place
     // there (RoPE fused with the KV-cache write).
+    auto observe = [&](LinearInput which, const float* in, int64_t cols) {
+        if (hook_) hook_(layer_idx, which, std::span<const float>(in, size_t(T * cols)), T, cols);
+    };
+    observe(LinearInput::kQkv, w.xn.data(), H);
     const ops::LinearPart qkv_parts[] = {{&L.wq, opt(L.bq)}, {&L.wk, opt(L.bk)}, {&L.wv, opt(L.bv)}};
     KILN_RETURN_IF_ERROR(ops::linear_group(pool, w.xn.data(), T, qkv_parts, w.qkv.data(), scratch_));
     float* q = w.q.data();                     // [T, num_heads, head_dim]
@@ -206,14 +210,17 @@ Status LlamaModel::layer_forward(int64_t layer_idx, int64_t T, const KvLayers& k
     }
     const ops::AttentionHeads heads{c.num_heads, c.num_kv_heads, D, c.window_for_layer(layer_idx)};
     KILN_RETURN_IF_ERROR(ops::batch_attention(pool, q, T, w.attn, heads, w.att.data()));
+    observe(LinearInput::kAttnOut, w.att.data(), Q);
     KILN_RETURN_IF_ERROR(ops::linear(pool, w.att.data(), T, L.wo, opt(L.bo), w.o.data(), scratch_));
     // x += o, xn = rmsnorm(x): the residual add fused with the FFN's norm.
     KILN_RETURN_IF_ERROR(ops::add_rmsnorm(pool, x, w.o.data(), L.ffn_norm.data(), w.xn.data(), T, H, eps));
     // gate and up in one job: gate_up [T, 2F]; then silu(gate) * up into the first F columns.
+    observe(LinearInput::kGateUp, w.xn.data(), H);
     const ops::LinearPart gate_up_parts[] = {{&L.w_gate, nullptr}, {&L.w_up, nullptr}};
     KILN_RETURN_IF_ERROR(ops::linear_group(pool, w.xn.data(), T, gate_up_parts, w.gate_up.data(), scratch_));
     KILN_RETURN_IF_ERROR(ops::silu_mul_rows(pool, w.gate_up.data(), w.act.data(), T, F));
     // w.o = the FFN output, added to x by the next layer (or by forward_batch after the last).
+    observe(LinearInput::kDown, w.act.data(), F);
     return ops::linear(pool, w.act.data(), T, L.w_down, nullptr, w.o.data(), scratch_);
 }
 

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -58,6 +59,14 @@ struct BatchSeq {
     int64_t num_logits = 0;                // logits wanted for its last num_logits new tokens (0..num_tokens)
 };
 
+// The inputs of each layer's projections, for calibration (kiln quantize): kQkv is the input of
+// q/k/v (the attention norm's output), kAttnOut of o_proj, kGateUp of gate/up (the FFN norm's
+// output), kDown of down_proj (silu(gate) * up).
+enum class LinearInput { kQkv, kAttnOut, kGateUp, kDown };
+// x: [rows, cols] row-major, valid only during the call.
+using LinearInputHook =
+    std::function<void(int64_t layer, LinearInput which, std::span<const float> x, int64_t rows, int64_t cols)>;
+
 class LlamaModel {
 public:
     // The architectures this class runs.
@@ -82,6 +91,10 @@ public:
     // token ids, counts, block tables or slots outside kv.
     core::Status forward_batch(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs, const KvLayers& kv,
                                std::vector<float>& logits);
+
+    // Called (on the calling thread) with the input of every projection group during forward passes;
+    // an empty function turns it off.
+    void set_linear_input_hook(LinearInputHook hook) { hook_ = std::move(hook); }
 
 private:
     struct Layer {
@@ -113,6 +126,7 @@ private:
     std::vector<float> output_norm_;  // [hidden]
     std::vector<Layer> layers_;
     std::vector<double> inv_freq_;  // [head_dim / 2]
+    LinearInputHook hook_;
 };
 
 }  // namespace kiln::model

@@ -149,7 +149,7 @@ TEST(OpenAiSchema, ResponsesAndChunks) {
     json e = json::parse(error_json({404, "no", "invalid_request_error", "model", "model_not_found"}));
     EXPECT_EQ(e["error"]["code"], "model_not_found");
     EXPECT_TRUE(json::parse(error_json(bad_request("x")))["error"]["param"].is_null());
-    json r = json::parse(response_json(Endpoint::kChat, "id1", 1, "m", {{"hi\xff", "stop"}}, {3, 2, 0}));
+    json r = json::parse(response_json(Endpoint::kChat, "id1", 1, "m", {{"hi\xff", "stop", {}}}, {3, 2, 0}));
     EXPECT_EQ(r["object"], "chat.completion");
     EXPECT_EQ(r["choices"][0]["message"]["content"], "hi\xef\xbf\xbd");  // invalid UTF-8 replaced
     EXPECT_EQ(r["usage"]["total_tokens"], 5);

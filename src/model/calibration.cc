@@ -1,0 +1,47 @@
+// collect_activations: one LlamaModel (reference fp32 activations) over the calibration tokens in
+// chunks, with a linear-input hook that copies the sampled rows.
+#include "model/calibration.h"
+
+#include <algorithm>
+
+#include "model/llama.h"
+
+namespace kiln::model {
+
+core::Result<std::vector<LayerActivations>> collect_activations(const Checkpoint& checkpoint,
+                                                                const std::vector<int32_t>& tokens,
+                                                                core::ThreadPool* pool,
+                                                                const CalibrationOptions& options,
+                                                                const std::function<void(int64_t, int64_t)>& progress) {
+    if (tokens.empty()) return core::error(core::StatusCode::kInvalidArgument) << "no calibration tokens";
+    if (options.max_samples <= 0 || options.chunk_tokens <= 0)
+        return core::error(core::StatusCode::kInvalidArgument) << "max_samples and chunk_tokens must be > 0";
+    KILN_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, LlamaModel::create(checkpoint, pool));
+    const int64_t total = int64_t(tokens.size());
+    const int64_t chunk = std::min<int64_t>(options.chunk_tokens, model->config().max_seq_len);
+    const int64_t stride = std::max<int64_t>(1, (total + options.max_samples - 1) / options.max_samples);
+    std::vector<LayerActivations> acts(size_t(model->config().num_layers));
+    int64_t chunk_start = 0;  // global index of the current chunk's first token
+    model->set_linear_input_hook(
+        [&](int64_t layer, LinearInput which, std::span<const float> x, int64_t rows, int64_t cols) {
+            LayerActivations& a = acts[size_t(layer)];
+            const size_t k = size_t(which);
+            a.cols[k] = cols;
+            // Rows whose global index is a multiple of the stride.
+            for (int64_t r = (stride - chunk_start % stride) % stride; r < rows; r += stride) {
+                a.x[k].insert(a.x[k].end(), x.begin() + r * cols, x.begin() + (r + 1) * cols);
+                ++a.rows[k];
+            }
+        });
+    for (; chunk_start < total; chunk_start += chunk) {
+        const int64_t n = std::min(chunk, total - chunk_start);
+        KvCache cache(model->config(), n);
+        std::vector<int32_t> part(tokens.begin() + chunk_start, tokens.begin() + chunk_start + n);
+        KILN_ASSIGN_OR_RETURN(std::vector<float> logits, model->forward(part, cache, false));
+        (void)logits;
+        if (progress) progress(std::min(total, chunk_start + n), total);
+    }
+    return acts;
+}
+
+}  // namespace kiln::model

@@ -1,0 +1,38 @@
+// Calibration for quantization: runs a model over calibration tokens (fp32 activations, the
+// reference path) and keeps a sample of the inputs of every layer's projection groups (LinearInput
+// in llama.h), e.g. for the AWQ scale search. Samples are token rows taken at an even stride over
+// all tokens, so every part of the text is represented; the same inputs serve every matrix of a
+// group (q/k/v share one input, gate/up another).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "model/checkpoint.h"
+
+namespace kiln::model {
+
+struct CalibrationOptions {
+    int64_t max_samples = 512;   // token rows kept per projection input
+    int64_t chunk_tokens = 512;  // tokens per forward pass (each chunk starts a fresh context)
+};
+
+// Per layer: for each LinearInput (kQkv, kAttnOut, kGateUp, kDown in that order) a [rows, cols] sample.
+struct LayerActivations {
+    std::array<std::vector<float>, 4> x;
+    std::array<int64_t, 4> rows{}, cols{};
+};
+
+// `checkpoint` should hold float weights (to_f32_checkpoint in convert.h), so that the activations
+// are the reference ones and the f32 kernels run (quantized weights would quantize activations).
+// `tokens`: the calibration text's ids (BOS included where the tokenizer adds one; non-empty).
+// progress(done, total) is called after each chunk when set.
+core::Result<std::vector<LayerActivations>> collect_activations(
+    const Checkpoint& checkpoint, const std::vector<int32_t>& tokens, core::ThreadPool* pool,
+    const CalibrationOptions& options, const std::function<void(int64_t, int64_t)>& progress = {});
+
+}  // namespace kiln::model

@@ -1,0 +1,86 @@
+// Quantized checkpoints in the compressed-tensors layout (vllm-project/compressed-tensors, what
+// vLLM loads; facts and sources in docs/quantization.md): `kiln quantize` writes it and kiln loads it
+// back. Linear weights only (q/k/v/o, gate/up/down); everything else stays f32.
+//
+// Per Linear `M` (HF module name), by scheme (format string in config.json):
+//   int8       int-quantized          M.weight I8 [out,in], M.weight_scale F32 [out,1];
+//                                      activations int8 per token, dynamic (no input_scale)
+//   w4-gN      pack-quantized         M.weight_packed I32 [out,ceil(in/8)] (value + 8, element j of 8
+//                                      in bits 4j..4j+3), M.weight_scale F32 [out,ceil(in/N)],
+//                                      M.weight_shape I64 [2]; with zero points also
+//                                      M.weight_zero_point I32 [ceil(out/8), groups] (zp + 8, packed
+//                                      along the output dim); w = (q - zp) * scale
+//   fp8        float-quantized        M.weight F8_E4M3 [out,in], M.weight_scale F32 [out,1]
+//   fp8-block  float-quantized        M.weight_scale F32 [ceil(out/128), ceil(in/128)]
+//   mxfp8      mxfp8-quantized        M.weight F8_E4M3, M.weight_scale U8 (E8M0) [out, ceil(in/32)]
+//   mxfp4      mxfp4-pack-quantized   M.weight_packed U8 [out,ceil(in/2)] (element 2i low nibble),
+//                                      M.weight_scale U8 (E8M0) [out, ceil(in/32)]
+//   nvfp4      nvfp4-pack-quantized   M.weight_packed U8, M.weight_scale F8_E4M3 [out, ceil(in/16)],
+//                                      M.weight_global_scale F32 [1]; w = fp4 * scale / global
+// Loading: integer schemes become GGML blocks that kiln's int8 kernels run (int8 -> Q8_0, w4
+// symmetric -> Q4_0, w4 with zero points -> Q4_1; fp16-rounded scales) when `in` is a multiple of
+// 32; everything else is dequantized to F32 at load (exact; no low-precision kernels yet).
+// Invariant: reading never trusts the file: every part's dtype and shape is checked before use.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "formats/safetensors.h"
+#include "model/checkpoint.h"
+
+namespace kiln::model {
+
+enum class QuantFormat { kInt8, kW4, kFp8, kFp8Block, kMxfp8, kMxfp4, kNvfp4 };
+
+struct QuantScheme {
+    QuantFormat format = QuantFormat::kInt8;
+    int64_t group_size = 0;    // kW4: 32, 64 or 128
+    bool zero_point = false;   // kW4: asymmetric (zero points stored)
+    std::string name() const;  // "int8", "w4-g128", "w4-g128-zp", "fp8", ...
+};
+
+// "int8", "w4-g32|64|128", "fp8", "fp8-block", "mxfp8", "mxfp4", "nvfp4"; kInvalidArgument otherwise.
+core::Result<QuantScheme> parse_quant_scheme(std::string_view name);
+
+// The config.json "quantization_config" object (JSON text); `ignore`: HF module names kept in f32.
+std::string quantization_config_json(const QuantScheme& scheme, const std::vector<std::string>& ignore);
+
+// Appends the tensors of Linear `module` (weight w [rows = out, cols = in], f32, HF row order).
+core::Status compress_weight(const QuantScheme& scheme, const std::string& module, std::span<const float> w,
+                             int64_t rows, int64_t cols, std::vector<formats::SafetensorsTensorIn>* out,
+                             std::vector<std::shared_ptr<const void>>* owners);
+
+// ---- loading ----
+struct CompressedConfig {
+    QuantScheme scheme;
+    std::vector<std::string> ignore;
+};
+// nullopt when config.json has no quantization_config; kUnsupported for other quant methods and
+// schemes kiln does not load (static activation scales, act-order, several config groups, ...).
+core::Result<std::optional<CompressedConfig>> read_quantization_config(const std::string& config_json_path);
+
+// One safetensors tensor: its header entry and bytes.
+struct TensorPart {
+    core::DType dtype = core::DType::kF32;
+    std::vector<uint64_t> shape;
+    const uint8_t* data = nullptr;
+    uint64_t num_bytes = 0;
+};
+// Splits "M.weight_scale" into ("M", "weight_scale") for the part names this layout uses; nullopt
+// for any other name (plain tensors such as norms or biases, and M.weight).
+std::optional<std::pair<std::string, std::string>> split_quant_part(const std::string& name);
+// The runtime weight of `module` from its parts ("weight", "weight_packed", "weight_scale", ...),
+// named module + ".weight". kCorrupt for missing parts or wrong dtypes/shapes.
+core::Result<TensorRef> decompress_weight(const CompressedConfig& config, const std::string& module,
+                                          const std::map<std::string, TensorPart>& parts,
+                                          std::vector<std::shared_ptr<const void>>* owners);
+
+}  // namespace kiln::model

@@ -1,0 +1,212 @@
+// quantize_checkpoint: f32 copy -> (AWQ: calibrate, search, fold) -> write with compress_weight.
+#include "model/quantize.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+
+#include "model/convert.h"
+#include "model/llama.h"
+#include "model/weight_names.h"
+#include "quant/awq.h"
+
+namespace kiln::model {
+namespace {
+
+namespace fs = std::filesystem;
+using core::StatusCode;
+
+constexpr const char* kProjections[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                                        "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+
+// The HF module of a layer projection's weight ("model.layers.3.mlp.up_proj"), or "".
+std::string projection_module(const std::string& hf_name) {
+    if (!hf_name.starts_with("model.layers.") || !hf_name.ends_with(".weight")) return "";
+    const std::string module = hf_name.substr(0, hf_name.size() - 7);
+    for (const char* p : kProjections)
+        if (module.ends_with(std::string(".") + p)) return module;
+    return "";
+}
+
+// A --skip entry names a module exactly or by its last parts ("mlp.down_proj", "down_proj").
+bool is_skipped(const std::string& module, const std::vector<std::string>& skip) {
+    for (const std::string& s : skip)
+        if (module == s || module.ends_with("." + s)) return true;
+    return false;
+}
+
+// Writable f32 views of checkpoint tensors (copied out of the source on first use).
+class Mutable {
+public:
+    explicit Mutable(Checkpoint& ck) : ck_(ck) {}
+    bool has(const std::string& name) const { return ck_.find(name) != nullptr; }
+    core::Result<std::span<float>> get(const std::string& name) {
+        auto it = bufs_.find(name);
+        if (it != bufs_.end()) return std::span<float>(*it->second);
+        for (TensorRef& t : ck_.tensors) {
+            if (t.name != name) continue;
+            if (t.dtype != core::DType::kF32)
+                return core::error(StatusCode::kInternal) << "tensor '" << name << "' is not f32";
+            auto buf = std::make_shared<std::vector<float>>(t.num_elements());
+            std::copy_n(reinterpret_cast<const float*>(t.data), buf->size(), buf->data());
+            t.data = reinterpret_cast<const uint8_t*>(buf->data());
+            ck_.owners.push_back(buf);
+            bufs_[name] = buf;
+            return std::span<float>(*buf);
+        }
+        return core::error(StatusCode::kNotFound) << "the checkpoint has no tensor '" << name << "'";
+    }
+
+private:
+    Checkpoint& ck_;
+    std::map<std::string, std::shared_ptr<std::vector<float>>> bufs_;
+};
+
+struct Group {
+    const char* name;
+    LinearInput input;
+    std::vector<std::string> members;  // kiln names of the weights reading that input
+    std::string norm;                  // fold into this norm weight, or
+    std::string prev;                  // into the rows (and bias) of this projection
+};
+
+core::Status run_awq(Checkpoint& ck, const QuantizeOptions& o, core::ThreadPool* pool, QuantizeReport* report) {
+    const ModelConfig& c = ck.config;
+    if (o.calib_tokens.empty()) return core::error(StatusCode::kInvalidArgument) << "AWQ needs calibration text";
+    auto progress = [&](int64_t d, int64_t t) {
+        if (o.progress) o.progress("calibrate", d, t);
+    };
+    KILN_ASSIGN_OR_RETURN(std::vector<LayerActivations> acts,
+                          collect_activations(ck, o.calib_tokens, pool, o.calibration, progress));
+    Mutable mut(ck);
+    quant::AwqOptions awq;
+    awq.group_size = o.scheme.group_size;
+    awq.mode = o.scheme.zero_point ? quant::Int4Mode::kAsymmetric : quant::Int4Mode::kSymmetric;
+    awq.max_samples = o.calibration.max_samples;
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+        auto n = [&](const char* what) { return "blk." + std::to_string(l) + "." + what; };
+        std::vector<Group> groups = {
+            {"qkv",
+             LinearInput::kQkv,
+             {n("attn_q.weight"), n("attn_k.weight"), n("attn_v.weight")},
+             n("attn_norm.weight"),
+             ""},
+            {"o", LinearInput::kAttnOut, {n("attn_output.weight")}, "", n("attn_v")},
+            {"gate_up", LinearInput::kGateUp, {n("ffn_gate.weight"), n("ffn_up.weight")}, n("ffn_norm.weight"), ""},
+            {"down", LinearInput::kDown, {n("ffn_down.weight")}, "", n("ffn_up")}};
+        if (c.q_dim() != c.kv_dim()) groups.erase(groups.begin() + 1);  // GQA: v's rows do not map to o's input
+        for (const Group& g : groups) {
+            const LayerActivations& a = acts[size_t(l)];
+            const size_t k = size_t(g.input);
+            const int64_t in = a.cols[k], rows_x = a.rows[k];
+            std::vector<std::span<const float>> weights;
+            std::vector<int64_t> out_rows;
+            for (const std::string& m : g.members) {
+                if (is_skipped(projection_module(gguf_to_hf_name(m).value_or(m)), o.skip)) continue;
+                KILN_ASSIGN_OR_RETURN(std::span<float> w, mut.get(m));
+                weights.push_back(w);
+                out_rows.push_back(int64_t(w.size()) / in);
+            }
+            if (weights.empty() || rows_x == 0) continue;
+            KILN_ASSIGN_OR_RETURN(quant::AwqResult r,
+                                  quant::awq_search(weights, out_rows, in, a.x[k], rows_x, awq, pool));
+            report->awq.push_back({l, g.name, r.best_alpha, r.rtn_error, r.awq_error});
+            const int64_t per_layer = int64_t(groups.size());
+            if (o.progress)
+                o.progress("awq", l * per_layer + int64_t(&g - groups.data()) + 1, c.num_layers * per_layer);
+            if (r.best_alpha == 0) continue;  // s = 1: nothing to fold
+            const std::vector<float>& s = r.scales;
+            for (const std::string& m : g.members) {  // every reader of x, skipped ones too (exact in f32)
+                KILN_ASSIGN_OR_RETURN(std::span<float> w, mut.get(m));
+                for (size_t i = 0; i < w.size(); ++i) w[i] *= s[i % size_t(in)];
+            }
+            if (!g.norm.empty()) {
+                KILN_ASSIGN_OR_RETURN(std::span<float> nw, mut.get(g.norm));
+                for (int64_t j = 0; j < in; ++j) nw[size_t(j)] /= s[size_t(j)];
+            } else {
+                KILN_ASSIGN_OR_RETURN(std::span<float> pw, mut.get(g.prev + ".weight"));
+                const int64_t cols = int64_t(pw.size()) / in;
+                for (int64_t j = 0; j < in; ++j)
+                    for (int64_t i = 0; i < cols; ++i) pw[size_t(j * cols + i)] /= s[size_t(j)];
+                if (mut.has(g.prev + ".bias")) {
+                    KILN_ASSIGN_OR_RETURN(std::span<float> b, mut.get(g.prev + ".bias"));
+                    for (int64_t j = 0; j < in; ++j) b[size_t(j)] /= s[size_t(j)];
+                }
+            }
+        }
+    }
+    return core::Status::ok();
+}
+
+// llama.c checkpoints carry no tokenizer: embed tok512.bin / tokenizer.bin (or the given one).
+core::Status embed_llama2c_tokenizer(Checkpoint& ck, const std::string& explicit_path) {
+    std::string path = explicit_path;
+    if (path.empty()) {
+        const fs::path dir = fs::path(ck.path).parent_path();
+        for (const char* f : {"tok512.bin", "tokenizer.bin"})
+            if (std::error_code ec; fs::exists(dir / f, ec)) {
+                path = (dir / f).string();
+                break;
+            }
+    }
+    if (path.empty())
+        return core::error(StatusCode::kNotFound)
+               << ck.path << ": a llama2.c model needs its tokenizer (--tokenizer FILE, or tok512.bin beside it)";
+    KILN_ASSIGN_OR_RETURN(GgufMetadata tok, read_llama2c_tokenizer(path, ck.config.vocab_size));
+    for (auto& kv : tok) ck.gguf_metadata.push_back(std::move(kv));
+    ck.config.bos_token_id = 1;
+    ck.config.eos_token_ids = {2};
+    return core::Status::ok();
+}
+
+}  // namespace
+
+core::Result<QuantizeReport> quantize_checkpoint(const Checkpoint& source, const std::string& out_dir,
+                                                 const QuantizeOptions& o, core::ThreadPool* pool) {
+    if (o.awq && o.scheme.format != QuantFormat::kW4)
+        return core::error(StatusCode::kInvalidArgument) << "AWQ applies to the INT4 formats (awq-w4-gN) only";
+    KILN_ASSIGN_OR_RETURN(Checkpoint ck, to_f32_checkpoint(source));
+    if (ck.format == "llama2c") KILN_RETURN_IF_ERROR(embed_llama2c_tokenizer(ck, o.tokenizer_path));
+    QuantizeReport report;
+    if (o.awq) KILN_RETURN_IF_ERROR(run_awq(ck, o, pool, &report));
+
+    std::vector<std::string> ignore = {"lm_head"};
+    int64_t total = 0;
+    for (const TensorRef& t : ck.tensors) {
+        const std::string module = projection_module(gguf_to_hf_name(t.name).value_or(t.name));
+        if (module.empty()) continue;
+        if (is_skipped(module, o.skip))
+            ignore.push_back(module);
+        else
+            ++total;
+    }
+    for (const std::string& s : o.skip)
+        if (std::none_of(ignore.begin(), ignore.end(), [&](const std::string& m) { return is_skipped(m, {s}); }))
+            return core::error(StatusCode::kInvalidArgument) << "--skip " << s << " names no projection of the model";
+    HfWriteExtras extras;
+    extras.quantization_config = quantization_config_json(o.scheme, ignore);
+    extras.transform = [&](const formats::SafetensorsTensorIn& t, std::vector<formats::SafetensorsTensorIn>* out,
+                           std::vector<std::shared_ptr<const void>>* owners) -> core::Result<bool> {
+        const std::string module = projection_module(t.name);
+        if (module.empty()) return false;
+        if (is_skipped(module, o.skip)) {
+            ++report.kept;
+            return false;
+        }
+        if (t.dtype != core::DType::kF32 || t.shape.size() != 2)
+            return core::error(StatusCode::kInternal) << "'" << t.name << "' is not an f32 matrix";
+        const int64_t rows = int64_t(t.shape[0]), cols = int64_t(t.shape[1]);
+        std::span<const float> w(static_cast<const float*>(t.data), size_t(rows * cols));
+        core::Status st = compress_weight(o.scheme, module, w, rows, cols, out, owners);
+        if (!st.is_ok()) return core::error(st.code()) << module << ": " << st.message();
+        ++report.quantized;
+        if (o.progress) o.progress("write", report.quantized, total);
+        return true;
+    };
+    ConvertOptions copts;
+    copts.to = "safetensors";
+    KILN_RETURN_IF_ERROR(write_hf_checkpoint(ck, out_dir, copts, &extras));
+    return report;
+}
+
+}  // namespace kiln::model

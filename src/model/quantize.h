@@ -1,0 +1,50 @@
+// kiln quantize: any checkpoint kiln loads -> a compressed-tensors safetensors folder
+// (compressed_tensors.h) that kiln loads back. The source is first dequantized to f32
+// (to_f32_checkpoint), which is also the accuracy reference. Quantized: every layer's q/k/v/o and
+// gate/up/down projections not named in `skip`; embeddings, norms, biases and the output layer stay
+// f32. With awq (INT4 only), calibration activations pick per-input-channel scales per projection
+// group (quant/awq.h), folded into the producer of each input so the f32 model is unchanged:
+// q/k/v -> the attention norm, gate/up -> the FFN norm, down -> the up projection's rows, o -> the
+// v projection's rows (only when q and v have the same width, i.e. without grouped-query attention).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "model/calibration.h"
+#include "model/checkpoint.h"
+#include "model/compressed_tensors.h"
+
+namespace kiln::model {
+
+struct QuantizeOptions {
+    QuantScheme scheme;
+    bool awq = false;                   // kW4 only; needs calib_tokens
+    std::vector<int32_t> calib_tokens;  // calibration text, tokenized
+    CalibrationOptions calibration;
+    std::vector<std::string> skip;  // HF module names kept in f32 (e.g. model.layers.0.mlp.down_proj)
+    std::string tokenizer_path;  // llama2.c sources: tokenizer .bin to embed ("" = tok512.bin / tokenizer.bin beside)
+    // stage ("calibrate", "awq", "write"), done, total; called as work progresses.
+    std::function<void(const char* stage, int64_t done, int64_t total)> progress;
+};
+
+struct AwqGroupReport {
+    int64_t layer = 0;
+    std::string group;  // "qkv", "o", "gate_up", "down"
+    float alpha = 0;
+    double rtn_error = 0, awq_error = 0;
+};
+
+struct QuantizeReport {
+    int64_t quantized = 0, kept = 0;  // projection matrices quantized / kept in f32 by --skip
+    std::vector<AwqGroupReport> awq;
+};
+
+core::Result<QuantizeReport> quantize_checkpoint(const Checkpoint& source, const std::string& out_dir,
+                                                 const QuantizeOptions& options, core::ThreadPool* pool);
+
+}  // namespace kiln::model

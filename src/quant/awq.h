@@ -1,0 +1,81 @@
+// AWQ activation-aware per-input-channel scale search, scalar reference (Lin et al. 2023, "AWQ:
+// Activation-aware Weight Quantization for LLM Compression and Acceleration"; the grid search follows
+// AutoAWQ's auto_scale). It picks scales s [in] for one or more Linear weights W_k [out_k, in] that
+// read the same input x, so that quantizing W_k * diag(s) to INT4 (int_quant.h) loses less of the
+// output x W_k^T than quantizing W_k itself.
+//
+// Search: x_mean[j] = mean_i |x[i, j]| over all n calibration rows; for alpha = a / grid, a = 0 ..
+// grid - 1: s = max(x_mean^alpha, 1e-4); s /= sqrt(max(s) * min(s)); W'_k = dequant(quant_int4(W_k *
+// diag(s))) * diag(1/s); error(alpha) = sum over k, i, o of (x W_k^T - x W'_k^T)[i, o]^2 divided by
+// n_used * sum_k out_k (the mean over the concatenated outputs), on n_used = min(n, max_samples)
+// rows of x taken evenly strided (row i * n / n_used). The alpha with the smallest error
+// wins (first one on ties). alpha = 0 gives s = 1 exactly, which is plain RTN, so
+// awq_error <= rtn_error always holds.
+//
+// Folding contract (what the caller must do with the scales): the model must keep computing the
+// same function, so the caller
+//   1. divides the operation that produces x by s: x'[:, j] = x[:, j] / s[j]. For an input that
+//      comes out of RMSNorm/LayerNorm this is weight[j] /= s[j] (and bias[j] /= s[j]); for an input
+//      that is the output of a previous Linear W_prev [in, in_prev] it is row j of W_prev (and its
+//      bias) divided by s[j];
+//   2. quantizes every W_k * diag(s) (column j multiplied by s[j]): quantize_int4_scaled below does
+//      this without the caller making a scaled copy; all W_k that share x must use the same s.
+// Then x' (W_k diag(s))^T = x W_k^T before quantization. The scales are positive and finite.
+//
+// Invariants: deterministic (the result does not depend on the thread count: each output row's error
+// is a separate double, summed in row order); inputs are validated and errors returned as Status,
+// never aborts on caller data. Weight clipping search (AutoAWQ auto_clip) and the duo (activation
+// and weight) scaling variant are not done here.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "quant/int_quant.h"
+
+namespace kiln::quant {
+
+struct AwqOptions {
+    int64_t group_size = 128;               // INT4 group along the input dimension: 32, 64 or 128
+    Int4Mode mode = Int4Mode::kAsymmetric;  // the INT4 variant the scales are searched for
+    int grid = 20;                          // alphas tried: 0, 1/grid, ..., (grid-1)/grid
+    int64_t max_samples = 512;              // at most this many rows of x, evenly strided
+};
+
+struct AwqResult {
+    std::vector<float> scales;  // [in], s_j > 0; all 1 when best_alpha == 0
+    float best_alpha = 0;
+    double rtn_error = 0;     // mean squared output error for alpha = 0 (plain RTN)
+    double awq_error = 0;     // the same for best_alpha; <= rtn_error
+    int64_t num_samples = 0;  // rows of x actually used
+};
+
+// Searches one s for all the weights. weights[k] is W_k, row-major [out_rows[k], in]; x is the
+// calibration input [n, in] of these Linears (rows are tokens). pool may be null (runs serially);
+// with a pool the output rows are split across its threads.
+core::Result<AwqResult> awq_search(std::span<const std::span<const float>> weights, std::span<const int64_t> out_rows,
+                                   int64_t in, std::span<const float> x, int64_t n, const AwqOptions& options,
+                                   core::ThreadPool* pool = nullptr);
+
+// The per-channel mean of |x| over the rows of x [n, in], accumulated in double: AWQ's activation
+// statistic. Sizes are the caller's to get right (KILN_CHECK); an empty x gives zeros.
+std::vector<float> channel_mean_abs(std::span<const float> x, int64_t n, int64_t in);
+
+// The error awq_search minimizes, for given scales: the mean over
+// samples and outputs of (x W^T - x W'^T)^2 with W' = dequant(quant_int4(W * diag(s))) * diag(1/s),
+// summed over the rows of all weights and divided by n_used * sum(out_rows). Uses the same sample
+// rows (max_samples, evenly strided) as awq_search, so awq_error == awq_output_error(scales).
+core::Result<double> awq_output_error(std::span<const std::span<const float>> weights,
+                                      std::span<const int64_t> out_rows, int64_t in, std::span<const float> x,
+                                      int64_t n, std::span<const float> scales, const AwqOptions& options,
+                                      core::ThreadPool* pool = nullptr);
+
+// quantize_int4(W * diag(scales)) for W [rows, cols] and scales [cols], without the caller making the
+// scaled copy. Scales must be positive and finite.
+core::Result<Int4Matrix> quantize_int4_scaled(std::span<const float> w, int64_t rows, int64_t cols,
+                                              std::span<const float> scales, int64_t group_size, Int4Mode mode);
+
+}  // namespace kiln::quant

@@ -1,0 +1,186 @@
+// `kiln quantize IN OUT --format F [--calib FILE] [--skip NAMES] ...`: a thin main over
+// model/quantize.h, with a progress bar on stderr and the elapsed time.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "args.h"
+#include "commands.h"
+#include "model/checkpoint_tokenizer.h"
+#include "model/quantize.h"
+#include "model_session.h"
+
+namespace kiln::tools {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: kiln quantize IN OUT --format F [--calib FILE] [--calib-tokens N] [--skip NAMES]\n"
+    "                     [--zero-point | --no-zero-point] [--tokenizer FILE] [-t N] [--quiet]\n"
+    "\n"
+    "Quantizes the q/k/v/o and gate/up/down projections of IN (any model kiln loads; quantized GGUF\n"
+    "weights are dequantized first) and writes OUT, a folder in the compressed-tensors layout\n"
+    "(model.safetensors + config.json with its quantization_config) that kiln loads back.\n"
+    "Embeddings, norms and the output layer stay f32. docs/quantization.md has the layouts.\n"
+    "\n"
+    "  --format F        int8       INT8 weights per output channel (activations int8 at run time)\n"
+    "                    w4-gN      INT4 weight-only, groups of N = 32, 64 or 128 (symmetric)\n"
+    "                    awq-w4-gN  the same with AWQ activation-aware scales (needs --calib; zero points)\n"
+    "                    fp8        FP8 E4M3 per output channel      fp8-block  FP8 with 128x128 block scales\n"
+    "                    mxfp8      OCP MXFP8 (E4M3, 32-blocks)      mxfp4      OCP MXFP4 (E2M1, 32-blocks)\n"
+    "                    nvfp4      NVFP4 (E2M1, 16-blocks with E4M3 scales, fp32 tensor scale)\n"
+    "  --calib FILE      calibration text (AWQ)\n"
+    "  --calib-tokens N  calibration tokens read from FILE (default 8192)\n"
+    "  --skip NAMES      comma-separated projections kept in f32: full HF module names\n"
+    "                    (model.layers.0.mlp.down_proj) or their ends (down_proj = every down_proj)\n"
+    "  --zero-point      INT4 with zero points (asymmetric; default for awq-w4-gN)\n"
+    "  --no-zero-point   symmetric INT4 (default for w4-gN)\n"
+    "  --tokenizer FILE  tokenizer for --calib and for llama2.c inputs (default: the model's own or the\n"
+    "                    tok512.bin / tokenizer.bin beside it)\n"
+    "  -t, --threads N   worker threads (default: the physical cores)\n"
+    "  --quiet           no progress bar\n";
+
+std::vector<std::string> split_commas(const std::string& s) {
+    std::vector<std::string> out;
+    std::stringstream ss(s);
+    for (std::string part; std::getline(ss, part, ',');)
+        if (!part.empty()) out.push_back(part);
+    return out;
+}
+
+class ProgressBar {
+public:
+    explicit ProgressBar(bool on) : on_(on) {}
+    void update(const char* stage, int64_t done, int64_t total) {
+        if (!on_ || total <= 0) return;
+        const int pct = int(100 * done / total);
+        if (stage == stage_ && pct == pct_) return;
+        stage_ = stage;
+        pct_ = pct;
+        const int width = 30, filled = width * pct / 100;
+        std::fprintf(stderr, "\r%-9s [%.*s%*s] %3d%% (%lld/%lld)", stage, filled, "##############################",
+                     width - filled, "", pct, (long long)done, (long long)total);
+        if (done == total) std::fputc('\n', stderr);
+        std::fflush(stderr);
+    }
+
+private:
+    bool on_;
+    const char* stage_ = nullptr;
+    int pct_ = -1;
+};
+
+}  // namespace
+
+int cmd_quantize(int argc, char** argv) {
+    Args args({"--help", "-h", "--quiet", "--zero-point", "--no-zero-point"},
+              {"--format", "--calib", "--calib-tokens", "--skip", "--tokenizer", "-t", "--threads"});
+    if (!args.parse(argc, argv, 2)) {
+        std::fprintf(stderr, "kiln quantize: %s\n%s", args.error().c_str(), kUsage);
+        return 2;
+    }
+    if (args.has("--help") || args.has("-h")) {
+        std::fputs(kUsage, stdout);
+        return 0;
+    }
+    if (args.positional().size() != 2 || !args.get("--format")) {
+        std::fputs(kUsage, stderr);
+        return 2;
+    }
+    model::QuantizeOptions o;
+    std::string format = *args.get("--format");
+    if (format.starts_with("awq-")) {
+        o.awq = true;
+        o.scheme.zero_point = true;
+        format = format.substr(4);
+    }
+    auto scheme = model::parse_quant_scheme(format);
+    if (!scheme.is_ok() || (o.awq && scheme->format != model::QuantFormat::kW4)) {
+        std::fprintf(stderr, "kiln quantize: --format: %s\n",
+                     scheme.is_ok() ? "AWQ applies to w4-gN only (awq-w4-g32, awq-w4-g64, awq-w4-g128)"
+                                    : scheme.status().message().c_str());
+        return 2;
+    }
+    const bool zp = o.awq ? !args.has("--no-zero-point") : args.has("--zero-point");
+    o.scheme = *scheme;
+    if (args.has("--zero-point") && args.has("--no-zero-point")) {
+        std::fprintf(stderr, "kiln quantize: --zero-point and --no-zero-point exclude each other\n");
+        return 2;
+    }
+    if (o.scheme.format == model::QuantFormat::kW4)
+        o.scheme.zero_point = zp;
+    else if (args.has("--zero-point") || args.has("--no-zero-point")) {
+        std::fprintf(stderr, "kiln quantize: --zero-point applies to the INT4 formats only\n");
+        return 2;
+    }
+    if (o.awq && !args.get("--calib")) {
+        std::fprintf(stderr, "kiln quantize: %s needs --calib FILE (calibration text)\n",
+                     args.get("--format")->c_str());
+        return 2;
+    }
+    int64_t calib_tokens = 8192;
+    if (auto v = args.get("--calib-tokens")) {
+        auto n = parse_threads(*v);  // a positive integer
+        if (!n) {
+            std::fprintf(stderr, "kiln quantize: --calib-tokens needs a positive integer, got '%s'\n", v->c_str());
+            return 2;
+        }
+        calib_tokens = *n;
+    }
+    std::optional<int> threads;
+    if (auto v = args.get("-t") ? args.get("-t") : args.get("--threads")) {
+        threads = parse_threads(*v);
+        if (!threads) {
+            std::fprintf(stderr, "kiln quantize: -t needs a positive integer, got '%s'\n", v->c_str());
+            return 2;
+        }
+    }
+    if (auto v = args.get("--skip")) o.skip = split_commas(*v);
+    o.tokenizer_path = args.get("--tokenizer").value_or("");
+    ProgressBar bar(!args.has("--quiet"));
+    o.progress = [&](const char* stage, int64_t done, int64_t total) { bar.update(stage, done, total); };
+
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string& in = args.positional()[0];
+    const std::string& out = args.positional()[1];
+    auto fail = [](const core::Status& st) {
+        std::fprintf(stderr, "kiln quantize: %s\n", st.message().c_str());
+        return 1;
+    };
+    auto ck = model::load_checkpoint(in);
+    if (!ck.is_ok()) return fail(ck.status());
+    if (o.awq) {
+        auto tok = model::find_tokenizer(*ck, o.tokenizer_path);
+        if (!tok.is_ok()) return fail(tok.status());
+        std::ifstream f(*args.get("--calib"), std::ios::binary);
+        if (!f) {
+            std::fprintf(stderr, "kiln quantize: cannot read --calib %s\n", args.get("--calib")->c_str());
+            return 1;
+        }
+        std::stringstream ss;
+        ss << f.rdbuf();
+        o.calib_tokens = (*tok)->encode(ss.str());
+        if (int64_t(o.calib_tokens.size()) > calib_tokens) o.calib_tokens.resize(size_t(calib_tokens));
+        if (o.calib_tokens.size() < 64) {
+            std::fprintf(stderr, "kiln quantize: --calib has only %zu tokens (64 at least)\n", o.calib_tokens.size());
+            return 1;
+        }
+    }
+    core::ThreadPool pool(threads.value_or(core::ThreadPool::default_num_threads()));
+    auto report = model::quantize_checkpoint(*ck, out, o, &pool);
+    if (!report.is_ok()) return fail(report.status());
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!report->awq.empty()) {
+        double rtn = 0, awq = 0;
+        for (const model::AwqGroupReport& g : report->awq) rtn += g.rtn_error, awq += g.awq_error;
+        std::fprintf(stderr,
+                     "kiln quantize: AWQ over %zu projection groups: output error %.4g -> %.4g (%.1f%% of RTN)\n",
+                     report->awq.size(), rtn, awq, rtn > 0 ? 100 * awq / rtn : 100.0);
+    }
+    std::fprintf(stderr, "kiln quantize: %s: %lld projections quantized (%s%s), %lld kept f32, in %.1f s\n",
+                 out.c_str(), (long long)report->quantized, o.awq ? "awq-" : "", o.scheme.name().c_str(),
+                 (long long)report->kept, secs);
+    return 0;
+}
+
+}  // namespace kiln::tools
