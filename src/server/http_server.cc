@@ -2,8 +2,14 @@
 // generation routes are in completion_handler.cc).
 #include "server/http_server.h"
 
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -14,6 +20,8 @@ namespace kiln::server {
 namespace {
 
 using json = nlohmann::json;
+
+constexpr int kListenBacklog = 1024;
 
 std::string dump(const json& j) {
     return j.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -88,6 +96,11 @@ void setup_routes(HttpServer::State& s) {
 void setup_http(HttpServer::State& s) {
     httplib::Server& h = s.http;
     h.set_payload_max_length(s.opt.max_body_bytes);
+    // Small SSE writes go out at once instead of waiting for the client's delayed ACK (~40 ms).
+    h.set_tcp_nodelay(true);
+    // Clients that reuse a connection keep it (and its pool thread) instead of reconnecting every
+    // 5 requests, httplib's default.
+    h.set_keep_alive_max_count(10000);
     // One pool thread per connection: enough for every admitted request to stream, plus headroom for
     // idle keep-alive connections and the small routes.
     const size_t threads = size_t(std::clamp<int64_t>(int64_t(s.opt.max_seqs) + s.opt.max_queue + 32, 64, 1024));
@@ -124,6 +137,30 @@ void setup_http(HttpServer::State& s) {
         send_error(res, {500, what, "server_error", "", ""});
     });
     setup_routes(s);
+}
+
+// httplib 0.11 listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, fixed in the compiled
+// library), so a burst of connections overflows the accept queue and clients see resets. listen()
+// again on the bound socket raises it; the socket is found among this process's descriptors by its
+// port and SO_ACCEPTCONN.
+void raise_listen_backlog(int port) {
+    DIR* d = opendir("/proc/self/fd");
+    if (!d) return;
+    while (const dirent* e = readdir(d)) {
+        const int fd = std::atoi(e->d_name);
+        if (fd <= 2) continue;
+        int listening = 0;
+        socklen_t len = sizeof listening;
+        if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening) continue;
+        sockaddr_storage addr{};
+        socklen_t alen = sizeof addr;
+        if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &alen) != 0) continue;
+        const int p = addr.ss_family == AF_INET    ? ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port)
+                      : addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
+                                                   : -1;
+        if (p == port) ::listen(fd, kListenBacklog);
+    }
+    closedir(d);
 }
 
 std::string json_escape(const std::string& v) {
@@ -207,9 +244,11 @@ bool HttpServer::bind(std::string* error) {
     State& s = *state_;
     if (s.opt.port == 0) {
         s.port = s.http.bind_to_any_port(s.opt.host);
-        if (s.port > 0) return true;
     } else if (s.http.bind_to_port(s.opt.host, s.opt.port)) {
         s.port = s.opt.port;
+    }
+    if (s.port > 0) {
+        raise_listen_backlog(s.port);
         return true;
     }
     if (error) *error = "cannot listen on " + s.opt.host + ":" + std::to_string(s.opt.port);

@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# Soak test of `kiln serve` (stories260K, -t 2). After a warm-up burst of 320 concurrent streams
-# (see below), `kiln bench serve --concurrency 8` streams requests of 64 prompt + 32 output tokens for
-# KILN_SOAK_SECONDS (default 120) while the server's resident memory (VmRSS, /proc/PID/status) is
-# sampled every 2 s. Passes when no request failed, some completed, the server's RSS at the end is
+# Soak test of `kiln serve` (stories260K, -t 2): `kiln bench serve --concurrency 8` streams requests
+# of 64 prompt + 32 output tokens for KILN_SOAK_SECONDS (default 120) while the server's resident
+# memory (VmRSS, /proc/PID/status) is sampled every 2 s. Passes when no request failed, some completed, the server's RSS at the end is
 # below 1.10 x its RSS after warm-up (the largest sample between 12.5% and 21% of the run: 15-25 s
 # of the default 120), and the server exits 0 on SIGTERM. Prints the figures (requests, req/s,
 # tok/s, RSS warm-up / end / growth) quoted in docs/server.md.
@@ -42,28 +41,7 @@ done
 
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$server_pid/status"; }
 
-# Warm-up burst: 320 streams (the default --max-seqs 64 + --max-queue 256, so none is refused)
-# arriving at 100/s, all in flight together, keep most worker threads of the server's HTTP pool
-# (352 by default) busy at the same time, so their stacks and per-thread malloc caches are resident
-# before the warm-up sample. (Not all at once: with --rate inf, a few of 320 simultaneous connects
-# overflowed the listener's accept queue, httplib's backlog of 5, and failed with a read error.)
-# Without it the steady load below reaches a few more of those threads every time a keep-alive
-# connection is recycled, and RSS creeps up by a bounded ~10-15 MiB over minutes: not a leak.
-echo "soak_test: RSS at start $(($(rss_kb) / 1024)) MiB; warm-up burst of 320 streams arriving at 100/s"
-burst_rc=0
-"$KILN_BIN" bench serve --url "$url" --rate 100 --concurrency 320 --requests 320 --input-len 64 --output-len 32 \
-    --seed 1000 --json >"$tmp/burst.json" 2>"$tmp/burst.err" || burst_rc=$?
-if [ "$burst_rc" != 0 ]; then
-    cat "$tmp/burst.err"
-    echo "FAIL: the warm-up burst exited $burst_rc"
-    exit 1
-fi
-python3 -c "
-import json
-j = json.load(open('$tmp/burst.json'))
-print(f'soak_test: burst: {j[\"completed\"]} completed, {j[\"failed\"]} failed in {j[\"duration_s\"]:.1f} s, '
-      f'{j[\"output_throughput\"]:.0f} output tok/s, TTFT p99 {j[\"p99_ttft_ms\"]:.0f} ms')"
-
+echo "soak_test: RSS at start $(($(rss_kb) / 1024)) MiB"
 echo "soak_test: $seconds s of kiln bench serve --concurrency 8 --input-len 64 --output-len 32 against $url"
 "$KILN_BIN" bench serve --url "$url" --concurrency 8 --duration "$seconds" --input-len 64 --output-len 32 --json \
     >"$tmp/bench.json" 2>"$tmp/bench.err" &

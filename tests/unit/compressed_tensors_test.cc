@@ -1,0 +1,159 @@
+// compressed-tensors round trip (compress_weight -> decompress_weight) for every scheme, against the
+// scheme's own error bound, plus the loader's checks: wrong shapes and dtypes are kCorrupt, configs
+// kiln cannot run are kUnsupported, never a crash.
+#include "model/compressed_tensors.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <random>
+
+#include "kernels/ref/dequant.h"
+
+namespace kiln::model {
+namespace {
+
+using formats::SafetensorsTensorIn;
+
+struct Packed {
+    std::vector<SafetensorsTensorIn> tensors;
+    std::vector<std::shared_ptr<const void>> owners;
+    std::map<std::string, TensorPart> parts(const std::string& module) const {
+        std::map<std::string, TensorPart> p;
+        for (const SafetensorsTensorIn& t : tensors) {
+            const std::string suffix = t.name.substr(module.size() + 1);
+            p[suffix] = {t.dtype, t.shape, static_cast<const uint8_t*>(t.data), t.num_bytes};
+        }
+        return p;
+    }
+};
+
+std::vector<float> random_matrix(int64_t rows, int64_t cols, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> nd(0.0f, 0.02f);
+    std::vector<float> w(size_t(rows * cols));
+    for (float& v : w) v = nd(rng);
+    return w;
+}
+
+std::vector<float> to_f32(const TensorRef& t) {
+    std::vector<float> out(t.num_elements());
+    EXPECT_TRUE(kernels::ref::dequantize_row(t.dtype, t.data, out.data(), int64_t(out.size())).is_ok());
+    return out;
+}
+
+// Relative RMS error bound of each scheme on Gaussian weights (generous: the quantizers' own tests
+// check the exact rounding; this checks the packing, the shapes and the runtime conversion).
+double bound(const QuantScheme& s) {
+    switch (s.format) {
+        case QuantFormat::kInt8:
+            return 0.02;
+        case QuantFormat::kFp8:
+        case QuantFormat::kFp8Block:
+        case QuantFormat::kMxfp8:
+            return 0.06;
+        default:
+            return 0.2;
+    }
+}
+
+TEST(CompressedTensors, EverySchemeRoundTrips) {
+    const char* names[] = {"int8", "w4-g32", "w4-g64", "w4-g128", "fp8", "fp8-block", "mxfp8", "mxfp4", "nvfp4"};
+    for (int64_t cols : {256, 172}) {  // 172: not whole 32-blocks (stories260K's FFN), f32 at load
+        const int64_t rows = 40;
+        const std::vector<float> w = random_matrix(rows, cols, uint32_t(cols));
+        for (const char* n : names) {
+            for (bool zp : {false, true}) {
+                auto s = parse_quant_scheme(n);
+                ASSERT_TRUE(s.is_ok()) << n;
+                if (zp && s->format != QuantFormat::kW4) continue;
+                s->zero_point = zp;
+                Packed p;
+                ASSERT_TRUE(compress_weight(*s, "m", w, rows, cols, &p.tensors, &p.owners).is_ok()) << n;
+                CompressedConfig cfg{*s, {}};
+                std::vector<std::shared_ptr<const void>> owners;
+                auto t = decompress_weight(cfg, "m", p.parts("m"), &owners);
+                ASSERT_TRUE(t.is_ok()) << s->name() << ": " << t.status().message();
+                EXPECT_EQ(t->name, "m.weight");
+                ASSERT_EQ(t->shape, (std::vector<uint64_t>{uint64_t(rows), uint64_t(cols)}));
+                if (cols % 32 == 0 && (s->format == QuantFormat::kInt8 || s->format == QuantFormat::kW4))
+                    EXPECT_NE(t->dtype, core::DType::kF32) << s->name() << " should run on the int8 kernels";
+                else
+                    EXPECT_EQ(t->dtype, core::DType::kF32) << s->name();
+                const std::vector<float> got = to_f32(*t);
+                double err = 0, ref = 0;
+                for (size_t i = 0; i < w.size(); ++i) err += (got[i] - w[i]) * (got[i] - w[i]), ref += w[i] * w[i];
+                EXPECT_LT(std::sqrt(err / ref), bound(*s)) << s->name() << " cols " << cols;
+                EXPECT_GT(err, 0) << s->name();
+            }
+        }
+    }
+}
+
+TEST(CompressedTensors, WrongPartsAreCorrupt) {
+    const std::vector<float> w = random_matrix(16, 64, 5);
+    for (const char* n : {"int8", "w4-g32", "nvfp4", "mxfp4", "fp8"}) {
+        auto s = parse_quant_scheme(n);
+        ASSERT_TRUE(s.is_ok());
+        Packed p;
+        ASSERT_TRUE(compress_weight(*s, "m", w, 16, 64, &p.tensors, &p.owners).is_ok());
+        CompressedConfig cfg{*s, {}};
+        std::vector<std::shared_ptr<const void>> owners;
+        auto parts = p.parts("m");
+        auto missing = parts;
+        missing.erase("weight_scale");
+        EXPECT_EQ(decompress_weight(cfg, "m", missing, &owners).status().code(), core::StatusCode::kCorrupt) << n;
+        auto reshaped = parts;
+        reshaped["weight_scale"].shape[0] += 1;
+        EXPECT_EQ(decompress_weight(cfg, "m", reshaped, &owners).status().code(), core::StatusCode::kCorrupt) << n;
+        auto retyped = parts;
+        retyped["weight_scale"].dtype = core::DType::kF16;
+        EXPECT_EQ(decompress_weight(cfg, "m", retyped, &owners).status().code(), core::StatusCode::kCorrupt) << n;
+    }
+    // A negative or NaN scale is corrupt, not NaN weights.
+    auto s = parse_quant_scheme("int8");
+    Packed p;
+    ASSERT_TRUE(compress_weight(*s, "m", w, 16, 64, &p.tensors, &p.owners).is_ok());
+    auto parts = p.parts("m");
+    std::vector<float> bad(16, -1.0f);
+    parts["weight_scale"].data = reinterpret_cast<const uint8_t*>(bad.data());
+    std::vector<std::shared_ptr<const void>> owners;
+    EXPECT_EQ(decompress_weight({*s, {}}, "m", parts, &owners).status().code(), core::StatusCode::kCorrupt);
+}
+
+TEST(CompressedTensors, ConfigsRoundTripAndUnsupportedOnesAreRefused) {
+    const std::string path = ::testing::TempDir() + "/kiln_ct_config.json";
+    auto write = [&](const std::string& quant) {
+        std::ofstream(path) << R"({"model_type": "llama", "quantization_config": )" << quant << "}";
+    };
+    for (const char* n : {"int8", "w4-g64", "fp8", "fp8-block", "mxfp8", "mxfp4", "nvfp4"}) {
+        auto s = parse_quant_scheme(n);
+        ASSERT_TRUE(s.is_ok());
+        write(quantization_config_json(*s, {"lm_head", "model.layers.0.mlp.down_proj"}));
+        auto c = read_quantization_config(path);
+        ASSERT_TRUE(c.is_ok()) << n << ": " << c.status().message();
+        ASSERT_TRUE(c->has_value());
+        EXPECT_EQ((*c)->scheme.name(), s->name());
+        EXPECT_EQ((*c)->ignore.size(), 2u);
+    }
+    QuantScheme zp{QuantFormat::kW4, 128, true};
+    write(quantization_config_json(zp, {}));
+    EXPECT_EQ((*read_quantization_config(path))->scheme.name(), "w4-g128-zp");
+    write(R"({"quant_method": "awq", "bits": 4})");
+    EXPECT_EQ(read_quantization_config(path).status().code(), core::StatusCode::kUnsupported);
+    std::string static_act = quantization_config_json(*parse_quant_scheme("int8"), {});
+    static_act.replace(static_act.find(R"("dynamic":true)"), 14, R"("dynamic":false)");
+    write(static_act);
+    EXPECT_EQ(read_quantization_config(path).status().code(), core::StatusCode::kUnsupported);
+    std::ofstream(path) << R"({"model_type": "llama"})";
+    auto none = read_quantization_config(path);
+    ASSERT_TRUE(none.is_ok());
+    EXPECT_FALSE(none->has_value());
+    EXPECT_FALSE(parse_quant_scheme("w4-g48").is_ok());
+    std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace kiln::model
