@@ -2,6 +2,7 @@
 // model/quantize.h, with a progress bar on stderr and the elapsed time.
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -120,12 +121,13 @@ int cmd_quantize(int argc, char** argv) {
     }
     int64_t calib_tokens = 8192;
     if (auto v = args.get("--calib-tokens")) {
-        auto n = parse_threads(*v);  // a positive integer
-        if (!n) {
+        char* end = nullptr;
+        const long long n = std::strtoll(v->c_str(), &end, 10);
+        if (v->empty() || *end != '\0' || n <= 0 || n > (1LL << 30)) {
             std::fprintf(stderr, "kiln quantize: --calib-tokens needs a positive integer, got '%s'\n", v->c_str());
             return 2;
         }
-        calib_tokens = *n;
+        calib_tokens = n;
     }
     std::optional<int> threads;
     if (auto v = args.get("-t") ? args.get("-t") : args.get("--threads")) {

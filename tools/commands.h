@@ -15,6 +15,7 @@ int cmd_bench(int argc, char** argv);       // kiln bench -m MODEL [-p N] [-n N]
 int cmd_bench_offline(int argc, char** argv);  // kiln bench offline -m MODEL --requests N ... (engine throughput)
 int cmd_bench_serve(int argc, char** argv);    // kiln bench serve --url URL [--requests N] ... (HTTP load generator)
 int cmd_quantize(int argc, char** argv);       // kiln quantize IN OUT --format F ... (compressed-tensors)
+int cmd_numerics(int argc, char** argv);       // kiln numerics MODEL --format F [--calib FILE] [--json] ...
 int cmd_serve(int argc, char** argv);          // kiln serve [-m MODEL] [--host H] [--port P] ... (OpenAI HTTP API)
 
 }  // namespace kiln::tools

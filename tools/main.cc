@@ -19,6 +19,7 @@ const Command kCommands[] = {
     {"detokenize", kiln::tools::cmd_detokenize, "decode token ids to text"},
     {"convert", kiln::tools::cmd_convert, "convert a model between llama2.c .bin, GGUF and safetensors"},
     {"quantize", kiln::tools::cmd_quantize, "quantize a model (INT8, INT4/AWQ, FP8, MXFP8/MXFP4, NVFP4) to compressed-tensors"},
+    {"numerics", kiln::tools::cmd_numerics, "per-tensor SQNR and output error a quantization format would add"},
     {"logits", kiln::tools::cmd_logits, "teacher-forced top-K logits at every position of a prompt"},
     {"generate", kiln::tools::cmd_generate, "text generation from a prompt (greedy or sampled)"},
     {"perplexity", kiln::tools::cmd_perplexity, "perplexity of a text file (llama.cpp's windowed method)"},

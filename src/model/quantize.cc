@@ -1,4 +1,4 @@
-// quantize_checkpoint: f32 copy -> (AWQ: calibrate, search, fold) -> write with compress_weight.
+// quantize_checkpoint: f32 copy -> (AWQ: calibrate, search scales, fold, clip) -> write with compress_weight.
 #include "model/quantize.h"
 
 #include <algorithm>
@@ -9,6 +9,7 @@
 #include "model/llama.h"
 #include "model/weight_names.h"
 #include "quant/awq.h"
+#include "quant/awq_clip.h"
 
 namespace kiln::model {
 namespace {
@@ -70,6 +71,37 @@ struct Group {
     std::string prev;                  // into the rows (and bias) of this projection
 };
 
+// AWQ clipping (quant/awq_clip.h) for one layer, after all its scales are folded: on the final f32
+// weights and on the inputs they now see (x / s), every quantized member except q and k (AutoAWQ
+// skips them: their error passes through the q.k product).
+core::Status clip_layer(Mutable& mut, const LayerActivations& a, const std::vector<Group>& groups,
+                        const std::vector<std::vector<float>>& group_scales, const QuantizeOptions& o,
+                        core::ThreadPool* pool, QuantizeReport* report) {
+    quant::AwqClipOptions co;
+    co.group_size = o.scheme.group_size;
+    co.mode = o.scheme.zero_point ? quant::Int4Mode::kAsymmetric : quant::Int4Mode::kSymmetric;
+    co.max_samples = o.calibration.max_samples;
+    for (size_t gi = 0; gi < groups.size(); ++gi) {
+        const size_t k = size_t(groups[gi].input);
+        const int64_t in = a.cols[k], n = a.rows[k];
+        if (n == 0) continue;
+        std::vector<float> x = a.x[k];  // [n, in] -> x / s
+        if (!group_scales[gi].empty()) {
+            for (size_t i = 0; i < x.size(); ++i) x[i] /= group_scales[gi][i % size_t(in)];
+        }
+        for (const std::string& m : groups[gi].members) {
+            if (m.find(".attn_q.") != std::string::npos || m.find(".attn_k.") != std::string::npos) continue;
+            if (is_skipped(projection_module(gguf_to_hf_name(m).value_or(m)), o.skip)) continue;
+            KILN_ASSIGN_OR_RETURN(std::span<float> w, mut.get(m));
+            const int64_t rows = int64_t(w.size()) / in;
+            KILN_ASSIGN_OR_RETURN(quant::AwqClipResult r, quant::awq_clip_search(w, rows, in, x, n, co, pool));
+            KILN_RETURN_IF_ERROR(quant::apply_awq_clip(w, rows, in, r));
+            report->clip.push_back({m, r.base_error, r.clip_error});
+        }
+    }
+    return core::Status::ok();
+}
+
 core::Status run_awq(Checkpoint& ck, const QuantizeOptions& o, core::ThreadPool* pool, QuantizeReport* report) {
     const ModelConfig& c = ck.config;
     if (o.calib_tokens.empty()) return core::error(StatusCode::kInvalidArgument) << "AWQ needs calibration text";
@@ -83,6 +115,7 @@ core::Status run_awq(Checkpoint& ck, const QuantizeOptions& o, core::ThreadPool*
     awq.group_size = o.scheme.group_size;
     awq.mode = o.scheme.zero_point ? quant::Int4Mode::kAsymmetric : quant::Int4Mode::kSymmetric;
     awq.max_samples = o.calibration.max_samples;
+    awq.duo_scaling = o.awq_duo_scaling;
     for (int64_t l = 0; l < c.num_layers; ++l) {
         auto n = [&](const char* what) { return "blk." + std::to_string(l) + "." + what; };
         std::vector<Group> groups = {
@@ -95,6 +128,7 @@ core::Status run_awq(Checkpoint& ck, const QuantizeOptions& o, core::ThreadPool*
             {"gate_up", LinearInput::kGateUp, {n("ffn_gate.weight"), n("ffn_up.weight")}, n("ffn_norm.weight"), ""},
             {"down", LinearInput::kDown, {n("ffn_down.weight")}, "", n("ffn_up")}};
         if (c.q_dim() != c.kv_dim()) groups.erase(groups.begin() + 1);  // GQA: v's rows do not map to o's input
+        std::vector<std::vector<float>> group_scales(groups.size());    // [in] each; empty = 1 (not folded)
         for (const Group& g : groups) {
             const LayerActivations& a = acts[size_t(l)];
             const size_t k = size_t(g.input);
@@ -114,7 +148,8 @@ core::Status run_awq(Checkpoint& ck, const QuantizeOptions& o, core::ThreadPool*
             const int64_t per_layer = int64_t(groups.size());
             if (o.progress)
                 o.progress("awq", l * per_layer + int64_t(&g - groups.data()) + 1, c.num_layers * per_layer);
-            if (r.best_alpha == 0) continue;  // s = 1: nothing to fold
+            if (!r.scaled) continue;  // s = 1: nothing to fold
+            group_scales[size_t(&g - groups.data())] = r.scales;
             const std::vector<float>& s = r.scales;
             for (const std::string& m : g.members) {  // every reader of x, skipped ones too (exact in f32)
                 KILN_ASSIGN_OR_RETURN(std::span<float> w, mut.get(m));
@@ -134,6 +169,7 @@ core::Status run_awq(Checkpoint& ck, const QuantizeOptions& o, core::ThreadPool*
                 }
             }
         }
+        if (o.awq_clip) KILN_RETURN_IF_ERROR(clip_layer(mut, acts[size_t(l)], groups, group_scales, o, pool, report));
     }
     return core::Status::ok();
 }

@@ -6,6 +6,8 @@
 // group (quant/awq.h), folded into the producer of each input so the f32 model is unchanged:
 // q/k/v -> the attention norm, gate/up -> the FFN norm, down -> the up projection's rows, o -> the
 // v projection's rows (only when q and v have the same width, i.e. without grouped-query attention).
+// Then (awq_clip) each layer's v, o, gate, up and down weights, as they will be quantized, are
+// clamped to per-group ranges searched on their (scaled) calibration inputs (quant/awq_clip.h).
 #pragma once
 
 #include <cstdint>
@@ -24,6 +26,8 @@ namespace kiln::model {
 struct QuantizeOptions {
     QuantScheme scheme;
     bool awq = false;                   // kW4 only; needs calib_tokens
+    bool awq_duo_scaling = false;       // AWQ scales from activations and weights (quant/awq.h)
+    bool awq_clip = true;               // AWQ weight clipping search after the scales (quant/awq_clip.h)
     std::vector<int32_t> calib_tokens;  // calibration text, tokenized
     CalibrationOptions calibration;
     std::vector<std::string> skip;  // HF module names kept in f32 (e.g. model.layers.0.mlp.down_proj)
@@ -39,9 +43,15 @@ struct AwqGroupReport {
     double rtn_error = 0, awq_error = 0;
 };
 
+struct AwqClipReport {
+    std::string weight;  // kiln name
+    double base_error = 0, clip_error = 0;
+};
+
 struct QuantizeReport {
     int64_t quantized = 0, kept = 0;  // projection matrices quantized / kept in f32 by --skip
     std::vector<AwqGroupReport> awq;
+    std::vector<AwqClipReport> clip;
 };
 
 core::Result<QuantizeReport> quantize_checkpoint(const Checkpoint& source, const std::string& out_dir,

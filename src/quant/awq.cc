@@ -191,17 +191,6 @@ double output_error(const Problem& p, std::span<const float> s, const AwqOptions
     return sum / (double(p.num_samples) * double(total_rows));
 }
 
-// s = max(x_mean^alpha, 1e-4) / sqrt(max(s) * min(s)), computed in double, stored as float.
-std::vector<float> scales_for(std::span<const float> x_mean, double alpha) {
-    std::vector<double> s(x_mean.size());
-    for (size_t j = 0; j < s.size(); ++j) s[j] = std::max(std::pow(double(x_mean[j]), alpha), 1e-4);
-    const auto [mn, mx] = std::minmax_element(s.begin(), s.end());
-    const double norm = std::sqrt(*mn * *mx);
-    std::vector<float> out(s.size());
-    for (size_t j = 0; j < s.size(); ++j) out[j] = float(s[j] / norm);
-    return out;
-}
-
 }  // namespace
 
 std::vector<float> channel_mean_abs(std::span<const float> x, int64_t n, int64_t in) {
@@ -218,30 +207,79 @@ std::vector<float> channel_mean_abs(std::span<const float> x, int64_t n, int64_t
     return mean;
 }
 
+std::vector<float> awq_weight_mean(std::span<const std::span<const float>> weights, std::span<const int64_t> out_rows,
+                                   int64_t in, int64_t group_size) {
+    KILN_CHECK(weights.size() == out_rows.size() && in >= 1 && group_size >= 1) << "awq_weight_mean: bad sizes";
+    std::vector<double> sum(size_t(in), 0.0);
+    int64_t total_rows = 0;
+    for (size_t k = 0; k < weights.size(); ++k) {
+        KILN_CHECK(int64_t(weights[k].size()) == out_rows[k] * in) << "awq_weight_mean: weight " << k << " size";
+        for (int64_t r = 0; r < out_rows[k]; ++r) {
+            const float* row = weights[k].data() + r * in;
+            for (int64_t g0 = 0; g0 < in; g0 += group_size) {
+                const int64_t g1 = std::min(in, g0 + group_size);
+                float amax = 0;
+                for (int64_t j = g0; j < g1; ++j) amax = std::max(amax, std::fabs(row[j]));
+                const double denom = double(amax) + 1e-6;
+                for (int64_t j = g0; j < g1; ++j) sum[size_t(j)] += std::fabs(double(row[j])) / denom;
+            }
+        }
+        total_rows += out_rows[k];
+    }
+    std::vector<float> mean(size_t(in), 0.0f);
+    if (total_rows > 0) {
+        for (int64_t j = 0; j < in; ++j) mean[size_t(j)] = float(sum[size_t(j)] / double(total_rows));
+    }
+    return mean;
+}
+
+// Computed in double, stored as float; a non-finite candidate (overflow) becomes 1, as AutoAWQ does.
+std::vector<float> awq_scales(std::span<const float> x_mean, std::span<const float> w_mean, double alpha, bool duo) {
+    KILN_CHECK(!duo || w_mean.size() == x_mean.size()) << "awq_scales: " << w_mean.size() << " w_mean values";
+    std::vector<double> s(x_mean.size());
+    for (size_t j = 0; j < s.size(); ++j) {
+        double v = std::pow(double(x_mean[j]), alpha);
+        if (duo) v /= std::pow(double(w_mean[j]), 1.0 - alpha) + 1e-4;
+        s[j] = std::max(v, 1e-4);
+    }
+    std::vector<float> out(s.size(), 1.0f);
+    if (s.empty()) return out;
+    const auto [mn, mx] = std::minmax_element(s.begin(), s.end());
+    const double norm = std::sqrt(*mn * *mx);
+    for (size_t j = 0; j < s.size(); ++j) {
+        const float v = float(s[j] / norm);
+        out[j] = std::isfinite(v) && v > 0 ? v : 1.0f;
+    }
+    return out;
+}
+
 core::Result<AwqResult> awq_search(std::span<const std::span<const float>> weights, std::span<const int64_t> out_rows,
                                    int64_t in, std::span<const float> x, int64_t n, const AwqOptions& options,
                                    core::ThreadPool* pool) {
     KILN_ASSIGN_OR_RETURN(const Problem p, make_problem(weights, out_rows, in, x, n, options));
     const std::vector<float> x_mean = channel_mean_abs(x, n, in);
+    std::vector<float> w_mean;
+    if (options.duo_scaling) w_mean = awq_weight_mean(weights, out_rows, in, options.group_size);
 
     AwqResult best;
     best.num_samples = p.num_samples;
-    best.awq_error = std::numeric_limits<double>::infinity();
-    for (int a = 0; a < options.grid; ++a) {
+    best.scales.assign(size_t(in), 1.0f);
+    // s = 1 exactly, and the weights were checked finite, so this is plain RTN and must succeed.
+    best.rtn_error = output_error(p, best.scales, options, pool);
+    if (!std::isfinite(best.rtn_error)) {
+        return core::error(StatusCode::kInvalidArgument)
+               << "awq: the RTN output error is not finite (inputs too large)";
+    }
+    best.awq_error = best.rtn_error;
+    // Activation-only alpha = 0 is s = 1, already evaluated.
+    for (int a = options.duo_scaling ? 0 : 1; a < options.grid; ++a) {
         const double alpha = double(a) / double(options.grid);
-        std::vector<float> s = scales_for(x_mean, alpha);
+        std::vector<float> s = awq_scales(x_mean, w_mean, alpha, options.duo_scaling);
         const double err = output_error(p, s, options, pool);
-        if (a == 0) {
-            // s == 1 exactly, and the weights were checked finite, so this is plain RTN and must succeed.
-            if (!std::isfinite(err)) {
-                return core::error(StatusCode::kInvalidArgument)
-                       << "awq: the RTN output error is not finite (inputs too large)";
-            }
-            best.rtn_error = err;
-        }
         if (err < best.awq_error) {
             best.awq_error = err;
             best.best_alpha = float(alpha);
+            best.scaled = true;
             best.scales = std::move(s);
         }
     }

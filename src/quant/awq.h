@@ -5,12 +5,17 @@
 // output x W_k^T than quantizing W_k itself.
 //
 // Search: x_mean[j] = mean_i |x[i, j]| over all n calibration rows; for alpha = a / grid, a = 0 ..
-// grid - 1: s = max(x_mean^alpha, 1e-4); s /= sqrt(max(s) * min(s)); W'_k = dequant(quant_int4(W_k *
-// diag(s))) * diag(1/s); error(alpha) = sum over k, i, o of (x W_k^T - x W'_k^T)[i, o]^2 divided by
-// n_used * sum_k out_k (the mean over the concatenated outputs), on n_used = min(n, max_samples)
-// rows of x taken evenly strided (row i * n / n_used). The alpha with the smallest error
-// wins (first one on ties). alpha = 0 gives s = 1 exactly, which is plain RTN, so
-// awq_error <= rtn_error always holds.
+// grid - 1, the candidate scales are
+//   activation-only (the paper): s = max(x_mean^alpha, 1e-4);
+//   duo (AutoAWQ's default):     s = max(x_mean^alpha / (w_mean^(1 - alpha) + 1e-4), 1e-4), where
+//     w_mean[j] = mean over all rows of all W_k of |W[r, j]| / (max_{j' in group(j)} |W[r, j']| + 1e-6)
+//     (each weight normalized by the amax of its own quantization group; awq_weight_mean);
+// then s /= sqrt(max(s) * min(s)). W'_k = dequant(quant_int4(W_k * diag(s))) * diag(1/s);
+// error(s) = sum over k, i, o of (x W_k^T - x W'_k^T)[i, o]^2 divided by n_used * sum_k out_k (the
+// mean over the concatenated outputs), on n_used = min(n, max_samples) rows of x taken evenly strided
+// (row i * n / n_used). Plain RTN (s = 1) is always a candidate too, tried first; the smallest error
+// wins (the first on ties), so awq_error <= rtn_error always holds. Activation-only alpha = 0 is s = 1
+// itself; duo alpha = 0 is not (it is s ~ 1 / w_mean).
 //
 // Folding contract (what the caller must do with the scales): the model must keep computing the
 // same function, so the caller
@@ -24,8 +29,7 @@
 //
 // Invariants: deterministic (the result does not depend on the thread count: each output row's error
 // is a separate double, summed in row order); inputs are validated and errors returned as Status,
-// never aborts on caller data. Weight clipping search (AutoAWQ auto_clip) and the duo (activation
-// and weight) scaling variant are not done here.
+// never aborts on caller data. The weight clipping search (AutoAWQ auto_clip) is in awq_clip.h.
 #pragma once
 
 #include <cstdint>
@@ -43,14 +47,16 @@ struct AwqOptions {
     Int4Mode mode = Int4Mode::kAsymmetric;  // the INT4 variant the scales are searched for
     int grid = 20;                          // alphas tried: 0, 1/grid, ..., (grid-1)/grid
     int64_t max_samples = 512;              // at most this many rows of x, evenly strided
+    bool duo_scaling = false;               // s from x_mean and w_mean (AutoAWQ) instead of x_mean alone
 };
 
 struct AwqResult {
-    std::vector<float> scales;  // [in], s_j > 0; all 1 when best_alpha == 0
-    float best_alpha = 0;
-    double rtn_error = 0;     // mean squared output error for alpha = 0 (plain RTN)
-    double awq_error = 0;     // the same for best_alpha; <= rtn_error
-    int64_t num_samples = 0;  // rows of x actually used
+    std::vector<float> scales;  // [in], s_j > 0; all 1 when !scaled
+    bool scaled = false;        // false: plain RTN (s = 1) won, there is nothing to fold
+    float best_alpha = 0;       // the winning alpha (0 when !scaled)
+    double rtn_error = 0;       // mean squared output error for alpha = 0 (plain RTN)
+    double awq_error = 0;       // the same for best_alpha; <= rtn_error
+    int64_t num_samples = 0;    // rows of x actually used
 };
 
 // Searches one s for all the weights. weights[k] is W_k, row-major [out_rows[k], in]; x is the
@@ -63,6 +69,15 @@ core::Result<AwqResult> awq_search(std::span<const std::span<const float>> weigh
 // The per-channel mean of |x| over the rows of x [n, in], accumulated in double: AWQ's activation
 // statistic. Sizes are the caller's to get right (KILN_CHECK); an empty x gives zeros.
 std::vector<float> channel_mean_abs(std::span<const float> x, int64_t n, int64_t in);
+
+// AutoAWQ's duo-scaling weight statistic over the rows of all weights [out_rows[k], in]: w_mean[j] =
+// mean over rows r of |W[r, j]| / (amax of the quantization group of (r, j) + 1e-6), in double. The
+// last group of a row may be short (in % group_size). Sizes are the caller's to get right (KILN_CHECK).
+std::vector<float> awq_weight_mean(std::span<const std::span<const float>> weights, std::span<const int64_t> out_rows,
+                                   int64_t in, int64_t group_size);
+
+// The candidate scales for one alpha (see the top of this file); w_mean is ignored unless duo.
+std::vector<float> awq_scales(std::span<const float> x_mean, std::span<const float> w_mean, double alpha, bool duo);
 
 // The error awq_search minimizes, for given scales: the mean over
 // samples and outputs of (x W^T - x W'^T)^2 with W' = dequant(quant_int4(W * diag(s))) * diag(1/s),

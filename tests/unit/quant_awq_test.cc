@@ -2,8 +2,11 @@
 // activation outliers, never does worse than RTN, reports errors that a direct double-precision
 // recomputation from the returned scales reproduces, searches several weights sharing one input
 // jointly, gives the same bits with and without a thread pool, and rejects bad arguments with a
-// Status. DISABLED_SmolLM2SizedTiming prints the time of SmolLM2-135M-sized calls (no assertion on
-// time; run it with --gtest_also_run_disabled_tests in a release build).
+// Status. Duo scaling follows its formula computed directly here. The clipping search
+// (quant/awq_clip.h) never increases its searched error, cuts it on heavy-tailed weights, reports what
+// a direct recomputation from the clamped weights gives, and rejects bad arguments. DISABLED_SmolLM2SizedTiming prints
+// the time of SmolLM2-135M-sized calls (no assertion on time; run it with --gtest_also_run_disabled_tests in a release
+// build).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,6 +21,7 @@
 
 #include "core/thread_pool.h"
 #include "quant/awq.h"
+#include "quant/awq_clip.h"
 #include "quant/int_quant.h"
 
 namespace kiln::quant {
@@ -284,6 +288,161 @@ TEST(QuantAwq, RejectsBadArguments) {
     s[5] = 1.0f;
     EXPECT_TRUE(quantize_int4_scaled(w, out, in, s, 64, Int4Mode::kSymmetric).is_ok());
     EXPECT_FALSE(quantize_int4_scaled(w, out + 1, in, s, 64, Int4Mode::kSymmetric).is_ok());
+}
+
+// Student-t-like weights (a Gaussian divided by a random magnitude): a few large values per group.
+std::vector<float> heavy_tailed(int64_t n, uint32_t seed) {
+    std::vector<float> w = gaussian(n, seed);
+    std::mt19937 rng(seed + 1000);
+    std::gamma_distribution<float> chi2(1.5f, 2.0f);  // 3 degrees of freedom
+    for (float& v : w) v /= std::sqrt(chi2(rng) / 3.0f);
+    return w;
+}
+
+TEST(QuantAwq, DuoScalingMatchesDirectComputation) {
+    const int64_t in = 100, n = 40, group = 32;  // short last group (100 = 3 * 32 + 4)
+    const std::vector<int64_t> rows = {12, 5};
+    const std::vector<std::vector<float>> ws = {heavy_tailed(rows[0] * in, 51), gaussian(rows[1] * in, 52, 4.0f)};
+    const std::vector<float> x = outlier_inputs(n, in, {2, 60}, 15.0f, 53);
+    // w_mean directly: |w| over its group's amax (+ 1e-6), averaged over all 17 rows.
+    std::vector<double> w_mean(size_t(in), 0.0);
+    for (size_t k = 0; k < ws.size(); ++k) {
+        for (int64_t r = 0; r < rows[k]; ++r) {
+            for (int64_t j = 0; j < in; ++j) {
+                double amax = 0;
+                for (int64_t c = j / group * group; c < std::min(in, j / group * group + group); ++c)
+                    amax = std::max(amax, std::fabs(double(ws[k][size_t(r * in + c)])));
+                w_mean[size_t(j)] += std::fabs(double(ws[k][size_t(r * in + j)])) / (amax + 1e-6) / 17.0;
+            }
+        }
+    }
+    const std::vector<Span> spans(ws.begin(), ws.end());
+    const std::vector<float> got_mean = awq_weight_mean(spans, rows, in, group);
+    for (int64_t j = 0; j < in; ++j) EXPECT_NEAR(got_mean[size_t(j)], w_mean[size_t(j)], 1e-6) << j;
+    AwqOptions o;
+    o.group_size = group;
+    o.duo_scaling = true;
+    auto r = search(ws, rows, in, x, n, o);
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    EXPECT_LE(r->awq_error, r->rtn_error);
+    EXPECT_NEAR(r->awq_error, direct_error(ws, rows, in, x, n, r->scales, o), 1e-5 * r->awq_error);
+    ASSERT_TRUE(r->scaled) << "outlier channels: some duo candidate should beat RTN";
+    const std::vector<float> x_mean = channel_mean_abs(x, n, in);
+    const double a = r->best_alpha;
+    std::vector<double> s(static_cast<size_t>(in));
+    for (int64_t j = 0; j < in; ++j)
+        s[size_t(j)] =
+            std::max(std::pow(double(x_mean[size_t(j)]), a) / (std::pow(w_mean[size_t(j)], 1 - a) + 1e-4), 1e-4);
+    const double norm = std::sqrt(*std::min_element(s.begin(), s.end()) * *std::max_element(s.begin(), s.end()));
+    for (int64_t j = 0; j < in; ++j) EXPECT_NEAR(r->scales[size_t(j)], s[size_t(j)] / norm, 1e-4 * s[size_t(j)] / norm);
+    // Duo alpha = 0 is not s = 1: the weight term alone.
+    const std::vector<float> s0 = awq_scales(x_mean, got_mean, 0.0, true);
+    EXPECT_NE(*std::max_element(s0.begin(), s0.end()), *std::min_element(s0.begin(), s0.end()));
+}
+
+// The clip search's error recomputed directly in double from the clamped weights: per (row, group),
+// sum over the sampled rows of (x_g . (W_g - W'_g))^2, over m * rows.
+double direct_clip_error(const std::vector<float>& w, int64_t rows, int64_t in, const std::vector<float>& x, int64_t n,
+                         const AwqClipOptions& o, const AwqClipResult* clip) {
+    std::vector<float> c = w;
+    if (clip) {
+        EXPECT_TRUE(apply_awq_clip(c, rows, in, *clip).is_ok());
+    }
+    auto q = quantize_int4(c, rows, in, o.group_size, o.mode);
+    EXPECT_TRUE(q.is_ok());
+    const std::vector<float> deq = dequantize(*q);
+    const int64_t m = std::min(n, o.max_samples);
+    double sum = 0;
+    for (int64_t i = 0; i < m; ++i) {
+        const float* xi = x.data() + (i * n / m) * in;
+        for (int64_t r = 0; r < rows; ++r) {
+            for (int64_t g0 = 0; g0 < in; g0 += o.group_size) {
+                double dot = 0;
+                for (int64_t j = g0; j < std::min(in, g0 + o.group_size); ++j)
+                    dot += double(xi[j]) * (double(w[size_t(r * in + j)]) - double(deq[size_t(r * in + j)]));
+                sum += dot * dot;
+            }
+        }
+    }
+    return sum / (double(m) * double(rows));
+}
+
+TEST(QuantAwqClip, NeverIncreasesSearchedErrorAndMatchesDirect) {
+    for (Int4Mode mode : {Int4Mode::kAsymmetric, Int4Mode::kSymmetric}) {
+        for (uint32_t seed : {61u, 62u}) {
+            const int64_t rows = 21, in = 90, n = 50;  // in = 90: a short last group for every size
+            const std::vector<float> w = gaussian(rows * in, seed);
+            const std::vector<float> x = outlier_inputs(n, in, {4}, 10.0f, seed + 7);
+            AwqClipOptions o;
+            o.group_size = 32;
+            o.mode = mode;
+            o.max_samples = 37;
+            auto r = awq_clip_search(w, rows, in, x, n, o);
+            ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+            EXPECT_EQ(r->num_samples, 37);
+            EXPECT_LE(r->clip_error, r->base_error);
+            EXPECT_NEAR(r->base_error, direct_clip_error(w, rows, in, x, n, o, nullptr), 1e-4 * r->base_error);
+            EXPECT_NEAR(r->clip_error, direct_clip_error(w, rows, in, x, n, o, &*r), 1e-4 * r->clip_error);
+            for (float c : r->ratio) EXPECT_TRUE(c > 0.5f && c <= 1.0f) << c;
+            core::ThreadPool pool(3);
+            auto p = awq_clip_search(w, rows, in, x, n, o, &pool);
+            ASSERT_TRUE(p.is_ok());
+            EXPECT_EQ(p->clip_error, r->clip_error);
+            EXPECT_EQ(p->lo, r->lo);
+            EXPECT_EQ(p->hi, r->hi);
+        }
+    }
+}
+
+TEST(QuantAwqClip, ReducesErrorOnHeavyTailedWeights) {
+    const int64_t rows = 48, in = 256, n = 64;
+    const std::vector<float> w = heavy_tailed(rows * in, 71);
+    const std::vector<float> x = gaussian(n * in, 72);
+    for (Int4Mode mode : {Int4Mode::kAsymmetric, Int4Mode::kSymmetric}) {
+        AwqClipOptions o;
+        o.group_size = 128;
+        o.mode = mode;
+        auto r = awq_clip_search(w, rows, in, x, n, o);
+        ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+        std::printf("clip mode %d: %.6g -> %.6g (%.3f)\n", int(mode), r->base_error, r->clip_error,
+                    r->clip_error / r->base_error);
+        EXPECT_LT(r->clip_error, 0.9 * r->base_error);
+        EXPECT_LT(*std::min_element(r->ratio.begin(), r->ratio.end()), 1.0f);
+    }
+}
+
+TEST(QuantAwqClip, RejectsBadArguments) {
+    const int64_t rows = 4, in = 64, n = 8;
+    const std::vector<float> w = gaussian(rows * in, 81);
+    const std::vector<float> x = gaussian(n * in, 82);
+    const AwqClipOptions o;
+    ASSERT_TRUE(awq_clip_search(w, rows, in, x, n, o).is_ok());
+    auto invalid = [](const core::Result<AwqClipResult>& r) {
+        return !r.is_ok() && r.status().code() == core::StatusCode::kInvalidArgument;
+    };
+    EXPECT_TRUE(invalid(awq_clip_search(w, rows + 1, in, x, n, o)));
+    EXPECT_TRUE(invalid(awq_clip_search(w, rows, in, x, n + 1, o)));
+    EXPECT_TRUE(invalid(awq_clip_search(w, 0, in, x, n, o)));
+    EXPECT_TRUE(invalid(awq_clip_search(w, rows, in, {}, 0, o)));
+    std::vector<float> bad = w;
+    bad[9] = std::numeric_limits<float>::quiet_NaN();
+    EXPECT_TRUE(invalid(awq_clip_search(bad, rows, in, x, n, o)));
+    for (auto edit : {+[](AwqClipOptions& b) { b.group_size = 16; }, +[](AwqClipOptions& b) { b.grid = 0; },
+                      +[](AwqClipOptions& b) { b.max_shrink = 1.0; }, +[](AwqClipOptions& b) { b.max_shrink = -0.1; },
+                      +[](AwqClipOptions& b) { b.max_samples = 0; }}) {
+        AwqClipOptions b = o;
+        edit(b);
+        EXPECT_TRUE(invalid(awq_clip_search(w, rows, in, x, n, b)));
+    }
+    auto r = awq_clip_search(w, rows, in, x, n, o);
+    std::vector<float> c = w;
+    EXPECT_TRUE(apply_awq_clip(c, rows, in, *r).is_ok());
+    EXPECT_FALSE(apply_awq_clip(c, rows + 1, in, *r).is_ok());
+    EXPECT_FALSE(apply_awq_clip(std::span<float>(c).first(10), rows, in, *r).is_ok());
+    AwqClipResult swapped = *r;
+    std::swap(swapped.lo[0], swapped.hi[0]);
+    ASSERT_GT(swapped.lo[0], swapped.hi[0]);
+    EXPECT_FALSE(apply_awq_clip(c, rows, in, swapped).is_ok());
 }
 
 // SmolLM2-135M shapes (hidden 576, intermediate 1536, 9 query / 3 KV heads of 64): the three AWQ groups
