@@ -9,7 +9,10 @@
 #include <cstdio>
 #include <cstring>
 
+#include "core/check.h"
 #include "core/numeric.h"
+#include "quant/fp4_blocks.h"
+#include "quant/mx.h"
 
 namespace kiln::tools {
 namespace {
@@ -153,7 +156,7 @@ model::ModelConfig synth_config(const SynthPreset& p, int64_t num_layers) {
 bool synth_dtype_supported(core::DType t) {
     using core::DType;
     return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || t == DType::kQ8_0 || t == DType::kQ4_0 ||
-           t == DType::kQ4_1;
+           t == DType::kQ4_1 || t == DType::kMxfp4;
 }
 
 uint64_t SynthTensor::row_bytes() const {
@@ -228,6 +231,13 @@ void quantize_row(core::DType type, const float* x, int64_t n, uint8_t* dst) {
         case core::DType::kQ4_1:
             quantize_q4_1(x, n, dst);
             break;
+        case core::DType::kMxfp4: {  // OCP MX rounding (quant/mx.h), repacked into ggml blocks
+            auto m = quant::quantize_mxfp4(std::span<const float>(x, size_t(n)), 1, n);
+            auto b = m.is_ok() ? quant::to_mxfp4_blocks(*m) : core::Result<std::vector<uint8_t>>(m.status());
+            KILN_CHECK(b.is_ok()) << "synth mxfp4: " << b.status().message();
+            std::memcpy(dst, b->data(), b->size());
+            break;
+        }
         default:
             break;  // callers check synth_dtype_supported first
     }

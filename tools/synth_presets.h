@@ -5,7 +5,7 @@
 // matrices ~N(0, 0.02) (Irwin-Hall approximation), norm weights ~1 + N(0, 0.02), biases ~N(0, 0.02),
 // so activations of the forward pass stay finite and non-trivial.
 // Quantized layouts follow ggml (ggml-common.h) exactly as kernels/ref/dequant.cc decodes them;
-// the rounding follows ggml-quants.c quantize_row_*_ref.
+// the rounding follows ggml-quants.c quantize_row_*_ref (mxfp4: OCP MX rounding of quant/mx.h).
 #pragma once
 
 #include <cstdint>
@@ -35,7 +35,7 @@ std::string synth_preset_names();                               // "a, b, c" for
 // The preset's config; num_layers > 0 overrides the layer count.
 model::ModelConfig synth_config(const SynthPreset& p, int64_t num_layers);
 
-// Weight dtypes `kiln synth` writes (f32, f16, bf16, q8_0, q4_0, q4_1).
+// Weight dtypes `kiln synth` writes (f32, f16, bf16, q8_0, q4_0, q4_1, mxfp4).
 bool synth_dtype_supported(core::DType t);
 
 enum class SynthKind { kMatrix, kNorm, kBias };

@@ -1,6 +1,12 @@
 // DType: every element type kiln stores, plain and block-quantized. A block-quantized type packs
 // `block_size` elements into `block_bytes` bytes (GGML layouts: ggml-common.h block_q4_0 etc.);
 // plain types have block_size 1. Row lengths of quantized tensors must be multiples of block_size.
+// FP4 types (E2M1 element codes, two per byte; docs/quantization.md "FP4 kernels"):
+//  - kMxfp4: ggml's block_mxfp4 (GGML_TYPE_MXFP4 = 39): {uint8 e (E8M0); uint8 qs[16]}, element j in
+//    the low nibble of qs[j], j + 16 in the high nibble; x = e2m1(code) * 2^(e - 127) (OCP MX v1.0).
+//  - kNvfp4: kiln-internal (no GGUF id; ggml's later GGML_TYPE_NVFP4 = 40 is a different 64-element
+//    block): {fp16 d; uint8 qs[8]}, element j in the low nibble of qs[j], j + 8 in the high nibble;
+//    x = e2m1(code) * d, d = fp16(e4m3 block scale * fp32 tensor scale) folded at load.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +18,7 @@ namespace kiln::core {
 enum class DType : uint8_t {
     kF32, kF16, kBF16, kF64, kI8, kU8, kI16, kI32, kI64, kBool, kF8E4M3, kF8E5M2,
     kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ8_0, kQ8_1, kQ2_K, kQ3_K, kQ4_K, kQ5_K, kQ6_K, kQ8_K,
+    kMxfp4, kNvfp4,
 };
 
 struct DTypeInfo {

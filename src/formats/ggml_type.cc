@@ -10,13 +10,17 @@ struct GgmlPair {
 };
 
 constexpr GgmlPair kPairs[] = {
-    {GgmlType::kF32, core::DType::kF32},   {GgmlType::kF16, core::DType::kF16},   {GgmlType::kQ4_0, core::DType::kQ4_0},
-    {GgmlType::kQ4_1, core::DType::kQ4_1}, {GgmlType::kQ5_0, core::DType::kQ5_0}, {GgmlType::kQ5_1, core::DType::kQ5_1},
-    {GgmlType::kQ8_0, core::DType::kQ8_0}, {GgmlType::kQ8_1, core::DType::kQ8_1}, {GgmlType::kQ2_K, core::DType::kQ2_K},
-    {GgmlType::kQ3_K, core::DType::kQ3_K}, {GgmlType::kQ4_K, core::DType::kQ4_K}, {GgmlType::kQ5_K, core::DType::kQ5_K},
-    {GgmlType::kQ6_K, core::DType::kQ6_K}, {GgmlType::kQ8_K, core::DType::kQ8_K}, {GgmlType::kI8, core::DType::kI8},
-    {GgmlType::kI16, core::DType::kI16},   {GgmlType::kI32, core::DType::kI32},   {GgmlType::kI64, core::DType::kI64},
-    {GgmlType::kF64, core::DType::kF64},   {GgmlType::kBF16, core::DType::kBF16},
+    {GgmlType::kF32, core::DType::kF32},     {GgmlType::kF16, core::DType::kF16},
+    {GgmlType::kQ4_0, core::DType::kQ4_0},   {GgmlType::kQ4_1, core::DType::kQ4_1},
+    {GgmlType::kQ5_0, core::DType::kQ5_0},   {GgmlType::kQ5_1, core::DType::kQ5_1},
+    {GgmlType::kQ8_0, core::DType::kQ8_0},   {GgmlType::kQ8_1, core::DType::kQ8_1},
+    {GgmlType::kQ2_K, core::DType::kQ2_K},   {GgmlType::kQ3_K, core::DType::kQ3_K},
+    {GgmlType::kQ4_K, core::DType::kQ4_K},   {GgmlType::kQ5_K, core::DType::kQ5_K},
+    {GgmlType::kQ6_K, core::DType::kQ6_K},   {GgmlType::kQ8_K, core::DType::kQ8_K},
+    {GgmlType::kI8, core::DType::kI8},       {GgmlType::kI16, core::DType::kI16},
+    {GgmlType::kI32, core::DType::kI32},     {GgmlType::kI64, core::DType::kI64},
+    {GgmlType::kF64, core::DType::kF64},     {GgmlType::kBF16, core::DType::kBF16},
+    {GgmlType::kMxfp4, core::DType::kMxfp4},
 };
 
 // Names for every id in ggml.h up to MXFP4 (39), so errors can say what an unsupported tensor is.

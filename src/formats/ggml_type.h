@@ -1,6 +1,6 @@
 // Mapping between ggml tensor type ids (the `type` field of a GGUF tensor info) and core::DType.
 // Ids follow enum ggml_type in ggml.h; only the types kiln can store are mapped, every other id
-// (removed Q4_2/Q4_3, IQ*, TQ*, MXFP4, ...) yields nullopt so readers can report it as unsupported.
+// (removed Q4_2/Q4_3, IQ*, TQ*, NVFP4 = 40, ...) yields nullopt so readers can report it as unsupported.
 #pragma once
 
 #include <cstdint>
@@ -32,11 +32,12 @@ enum class GgmlType : uint32_t {
     kI64 = 27,
     kF64 = 28,
     kBF16 = 30,
+    kMxfp4 = 39,  // block_mxfp4: E8M0 e + 16 nibble bytes, 32 elements
 };
 
 // nullopt for ids kiln does not support.
 std::optional<core::DType> dtype_from_ggml(uint32_t ggml_type_id);
-// nullopt for dtypes ggml has no id for (u8, bool, fp8).
+// nullopt for dtypes ggml has no id for (u8, bool, fp8, kiln's nvfp4).
 std::optional<uint32_t> ggml_from_dtype(core::DType dtype);
 // Human-readable name of any ggml id, including unsupported ones ("iq2_xxs", "unknown").
 const char* ggml_type_name(uint32_t ggml_type_id);

@@ -19,7 +19,9 @@
 //                                      M.weight_global_scale F32 [1]; w = fp4 * scale / global
 // Loading: integer schemes become GGML blocks that kiln's int8 kernels run (int8 -> Q8_0, w4
 // symmetric -> Q4_0, w4 with zero points -> Q4_1; fp16-rounded scales) when `in` is a multiple of
-// 32; everything else is dequantized to F32 at load (exact; no low-precision kernels yet).
+// 32; mxfp4 -> kMxfp4 (ggml block_mxfp4, exact) and nvfp4 -> kNvfp4 (fp16-rounded folded scale) for
+// the FP4 kernels when `in` is a multiple of 32 (quant/fp4_blocks.h); everything else is
+// dequantized to F32 at load (exact; no FP8 kernels yet).
 // Invariant: reading never trusts the file: every part's dtype and shape is checked before use.
 #pragma once
 

@@ -1,6 +1,8 @@
 // compressed-tensors: reading quantization_config and turning one Linear's stored parts back into
 // a runtime weight (see compressed_tensors.h). Every dtype and shape is checked before any
-// quant:: routine (which asserts its invariants) sees the data.
+// quant:: routine (which asserts its invariants) sees the data. Runtime dtypes: INT8 -> Q8_0, INT4 ->
+// Q4_0/Q4_1, MXFP4 -> kMxfp4, NVFP4 -> kNvfp4 when the row length is whole kernel blocks (32), f32
+// otherwise; FP8 and MXFP8 -> f32.
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -8,6 +10,7 @@
 #include <sstream>
 
 #include "model/compressed_tensors.h"
+#include "quant/fp4_blocks.h"
 #include "quant/fp8.h"
 #include "quant/ggml_blocks.h"
 #include "quant/int_quant.h"
@@ -289,6 +292,10 @@ core::Result<TensorRef> decompress_weight(const CompressedConfig& config, const 
             for (uint8_t e : q.scales)
                 if (e == 0xFF)
                     return core::error(StatusCode::kCorrupt) << "'" << m << "': a block scale is NaN (E8M0 0xFF)";
+            if (fp4 && cols % quant::kMxBlockSize == 0) {  // the MXFP4 kernels' blocks, exact
+                KILN_ASSIGN_OR_RETURN(std::vector<uint8_t> b, quant::to_mxfp4_blocks(q));
+                return own(name, DType::kMxfp4, R, C, std::move(b), owners);
+            }
             return own_f32(name, R, C, quant::dequantize(q), owners);
         }
         case QuantFormat::kNvfp4: {
@@ -306,6 +313,12 @@ core::Result<TensorRef> decompress_weight(const CompressedConfig& config, const 
             q.data = copy_of<uint8_t>(*w);
             q.block_scales = copy_of<uint8_t>(*sc);
             q.tensor_scale = 1.0f / global[0];
+            // The NVFP4 kernels take two 16-element blocks per 32-element activation block. A scale
+            // product outside fp16 makes to_nvfp4_blocks fail: such a matrix stays f32.
+            if (cols % 32 == 0) {
+                if (auto b = quant::to_nvfp4_blocks(q); b.is_ok())
+                    return own(name, DType::kNvfp4, R, C, std::move(*b), owners);
+            }
             return own_f32(name, R, C, quant::dequantize(q), owners);
         }
     }

@@ -33,6 +33,10 @@ core::Result<Linear> make_linear(const kernels::ref::WeightView& w, const Linear
         k = cpu::find_matmul_kernel(w.dtype, cpu::Isa::kRef);
         isa = cpu::Isa::kRef;
     }
+    // Quantized activations come in whole blocks of 32 (ActQ8) or 256 (ActQ8K); a row length that is
+    // a whole number of weight blocks but not of activation blocks (NVFP4's 16) takes the f32 path.
+    const int64_t act_block = !k ? 1 : k->act == cpu::ActFormat::kQ8 ? 32 : k->act == cpu::ActFormat::kQ8K ? 256 : 1;
+    if (k && w.cols % act_block != 0) k = nullptr;
     if (k && (k->act == cpu::ActFormat::kF32 || !options.f32_activations)) {
         l.kernel = k;
         l.isa = isa;

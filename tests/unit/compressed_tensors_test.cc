@@ -80,6 +80,10 @@ TEST(CompressedTensors, EverySchemeRoundTrips) {
                 ASSERT_EQ(t->shape, (std::vector<uint64_t>{uint64_t(rows), uint64_t(cols)}));
                 if (cols % 32 == 0 && (s->format == QuantFormat::kInt8 || s->format == QuantFormat::kW4))
                     EXPECT_NE(t->dtype, core::DType::kF32) << s->name() << " should run on the int8 kernels";
+                else if (cols % 32 == 0 && s->format == QuantFormat::kMxfp4)
+                    EXPECT_EQ(t->dtype, core::DType::kMxfp4) << s->name() << " should run on the FP4 kernels";
+                else if (cols % 32 == 0 && s->format == QuantFormat::kNvfp4)
+                    EXPECT_EQ(t->dtype, core::DType::kNvfp4) << s->name() << " should run on the FP4 kernels";
                 else
                     EXPECT_EQ(t->dtype, core::DType::kF32) << s->name();
                 const std::vector<float> got = to_f32(*t);

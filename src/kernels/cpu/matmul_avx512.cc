@@ -3,6 +3,7 @@
 // vector registers, which relieves register pressure in the (weight rows x activation rows) tiles.
 // For Skylake-SP class CPUs; selected only when isa_supported(Isa::kAvx512).
 #include "kernels/cpu/matmul_isa.h"
+#include "kernels/cpu/simd_fp4_kernels.h"
 #include "kernels/cpu/simd_kquant_kernels.h"
 #include "kernels/cpu/simd_legacy_kernels.h"
 
@@ -10,6 +11,7 @@ namespace kiln::kernels::cpu {
 
 const MatmulKernel* avx512_matmul_kernel(core::DType weight_type) {
     if (const MatmulKernel* k = simd_legacy_kernel(weight_type)) return k;
+    if (const MatmulKernel* k = simd_fp4_kernel(weight_type)) return k;
     return simd_kquant_kernel(weight_type);
 }
 

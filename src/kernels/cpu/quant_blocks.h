@@ -1,8 +1,8 @@
 // Byte layouts of the GGML weight blocks the matmul kernels read (ggml-common.h block_q4_0 ...
-// block_q6_k; the field meanings are spelled out in kernels/ref/dequant.cc). Offsets, not structs:
-// weight rows carry no alignment promise, so kernels read fields with memcpy / unaligned loads.
-// Constants only, on purpose: this header is included by ISA-specific TUs (-mavx2 ...), and an
-// inline function here could be ODR-merged into generic code compiled with those flags.
+// block_q6_k, block_mxfp4; kiln's nvfp4; the field meanings are spelled out in
+// kernels/ref/dequant.cc). Offsets, not structs: weight rows carry no alignment promise, so kernels read fields with
+// memcpy / unaligned loads. Constants only, on purpose: this header is included by ISA-specific TUs (-mavx2 ...), and
+// an inline function here could be ODR-merged into generic code compiled with those flags.
 #pragma once
 
 #include <cstddef>
@@ -39,6 +39,14 @@ constexpr size_t kQ2_KBytes = 84, kQ2_KScales = 0, kQ2_KQs = 16, kQ2_KD = 80, kQ
 // Q3_K: hmask[32] | qs[64] (2 low bits, laid out as Q2_K) | 12 bytes 6-bit scales | fp16 d.
 // x = (d (sc_i - 32)) (q - (hbit ? 0 : 4)); element 128h + 32s + l has its hbit at bit 4h + s of hmask[l].
 constexpr size_t kQ3_KBytes = 110, kQ3_KHmask = 0, kQ3_KQs = 32, kQ3_KScales = 96, kQ3_KD = 108;
+
+// MXFP4 (ggml block_mxfp4): E8M0 e | 16 bytes E2M1 nibbles (as Q4_0). x = e2m1(q) 2^(e - 127).
+constexpr size_t kMxfp4Bytes = 17, kMxfp4E = 0, kMxfp4Qs = 1;
+// NVFP4 (kiln's, core/dtype.h): fp16 d | 8 bytes E2M1 nibbles (element j low nibble of qs[j], j + 8
+// high). 16 elements; the kernels take two consecutive blocks per 32-element activation block.
+constexpr size_t kNvfp4Bytes = 10, kNvfp4D = 0, kNvfp4Qs = 2;
+// E2M1 code -> 2 * value, an exact int8 ({0, 1, 2, 3, 4, 6, 8, 12} and negatives; ggml kvalues_mxfp4).
+constexpr signed char kE2M1x2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 // Offsets inside the activation blocks (ActQ8 / ActQ8K in matmul.h).
 constexpr size_t kActQ8Bytes = 40, kActQ8D = 0, kActQ8S = 4, kActQ8Q = 8;

@@ -1,7 +1,7 @@
 // Scalar reference dequantizers (see dequant.h). Each block is memcpy'd into a struct mirroring
-// ggml-common.h, so source pointers need no alignment. "fp16" fields are IEEE half bit patterns.
-// Operation order matches ggml-quants.c dequantize_row_* (e.g. Q4_1 is d * q + m, K-quants compute
-// the sub-block scale d * sc first): keep it when editing, the golden test checks bit equality.
+// ggml-common.h (kiln's own NVFP4 block: core/dtype.h), so source pointers need no alignment.
+// "fp16" fields are IEEE half bit patterns. Operation order matches ggml-quants.c dequantize_row_* (e.g. Q4_1 is d * q
+// + m, K-quants compute the sub-block scale d * sc first): keep it when editing, the golden test checks bit equality.
 #include "kernels/ref/dequant.h"
 
 #include <cstring>
@@ -107,6 +107,20 @@ struct BlockQ8_K {
     int8_t qs[kQK_K];
     int16_t bsums[kQK_K / 16];
 };
+
+// MXFP4 (ggml block_mxfp4, OCP MX v1.0): 32 E2M1 codes (qs[j] low nibble = element j, high nibble
+// = element j + 16) sharing the E8M0 scale e: x = e2m1(code) * 2^(e - 127).
+struct BlockMxfp4 {
+    uint8_t e;
+    uint8_t qs[kQK / 2];
+};
+// NVFP4 (kiln-internal, see core/dtype.h): 16 E2M1 codes, qs[j] low nibble = element j, high nibble
+// = element j + 8; x = e2m1(code) * d, d the fp16 product of the E4M3 block and fp32 tensor scales.
+struct BlockNvfp4 {
+    uint16_t d;
+    uint8_t qs[8];
+};
+static_assert(sizeof(BlockMxfp4) == 17 && sizeof(BlockNvfp4) == 10);
 
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 &&
               sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34 && sizeof(BlockQ8_1) == 36);
@@ -274,6 +288,35 @@ void dequant_q8_k(const BlockQ8_K& b, float* y) {
     for (int j = 0; j < kQK_K; ++j) y[j] = b.d * float(b.qs[j]);
 }
 
+// E2M1 code -> value (OCP MX v1.0 section 5.3.3: sign bit 3, exponent bits 2..1, mantissa bit 0).
+constexpr float kE2M1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                             -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
+// 2^(e - 127) exactly (e = 0 is the subnormal 2^-127); 0xFF is NaN (MX v1.0 section 5.4.1).
+float e8m0_to_f32(uint8_t e) {
+    if (e == 0xFF) return __builtin_nanf("");
+    const uint32_t bits = e == 0 ? 0x00400000u : uint32_t(e) << 23;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+}
+
+void dequant_mxfp4(const BlockMxfp4& b, float* y) {
+    const float d = e8m0_to_f32(b.e);
+    for (int j = 0; j < kQK / 2; ++j) {
+        y[j] = kE2M1[b.qs[j] & 0x0f] * d;
+        y[j + kQK / 2] = kE2M1[b.qs[j] >> 4] * d;
+    }
+}
+
+void dequant_nvfp4(const BlockNvfp4& b, float* y) {
+    const float d = h2f(b.d);
+    for (int j = 0; j < 8; ++j) {
+        y[j] = kE2M1[b.qs[j] & 0x0f] * d;
+        y[j + 8] = kE2M1[b.qs[j] >> 4] * d;
+    }
+}
+
 template <typename Block, typename Fn>
 void for_blocks(const void* src, float* dst, int64_t num_blocks, int block_size, Fn fn) {
     for (int64_t i = 0; i < num_blocks; ++i) fn(load<Block>(src, i), dst + i * block_size);
@@ -298,6 +341,8 @@ bool dequant_supported(core::DType type) {
         case core::DType::kQ5_K:
         case core::DType::kQ6_K:
         case core::DType::kQ8_K:
+        case core::DType::kMxfp4:
+        case core::DType::kNvfp4:
             return true;
         default:
             return false;
@@ -363,6 +408,12 @@ core::Status dequantize_row(core::DType type, const void* src, float* dst, int64
             break;
         case core::DType::kQ8_K:
             for_blocks<BlockQ8_K>(src, dst, nb, kQK_K, dequant_q8_k);
+            break;
+        case core::DType::kMxfp4:
+            for_blocks<BlockMxfp4>(src, dst, nb, kQK, dequant_mxfp4);
+            break;
+        case core::DType::kNvfp4:
+            for_blocks<BlockNvfp4>(src, dst, nb, 16, dequant_nvfp4);
             break;
         default:
             break;

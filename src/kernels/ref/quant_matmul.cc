@@ -82,6 +82,39 @@ double legacy_block_dot(const uint8_t* b, const ActQ8& x) {
     return double(term);
 }
 
+// 2^(e - 127) (e = 0: the subnormal 2^-127; 0xFF: inf, as ggml's E8M0 conversion).
+float e8m0_at(const uint8_t* p) {
+    const uint32_t bits = *p == 0 ? 0x00400000u : uint32_t(*p) << 23;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+}
+
+// E2M1 weights: integer dot of the doubled codes (kE2M1x2) with the ActQ8 values, scaled by
+// d_w * (d_x / 2). MXFP4: one block per activation block; NVFP4: two 16-element blocks.
+double mxfp4_block_dot(const uint8_t* b, const ActQ8& x) {
+    int32_t isum = 0;
+    for (int j = 0; j < 16; ++j) {
+        isum += blk::kE2M1x2[b[blk::kMxfp4Qs + j] & 0x0f] * int32_t(x.q[j]);
+        isum += blk::kE2M1x2[b[blk::kMxfp4Qs + j] >> 4] * int32_t(x.q[j + 16]);
+    }
+    return double((e8m0_at(b + blk::kMxfp4E) * (0.5f * x.d)) * float(isum));
+}
+
+double nvfp4_pair_dot(const uint8_t* b, const ActQ8& x) {
+    double sum = 0;
+    for (int h = 0; h < 2; ++h) {
+        const uint8_t* bh = b + h * blk::kNvfp4Bytes;
+        int32_t isum = 0;
+        for (int j = 0; j < 8; ++j) {
+            isum += blk::kE2M1x2[bh[blk::kNvfp4Qs + j] & 0x0f] * int32_t(x.q[16 * h + j]);
+            isum += blk::kE2M1x2[bh[blk::kNvfp4Qs + j] >> 4] * int32_t(x.q[16 * h + j + 8]);
+        }
+        sum += double((half_at(bh + blk::kNvfp4D) * (0.5f * x.d)) * float(isum));
+    }
+    return sum;
+}
+
 // Q4_K/Q5_K 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes (as dequant.cc).
 void k4_scale_min(const uint8_t* q, int j, int* sc, int* m) {
     if (j < 4) {
@@ -212,6 +245,15 @@ float quant_row_dot(const uint8_t* w, const uint8_t* act, int64_t k) {
                 sum += k4_block_dot<kType == core::DType::kQ5_K>(b, x);
             }
         }
+    } else if constexpr (kType == core::DType::kMxfp4 || kType == core::DType::kNvfp4) {
+        // bytes per 32 elements: one MXFP4 block or two NVFP4 blocks
+        const int64_t bytes = kType == core::DType::kMxfp4 ? int64_t(blk::kMxfp4Bytes) : 2 * int64_t(blk::kNvfp4Bytes);
+        for (int64_t i = 0; i < k / blk::kQK; ++i) {
+            ActQ8 x;
+            std::memcpy(&x, act + i * int64_t(sizeof(ActQ8)), sizeof(ActQ8));
+            const uint8_t* b = w + i * bytes;
+            sum += kType == core::DType::kMxfp4 ? mxfp4_block_dot(b, x) : nvfp4_pair_dot(b, x);
+        }
     } else {
         const size_t bytes = core::dtype_info(kType).block_bytes;
         for (int64_t i = 0; i < k / blk::kQK; ++i) {
@@ -310,6 +352,10 @@ constexpr cpu::MatmulKernel kQ4_1Kernel{cpu::ActFormat::kQ8, q8_row_bytes, quant
 constexpr cpu::MatmulKernel kQ5_0Kernel{cpu::ActFormat::kQ8, q8_row_bytes, quantize_q8_void, gemm<core::DType::kQ5_0>};
 constexpr cpu::MatmulKernel kQ5_1Kernel{cpu::ActFormat::kQ8, q8_row_bytes, quantize_q8_void, gemm<core::DType::kQ5_1>};
 constexpr cpu::MatmulKernel kQ8_0Kernel{cpu::ActFormat::kQ8, q8_row_bytes, quantize_q8_void, gemm<core::DType::kQ8_0>};
+constexpr cpu::MatmulKernel kMxfp4Kernel{cpu::ActFormat::kQ8, q8_row_bytes, quantize_q8_void,
+                                         gemm<core::DType::kMxfp4>};
+constexpr cpu::MatmulKernel kNvfp4Kernel{cpu::ActFormat::kQ8, q8_row_bytes, quantize_q8_void,
+                                         gemm<core::DType::kNvfp4>};
 constexpr cpu::MatmulKernel kQ2_KKernel{cpu::ActFormat::kQ8K, q8k_row_bytes, quantize_q8k_void,
                                         gemm<core::DType::kQ2_K>};
 constexpr cpu::MatmulKernel kQ3_KKernel{cpu::ActFormat::kQ8K, q8k_row_bytes, quantize_q8k_void,
@@ -385,6 +431,10 @@ const cpu::MatmulKernel* ref_matmul_kernel(core::DType weight_type) {
             return &kQ5_KKernel;
         case core::DType::kQ6_K:
             return &kQ6_KKernel;
+        case core::DType::kMxfp4:
+            return &kMxfp4Kernel;
+        case core::DType::kNvfp4:
+            return &kNvfp4Kernel;
         default:
             return nullptr;
     }
