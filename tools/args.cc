@@ -1,6 +1,8 @@
 // Args parser (see args.h). A lone "-" is a positional (standard input); "--" ends options.
 #include "args.h"
 
+#include <cstdio>
+
 namespace kiln::tools {
 
 bool Args::parse(int argc, char** argv, int first) {
@@ -55,6 +57,21 @@ std::optional<std::string> Args::get(const std::string& opt) const {
 std::vector<std::string> Args::get_all(const std::string& opt) const {
     auto it = values_.find(opt);
     return it == values_.end() ? std::vector<std::string>{} : it->second;
+}
+
+std::optional<int64_t> int_option(const Args& args, const char* cmd, const char* flag, int64_t def, int64_t lo,
+                                  int64_t hi) {
+    auto v = args.get(flag);
+    if (!v) return def;
+    try {
+        size_t used = 0;
+        long long x = std::stoll(*v, &used);
+        if (used == v->size() && x >= lo && x <= hi) return int64_t(x);
+    } catch (...) {
+    }
+    std::fprintf(stderr, "kiln %s: %s needs an integer in [%lld, %lld], got '%s'\n", cmd, flag, (long long)lo,
+                 (long long)hi, v->c_str());
+    return std::nullopt;
 }
 
 }  // namespace kiln::tools

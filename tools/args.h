@@ -2,6 +2,7 @@
 // -m VALUE, and positionals. Unknown options are errors, never silently ignored.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <set>
@@ -13,7 +14,8 @@ namespace kiln::tools {
 class Args {
 public:
     // `flags`: options without a value; `options`: options that take one. Names include dashes.
-    Args(std::set<std::string> flags, std::set<std::string> options) : flags_(std::move(flags)), options_(std::move(options)) {}
+    Args(std::set<std::string> flags, std::set<std::string> options)
+        : flags_(std::move(flags)), options_(std::move(options)) {}
     // Parses argv[first..argc). Returns false and sets error() on an unknown or incomplete option.
     bool parse(int argc, char** argv, int first);
     const std::string& error() const { return error_; }
@@ -41,5 +43,10 @@ inline std::set<std::string> merged(std::set<std::string> a, const std::set<std:
     a.insert(b.begin(), b.end());
     return a;
 }
+
+// The integer value of option `flag` (`def` when absent); nullopt after printing
+// "kiln CMD: FLAG needs an integer in [lo, hi], got 'V'" when it is not one in that range.
+std::optional<int64_t> int_option(const Args& args, const char* cmd, const char* flag, int64_t def, int64_t lo,
+                                  int64_t hi);
 
 }  // namespace kiln::tools

@@ -126,20 +126,6 @@ double ms(Clock::duration d) {
     return std::chrono::duration<double, std::milli>(d).count();
 }
 
-std::optional<int64_t> count_arg(const Args& args, const char* flag, int64_t def, int64_t lo, int64_t hi) {
-    auto v = args.get(flag);
-    if (!v) return def;
-    try {
-        size_t used = 0;
-        long long x = std::stoll(*v, &used);
-        if (used == v->size() && x >= lo && x <= hi) return int64_t(x);
-    } catch (...) {
-    }
-    std::fprintf(stderr, "kiln bench offline: %s needs an integer in [%lld, %lld], got '%s'\n", flag, (long long)lo,
-                 (long long)hi, v->c_str());
-    return std::nullopt;
-}
-
 }  // namespace
 
 int cmd_bench_offline(int argc, char** argv) {
@@ -159,11 +145,11 @@ int cmd_bench_offline(int argc, char** argv) {
         std::fprintf(stderr, "kiln bench offline: unexpected argument '%s'\n", args.positional()[0].c_str());
         return 2;
     }
-    const auto n_req = count_arg(args, "--requests", 16, 1, 100000);
-    const auto in_len = count_arg(args, "--input-len", 128, 1, 1 << 20);
-    const auto out_len = count_arg(args, "--output-len", 128, 1, 1 << 20);
-    const auto prefix = count_arg(args, "--shared-prefix", 0, 0, 1 << 20);
-    const auto seed = count_arg(args, "--seed", 0, 0, INT32_MAX);
+    const auto n_req = int_option(args, "bench offline", "--requests", 16, 1, 100000);
+    const auto in_len = int_option(args, "bench offline", "--input-len", 128, 1, 1 << 20);
+    const auto out_len = int_option(args, "bench offline", "--output-len", 128, 1, 1 << 20);
+    const auto prefix = int_option(args, "bench offline", "--shared-prefix", 0, 0, 1 << 20);
+    const auto seed = int_option(args, "bench offline", "--seed", 0, 0, INT32_MAX);
     if (!n_req || !in_len || !out_len || !prefix || !seed) return 2;
     if (*prefix >= *in_len) {
         std::fprintf(stderr, "kiln bench offline: --shared-prefix must be smaller than --input-len\n");

@@ -84,20 +84,6 @@ struct Config {
     bool json = false;
 };
 
-std::optional<int64_t> int_flag(const Args& args, const char* flag, int64_t def, int64_t lo, int64_t hi) {
-    auto v = args.get(flag);
-    if (!v) return def;
-    try {
-        size_t used = 0;
-        long long x = std::stoll(*v, &used);
-        if (used == v->size() && x >= lo && x <= hi) return int64_t(x);
-    } catch (...) {
-    }
-    std::fprintf(stderr, "kiln bench serve: %s needs an integer in [%lld, %lld], got '%s'\n", flag, (long long)lo,
-                 (long long)hi, v->c_str());
-    return std::nullopt;
-}
-
 // A positive number (or `inf` when allowed).
 std::optional<double> positive_flag(const Args& args, const char* flag, bool allow_inf) {
     const std::string v = *args.get(flag);
@@ -121,11 +107,11 @@ bool parse_config(const Args& args, Config& c) {
         std::fprintf(stderr, "kiln bench serve: %s\n", err.c_str());
         return false;
     }
-    const auto requests = int_flag(args, "--requests", 100, 1, 10000000);
-    const auto conc = int_flag(args, "--concurrency", 8, 1, 4096);
-    const auto in_len = int_flag(args, "--input-len", 128, 1, 1 << 24);
-    const auto out_len = int_flag(args, "--output-len", 64, 1, 1 << 24);
-    const auto seed = int_flag(args, "--seed", 0, 0, std::numeric_limits<int64_t>::max());
+    const auto requests = int_option(args, "bench serve", "--requests", 100, 1, 10000000);
+    const auto conc = int_option(args, "bench serve", "--concurrency", 8, 1, 4096);
+    const auto in_len = int_option(args, "bench serve", "--input-len", 128, 1, 1 << 24);
+    const auto out_len = int_option(args, "bench serve", "--output-len", 64, 1, 1 << 24);
+    const auto seed = int_option(args, "bench serve", "--seed", 0, 0, std::numeric_limits<int64_t>::max());
     if (!requests || !conc || !in_len || !out_len || !seed) return false;
     c.requests = *requests;
     c.clients = int(*conc);

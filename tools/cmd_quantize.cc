@@ -2,7 +2,6 @@
 // model/quantize.h, with a progress bar on stderr and the elapsed time.
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -119,16 +118,8 @@ int cmd_quantize(int argc, char** argv) {
                      args.get("--format")->c_str());
         return 2;
     }
-    int64_t calib_tokens = 8192;
-    if (auto v = args.get("--calib-tokens")) {
-        char* end = nullptr;
-        const long long n = std::strtoll(v->c_str(), &end, 10);
-        if (v->empty() || *end != '\0' || n <= 0 || n > (1LL << 30)) {
-            std::fprintf(stderr, "kiln quantize: --calib-tokens needs a positive integer, got '%s'\n", v->c_str());
-            return 2;
-        }
-        calib_tokens = n;
-    }
+    const std::optional<int64_t> calib_tokens = int_option(args, "quantize", "--calib-tokens", 8192, 1, 1LL << 30);
+    if (!calib_tokens) return 2;
     std::optional<int> threads;
     if (auto v = args.get("-t") ? args.get("-t") : args.get("--threads")) {
         threads = parse_threads(*v);
@@ -162,7 +153,7 @@ int cmd_quantize(int argc, char** argv) {
         std::stringstream ss;
         ss << f.rdbuf();
         o.calib_tokens = (*tok)->encode(ss.str());
-        if (int64_t(o.calib_tokens.size()) > calib_tokens) o.calib_tokens.resize(size_t(calib_tokens));
+        if (int64_t(o.calib_tokens.size()) > *calib_tokens) o.calib_tokens.resize(size_t(*calib_tokens));
         if (o.calib_tokens.size() < 64) {
             std::fprintf(stderr, "kiln quantize: --calib has only %zu tokens (64 at least)\n", o.calib_tokens.size());
             return 1;
