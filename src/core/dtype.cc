@@ -1,5 +1,5 @@
 // DType table. Block byte sizes follow ggml-common.h (block_q4_0 = fp16 d + 16 nibble bytes, ...,
-// block_mxfp4 = E8M0 e + 16 nibble bytes); nvfp4 is kiln's own 16-element block (see dtype.h).
+// block_mxfp4 = E8M0 e + 16 nibble bytes); nvfp4, e4m3_b32 and mxfp8 are kiln's own blocks (see dtype.h).
 #include "core/dtype.h"
 
 #include <cctype>
@@ -17,10 +17,11 @@ constexpr DTypeInfo kInfos[] = {
     {"q5_1", 32, 24, false, true},   {"q8_0", 32, 34, false, true},  {"q8_1", 32, 36, false, true},
     {"q2_k", 256, 84, false, true},  {"q3_k", 256, 110, false, true}, {"q4_k", 256, 144, false, true},
     {"q5_k", 256, 176, false, true}, {"q6_k", 256, 210, false, true}, {"q8_k", 256, 292, false, true},
-    {"mxfp4", 32, 17, false, true},  {"nvfp4", 16, 10, false, true},
+    {"mxfp4", 32, 17, false, true},  {"nvfp4", 16, 10, false, true}, {"e4m3_b32", 32, 36, false, true},
+    {"mxfp8", 32, 33, false, true},
 };
 constexpr int kNumTypes = sizeof(kInfos) / sizeof(kInfos[0]);
-static_assert(kNumTypes == int(DType::kNvfp4) + 1, "kInfos must list every DType in order");
+static_assert(kNumTypes == int(DType::kMxfp8) + 1, "kInfos must list every DType in order");
 
 }  // namespace
 

@@ -7,6 +7,11 @@
 //  - kNvfp4: kiln-internal (no GGUF id; ggml's later GGML_TYPE_NVFP4 = 40 is a different 64-element
 //    block): {fp16 d; uint8 qs[8]}, element j in the low nibble of qs[j], j + 8 in the high nibble;
 //    x = e2m1(code) * d, d = fp16(e4m3 block scale * fp32 tensor scale) folded at load.
+// FP8 types (E4M3 element codes, OCP OFP8 "FN": no infinities, 0x7F/0xFF NaN, max 448; one per byte):
+//  - kE4m3B32: kiln-internal: {fp32 d; uint8 qs[32]}, x = e4m3(qs[j]) * d. One block format for FP8
+//    per-tensor, per-channel and 128x128-block scales (every 32-element block lies in one scale group).
+//  - kMxfp8: kiln-internal (ggml has no MXFP8 type): {uint8 e (E8M0); uint8 qs[32]},
+//    x = e4m3(qs[j]) * 2^(e - 127) (OCP MX v1.0 MXFP8 with E4M3 elements).
 #pragma once
 
 #include <cstdint>
@@ -18,7 +23,7 @@ namespace kiln::core {
 enum class DType : uint8_t {
     kF32, kF16, kBF16, kF64, kI8, kU8, kI16, kI32, kI64, kBool, kF8E4M3, kF8E5M2,
     kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ8_0, kQ8_1, kQ2_K, kQ3_K, kQ4_K, kQ5_K, kQ6_K, kQ8_K,
-    kMxfp4, kNvfp4,
+    kMxfp4, kNvfp4, kE4m3B32, kMxfp8,
 };
 
 struct DTypeInfo {

@@ -20,8 +20,9 @@
 // Loading: integer schemes become GGML blocks that kiln's int8 kernels run (int8 -> Q8_0, w4
 // symmetric -> Q4_0, w4 with zero points -> Q4_1; fp16-rounded scales) when `in` is a multiple of
 // 32; mxfp4 -> kMxfp4 (ggml block_mxfp4, exact) and nvfp4 -> kNvfp4 (fp16-rounded folded scale) for
-// the FP4 kernels when `in` is a multiple of 32 (quant/fp4_blocks.h); everything else is
-// dequantized to F32 at load (exact; no FP8 kernels yet).
+// the FP4 kernels when `in` is a multiple of 32 (quant/fp4_blocks.h); fp8 / fp8-block -> kE4m3B32
+// and mxfp8 -> kMxfp8 for the FP8 kernels, exact (quant/fp8_blocks.h); other row lengths are
+// dequantized to F32 at load (exact). E4M3 NaN codes in FP8 weights are rejected (kCorrupt).
 // Invariant: reading never trusts the file: every part's dtype and shape is checked before use.
 #pragma once
 

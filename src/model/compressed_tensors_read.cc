@@ -1,8 +1,8 @@
 // compressed-tensors: reading quantization_config and turning one Linear's stored parts back into
 // a runtime weight (see compressed_tensors.h). Every dtype and shape is checked before any
 // quant:: routine (which asserts its invariants) sees the data. Runtime dtypes: INT8 -> Q8_0, INT4 ->
-// Q4_0/Q4_1, MXFP4 -> kMxfp4, NVFP4 -> kNvfp4 when the row length is whole kernel blocks (32), f32
-// otherwise; FP8 and MXFP8 -> f32.
+// Q4_0/Q4_1, MXFP4 -> kMxfp4, NVFP4 -> kNvfp4, FP8 -> kE4m3B32, MXFP8 -> kMxfp8 when the row length
+// is whole kernel blocks (32), f32 otherwise. E4M3 NaN codes in FP8 weights are kCorrupt.
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -12,6 +12,7 @@
 #include "model/compressed_tensors.h"
 #include "quant/fp4_blocks.h"
 #include "quant/fp8.h"
+#include "quant/fp8_blocks.h"
 #include "quant/ggml_blocks.h"
 #include "quant/int_quant.h"
 #include "quant/mx.h"
@@ -100,6 +101,13 @@ core::Status check_scales(const std::vector<float>& s, const std::string& module
             return core::error(StatusCode::kCorrupt)
                    << "'" << module << "': a weight scale is " << x << " (must be > 0)";
     return core::Status::ok();
+}
+
+core::Status check_e4m3_codes(const std::vector<uint8_t>& codes, int64_t cols, const std::string& module) {
+    const int64_t i = quant::find_e4m3_nan(codes);
+    if (i < 0) return core::Status::ok();
+    return core::error(StatusCode::kCorrupt) << "'" << module << "': weight element (" << i / cols << ", " << i % cols
+                                             << ") is an E4M3 NaN code (0x" << std::hex << int(codes[size_t(i)]) << ")";
 }
 
 TensorRef own(std::string name, DType dtype, uint64_t rows, uint64_t cols, std::vector<uint8_t> bytes,
@@ -272,6 +280,11 @@ core::Result<TensorRef> decompress_weight(const CompressedConfig& config, const 
             q.data = copy_of<uint8_t>(*w);
             q.scales = copy_of<float>(*sc);
             KILN_RETURN_IF_ERROR(check_scales(q.scales, m));
+            KILN_RETURN_IF_ERROR(check_e4m3_codes(q.data, cols, m));
+            if (cols % 32 == 0) {  // the FP8 kernels' blocks, exact
+                KILN_ASSIGN_OR_RETURN(std::vector<uint8_t> b, quant::to_e4m3_b32_blocks(q));
+                return own(name, DType::kE4m3B32, R, C, std::move(b), owners);
+            }
             return own_f32(name, R, C, quant::dequantize(q), owners);
         }
         case QuantFormat::kMxfp8:
@@ -292,9 +305,11 @@ core::Result<TensorRef> decompress_weight(const CompressedConfig& config, const 
             for (uint8_t e : q.scales)
                 if (e == 0xFF)
                     return core::error(StatusCode::kCorrupt) << "'" << m << "': a block scale is NaN (E8M0 0xFF)";
-            if (fp4 && cols % quant::kMxBlockSize == 0) {  // the MXFP4 kernels' blocks, exact
-                KILN_ASSIGN_OR_RETURN(std::vector<uint8_t> b, quant::to_mxfp4_blocks(q));
-                return own(name, DType::kMxfp4, R, C, std::move(b), owners);
+            if (!fp4) KILN_RETURN_IF_ERROR(check_e4m3_codes(q.data, cols, m));
+            if (cols % quant::kMxBlockSize == 0) {  // the FP4 / FP8 kernels' blocks, exact
+                KILN_ASSIGN_OR_RETURN(std::vector<uint8_t> b,
+                                      fp4 ? quant::to_mxfp4_blocks(q) : quant::to_mxfp8_blocks(q));
+                return own(name, fp4 ? DType::kMxfp4 : DType::kMxfp8, R, C, std::move(b), owners);
             }
             return own_f32(name, R, C, quant::dequantize(q), owners);
         }

@@ -46,10 +46,29 @@ const char* torch_dtype_name(DType t) {
     }
 }
 
-// Converts the dtype (if asked) and the Q/K row order (if `rope_heads` > 0) of one tensor.
+// `t` (float or block-quantized) dequantized to F32 into a buffer appended to `owners`.
+core::Result<TensorRef> dequantize_tensor(const TensorRef& t, std::vector<std::shared_ptr<const void>>* owners) {
+    const uint64_t n = t.num_elements();
+    auto buf = std::make_shared<std::vector<float>>(n);
+    core::Status st = kernels::ref::dequantize_row(t.dtype, t.data, buf->data(), int64_t(n));
+    if (!st.is_ok()) return core::error(st.code()) << "tensor '" << t.name << "': " << st.message();
+    TensorRef out = t;
+    out.dtype = DType::kF32;
+    out.data = reinterpret_cast<const uint8_t*>(buf->data());
+    out.num_bytes = n * 4;
+    owners->push_back(std::move(buf));
+    return out;
+}
+
+// Converts the dtype (if asked) and the Q/K row order (if `rope_heads` > 0) of one tensor. kiln's
+// own block types (nvfp4, e4m3_b32, mxfp8: compressed-tensors weights as loaded) have no GGUF or
+// safetensors form: they are written dequantized (F32, or --dtype).
 core::Result<TensorRef> prepare_tensor(const TensorRef& in, const ConvertOptions& opts, int64_t rope_heads,
                                        std::vector<std::shared_ptr<const void>>* owners) {
     TensorRef t = in;
+    if (core::dtype_info(t.dtype).is_quantized && !formats::ggml_from_dtype(t.dtype)) {
+        KILN_ASSIGN_OR_RETURN(t, dequantize_tensor(t, owners));
+    }
     DType want = output_dtype(t, opts);
     if (want != t.dtype) {
         KILN_ASSIGN_OR_RETURN(t, cast_tensor(t, want, owners));
@@ -134,14 +153,7 @@ core::Result<Checkpoint> to_f32_checkpoint(const Checkpoint& ck) {
     for (TensorRef& t : out.tensors) {
         const core::DTypeInfo& info = core::dtype_info(t.dtype);
         if (t.dtype == DType::kF32 || !(info.is_float || info.is_quantized)) continue;
-        const uint64_t n = t.num_elements();
-        auto buf = std::make_shared<std::vector<float>>(n);
-        core::Status st = kernels::ref::dequantize_row(t.dtype, t.data, buf->data(), int64_t(n));
-        if (!st.is_ok()) return core::error(st.code()) << "tensor '" << t.name << "': " << st.message();
-        t.dtype = DType::kF32;
-        t.data = reinterpret_cast<const uint8_t*>(buf->data());
-        t.num_bytes = n * 4;
-        out.owners.push_back(std::move(buf));
+        KILN_ASSIGN_OR_RETURN(t, dequantize_tensor(t, &out.owners));
     }
     return out;
 }
@@ -206,7 +218,7 @@ core::Status write_hf_checkpoint(const Checkpoint& ck, const std::string& dir, c
     Progress progress(opts.progress, ck.tensors.size(), out_file.string());
     for (size_t i = 0; i < ck.tensors.size(); ++i) {
         const TensorRef& src = ck.tensors[i];
-        if (core::dtype_info(src.dtype).is_quantized)
+        if (core::dtype_info(src.dtype).is_quantized && formats::ggml_from_dtype(src.dtype))
             return core::error(StatusCode::kUnsupported)
                    << ck.path << ": tensor '" << src.name << "' is " << core::dtype_name(src.dtype)
                    << ": quantized GGUF tensors have no safetensors form; convert to GGUF instead, or start from an "

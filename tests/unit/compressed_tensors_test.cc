@@ -84,6 +84,10 @@ TEST(CompressedTensors, EverySchemeRoundTrips) {
                     EXPECT_EQ(t->dtype, core::DType::kMxfp4) << s->name() << " should run on the FP4 kernels";
                 else if (cols % 32 == 0 && s->format == QuantFormat::kNvfp4)
                     EXPECT_EQ(t->dtype, core::DType::kNvfp4) << s->name() << " should run on the FP4 kernels";
+                else if (cols % 32 == 0 && (s->format == QuantFormat::kFp8 || s->format == QuantFormat::kFp8Block))
+                    EXPECT_EQ(t->dtype, core::DType::kE4m3B32) << s->name() << " should run on the FP8 kernels";
+                else if (cols % 32 == 0 && s->format == QuantFormat::kMxfp8)
+                    EXPECT_EQ(t->dtype, core::DType::kMxfp8) << s->name() << " should run on the FP8 kernels";
                 else
                     EXPECT_EQ(t->dtype, core::DType::kF32) << s->name();
                 const std::vector<float> got = to_f32(*t);
@@ -125,6 +129,26 @@ TEST(CompressedTensors, WrongPartsAreCorrupt) {
     parts["weight_scale"].data = reinterpret_cast<const uint8_t*>(bad.data());
     std::vector<std::shared_ptr<const void>> owners;
     EXPECT_EQ(decompress_weight({*s, {}}, "m", parts, &owners).status().code(), core::StatusCode::kCorrupt);
+}
+
+TEST(CompressedTensors, Fp8NanCodesAreCorrupt) {
+    for (int64_t cols : {64, 172}) {  // FP8 kernel blocks and the f32 fallback alike
+        const std::vector<float> w = random_matrix(16, cols, 9);
+        for (const char* n : {"fp8", "fp8-block", "mxfp8"}) {
+            auto s = parse_quant_scheme(n);
+            ASSERT_TRUE(s.is_ok());
+            Packed p;
+            ASSERT_TRUE(compress_weight(*s, "m", w, 16, cols, &p.tensors, &p.owners).is_ok());
+            auto parts = p.parts("m");
+            std::vector<uint8_t> codes(parts["weight"].data, parts["weight"].data + 16 * cols);
+            codes[size_t(3 * cols + 5)] = 0xFF;  // E4M3 -NaN
+            parts["weight"].data = codes.data();
+            std::vector<std::shared_ptr<const void>> owners;
+            auto t = decompress_weight({*s, {}}, "m", parts, &owners);
+            EXPECT_EQ(t.status().code(), core::StatusCode::kCorrupt) << n << " cols " << cols;
+            EXPECT_NE(t.status().message().find("(3, 5)"), std::string::npos) << t.status().message();
+        }
+    }
 }
 
 TEST(CompressedTensors, ConfigsRoundTripAndUnsupportedOnesAreRefused) {

@@ -7,10 +7,12 @@
 // ISAs: kRef (kernels/ref/quant_matmul.cc, scalar oracle); kAvx2 (AVX2+FMA+F16C); kAvx512 (the
 // same 256-bit kernel bodies built with AVX-512 F/BW/VL/DQ: EVEX, 32 registers); kAvx512Vnni (as
 // kAvx512 plus VNNI/BF16 flags; the u8 x s8 block dot is one vpdpbusd). Weight types: F32, F16,
-// BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, MXFP4, NVFP4 on every ISA.
+// BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, MXFP4, NVFP4, E4M3_B32, MXFP8
+// on every ISA.
 //
 // Activation formats (kiln's own; every ISA produces bit-identical bytes for the same input):
-//  - kF32:   the f32 row itself (for F32, F16 and BF16 weights); act_row_bytes = 4 * k.
+//  - kF32:   the f32 row itself (for F32, F16, BF16 and the FP8 formats E4M3_B32 and MXFP8);
+//            act_row_bytes = 4 * k.
 //  - kQ8:    k / 32 ActQ8 blocks (for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4, NVFP4 weights; k % 32 == 0,
 //            also for NVFP4, whose 16-element blocks are taken in pairs).
 //  - kQ8K:   k / 256 ActQ8K blocks (for Q2_K, Q3_K, Q4_K, Q5_K, Q6_K weights).
@@ -23,7 +25,9 @@
 // their results agree with the ref kernel to within 1e-5 of sum |w_i x_i| (the test bound).
 // Weight block layouts: GGML ggml-common.h block_q4_0 ... block_q6_k, block_mxfp4, and kiln's
 // NVFP4 block (core/dtype.h), as kernels/ref/dequant.cc. E2M1 weights enter the integer dot as their
-// doubled values (exact int8), and the block term is scaled by d_w * (d_x / 2).
+// doubled values (exact int8), and the block term is scaled by d_w * (d_x / 2). FP8 weights are
+// decoded exactly to f32 and the products summed in fp32 per block, then scaled by the block scale
+// (kernels/cpu/simd_fp8_kernels.h); the same 1e-5 bound holds.
 #pragma once
 
 #include <cstddef>

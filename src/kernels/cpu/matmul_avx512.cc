@@ -4,6 +4,7 @@
 // For Skylake-SP class CPUs; selected only when isa_supported(Isa::kAvx512).
 #include "kernels/cpu/matmul_isa.h"
 #include "kernels/cpu/simd_fp4_kernels.h"
+#include "kernels/cpu/simd_fp8_kernels.h"
 #include "kernels/cpu/simd_kquant_kernels.h"
 #include "kernels/cpu/simd_legacy_kernels.h"
 
@@ -12,6 +13,7 @@ namespace kiln::kernels::cpu {
 const MatmulKernel* avx512_matmul_kernel(core::DType weight_type) {
     if (const MatmulKernel* k = simd_legacy_kernel(weight_type)) return k;
     if (const MatmulKernel* k = simd_fp4_kernel(weight_type)) return k;
+    if (const MatmulKernel* k = simd_fp8_kernel(weight_type)) return k;
     return simd_kquant_kernel(weight_type);
 }
 

@@ -5,6 +5,7 @@
 // Selected only when isa_supported(Isa::kAvx512Vnni); never run on AVX2-only machines.
 #include "kernels/cpu/matmul_isa.h"
 #include "kernels/cpu/simd_fp4_kernels.h"
+#include "kernels/cpu/simd_fp8_kernels.h"
 #include "kernels/cpu/simd_kquant_kernels.h"
 #include "kernels/cpu/simd_legacy_kernels.h"
 
@@ -17,6 +18,7 @@ namespace kiln::kernels::cpu {
 const MatmulKernel* avx512vnni_matmul_kernel(core::DType weight_type) {
     if (const MatmulKernel* k = simd_legacy_kernel(weight_type)) return k;
     if (const MatmulKernel* k = simd_fp4_kernel(weight_type)) return k;
+    if (const MatmulKernel* k = simd_fp8_kernel(weight_type)) return k;
     return simd_kquant_kernel(weight_type);
 }
 

@@ -1,5 +1,5 @@
 // Byte layouts of the GGML weight blocks the matmul kernels read (ggml-common.h block_q4_0 ...
-// block_q6_k, block_mxfp4; kiln's nvfp4; the field meanings are spelled out in
+// block_q6_k, block_mxfp4; kiln's nvfp4, e4m3_b32 and mxfp8; the field meanings are spelled out in
 // kernels/ref/dequant.cc). Offsets, not structs: weight rows carry no alignment promise, so kernels read fields with
 // memcpy / unaligned loads. Constants only, on purpose: this header is included by ISA-specific TUs (-mavx2 ...), and
 // an inline function here could be ODR-merged into generic code compiled with those flags.
@@ -45,6 +45,10 @@ constexpr size_t kMxfp4Bytes = 17, kMxfp4E = 0, kMxfp4Qs = 1;
 // NVFP4 (kiln's, core/dtype.h): fp16 d | 8 bytes E2M1 nibbles (element j low nibble of qs[j], j + 8
 // high). 16 elements; the kernels take two consecutive blocks per 32-element activation block.
 constexpr size_t kNvfp4Bytes = 10, kNvfp4D = 0, kNvfp4Qs = 2;
+// E4M3_B32 (kiln's): fp32 d | 32 E4M3 codes. x = e4m3(q) d.
+constexpr size_t kE4m3B32Bytes = 36, kE4m3B32D = 0, kE4m3B32Qs = 4;
+// MXFP8 (kiln's, OCP MX v1.0 with E4M3 elements): E8M0 e | 32 E4M3 codes. x = e4m3(q) 2^(e - 127).
+constexpr size_t kMxfp8Bytes = 33, kMxfp8E = 0, kMxfp8Qs = 1;
 // E2M1 code -> 2 * value, an exact int8 ({0, 1, 2, 3, 4, 6, 8, 12} and negatives; ggml kvalues_mxfp4).
 constexpr signed char kE2M1x2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 

@@ -120,7 +120,18 @@ struct BlockNvfp4 {
     uint16_t d;
     uint8_t qs[8];
 };
+// E4M3_B32 (kiln-internal, core/dtype.h): 32 E4M3 codes with an fp32 scale, x = e4m3(qs[j]) * d.
+struct BlockE4m3B32 {
+    float d;
+    uint8_t qs[kQK];
+};
+// MXFP8 (kiln-internal, OCP MX v1.0 with E4M3 elements): x = e4m3(qs[j]) * 2^(e - 127).
+struct BlockMxfp8 {
+    uint8_t e;
+    uint8_t qs[kQK];
+};
 static_assert(sizeof(BlockMxfp4) == 17 && sizeof(BlockNvfp4) == 10);
+static_assert(sizeof(BlockE4m3B32) == 36 && sizeof(BlockMxfp8) == 33);
 
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 &&
               sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34 && sizeof(BlockQ8_1) == 36);
@@ -317,6 +328,16 @@ void dequant_nvfp4(const BlockNvfp4& b, float* y) {
     }
 }
 
+// E4M3 codes 0x7F / 0xFF decode to NaN (core::fp8_e4m3_to_f32).
+void dequant_e4m3_b32(const BlockE4m3B32& b, float* y) {
+    for (int j = 0; j < kQK; ++j) y[j] = core::fp8_e4m3_to_f32(b.qs[j]) * b.d;
+}
+
+void dequant_mxfp8(const BlockMxfp8& b, float* y) {
+    const float d = e8m0_to_f32(b.e);
+    for (int j = 0; j < kQK; ++j) y[j] = core::fp8_e4m3_to_f32(b.qs[j]) * d;
+}
+
 template <typename Block, typename Fn>
 void for_blocks(const void* src, float* dst, int64_t num_blocks, int block_size, Fn fn) {
     for (int64_t i = 0; i < num_blocks; ++i) fn(load<Block>(src, i), dst + i * block_size);
@@ -343,6 +364,8 @@ bool dequant_supported(core::DType type) {
         case core::DType::kQ8_K:
         case core::DType::kMxfp4:
         case core::DType::kNvfp4:
+        case core::DType::kE4m3B32:
+        case core::DType::kMxfp8:
             return true;
         default:
             return false;
@@ -414,6 +437,12 @@ core::Status dequantize_row(core::DType type, const void* src, float* dst, int64
             break;
         case core::DType::kNvfp4:
             for_blocks<BlockNvfp4>(src, dst, nb, 16, dequant_nvfp4);
+            break;
+        case core::DType::kE4m3B32:
+            for_blocks<BlockE4m3B32>(src, dst, nb, kQK, dequant_e4m3_b32);
+            break;
+        case core::DType::kMxfp8:
+            for_blocks<BlockMxfp8>(src, dst, nb, kQK, dequant_mxfp8);
             break;
         default:
             break;

@@ -2,7 +2,7 @@
 // These are the test oracle for every SIMD/CUDA dequantizing kernel, so they are written for
 // clarity, one block at a time, with each block layout spelled out next to its decoder.
 // Layouts and formulas follow ggml (ggml-common.h block_* structs, ggml-quants.c dequantize_row_*;
-// nvfp4 is kiln's own block, core/dtype.h);
+// nvfp4, e4m3_b32 and mxfp8 are kiln's own blocks, core/dtype.h);
 // arithmetic is done in the same order as there, so results match ggml and gguf-py bit for bit.
 // Invariant: `src` holds num_elements / block_size whole blocks (dtype_bytes(type, num_elements)).
 #pragma once
@@ -15,7 +15,7 @@
 namespace kiln::kernels::ref {
 
 // True for the types dequantize_row handles: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q8_1,
-// q2_k, q3_k, q4_k, q5_k, q6_k, q8_k, mxfp4, nvfp4.
+// q2_k, q3_k, q4_k, q5_k, q6_k, q8_k, mxfp4, nvfp4, e4m3_b32, mxfp8.
 bool dequant_supported(core::DType type);
 
 // Decodes num_elements values. kUnsupported for other types; kInvalidArgument when num_elements is

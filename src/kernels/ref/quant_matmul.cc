@@ -283,6 +283,33 @@ float float_row_dot(const uint8_t* w, const uint8_t* act, int64_t k) {
     return float(sum);
 }
 
+// FP8 weights (E4M3_B32, MXFP8) with f32 activations: per block the exact sum of e4m3(q_j) * x_j in
+// double, times the block scale.
+template <core::DType kType>
+float fp8_row_dot(const uint8_t* w, const uint8_t* act, int64_t k) {
+    constexpr bool kMx = kType == core::DType::kMxfp8;
+    constexpr int64_t kBytes = kMx ? int64_t(blk::kMxfp8Bytes) : int64_t(blk::kE4m3B32Bytes);
+    constexpr int64_t kQs = kMx ? int64_t(blk::kMxfp8Qs) : int64_t(blk::kE4m3B32Qs);
+    double sum = 0;
+    for (int64_t i = 0; i < k / blk::kQK; ++i) {
+        const uint8_t* b = w + i * kBytes;
+        float d;
+        if constexpr (kMx) {
+            d = e8m0_at(b + blk::kMxfp8E);
+        } else {
+            std::memcpy(&d, b + blk::kE4m3B32D, 4);
+        }
+        double block = 0;
+        for (int j = 0; j < blk::kQK; ++j) {
+            float xj;
+            std::memcpy(&xj, act + 4 * (i * blk::kQK + j), 4);
+            block += double(core::fp8_e4m3_to_f32(b[kQs + j])) * double(xj);
+        }
+        sum += block * double(d);
+    }
+    return float(sum);
+}
+
 template <core::DType kType>
 void gemm(const void* w, size_t w_row_bytes, const void* act, size_t act_row_bytes, int64_t n, int64_t k, float* y,
           int64_t ldy, int64_t r0, int64_t r1) {
@@ -294,6 +321,8 @@ void gemm(const void* w, size_t w_row_bytes, const void* act, size_t act_row_byt
             const uint8_t* ar = ab + t * int64_t(act_row_bytes);
             if constexpr (kType == core::DType::kF32 || kType == core::DType::kF16 || kType == core::DType::kBF16) {
                 y[t * ldy + r] = float_row_dot<kType>(wr, ar, k);
+            } else if constexpr (kType == core::DType::kE4m3B32 || kType == core::DType::kMxfp8) {
+                y[t * ldy + r] = fp8_row_dot<kType>(wr, ar, k);
             } else {
                 y[t * ldy + r] = quant_row_dot<kType>(wr, ar, k);
             }
@@ -356,6 +385,9 @@ constexpr cpu::MatmulKernel kMxfp4Kernel{cpu::ActFormat::kQ8, q8_row_bytes, quan
                                          gemm<core::DType::kMxfp4>};
 constexpr cpu::MatmulKernel kNvfp4Kernel{cpu::ActFormat::kQ8, q8_row_bytes, quantize_q8_void,
                                          gemm<core::DType::kNvfp4>};
+constexpr cpu::MatmulKernel kE4m3B32Kernel{cpu::ActFormat::kF32, f32_row_bytes, copy_row,
+                                           gemm<core::DType::kE4m3B32>};
+constexpr cpu::MatmulKernel kMxfp8Kernel{cpu::ActFormat::kF32, f32_row_bytes, copy_row, gemm<core::DType::kMxfp8>};
 constexpr cpu::MatmulKernel kQ2_KKernel{cpu::ActFormat::kQ8K, q8k_row_bytes, quantize_q8k_void,
                                         gemm<core::DType::kQ2_K>};
 constexpr cpu::MatmulKernel kQ3_KKernel{cpu::ActFormat::kQ8K, q8k_row_bytes, quantize_q8k_void,
@@ -435,6 +467,10 @@ const cpu::MatmulKernel* ref_matmul_kernel(core::DType weight_type) {
             return &kMxfp4Kernel;
         case core::DType::kNvfp4:
             return &kNvfp4Kernel;
+        case core::DType::kE4m3B32:
+            return &kE4m3B32Kernel;
+        case core::DType::kMxfp8:
+            return &kMxfp8Kernel;
         default:
             return nullptr;
     }
