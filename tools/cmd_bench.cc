@@ -48,8 +48,8 @@ using Clock = std::chrono::steady_clock;
 using nlohmann::ordered_json;
 
 constexpr const char* kBenchUsage =
-    "usage: kiln bench -m MODEL [-p N] [-n N] [-t N] [-r N] [--isa ISA] [--f32-activations] [--json] [--mmap]\n"
-    "                  [--probe-mib N]\n"
+    "usage: kiln bench -m MODEL [-p N] [-n N] [-t N] [-r N] [--isa ISA] [--f32-activations] [--no-pack] [--json]\n"
+    "                  [--mmap] [--probe-mib N]\n"
     "       kiln bench offline --help   (the serving engine's throughput over many requests)\n"
     "       kiln bench serve --help     (load generator for a running `kiln serve`)\n"
     "\n"
@@ -63,6 +63,7 @@ constexpr const char* kBenchUsage =
     "  -t, --threads N     worker threads (default: the physical cores this process may use)\n"
     "  --isa ISA           matmul kernels: ref, avx2, avx512, avx512-vnni (default: the best this CPU runs)\n"
     "  --f32-activations   quantized weights times f32 activations (the slow reference path)\n"
+    "  --no-pack           run Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 weights from the file's layout, not repacked 8-row groups\n"
     "  -r, --reps N        timed runs per test (default 5)\n"
     "  --json              print a JSON array, one object per test\n"
     "  --mmap              run from the file mapping instead of a copy in anonymous memory\n"
@@ -118,7 +119,7 @@ ComputePath compute_path(const model::Checkpoint& ck, const ops::LinearOptions& 
     if (!lin || !lin->kernel) return {"f32 reference (kernels/ref)", false};
     const bool int8 = lin->kernel->act != kernels::cpu::ActFormat::kF32;
     return {std::string(kernels::cpu::isa_name(lin->isa)) + (int8 ? ", int8 activations" : ", f32 activations") +
-                " (kernels/cpu)",
+                (lin->packed ? ", packed 8-row groups" : "") + " (kernels/cpu)",
             int8};
 }
 
@@ -263,7 +264,7 @@ void print_table(const std::vector<TestResult>& results, const model::Checkpoint
 int cmd_bench(int argc, char** argv) {
     if (argc > 2 && std::strcmp(argv[2], "offline") == 0) return cmd_bench_offline(argc, argv);
     if (argc > 2 && std::strcmp(argv[2], "serve") == 0) return cmd_bench_serve(argc, argv);
-    Args args({"--help", "-h", "--json", "--mmap", "--f32-activations"},
+    Args args({"--help", "-h", "--json", "--mmap", "--f32-activations", "--no-pack"},
               {"-m", "--model", "-p", "--n-prompt", "-n", "--n-gen", "-t", "--threads", "-r", "--reps", "--probe-mib",
                "--isa"});
     if (!args.parse(argc, argv, 2)) {
@@ -300,6 +301,7 @@ int cmd_bench(int argc, char** argv) {
     }
     SessionOptions session;  // only its kernel choice (--isa, --f32-activations) is used here
     if (!parse_session_options(args, "bench", session)) return 2;
+    session.linear.pack = !args.has("--no-pack");
     if (n_prompt == 0 && n_gen == 0) {
         std::fprintf(stderr, "kiln bench: -p 0 and -n 0 leave nothing to measure\n");
         return 2;

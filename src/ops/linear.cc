@@ -1,6 +1,8 @@
 // Linear layers over the kernels/cpu matmul kernels (see linear.h).
 #include "ops/linear.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 
 #include "kernels/ref/dequant.h"
@@ -17,6 +19,21 @@ namespace cpu = kernels::cpu;
 constexpr int64_t kTokenTile = 32;
 // The smallest slice of output rows worth a task of its own.
 constexpr int64_t kMinRows = 16;
+
+// Anonymous memory with huge pages advised (as model::copy_to_anonymous does for the weights).
+core::Result<std::shared_ptr<uint8_t>> anonymous_buffer(size_t bytes) {
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return core::error(core::StatusCode::kOutOfMemory) << "cannot allocate " << bytes << " bytes for packed weights";
+#ifdef MADV_HUGEPAGE
+    madvise(p, bytes, MADV_HUGEPAGE);  // advisory
+#endif
+    return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [bytes](uint8_t* q) { munmap(q, bytes); });
+}
+
+int64_t align8(int64_t r) {
+    return r & ~int64_t(7);
+}
 
 }  // namespace
 
@@ -40,6 +57,13 @@ core::Result<Linear> make_linear(const kernels::ref::WeightView& w, const Linear
     if (k && (k->act == cpu::ActFormat::kF32 || !options.f32_activations)) {
         l.kernel = k;
         l.isa = isa;
+        const cpu::PackedMatmulKernel* pk = options.pack ? cpu::find_packed_matmul_kernel(w.dtype, isa) : nullptr;
+        if (pk && w.rows > 0) {
+            KILN_ASSIGN_OR_RETURN(std::shared_ptr<uint8_t> buf, anonymous_buffer(pk->packed_bytes(w.rows, w.cols)));
+            pk->pack(w.data, w.row_bytes, w.rows, w.cols, buf.get());
+            l.packed_kernel = pk;
+            l.packed = std::move(buf);
+        }
     } else if (!kernels::ref::dequant_supported(w.dtype)) {
         return core::error(core::StatusCode::kUnsupported) << "matmul: weight dtype " << core::dtype_name(w.dtype);
     }
@@ -140,11 +164,18 @@ core::Status linear_group(core::ThreadPool& pool, const float* x, int64_t m, std
             const cpu::MatmulKernel& k = *l.kernel;
             const int f = int(k.act);
             const int64_t N = l.w.rows;
-            const int64_t r0 = N * s / slices[i], r1 = N * (s + 1) / slices[i];
+            // slices start at multiples of 8 (the packed layout's groups; whole tiles for the others)
+            const int64_t r0 = align8(N * s / slices[i]);
+            const int64_t r1 = s + 1 == slices[i] ? N : align8(N * (s + 1) / slices[i]);
+            if (r0 >= r1) continue;
             const int64_t t0 = tile * kTokenTile, t1 = std::min(m, t0 + kTokenTile);
             float* out = y + t0 * total + col;  // column `col` of row t0; row stride `total`
-            k.gemm(l.w.data, l.w.row_bytes, act[f] + size_t(t0) * act_bytes[f], act_bytes[f], t1 - t0, K, out, total,
-                   r0, r1);
+            const uint8_t* a = act[f] + size_t(t0) * act_bytes[f];
+            if (l.packed) {
+                l.packed_kernel->gemm(l.packed.get(), a, act_bytes[f], t1 - t0, K, out, total, r0, r1);
+            } else {
+                k.gemm(l.w.data, l.w.row_bytes, a, act_bytes[f], t1 - t0, K, out, total, r0, r1);
+            }
             if (const float* bias = parts[i].bias) {
                 for (int64_t t = 0; t < t1 - t0; ++t) {
                     for (int64_t r = r0; r < r1; ++r) out[t * total + r] += bias[r];

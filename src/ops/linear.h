@@ -3,10 +3,12 @@
 // path does no lookups. Quantized weights multiply activations rounded to 8-bit blocks (ActQ8 /
 // ActQ8K, as llama.cpp does) unless f32_activations asks for the reference path, which dequantizes
 // each weight row to f32 and matches a float reference to rounding (kernels::ref::matmul_tile).
-// Work is split along output rows and token tiles only, so results do not depend on the thread count.
+// Work is split along output rows (at multiples of 8) and token tiles only, so results do not depend
+// on the thread count.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -22,12 +24,19 @@ struct LinearOptions {
     // Quantized weights times f32 activations (the scalar reference path): slow, but equal to a float
     // forward pass up to rounding. Float weights (F32/F16/BF16) always use f32 activations.
     bool f32_activations = false;
+    // Repack legacy-format weights (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) at load into 8-row groups with the
+    // scales side by side (kernels/cpu PackedMatmulKernel): the same results, bit for bit, from
+    // fewer instructions. Costs a second copy of those matrices (the originals stay mapped; only
+    // tied embedding rows are read from them again).
+    bool pack = true;
 };
 
 struct Linear {
     kernels::ref::WeightView w;                          // [rows, cols] as stored
     const kernels::cpu::MatmulKernel* kernel = nullptr;  // nullptr: the f32 reference path
     kernels::cpu::Isa isa = kernels::cpu::Isa::kRef;     // the ISA of `kernel`
+    const kernels::cpu::PackedMatmulKernel* packed_kernel = nullptr;  // with `packed`: used instead of kernel->gemm
+    std::shared_ptr<const uint8_t> packed;                            // the repacked weights, or null
 };
 
 // kUnsupported when the CPU lacks options.isa or no path handles the weight type.

@@ -79,6 +79,20 @@ const MatmulKernel* find_matmul_kernel(core::DType weight_type, Isa isa) {
     return nullptr;
 }
 
+const PackedMatmulKernel* find_packed_matmul_kernel(core::DType weight_type, Isa isa) {
+    switch (isa) {
+        case Isa::kRef:
+            return nullptr;
+        case Isa::kAvx2:
+            return avx2_packed_kernel(weight_type);
+        case Isa::kAvx512:
+            return avx512_packed_kernel(weight_type);
+        case Isa::kAvx512Vnni:
+            return avx512vnni_packed_kernel(weight_type);
+    }
+    return nullptr;
+}
+
 const MatmulKernel* best_matmul_kernel(core::DType weight_type) {
     const Isa order[] = {Isa::kAvx512Vnni, Isa::kAvx512, Isa::kAvx2, Isa::kRef};
     for (Isa isa : order) {

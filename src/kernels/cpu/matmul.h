@@ -84,6 +84,26 @@ struct MatmulKernel {
                  float* y, int64_t ldy, int64_t r0, int64_t r1);
 };
 
+// Weights repacked at load for the legacy formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0; SIMD ISAs only):
+// rows in groups of 8, and per group and 32-element block {fp16 d[8]; fp16 m[8] (Q4_1, Q5_1 only);
+// the 8 rows' payloads (the ggml block without its fp16 fields: qs, or qh then qs)}; a group's blocks
+// contiguous, groups in row order; the last group's missing rows repeat its last row. The same bytes
+// as the ggml layout (8 blocks per group-block); what it saves is the 8 scalar inserts that gather
+// the 8 rows' scales per block, and one stream per 8 rows instead of 8. Same arithmetic as
+// MatmulKernel::gemm on the unpacked rows, so the results are bit-identical.
+struct PackedMatmulKernel {
+    size_t (*packed_bytes)(int64_t rows, int64_t k);
+    // w: rows x k in the ggml layout (row stride w_row_bytes) -> dst [packed_bytes(rows, k)].
+    void (*pack)(const void* w, size_t w_row_bytes, int64_t rows, int64_t k, void* dst);
+    // As MatmulKernel::gemm, over the packed matrix; r0 must be a multiple of 8.
+    void (*gemm)(const void* packed, const void* act, size_t act_row_bytes, int64_t n, int64_t k, float* y,
+                 int64_t ldy, int64_t r0, int64_t r1);
+};
+
+// The packed kernel for `weight_type` at `isa` (same activations as find_matmul_kernel's); nullptr
+// when there is none (kRef never packs). Does not check isa_supported.
+const PackedMatmulKernel* find_packed_matmul_kernel(core::DType weight_type, Isa isa);
+
 // Kernel for `weight_type` compiled for `isa`; nullptr when this build has none (or the type is
 // not supported). Does not check isa_supported: calling an unsupported ISA's kernel is SIGILL.
 const MatmulKernel* find_matmul_kernel(core::DType weight_type, Isa isa);

@@ -17,4 +17,8 @@ const MatmulKernel* avx512_matmul_kernel(core::DType weight_type) {
     return simd_kquant_kernel(weight_type);
 }
 
+const PackedMatmulKernel* avx512_packed_kernel(core::DType weight_type) {
+    return simd_packed_kernel(weight_type);
+}
+
 }  // namespace kiln::kernels::cpu

@@ -22,4 +22,8 @@ const MatmulKernel* avx512vnni_matmul_kernel(core::DType weight_type) {
     return simd_kquant_kernel(weight_type);
 }
 
+const PackedMatmulKernel* avx512vnni_packed_kernel(core::DType weight_type) {
+    return simd_packed_kernel(weight_type);
+}
+
 }  // namespace kiln::kernels::cpu

@@ -1,4 +1,4 @@
-// Internal: the one lookup function each ISA translation unit exports (matmul.cc dispatches to
+// Internal: the lookup functions each ISA translation unit exports (matmul.cc dispatches to
 // them). Each returns nullptr for weight types that ISA does not implement.
 #pragma once
 
@@ -12,5 +12,8 @@ namespace kiln::kernels::cpu {
 const MatmulKernel* avx2_matmul_kernel(core::DType weight_type);
 const MatmulKernel* avx512_matmul_kernel(core::DType weight_type);
 const MatmulKernel* avx512vnni_matmul_kernel(core::DType weight_type);
+const PackedMatmulKernel* avx2_packed_kernel(core::DType weight_type);
+const PackedMatmulKernel* avx512_packed_kernel(core::DType weight_type);
+const PackedMatmulKernel* avx512vnni_packed_kernel(core::DType weight_type);
 
 }  // namespace kiln::kernels::cpu

@@ -72,41 +72,82 @@ inline __m256i bit4_from_qh(const uint8_t* p) {
 }
 
 // kSigned: weights are int8 (sign trick); otherwise unsigned with weight = d * (u - kOffset) (+ m).
-// kD (kM): byte offset of the fp16 scale (min) in the block.
+// kD (kM): byte offset of the fp16 scale (min) in the block. The payload is the rest of the block
+// (kPayload bytes from kPayloadOff: qs, or qh then qs), which load_payload turns into 32 bytes in
+// element order; the packed layout (PackedSrc below) stores payloads apart from the scales.
 struct FmtQ8_0 {
     static constexpr size_t kBytes = blk::kQ8_0Bytes, kD = blk::kQ8_0D, kM = 0;
+    static constexpr size_t kPayloadOff = blk::kQ8_0Qs, kPayload = 32;
     static constexpr bool kSigned = true, kMin = false;
     static constexpr int kOffset = 0;
-    static __m256i load(const uint8_t* b) {
-        return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + blk::kQ8_0Qs));
-    }
+    static __m256i load_payload(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 };
 struct FmtQ4_0 {
     static constexpr size_t kBytes = blk::kQ4_0Bytes, kD = blk::kQ4_0D, kM = 0;
+    static constexpr size_t kPayloadOff = blk::kQ4_0Qs, kPayload = 16;
     static constexpr bool kSigned = false, kMin = false;
     static constexpr int kOffset = 8;
-    static __m256i load(const uint8_t* b) { return nibbles32(b + blk::kQ4_0Qs); }
+    static __m256i load_payload(const uint8_t* p) { return nibbles32(p); }
 };
 struct FmtQ4_1 {
     static constexpr size_t kBytes = blk::kQ4_1Bytes, kD = blk::kQ4_1D, kM = blk::kQ4_1M;
+    static constexpr size_t kPayloadOff = blk::kQ4_1Qs, kPayload = 16;
     static constexpr bool kSigned = false, kMin = true;
     static constexpr int kOffset = 0;
-    static __m256i load(const uint8_t* b) { return nibbles32(b + blk::kQ4_1Qs); }
+    static __m256i load_payload(const uint8_t* p) { return nibbles32(p); }
 };
 struct FmtQ5_0 {
     static constexpr size_t kBytes = blk::kQ5_0Bytes, kD = blk::kQ5_0D, kM = 0;
+    static constexpr size_t kPayloadOff = blk::kQ5_0Qh, kPayload = 20;  // qh (4), then qs (16)
     static constexpr bool kSigned = false, kMin = false;
     static constexpr int kOffset = 16;
-    static __m256i load(const uint8_t* b) {
-        return _mm256_or_si256(nibbles32(b + blk::kQ5_0Qs), bit4_from_qh(b + blk::kQ5_0Qh));
-    }
+    static __m256i load_payload(const uint8_t* p) { return _mm256_or_si256(nibbles32(p + 4), bit4_from_qh(p)); }
 };
 struct FmtQ5_1 {
     static constexpr size_t kBytes = blk::kQ5_1Bytes, kD = blk::kQ5_1D, kM = blk::kQ5_1M;
+    static constexpr size_t kPayloadOff = blk::kQ5_1Qh, kPayload = 20;
     static constexpr bool kSigned = false, kMin = true;
     static constexpr int kOffset = 0;
-    static __m256i load(const uint8_t* b) {
-        return _mm256_or_si256(nibbles32(b + blk::kQ5_1Qs), bit4_from_qh(b + blk::kQ5_1Qh));
+    static __m256i load_payload(const uint8_t* p) { return _mm256_or_si256(nibbles32(p + 4), bit4_from_qh(p)); }
+};
+static_assert(blk::kQ5_0Qs == blk::kQ5_0Qh + 4 && blk::kQ5_1Qs == blk::kQ5_1Qh + 4);
+
+// Where tile8 reads the 8 rows' blocks from. RowSrc: the ggml layout (8 row pointers; the 8 fp16
+// scales gathered with vpinsrw). PackedSrc: one 8-row group of the packed layout (matmul.h
+// PackedMatmulKernel): per block {fp16 d[8]; fp16 m[8] if kMin; 8 payloads}, one load per scale vector.
+template <class Fmt>
+struct RowSrc {
+    static_assert(Fmt::kPayloadOff + Fmt::kPayload == Fmt::kBytes);
+    const uint8_t* const* rows;
+    __m256i q(int i, int64_t b) const {
+        return Fmt::load_payload(rows[i] + b * int64_t(Fmt::kBytes) + Fmt::kPayloadOff);
+    }
+    void scales(int64_t b, __m256* dw, __m256* mw) const {
+        // through a small array: GCC builds it with vpinsrw (a vpgatherdd, or forcing the array
+        // through memory (failed store forwarding), measured slower)
+        alignas(32) uint16_t dh[8], mh[8];
+        for (int i = 0; i < 8; ++i) {
+            const uint8_t* wb = rows[i] + b * int64_t(Fmt::kBytes);
+            std::memcpy(&dh[i], wb + Fmt::kD, 2);
+            if constexpr (Fmt::kMin) std::memcpy(&mh[i], wb + Fmt::kM, 2);
+        }
+        *dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(dh)));
+        if constexpr (Fmt::kMin) *mw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(mh)));
+    }
+};
+template <class Fmt>
+struct PackedSrc {
+    static constexpr int64_t kHeader = Fmt::kMin ? 32 : 16;
+    static constexpr int64_t kGroupBytes = 8 * int64_t(Fmt::kBytes);  // = kHeader + 8 payloads
+    static_assert(kHeader + 8 * int64_t(Fmt::kPayload) == kGroupBytes);
+    const uint8_t* group;
+    __m256i q(int i, int64_t b) const {
+        return Fmt::load_payload(group + b * kGroupBytes + kHeader + i * int64_t(Fmt::kPayload));
+    }
+    void scales(int64_t b, __m256* dw, __m256* mw) const {
+        const uint8_t* h = group + b * kGroupBytes;
+        *dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
+        if constexpr (Fmt::kMin) *mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + 16)));
     }
 };
 
@@ -201,11 +242,11 @@ struct Legacy {
     static constexpr int kRows = 8;
     static constexpr int kMaxTokens = 4;
 
-    // rows[i]: weight row of lane i; y + i: its output column; lanes [0, valid) are stored.
-    // next_group (decode): where the next 8 contiguous rows start, prefetched block by block.
-    template <int T>
-    static void tile8(const uint8_t* const* rows, const uint8_t* act, size_t arb, int64_t k, float* y, int64_t ldy,
-                      int valid, const uint8_t* next_group) {
+    // src: the 8 weight rows (lane i = row i); y + i: its output column; lanes [0, valid) are stored.
+    // next_group (decode): where the next 8 rows' bytes start (contiguous), prefetched block by block.
+    template <int T, class Src>
+    static void tile8(const Src& src, const uint8_t* act, size_t arb, int64_t k, float* y, int64_t ldy, int valid,
+                      const uint8_t* next_group) {
         __m256 acc[T], macc[T];
         for (int t = 0; t < T; ++t) {
             acc[t] = _mm256_setzero_ps();
@@ -214,20 +255,10 @@ struct Legacy {
         const int64_t nb = k / blk::kQK;
         for (int64_t b = 0; b < nb; ++b) {
             if (next_group) avx2_prefetch_next_group(next_group, kRows * int64_t(Fmt::kBytes), b);
-            const int64_t boff = b * int64_t(Fmt::kBytes);
             __m256i wq[kRows];
-            for (int i = 0; i < kRows; ++i) wq[i] = Fmt::load(rows[i] + boff);
-            // the 8 rows' fp16 scales (and mins) through a small array: GCC builds it with vpinsrw (a
-            // vpgatherdd, or forcing the array through memory (failed store forwarding), measured slower)
-            alignas(32) uint16_t dh[kRows], mh[kRows];
-            for (int i = 0; i < kRows; ++i) {
-                const uint8_t* wb = rows[i] + boff;
-                std::memcpy(&dh[i], wb + Fmt::kD, 2);
-                if constexpr (Fmt::kMin) std::memcpy(&mh[i], wb + Fmt::kM, 2);
-            }
-            const __m256 dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(dh)));
-            __m256 mw = _mm256_setzero_ps();
-            if constexpr (Fmt::kMin) mw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(mh)));
+            for (int i = 0; i < kRows; ++i) wq[i] = src.q(i, b);
+            __m256 dw, mw = _mm256_setzero_ps();
+            src.scales(b, &dw, &mw);
             for (int t = 0; t < T; ++t) {
                 const uint8_t* xb = act + t * int64_t(arb) + b * int64_t(blk::kActQ8Bytes);
                 const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + blk::kActQ8Q));
@@ -255,20 +286,21 @@ struct Legacy {
         }
     }
 
-    static void tile8_t(int num_t, const uint8_t* const* rows, const uint8_t* act, size_t arb, int64_t k, float* y,
-                        int64_t ldy, int valid) {
+    template <class Src>
+    static void tile8_t(int num_t, const Src& src, const uint8_t* act, size_t arb, int64_t k, float* y, int64_t ldy,
+                        int valid) {
         switch (num_t) {
             case 4:
-                tile8<4>(rows, act, arb, k, y, ldy, valid, nullptr);
+                tile8<4>(src, act, arb, k, y, ldy, valid, nullptr);
                 break;
             case 3:
-                tile8<3>(rows, act, arb, k, y, ldy, valid, nullptr);
+                tile8<3>(src, act, arb, k, y, ldy, valid, nullptr);
                 break;
             case 2:
-                tile8<2>(rows, act, arb, k, y, ldy, valid, nullptr);
+                tile8<2>(src, act, arb, k, y, ldy, valid, nullptr);
                 break;
             default:
-                tile8<1>(rows, act, arb, k, y, ldy, valid, nullptr);
+                tile8<1>(src, act, arb, k, y, ldy, valid, nullptr);
                 break;
         }
     }
@@ -288,10 +320,11 @@ struct Legacy {
         const uint8_t* wb = static_cast<const uint8_t*>(w);
         const uint8_t* ab = static_cast<const uint8_t*>(act);
         const uint8_t* rows[kRows];
+        const RowSrc<Fmt> src{rows};
         if (n == 1) {
             for (int64_t r = r0; r < r1; r += kRows) {
                 const int valid = group_rows(wb, wrb, r, r1, rows);
-                tile8<1>(rows, ab, arb, k, y + r, ldy, valid, wb + (r + kRows) * int64_t(wrb));
+                tile8<1>(src, ab, arb, k, y + r, ldy, valid, wb + (r + kRows) * int64_t(wrb));
             }
             return;
         }
@@ -303,7 +336,57 @@ struct Legacy {
                 const int valid = group_rows(wb, wrb, r, r1, rows);
                 for (int64_t t = t0; t < t1; t += kMaxTokens) {
                     const int num_t = int(t1 - t < kMaxTokens ? t1 - t : kMaxTokens);
-                    tile8_t(num_t, rows, ab + t * int64_t(arb), arb, k, y + t * ldy + r, ldy, valid);
+                    tile8_t(num_t, src, ab + t * int64_t(arb), arb, k, y + t * ldy + r, ldy, valid);
+                }
+            }
+        }
+    }
+
+    // PackedMatmulKernel (matmul.h): the packed layout, groups of 8 rows in row order.
+    static size_t packed_bytes(int64_t rows, int64_t k) {
+        return size_t((rows + kRows - 1) / kRows) * size_t(k / blk::kQK) * size_t(PackedSrc<Fmt>::kGroupBytes);
+    }
+    static void pack(const void* w, size_t wrb, int64_t rows, int64_t k, void* dst) {
+        const uint8_t* wb = static_cast<const uint8_t*>(w);
+        uint8_t* out = static_cast<uint8_t*>(dst);
+        const int64_t nb = k / blk::kQK;
+        for (int64_t g = 0; g < (rows + kRows - 1) / kRows; ++g) {
+            for (int64_t b = 0; b < nb; ++b, out += PackedSrc<Fmt>::kGroupBytes) {
+                for (int i = 0; i < kRows; ++i) {
+                    const int64_t r = g * kRows + i < rows ? g * kRows + i : rows - 1;  // pad: repeat the last row
+                    const uint8_t* blk = wb + r * int64_t(wrb) + b * int64_t(Fmt::kBytes);
+                    std::memcpy(out + 2 * i, blk + Fmt::kD, 2);
+                    if constexpr (Fmt::kMin) std::memcpy(out + 16 + 2 * i, blk + Fmt::kM, 2);
+                    std::memcpy(out + PackedSrc<Fmt>::kHeader + i * int64_t(Fmt::kPayload), blk + Fmt::kPayloadOff,
+                                Fmt::kPayload);
+                }
+            }
+        }
+    }
+    // As gemm, over the packed matrix; r0 is a multiple of 8.
+    static void gemm_packed(const void* wp, const void* act, size_t arb, int64_t n, int64_t k, float* y, int64_t ldy,
+                            int64_t r0, int64_t r1) {
+        const uint8_t* base = static_cast<const uint8_t*>(wp);
+        const uint8_t* ab = static_cast<const uint8_t*>(act);
+        const int64_t group_bytes = (k / blk::kQK) * PackedSrc<Fmt>::kGroupBytes;
+        if (n == 1) {
+            for (int64_t r = r0; r < r1; r += kRows) {
+                const PackedSrc<Fmt> src{base + (r / kRows) * group_bytes};
+                const int valid = int(r1 - r < kRows ? r1 - r : kRows);
+                tile8<1>(src, ab, arb, k, y + r, ldy, valid, src.group + group_bytes);
+            }
+            return;
+        }
+        int64_t chunk = int64_t((256 << 10) / (arb > 0 ? arb : 1)) & ~int64_t(kMaxTokens - 1);
+        if (chunk < kMaxTokens) chunk = kMaxTokens;
+        for (int64_t t0 = 0; t0 < n; t0 += chunk) {
+            const int64_t t1 = t0 + chunk < n ? t0 + chunk : n;
+            for (int64_t r = r0; r < r1; r += kRows) {
+                const PackedSrc<Fmt> src{base + (r / kRows) * group_bytes};
+                const int valid = int(r1 - r < kRows ? r1 - r : kRows);
+                for (int64_t t = t0; t < t1; t += kMaxTokens) {
+                    const int num_t = int(t1 - t < kMaxTokens ? t1 - t : kMaxTokens);
+                    tile8_t(num_t, src, ab + t * int64_t(arb), arb, k, y + t * ldy + r, ldy, valid);
                 }
             }
         }
@@ -381,6 +464,26 @@ constexpr MatmulKernel kQ4_0{ActFormat::kQ8, q8_row_bytes, quantize_q8, Legacy<F
 constexpr MatmulKernel kQ4_1{ActFormat::kQ8, q8_row_bytes, quantize_q8, Legacy<FmtQ4_1>::gemm};
 constexpr MatmulKernel kQ5_0{ActFormat::kQ8, q8_row_bytes, quantize_q8, Legacy<FmtQ5_0>::gemm};
 constexpr MatmulKernel kQ5_1{ActFormat::kQ8, q8_row_bytes, quantize_q8, Legacy<FmtQ5_1>::gemm};
+
+template <class Fmt>
+constexpr PackedMatmulKernel kPacked{Legacy<Fmt>::packed_bytes, Legacy<Fmt>::pack, Legacy<Fmt>::gemm_packed};
+
+inline const PackedMatmulKernel* simd_packed_kernel(core::DType weight_type) {
+    switch (weight_type) {
+        case core::DType::kQ8_0:
+            return &kPacked<FmtQ8_0>;
+        case core::DType::kQ4_0:
+            return &kPacked<FmtQ4_0>;
+        case core::DType::kQ4_1:
+            return &kPacked<FmtQ4_1>;
+        case core::DType::kQ5_0:
+            return &kPacked<FmtQ5_0>;
+        case core::DType::kQ5_1:
+            return &kPacked<FmtQ5_1>;
+        default:
+            return nullptr;
+    }
+}
 
 inline const MatmulKernel* simd_legacy_kernel(core::DType weight_type) {
     switch (weight_type) {

@@ -1,0 +1,137 @@
+// Packed legacy weights (kernels/cpu PackedMatmulKernel: 8-row groups, scales side by side) against
+// the same kernels on the ggml row layout: the arithmetic is the same lane for lane, so every output
+// must be bit-identical, for Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 on every SIMD ISA the CPU runs; rows
+// not a multiple of 8 (the last group padded), row ranges starting at multiples of 8, decode and
+// prefill. Then ops::linear with and without packing over thread counts 1 and 2 (the row slices
+// start at multiples of 8), also bit-identical, and packed_bytes equal to the ggml bytes of the
+// row count rounded up to 8.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/numeric.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/matmul.h"
+#include "ops/linear.h"
+
+namespace kiln::kernels::cpu {
+namespace {
+
+using core::DType;
+
+const DType kLegacy[] = {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0};
+
+// Random block bytes with finite fp16 scales (and mins) of a realistic size.
+std::vector<uint8_t> legacy_weights(DType t, int64_t rows, int64_t k, uint32_t seed) {
+    const auto& info = core::dtype_info(t);
+    std::vector<uint8_t> buf(size_t(*core::dtype_bytes(t, uint64_t(rows * k))));
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> uni(0.002f, 0.02f);
+    for (uint8_t& b : buf) b = uint8_t(rng());
+    const bool has_min = t == DType::kQ4_1 || t == DType::kQ5_1;
+    for (size_t off = 0; off < buf.size(); off += info.block_bytes) {
+        const uint16_t d = core::f32_to_fp16(uni(rng)), m = core::f32_to_fp16(-8.0f * uni(rng));
+        std::memcpy(&buf[off], &d, 2);
+        if (has_min) std::memcpy(&buf[off + 2], &m, 2);
+    }
+    return buf;
+}
+
+std::vector<float> random_x(int64_t n, int64_t k, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> x(size_t(n * k));
+    for (float& v : x) v = nd(rng);
+    return x;
+}
+
+TEST(PackedMatmul, BitIdenticalToRowLayoutOnEveryIsa) {
+    int isas = 0;
+    uint32_t seed = 900;
+    for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
+        if (!isa_supported(isa) || !find_matmul_kernel(DType::kQ8_0, isa)) continue;
+        ++isas;
+        EXPECT_EQ(find_packed_matmul_kernel(DType::kQ4_K, isa), nullptr);
+        for (DType t : kLegacy) {
+            const MatmulKernel* kern = find_matmul_kernel(t, isa);
+            const PackedMatmulKernel* pk = find_packed_matmul_kernel(t, isa);
+            ASSERT_NE(pk, nullptr) << core::dtype_name(t) << " " << isa_name(isa);
+            for (int64_t rows : {8, 13, 37, 64}) {
+                for (int64_t k : {32, 224, 4128}) {
+                    const std::vector<uint8_t> w = legacy_weights(t, rows, k, ++seed);
+                    const size_t wrb = size_t(*core::dtype_bytes(t, uint64_t(k)));
+                    ASSERT_EQ(pk->packed_bytes(rows, k), size_t((rows + 7) / 8 * 8) * wrb);
+                    std::vector<uint8_t> packed(pk->packed_bytes(rows, k), 0xee);
+                    pk->pack(w.data(), wrb, rows, k, packed.data());
+                    for (int64_t n : {1, 3, 17}) {
+                        const std::vector<float> x = random_x(n, k, seed * 7 + uint32_t(n));
+                        const size_t arb = kern->act_row_bytes(k);
+                        std::vector<uint8_t> act(arb * size_t(n));
+                        for (int64_t ti = 0; ti < n; ++ti)
+                            kern->quantize_row(&x[size_t(ti * k)], &act[size_t(ti) * arb], k);
+                        const int64_t ldy = rows + 3;
+                        const int64_t ranges[][2] = {{0, rows}, {8, rows}, {0, 8}, {16, rows}};
+                        for (const auto& rr : ranges) {
+                            if (rr[0] >= rr[1]) continue;
+                            std::vector<float> want(size_t(n * ldy), NAN), got(want);
+                            kern->gemm(w.data(), wrb, act.data(), arb, n, k, want.data(), ldy, rr[0], rr[1]);
+                            pk->gemm(packed.data(), act.data(), arb, n, k, got.data(), ldy, rr[0], rr[1]);
+                            const std::string at = std::string(core::dtype_name(t)) + " " + isa_name(isa) +
+                                                   " rows=" + std::to_string(rows) + " k=" + std::to_string(k) +
+                                                   " n=" + std::to_string(n) + " r0=" + std::to_string(rr[0]);
+                            for (size_t i = 0; i < got.size(); ++i) {
+                                const int64_t r = int64_t(i) % ldy;
+                                if (r < rr[0] || r >= rr[1]) {
+                                    ASSERT_TRUE(std::isnan(got[i])) << at << " wrote outside its rows: " << r;
+                                } else {
+                                    ASSERT_FALSE(std::isnan(got[i])) << at << " index " << i;
+                                    ASSERT_EQ(0, std::memcmp(&got[i], &want[i], 4))
+                                        << at << " index " << i << ": " << got[i] << " vs " << want[i];
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if (isas == 0) GTEST_SKIP() << "no SIMD ISA supported by this CPU";
+}
+
+TEST(PackedMatmul, LinearWithAndWithoutPackingAgreeAcrossThreadCounts) {
+    if (best_isa() == Isa::kRef) GTEST_SKIP() << "no SIMD ISA";
+    core::ThreadPool pool1(1), pool2(2);
+    const int64_t rows = 203, k = 256;  // 25 groups + 3 rows
+    for (DType t : kLegacy) {
+        const std::vector<uint8_t> w = legacy_weights(t, rows, k, uint32_t(int(t)) + 50);
+        const ref::WeightView wv = ref::make_weight_view(w.data(), t, rows, k);
+        ops::LinearOptions on, off;
+        off.pack = false;
+        auto lp = ops::make_linear(wv, on);
+        auto lu = ops::make_linear(wv, off);
+        ASSERT_TRUE(lp.is_ok() && lu.is_ok());
+        ASSERT_TRUE(lp->packed != nullptr) << core::dtype_name(t);
+        ASSERT_TRUE(lu->packed == nullptr);
+        for (int64_t m : {1, 5, 40}) {
+            const std::vector<float> x = random_x(m, k, uint32_t(m) + 3);
+            std::vector<float> bias(static_cast<size_t>(rows));
+            for (int64_t r = 0; r < rows; ++r) bias[size_t(r)] = 0.01f * float(r % 7);
+            std::vector<float> want(size_t(m * rows)), got(want.size());
+            std::vector<uint8_t> scratch;
+            ASSERT_TRUE(ops::linear(pool1, x.data(), m, *lu, bias.data(), want.data(), scratch).is_ok());
+            for (core::ThreadPool* pool : {&pool1, &pool2}) {
+                std::fill(got.begin(), got.end(), NAN);
+                ASSERT_TRUE(ops::linear(*pool, x.data(), m, *lp, bias.data(), got.data(), scratch).is_ok());
+                ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4))
+                    << core::dtype_name(t) << " m=" << m << " threads=" << pool->num_threads();
+            }
+        }
+    }
+}
+
+}  // namespace
+}  // namespace kiln::kernels::cpu
