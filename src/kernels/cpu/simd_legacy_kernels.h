@@ -112,13 +112,28 @@ struct FmtQ5_1 {
 };
 static_assert(blk::kQ5_0Qs == blk::kQ5_0Qh + 4 && blk::kQ5_1Qs == blk::kQ5_1Qh + 4);
 
+// A weight block of the 8 rows as tile8 keeps it across activation rows. Rows8: each row's 32
+// values unpacked to bytes (block_dots8). Pairs8 (4-bit packed payloads: rows 2j and 2j + 1 are 32
+// contiguous bytes): lo[j] = the low nibbles (elements 0-15) of rows 2j | 2j + 1 in the two 128-bit
+// halves, hi[j] the high nibbles (elements 16-31); one load, one shift, two ands per 2 rows.
+struct Rows8 {
+    __m256i wq[8];
+};
+struct Pairs8 {
+    __m256i lo[4], hi[4];
+};
+
 // Where tile8 reads the 8 rows' blocks from. RowSrc: the ggml layout (8 row pointers; the 8 fp16
 // scales gathered with vpinsrw). PackedSrc: one 8-row group of the packed layout (matmul.h
 // PackedMatmulKernel): per block {fp16 d[8]; fp16 m[8] if kMin; 8 payloads}, one load per scale vector.
 template <class Fmt>
 struct RowSrc {
     static_assert(Fmt::kPayloadOff + Fmt::kPayload == Fmt::kBytes);
+    using Decoded = Rows8;
     const uint8_t* const* rows;
+    void decode(int64_t b, Rows8* w) const {
+        for (int i = 0; i < 8; ++i) w->wq[i] = q(i, b);
+    }
     __m256i q(int i, int64_t b) const {
         return Fmt::load_payload(rows[i] + b * int64_t(Fmt::kBytes) + Fmt::kPayloadOff);
     }
@@ -135,12 +150,36 @@ struct RowSrc {
         if constexpr (Fmt::kMin) *mw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(mh)));
     }
 };
+template <bool B, class A, class C>
+struct PickType {
+    using type = A;
+};
+template <class A, class C>
+struct PickType<false, A, C> {
+    using type = C;
+};
+
 template <class Fmt>
 struct PackedSrc {
     static constexpr int64_t kHeader = Fmt::kMin ? 32 : 16;
     static constexpr int64_t kGroupBytes = 8 * int64_t(Fmt::kBytes);  // = kHeader + 8 payloads
     static_assert(kHeader + 8 * int64_t(Fmt::kPayload) == kGroupBytes);
+    static constexpr bool kPairs = Fmt::kPayload == 16;  // Q4_0, Q4_1: two rows' nibbles per 32 bytes
+    using Decoded = typename PickType<kPairs, Pairs8, Rows8>::type;
     const uint8_t* group;
+    void decode(int64_t b, Decoded* w) const {
+        if constexpr (kPairs) {
+            const uint8_t* p = group + b * kGroupBytes + kHeader;
+            const __m256i mask = _mm256_set1_epi8(0x0f);
+            for (int j = 0; j < 4; ++j) {
+                const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * j));
+                w->lo[j] = _mm256_and_si256(v, mask);
+                w->hi[j] = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+            }
+        } else {
+            for (int i = 0; i < 8; ++i) w->wq[i] = q(i, b);
+        }
+    }
     __m256i q(int i, int64_t b) const {
         return Fmt::load_payload(group + b * kGroupBytes + kHeader + i * int64_t(Fmt::kPayload));
     }
@@ -224,6 +263,45 @@ inline __m256i block_dots8(const __m256i* wq, __m256i xq) {
     }
 }
 
+template <class Fmt>
+inline __m256i block_dots8(const Rows8& w, const uint8_t* xq) {
+    return block_dots8<Fmt>(w.wq, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq)));
+}
+
+// Lane i = the exact int32 dot of row i with the activation block, as block_dots8 (the same integers,
+// summed in another order). Per 2 rows: u8 x s8 dots of lo with x[0..15] and hi with x[16..31] (both
+// broadcast to the two halves), minus the offset's dot with the same halves (so each half's 4 partial
+// sums add up to the row's dot of u - offset), then one pair/quad reduction and a lane permutation
+// for the 8 rows. int16 lanes stay exact: |u0 x0 + u1 x1| <= 2 * 15 * 127, two of them and the offset
+// term (<= 4 * 8 * 127) stay below 2^15.
+template <class Fmt>
+inline __m256i block_dots8(const Pairs8& w, const uint8_t* xq) {
+    const __m256i xlo = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xq)));
+    const __m256i xhi = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xq + 16)));
+    const __m256i off = _mm256_set1_epi8(Fmt::kOffset);
+    __m256i v[4];
+    if constexpr (kLegacyVnni) {
+        __m256i o = _mm256_setzero_si256();
+        if constexpr (Fmt::kOffset != 0) o = _mm256_dpbusd_epi32(avx2_dot_u8s8(off, xlo), off, xhi);
+        for (int j = 0; j < 4; ++j) {
+            v[j] = _mm256_dpbusd_epi32(avx2_dot_u8s8(w.lo[j], xlo), w.hi[j], xhi);
+            if constexpr (Fmt::kOffset != 0) v[j] = _mm256_sub_epi32(v[j], o);
+        }
+    } else {
+        __m256i o = _mm256_setzero_si256();
+        if constexpr (Fmt::kOffset != 0)
+            o = _mm256_add_epi16(_mm256_maddubs_epi16(off, xlo), _mm256_maddubs_epi16(off, xhi));
+        for (int j = 0; j < 4; ++j) {
+            __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(w.lo[j], xlo), _mm256_maddubs_epi16(w.hi[j], xhi));
+            if constexpr (Fmt::kOffset != 0) t = _mm256_sub_epi16(t, o);
+            v[j] = _mm256_madd_epi16(t, _mm256_set1_epi16(1));
+        }
+    }
+    // half 0: rows 0 2 4 6, half 1: rows 1 3 5 7 -> lanes in row order
+    return _mm256_permutevar8x32_epi32(quad_i32(pair_i32(v[0], v[1]), pair_i32(v[2], v[3])),
+                                       _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
 // Legacy formats, lanes = rows: 8 weight rows share one fp32 accumulator vector per activation row
 // (lane i = weight row i), so the scaling, conversion and accumulation are done once per 8 rows.
 // Per block and activation row: the 8 integer block dots, reduced to one vector of 8 exact int32
@@ -255,14 +333,13 @@ struct Legacy {
         const int64_t nb = k / blk::kQK;
         for (int64_t b = 0; b < nb; ++b) {
             if (next_group) avx2_prefetch_next_group(next_group, kRows * int64_t(Fmt::kBytes), b);
-            __m256i wq[kRows];
-            for (int i = 0; i < kRows; ++i) wq[i] = src.q(i, b);
+            typename Src::Decoded wd;
+            src.decode(b, &wd);
             __m256 dw, mw = _mm256_setzero_ps();
             src.scales(b, &dw, &mw);
             for (int t = 0; t < T; ++t) {
                 const uint8_t* xb = act + t * int64_t(arb) + b * int64_t(blk::kActQ8Bytes);
-                const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + blk::kActQ8Q));
-                const __m256i idot = block_dots8<Fmt>(wq, xq);
+                const __m256i idot = block_dots8<Fmt>(wd, xb + blk::kActQ8Q);
                 float dx;
                 std::memcpy(&dx, xb + blk::kActQ8D, 4);
                 const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(dx));
