@@ -16,7 +16,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: kiln quantize IN OUT --format F [--calib FILE] [--calib-tokens N] [--skip NAMES]\n"
-    "                     [--zero-point | --no-zero-point] [--tokenizer FILE] [-t N] [--quiet]\n"
+    "                     [--zero-point | --no-zero-point] [--awq-loss L] [--tokenizer FILE] [-t N] [--quiet]\n"
     "\n"
     "Quantizes the q/k/v/o and gate/up/down projections of IN (any model kiln loads; quantized GGUF\n"
     "weights are dequantized first) and writes OUT, a folder in the compressed-tensors layout\n"
@@ -35,6 +35,9 @@ constexpr const char* kUsage =
     "                    (model.layers.0.mlp.down_proj) or their ends (down_proj = every down_proj)\n"
     "  --zero-point      INT4 with zero points (asymmetric; default for awq-w4-gN)\n"
     "  --no-zero-point   symmetric INT4 (default for w4-gN)\n"
+    "  --awq-loss L      what the AWQ scale search minimizes: attn (default: q/k/v by the attention\n"
+    "                    block's output, the other groups by their own outputs), linear (every group by\n"
+    "                    its own outputs), attn-mlp (attn, and gate/up by the MLP's output)\n"
     "  --tokenizer FILE  tokenizer for --calib and for llama2.c inputs (default: the model's own or the\n"
     "                    tok512.bin / tokenizer.bin beside it)\n"
     "  -t, --threads N   worker threads (default: the physical cores)\n"
@@ -74,7 +77,7 @@ private:
 
 int cmd_quantize(int argc, char** argv) {
     Args args({"--help", "-h", "--quiet", "--zero-point", "--no-zero-point"},
-              {"--format", "--calib", "--calib-tokens", "--skip", "--tokenizer", "-t", "--threads"});
+              {"--format", "--calib", "--calib-tokens", "--skip", "--tokenizer", "-t", "--threads", "--awq-loss"});
     if (!args.parse(argc, argv, 2)) {
         std::fprintf(stderr, "kiln quantize: %s\n%s", args.error().c_str(), kUsage);
         return 2;
@@ -112,6 +115,18 @@ int cmd_quantize(int argc, char** argv) {
     else if (args.has("--zero-point") || args.has("--no-zero-point")) {
         std::fprintf(stderr, "kiln quantize: --zero-point applies to the INT4 formats only\n");
         return 2;
+    }
+    if (auto loss = args.get("--awq-loss")) {
+        if (!o.awq) {
+            std::fprintf(stderr, "kiln quantize: --awq-loss applies to the awq-w4-gN formats only\n");
+            return 2;
+        }
+        if (*loss != "attn" && *loss != "linear" && *loss != "attn-mlp") {
+            std::fprintf(stderr, "kiln quantize: --awq-loss must be attn, linear or attn-mlp, not '%s'\n", loss->c_str());
+            return 2;
+        }
+        o.awq_attn_loss = *loss != "linear";
+        o.awq_mlp_loss = *loss == "attn-mlp";
     }
     if (o.awq && !args.get("--calib")) {
         std::fprintf(stderr, "kiln quantize: %s needs --calib FILE (calibration text)\n",

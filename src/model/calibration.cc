@@ -14,13 +14,22 @@ core::Result<std::vector<LayerActivations>> collect_activations(const Checkpoint
                                                                 const CalibrationOptions& options,
                                                                 const std::function<void(int64_t, int64_t)>& progress) {
     if (tokens.empty()) return core::error(core::StatusCode::kInvalidArgument) << "no calibration tokens";
-    if (options.max_samples <= 0 || options.chunk_tokens <= 0)
-        return core::error(core::StatusCode::kInvalidArgument) << "max_samples and chunk_tokens must be > 0";
+    if (options.max_samples <= 0 || options.chunk_tokens <= 0 || options.max_seq_tokens < 0)
+        return core::error(core::StatusCode::kInvalidArgument)
+               << "max_samples and chunk_tokens must be > 0, max_seq_tokens >= 0";
     KILN_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, LlamaModel::create(checkpoint, pool));
     const int64_t total = int64_t(tokens.size());
     const int64_t chunk = std::min<int64_t>(options.chunk_tokens, model->config().max_seq_len);
     const int64_t stride = std::max<int64_t>(1, (total + options.max_samples - 1) / options.max_samples);
     std::vector<LayerActivations> acts(size_t(model->config().num_layers));
+    // Whole sequences: num_seqs chunks at an even stride over the num_chunks chunks, the first
+    // seq_len tokens of each (so at most max_seq_tokens rows in all).
+    const int64_t num_chunks = (total + chunk - 1) / chunk;
+    const int64_t num_seqs =
+        options.max_seq_tokens == 0 ? 0 : std::clamp<int64_t>(options.max_seq_tokens / chunk, 1, num_chunks);
+    const int64_t seq_len = std::min(chunk, options.max_seq_tokens);
+    int64_t next_seq = 0;     // the next of the num_seqs sequences to keep
+    int64_t keep_rows = 0;    // rows of the current chunk kept as a sequence (0: none)
     int64_t chunk_start = 0;  // global index of the current chunk's first token
     model->set_linear_input_hook(
         [&](int64_t layer, LinearInput which, std::span<const float> x, int64_t rows, int64_t cols) {
@@ -32,9 +41,18 @@ core::Result<std::vector<LayerActivations>> collect_activations(const Checkpoint
                 a.x[k].insert(a.x[k].end(), x.begin() + r * cols, x.begin() + (r + 1) * cols);
                 ++a.rows[k];
             }
+            if (which == LinearInput::kQkv && keep_rows > 0) {
+                a.qkv_seq.insert(a.qkv_seq.end(), x.begin(), x.begin() + keep_rows * cols);
+                a.seq_lens.push_back(keep_rows);
+            }
         });
     for (; chunk_start < total; chunk_start += chunk) {
         const int64_t n = std::min(chunk, total - chunk_start);
+        keep_rows = 0;
+        if (next_seq < num_seqs && chunk_start / chunk == next_seq * num_chunks / num_seqs) {
+            keep_rows = std::min(n, seq_len);
+            ++next_seq;
+        }
         KvCache cache(model->config(), n);
         std::vector<int32_t> part(tokens.begin() + chunk_start, tokens.begin() + chunk_start + n);
         KILN_ASSIGN_OR_RETURN(std::vector<float> logits, model->forward(part, cache, false));

@@ -2,7 +2,10 @@
 // reference path) and keeps a sample of the inputs of every layer's projection groups (LinearInput
 // in llama.h), e.g. for the AWQ scale search. Samples are token rows taken at an even stride over
 // all tokens, so every part of the text is represented; the same inputs serve every matrix of a
-// group (q/k/v share one input, gate/up another).
+// group (q/k/v share one input, gate/up another). For losses that need whole sequences (AWQ's
+// attention-block loss, model/awq_block.h) it also keeps the q/k/v input of a few whole chunks: the
+// first tokens of chunks picked at an even stride, each a sequence starting at position 0 (every
+// chunk starts a fresh context), at most max_seq_tokens rows in all.
 #pragma once
 
 #include <array>
@@ -19,12 +22,17 @@ namespace kiln::model {
 struct CalibrationOptions {
     int64_t max_samples = 512;   // token rows kept per projection input
     int64_t chunk_tokens = 512;  // tokens per forward pass (each chunk starts a fresh context)
+    int64_t max_seq_tokens = 0;  // q/k/v input rows of whole sequences kept per layer (0 = none)
 };
 
 // Per layer: for each LinearInput (kQkv, kAttnOut, kGateUp, kDown in that order) a [rows, cols] sample.
 struct LayerActivations {
     std::array<std::vector<float>, 4> x;
     std::array<int64_t, 4> rows{}, cols{};
+    // The kQkv input of whole sequences: [sum(seq_lens), cols[kQkv]], sequence after sequence, row
+    // p of a sequence at position p.
+    std::vector<float> qkv_seq;
+    std::vector<int64_t> seq_lens;
 };
 
 // `checkpoint` should hold float weights (to_f32_checkpoint in convert.h), so that the activations

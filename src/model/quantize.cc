@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 
+#include "model/awq_block.h"
 #include "model/convert.h"
 #include "model/llama.h"
 #include "model/weight_names.h"
@@ -102,20 +103,84 @@ core::Status clip_layer(Mutable& mut, const LayerActivations& a, const std::vect
     return core::Status::ok();
 }
 
+bool member_skipped(const std::string& kiln_name, const QuantizeOptions& o) {
+    return is_skipped(projection_module(gguf_to_hf_name(kiln_name).value_or(kiln_name)), o.skip);
+}
+
+// gate/up scales by the whole MLP's output error (model/awq_block.h), down in fp32.
+core::Result<quant::AwqResult> search_mlp(Mutable& mut, const Group& g, int64_t l, const LayerActivations& a,
+                                          const quant::AwqOptions& awq, const QuantizeOptions& o,
+                                          core::ThreadPool* pool) {
+    const size_t k = size_t(LinearInput::kGateUp);
+    AwqMlpBlock b;
+    KILN_ASSIGN_OR_RETURN(b.gate, mut.get(g.members[0]));
+    KILN_ASSIGN_OR_RETURN(b.up, mut.get(g.members[1]));
+    KILN_ASSIGN_OR_RETURN(b.down, mut.get("blk." + std::to_string(l) + ".ffn_down.weight"));
+    b.hidden = a.cols[k];
+    b.inter = int64_t(b.gate.size()) / b.hidden;
+    b.quantize_gate = !member_skipped(g.members[0], o);
+    b.quantize_up = !member_skipped(g.members[1], o);
+    return awq_search_mlp(b, a.x[k], a.rows[k], awq, pool);
+}
+
+// q/k/v scales by the whole attention block's output error on whole calibration sequences, o in fp32.
+core::Result<quant::AwqResult> search_attn(Mutable& mut, const Group& g, int64_t l, const ModelConfig& c,
+                                           const std::vector<double>& inv_freq, const LayerActivations& a,
+                                           const quant::AwqOptions& awq, const QuantizeOptions& o,
+                                           core::ThreadPool* pool) {
+    const size_t k = size_t(LinearInput::kQkv);
+    const std::string p = "blk." + std::to_string(l) + ".";
+    AwqAttnBlock b;
+    KILN_ASSIGN_OR_RETURN(b.q, mut.get(g.members[0]));
+    KILN_ASSIGN_OR_RETURN(b.k, mut.get(g.members[1]));
+    KILN_ASSIGN_OR_RETURN(b.v, mut.get(g.members[2]));
+    KILN_ASSIGN_OR_RETURN(b.o, mut.get(p + "attn_output.weight"));
+    if (mut.has(p + "attn_q.bias")) {
+        KILN_ASSIGN_OR_RETURN(b.bq, mut.get(p + "attn_q.bias"));
+    }
+    if (mut.has(p + "attn_k.bias")) {
+        KILN_ASSIGN_OR_RETURN(b.bk, mut.get(p + "attn_k.bias"));
+    }
+    if (mut.has(p + "attn_v.bias")) {
+        KILN_ASSIGN_OR_RETURN(b.bv, mut.get(p + "attn_v.bias"));
+    }
+    if (c.qk_norm) {
+        KILN_ASSIGN_OR_RETURN(b.q_norm, mut.get(p + "attn_q_norm.weight"));
+        KILN_ASSIGN_OR_RETURN(b.k_norm, mut.get(p + "attn_k_norm.weight"));
+    }
+    b.hidden = a.cols[k];
+    b.num_heads = c.num_heads;
+    b.num_kv_heads = c.num_kv_heads;
+    b.head_dim = c.head_dim;
+    b.window = c.window_for_layer(l);
+    b.norm_eps = float(c.rms_norm_eps);
+    b.inv_freq = inv_freq;
+    b.quantize_q = !member_skipped(g.members[0], o);
+    b.quantize_k = !member_skipped(g.members[1], o);
+    b.quantize_v = !member_skipped(g.members[2], o);
+    return awq_search_attn(b, a.qkv_seq, a.seq_lens, quant::channel_mean_abs(a.x[k], a.rows[k], b.hidden), awq, pool);
+}
+
 core::Status run_awq(Checkpoint& ck, const QuantizeOptions& o, core::ThreadPool* pool, QuantizeReport* report) {
     const ModelConfig& c = ck.config;
     if (o.calib_tokens.empty()) return core::error(StatusCode::kInvalidArgument) << "AWQ needs calibration text";
     auto progress = [&](int64_t d, int64_t t) {
         if (o.progress) o.progress("calibrate", d, t);
     };
+    CalibrationOptions co = o.calibration;
+    co.max_seq_tokens = o.awq_attn_loss ? o.awq_attn_tokens : 0;
     KILN_ASSIGN_OR_RETURN(std::vector<LayerActivations> acts,
-                          collect_activations(ck, o.calib_tokens, pool, o.calibration, progress));
+                          collect_activations(ck, o.calib_tokens, pool, co, progress));
     Mutable mut(ck);
     quant::AwqOptions awq;
     awq.group_size = o.scheme.group_size;
     awq.mode = o.scheme.zero_point ? quant::Int4Mode::kAsymmetric : quant::Int4Mode::kSymmetric;
     awq.max_samples = o.calibration.max_samples;
     awq.duo_scaling = o.awq_duo_scaling;
+    std::vector<double> inv_freq;
+    if (o.awq_attn_loss) {
+        KILN_ASSIGN_OR_RETURN(inv_freq, awq_rope_inv_freq(c));
+    }
     for (int64_t l = 0; l < c.num_layers; ++l) {
         auto n = [&](const char* what) { return "blk." + std::to_string(l) + "." + what; };
         std::vector<Group> groups = {
@@ -142,8 +207,14 @@ core::Status run_awq(Checkpoint& ck, const QuantizeOptions& o, core::ThreadPool*
                 out_rows.push_back(int64_t(w.size()) / in);
             }
             if (weights.empty() || rows_x == 0) continue;
-            KILN_ASSIGN_OR_RETURN(quant::AwqResult r,
-                                  quant::awq_search(weights, out_rows, in, a.x[k], rows_x, awq, pool));
+            quant::AwqResult r;
+            if (g.input == LinearInput::kGateUp && o.awq_mlp_loss) {
+                KILN_ASSIGN_OR_RETURN(r, search_mlp(mut, g, l, a, awq, o, pool));
+            } else if (g.input == LinearInput::kQkv && o.awq_attn_loss && !a.seq_lens.empty()) {
+                KILN_ASSIGN_OR_RETURN(r, search_attn(mut, g, l, c, inv_freq, a, awq, o, pool));
+            } else {
+                KILN_ASSIGN_OR_RETURN(r, quant::awq_search(weights, out_rows, in, a.x[k], rows_x, awq, pool));
+            }
             report->awq.push_back({l, g.name, r.best_alpha, r.rtn_error, r.awq_error});
             const int64_t per_layer = int64_t(groups.size());
             if (o.progress)

@@ -8,6 +8,10 @@
 // v projection's rows (only when q and v have the same width, i.e. without grouped-query attention).
 // Then (awq_clip) each layer's v, o, gate, up and down weights, as they will be quantized, are
 // clamped to per-group ranges searched on their (scaled) calibration inputs (quant/awq_clip.h).
+// The scale search's loss is per group: the Linears' own output error (quant/awq.h), or AutoAWQ's
+// block-output error (model/awq_block.h): the whole MLP's output for gate/up (awq_mlp_loss), the
+// whole attention block's output for q/k/v (awq_attn_loss, on whole calibration sequences). By
+// default q/k/v use the block loss and gate/up, o and down their own outputs (docs/quantization.md).
 #pragma once
 
 #include <cstdint>
@@ -28,6 +32,9 @@ struct QuantizeOptions {
     bool awq = false;                   // kW4 only; needs calib_tokens
     bool awq_duo_scaling = false;       // AWQ scales from activations and weights (quant/awq.h)
     bool awq_clip = true;               // AWQ weight clipping search after the scales (quant/awq_clip.h)
+    bool awq_attn_loss = true;          // q/k/v scales by the attention block's output error (awq_block.h)
+    bool awq_mlp_loss = false;          // gate/up scales by the MLP's output error (measured worse at g32)
+    int64_t awq_attn_tokens = 2048;     // calibration rows of whole sequences for awq_attn_loss
     std::vector<int32_t> calib_tokens;  // calibration text, tokenized
     CalibrationOptions calibration;
     std::vector<std::string> skip;  // HF module names kept in f32 (e.g. model.layers.0.mlp.down_proj)
@@ -40,7 +47,7 @@ struct AwqGroupReport {
     int64_t layer = 0;
     std::string group;  // "qkv", "o", "gate_up", "down"
     float alpha = 0;
-    double rtn_error = 0, awq_error = 0;
+    double rtn_error = 0, awq_error = 0;  // in the group's loss: Linear outputs, or the block's output
 };
 
 struct AwqClipReport {

@@ -253,19 +253,17 @@ std::vector<float> awq_scales(std::span<const float> x_mean, std::span<const flo
     return out;
 }
 
-core::Result<AwqResult> awq_search(std::span<const std::span<const float>> weights, std::span<const int64_t> out_rows,
-                                   int64_t in, std::span<const float> x, int64_t n, const AwqOptions& options,
-                                   core::ThreadPool* pool) {
-    KILN_ASSIGN_OR_RETURN(const Problem p, make_problem(weights, out_rows, in, x, n, options));
-    const std::vector<float> x_mean = channel_mean_abs(x, n, in);
-    std::vector<float> w_mean;
-    if (options.duo_scaling) w_mean = awq_weight_mean(weights, out_rows, in, options.group_size);
-
+core::Result<AwqResult> awq_search_loss(std::span<const float> x_mean, std::span<const float> w_mean,
+                                        const AwqOptions& options, const AwqLoss& loss) {
+    KILN_RETURN_IF_ERROR(check_options(options));
+    if (x_mean.empty() || (options.duo_scaling && w_mean.size() != x_mean.size())) {
+        return core::error(StatusCode::kInvalidArgument)
+               << "awq: " << x_mean.size() << " activation and " << w_mean.size() << " weight statistics";
+    }
     AwqResult best;
-    best.num_samples = p.num_samples;
-    best.scales.assign(size_t(in), 1.0f);
-    // s = 1 exactly, and the weights were checked finite, so this is plain RTN and must succeed.
-    best.rtn_error = output_error(p, best.scales, options, pool);
+    best.scales.assign(x_mean.size(), 1.0f);
+    // s = 1 exactly: plain RTN, which must be finite for finite inputs.
+    best.rtn_error = loss(best.scales);
     if (!std::isfinite(best.rtn_error)) {
         return core::error(StatusCode::kInvalidArgument)
                << "awq: the RTN output error is not finite (inputs too large)";
@@ -275,7 +273,7 @@ core::Result<AwqResult> awq_search(std::span<const std::span<const float>> weigh
     for (int a = options.duo_scaling ? 0 : 1; a < options.grid; ++a) {
         const double alpha = double(a) / double(options.grid);
         std::vector<float> s = awq_scales(x_mean, w_mean, alpha, options.duo_scaling);
-        const double err = output_error(p, s, options, pool);
+        const double err = loss(s);
         if (err < best.awq_error) {
             best.awq_error = err;
             best.best_alpha = float(alpha);
@@ -283,6 +281,20 @@ core::Result<AwqResult> awq_search(std::span<const std::span<const float>> weigh
             best.scales = std::move(s);
         }
     }
+    return best;
+}
+
+core::Result<AwqResult> awq_search(std::span<const std::span<const float>> weights, std::span<const int64_t> out_rows,
+                                   int64_t in, std::span<const float> x, int64_t n, const AwqOptions& options,
+                                   core::ThreadPool* pool) {
+    KILN_ASSIGN_OR_RETURN(const Problem p, make_problem(weights, out_rows, in, x, n, options));
+    const std::vector<float> x_mean = channel_mean_abs(x, n, in);
+    std::vector<float> w_mean;
+    if (options.duo_scaling) w_mean = awq_weight_mean(weights, out_rows, in, options.group_size);
+    KILN_ASSIGN_OR_RETURN(AwqResult best, awq_search_loss(x_mean, w_mean, options, [&](std::span<const float> s) {
+                              return output_error(p, s, options, pool);
+                          }));
+    best.num_samples = p.num_samples;
     return best;
 }
 

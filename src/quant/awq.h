@@ -33,6 +33,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -65,6 +66,19 @@ struct AwqResult {
 core::Result<AwqResult> awq_search(std::span<const std::span<const float>> weights, std::span<const int64_t> out_rows,
                                    int64_t in, std::span<const float> x, int64_t n, const AwqOptions& options,
                                    core::ThreadPool* pool = nullptr);
+
+// The loss of one candidate s [in] for awq_search_loss: any non-negative measure of the output error
+// that quantizing the scaled weights causes (e.g. a whole block's output, model/awq_block.h); +inf
+// when the scaled weights cannot be quantized. It must be a pure function of s.
+using AwqLoss = std::function<double(std::span<const float> scales)>;
+
+// The same search as awq_search (the candidates of the top of this file, plain RTN first, the first
+// smallest loss wins) with a caller-supplied loss: x_mean [in] is the activation statistic
+// (channel_mean_abs), w_mean [in] the weight statistic (only read with duo_scaling). num_samples is
+// left 0 for the caller to fill in. kInvalidArgument when the RTN loss is not finite, or for bad
+// options or sizes.
+core::Result<AwqResult> awq_search_loss(std::span<const float> x_mean, std::span<const float> w_mean,
+                                        const AwqOptions& options, const AwqLoss& loss);
 
 // The per-channel mean of |x| over the rows of x [n, in], accumulated in double: AWQ's activation
 // statistic. Sizes are the caller's to get right (KILN_CHECK); an empty x gives zeros.

@@ -4,7 +4,7 @@
 # second part of the TinyStories excerpt; the first 20000 bytes are the AWQ calibration text (never
 # scored). Gates (docs/quantization.md): perplexity increase INT8 < 1%, FP8 < 2%, MXFP8 < 2%,
 # AWQ-W4 g32 below round-to-nearest with zero points at g32; NVFP4 below MXFP4. The issue's
-# AWQ-W4 g32 < 5% gate is not met yet (+9.5% on this 64-wide model, docs/quantization.md): it is
+# AWQ-W4 g32 < 5% gate is not met yet (+7.4% on this 64-wide model, docs/quantization.md): it is
 # printed as met or NOT MET, and enforced only when KILN_AWQ_GATE_PCT is set. Every figure is printed. Bad input: an unknown format, --skip of nothing, AWQ without
 # --calib exit 2 or 1 with a message; a quantized folder with a corrupted scale shape, or an E4M3 NaN
 # code in an FP8 weight, fails to load with a message. FP8 and MXFP8 load onto the FP8 kernels, and
@@ -32,9 +32,10 @@ q nvfp4 --format nvfp4
 q w4-g32 --format w4-g32
 q rtn-zp-g32 --format w4-g32 --zero-point
 q awq-g32 --format awq-w4-g32 --calib "$T/calib.txt"
+q awq-lin-g32 --format awq-w4-g32 --calib "$T/calib.txt" --awq-loss linear
 q skip --format int8 --skip down_proj,model.layers.0.self_attn.q_proj
 : > "$T/table.txt"
-for f in int8 fp8 fp8-block mxfp8 mxfp4 nvfp4 w4-g32 rtn-zp-g32 awq-g32 skip; do
+for f in int8 fp8 fp8-block mxfp8 mxfp4 nvfp4 w4-g32 rtn-zp-g32 awq-g32 awq-lin-g32 skip; do
     echo "$f $(ppl "$T/$f")" >> "$T/table.txt"
 done
 python3 - "$ref" "$T/table.txt" "${KILN_AWQ_GATE_PCT:-}" <<'PY'
@@ -55,6 +56,7 @@ print(f"  issue gate AWQ-W4 g32 < 5%: {'met' if pct['awq-g32'] < 5 else 'NOT MET
 if sys.argv[3]:
     gate(pct["awq-g32"] < float(sys.argv[3]), f"AWQ-W4 g32 < {sys.argv[3]}%")
 gate(ppl["awq-g32"] < ppl["rtn-zp-g32"], "AWQ-W4 g32 below RTN (zero points) g32")
+gate(ppl["awq-lin-g32"] < ppl["rtn-zp-g32"], "AWQ-W4 g32 (per-Linear loss) below RTN (zero points) g32")
 gate(ppl["nvfp4"] < ppl["mxfp4"], "NVFP4 below MXFP4")
 gate(abs(pct["skip"]) <= abs(pct["int8"]) + 0.5, "skipping layers keeps INT8's accuracy")
 for k, v in pct.items():
@@ -89,6 +91,8 @@ expect_fail() {
 expect_fail 2 "$KILN_BIN" quantize "$M" "$T/x" --format int4
 expect_fail 2 "$KILN_BIN" quantize "$M" "$T/x" --format awq-w4-g32
 expect_fail 2 "$KILN_BIN" quantize "$M" "$T/x" --format fp8 --zero-point
+expect_fail 2 "$KILN_BIN" quantize "$M" "$T/x" --format awq-w4-g32 --calib "$T/calib.txt" --awq-loss mse
+expect_fail 2 "$KILN_BIN" quantize "$M" "$T/x" --format int8 --awq-loss linear
 expect_fail 1 "$KILN_BIN" quantize "$M" "$T/x" --format int8 --skip no_such_proj
 # A scale tensor with the wrong shape in the header: the loader says which one.
 python3 - "$T/int8/model.safetensors" <<'PY'

@@ -2,11 +2,11 @@
 // activation outliers, never does worse than RTN, reports errors that a direct double-precision
 // recomputation from the returned scales reproduces, searches several weights sharing one input
 // jointly, gives the same bits with and without a thread pool, and rejects bad arguments with a
-// Status. Duo scaling follows its formula computed directly here. The clipping search
-// (quant/awq_clip.h) never increases its searched error, cuts it on heavy-tailed weights, reports what
-// a direct recomputation from the clamped weights gives, and rejects bad arguments. DISABLED_SmolLM2SizedTiming prints
-// the time of SmolLM2-135M-sized calls (no assertion on time; run it with --gtest_also_run_disabled_tests in a release
-// build).
+// Status; awq_search_loss tries RTN first, then the grid, and keeps the first best. Duo scaling follows its formula
+// computed directly here. The clipping search (quant/awq_clip.h) never increases its searched error, cuts it on
+// heavy-tailed weights, reports what a direct recomputation from the clamped weights gives, and rejects bad arguments.
+// DISABLED_SmolLM2SizedTiming prints the time of SmolLM2-135M-sized calls (no assertion on time; run it with
+// --gtest_also_run_disabled_tests in a release build).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -365,6 +365,43 @@ double direct_clip_error(const std::vector<float>& w, int64_t rows, int64_t in, 
         }
     }
     return sum / (double(m) * double(rows));
+}
+
+// awq_search_loss with a caller's loss: plain RTN (s = 1) is evaluated first, then one candidate per
+// alpha = a / grid (a = 1 .. grid - 1, activation-only) exactly as awq_scales gives them; the first
+// smallest loss wins; a non-finite RTN loss or mismatched statistics are kInvalidArgument.
+TEST(QuantAwq, SearchWithCallerLossFollowsTheGrid) {
+    const std::vector<float> x_mean = {0.5f, 2.0f, 8.0f, 1.0f};
+    AwqOptions o;
+    o.grid = 10;
+    std::vector<std::vector<float>> seen;
+    // Lowest at alpha 0.3 and 0.4 (a tie: 0.3 must win); RTN costs 1.
+    auto loss = [&](std::span<const float> s) {
+        seen.emplace_back(s.begin(), s.end());
+        const size_t a = seen.size() - 1;  // candidate index = a (0 = RTN)
+        return a == 3 || a == 4 ? 0.25 : 1.0;
+    };
+    auto r = awq_search_loss(x_mean, {}, o, loss);
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    ASSERT_EQ(seen.size(), 10u);
+    EXPECT_EQ(seen[0], std::vector<float>(4, 1.0f));
+    for (int a = 1; a < 10; ++a) EXPECT_EQ(seen[size_t(a)], awq_scales(x_mean, {}, a / 10.0, false)) << a;
+    EXPECT_TRUE(r->scaled);
+    EXPECT_FLOAT_EQ(r->best_alpha, 0.3f);
+    EXPECT_EQ(r->scales, seen[3]);
+    EXPECT_EQ(r->rtn_error, 1.0);
+    EXPECT_EQ(r->awq_error, 0.25);
+    // Nothing beats RTN: s = 1, not scaled.
+    auto flat = awq_search_loss(x_mean, {}, o, [](std::span<const float>) { return 2.0; });
+    ASSERT_TRUE(flat.is_ok());
+    EXPECT_FALSE(flat->scaled);
+    EXPECT_EQ(flat->scales, std::vector<float>(4, 1.0f));
+    auto bad = [](const core::Result<AwqResult>& x) {
+        return !x.is_ok() && x.status().code() == core::StatusCode::kInvalidArgument;
+    };
+    EXPECT_TRUE(bad(awq_search_loss(x_mean, {}, o, [](std::span<const float>) { return std::nan(""); })));
+    o.duo_scaling = true;
+    EXPECT_TRUE(bad(awq_search_loss(x_mean, std::vector<float>(3, 1.0f), o, loss)));
 }
 
 TEST(QuantAwqClip, NeverIncreasesSearchedErrorAndMatchesDirect) {
