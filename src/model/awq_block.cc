@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "kernels/ref/transformer.h"
+#include "model/llama.h"
 
 namespace kiln::model {
 namespace {
@@ -439,22 +440,7 @@ core::Result<std::vector<float>> awq_attn_output(const AwqAttnBlock& block, std:
 }
 
 core::Result<std::vector<double>> awq_rope_inv_freq(const ModelConfig& c) {
-    kernels::ref::RopeParams p;
-    p.theta = c.rope_theta;
-    const auto& rs = c.rope_scaling;
-    if (!rs.type.empty()) {
-        p.factor = rs.factor;
-        if (rs.type == "linear") {
-            p.scaling = kernels::ref::RopeScalingKind::kLinear;
-        } else if (rs.type == "llama3") {
-            p.scaling = kernels::ref::RopeScalingKind::kLlama3;
-            p.low_freq_factor = rs.low_freq_factor;
-            p.high_freq_factor = rs.high_freq_factor;
-            p.original_max_position_embeddings = rs.original_max_position_embeddings;
-        } else {
-            return core::error(StatusCode::kUnsupported) << "awq: RoPE scaling '" << rs.type << "' is not supported";
-        }
-    }
+    KILN_ASSIGN_OR_RETURN(kernels::ref::RopeParams p, rope_params(c, "awq"));
     return kernels::ref::rope_inv_freqs(c.head_dim, p);
 }
 

@@ -46,6 +46,9 @@ core::Result<std::vector<float>> vec(const Checkpoint& ck, const std::string& na
     return out;
 }
 
+
+}  // namespace
+
 core::Result<kernels::ref::RopeParams> rope_params(const ModelConfig& c, const std::string& path) {
     kernels::ref::RopeParams p;
     p.theta = c.rope_theta;
@@ -65,8 +68,6 @@ core::Result<kernels::ref::RopeParams> rope_params(const ModelConfig& c, const s
     }
     return p;
 }
-
-}  // namespace
 
 KvCache::KvCache(const ModelConfig& config, int64_t max_len)
     : num_layers_(config.num_layers),

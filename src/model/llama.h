@@ -67,6 +67,10 @@ enum class LinearInput { kQkv, kAttnOut, kGateUp, kDown };
 using LinearInputHook =
     std::function<void(int64_t layer, LinearInput which, std::span<const float> x, int64_t rows, int64_t cols)>;
 
+// The RoPE parameters of `config` (theta, and linear or llama3 scaling); kUnsupported for other
+// scaling types (`path` names the model in the message).
+core::Result<kernels::ref::RopeParams> rope_params(const ModelConfig& config, const std::string& path);
+
 class LlamaModel {
 public:
     // The architectures this class runs.
