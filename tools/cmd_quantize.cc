@@ -2,6 +2,7 @@
 // model/quantize.h, with a progress bar on stderr and the elapsed time.
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -16,7 +17,8 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: kiln quantize IN OUT --format F [--calib FILE] [--calib-tokens N] [--skip NAMES]\n"
-    "                     [--zero-point | --no-zero-point] [--awq-loss L] [--tokenizer FILE] [-t N] [--quiet]\n"
+    "                     [--zero-point | --no-zero-point] [--awq-loss L] [--smoothquant ALPHA]\n"
+    "                     [--tokenizer FILE] [-t N] [--quiet]\n"
     "\n"
     "Quantizes the q/k/v/o and gate/up/down projections of IN (any model kiln loads; quantized GGUF\n"
     "weights are dequantized first) and writes OUT, a folder in the compressed-tensors layout\n"
@@ -29,7 +31,7 @@ constexpr const char* kUsage =
     "                    fp8        FP8 E4M3 per output channel      fp8-block  FP8 with 128x128 block scales\n"
     "                    mxfp8      OCP MXFP8 (E4M3, 32-blocks)      mxfp4      OCP MXFP4 (E2M1, 32-blocks)\n"
     "                    nvfp4      NVFP4 (E2M1, 16-blocks with E4M3 scales, fp32 tensor scale)\n"
-    "  --calib FILE      calibration text (AWQ)\n"
+    "  --calib FILE      calibration text (AWQ, SmoothQuant)\n"
     "  --calib-tokens N  calibration tokens read from FILE (default 8192)\n"
     "  --skip NAMES      comma-separated projections kept in f32: full HF module names\n"
     "                    (model.layers.0.mlp.down_proj) or their ends (down_proj = every down_proj)\n"
@@ -38,6 +40,8 @@ constexpr const char* kUsage =
     "  --awq-loss L      what the AWQ scale search minimizes: attn (default: q/k/v by the attention\n"
     "                    block's output, the other groups by their own outputs), linear (every group by\n"
     "                    its own outputs), attn-mlp (attn, and gate/up by the MLP's output)\n"
+    "  --smoothquant A   int8 only (needs --calib): SmoothQuant with migration strength A in [0, 1]\n"
+    "                    (0.5 in the paper), folded into the attention and FFN norms\n"
     "  --tokenizer FILE  tokenizer for --calib and for llama2.c inputs (default: the model's own or the\n"
     "                    tok512.bin / tokenizer.bin beside it)\n"
     "  -t, --threads N   worker threads (default: the physical cores)\n"
@@ -77,7 +81,7 @@ private:
 
 int cmd_quantize(int argc, char** argv) {
     Args args({"--help", "-h", "--quiet", "--zero-point", "--no-zero-point"},
-              {"--format", "--calib", "--calib-tokens", "--skip", "--tokenizer", "-t", "--threads", "--awq-loss"});
+              {"--format", "--calib", "--calib-tokens", "--skip", "--tokenizer", "-t", "--threads", "--awq-loss", "--smoothquant"});
     if (!args.parse(argc, argv, 2)) {
         std::fprintf(stderr, "kiln quantize: %s\n%s", args.error().c_str(), kUsage);
         return 2;
@@ -128,6 +132,23 @@ int cmd_quantize(int argc, char** argv) {
         o.awq_attn_loss = *loss != "linear";
         o.awq_mlp_loss = *loss == "attn-mlp";
     }
+    if (auto a = args.get("--smoothquant")) {
+        char* end = nullptr;
+        const double alpha = std::strtod(a->c_str(), &end);
+        if (a->empty() || *end != '\0' || !(alpha >= 0.0 && alpha <= 1.0)) {
+            std::fprintf(stderr, "kiln quantize: --smoothquant needs a number in [0, 1], got '%s'\n", a->c_str());
+            return 2;
+        }
+        if (o.scheme.format != model::QuantFormat::kInt8) {
+            std::fprintf(stderr, "kiln quantize: --smoothquant applies to --format int8 only\n");
+            return 2;
+        }
+        if (!args.get("--calib")) {
+            std::fprintf(stderr, "kiln quantize: --smoothquant needs --calib FILE (calibration text)\n");
+            return 2;
+        }
+        o.smoothquant_alpha = alpha;
+    }
     if (o.awq && !args.get("--calib")) {
         std::fprintf(stderr, "kiln quantize: %s needs --calib FILE (calibration text)\n",
                      args.get("--format")->c_str());
@@ -157,7 +178,7 @@ int cmd_quantize(int argc, char** argv) {
     };
     auto ck = model::load_checkpoint(in);
     if (!ck.is_ok()) return fail(ck.status());
-    if (o.awq) {
+    if (o.awq || o.smoothquant_alpha >= 0) {
         auto tok = model::find_tokenizer(*ck, o.tokenizer_path);
         if (!tok.is_ok()) return fail(tok.status());
         std::ifstream f(*args.get("--calib"), std::ios::binary);

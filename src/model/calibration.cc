@@ -3,6 +3,7 @@
 #include "model/calibration.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "model/llama.h"
 
@@ -36,6 +37,10 @@ core::Result<std::vector<LayerActivations>> collect_activations(const Checkpoint
             LayerActivations& a = acts[size_t(layer)];
             const size_t k = size_t(which);
             a.cols[k] = cols;
+            std::vector<float>& m = a.abs_max[k];
+            if (m.empty()) m.assign(size_t(cols), 0.0f);
+            for (int64_t r = 0; r < rows; ++r)
+                for (int64_t j = 0; j < cols; ++j) m[size_t(j)] = std::max(m[size_t(j)], std::fabs(x[size_t(r * cols + j)]));
             // Rows whose global index is a multiple of the stride.
             for (int64_t r = (stride - chunk_start % stride) % stride; r < rows; r += stride) {
                 a.x[k].insert(a.x[k].end(), x.begin() + r * cols, x.begin() + (r + 1) * cols);

@@ -29,6 +29,8 @@ struct CalibrationOptions {
 struct LayerActivations {
     std::array<std::vector<float>, 4> x;
     std::array<int64_t, 4> rows{}, cols{};
+    // Per input: max |x[:, j]| over every calibration token (not only the samples), for SmoothQuant.
+    std::array<std::vector<float>, 4> abs_max;
     // The kQkv input of whole sequences: [sum(seq_lens), cols[kQkv]], sequence after sequence, row
     // p of a sequence at position p.
     std::vector<float> qkv_seq;

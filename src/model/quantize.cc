@@ -11,6 +11,7 @@
 #include "model/weight_names.h"
 #include "quant/awq.h"
 #include "quant/awq_clip.h"
+#include "quant/smoothquant.h"
 
 namespace kiln::model {
 namespace {
@@ -71,6 +72,30 @@ struct Group {
     std::string norm;                  // fold into this norm weight, or
     std::string prev;                  // into the rows (and bias) of this projection
 };
+
+// Folds per-input-channel scales s [in] into a group (quant/awq.h "Folding contract"): every member's
+// column j times s_j (skipped members too: exact in f32), the producer of the input divided by s_j
+// (the norm's weight, or the previous projection's rows and bias).
+core::Status fold_scales(Mutable& mut, const Group& g, const std::vector<float>& s, int64_t in) {
+    for (const std::string& m : g.members) {
+        KILN_ASSIGN_OR_RETURN(std::span<float> w, mut.get(m));
+        for (size_t i = 0; i < w.size(); ++i) w[i] *= s[i % size_t(in)];
+    }
+    if (!g.norm.empty()) {
+        KILN_ASSIGN_OR_RETURN(std::span<float> nw, mut.get(g.norm));
+        for (int64_t j = 0; j < in; ++j) nw[size_t(j)] /= s[size_t(j)];
+        return core::Status::ok();
+    }
+    KILN_ASSIGN_OR_RETURN(std::span<float> pw, mut.get(g.prev + ".weight"));
+    const int64_t cols = int64_t(pw.size()) / in;
+    for (int64_t j = 0; j < in; ++j)
+        for (int64_t i = 0; i < cols; ++i) pw[size_t(j * cols + i)] /= s[size_t(j)];
+    if (mut.has(g.prev + ".bias")) {
+        KILN_ASSIGN_OR_RETURN(std::span<float> b, mut.get(g.prev + ".bias"));
+        for (int64_t j = 0; j < in; ++j) b[size_t(j)] /= s[size_t(j)];
+    }
+    return core::Status::ok();
+}
 
 // AWQ clipping (quant/awq_clip.h) for one layer, after all its scales are folded: on the final f32
 // weights and on the inputs they now see (x / s), every quantized member except q and k (AutoAWQ
@@ -221,26 +246,48 @@ core::Status run_awq(Checkpoint& ck, const QuantizeOptions& o, core::ThreadPool*
                 o.progress("awq", l * per_layer + int64_t(&g - groups.data()) + 1, c.num_layers * per_layer);
             if (!r.scaled) continue;  // s = 1: nothing to fold
             group_scales[size_t(&g - groups.data())] = r.scales;
-            const std::vector<float>& s = r.scales;
-            for (const std::string& m : g.members) {  // every reader of x, skipped ones too (exact in f32)
-                KILN_ASSIGN_OR_RETURN(std::span<float> w, mut.get(m));
-                for (size_t i = 0; i < w.size(); ++i) w[i] *= s[i % size_t(in)];
-            }
-            if (!g.norm.empty()) {
-                KILN_ASSIGN_OR_RETURN(std::span<float> nw, mut.get(g.norm));
-                for (int64_t j = 0; j < in; ++j) nw[size_t(j)] /= s[size_t(j)];
-            } else {
-                KILN_ASSIGN_OR_RETURN(std::span<float> pw, mut.get(g.prev + ".weight"));
-                const int64_t cols = int64_t(pw.size()) / in;
-                for (int64_t j = 0; j < in; ++j)
-                    for (int64_t i = 0; i < cols; ++i) pw[size_t(j * cols + i)] /= s[size_t(j)];
-                if (mut.has(g.prev + ".bias")) {
-                    KILN_ASSIGN_OR_RETURN(std::span<float> b, mut.get(g.prev + ".bias"));
-                    for (int64_t j = 0; j < in; ++j) b[size_t(j)] /= s[size_t(j)];
-                }
-            }
+            KILN_RETURN_IF_ERROR(fold_scales(mut, g, r.scales, in));
         }
         if (o.awq_clip) KILN_RETURN_IF_ERROR(clip_layer(mut, acts[size_t(l)], groups, group_scales, o, pool, report));
+    }
+    return core::Status::ok();
+}
+
+// SmoothQuant for INT8: q/k/v and gate/up scales from the per-channel activation maxima over all
+// calibration tokens and the weights' column maxima (quant/smoothquant.h), folded into the norms.
+core::Status run_smoothquant(Checkpoint& ck, const QuantizeOptions& o, core::ThreadPool* pool) {
+    const ModelConfig& c = ck.config;
+    if (o.calib_tokens.empty()) return core::error(StatusCode::kInvalidArgument) << "SmoothQuant needs calibration text";
+    auto progress = [&](int64_t d, int64_t t) {
+        if (o.progress) o.progress("calibrate", d, t);
+    };
+    KILN_ASSIGN_OR_RETURN(std::vector<LayerActivations> acts,
+                          collect_activations(ck, o.calib_tokens, pool, o.calibration, progress));
+    Mutable mut(ck);
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+        auto n = [&](const char* what) { return "blk." + std::to_string(l) + "." + what; };
+        const Group groups[] = {
+            {"qkv",
+             LinearInput::kQkv,
+             {n("attn_q.weight"), n("attn_k.weight"), n("attn_v.weight")},
+             n("attn_norm.weight"),
+             ""},
+            {"gate_up", LinearInput::kGateUp, {n("ffn_gate.weight"), n("ffn_up.weight")}, n("ffn_norm.weight"), ""}};
+        for (const Group& g : groups) {
+            const LayerActivations& a = acts[size_t(l)];
+            const size_t k = size_t(g.input);
+            const int64_t in = a.cols[k];
+            std::vector<std::span<const float>> weights;
+            for (const std::string& m : g.members) {
+                if (member_skipped(m, o)) continue;
+                KILN_ASSIGN_OR_RETURN(std::span<float> w, mut.get(m));
+                weights.push_back(w);
+            }
+            if (weights.empty() || a.abs_max[k].empty()) continue;
+            KILN_ASSIGN_OR_RETURN(std::vector<float> s,
+                                  quant::smoothquant_scales(a.abs_max[k], weights, in, o.smoothquant_alpha));
+            KILN_RETURN_IF_ERROR(fold_scales(mut, g, s, in));
+        }
     }
     return core::Status::ok();
 }
@@ -272,10 +319,13 @@ core::Result<QuantizeReport> quantize_checkpoint(const Checkpoint& source, const
                                                  const QuantizeOptions& o, core::ThreadPool* pool) {
     if (o.awq && o.scheme.format != QuantFormat::kW4)
         return core::error(StatusCode::kInvalidArgument) << "AWQ applies to the INT4 formats (awq-w4-gN) only";
+    if (o.smoothquant_alpha >= 0 && o.scheme.format != QuantFormat::kInt8)
+        return core::error(StatusCode::kInvalidArgument) << "SmoothQuant applies to int8 only";
     KILN_ASSIGN_OR_RETURN(Checkpoint ck, to_f32_checkpoint(source));
     if (ck.format == "llama2c") KILN_RETURN_IF_ERROR(embed_llama2c_tokenizer(ck, o.tokenizer_path));
     QuantizeReport report;
     if (o.awq) KILN_RETURN_IF_ERROR(run_awq(ck, o, pool, &report));
+    if (o.smoothquant_alpha >= 0) KILN_RETURN_IF_ERROR(run_smoothquant(ck, o, pool));
 
     std::vector<std::string> ignore = {"lm_head"};
     int64_t total = 0;

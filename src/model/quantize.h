@@ -12,6 +12,9 @@
 // block-output error (model/awq_block.h): the whole MLP's output for gate/up (awq_mlp_loss), the
 // whole attention block's output for q/k/v (awq_attn_loss, on whole calibration sequences). By
 // default q/k/v use the block loss and gate/up, o and down their own outputs (docs/quantization.md).
+// With smoothquant_alpha >= 0 (INT8 only), SmoothQuant scales (quant/smoothquant.h) from the
+// calibration activations' per-channel maxima are folded the same way into q/k/v (attention norm)
+// and gate/up (FFN norm), as the reference implementation does for Llama-like models.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +38,7 @@ struct QuantizeOptions {
     bool awq_attn_loss = true;          // q/k/v scales by the attention block's output error (awq_block.h)
     bool awq_mlp_loss = false;          // gate/up scales by the MLP's output error (measured worse at g32)
     int64_t awq_attn_tokens = 2048;     // calibration rows of whole sequences for awq_attn_loss
+    double smoothquant_alpha = -1;      // kInt8 only, needs calib_tokens: SmoothQuant with this alpha (< 0: off)
     std::vector<int32_t> calib_tokens;  // calibration text, tokenized
     CalibrationOptions calibration;
     std::vector<std::string> skip;  // HF module names kept in f32 (e.g. model.layers.0.mlp.down_proj)

@@ -24,6 +24,7 @@ q() { local name=$1; shift; "$KILN_BIN" quantize "$M" "$T/$name" -t 2 --quiet "$
 ref=$(ppl "$M")
 echo "reference (f32) ppl $ref"
 q int8 --format int8
+q int8-sq --format int8 --calib "$T/calib.txt" --smoothquant 0.5
 q fp8 --format fp8
 q fp8-block --format fp8-block
 q mxfp8 --format mxfp8
@@ -35,7 +36,7 @@ q awq-g32 --format awq-w4-g32 --calib "$T/calib.txt"
 q awq-lin-g32 --format awq-w4-g32 --calib "$T/calib.txt" --awq-loss linear
 q skip --format int8 --skip down_proj,model.layers.0.self_attn.q_proj
 : > "$T/table.txt"
-for f in int8 fp8 fp8-block mxfp8 mxfp4 nvfp4 w4-g32 rtn-zp-g32 awq-g32 awq-lin-g32 skip; do
+for f in int8 int8-sq fp8 fp8-block mxfp8 mxfp4 nvfp4 w4-g32 rtn-zp-g32 awq-g32 awq-lin-g32 skip; do
     echo "$f $(ppl "$T/$f")" >> "$T/table.txt"
 done
 python3 - "$ref" "$T/table.txt" "${KILN_AWQ_GATE_PCT:-}" <<'PY'
@@ -50,6 +51,7 @@ def gate(cond, what):
     if not cond:
         fails.append(what)
 gate(pct["int8"] < 1, "INT8 < 1%")
+gate(pct["int8-sq"] < 1, "INT8 with SmoothQuant 0.5 < 1%")
 gate(pct["fp8"] < 2, "FP8 < 2%")
 gate(pct["mxfp8"] < 2, "MXFP8 < 2%")
 print(f"  issue gate AWQ-W4 g32 < 5%: {'met' if pct['awq-g32'] < 5 else 'NOT MET'} ({pct['awq-g32']:+.2f}%)")
@@ -71,10 +73,15 @@ grep -q '"model.layers.0.self_attn.q_proj"' "$T/skip/config.json"
 grep -q "kept f32" "$T/skip.log"
 # FP8 weights run on the FP8 kernels (kiln's e4m3_b32 / mxfp8 blocks; 64-wide rows), and the same
 # model dequantized to a GGUF file (F32 kernels) scores the same.
-"$KILN_BIN" inspect "$T/fp8" | grep -Eq "blk.0.attn_q.weight +e4m3_b32" || { echo "FAIL: fp8 not on e4m3_b32"; exit 1; }
-"$KILN_BIN" inspect "$T/mxfp8" | grep -Eq "blk.0.attn_q.weight +mxfp8" || { echo "FAIL: mxfp8 not on mxfp8"; exit 1; }
+# (inspect's output goes to a file first: grep -q exiting early would SIGPIPE inspect under pipefail)
+runs_as() {
+    "$KILN_BIN" inspect "$1" > "$T/inspect.txt"
+    grep -Eq "blk.0.attn_q.weight +$2 " "$T/inspect.txt" || { echo "FAIL: $1 does not run as $2"; exit 1; }
+}
+runs_as "$T/fp8" e4m3_b32
+runs_as "$T/mxfp8" mxfp8
 "$KILN_BIN" convert "$T/fp8" "$T/fp8.gguf" --to gguf --quiet
-"$KILN_BIN" inspect "$T/fp8.gguf" | grep -Eq "blk.0.attn_q.weight +f32" || { echo "FAIL: fp8 -> gguf not f32"; exit 1; }
+runs_as "$T/fp8.gguf" f32
 python3 -c 'import sys; a, b = map(float, sys.argv[1:]); assert abs(a / b - 1) < 1e-3, (a, b)' \
     "$(ppl "$T/fp8")" "$(ppl "$T/fp8.gguf")"
 
@@ -93,6 +100,9 @@ expect_fail 2 "$KILN_BIN" quantize "$M" "$T/x" --format awq-w4-g32
 expect_fail 2 "$KILN_BIN" quantize "$M" "$T/x" --format fp8 --zero-point
 expect_fail 2 "$KILN_BIN" quantize "$M" "$T/x" --format awq-w4-g32 --calib "$T/calib.txt" --awq-loss mse
 expect_fail 2 "$KILN_BIN" quantize "$M" "$T/x" --format int8 --awq-loss linear
+expect_fail 2 "$KILN_BIN" quantize "$M" "$T/x" --format int8 --smoothquant 0.5
+expect_fail 2 "$KILN_BIN" quantize "$M" "$T/x" --format int8 --calib "$T/calib.txt" --smoothquant 1.5
+expect_fail 2 "$KILN_BIN" quantize "$M" "$T/x" --format fp8 --calib "$T/calib.txt" --smoothquant 0.5
 expect_fail 1 "$KILN_BIN" quantize "$M" "$T/x" --format int8 --skip no_such_proj
 # A scale tensor with the wrong shape in the header: the loader says which one.
 python3 - "$T/int8/model.safetensors" <<'PY'
