@@ -59,7 +59,9 @@ TEST(Safetensors, RoundTripKeepsEveryTensorAndMetadata) {
         EXPECT_EQ(t->dtype, o.dtype) << o.name;
         EXPECT_EQ(t->shape, o.shape) << o.name;
         ASSERT_EQ(t->num_bytes, o.bytes.size()) << o.name;
-        if (!o.bytes.empty()) EXPECT_EQ(0, std::memcmp(f->tensor_data(*t), o.bytes.data(), o.bytes.size())) << o.name;
+        if (!o.bytes.empty()) {
+            EXPECT_EQ(0, std::memcmp(f->tensor_data(*t), o.bytes.data(), o.bytes.size())) << o.name;
+        }
     }
     EXPECT_EQ(f->find_tensor("missing"), nullptr);
 
@@ -150,7 +152,9 @@ TEST(SafetensorsSet, ShardedIndexFindsEveryTensorOnce) {
         const SafetensorsTensorInfo* t = set->find_tensor(o.name);
         ASSERT_NE(t, nullptr) << o.name;
         EXPECT_EQ(t->shape, o.shape);
-        if (!o.bytes.empty()) EXPECT_EQ(0, std::memcmp(set->find_data(o.name), o.bytes.data(), o.bytes.size())) << o.name;
+        if (!o.bytes.empty()) {
+            EXPECT_EQ(0, std::memcmp(set->find_data(o.name), o.bytes.data(), o.bytes.size())) << o.name;
+        }
     }
     EXPECT_EQ(set->metadata().at("format"), "pt");
 }
