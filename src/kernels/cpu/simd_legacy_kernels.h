@@ -390,18 +390,24 @@ struct Legacy {
         return valid;
     }
 
-    // MatmulKernel::gemm. Same loop structure as avx2_gemm (decode: row groups with prefetch; prefill:
-    // activation chunks of ~256 KiB, up to kMaxTokens activation rows per weight-block decode).
-    static void gemm(const void* w, size_t wrb, const void* act, size_t arb, int64_t n, int64_t k, float* y,
-                     int64_t ldy, int64_t r0, int64_t r1) {
-        const uint8_t* wb = static_cast<const uint8_t*>(w);
-        const uint8_t* ab = static_cast<const uint8_t*>(act);
-        const uint8_t* rows[kRows];
-        const RowSrc<Fmt> src{rows};
+    // One 8-row group for run(): where tile8 reads it, its valid lanes, the next group (decode prefetch).
+    template <class Src>
+    struct Group {
+        Src src;
+        int valid;
+        const uint8_t* next;
+    };
+
+    // The loop of gemm and gemm_packed (the same structure as avx2_gemm): decode = 8-row groups with
+    // a prefetch of the next; prefill = activation chunks of ~256 KiB, up to kMaxTokens activation
+    // rows per weight-block decode. at(r) gives the Group of rows [r, r + 8).
+    template <class At>
+    static void run(At at, const uint8_t* ab, size_t arb, int64_t n, int64_t k, float* y, int64_t ldy, int64_t r0,
+                    int64_t r1) {
         if (n == 1) {
             for (int64_t r = r0; r < r1; r += kRows) {
-                const int valid = group_rows(wb, wrb, r, r1, rows);
-                tile8<1>(src, ab, arb, k, y + r, ldy, valid, wb + (r + kRows) * int64_t(wrb));
+                const auto g = at(r);
+                tile8<1>(g.src, ab, arb, k, y + r, ldy, g.valid, g.next);
             }
             return;
         }
@@ -410,13 +416,25 @@ struct Legacy {
         for (int64_t t0 = 0; t0 < n; t0 += chunk) {
             const int64_t t1 = t0 + chunk < n ? t0 + chunk : n;
             for (int64_t r = r0; r < r1; r += kRows) {
-                const int valid = group_rows(wb, wrb, r, r1, rows);
+                const auto g = at(r);
                 for (int64_t t = t0; t < t1; t += kMaxTokens) {
                     const int num_t = int(t1 - t < kMaxTokens ? t1 - t : kMaxTokens);
-                    tile8_t(num_t, src, ab + t * int64_t(arb), arb, k, y + t * ldy + r, ldy, valid);
+                    tile8_t(num_t, g.src, ab + t * int64_t(arb), arb, k, y + t * ldy + r, ldy, g.valid);
                 }
             }
         }
+    }
+
+    // MatmulKernel::gemm over the ggml row layout.
+    static void gemm(const void* w, size_t wrb, const void* act, size_t arb, int64_t n, int64_t k, float* y,
+                     int64_t ldy, int64_t r0, int64_t r1) {
+        const uint8_t* wb = static_cast<const uint8_t*>(w);
+        const uint8_t* rows[kRows];
+        auto at = [&](int64_t r) {
+            const int valid = group_rows(wb, wrb, r, r1, rows);
+            return Group<RowSrc<Fmt>>{RowSrc<Fmt>{rows}, valid, wb + (r + kRows) * int64_t(wrb)};
+        };
+        run(at, static_cast<const uint8_t*>(act), arb, n, k, y, ldy, r0, r1);
     }
 
     // PackedMatmulKernel (matmul.h): the packed layout, groups of 8 rows in row order.
@@ -444,29 +462,12 @@ struct Legacy {
     static void gemm_packed(const void* wp, const void* act, size_t arb, int64_t n, int64_t k, float* y, int64_t ldy,
                             int64_t r0, int64_t r1) {
         const uint8_t* base = static_cast<const uint8_t*>(wp);
-        const uint8_t* ab = static_cast<const uint8_t*>(act);
         const int64_t group_bytes = (k / blk::kQK) * PackedSrc<Fmt>::kGroupBytes;
-        if (n == 1) {
-            for (int64_t r = r0; r < r1; r += kRows) {
-                const PackedSrc<Fmt> src{base + (r / kRows) * group_bytes};
-                const int valid = int(r1 - r < kRows ? r1 - r : kRows);
-                tile8<1>(src, ab, arb, k, y + r, ldy, valid, src.group + group_bytes);
-            }
-            return;
-        }
-        int64_t chunk = int64_t((256 << 10) / (arb > 0 ? arb : 1)) & ~int64_t(kMaxTokens - 1);
-        if (chunk < kMaxTokens) chunk = kMaxTokens;
-        for (int64_t t0 = 0; t0 < n; t0 += chunk) {
-            const int64_t t1 = t0 + chunk < n ? t0 + chunk : n;
-            for (int64_t r = r0; r < r1; r += kRows) {
-                const PackedSrc<Fmt> src{base + (r / kRows) * group_bytes};
-                const int valid = int(r1 - r < kRows ? r1 - r : kRows);
-                for (int64_t t = t0; t < t1; t += kMaxTokens) {
-                    const int num_t = int(t1 - t < kMaxTokens ? t1 - t : kMaxTokens);
-                    tile8_t(num_t, src, ab + t * int64_t(arb), arb, k, y + t * ldy + r, ldy, valid);
-                }
-            }
-        }
+        auto at = [&](int64_t r) {
+            const uint8_t* g = base + (r / kRows) * group_bytes;
+            return Group<PackedSrc<Fmt>>{PackedSrc<Fmt>{g}, int(r1 - r < kRows ? r1 - r : kRows), g + group_bytes};
+        };
+        run(at, static_cast<const uint8_t*>(act), arb, n, k, y, ldy, r0, r1);
     }
 };
 
