@@ -168,57 +168,16 @@ struct Fp4 {
         }
     }
 
-    static void tile8_t(int num_t, const uint8_t* const* rows, const uint8_t* act, size_t arb, int64_t k, float* y,
-                        int64_t ldy, int valid) {
-        switch (num_t) {
-            case 4:
-                tile8<4>(rows, act, arb, k, y, ldy, valid, nullptr);
-                break;
-            case 3:
-                tile8<3>(rows, act, arb, k, y, ldy, valid, nullptr);
-                break;
-            case 2:
-                tile8<2>(rows, act, arb, k, y, ldy, valid, nullptr);
-                break;
-            default:
-                tile8<1>(rows, act, arb, k, y, ldy, valid, nullptr);
-                break;
-        }
-    }
-
-    // Row pointers of the group at row r (rows past r1 repeat row r1 - 1); returns the valid lanes.
-    static int group_rows(const uint8_t* w, size_t wrb, int64_t r, int64_t r1, const uint8_t** rows) {
-        const int valid = int(r1 - r < kRows ? r1 - r : kRows);
-        for (int i = 0; i < kRows; ++i) rows[i] = w + (r + (i < valid ? i : valid - 1)) * int64_t(wrb);
-        return valid;
-    }
-
-    // MatmulKernel::gemm; the loop structure of Legacy::gemm (decode: 8-row groups with prefetch of
-    // the next group; prefill: activation chunks of ~256 KiB, up to 4 tokens per weight decode).
+    // MatmulKernel::gemm: Legacy's group loop (run_groups in simd_legacy_kernels.h).
     static void gemm(const void* w, size_t wrb, const void* act, size_t arb, int64_t n, int64_t k, float* y,
                      int64_t ldy, int64_t r0, int64_t r1) {
         const uint8_t* wb = static_cast<const uint8_t*>(w);
-        const uint8_t* ab = static_cast<const uint8_t*>(act);
         const uint8_t* rows[kRows];
-        if (n == 1) {
-            for (int64_t r = r0; r < r1; r += kRows) {
-                const int valid = group_rows(wb, wrb, r, r1, rows);
-                tile8<1>(rows, ab, arb, k, y + r, ldy, valid, wb + (r + kRows) * int64_t(wrb));
-            }
-            return;
-        }
-        int64_t chunk = int64_t((256 << 10) / (arb > 0 ? arb : 1)) & ~int64_t(kMaxTokens - 1);
-        if (chunk < kMaxTokens) chunk = kMaxTokens;
-        for (int64_t t0 = 0; t0 < n; t0 += chunk) {
-            const int64_t t1 = t0 + chunk < n ? t0 + chunk : n;
-            for (int64_t r = r0; r < r1; r += kRows) {
-                const int valid = group_rows(wb, wrb, r, r1, rows);
-                for (int64_t t = t0; t < t1; t += kMaxTokens) {
-                    const int num_t = int(t1 - t < kMaxTokens ? t1 - t : kMaxTokens);
-                    tile8_t(num_t, rows, ab + t * int64_t(arb), arb, k, y + t * ldy + r, ldy, valid);
-                }
-            }
-        }
+        auto at = [&](int64_t r) {
+            const int valid = group_rows8(wb, wrb, r, r1, rows);
+            return RowGroup<const uint8_t* const*>{rows, valid, wb + (r + kRows) * int64_t(wrb)};
+        };
+        run_groups<Fp4>(at, static_cast<const uint8_t*>(act), arb, n, k, y, ldy, r0, r1);
     }
 };
 

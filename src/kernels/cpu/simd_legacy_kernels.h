@@ -302,6 +302,72 @@ inline __m256i block_dots8(const Pairs8& w, const uint8_t* xq) {
                                        _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
+// The 8-row-group loop shared by the lanes = rows tiles (Legacy here, Fp4 in simd_fp4_kernels.h).
+// F provides kRows = 8, kMaxTokens and template <int T, class Src> tile8(src, act, arb, k, y, ldy,
+// valid, next_group).
+
+// The 8 row pointers of the group starting at row r (rows past r1 repeat row r1 - 1); returns the
+// number of valid lanes.
+inline int group_rows8(const uint8_t* w, size_t wrb, int64_t r, int64_t r1, const uint8_t** rows) {
+    const int valid = int(r1 - r < 8 ? r1 - r : 8);
+    for (int i = 0; i < 8; ++i) rows[i] = w + (r + (i < valid ? i : valid - 1)) * int64_t(wrb);
+    return valid;
+}
+
+// One 8-row group for run_groups(): where the tile reads it, its valid lanes, the next group (decode
+// prefetch).
+template <class Src>
+struct RowGroup {
+    Src src;
+    int valid;
+    const uint8_t* next;
+};
+
+template <class F, class Src>
+void tile8_t(int num_t, const Src& src, const uint8_t* act, size_t arb, int64_t k, float* y, int64_t ldy, int valid) {
+    switch (num_t) {
+        case 4:
+            F::template tile8<4>(src, act, arb, k, y, ldy, valid, nullptr);
+            break;
+        case 3:
+            F::template tile8<3>(src, act, arb, k, y, ldy, valid, nullptr);
+            break;
+        case 2:
+            F::template tile8<2>(src, act, arb, k, y, ldy, valid, nullptr);
+            break;
+        default:
+            F::template tile8<1>(src, act, arb, k, y, ldy, valid, nullptr);
+            break;
+    }
+}
+
+// Decode = 8-row groups with a prefetch of the next; prefill = activation chunks of ~256 KiB, up to
+// F::kMaxTokens activation rows per weight-block decode. at(r) gives the RowGroup of rows [r, r + 8).
+template <class F, class At>
+void run_groups(At at, const uint8_t* ab, size_t arb, int64_t n, int64_t k, float* y, int64_t ldy, int64_t r0,
+                int64_t r1) {
+    constexpr int kMaxTokens = F::kMaxTokens;
+    if (n == 1) {
+        for (int64_t r = r0; r < r1; r += 8) {
+            const auto g = at(r);
+            F::template tile8<1>(g.src, ab, arb, k, y + r, ldy, g.valid, g.next);
+        }
+        return;
+    }
+    int64_t chunk = int64_t((256 << 10) / (arb > 0 ? arb : 1)) & ~int64_t(kMaxTokens - 1);
+    if (chunk < kMaxTokens) chunk = kMaxTokens;
+    for (int64_t t0 = 0; t0 < n; t0 += chunk) {
+        const int64_t t1 = t0 + chunk < n ? t0 + chunk : n;
+        for (int64_t r = r0; r < r1; r += 8) {
+            const auto g = at(r);
+            for (int64_t t = t0; t < t1; t += kMaxTokens) {
+                const int num_t = int(t1 - t < kMaxTokens ? t1 - t : kMaxTokens);
+                tile8_t<F>(num_t, g.src, ab + t * int64_t(arb), arb, k, y + t * ldy + r, ldy, g.valid);
+            }
+        }
+    }
+}
+
 // Legacy formats, lanes = rows: 8 weight rows share one fp32 accumulator vector per activation row
 // (lane i = weight row i), so the scaling, conversion and accumulation are done once per 8 rows.
 // Per block and activation row: the 8 integer block dots, reduced to one vector of 8 exact int32
@@ -363,78 +429,16 @@ struct Legacy {
         }
     }
 
-    template <class Src>
-    static void tile8_t(int num_t, const Src& src, const uint8_t* act, size_t arb, int64_t k, float* y, int64_t ldy,
-                        int valid) {
-        switch (num_t) {
-            case 4:
-                tile8<4>(src, act, arb, k, y, ldy, valid, nullptr);
-                break;
-            case 3:
-                tile8<3>(src, act, arb, k, y, ldy, valid, nullptr);
-                break;
-            case 2:
-                tile8<2>(src, act, arb, k, y, ldy, valid, nullptr);
-                break;
-            default:
-                tile8<1>(src, act, arb, k, y, ldy, valid, nullptr);
-                break;
-        }
-    }
-
-    // The 8 row pointers of the group starting at row r (rows past r1 repeat row r1 - 1); returns the
-    // number of valid lanes.
-    static int group_rows(const uint8_t* w, size_t wrb, int64_t r, int64_t r1, const uint8_t** rows) {
-        const int valid = int(r1 - r < kRows ? r1 - r : kRows);
-        for (int i = 0; i < kRows; ++i) rows[i] = w + (r + (i < valid ? i : valid - 1)) * int64_t(wrb);
-        return valid;
-    }
-
-    // One 8-row group for run(): where tile8 reads it, its valid lanes, the next group (decode prefetch).
-    template <class Src>
-    struct Group {
-        Src src;
-        int valid;
-        const uint8_t* next;
-    };
-
-    // The loop of gemm and gemm_packed (the same structure as avx2_gemm): decode = 8-row groups with
-    // a prefetch of the next; prefill = activation chunks of ~256 KiB, up to kMaxTokens activation
-    // rows per weight-block decode. at(r) gives the Group of rows [r, r + 8).
-    template <class At>
-    static void run(At at, const uint8_t* ab, size_t arb, int64_t n, int64_t k, float* y, int64_t ldy, int64_t r0,
-                    int64_t r1) {
-        if (n == 1) {
-            for (int64_t r = r0; r < r1; r += kRows) {
-                const auto g = at(r);
-                tile8<1>(g.src, ab, arb, k, y + r, ldy, g.valid, g.next);
-            }
-            return;
-        }
-        int64_t chunk = int64_t((256 << 10) / (arb > 0 ? arb : 1)) & ~int64_t(kMaxTokens - 1);
-        if (chunk < kMaxTokens) chunk = kMaxTokens;
-        for (int64_t t0 = 0; t0 < n; t0 += chunk) {
-            const int64_t t1 = t0 + chunk < n ? t0 + chunk : n;
-            for (int64_t r = r0; r < r1; r += kRows) {
-                const auto g = at(r);
-                for (int64_t t = t0; t < t1; t += kMaxTokens) {
-                    const int num_t = int(t1 - t < kMaxTokens ? t1 - t : kMaxTokens);
-                    tile8_t(num_t, g.src, ab + t * int64_t(arb), arb, k, y + t * ldy + r, ldy, g.valid);
-                }
-            }
-        }
-    }
-
     // MatmulKernel::gemm over the ggml row layout.
     static void gemm(const void* w, size_t wrb, const void* act, size_t arb, int64_t n, int64_t k, float* y,
                      int64_t ldy, int64_t r0, int64_t r1) {
         const uint8_t* wb = static_cast<const uint8_t*>(w);
         const uint8_t* rows[kRows];
         auto at = [&](int64_t r) {
-            const int valid = group_rows(wb, wrb, r, r1, rows);
-            return Group<RowSrc<Fmt>>{RowSrc<Fmt>{rows}, valid, wb + (r + kRows) * int64_t(wrb)};
+            const int valid = group_rows8(wb, wrb, r, r1, rows);
+            return RowGroup<RowSrc<Fmt>>{RowSrc<Fmt>{rows}, valid, wb + (r + kRows) * int64_t(wrb)};
         };
-        run(at, static_cast<const uint8_t*>(act), arb, n, k, y, ldy, r0, r1);
+        run_groups<Legacy>(at, static_cast<const uint8_t*>(act), arb, n, k, y, ldy, r0, r1);
     }
 
     // PackedMatmulKernel (matmul.h): the packed layout, groups of 8 rows in row order.
@@ -465,9 +469,9 @@ struct Legacy {
         const int64_t group_bytes = (k / blk::kQK) * PackedSrc<Fmt>::kGroupBytes;
         auto at = [&](int64_t r) {
             const uint8_t* g = base + (r / kRows) * group_bytes;
-            return Group<PackedSrc<Fmt>>{PackedSrc<Fmt>{g}, int(r1 - r < kRows ? r1 - r : kRows), g + group_bytes};
+            return RowGroup<PackedSrc<Fmt>>{PackedSrc<Fmt>{g}, int(r1 - r < kRows ? r1 - r : kRows), g + group_bytes};
         };
-        run(at, static_cast<const uint8_t*>(act), arb, n, k, y, ldy, r0, r1);
+        run_groups<Legacy>(at, static_cast<const uint8_t*>(act), arb, n, k, y, ldy, r0, r1);
     }
 };
 
