@@ -17,6 +17,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/numeric.h"
@@ -235,17 +236,21 @@ TEST(QuantMatmul, Avx512VnniMatchesRef) {
 // across batch compositions): y[t, r] must not depend on how many tokens share the gemm call, on
 // the tile a row or token lands in, or on the row range. 37 rows (not a multiple of the 8-row
 // lanes = rows tiles), n = 1..19 tokens: one call over all tokens and rows [0, 37) against (a) each
-// token alone and (b) uneven row ranges [0, 5), [5, 21), [21, 37) called separately.
-TEST(QuantMatmul, LegacyGemmIsBatchInvariant) {
-    const DType legacy[] = {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0};
-    const int64_t rows = 37, k = 256;
+// token alone and (b) uneven row ranges [0, 5), [5, 21), [21, 37) called separately. The float
+// weights run at k = 172 (stories260K's FFN width: 21 8-wide steps and a 4-element scalar tail,
+// whose arithmetic once differed between tile shapes in the AVX-512 builds).
+TEST(QuantMatmul, GemmIsBatchInvariant) {
+    const std::pair<DType, int64_t> cases[] = {{DType::kQ4_0, 256}, {DType::kQ4_1, 256}, {DType::kQ5_0, 256},
+                                               {DType::kQ5_1, 256}, {DType::kQ8_0, 256}, {DType::kF32, 172},
+                                               {DType::kF16, 172},  {DType::kBF16, 172}};
+    const int64_t rows = 37;
     const int64_t ranges[][2] = {{0, 5}, {5, 21}, {21, 37}};
     int isas_run = 0;
     for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
         if (!isa_supported(isa) || find_matmul_kernel(DType::kQ8_0, isa) == nullptr) continue;
         ++isas_run;
         uint32_t seed = 9000;
-        for (DType t : legacy) {
+        for (const auto& [t, k] : cases) {
             const MatmulKernel* kern = find_matmul_kernel(t, isa);
             ASSERT_NE(kern, nullptr);
             const std::vector<uint8_t> w = random_weights(t, rows, k, ++seed);

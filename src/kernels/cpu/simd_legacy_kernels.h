@@ -529,8 +529,11 @@ struct Float {
             for (int t = 0; t < T; ++t) {
                 float sum = avx2_hsum(acc[r][t]);
                 const uint8_t* x = act + t * int64_t(arb);  // rows need not be 4-byte aligned
+                // Explicit FMA: a plain `sum += a * b` may be contracted in some instantiations and
+                // not in others (seen with the AVX-512 flags), which broke batch invariance.
                 for (int64_t j = i; j < k; ++j) {
-                    sum += Elem::load1(w + r * int64_t(wrb) + j * int64_t(Elem::kElemBytes)) * avx2_load_f32(x + 4 * j);
+                    const __m128 wj = _mm_set_ss(Elem::load1(w + r * int64_t(wrb) + j * int64_t(Elem::kElemBytes)));
+                    sum = _mm_cvtss_f32(_mm_fmadd_ss(wj, _mm_set_ss(avx2_load_f32(x + 4 * j)), _mm_set_ss(sum)));
                 }
                 y[t * ldy + r] = sum;
             }
