@@ -17,9 +17,10 @@
 //                   Attention score/value flops (4 * layers * q_dim * context) are not counted.
 //   achieved_gbps = bytes_per_token * tokens_per_s / 1e9 ; pct_of_bw_limit = 100 * achieved / bw_limit
 //   achieved_gops = ops_per_token * tokens_per_s / 1e9   ; pct_of_peak = 100 * achieved / peak_gops
-//   peak_gops = the peak of the arithmetic the matmuls use: the int8 dot peak when the matmul kernel
-//               quantizes activations to 8 bits (quantized weights on kernels/cpu), else the f32
-//               FMA peak (float weights, or the f32 reference path).
+//   peak_gops = the peak of the arithmetic the matmuls use: when the matmul kernel quantizes
+//               activations to 8 bits (quantized weights on kernels/cpu), the VNNI peak for the
+//               avx512-vnni kernels and the AVX2 int8 dot peak otherwise; else the f32 FMA peak
+//               (float weights, or the f32 reference path). JSON peak_kind names it.
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -109,6 +110,7 @@ Traffic count_traffic(const model::Checkpoint& ck) {
 struct ComputePath {
     std::string matmul;  // e.g. "avx2, int8 activations (kernels/cpu)"
     bool int8 = false;   // activations quantized to 8 bits: int8 dot products
+    bool vnni = false;   // ... done with vpdpbusd (the avx512-vnni kernels): held to the VNNI peak
 };
 
 ComputePath compute_path(const model::Checkpoint& ck, const ops::LinearOptions& options) {
@@ -116,11 +118,11 @@ ComputePath compute_path(const model::Checkpoint& ck, const ops::LinearOptions& 
     if (!t || t->shape.size() != 2) return {"unknown", false};
     const auto view = kernels::ref::make_weight_view(t->data, t->dtype, int64_t(t->shape[0]), int64_t(t->shape[1]));
     auto lin = ops::make_linear(view, options);
-    if (!lin || !lin->kernel) return {"f32 reference (kernels/ref)", false};
+    if (!lin || !lin->kernel) return {"f32 reference (kernels/ref)", false, false};
     const bool int8 = lin->kernel->act != kernels::cpu::ActFormat::kF32;
     return {std::string(kernels::cpu::isa_name(lin->isa)) + (int8 ? ", int8 activations" : ", f32 activations") +
                 (lin->packed ? ", packed 8-row groups" : "") + " (kernels/cpu)",
-            int8};
+            int8, int8 && lin->isa == kernels::cpu::Isa::kAvx512Vnni};
 }
 
 struct TestResult {
@@ -193,7 +195,14 @@ ordered_json opt_json(const std::optional<double>& v) {
     return v ? ordered_json(*v) : ordered_json(nullptr);
 }
 
+// The peak of the arithmetic the matmul kernels run: VNNI (vpdpbusd kernels), the AVX2 int8 dot
+// (vpmaddubsw + vpmaddwd), or f32 FMA.
+const char* peak_kind(const kernels::roofline::Roofline& roof, const ComputePath& path) {
+    if (path.vnni && roof.vnni_int8_gops) return "vnni_int8";
+    return path.int8 ? "int8_dot" : "f32_fma";
+}
 double peak_of(const kernels::roofline::Roofline& roof, const ComputePath& path) {
+    if (path.vnni && roof.vnni_int8_gops) return *roof.vnni_int8_gops;
     return path.int8 ? roof.int8_gops : roof.fma_f32_gflops;
 }
 
@@ -224,7 +233,7 @@ ordered_json result_json(const TestResult& r, const model::Checkpoint& ck, const
     j["bw_floor_tokens_per_s"] = roof.read_gbps * 1e9 / r.bytes_per_token;
     j["ops_per_token"] = r.ops_per_token;
     j["achieved_gops"] = gops;
-    j["peak_kind"] = path.int8 ? "int8_dot" : "f32_fma";
+    j["peak_kind"] = peak_kind(roof, path);
     j["peak_gops"] = peak;
     j["pct_of_peak"] = 100.0 * gops / peak;
     j["f32_fma_peak_gflops"] = roof.fma_f32_gflops;
@@ -247,7 +256,7 @@ void print_table(const std::vector<TestResult>& results, const model::Checkpoint
         "VNNI %s | BF16 %s\n",
         roof.threads, roof.isa.c_str(), roof.read_gbps, roof.fma_f32_gflops, roof.int8_gops,
         opt(roof.vnni_int8_gops).c_str(), opt(roof.bf16_gflops).c_str());
-    std::printf("matmul: %s; %% peak is of the %s peak\n\n", path.matmul.c_str(), path.int8 ? "int8 dot" : "f32 FMA");
+    std::printf("matmul: %s; %% peak is of the %s peak\n\n", path.matmul.c_str(), peak_kind(roof, path));
     std::printf("| %-7s | %10s | %10s | %9s | %7s | %10s | %9s | %7s |\n", "test", "tokens/s", "MB/token", "GB/s",
                 "% bw", "floor t/s", "GOP/s", "% peak");
     std::printf("|---------|------------|------------|-----------|---------|------------|-----------|---------|\n");

@@ -102,6 +102,47 @@ TEST(PackedMatmul, BitIdenticalToRowLayoutOnEveryIsa) {
     if (isas == 0) GTEST_SKIP() << "no SIMD ISA supported by this CPU";
 }
 
+// Long rows: the AVX-512 VNNI layout keeps each call's per-(token, block) activation sums in a
+// fixed stack buffer of 8192 and takes fewer tokens per pass when they do not fit (k = 96000:
+// 3000 blocks, 2 tokens per pass), or a heap buffer when one token's do not (k = 262176: 8193
+// blocks). Bit-identical to the row layout as above.
+TEST(PackedMatmul, LongRowsBitIdenticalToRowLayout) {
+    int isas = 0;
+    for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
+        if (!isa_supported(isa) || !find_matmul_kernel(DType::kQ8_0, isa)) continue;
+        ++isas;
+        for (DType t : {DType::kQ4_0, DType::kQ8_0}) {
+            const MatmulKernel* kern = find_matmul_kernel(t, isa);
+            const PackedMatmulKernel* pk = find_packed_matmul_kernel(t, isa);
+            ASSERT_NE(pk, nullptr);
+            const int64_t rows = 11;
+            for (int64_t k : {96000, 262176}) {
+                const std::vector<uint8_t> w = legacy_weights(t, rows, k, uint32_t(k) + uint32_t(int(t)));
+                const size_t wrb = size_t(*core::dtype_bytes(t, uint64_t(k)));
+                std::vector<uint8_t> packed(pk->packed_bytes(rows, k));
+                pk->pack(w.data(), wrb, rows, k, packed.data());
+                const int64_t n = 5;
+                const std::vector<float> x = random_x(n, k, uint32_t(k));
+                const size_t arb = kern->act_row_bytes(k);
+                std::vector<uint8_t> act(arb * size_t(n));
+                for (int64_t ti = 0; ti < n; ++ti) kern->quantize_row(&x[size_t(ti * k)], &act[size_t(ti) * arb], k);
+                for (int64_t nn : {int64_t(1), n}) {
+                    std::vector<float> want(size_t(nn * rows), NAN), got(want);
+                    kern->gemm(w.data(), wrb, act.data(), arb, nn, k, want.data(), rows, 0, rows);
+                    pk->gemm(packed.data(), act.data(), arb, nn, k, got.data(), rows, 0, rows);
+                    for (size_t i = 0; i < got.size(); ++i) {
+                        ASSERT_FALSE(std::isnan(got[i])) << i;
+                        ASSERT_EQ(0, std::memcmp(&got[i], &want[i], 4))
+                            << core::dtype_name(t) << " " << isa_name(isa) << " k=" << k << " n=" << nn << " index "
+                            << i << ": " << got[i] << " vs " << want[i];
+                    }
+                }
+            }
+        }
+    }
+    if (isas == 0) GTEST_SKIP() << "no SIMD ISA supported by this CPU";
+}
+
 TEST(PackedMatmul, LinearWithAndWithoutPackingAgreeAcrossThreadCounts) {
     if (best_isa() == Isa::kRef) GTEST_SKIP() << "no SIMD ISA";
     core::ThreadPool pool1(1), pool2(2);
