@@ -113,16 +113,19 @@ struct Vnni {
             for (int t = 0; t < T; ++t) {
                 const uint8_t* xb = act + t * int64_t(arb) + b * int64_t(blk::kActQ8Bytes);
                 const uint8_t* xq = xb + blk::kActQ8Q;
-                // two dependency chains of 4 vpdpbusd (exact integers: the split changes nothing)
-                __m256i i0 = _mm256_set1_epi32(off[t * nb + b]), i1 = _mm256_setzero_si256();
-                for (int j = 0; j < 8; j += 2) {
-                    int32_t x0, x1;
-                    std::memcpy(&x0, xq + 4 * j, 4);
-                    std::memcpy(&x1, xq + 4 * j + 4, 4);
-                    i0 = _mm256_dpbusd_epi32(i0, wq[j], _mm256_set1_epi32(x0));
-                    i1 = _mm256_dpbusd_epi32(i1, wq[j + 1], _mm256_set1_epi32(x1));
+                // independent vpdpbusd chains (exact integers: the split changes nothing): 4 chains
+                // of 2 for a lone token (decode), 2 of 4 when other tokens' chains interleave
+                constexpr int kChains = T == 1 ? 4 : 2;
+                __m256i part[kChains];
+                part[0] = _mm256_set1_epi32(off[t * nb + b]);
+                for (int c = 1; c < kChains; ++c) part[c] = _mm256_setzero_si256();
+                for (int j = 0; j < 8; ++j) {
+                    int32_t x4;
+                    std::memcpy(&x4, xq + 4 * j, 4);
+                    part[j % kChains] = _mm256_dpbusd_epi32(part[j % kChains], wq[j], _mm256_set1_epi32(x4));
                 }
-                const __m256i idot = _mm256_add_epi32(i0, i1);
+                __m256i idot = part[0];
+                for (int c = 1; c < kChains; ++c) idot = _mm256_add_epi32(idot, part[c]);
                 float dx;
                 std::memcpy(&dx, xb + blk::kActQ8D, 4);
                 const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(dx));
