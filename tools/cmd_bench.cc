@@ -19,8 +19,9 @@
 //   achieved_gops = ops_per_token * tokens_per_s / 1e9   ; pct_of_peak = 100 * achieved / peak_gops
 //   peak_gops = the peak of the arithmetic the matmuls use: when the matmul kernel quantizes
 //               activations to 8 bits (quantized weights on kernels/cpu), the VNNI peak for the
-//               avx512-vnni kernels and the AVX2 int8 dot peak otherwise; else the f32 FMA peak
-//               (float weights, or the f32 reference path). JSON peak_kind names it.
+//               avx512-vnni kernels and the AVX2 int8 dot peak otherwise; the BF16 dot peak for
+//               BF16 weights on the avx512-vnni kernels (vdpbf16ps); else the f32 FMA peak (float
+//               weights on other ISAs, or the f32 reference path). JSON peak_kind names it.
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -111,6 +112,7 @@ struct ComputePath {
     std::string matmul;  // e.g. "avx2, int8 activations (kernels/cpu)"
     bool int8 = false;   // activations quantized to 8 bits: int8 dot products
     bool vnni = false;   // ... done with vpdpbusd (the avx512-vnni kernels): held to the VNNI peak
+    bool bf16 = false;   // bf16 activations times BF16 weights by vdpbf16ps (avx512-vnni): the BF16 peak
 };
 
 ComputePath compute_path(const model::Checkpoint& ck, const ops::LinearOptions& options) {
@@ -118,11 +120,15 @@ ComputePath compute_path(const model::Checkpoint& ck, const ops::LinearOptions& 
     if (!t || t->shape.size() != 2) return {"unknown", false};
     const auto view = kernels::ref::make_weight_view(t->data, t->dtype, int64_t(t->shape[0]), int64_t(t->shape[1]));
     auto lin = ops::make_linear(view, options);
-    if (!lin || !lin->kernel) return {"f32 reference (kernels/ref)", false, false};
-    const bool int8 = lin->kernel->act != kernels::cpu::ActFormat::kF32;
-    return {std::string(kernels::cpu::isa_name(lin->isa)) + (int8 ? ", int8 activations" : ", f32 activations") +
-                (lin->packed ? ", packed 8-row groups" : "") + " (kernels/cpu)",
-            int8, int8 && lin->isa == kernels::cpu::Isa::kAvx512Vnni};
+    if (!lin || !lin->kernel) return {"f32 reference (kernels/ref)", false, false, false};
+    using kernels::cpu::ActFormat;
+    const ActFormat act = lin->kernel->act;
+    const bool int8 = act == ActFormat::kQ8 || act == ActFormat::kQ8K;
+    const bool vnni_isa = lin->isa == kernels::cpu::Isa::kAvx512Vnni;
+    const char* what = int8 ? ", int8 activations" : act == ActFormat::kBF16 ? ", bf16 activations" : ", f32 activations";
+    return {std::string(kernels::cpu::isa_name(lin->isa)) + what + (lin->packed ? ", packed 8-row groups" : "") +
+                " (kernels/cpu)",
+            int8, int8 && vnni_isa, act == ActFormat::kBF16 && vnni_isa};
 }
 
 struct TestResult {
@@ -199,10 +205,12 @@ ordered_json opt_json(const std::optional<double>& v) {
 // (vpmaddubsw + vpmaddwd), or f32 FMA.
 const char* peak_kind(const kernels::roofline::Roofline& roof, const ComputePath& path) {
     if (path.vnni && roof.vnni_int8_gops) return "vnni_int8";
+    if (path.bf16 && roof.bf16_gflops) return "bf16_dot";
     return path.int8 ? "int8_dot" : "f32_fma";
 }
 double peak_of(const kernels::roofline::Roofline& roof, const ComputePath& path) {
     if (path.vnni && roof.vnni_int8_gops) return *roof.vnni_int8_gops;
+    if (path.bf16 && roof.bf16_gflops) return *roof.bf16_gflops;
     return path.int8 ? roof.int8_gops : roof.fma_f32_gflops;
 }
 

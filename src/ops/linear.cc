@@ -112,10 +112,12 @@ core::Status linear_group(core::ThreadPool& pool, const float* x, int64_t m, std
     if (m == 0) return core::Status::ok();
     if (!all_kernels) return mixed_group(pool, x, m, parts, total, y, scratch);
 
-    // Quantize x once per activation format the parts use: [kF32] = x itself, [kQ8], [kQ8K] in scratch.
-    const uint8_t* act[3] = {reinterpret_cast<const uint8_t*>(x), nullptr, nullptr};
-    size_t act_bytes[3] = {size_t(K) * sizeof(float), 0, 0};
-    const cpu::MatmulKernel* quantizer[3] = {nullptr, nullptr, nullptr};
+    // Quantize x once per activation format the parts use: [kF32] = x itself, [kQ8], [kQ8K], [kBF16]
+    // in scratch.
+    constexpr int kFormats = cpu::kNumActFormats;
+    const uint8_t* act[kFormats] = {reinterpret_cast<const uint8_t*>(x)};
+    size_t act_bytes[kFormats] = {size_t(K) * sizeof(float)};
+    const cpu::MatmulKernel* quantizer[kFormats] = {};
     size_t need = 0;
     for (const LinearPart& p : parts) {
         const int f = int(p.linear->kernel->act);
@@ -126,7 +128,7 @@ core::Status linear_group(core::ThreadPool& pool, const float* x, int64_t m, std
     }
     if (scratch.size() < need) scratch.resize(need);
     size_t offset = 0;
-    for (int f = 1; f < 3; ++f) {
+    for (int f = 1; f < kFormats; ++f) {
         if (!quantizer[f]) continue;
         uint8_t* dst = scratch.data() + offset;
         offset += size_t(m) * act_bytes[f];

@@ -315,6 +315,8 @@ TEST(QuantMatmul, RefMatchesFloatMatmulWithinActivationRounding) {
             for (int64_t ti = 0; ti < n; ++ti) {
                 for (int64_t r = p.r0; r < p.r1; ++r) {
                     double bound = 2e-5 * abs_dot(p, ti, r) + 1e-30;
+                    // bf16 activations: each x rounded to nearest even, relative error <= 2^-9
+                    if (kern->act == ActFormat::kBF16) bound += std::ldexp(1.0, -9) * abs_dot(p, ti, r);
                     for (int64_t b = 0; qblock > 0 && b < k / qblock; ++b) {
                         float dx;  // the block's d is the first float of both activation formats
                         std::memcpy(&dx, &p.act[size_t(ti) * p.act_row_bytes + size_t(b) * (qblock == 32 ? 40 : 292)],

@@ -11,8 +11,12 @@
 // on every ISA.
 //
 // Activation formats (kiln's own; every ISA produces bit-identical bytes for the same input):
-//  - kF32:   the f32 row itself (for F32, F16, BF16 and the FP8 formats E4M3_B32 and MXFP8);
+//  - kF32:   the f32 row itself (for F32, F16 and the FP8 formats E4M3_B32 and MXFP8);
 //            act_row_bytes = 4 * k.
+//  - kBF16:  the row rounded to bf16 (round to nearest even, NaN kept quiet: core::f32_to_bf16), for
+//            BF16 weights, as llama.cpp and bf16 PyTorch models do; act_row_bytes = 2 * k. The
+//            products of two bf16 values are exact in fp32; the AVX-512 VNNI level (which includes
+//            AVX512-BF16) sums them with vdpbf16ps (denormal inputs and results flushed to zero).
 //  - kQ8:    k / 32 ActQ8 blocks (for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4, NVFP4 weights; k % 32 == 0,
 //            also for NVFP4, whose 16-element blocks are taken in pairs).
 //  - kQ8K:   k / 256 ActQ8K blocks (for Q2_K, Q3_K, Q4_K, Q5_K, Q6_K weights).
@@ -67,7 +71,8 @@ struct ActQ8K {
 };
 static_assert(sizeof(ActQ8K) == 292);
 
-enum class ActFormat { kF32, kQ8, kQ8K };
+enum class ActFormat { kF32, kQ8, kQ8K, kBF16 };
+inline constexpr int kNumActFormats = 4;
 
 struct MatmulKernel {
     ActFormat act;

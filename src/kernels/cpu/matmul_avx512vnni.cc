@@ -18,6 +18,7 @@
 namespace kiln::kernels::cpu {
 
 const MatmulKernel* avx512vnni_matmul_kernel(core::DType weight_type) {
+    if (weight_type == core::DType::kBF16) return &kBf16Dot;  // vdpbf16ps (simd_vnni_kernels.h)
     if (const MatmulKernel* k = simd_legacy_kernel(weight_type)) return k;
     if (const MatmulKernel* k = simd_fp4_kernel(weight_type)) return k;
     if (const MatmulKernel* k = simd_fp8_kernel(weight_type)) return k;

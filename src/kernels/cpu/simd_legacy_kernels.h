@@ -36,6 +36,27 @@ void copy_row(const float* x, void* dst, int64_t k) {
     std::memcpy(dst, x, size_t(k) * 4);
 }
 
+size_t bf16_row_bytes(int64_t k) {
+    return size_t(k) * 2;
+}
+
+// ActFormat::kBF16: round to nearest even, NaN kept (quiet), as core::f32_to_bf16 (own copy: internal
+// linkage per ISA TU, see simd_avx2.h).
+void quantize_bf16(const float* x, void* dst, int64_t k) {
+    uint8_t* out = static_cast<uint8_t*>(dst);
+    for (int64_t i = 0; i < k; ++i) {
+        uint32_t u;
+        std::memcpy(&u, &x[i], 4);
+        uint16_t h;
+        if ((u & 0x7fffffffu) > 0x7f800000u) {
+            h = uint16_t((u >> 16) | 0x40);
+        } else {
+            h = uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+        }
+        std::memcpy(out + 2 * i, &h, 2);
+    }
+}
+
 void quantize_q8(const float* x, void* dst, int64_t k) {
     uint8_t* out = static_cast<uint8_t*>(dst);
     for (int64_t i = 0; i < k / blk::kQK; ++i, x += blk::kQK, out += blk::kActQ8Bytes) {
@@ -505,7 +526,8 @@ struct FloatBF16 {
     }
 };
 
-template <class Elem>
+// Elem: the weight element; Act: the activation element (FloatF32, or FloatBF16 for ActFormat::kBF16).
+template <class Elem, class Act = FloatF32>
 struct Float {
     static constexpr int kDecodeRows = 4;
     static constexpr int kPrefillRows = 2;
@@ -521,7 +543,7 @@ struct Float {
             __m256 wv[R];
             for (int r = 0; r < R; ++r) wv[r] = Elem::load8(w + r * int64_t(wrb) + i * int64_t(Elem::kElemBytes));
             for (int t = 0; t < T; ++t) {
-                const __m256 xv = _mm256_loadu_ps(reinterpret_cast<const float*>(act + t * int64_t(arb) + 4 * i));
+                const __m256 xv = Act::load8(act + t * int64_t(arb) + i * int64_t(Act::kElemBytes));
                 for (int r = 0; r < R; ++r) acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
             }
         }
@@ -533,7 +555,8 @@ struct Float {
                 // not in others (seen with the AVX-512 flags), which broke batch invariance.
                 for (int64_t j = i; j < k; ++j) {
                     const __m128 wj = _mm_set_ss(Elem::load1(w + r * int64_t(wrb) + j * int64_t(Elem::kElemBytes)));
-                    sum = _mm_cvtss_f32(_mm_fmadd_ss(wj, _mm_set_ss(avx2_load_f32(x + 4 * j)), _mm_set_ss(sum)));
+                    const __m128 xj = _mm_set_ss(Act::load1(x + j * int64_t(Act::kElemBytes)));
+                    sum = _mm_cvtss_f32(_mm_fmadd_ss(wj, xj, _mm_set_ss(sum)));
                 }
                 y[t * ldy + r] = sum;
             }
@@ -543,7 +566,7 @@ struct Float {
 
 constexpr MatmulKernel kF32{ActFormat::kF32, f32_row_bytes, copy_row, avx2_gemm<Float<FloatF32>>};
 constexpr MatmulKernel kF16{ActFormat::kF32, f32_row_bytes, copy_row, avx2_gemm<Float<FloatF16>>};
-constexpr MatmulKernel kBF16{ActFormat::kF32, f32_row_bytes, copy_row, avx2_gemm<Float<FloatBF16>>};
+constexpr MatmulKernel kBF16{ActFormat::kBF16, bf16_row_bytes, quantize_bf16, avx2_gemm<Float<FloatBF16, FloatBF16>>};
 constexpr MatmulKernel kQ8_0{ActFormat::kQ8, q8_row_bytes, quantize_q8, Legacy<FmtQ8_0>::gemm};
 constexpr MatmulKernel kQ4_0{ActFormat::kQ8, q8_row_bytes, quantize_q8, Legacy<FmtQ4_0>::gemm};
 constexpr MatmulKernel kQ4_1{ActFormat::kQ8, q8_row_bytes, quantize_q8, Legacy<FmtQ4_1>::gemm};

@@ -270,7 +270,13 @@ float float_row_dot(const uint8_t* w, const uint8_t* act, int64_t k) {
     double sum = 0;
     for (int64_t i = 0; i < k; ++i) {
         float wi, xi;
-        std::memcpy(&xi, act + 4 * i, 4);
+        if constexpr (kType == core::DType::kBF16) {  // bf16 activations (ActFormat::kBF16)
+            uint16_t h;
+            std::memcpy(&h, act + 2 * i, 2);
+            xi = core::bf16_to_f32(h);
+        } else {
+            std::memcpy(&xi, act + 4 * i, 4);
+        }
         if constexpr (kType == core::DType::kF32) {
             std::memcpy(&wi, w + 4 * i, 4);
         } else {
@@ -343,6 +349,17 @@ size_t q8k_row_bytes(int64_t k) {
 void copy_row(const float* x, void* dst, int64_t k) {
     std::memcpy(dst, x, size_t(k) * sizeof(float));
 }
+
+size_t bf16_row_bytes(int64_t k) {
+    return size_t(k) * sizeof(uint16_t);
+}
+void quantize_bf16(const float* x, void* dst, int64_t k) {
+    uint8_t* out = static_cast<uint8_t*>(dst);
+    for (int64_t i = 0; i < k; ++i) {
+        const uint16_t h = core::f32_to_bf16(x[i]);
+        std::memcpy(out + 2 * i, &h, 2);
+    }
+}
 void quantize_q8_void(const float* x, void* dst, int64_t k) {
     // dst may be unaligned: quantize block by block through an aligned temporary.
     for (int64_t i = 0; i < k / blk::kQK; ++i) {
@@ -375,7 +392,7 @@ int8_t round_q(float v) {
 
 constexpr cpu::MatmulKernel kF32Kernel{cpu::ActFormat::kF32, f32_row_bytes, copy_row, gemm<core::DType::kF32>};
 constexpr cpu::MatmulKernel kF16Kernel{cpu::ActFormat::kF32, f32_row_bytes, copy_row, gemm<core::DType::kF16>};
-constexpr cpu::MatmulKernel kBF16Kernel{cpu::ActFormat::kF32, f32_row_bytes, copy_row, gemm<core::DType::kBF16>};
+constexpr cpu::MatmulKernel kBF16Kernel{cpu::ActFormat::kBF16, bf16_row_bytes, quantize_bf16, gemm<core::DType::kBF16>};
 constexpr cpu::MatmulKernel kQ4_0Kernel{cpu::ActFormat::kQ8, q8_row_bytes, quantize_q8_void, gemm<core::DType::kQ4_0>};
 constexpr cpu::MatmulKernel kQ4_1Kernel{cpu::ActFormat::kQ8, q8_row_bytes, quantize_q8_void, gemm<core::DType::kQ4_1>};
 constexpr cpu::MatmulKernel kQ5_0Kernel{cpu::ActFormat::kQ8, q8_row_bytes, quantize_q8_void, gemm<core::DType::kQ5_0>};
