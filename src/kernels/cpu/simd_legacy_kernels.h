@@ -530,7 +530,11 @@ struct FloatBF16 {
 template <class Elem, class Act = FloatF32>
 struct Float {
     static constexpr int kDecodeRows = 4;
-    static constexpr int kPrefillRows = 2;
+#if defined(__AVX512F__)
+    static constexpr int kPrefillRows = 4;  // 4 x 4 accumulators + 4 weight vectors: fits 32 registers
+#else
+    static constexpr int kPrefillRows = 2;  // 16 registers (AVX2)
+#endif
 
     template <int R, int T>
     static void tile(const uint8_t* w, size_t wrb, const uint8_t* act, size_t arb, int64_t k, float* y, int64_t ldy) {
