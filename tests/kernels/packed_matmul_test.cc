@@ -11,6 +11,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <iterator>
 #include <vector>
 
 #include "core/numeric.h"
@@ -24,6 +25,8 @@ namespace {
 using core::DType;
 
 const DType kLegacy[] = {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0};
+// Packed only at avx512-vnni (its own layout, kernels/cpu/simd_vnni_kernels.h).
+const DType kFp4[] = {DType::kMxfp4, DType::kNvfp4};
 
 // Random block bytes with finite fp16 scales (and mins) of a realistic size.
 std::vector<uint8_t> legacy_weights(DType t, int64_t rows, int64_t k, uint32_t seed) {
@@ -33,7 +36,11 @@ std::vector<uint8_t> legacy_weights(DType t, int64_t rows, int64_t k, uint32_t s
     std::uniform_real_distribution<float> uni(0.002f, 0.02f);
     for (uint8_t& b : buf) b = uint8_t(rng());
     const bool has_min = t == DType::kQ4_1 || t == DType::kQ5_1;
-    for (size_t off = 0; off < buf.size(); off += info.block_bytes) {
+    if (t == DType::kMxfp4) {  // E8M0 scales 2^-8 .. 2^1
+        for (size_t off = 0; off < buf.size(); off += info.block_bytes) buf[off] = uint8_t(119 + rng() % 10);
+        return buf;
+    }
+    for (size_t off = 0; off < buf.size(); off += info.block_bytes) {  // fp16 d (and m) first, NVFP4 too
         const uint16_t d = core::f32_to_fp16(uni(rng)), m = core::f32_to_fp16(-8.0f * uni(rng));
         std::memcpy(&buf[off], &d, 2);
         if (has_min) std::memcpy(&buf[off + 2], &m, 2);
@@ -56,7 +63,12 @@ TEST(PackedMatmul, BitIdenticalToRowLayoutOnEveryIsa) {
         if (!isa_supported(isa) || !find_matmul_kernel(DType::kQ8_0, isa)) continue;
         ++isas;
         EXPECT_EQ(find_packed_matmul_kernel(DType::kQ4_K, isa), nullptr);
-        for (DType t : kLegacy) {
+        std::vector<DType> types(std::begin(kLegacy), std::end(kLegacy));
+        for (DType t : kFp4) {
+            EXPECT_EQ(find_packed_matmul_kernel(t, isa) != nullptr, isa == Isa::kAvx512Vnni) << core::dtype_name(t);
+            if (isa == Isa::kAvx512Vnni) types.push_back(t);
+        }
+        for (DType t : types) {
             const MatmulKernel* kern = find_matmul_kernel(t, isa);
             const PackedMatmulKernel* pk = find_packed_matmul_kernel(t, isa);
             ASSERT_NE(pk, nullptr) << core::dtype_name(t) << " " << isa_name(isa);
@@ -111,9 +123,10 @@ TEST(PackedMatmul, LongRowsBitIdenticalToRowLayout) {
     for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
         if (!isa_supported(isa) || !find_matmul_kernel(DType::kQ8_0, isa)) continue;
         ++isas;
-        for (DType t : {DType::kQ4_0, DType::kQ8_0}) {
+        for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kNvfp4}) {
             const MatmulKernel* kern = find_matmul_kernel(t, isa);
             const PackedMatmulKernel* pk = find_packed_matmul_kernel(t, isa);
+            if (t == DType::kNvfp4 && isa != Isa::kAvx512Vnni) continue;  // packed at avx512-vnni only
             ASSERT_NE(pk, nullptr);
             const int64_t rows = 11;
             for (int64_t k : {96000, 262176}) {
@@ -147,7 +160,9 @@ TEST(PackedMatmul, LinearWithAndWithoutPackingAgreeAcrossThreadCounts) {
     if (best_isa() == Isa::kRef) GTEST_SKIP() << "no SIMD ISA";
     core::ThreadPool pool1(1), pool2(2);
     const int64_t rows = 203, k = 256;  // 25 groups + 3 rows
-    for (DType t : kLegacy) {
+    std::vector<DType> types(std::begin(kLegacy), std::end(kLegacy));
+    if (best_isa() == Isa::kAvx512Vnni) types.insert(types.end(), std::begin(kFp4), std::end(kFp4));
+    for (DType t : types) {
         const std::vector<uint8_t> w = legacy_weights(t, rows, k, uint32_t(int(t)) + 50);
         const ref::WeightView wv = ref::make_weight_view(w.data(), t, rows, k);
         ops::LinearOptions on, off;

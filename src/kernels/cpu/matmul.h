@@ -6,7 +6,8 @@
 // per token, shared by all threads).
 // ISAs: kRef (kernels/ref/quant_matmul.cc, scalar oracle); kAvx2 (AVX2+FMA+F16C); kAvx512 (the
 // same 256-bit kernel bodies built with AVX-512 F/BW/VL/DQ: EVEX, 32 registers); kAvx512Vnni (as
-// kAvx512 plus VNNI/BF16 flags; the u8 x s8 block dot is one vpdpbusd). Weight types: F32, F16,
+// kAvx512 plus VNNI/BF16 flags; the u8 x s8 block dot is one vpdpbusd, BF16 weights use vdpbf16ps
+// and packed Q4_0/Q4_1/Q8_0 have their own layout, kernels/cpu/simd_vnni_kernels.h). Weight types: F32, F16,
 // BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, MXFP4, NVFP4, E4M3_B32, MXFP8
 // on every ISA.
 //
@@ -31,7 +32,8 @@
 // NVFP4 block (core/dtype.h), as kernels/ref/dequant.cc. E2M1 weights enter the integer dot as their
 // doubled values (exact int8), and the block term is scaled by d_w * (d_x / 2). FP8 weights are
 // decoded exactly to f32 and the products summed in fp32 per block, then scaled by the block scale
-// (kernels/cpu/simd_fp8_kernels.h); the same 1e-5 bound holds.
+// (kernels/cpu/simd_fp8_kernels.h); the same 1e-5 bound holds. BF16 weights times bf16 activations:
+// every product exact in fp32, summed in fp32 (the ref kernel in double); the same bound.
 #pragma once
 
 #include <cstddef>
@@ -95,7 +97,10 @@ struct MatmulKernel {
 // contiguous, groups in row order; the last group's missing rows repeat its last row. The same bytes
 // as the ggml layout (8 blocks per group-block); what it saves is the 8 scalar inserts that gather
 // the 8 rows' scales per block, and one stream per 8 rows instead of 8. Same arithmetic as
-// MatmulKernel::gemm on the unpacked rows, so the results are bit-identical.
+// MatmulKernel::gemm on the unpacked rows, so the results are bit-identical. At kAvx512Vnni, Q4_0,
+// Q4_1 and Q8_0 use that level's own payload order (4 elements of the 8 rows per 32-bit lane group,
+// kernels/cpu/simd_vnni_kernels.h), same bytes and the same bit-identity; a packed buffer is only
+// valid for the ISA whose kernel packed it.
 struct PackedMatmulKernel {
     size_t (*packed_bytes)(int64_t rows, int64_t k);
     // w: rows x k in the ggml layout (row stride w_row_bytes) -> dst [packed_bytes(rows, k)].

@@ -1,4 +1,6 @@
-// Kernel bodies for F32/F16/BF16 weights (f32 activations) and the legacy 32-element GGML formats
+// Kernel bodies for F32/F16 weights (f32 activations), BF16 weights (bf16 activations, expanded to
+// f32; the avx512-vnni build uses simd_vnni_kernels.h's vdpbf16ps kernel instead) and the legacy
+// 32-element GGML formats
 // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (ActQ8 activations); see matmul.h for the contract and
 // kernels/ref/quant_matmul.cc for the scalar oracle with the same integer arithmetic.
 // Per block: unpack the weight bytes once (nibbles with shift/mask, the 5th bit from qh via a

@@ -25,6 +25,7 @@
 
 #include <new>
 
+#include "kernels/cpu/simd_fp4_kernels.h"
 #include "kernels/cpu/simd_legacy_kernels.h"
 
 #if !defined(__AVX512VNNI__) || !defined(__AVX512VL__) || !defined(__AVX512BF16__)
@@ -34,18 +35,89 @@
 namespace kiln::kernels::cpu {
 namespace {
 
+// Per-format traits of the VNNI packed layout. kUnitBytes: source bytes per row and 32 elements;
+// kHeader: scale bytes per group-block; kNibbles: payload as 4 nibble vectors (else 8 byte vectors);
+// kLut: nibble codes mapped through blk::kE2M1x2 + 12; kOffset: the unsigned weight offset;
+// kHalves: two scales per 32 elements (elements 0-15 = chunks 0-3, 16-31 = chunks 4-7).
+// codes(unit, c): the 32 unsigned payload values of one row's unit in element order (nibble codes, or
+// q ^ 0x80); header(unit, i, h): row i's scale bytes into the group-block header h; scales(h, ...):
+// the 8 rows' fp32 scales (d0, and d1 = min or second half's scale); mult(d, dx): the multiplier of
+// the int32 dot, as the unpacked kernel computes it (bit-identity).
+template <class Fmt>
+struct VnniLegacy {
+    static constexpr int64_t kUnitBytes = int64_t(Fmt::kBytes);
+    static constexpr int64_t kHeader = Fmt::kMin ? 32 : 16;
+    static constexpr bool kNibbles = Fmt::kPayload == 16, kLut = false, kMin = Fmt::kMin, kHalves = false;
+    static constexpr int kOffset = kNibbles ? Fmt::kOffset : 128;
+    static void codes(const uint8_t* unit, uint8_t* c) {
+        const uint8_t* q = unit + Fmt::kPayloadOff;
+        for (int e = 0; e < 32; ++e) c[e] = kNibbles ? uint8_t((q[e % 16] >> (e < 16 ? 0 : 4)) & 0x0f) : uint8_t(q[e] ^ 0x80);
+    }
+    static void header(const uint8_t* unit, int i, uint8_t* h) {
+        std::memcpy(h + 2 * i, unit + Fmt::kD, 2);
+        if constexpr (Fmt::kMin) std::memcpy(h + 16 + 2 * i, unit + Fmt::kM, 2);
+    }
+    static void scales(const uint8_t* h, __m256* d0, __m256* d1) {
+        *d0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
+        if constexpr (Fmt::kMin) *d1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + 16)));
+    }
+    static __m256 mult(__m256 d, float dx) { return _mm256_mul_ps(d, _mm256_set1_ps(dx)); }
+};
+
+// MXFP4 (ggml block_mxfp4: E8M0 scale, then qs as Q4_0's) and NVFP4 (two 10-byte blocks {fp16 d;
+// 8 bytes: low nibbles elements 0-7, high 8-15} per 32 elements), as Fp4 in simd_fp4_kernels.h.
+struct VnniMxfp4 {
+    static constexpr int64_t kUnitBytes = int64_t(blk::kMxfp4Bytes);
+    static constexpr int64_t kHeader = 8;
+    static constexpr bool kNibbles = true, kLut = true, kMin = false, kHalves = false;
+    static constexpr int kOffset = kFp4Offset;
+    static void codes(const uint8_t* unit, uint8_t* c) {
+        const uint8_t* q = unit + blk::kMxfp4Qs;
+        for (int e = 0; e < 32; ++e) c[e] = uint8_t((q[e % 16] >> (e < 16 ? 0 : 4)) & 0x0f);
+    }
+    static void header(const uint8_t* unit, int i, uint8_t* h) { h[i] = unit[blk::kMxfp4E]; }
+    static void scales(const uint8_t* h, __m256* d0, __m256*) {  // 2^(e - 127), e = 0 -> 2^-127 (Fp4::e8m0_scales)
+        int64_t e8;
+        std::memcpy(&e8, h, 8);
+        const __m256i e = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(e8));
+        *d0 = _mm256_castsi256_ps(_mm256_max_epi32(_mm256_slli_epi32(e, 23), _mm256_set1_epi32(0x00400000)));
+    }
+    static __m256 mult(__m256 d, float dx) { return _mm256_mul_ps(d, _mm256_set1_ps(0.5f * dx)); }
+};
+struct VnniNvfp4 {
+    static constexpr int64_t kUnitBytes = 2 * int64_t(blk::kNvfp4Bytes);
+    static constexpr int64_t kHeader = 32;
+    static constexpr bool kNibbles = true, kLut = true, kMin = false, kHalves = true;
+    static constexpr int kOffset = kFp4Offset;
+    static void codes(const uint8_t* unit, uint8_t* c) {
+        for (int e = 0; e < 32; ++e) {
+            const uint8_t* q = unit + (e / 16) * int64_t(blk::kNvfp4Bytes) + blk::kNvfp4Qs;
+            c[e] = uint8_t((q[e % 8] >> ((e % 16) < 8 ? 0 : 4)) & 0x0f);
+        }
+    }
+    static void header(const uint8_t* unit, int i, uint8_t* h) {
+        std::memcpy(h + 2 * i, unit + blk::kNvfp4D, 2);
+        std::memcpy(h + 16 + 2 * i, unit + blk::kNvfp4Bytes + blk::kNvfp4D, 2);
+    }
+    static void scales(const uint8_t* h, __m256* d0, __m256* d1) {
+        *d0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
+        *d1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + 16)));
+    }
+    static __m256 mult(__m256 d, float dx) { return _mm256_mul_ps(d, _mm256_set1_ps(0.5f * dx)); }
+};
+
 template <class Fmt>
 struct Vnni {
-    static_assert(Fmt::kPayload == 16 || Fmt::kPayload == 32, "Q4_0, Q4_1 or Q8_0");
     static constexpr int kRows = 8;
     static constexpr int kMaxTokens = 8;
-    static constexpr bool kNibbles = Fmt::kPayload == 16;
-    static constexpr int kOffset = kNibbles ? Fmt::kOffset : 128;
-    static constexpr int64_t kHeader = Fmt::kMin ? 32 : 16;
-    static constexpr int64_t kGroupBytes = 8 * int64_t(Fmt::kBytes);
-    static_assert(kHeader + 8 * int64_t(Fmt::kPayload) == kGroupBytes);
+    static constexpr bool kNibbles = Fmt::kNibbles;
+    static constexpr int kOffset = Fmt::kOffset;
+    static constexpr int64_t kHeader = Fmt::kHeader;
+    static constexpr int64_t kGroupBytes = 8 * Fmt::kUnitBytes;
+    static_assert(kHeader + (kNibbles ? 128 : 256) == kGroupBytes);
     // Offsets of (token, block) pairs computed per call on the stack; more goes to the heap.
     static constexpr int64_t kStackOffsets = 8192;
+    static constexpr int kOffsPerBlock = Fmt::kHalves ? 2 : 1;
 
     static size_t packed_bytes(int64_t rows, int64_t k) {
         return size_t((rows + kRows - 1) / kRows) * size_t(k / blk::kQK) * size_t(kGroupBytes);
@@ -59,40 +131,55 @@ struct Vnni {
             for (int64_t b = 0; b < nb; ++b, out += kGroupBytes) {
                 for (int i = 0; i < kRows; ++i) {
                     const int64_t r = g * kRows + i < rows ? g * kRows + i : rows - 1;  // pad: repeat the last row
-                    const uint8_t* src = wb + r * int64_t(wrb) + b * int64_t(Fmt::kBytes);
-                    std::memcpy(out + 2 * i, src + Fmt::kD, 2);
-                    if constexpr (Fmt::kMin) std::memcpy(out + 16 + 2 * i, src + Fmt::kM, 2);
-                    const uint8_t* q = src + Fmt::kPayloadOff;
-                    for (int j = 0; j < int(Fmt::kPayload) / 4; ++j) {
+                    const uint8_t* unit = wb + r * int64_t(wrb) + b * Fmt::kUnitBytes;
+                    Fmt::header(unit, i, out);
+                    uint8_t c[32];
+                    Fmt::codes(unit, c);
+                    for (int j = 0; j < (kNibbles ? 4 : 8); ++j) {
                         uint8_t* o = out + kHeader + 32 * j + 4 * i;
-                        for (int p = 0; p < 4; ++p) o[p] = kNibbles ? q[4 * j + p] : uint8_t(q[4 * j + p] ^ 0x80);
+                        for (int p = 0; p < 4; ++p)
+                            o[p] = kNibbles ? uint8_t(c[4 * j + p] | (c[16 + 4 * j + p] << 4)) : c[4 * j + p];
                     }
                 }
             }
         }
     }
 
-    // off[b] = -kOffset * sum of the activation row's 32 int8 values of block b.
+    // The activation row's offset terms, kOffsPerBlock per block: -kOffset * the sum of the block's
+    // 32 int8 values (or of each 16-value half when kHalves).
     static void offsets(const uint8_t* act, int64_t nb, int32_t* off) {
         const __m256i ones = _mm256_set1_epi8(1);
         for (int64_t b = 0; b < nb; ++b) {
             const __m256i xq =
                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(act + b * int64_t(blk::kActQ8Bytes) + blk::kActQ8Q));
-            off[b] = -kOffset * avx2_hsum_i32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, xq));
+            const __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, xq);
+            if constexpr (Fmt::kHalves) {
+                off[2 * b] = -kOffset * avx2_hsum_i32(_mm256_blend_epi32(s, _mm256_setzero_si256(), 0xf0));
+                off[2 * b + 1] = -kOffset * avx2_hsum_i32(_mm256_blend_epi32(s, _mm256_setzero_si256(), 0x0f));
+            } else {
+                off[b] = -kOffset * avx2_hsum_i32(s);
+            }
         }
     }
 
     // y[t * ldy + i] for the group's rows i < valid and T tokens at act (row stride arb); off: the T
-    // tokens' offsets, token t at off + t * nb. next_group: prefetched block by block (decode).
+    // tokens' offsets, token t at off + t * nb * kOffsPerBlock. next_group: prefetched block by block
+    // (decode).
     template <int T>
     static void tile(const uint8_t* group, const uint8_t* act, size_t arb, int64_t k, const int32_t* off, float* y,
                      int64_t ldy, int valid, const uint8_t* next_group) {
         const int64_t nb = k / blk::kQK;
-        __m256 acc[T], macc[T];
+        constexpr bool kTwoAcc = Fmt::kMin || Fmt::kHalves;
+        __m256 acc[T], acc1[T];  // acc1: the min term (kMin) or the second half (kHalves)
         for (int t = 0; t < T; ++t) {
             acc[t] = _mm256_setzero_ps();
-            macc[t] = _mm256_setzero_ps();
+            acc1[t] = _mm256_setzero_ps();
         }
+        __m256i lut = _mm256_setzero_si256();
+        if constexpr (Fmt::kLut)
+            lut = _mm256_add_epi8(
+                _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk::kE2M1x2))),
+                _mm256_set1_epi8(kFp4Offset));
         for (int64_t b = 0; b < nb; ++b) {
             const uint8_t* gb = group + b * kGroupBytes;
             if (next_group) avx2_prefetch_next_group(next_group, kGroupBytes, b);
@@ -104,44 +191,57 @@ struct Vnni {
                     wq[j] = _mm256_and_si256(v, mask);
                     wq[j + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
                 }
+                if constexpr (Fmt::kLut) {
+                    for (int j = 0; j < 8; ++j) wq[j] = _mm256_shuffle_epi8(lut, wq[j]);
+                }
             } else {
                 for (int j = 0; j < 8; ++j)
                     wq[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(gb + kHeader + 32 * j));
             }
-            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb)));
-            __m256 mw = _mm256_setzero_ps();
-            if constexpr (Fmt::kMin) mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb + 16)));
+            __m256 d0, d1 = _mm256_setzero_ps();
+            Fmt::scales(gb, &d0, &d1);
             for (int t = 0; t < T; ++t) {
                 const uint8_t* xb = act + t * int64_t(arb) + b * int64_t(blk::kActQ8Bytes);
                 const uint8_t* xq = xb + blk::kActQ8Q;
-                // independent vpdpbusd chains (exact integers: the split changes nothing): 4 chains
-                // of 2 for a lone token (decode), 2 of 4 when other tokens' chains interleave
-                constexpr int kChains = T == 1 ? 4 : 2;
-                __m256i part[kChains];
-                part[0] = _mm256_set1_epi32(off[t * nb + b]);
-                for (int c = 1; c < kChains; ++c) part[c] = _mm256_setzero_si256();
-                for (int j = 0; j < 8; ++j) {
-                    int32_t x4;
-                    std::memcpy(&x4, xq + 4 * j, 4);
-                    part[j % kChains] = _mm256_dpbusd_epi32(part[j % kChains], wq[j], _mm256_set1_epi32(x4));
-                }
-                __m256i idot = part[0];
-                for (int c = 1; c < kChains; ++c) idot = _mm256_add_epi32(idot, part[c]);
+                const int32_t* o = off + (t * nb + b) * kOffsPerBlock;
                 float dx;
                 std::memcpy(&dx, xb + blk::kActQ8D, 4);
-                const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(dx));
-                acc[t] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(idot), acc[t]);
-                if constexpr (Fmt::kMin) {
-                    float sx;
-                    std::memcpy(&sx, xb + blk::kActQ8S, 4);
-                    macc[t] = _mm256_fmadd_ps(mw, _mm256_set1_ps(sx), macc[t]);
+                auto chunk = [&](__m256i a, int j) {
+                    int32_t x4;
+                    std::memcpy(&x4, xq + 4 * j, 4);
+                    return _mm256_dpbusd_epi32(a, wq[j], _mm256_set1_epi32(x4));
+                };
+                if constexpr (Fmt::kHalves) {  // elements 0-15 = chunks 0-3, 16-31 = chunks 4-7
+                    __m256i h0 = _mm256_set1_epi32(o[0]), h1 = _mm256_set1_epi32(o[1]);
+                    for (int j = 0; j < 4; ++j) {
+                        h0 = chunk(h0, j);
+                        h1 = chunk(h1, j + 4);
+                    }
+                    acc[t] = _mm256_fmadd_ps(Fmt::mult(d0, dx), _mm256_cvtepi32_ps(h0), acc[t]);
+                    acc1[t] = _mm256_fmadd_ps(Fmt::mult(d1, dx), _mm256_cvtepi32_ps(h1), acc1[t]);
+                } else {
+                    // independent vpdpbusd chains (exact integers: the split changes nothing): 4
+                    // chains of 2 for a lone token (decode), 2 of 4 when other tokens' interleave
+                    constexpr int kChains = T == 1 ? 4 : 2;
+                    __m256i part[kChains];
+                    part[0] = _mm256_set1_epi32(o[0]);
+                    for (int c = 1; c < kChains; ++c) part[c] = _mm256_setzero_si256();
+                    for (int j = 0; j < 8; ++j) part[j % kChains] = chunk(part[j % kChains], j);
+                    __m256i idot = part[0];
+                    for (int c = 1; c < kChains; ++c) idot = _mm256_add_epi32(idot, part[c]);
+                    acc[t] = _mm256_fmadd_ps(Fmt::mult(d0, dx), _mm256_cvtepi32_ps(idot), acc[t]);
+                    if constexpr (Fmt::kMin) {
+                        float sx;
+                        std::memcpy(&sx, xb + blk::kActQ8S, 4);
+                        acc1[t] = _mm256_fmadd_ps(d1, _mm256_set1_ps(sx), acc1[t]);
+                    }
                 }
             }
         }
         const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(valid), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
         for (int t = 0; t < T; ++t) {
             __m256 sum = acc[t];
-            if constexpr (Fmt::kMin) sum = _mm256_add_ps(sum, macc[t]);
+            if constexpr (kTwoAcc) sum = _mm256_add_ps(sum, acc1[t]);
             if (valid == kRows) {
                 _mm256_storeu_ps(y + t * ldy, sum);
             } else {
@@ -194,11 +294,12 @@ struct Vnni {
         int32_t stack_off[kStackOffsets];
         int32_t* off = stack_off;
         int32_t* heap_off = nullptr;
-        if (chunk * nb > kStackOffsets) {
-            if (nb <= kStackOffsets) {
-                chunk = kStackOffsets / nb;
-            } else {  // k > 262144: one token's offsets do not fit the stack buffer
-                heap_off = new int32_t[size_t(chunk * nb)];
+        const int64_t per_token = nb * kOffsPerBlock;
+        if (chunk * per_token > kStackOffsets) {
+            if (per_token <= kStackOffsets) {
+                chunk = kStackOffsets / per_token;
+            } else {  // very long rows: one token's offsets do not fit the stack buffer
+                heap_off = new int32_t[size_t(chunk * per_token)];
                 off = heap_off;
             }
         }
@@ -206,7 +307,7 @@ struct Vnni {
         auto valid_at = [&](int64_t r) { return int(r1 - r < kRows ? r1 - r : kRows); };
         for (int64_t t0 = 0; t0 < n; t0 += chunk) {
             const int64_t t1 = t0 + chunk < n ? t0 + chunk : n;
-            for (int64_t t = t0; t < t1; ++t) offsets(ab + t * int64_t(arb), nb, off + (t - t0) * nb);
+            for (int64_t t = t0; t < t1; ++t) offsets(ab + t * int64_t(arb), nb, off + (t - t0) * per_token);
             if (t1 - t0 == 1) {
                 for (int64_t r = r0; r < r1; r += kRows) {
                     tile<1>(group_at(r), ab + t0 * int64_t(arb), arb, k, off, y + t0 * ldy + r, ldy, valid_at(r),
@@ -217,8 +318,8 @@ struct Vnni {
             for (int64_t r = r0; r < r1; r += kRows) {
                 for (int64_t t = t0; t < t1; t += kMaxTokens) {
                     const int num_t = int(t1 - t < kMaxTokens ? t1 - t : kMaxTokens);
-                    tile_t(num_t, group_at(r), ab + t * int64_t(arb), arb, k, off + (t - t0) * nb, y + t * ldy + r,
-                           ldy, valid_at(r));
+                    tile_t(num_t, group_at(r), ab + t * int64_t(arb), arb, k, off + (t - t0) * per_token,
+                           y + t * ldy + r, ldy, valid_at(r));
                 }
             }
         }
@@ -271,15 +372,20 @@ constexpr MatmulKernel kBf16Dot{ActFormat::kBF16, bf16_row_bytes, quantize_bf16,
 template <class Fmt>
 constexpr PackedMatmulKernel kVnniPacked{Vnni<Fmt>::packed_bytes, Vnni<Fmt>::pack, Vnni<Fmt>::gemm};
 
-// The VNNI layout for Q4_0, Q4_1 and Q8_0; the 5-bit formats keep simd_packed_kernel's.
+// The packed kernels of this level: its own layout for Q4_0, Q4_1, Q8_0, MXFP4 and NVFP4; the 5-bit
+// formats keep simd_packed_kernel's.
 inline const PackedMatmulKernel* vnni_packed_kernel(core::DType weight_type) {
     switch (weight_type) {
         case core::DType::kQ8_0:
-            return &kVnniPacked<FmtQ8_0>;
+            return &kVnniPacked<VnniLegacy<FmtQ8_0>>;
         case core::DType::kQ4_0:
-            return &kVnniPacked<FmtQ4_0>;
+            return &kVnniPacked<VnniLegacy<FmtQ4_0>>;
         case core::DType::kQ4_1:
-            return &kVnniPacked<FmtQ4_1>;
+            return &kVnniPacked<VnniLegacy<FmtQ4_1>>;
+        case core::DType::kMxfp4:  // packed at this level only (the AVX2 Fp4 kernels gather the scales)
+            return &kVnniPacked<VnniMxfp4>;
+        case core::DType::kNvfp4:
+            return &kVnniPacked<VnniNvfp4>;
         default:
             return simd_packed_kernel(weight_type);
     }
