@@ -1,8 +1,9 @@
 // Roofline probes: the machine's floors that every throughput figure is reported against
 // (DESIGN.md "Performance method"). Each probe measures what a tuned kernel could get:
 // - read bandwidth: a buffer of >= 1 GiB, touched before timing (no page faults inside the timed
-//   part), read by every thread of the pool with several independent streams per thread (one stream
-//   per core leaves ~20% of the bandwidth unused on these machines), 256-bit loads on AVX2;
+//   part), read by every thread of the pool, 256-bit loads on AVX2; measure_roofline keeps the better
+//   of one stream and kDefaultStreams independent streams per thread (one stream per core left ~20%
+//   of the bandwidth unused on the AVX2 VMs; on the AVX-512 VNNI VM one stream reads the most);
 // - f32 FMA peak: 12 independent FMA chains per thread (enough to cover FMA latency x issue width
 //   on current x86 cores), counted as 2 flops per lane;
 // - int8 dot peak: AVX2's vpmaddubsw + vpmaddwd pair (the u8 x s8 dot of ggml's q8 kernels),
