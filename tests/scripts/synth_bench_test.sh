@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `kiln synth` + `kiln bench` end to end on the 2-layer "tiny" preset: f32 and q4_0 files are written,
+# `kiln synth` + `kiln bench` end to end on the 2-layer "tiny" preset: f32, q4_0 and bf16 files are written,
 # read back by `kiln inspect`, and run by `kiln bench --json`, whose fields are checked with python3
 # (positive figures, percentages equal to the ratios they stand for, bytes/ops per token matching the
 # model's shapes). The same seed gives byte-identical files, whatever the thread count. Bad presets,
@@ -8,7 +8,7 @@ set -euo pipefail
 : "${KILN_BIN:?}"
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-for dt in f32 q4_0; do
+for dt in f32 q4_0 bf16; do
     "$KILN_BIN" synth --preset tiny --dtype "$dt" --layers 2 --seed 7 -t 2 -o "$T/tiny_$dt.gguf" 2> "$T/synth.err"
     grep -q "wrote" "$T/synth.err" || { echo "synth $dt: no summary"; cat "$T/synth.err"; exit 1; }
     "$KILN_BIN" inspect --json "$T/tiny_$dt.gguf" > "$T/inspect_$dt.json"
@@ -27,7 +27,7 @@ import json, math, os, sys
 T = sys.argv[1]
 def close(a, b, rel=1e-6):
     return abs(a - b) <= rel * max(abs(a), abs(b), 1e-30)
-for dt in ("f32", "q4_0"):
+for dt in ("f32", "q4_0", "bf16"):
     ins = json.load(open(os.path.join(T, f"inspect_{dt}.json")))
     c = ins["config"]
     assert c["num_layers"] == 2 and c["hidden_size"] == 128 and c["vocab_size"] == 512, c
@@ -51,12 +51,23 @@ for dt in ("f32", "q4_0"):
         assert close(r["pct_of_bw_limit"], 100 * r["achieved_gbps"] / r["bw_limit_gbps"])
         assert close(r["achieved_gops"], r["ops_per_token"] * r["tokens_per_s"] / 1e9)
         assert close(r["pct_of_peak"], 100 * r["achieved_gops"] / r["peak_gops"])
-        # The compute peak is the one of the arithmetic the matmul does: int8 dots or f32 FMAs.
-        want = "int8_dot" if "int8 activations" in r["matmul"] else "f32_fma"
+        # The compute peak is the one of the arithmetic the matmul does: VNNI (vpdpbusd) or AVX2
+        # int8 dots, BF16 dots (vdpbf16ps), or f32 FMAs.
+        vnni_isa = r["matmul"].startswith("avx512-vnni")
+        if "int8 activations" in r["matmul"]:
+            want = "vnni_int8" if vnni_isa and r["vnni_int8_peak_gops"] else "int8_dot"
+        elif "bf16 activations" in r["matmul"] and vnni_isa and r["bf16_peak_gflops"]:
+            want = "bf16_dot"
+        else:
+            want = "f32_fma"
         assert r["peak_kind"] == want, (r["peak_kind"], r["matmul"])
-        assert r["peak_gops"] == (r["int8_peak_gops"] if want == "int8_dot" else r["f32_fma_peak_gflops"])
+        peak_field = {"vnni_int8": "vnni_int8_peak_gops", "int8_dot": "int8_peak_gops",
+                      "bf16_dot": "bf16_peak_gflops", "f32_fma": "f32_fma_peak_gflops"}[want]
+        assert r["peak_gops"] == r[peak_field], (want, r["peak_gops"], r[peak_field])
         if dt == "f32":
             assert want == "f32_fma", r["matmul"]
+        if dt == "bf16":
+            assert "bf16 activations" in r["matmul"] or "reference" in r["matmul"], r["matmul"]
         assert r["vnni_int8_peak_gops"] is None or r["vnni_int8_peak_gops"] > 0
         assert r["bf16_peak_gflops"] is None or r["bf16_peak_gflops"] > 0
         per_forward = 8 if r["test"] == "pp8" else 1

@@ -251,31 +251,31 @@ struct Vnni {
     }
 
     static void tile_t(int num_t, const uint8_t* group, const uint8_t* act, size_t arb, int64_t k, const int32_t* off,
-                       float* y, int64_t ldy, int valid) {
+                       float* y, int64_t ldy, int valid, const uint8_t* next_group) {
         switch (num_t) {
             case 8:
-                tile<8>(group, act, arb, k, off, y, ldy, valid, nullptr);
+                tile<8>(group, act, arb, k, off, y, ldy, valid, next_group);
                 break;
             case 7:
-                tile<7>(group, act, arb, k, off, y, ldy, valid, nullptr);
+                tile<7>(group, act, arb, k, off, y, ldy, valid, next_group);
                 break;
             case 6:
-                tile<6>(group, act, arb, k, off, y, ldy, valid, nullptr);
+                tile<6>(group, act, arb, k, off, y, ldy, valid, next_group);
                 break;
             case 5:
-                tile<5>(group, act, arb, k, off, y, ldy, valid, nullptr);
+                tile<5>(group, act, arb, k, off, y, ldy, valid, next_group);
                 break;
             case 4:
-                tile<4>(group, act, arb, k, off, y, ldy, valid, nullptr);
+                tile<4>(group, act, arb, k, off, y, ldy, valid, next_group);
                 break;
             case 3:
-                tile<3>(group, act, arb, k, off, y, ldy, valid, nullptr);
+                tile<3>(group, act, arb, k, off, y, ldy, valid, next_group);
                 break;
             case 2:
-                tile<2>(group, act, arb, k, off, y, ldy, valid, nullptr);
+                tile<2>(group, act, arb, k, off, y, ldy, valid, next_group);
                 break;
             default:
-                tile<1>(group, act, arb, k, off, y, ldy, valid, nullptr);
+                tile<1>(group, act, arb, k, off, y, ldy, valid, next_group);
                 break;
         }
     }
@@ -318,8 +318,9 @@ struct Vnni {
             for (int64_t r = r0; r < r1; r += kRows) {
                 for (int64_t t = t0; t < t1; t += kMaxTokens) {
                     const int num_t = int(t1 - t < kMaxTokens ? t1 - t : kMaxTokens);
+                    // the first token tile over a group prefetches the next group (it streams from DRAM)
                     tile_t(num_t, group_at(r), ab + t * int64_t(arb), arb, k, off + (t - t0) * per_token,
-                           y + t * ldy + r, ldy, valid_at(r));
+                           y + t * ldy + r, ldy, valid_at(r), t == t0 ? group_at(r + kRows) : nullptr);
                 }
             }
         }
