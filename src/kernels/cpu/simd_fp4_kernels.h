@@ -153,18 +153,13 @@ struct Fp4 {
                 }
             }
         }
-        const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(valid), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
         for (int t = 0; t < T; ++t) {
             __m256 sum = acc[t];
             if constexpr (Fmt::kTwoScales) {  // [rows 0-3 | rows 4-7], each the sum of its two halves
                 sum = _mm256_add_ps(_mm256_blend_ps(acc[t], acc2[t], 0xf0),
                                     _mm256_permute2f128_ps(acc[t], acc2[t], 0x21));
             }
-            if (valid == kRows) {
-                _mm256_storeu_ps(y + t * ldy, sum);
-            } else {
-                _mm256_maskstore_ps(y + t * ldy, mask, sum);
-            }
+            store_rows8(y + t * ldy, sum, valid);
         }
     }
 

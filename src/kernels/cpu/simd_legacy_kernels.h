@@ -337,6 +337,16 @@ inline int group_rows8(const uint8_t* w, size_t wrb, int64_t r, int64_t r1, cons
     return valid;
 }
 
+// Stores lanes [0, valid) of v (lane i = row i of an 8-row group) to y[0 .. valid).
+inline void store_rows8(float* y, __m256 v, int valid) {
+    if (valid == 8) {
+        _mm256_storeu_ps(y, v);
+    } else {
+        const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(valid), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        _mm256_maskstore_ps(y, mask, v);
+    }
+}
+
 // One 8-row group for run_groups(): where the tile reads it, its valid lanes, the next group (decode
 // prefetch).
 template <class Src>
@@ -440,15 +450,10 @@ struct Legacy {
                 }
             }
         }
-        const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(valid), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
         for (int t = 0; t < T; ++t) {
             __m256 sum = acc[t];
             if constexpr (Fmt::kMin) sum = _mm256_add_ps(sum, macc[t]);
-            if (valid == kRows) {
-                _mm256_storeu_ps(y + t * ldy, sum);
-            } else {
-                _mm256_maskstore_ps(y + t * ldy, mask, sum);
-            }
+            store_rows8(y + t * ldy, sum, valid);
         }
     }
 

@@ -238,46 +238,21 @@ struct Vnni {
                 }
             }
         }
-        const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(valid), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
         for (int t = 0; t < T; ++t) {
             __m256 sum = acc[t];
             if constexpr (kTwoAcc) sum = _mm256_add_ps(sum, acc1[t]);
-            if (valid == kRows) {
-                _mm256_storeu_ps(y + t * ldy, sum);
-            } else {
-                _mm256_maskstore_ps(y + t * ldy, mask, sum);
-            }
+            store_rows8(y + t * ldy, sum, valid);
         }
     }
 
-    static void tile_t(int num_t, const uint8_t* group, const uint8_t* act, size_t arb, int64_t k, const int32_t* off,
+    // tile<num_t> for 1 <= num_t <= T.
+    template <int T = kMaxTokens>
+    static void tile_n(int num_t, const uint8_t* group, const uint8_t* act, size_t arb, int64_t k, const int32_t* off,
                        float* y, int64_t ldy, int valid, const uint8_t* next_group) {
-        switch (num_t) {
-            case 8:
-                tile<8>(group, act, arb, k, off, y, ldy, valid, next_group);
-                break;
-            case 7:
-                tile<7>(group, act, arb, k, off, y, ldy, valid, next_group);
-                break;
-            case 6:
-                tile<6>(group, act, arb, k, off, y, ldy, valid, next_group);
-                break;
-            case 5:
-                tile<5>(group, act, arb, k, off, y, ldy, valid, next_group);
-                break;
-            case 4:
-                tile<4>(group, act, arb, k, off, y, ldy, valid, next_group);
-                break;
-            case 3:
-                tile<3>(group, act, arb, k, off, y, ldy, valid, next_group);
-                break;
-            case 2:
-                tile<2>(group, act, arb, k, off, y, ldy, valid, next_group);
-                break;
-            default:
-                tile<1>(group, act, arb, k, off, y, ldy, valid, next_group);
-                break;
+        if constexpr (T > 1) {
+            if (num_t < T) return tile_n<T - 1>(num_t, group, act, arb, k, off, y, ldy, valid, next_group);
         }
+        tile<T>(group, act, arb, k, off, y, ldy, valid, next_group);
     }
 
     // PackedMatmulKernel::gemm. Decode: group after group, prefetching the next. Prefill: tokens in
@@ -319,7 +294,7 @@ struct Vnni {
                 for (int64_t t = t0; t < t1; t += kMaxTokens) {
                     const int num_t = int(t1 - t < kMaxTokens ? t1 - t : kMaxTokens);
                     // the first token tile over a group prefetches the next group (it streams from DRAM)
-                    tile_t(num_t, group_at(r), ab + t * int64_t(arb), arb, k, off + (t - t0) * per_token,
+                    tile_n(num_t, group_at(r), ab + t * int64_t(arb), arb, k, off + (t - t0) * per_token,
                            y + t * ldy + r, ldy, valid_at(r), t == t0 ? group_at(r + kRows) : nullptr);
                 }
             }
