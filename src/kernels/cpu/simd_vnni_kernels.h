@@ -1,7 +1,10 @@
 // Kernels of the AVX-512 VNNI (+ BF16) build only (matmul_avx512vnni.cc): BF16 weights by vdpbf16ps
-// (Bf16Dot, at the end), and packed Q4_0 / Q4_1 / Q8_0 kernels: weights
+// (Bf16Dot, at the end), and packed Q4_0 / Q4_1 / Q8_0 / MXFP4 / NVFP4 kernels: weights
 // repacked at load so that one vpdpbusd computes 4 elements of 8 rows at once (lane i = row i) and
 // no horizontal reduction is needed (llama.cpp's q4_0_8x8 repacking idea, kiln's own layout).
+// MXFP4 / NVFP4 (VnniMxfp4, VnniNvfp4 below): the nibble layout of Q4_0 holding E2M1 codes, mapped
+// in the kernel through Fp4's table to 2 e2m1 + 12; header = the 8 rows' E8M0 bytes (MXFP4) or
+// their fp16 scales of both 16-element halves (NVFP4, whose halves are separate vpdpbusd chains).
 //
 // Layout (PackedMatmulKernel, matmul.h): rows in groups of 8 (the last group's missing rows repeat
 // its last row), per group and 32-element block {fp16 d[8]; fp16 m[8] (Q4_1 only); payload}:
