@@ -145,11 +145,10 @@ struct Fp4 {
                 const __m256i off = fp4_offset_term(xq);
                 const __m256i s0123 = fp4_half_dots4(wq, xq, off), s4567 = fp4_half_dots4(wq + 4, xq, off);
                 if constexpr (Fmt::kTwoScales) {
-                    acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d0, hx), _mm256_cvtepi32_ps(s0123), acc[t]);
-                    acc2[t] = _mm256_fmadd_ps(_mm256_mul_ps(d1, hx), _mm256_cvtepi32_ps(s4567), acc2[t]);
+                    accumulate_block<false>(_mm256_mul_ps(d0, hx), s0123, d0, xb, &acc[t], nullptr);
+                    accumulate_block<false>(_mm256_mul_ps(d1, hx), s4567, d1, xb, &acc2[t], nullptr);
                 } else {
-                    const __m256i idot = halves_i32(s0123, s4567);
-                    acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d0, hx), _mm256_cvtepi32_ps(idot), acc[t]);
+                    accumulate_block<false>(_mm256_mul_ps(d0, hx), halves_i32(s0123, s4567), d0, xb, &acc[t], nullptr);
                 }
             }
         }

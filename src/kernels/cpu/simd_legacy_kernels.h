@@ -347,6 +347,20 @@ inline void store_rows8(float* y, __m256 v, int valid) {
     }
 }
 
+// One block's contribution to a lanes = rows accumulator, the arithmetic every 8-row tile shares (so
+// the packed and unpacked layouts stay bit-identical): acc += mult * idot (mult = d_w * d_x, lane-wise,
+// one rounding for the product and one for the fma); with a min (kMin), macc += m_w * s_x (s_x of the
+// activation block at xb).
+template <bool kMin>
+inline void accumulate_block(__m256 mult, __m256i idot, __m256 mw, const uint8_t* xb, __m256* acc, __m256* macc) {
+    *acc = _mm256_fmadd_ps(mult, _mm256_cvtepi32_ps(idot), *acc);
+    if constexpr (kMin) {
+        float sx;
+        std::memcpy(&sx, xb + blk::kActQ8S, 4);
+        *macc = _mm256_fmadd_ps(mw, _mm256_set1_ps(sx), *macc);
+    }
+}
+
 // One 8-row group for run_groups(): where the tile reads it, its valid lanes, the next group (decode
 // prefetch).
 template <class Src>
@@ -441,13 +455,7 @@ struct Legacy {
                 const __m256i idot = block_dots8<Fmt>(wd, xb + blk::kActQ8Q);
                 float dx;
                 std::memcpy(&dx, xb + blk::kActQ8D, 4);
-                const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(dx));
-                acc[t] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(idot), acc[t]);
-                if constexpr (Fmt::kMin) {
-                    float sx;
-                    std::memcpy(&sx, xb + blk::kActQ8S, 4);
-                    macc[t] = _mm256_fmadd_ps(mw, _mm256_set1_ps(sx), macc[t]);
-                }
+                accumulate_block<Fmt::kMin>(_mm256_mul_ps(dw, _mm256_set1_ps(dx)), idot, mw, xb, &acc[t], &macc[t]);
             }
         }
         for (int t = 0; t < T; ++t) {

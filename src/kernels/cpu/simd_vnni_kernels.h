@@ -220,8 +220,8 @@ struct Vnni {
                         h0 = chunk(h0, j);
                         h1 = chunk(h1, j + 4);
                     }
-                    acc[t] = _mm256_fmadd_ps(Fmt::mult(d0, dx), _mm256_cvtepi32_ps(h0), acc[t]);
-                    acc1[t] = _mm256_fmadd_ps(Fmt::mult(d1, dx), _mm256_cvtepi32_ps(h1), acc1[t]);
+                    accumulate_block<false>(Fmt::mult(d0, dx), h0, d0, xb, &acc[t], nullptr);
+                    accumulate_block<false>(Fmt::mult(d1, dx), h1, d1, xb, &acc1[t], nullptr);
                 } else {
                     // independent vpdpbusd chains (exact integers: the split changes nothing): 4
                     // chains of 2 for a lone token (decode), 2 of 4 when other tokens' interleave
@@ -232,12 +232,7 @@ struct Vnni {
                     for (int j = 0; j < 8; ++j) part[j % kChains] = chunk(part[j % kChains], j);
                     __m256i idot = part[0];
                     for (int c = 1; c < kChains; ++c) idot = _mm256_add_epi32(idot, part[c]);
-                    acc[t] = _mm256_fmadd_ps(Fmt::mult(d0, dx), _mm256_cvtepi32_ps(idot), acc[t]);
-                    if constexpr (Fmt::kMin) {
-                        float sx;
-                        std::memcpy(&sx, xb + blk::kActQ8S, 4);
-                        acc1[t] = _mm256_fmadd_ps(d1, _mm256_set1_ps(sx), acc1[t]);
-                    }
+                    accumulate_block<Fmt::kMin>(Fmt::mult(d0, dx), idot, d1, xb, &acc[t], &acc1[t]);
                 }
             }
         }
