@@ -16,7 +16,7 @@
 //   prefill_linear/T/R/K/n/thr   ops::linear on a ThreadPool (quantization included)
 //   prefill_sgemm/R/K/n/thr      cblas_sgemm, y [n, R] = x [n, K] @ W^T, openblas_set_num_threads(thr)
 // Weights: random floats ~U(-1, 1) for F32/F16/BF16; random bytes with finite fp16 scale fields
-// (0.01, and the Q4_1/Q4_K min fields) for the quantized types, in anonymous memory with
+// (0.01, and the Q4_1/Q4_K min fields) for the quantized types (I8: random bytes, row scales 0.01), in anonymous memory with
 // MADV_HUGEPAGE, touched before timing.
 #include <benchmark/benchmark.h>
 #include <sys/mman.h>
@@ -96,7 +96,7 @@ Weights make_weights(DType t, int64_t rows, int64_t k) {
             const uint16_t h = t == DType::kF16 ? kiln::core::f32_to_fp16(v) : kiln::core::f32_to_bf16(v);
             std::memcpy(p + 2 * i, &h, 2);
         }
-    } else {
+    } else {  // quantized blocks, or I8 (random int8 values; the row scales are ops::Linear's)
         for (size_t i = 0; i + 8 <= w.bytes; i += 8) {
             const uint64_t r = rng.next();
             std::memcpy(p + i, &r, 8);
@@ -107,7 +107,7 @@ Weights make_weights(DType t, int64_t rows, int64_t k) {
         const uint16_t small = kiln::core::f32_to_fp16(0.01f);
         const size_t d_off = t == DType::kQ6_K ? 208 : 0;
         const bool has_min = t == DType::kQ4_1 || t == DType::kQ5_1 || t == DType::kQ4_K || t == DType::kQ5_K;
-        for (size_t off = 0; off < w.bytes; off += info.block_bytes) {
+        for (size_t off = 0; off < w.bytes && t != DType::kI8; off += info.block_bytes) {
             std::memcpy(p + off + d_off, &small, 2);
             if (has_min) std::memcpy(p + off + 2, &small, 2);
         }
@@ -155,7 +155,9 @@ void bm_gemm(benchmark::State& st, DType t, cpu::Isa isa, int64_t rows, int64_t 
 // ops::linear (activation quantization + row split over the pool) at the best ISA.
 void bm_linear(benchmark::State& st, DType t, int64_t rows, int64_t k, int64_t n, int threads) {
     const Weights w = make_weights(t, rows, k);
-    const auto view = kiln::kernels::ref::make_weight_view(w.data.get(), t, rows, k);
+    auto view = kiln::kernels::ref::make_weight_view(w.data.get(), t, rows, k);
+    const std::vector<float> scales(size_t(rows), 0.01f);
+    if (t == DType::kI8) view.row_scale = scales.data();
     auto lin = kiln::ops::make_linear(view, kiln::ops::LinearOptions{});
     if (!lin.is_ok()) return st.SkipWithError("make_linear failed");
     const std::vector<float> x = random_floats(size_t(n * k), 3);
@@ -213,9 +215,9 @@ struct Shape {
 // tinyllama-1.1b: q/o (2048x2048), gate/up (5632x2048), down (2048x5632); llama-3-8b gate/up
 // (14336x4096, 235 MB in f32: streams from DRAM for every type).
 constexpr Shape kDecodeShapes[] = {{2048, 2048}, {5632, 2048}, {2048, 5632}, {14336, 4096}};
-constexpr DType kDecodeTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
+constexpr DType kDecodeTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0, DType::kI8,
                                   DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ6_K};
-constexpr DType kPrefillTypes[] = {DType::kF32, DType::kQ8_0, DType::kQ4_0};
+constexpr DType kPrefillTypes[] = {DType::kF32, DType::kQ8_0, DType::kI8, DType::kQ4_0};
 constexpr Shape kPrefillShapes[] = {{2048, 2048}, {5632, 2048}};
 constexpr int64_t kPrefillTokens[] = {64, 512};
 

@@ -93,7 +93,7 @@ Traffic count_traffic(const model::Checkpoint& ck) {
     tr.params = ck.num_params();
     for (const model::TensorRef& t : ck.tensors) {
         const bool layer = t.name.rfind("blk.", 0) == 0;
-        if (layer) tr.weight_bytes += t.num_bytes;
+        if (layer) tr.weight_bytes += t.num_bytes + (t.row_scale ? 4 * t.shape[0] : 0);  // I8: + row scales
         if (layer && t.shape.size() == 2) tr.layer_mm_params += t.num_elements();
         if (t.name == "output_norm.weight") tr.weight_bytes += t.num_bytes;
         if (t.name == "token_embd.weight") tr.embd_row_bytes = t.num_bytes / std::max<uint64_t>(1, t.shape[0]);
@@ -118,14 +118,17 @@ struct ComputePath {
 ComputePath compute_path(const model::Checkpoint& ck, const ops::LinearOptions& options) {
     const model::TensorRef* t = ck.find("blk.0.attn_q.weight");
     if (!t || t->shape.size() != 2) return {"unknown", false};
-    const auto view = kernels::ref::make_weight_view(t->data, t->dtype, int64_t(t->shape[0]), int64_t(t->shape[1]));
+    auto view = kernels::ref::make_weight_view(t->data, t->dtype, int64_t(t->shape[0]), int64_t(t->shape[1]));
+    view.row_scale = t->row_scale;
     auto lin = ops::make_linear(view, options);
     if (!lin || !lin->kernel) return {"f32 reference (kernels/ref)", false, false, false};
     using kernels::cpu::ActFormat;
     const ActFormat act = lin->kernel->act;
-    const bool int8 = act == ActFormat::kQ8 || act == ActFormat::kQ8K;
+    const bool int8 = act == ActFormat::kQ8 || act == ActFormat::kQ8K || act == ActFormat::kI8Row;
     const bool vnni_isa = lin->isa == kernels::cpu::Isa::kAvx512Vnni;
-    const char* what = int8 ? ", int8 activations" : act == ActFormat::kBF16 ? ", bf16 activations" : ", f32 activations";
+    const char* what = act == ActFormat::kI8Row ? ", per-token int8 activations"
+                       : int8                   ? ", int8 activations"
+                                                : act == ActFormat::kBF16 ? ", bf16 activations" : ", f32 activations";
     return {std::string(kernels::cpu::isa_name(lin->isa)) + what + (lin->packed ? ", packed 8-row groups" : "") +
                 " (kernels/cpu)",
             int8, int8 && vnni_isa, act == ActFormat::kBF16 && vnni_isa};

@@ -109,11 +109,13 @@ ordered_json checkpoint_json(const model::Checkpoint& ck) {
     std::map<std::string, uint64_t> by_type;
     ordered_json tensors = ordered_json::array();
     for (const model::TensorRef& t : ck.tensors) {
+        // I8 weights (compressed-tensors INT8): the int8 rows plus one f32 scale per row
+        const uint64_t n = t.num_bytes + (t.row_scale && !t.shape.empty() ? 4 * t.shape[0] : 0);
         tensors.push_back({{"name", t.name},
                            {"type", std::string(core::dtype_name(t.dtype))},
                            {"shape", t.shape},
-                           {"bytes", t.num_bytes}});
-        bytes += t.num_bytes;
+                           {"bytes", n}});
+        bytes += n;
         by_type[std::string(core::dtype_name(t.dtype))] += 1;
     }
     j["num_params"] = ck.num_params();

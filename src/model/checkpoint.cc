@@ -72,6 +72,20 @@ uint64_t Checkpoint::num_params() const {
     return n;
 }
 
+core::Status dequantize_tensor_to(const TensorRef& t, float* dst) {
+    const uint64_t n = t.num_elements();
+    if (t.dtype == core::DType::kI8 && t.row_scale) {
+        const uint64_t rows = t.shape.empty() ? 0 : t.shape[0], cols = rows ? n / rows : 0;
+        if (t.num_bytes != n)
+            return core::error(StatusCode::kCorrupt) << "tensor '" << t.name << "': I8 data of the wrong size";
+        for (uint64_t r = 0; r < rows; ++r) {
+            for (uint64_t c = 0; c < cols; ++c) dst[r * cols + c] = float(int8_t(t.data[r * cols + c])) * t.row_scale[r];
+        }
+        return core::Status::ok();
+    }
+    return kernels::ref::dequantize_row(t.dtype, t.data, dst, int64_t(n));
+}
+
 core::Result<TensorRef> permute_tensor(const TensorRef& t, int64_t num_heads, RopeOrder to,
                                        std::vector<std::shared_ptr<const void>>* owners) {
     if (t.shape.empty() || t.shape[0] == 0 || t.num_bytes % t.shape[0] != 0)
@@ -84,6 +98,14 @@ core::Result<TensorRef> permute_tensor(const TensorRef& t, int64_t num_heads, Ro
     TensorRef out = t;
     out.data = buf->data();
     owners->push_back(std::move(buf));
+    if (t.row_scale) {  // the scales follow their rows
+        auto sc = std::make_shared<std::vector<float>>(size_t(t.shape[0]));
+        st = permute_rope_rows(reinterpret_cast<const uint8_t*>(t.row_scale), reinterpret_cast<uint8_t*>(sc->data()),
+                               t.shape[0], sizeof(float), uint64_t(num_heads), to);
+        if (!st.is_ok()) return core::error(StatusCode::kCorrupt) << "tensor '" << t.name << "': " << st.message();
+        out.row_scale = sc->data();
+        owners->push_back(std::move(sc));
+    }
     return out;
 }
 
@@ -261,7 +283,8 @@ public:
         if (t.shape != shape)
             return core::error(StatusCode::kCorrupt) << ck_.path << ": tensor '" << name << "' has shape "
                                                      << shape_string(t.shape) << ", expected " << shape_string(shape);
-        if (role == Role::kMatrix && !kernels::ref::dequant_supported(t.dtype))
+        const bool scaled_i8 = t.dtype == core::DType::kI8 && t.row_scale;
+        if (role == Role::kMatrix && !kernels::ref::dequant_supported(t.dtype) && !scaled_i8)
             return core::error(StatusCode::kUnsupported)
                    << ck_.path << ": tensor '" << name << "' is " << core::dtype_name(t.dtype)
                    << ", which kiln cannot dequantize (weight matrices must be f32, f16, bf16 or a GGML q*_0/q*_1/"

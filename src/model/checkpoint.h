@@ -35,6 +35,9 @@ struct TensorRef {
     std::vector<uint64_t> shape;  // row-major, innermost last
     const uint8_t* data = nullptr;
     uint64_t num_bytes = 0;
+    // I8 weight matrices only (W8A8 per output channel, from compressed-tensors INT8): one f32 scale
+    // per row, row r = int8 values * row_scale[r]; owned like data.
+    const float* row_scale = nullptr;
     uint64_t num_elements() const;
 };
 
@@ -74,9 +77,12 @@ core::Result<Checkpoint> load_llama2c_checkpoint(const std::string& path);
 
 // The architecture's tensors, each present with the shape the config implies (kCorrupt naming the
 // tensor otherwise) and a usable dtype (kUnsupported otherwise): weight matrices one that
-// kernels::ref::dequantize_row decodes, norm weights and biases f32, f16 or bf16. Extra tensors are
+// kernels::ref::dequantize_row decodes (or I8 with row scales), norm weights and biases f32, f16 or bf16. Extra tensors are
 // allowed.
 core::Status check_checkpoint_tensors(const Checkpoint& checkpoint);
+
+// All of `t` (float, block-quantized, or I8 with row scales) decoded to f32 into dst [num_elements].
+core::Status dequantize_tensor_to(const TensorRef& t, float* dst);
 
 // A copy of `t` whose rows are permuted into `to` RoPE order (weight_names.h) in a new buffer that
 // is appended to `owners`.

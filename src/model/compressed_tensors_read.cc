@@ -1,6 +1,7 @@
 // compressed-tensors: reading quantization_config and turning one Linear's stored parts back into
 // a runtime weight (see compressed_tensors.h). Every dtype and shape is checked before any
-// quant:: routine (which asserts its invariants) sees the data. Runtime dtypes: INT8 -> Q8_0, INT4 ->
+// quant:: routine (which asserts its invariants) sees the data. Runtime dtypes: INT8 -> I8 with row
+// scales (TensorRef::row_scale, any row length), INT4 ->
 // Q4_0/Q4_1, MXFP4 -> kMxfp4, NVFP4 -> kNvfp4, FP8 -> kE4m3B32, MXFP8 -> kMxfp8 when the row length
 // is whole kernel blocks (32), f32 otherwise. E4M3 NaN codes in FP8 weights are kCorrupt.
 #include <cmath>
@@ -220,11 +221,15 @@ core::Result<TensorRef> decompress_weight(const CompressedConfig& config, const 
             q.data = copy_of<int8_t>(*w);
             q.scales = copy_of<float>(*sc);
             KILN_RETURN_IF_ERROR(check_scales(q.scales, m));
-            if (cols % 32 == 0) {
-                KILN_ASSIGN_OR_RETURN(std::vector<uint8_t> b, quant::to_q8_0(q));
-                return own(name, DType::kQ8_0, R, C, std::move(b), owners);
-            }
-            return own_f32(name, R, C, quant::dequantize(q), owners);
+            // I8 rows with their row scales as stored (the W8A8 kernels, any row length); the quant::
+            // reference values are q * scale, exactly what weight_row decodes.
+            auto scales = std::make_shared<std::vector<float>>(std::move(q.scales));
+            std::vector<uint8_t> bytes(q.data.size());
+            std::memcpy(bytes.data(), q.data.data(), bytes.size());
+            TensorRef t = own(name, DType::kI8, R, C, std::move(bytes), owners);
+            t.row_scale = scales->data();
+            owners->push_back(std::move(scales));
+            return t;
         }
         case QuantFormat::kW4: {
             const int64_t words = (cols + 7) / 8, groups = (cols + s.group_size - 1) / s.group_size;

@@ -50,10 +50,11 @@ const char* torch_dtype_name(DType t) {
 core::Result<TensorRef> dequantize_tensor(const TensorRef& t, std::vector<std::shared_ptr<const void>>* owners) {
     const uint64_t n = t.num_elements();
     auto buf = std::make_shared<std::vector<float>>(n);
-    core::Status st = kernels::ref::dequantize_row(t.dtype, t.data, buf->data(), int64_t(n));
+    core::Status st = dequantize_tensor_to(t, buf->data());
     if (!st.is_ok()) return core::error(st.code()) << "tensor '" << t.name << "': " << st.message();
     TensorRef out = t;
     out.dtype = DType::kF32;
+    out.row_scale = nullptr;
     out.data = reinterpret_cast<const uint8_t*>(buf->data());
     out.num_bytes = n * 4;
     owners->push_back(std::move(buf));
@@ -61,12 +62,12 @@ core::Result<TensorRef> dequantize_tensor(const TensorRef& t, std::vector<std::s
 }
 
 // Converts the dtype (if asked) and the Q/K row order (if `rope_heads` > 0) of one tensor. kiln's
-// own block types (nvfp4, e4m3_b32, mxfp8: compressed-tensors weights as loaded) have no GGUF or
-// safetensors form: they are written dequantized (F32, or --dtype).
+// own block types (nvfp4, e4m3_b32, mxfp8: compressed-tensors weights as loaded) and I8 with row
+// scales (compressed-tensors INT8) have no GGUF or safetensors form: they are written dequantized (F32, or --dtype).
 core::Result<TensorRef> prepare_tensor(const TensorRef& in, const ConvertOptions& opts, int64_t rope_heads,
                                        std::vector<std::shared_ptr<const void>>* owners) {
     TensorRef t = in;
-    if (core::dtype_info(t.dtype).is_quantized && !formats::ggml_from_dtype(t.dtype)) {
+    if ((core::dtype_info(t.dtype).is_quantized && !formats::ggml_from_dtype(t.dtype)) || t.row_scale) {
         KILN_ASSIGN_OR_RETURN(t, dequantize_tensor(t, owners));
     }
     DType want = output_dtype(t, opts);
@@ -152,7 +153,7 @@ core::Result<Checkpoint> to_f32_checkpoint(const Checkpoint& ck) {
     Checkpoint out = ck;
     for (TensorRef& t : out.tensors) {
         const core::DTypeInfo& info = core::dtype_info(t.dtype);
-        if (t.dtype == DType::kF32 || !(info.is_float || info.is_quantized)) continue;
+        if (t.dtype == DType::kF32 || (!(info.is_float || info.is_quantized) && !t.row_scale)) continue;
         KILN_ASSIGN_OR_RETURN(t, dequantize_tensor(t, &out.owners));
     }
     return out;

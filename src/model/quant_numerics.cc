@@ -74,7 +74,7 @@ core::Result<std::vector<float>> round_trip(const QuantScheme& scheme, const std
     if (runtime.shape != std::vector<uint64_t>{uint64_t(rows), uint64_t(cols)})
         return core::error(StatusCode::kInternal) << "decompress_weight returned another shape";
     std::vector<float> wq(w.size());
-    KILN_RETURN_IF_ERROR(kernels::ref::dequantize_row(runtime.dtype, runtime.data, wq.data(), rows * cols));
+    KILN_RETURN_IF_ERROR(dequantize_tensor_to(runtime, wq.data()));
     return wq;
 }
 

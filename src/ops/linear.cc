@@ -54,6 +54,10 @@ core::Result<Linear> make_linear(const kernels::ref::WeightView& w, const Linear
     // a whole number of weight blocks but not of activation blocks (NVFP4's 16) takes the f32 path.
     const int64_t act_block = !k ? 1 : k->act == cpu::ActFormat::kQ8 ? 32 : k->act == cpu::ActFormat::kQ8K ? 256 : 1;
     if (k && w.cols % act_block != 0) k = nullptr;
+    // I8 rows: the int32 dot of a longer row could overflow; such rows take the f32 path.
+    if (k && k->act == cpu::ActFormat::kI8Row && w.cols > cpu::kI8MaxK) k = nullptr;
+    if (w.dtype == core::DType::kI8 && !w.row_scale)
+        return core::error(core::StatusCode::kInvalidArgument) << "matmul: I8 weights need row scales";
     if (k && (k->act == cpu::ActFormat::kF32 || !options.f32_activations)) {
         l.kernel = k;
         l.isa = isa;
@@ -64,7 +68,7 @@ core::Result<Linear> make_linear(const kernels::ref::WeightView& w, const Linear
             l.packed_kernel = pk;
             l.packed = std::move(buf);
         }
-    } else if (!kernels::ref::dequant_supported(w.dtype)) {
+    } else if (!kernels::ref::weight_view_supported(w)) {
         return core::error(core::StatusCode::kUnsupported) << "matmul: weight dtype " << core::dtype_name(w.dtype);
     }
     return l;
@@ -112,8 +116,8 @@ core::Status linear_group(core::ThreadPool& pool, const float* x, int64_t m, std
     if (m == 0) return core::Status::ok();
     if (!all_kernels) return mixed_group(pool, x, m, parts, total, y, scratch);
 
-    // Quantize x once per activation format the parts use: [kF32] = x itself, [kQ8], [kQ8K], [kBF16]
-    // in scratch.
+    // Quantize x once per activation format the parts use: [kF32] = x itself, [kQ8], [kQ8K], [kBF16],
+    // [kI8Row] in scratch.
     constexpr int kFormats = cpu::kNumActFormats;
     const uint8_t* act[kFormats] = {reinterpret_cast<const uint8_t*>(x)};
     size_t act_bytes[kFormats] = {size_t(K) * sizeof(float)};
@@ -177,6 +181,11 @@ core::Status linear_group(core::ThreadPool& pool, const float* x, int64_t m, std
                 l.packed_kernel->gemm(l.packed.get(), a, act_bytes[f], t1 - t0, K, out, total, r0, r1);
             } else {
                 k.gemm(l.w.data, l.w.row_bytes, a, act_bytes[f], t1 - t0, K, out, total, r0, r1);
+            }
+            if (const float* scale = l.w.row_scale) {  // I8 weights: the kernel's dot times the row scale
+                for (int64_t t = 0; t < t1 - t0; ++t) {
+                    for (int64_t r = r0; r < r1; ++r) out[t * total + r] *= scale[r];
+                }
             }
             if (const float* bias = parts[i].bias) {
                 for (int64_t t = 0; t < t1 - t0; ++t) {

@@ -24,7 +24,7 @@ Status invalid(const char* op, const char* what) {
 Status matmul(core::ThreadPool& pool, const float* x, int64_t m, const WeightView& w, const float* bias, float* y) {
     if (m < 0 || w.rows <= 0 || w.cols <= 0) return invalid("matmul", "empty or negative shape");
     if (!x || !y || !w.data) return invalid("matmul", "null pointer");
-    if (!kernels::ref::dequant_supported(w.dtype))
+    if (!kernels::ref::weight_view_supported(w))
         return core::error(StatusCode::kUnsupported) << "matmul: weight dtype " << core::dtype_name(w.dtype);
     auto bytes = core::dtype_bytes(w.dtype, uint64_t(w.cols));
     if (!bytes || *bytes != w.row_bytes) return invalid("matmul", "row_bytes does not match dtype and cols");

@@ -78,12 +78,19 @@ runs_as() {
     "$KILN_BIN" inspect "$1" > "$T/inspect.txt"
     grep -Eq "blk.0.attn_q.weight +$2 " "$T/inspect.txt" || { echo "FAIL: $1 does not run as $2"; exit 1; }
 }
+runs_as "$T/int8" i8
 runs_as "$T/fp8" e4m3_b32
 runs_as "$T/mxfp8" mxfp8
 "$KILN_BIN" convert "$T/fp8" "$T/fp8.gguf" --to gguf --quiet
 runs_as "$T/fp8.gguf" f32
 python3 -c 'import sys; a, b = map(float, sys.argv[1:]); assert abs(a / b - 1) < 1e-3, (a, b)' \
     "$(ppl "$T/fp8")" "$(ppl "$T/fp8.gguf")"
+# INT8 runs per-token W8A8 on I8 rows with row scales; dequantized to GGUF (f32 weights, row scales
+# applied) it scores within activation rounding of that.
+"$KILN_BIN" convert "$T/int8" "$T/int8.gguf" --to gguf --quiet
+runs_as "$T/int8.gguf" f32
+python3 -c 'import sys; a, b = map(float, sys.argv[1:]); assert abs(a / b - 1) < 2e-3, (a, b)' \
+    "$(ppl "$T/int8")" "$(ppl "$T/int8.gguf")"
 
 # Bad input: clear errors, never a crash.
 expect_fail() {

@@ -11,6 +11,8 @@
 #include <random>
 
 #include "kernels/ref/dequant.h"
+#include "model/checkpoint.h"
+#include "quant/int_quant.h"
 
 namespace kiln::model {
 namespace {
@@ -40,7 +42,7 @@ std::vector<float> random_matrix(int64_t rows, int64_t cols, uint32_t seed) {
 
 std::vector<float> to_f32(const TensorRef& t) {
     std::vector<float> out(t.num_elements());
-    EXPECT_TRUE(kernels::ref::dequantize_row(t.dtype, t.data, out.data(), int64_t(out.size())).is_ok());
+    EXPECT_TRUE(dequantize_tensor_to(t, out.data()).is_ok());
     return out;
 }
 
@@ -61,7 +63,7 @@ double bound(const QuantScheme& s) {
 
 TEST(CompressedTensors, EverySchemeRoundTrips) {
     const char* names[] = {"int8", "w4-g32", "w4-g64", "w4-g128", "fp8", "fp8-block", "mxfp8", "mxfp4", "nvfp4"};
-    for (int64_t cols : {256, 172}) {  // 172: not whole 32-blocks (stories260K's FFN), f32 at load
+    for (int64_t cols : {256, 172}) {  // 172: not whole 32-blocks (stories260K's FFN): f32 at load, but I8
         const int64_t rows = 40;
         const std::vector<float> w = random_matrix(rows, cols, uint32_t(cols));
         for (const char* n : names) {
@@ -78,7 +80,10 @@ TEST(CompressedTensors, EverySchemeRoundTrips) {
                 ASSERT_TRUE(t.is_ok()) << s->name() << ": " << t.status().message();
                 EXPECT_EQ(t->name, "m.weight");
                 ASSERT_EQ(t->shape, (std::vector<uint64_t>{uint64_t(rows), uint64_t(cols)}));
-                if (cols % 32 == 0 && (s->format == QuantFormat::kInt8 || s->format == QuantFormat::kW4))
+                if (s->format == QuantFormat::kInt8) {
+                    EXPECT_EQ(t->dtype, core::DType::kI8) << s->name() << " should run on the W8A8 kernels";
+                    EXPECT_NE(t->row_scale, nullptr);
+                } else if (cols % 32 == 0 && s->format == QuantFormat::kW4)
                     EXPECT_NE(t->dtype, core::DType::kF32) << s->name() << " should run on the int8 kernels";
                 else if (cols % 32 == 0 && s->format == QuantFormat::kMxfp4)
                     EXPECT_EQ(t->dtype, core::DType::kMxfp4) << s->name() << " should run on the FP4 kernels";
@@ -91,6 +96,11 @@ TEST(CompressedTensors, EverySchemeRoundTrips) {
                 else
                     EXPECT_EQ(t->dtype, core::DType::kF32) << s->name();
                 const std::vector<float> got = to_f32(*t);
+                if (s->format == QuantFormat::kInt8) {  // exactly the quant:: reference values
+                    auto q = quant::quantize_int8_rows(w, rows, cols);
+                    ASSERT_TRUE(q.is_ok());
+                    EXPECT_EQ(got, quant::dequantize(*q)) << "cols " << cols;
+                }
                 double err = 0, ref = 0;
                 for (size_t i = 0; i < w.size(); ++i) err += (got[i] - w[i]) * (got[i] - w[i]), ref += w[i] * w[i];
                 EXPECT_LT(std::sqrt(err / ref), bound(*s)) << s->name() << " cols " << cols;

@@ -8,8 +8,8 @@
 // same 256-bit kernel bodies built with AVX-512 F/BW/VL/DQ: EVEX, 32 registers); kAvx512Vnni (as
 // kAvx512 plus VNNI/BF16 flags; the u8 x s8 block dot is one vpdpbusd, BF16 weights use vdpbf16ps
 // and packed Q4_0/Q4_1/Q8_0 have their own layout, kernels/cpu/simd_vnni_kernels.h). Weight types: F32, F16,
-// BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, MXFP4, NVFP4, E4M3_B32, MXFP8
-// on every ISA.
+// BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, MXFP4, NVFP4, E4M3_B32, MXFP8,
+// I8 on every ISA.
 //
 // Activation formats (kiln's own; every ISA produces bit-identical bytes for the same input):
 //  - kF32:   the f32 row itself (for F32, F16 and the FP8 formats E4M3_B32 and MXFP8);
@@ -21,6 +21,9 @@
 //  - kQ8:    k / 32 ActQ8 blocks (for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4, NVFP4 weights; k % 32 == 0,
 //            also for NVFP4, whose 16-element blocks are taken in pairs).
 //  - kQ8K:   k / 256 ActQ8K blocks (for Q2_K, Q3_K, Q4_K, Q5_K, Q6_K weights).
+//  - kI8Row: the whole row as int8 with one scale (dynamic per-token W8A8, for I8 weights): an
+//            ActI8Row header, then q[i8_row_padded(k)] (the pad is zeros); d = amax / 127 (1 when
+//            amax = 0), q = clamp(round_half_even(x / d), -127, 127), exactly quant::quantize_int8_rows.
 // Quantization (like ggml quantize_row_q8_0 / q8_K): amax = max |x| over the block,
 // d = amax / 127, q = round_half_even(x * (1 / d)) (q = 0 when d = 0), so |q| <= 127.
 //
@@ -34,6 +37,8 @@
 // decoded exactly to f32 and the products summed in fp32 per block, then scaled by the block scale
 // (kernels/cpu/simd_fp8_kernels.h); the same 1e-5 bound holds. BF16 weights times bf16 activations:
 // every product exact in fp32, summed in fp32 (the ref kernel in double); the same bound.
+// I8 weights (W8A8 per output channel): plain int8 rows, whose per-row scale the caller applies
+// (ops::Linear); y = d_x * float(the exact int32 dot of the whole row), the same bits on every ISA.
 #pragma once
 
 #include <cstddef>
@@ -73,8 +78,23 @@ struct ActQ8K {
 };
 static_assert(sizeof(ActQ8K) == 292);
 
-enum class ActFormat { kF32, kQ8, kQ8K, kBF16 };
-inline constexpr int kNumActFormats = 4;
+// Header of a kI8Row activation row (per-token INT8): x[i] ~= d * q[i]; sum = sum(q) (kernels that
+// feed vpdpbusd the weights + 128 subtract 128 * sum).
+struct ActI8Row {
+    float d;
+    int32_t sum;
+};
+static_assert(sizeof(ActI8Row) == 8);
+// q elements stored per kI8Row row: k rounded up to a multiple of 32.
+inline constexpr int64_t i8_row_padded(int64_t k) {
+    return (k + 31) / 32 * 32;
+}
+// The longest row the I8 kernels take: their int32 sums (with the +128 weight offset of vpdpbusd)
+// stay exact up to k * 255 * 127 < 2^31. Longer rows take the f32 reference path (ops::make_linear).
+inline constexpr int64_t kI8MaxK = 65536;
+
+enum class ActFormat { kF32, kQ8, kQ8K, kBF16, kI8Row };
+inline constexpr int kNumActFormats = 5;
 
 struct MatmulKernel {
     ActFormat act;

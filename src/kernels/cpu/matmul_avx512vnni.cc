@@ -7,6 +7,7 @@
 #include "kernels/cpu/matmul_isa.h"
 #include "kernels/cpu/simd_fp4_kernels.h"
 #include "kernels/cpu/simd_fp8_kernels.h"
+#include "kernels/cpu/simd_i8_kernels.h"
 #include "kernels/cpu/simd_kquant_kernels.h"
 #include "kernels/cpu/simd_legacy_kernels.h"
 #include "kernels/cpu/simd_vnni_kernels.h"
@@ -18,6 +19,7 @@
 namespace kiln::kernels::cpu {
 
 const MatmulKernel* avx512vnni_matmul_kernel(core::DType weight_type) {
+    if (weight_type == core::DType::kI8) return &kI8Dot;  // simd_i8_kernels.h
     if (weight_type == core::DType::kBF16) return &kBf16Dot;  // vdpbf16ps (simd_vnni_kernels.h)
     if (const MatmulKernel* k = simd_legacy_kernel(weight_type)) return k;
     if (const MatmulKernel* k = simd_fp4_kernel(weight_type)) return k;
@@ -26,6 +28,7 @@ const MatmulKernel* avx512vnni_matmul_kernel(core::DType weight_type) {
 }
 
 const PackedMatmulKernel* avx512vnni_packed_kernel(core::DType weight_type) {
+    if (weight_type == core::DType::kI8) return &kVnniI8Packed;  // simd_i8_kernels.h
     return vnni_packed_kernel(weight_type);
 }
 

@@ -212,7 +212,7 @@ struct Vnni {
                 auto chunk = [&](__m256i a, int j) {
                     int32_t x4;
                     std::memcpy(&x4, xq + 4 * j, 4);
-                    return _mm256_dpbusd_epi32(a, wq[j], _mm256_set1_epi32(x4));
+                    return dpbusd(a, wq[j], _mm256_set1_epi32(x4));
                 };
                 if constexpr (Fmt::kHalves) {  // elements 0-15 = chunks 0-3, 16-31 = chunks 4-7
                     __m256i h0 = _mm256_set1_epi32(o[0]), h1 = _mm256_set1_epi32(o[1]);

@@ -316,6 +316,16 @@ float fp8_row_dot(const uint8_t* w, const uint8_t* act, int64_t k) {
     return float(sum);
 }
 
+// I8 weights (plain int8 rows) x a kI8Row activation row: the exact integer dot, times d_x.
+float i8_row_dot(const uint8_t* w, const uint8_t* act, int64_t k) {
+    cpu::ActI8Row h;
+    std::memcpy(&h, act, sizeof(h));
+    const int8_t* q = reinterpret_cast<const int8_t*>(act + sizeof(h));
+    int64_t sum = 0;
+    for (int64_t j = 0; j < k; ++j) sum += int64_t(int8_t(w[j])) * q[j];
+    return h.d * float(sum);
+}
+
 template <core::DType kType>
 void gemm(const void* w, size_t w_row_bytes, const void* act, size_t act_row_bytes, int64_t n, int64_t k, float* y,
           int64_t ldy, int64_t r0, int64_t r1) {
@@ -329,6 +339,8 @@ void gemm(const void* w, size_t w_row_bytes, const void* act, size_t act_row_byt
                 y[t * ldy + r] = float_row_dot<kType>(wr, ar, k);
             } else if constexpr (kType == core::DType::kE4m3B32 || kType == core::DType::kMxfp8) {
                 y[t * ldy + r] = fp8_row_dot<kType>(wr, ar, k);
+            } else if constexpr (kType == core::DType::kI8) {
+                y[t * ldy + r] = i8_row_dot(wr, ar, k);
             } else {
                 y[t * ldy + r] = quant_row_dot<kType>(wr, ar, k);
             }
@@ -359,6 +371,9 @@ void quantize_bf16(const float* x, void* dst, int64_t k) {
         const uint16_t h = core::f32_to_bf16(x[i]);
         std::memcpy(out + 2 * i, &h, 2);
     }
+}
+size_t i8row_row_bytes(int64_t k) {
+    return sizeof(cpu::ActI8Row) + size_t(cpu::i8_row_padded(k));
 }
 void quantize_q8_void(const float* x, void* dst, int64_t k) {
     // dst may be unaligned: quantize block by block through an aligned temporary.
@@ -405,6 +420,7 @@ constexpr cpu::MatmulKernel kNvfp4Kernel{cpu::ActFormat::kQ8, q8_row_bytes, quan
 constexpr cpu::MatmulKernel kE4m3B32Kernel{cpu::ActFormat::kF32, f32_row_bytes, copy_row,
                                            gemm<core::DType::kE4m3B32>};
 constexpr cpu::MatmulKernel kMxfp8Kernel{cpu::ActFormat::kF32, f32_row_bytes, copy_row, gemm<core::DType::kMxfp8>};
+constexpr cpu::MatmulKernel kI8Kernel{cpu::ActFormat::kI8Row, i8row_row_bytes, quantize_row_i8row, gemm<core::DType::kI8>};
 constexpr cpu::MatmulKernel kQ2_KKernel{cpu::ActFormat::kQ8K, q8k_row_bytes, quantize_q8k_void,
                                         gemm<core::DType::kQ2_K>};
 constexpr cpu::MatmulKernel kQ3_KKernel{cpu::ActFormat::kQ8K, q8k_row_bytes, quantize_q8k_void,
@@ -452,6 +468,21 @@ void quantize_row_q8k(const float* x, ActQ8K* dst, int64_t k) {
     }
 }
 
+void quantize_row_i8row(const float* x, void* dst, int64_t k) {
+    float amax = 0;
+    for (int64_t j = 0; j < k; ++j) amax = std::fmax(amax, std::fabs(x[j]));
+    const float d = amax / 127.0f == 0 ? 1.0f : amax / 127.0f;  // as quant::quantize_int8_rows
+    int8_t* q = reinterpret_cast<int8_t*>(static_cast<uint8_t*>(dst) + sizeof(cpu::ActI8Row));
+    int32_t sum = 0;
+    for (int64_t j = 0; j < k; ++j) {
+        q[j] = round_q(x[j] / d);
+        sum += q[j];
+    }
+    for (int64_t j = k; j < cpu::i8_row_padded(k); ++j) q[j] = 0;
+    const cpu::ActI8Row h{d, sum};
+    std::memcpy(dst, &h, sizeof(h));
+}
+
 const cpu::MatmulKernel* ref_matmul_kernel(core::DType weight_type) {
     switch (weight_type) {
         case core::DType::kF32:
@@ -488,6 +519,8 @@ const cpu::MatmulKernel* ref_matmul_kernel(core::DType weight_type) {
             return &kE4m3B32Kernel;
         case core::DType::kMxfp8:
             return &kMxfp8Kernel;
+        case core::DType::kI8:
+            return &kI8Kernel;
         default:
             return nullptr;
     }

@@ -16,9 +16,19 @@ WeightView make_weight_view(const void* data, core::DType dtype, int64_t rows, i
     return WeightView{data, dtype, rows, cols, size_t(*bytes)};
 }
 
+bool weight_view_supported(const WeightView& w) {
+    return dequant_supported(w.dtype) || (w.dtype == core::DType::kI8 && w.row_scale != nullptr);
+}
+
 void weight_row(const WeightView& w, int64_t row_idx, float* dst) {
     KILN_CHECK(row_idx >= 0 && row_idx < w.rows) << "row " << row_idx << " of " << w.rows;
     const uint8_t* src = static_cast<const uint8_t*>(w.data) + size_t(row_idx) * w.row_bytes;
+    if (w.dtype == core::DType::kI8) {
+        KILN_CHECK(w.row_scale != nullptr) << "I8 weights without row scales";
+        const float s = w.row_scale[row_idx];
+        for (int64_t j = 0; j < w.cols; ++j) dst[j] = float(int8_t(src[j])) * s;
+        return;
+    }
     core::Status st = dequantize_row(w.dtype, src, dst, w.cols);
     KILN_CHECK(st.is_ok()) << st.to_string();
 }

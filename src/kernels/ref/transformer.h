@@ -24,7 +24,12 @@ struct WeightView {
     int64_t rows = 0;
     int64_t cols = 0;
     size_t row_bytes = 0;
+    // I8 weights only (W8A8 per output channel): row r's values are int8 * row_scale[r]. Other
+    // dtypes carry their scales in their blocks.
+    const float* row_scale = nullptr;
 };
+// True when weight_row can decode w: a dtype dequantize_row decodes, or I8 with row scales.
+bool weight_view_supported(const WeightView& w);
 // Fills row_bytes; KILN_CHECKs that cols is a whole number of blocks.
 WeightView make_weight_view(const void* data, core::DType dtype, int64_t rows, int64_t cols);
 
