@@ -17,9 +17,9 @@
 //                                      M.weight_scale U8 (E8M0) [out, ceil(in/32)]
 //   nvfp4      nvfp4-pack-quantized   M.weight_packed U8, M.weight_scale F8_E4M3 [out, ceil(in/16)],
 //                                      M.weight_global_scale F32 [1]; w = fp4 * scale / global
-// Loading: integer schemes become GGML blocks that kiln's int8 kernels run (int8 -> Q8_0, w4
-// symmetric -> Q4_0, w4 with zero points -> Q4_1; fp16-rounded scales) when `in` is a multiple of
-// 32; mxfp4 -> kMxfp4 (ggml block_mxfp4, exact) and nvfp4 -> kNvfp4 (fp16-rounded folded scale) for
+// Loading: int8 -> I8 rows with their f32 row scales (TensorRef::row_scale; the per-token W8A8
+// kernels, any `in`); w4 becomes GGML blocks that kiln's int8 kernels run (symmetric -> Q4_0, with
+// zero points -> Q4_1; fp16-rounded scales) when `in` is a multiple of 32; mxfp4 -> kMxfp4 (ggml block_mxfp4, exact) and nvfp4 -> kNvfp4 (fp16-rounded folded scale) for
 // the FP4 kernels when `in` is a multiple of 32 (quant/fp4_blocks.h); fp8 / fp8-block -> kE4m3B32
 // and mxfp8 -> kMxfp8 for the FP8 kernels, exact (quant/fp8_blocks.h); other row lengths are
 // dequantized to F32 at load (exact). E4M3 NaN codes in FP8 weights are rejected (kCorrupt).

@@ -2,8 +2,9 @@
 // scheme, and (with calibration activations) how far each projection's output moves. What
 // `kiln numerics` prints.
 // The quantized weight W' is exactly the one kiln would run: W goes through compress_weight (what
-// `kiln quantize` writes), decompress_weight (what the loader builds: GGML blocks with fp16 scales
-// for int8 / w4 when `in` is a multiple of 32, f32 otherwise) and kernels::ref::dequantize_row.
+// `kiln quantize` writes), decompress_weight (what the loader builds: I8 rows with row scales for
+// int8, GGML blocks with fp16 scales for w4 when `in` is a multiple of 32, f32 otherwise) and
+// model::dequantize_tensor_to.
 // Per tensor W [rows = out, cols = in] (sums over all elements, in double):
 //   SQNR_dB          = 10 log10(sum W^2 / sum (W - W')^2)   (+inf when W' == W)
 //   rel_error        = ||W - W'||_F / ||W||_F               (= 10^(-SQNR/20))

@@ -1,7 +1,8 @@
 // Linear layers on the CPU: a weight matrix bound once, at load time, to the kernel that multiplies
 // it (kernels/cpu/matmul.h, at the ISA picked from CPUID or forced by the caller), so the per-call
 // path does no lookups. Quantized weights multiply activations rounded to 8-bit blocks (ActQ8 /
-// ActQ8K, as llama.cpp does) unless f32_activations asks for the reference path, which dequantizes
+// ActQ8K, as llama.cpp does; I8 weights: whole tokens, ActI8Row, then times the weights' row scale)
+// unless f32_activations asks for the reference path, which dequantizes
 // each weight row to f32 and matches a float reference to rounding (kernels::ref::matmul_tile).
 // Work is split along output rows (at multiples of 8) and token tiles only, so results do not depend
 // on the thread count.

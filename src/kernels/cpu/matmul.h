@@ -119,8 +119,9 @@ struct MatmulKernel {
 // the 8 rows' scales per block, and one stream per 8 rows instead of 8. Same arithmetic as
 // MatmulKernel::gemm on the unpacked rows, so the results are bit-identical. At kAvx512Vnni, Q4_0,
 // Q4_1 and Q8_0 use that level's own payload order (4 elements of the 8 rows per 32-bit lane group,
-// kernels/cpu/simd_vnni_kernels.h), same bytes and the same bit-identity; a packed buffer is only
-// valid for the ISA whose kernel packed it.
+// kernels/cpu/simd_vnni_kernels.h), same bytes and the same bit-identity; I8 rows are packed at
+// kAvx512Vnni only (kernels/cpu/simd_i8_kernels.h: w + 128, 4 elements x 8 rows per vector; r0 a
+// multiple of 8 as well). A packed buffer is only valid for the ISA whose kernel packed it.
 struct PackedMatmulKernel {
     size_t (*packed_bytes)(int64_t rows, int64_t k);
     // w: rows x k in the ggml layout (row stride w_row_bytes) -> dst [packed_bytes(rows, k)].
