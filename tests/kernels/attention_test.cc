@@ -215,12 +215,15 @@ TEST(AttentionKernel, RefMatchesReference) {
 TEST(AttentionKernel, Avx2MatchesReference) {
     check_isa(Isa::kAvx2);
 }
+TEST(AttentionKernel, Avx512MatchesReference) {
+    check_isa(Isa::kAvx512);
+}
 
 TEST(AttentionKernel, EmptyKeyRangeGivesZerosAndMinusInfLse) {
     const AttentionShape s{2, 4, 2, 16, 3};
     const Data d = make_data(s, 10, 5, 1.0f);
     std::vector<float> out(d.q.size(), 9.0f), lse(size_t(2 * 4), 9.0f), scratch(attention_scratch_floats(s, 2));
-    for (Isa isa : {Isa::kRef, Isa::kAvx2}) {
+    for (Isa isa : {Isa::kRef, Isa::kAvx2, Isa::kAvx512}) {
         if (!isa_supported(isa)) continue;
         // Tokens at positions 10, 11 with window 3 see keys 8..11 only: [0, 8) is empty for both.
         AttentionTask task{1, 0, 2, 0, 8};
@@ -378,6 +381,9 @@ TEST(AttentionKernel, RefPagedBitIdenticalToContiguous) {
 TEST(AttentionKernel, Avx2PagedBitIdenticalToContiguous) {
     check_paged_isa(Isa::kAvx2);
 }
+TEST(AttentionKernel, Avx512PagedBitIdenticalToContiguous) {
+    check_paged_isa(Isa::kAvx512);
+}
 
 TEST(AttentionKernel, ReferencePagedBitIdenticalToContiguous) {
     for_each_paged_case([&](const Data& d, const PagedCache& paged, float, const std::string& what) {
@@ -452,6 +458,9 @@ TEST(AttentionKernel, RefF16CacheEqualsF32OfRoundedValues) {
 }
 TEST(AttentionKernel, Avx2F16CacheEqualsF32OfRoundedValues) {
     check_f16_cache(Isa::kAvx2);
+}
+TEST(AttentionKernel, Avx512F16CacheEqualsF32OfRoundedValues) {
+    check_f16_cache(Isa::kAvx512);
 }
 
 }  // namespace

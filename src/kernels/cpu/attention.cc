@@ -1,6 +1,6 @@
 // Run-time choice of the CPU attention kernel (see attention.h), the scalar kRef kernel and the
-// split-KV merge. Generic code: compiled without ISA flags; it reaches the AVX2 kernel only through
-// avx2_attention_kernel(). The scalar kernel is the tiled online-softmax algorithm of the SIMD
+// split-KV merge. Generic code: compiled without ISA flags; it reaches the SIMD kernels only through
+// avx2_attention_kernel() / avx512_attention_kernel(). The scalar kernel is the tiled online-softmax algorithm of the SIMD
 // kernel written as plain loops (same blocks, same per-row order of updates), so it documents the
 // algorithm and serves CPUs without AVX2; kernels::ref::attention stays the oracle for both.
 #include "kernels/cpu/attention.h"
@@ -109,9 +109,9 @@ void ref_attention_task(const float* q, const ref::KvSpan& kv, const ref::Attent
 
 size_t attention_scratch_floats(const ref::AttentionShape& s, int64_t max_task_tokens) {
     const int64_t group = s.num_kv_heads > 0 ? s.num_heads / s.num_kv_heads : 0;
-    // m and l per row, scores of two rows (register-blocked pairs), each with slack for 8-wide stores,
-    // and one block of keys and values widened to f32 (f16 caches).
-    return size_t(2 * std::max<int64_t>(0, max_task_tokens) * group + 2 * (kAttentionBlockKeys + 8) +
+    // m and l per row, scores of up to kAttentionMaxRows rows (a register block), each with slack for
+    // 8-wide stores, and one block of keys and values widened to f32 (f16 caches).
+    return size_t(2 * std::max<int64_t>(0, max_task_tokens) * group + kAttentionMaxRows * (kAttentionBlockKeys + 8) +
                   2 * kAttentionBlockKeys * std::max<int64_t>(0, s.head_dim));
 }
 
@@ -120,9 +120,10 @@ AttentionFn find_attention_kernel(Isa isa) {
         case Isa::kRef:
             return &ref_attention_task;
         case Isa::kAvx2:
-        case Isa::kAvx512:
-        case Isa::kAvx512Vnni:
             return avx2_attention_kernel();
+        case Isa::kAvx512:
+        case Isa::kAvx512Vnni:  // attention has no use for VNNI / BF16: the AVX-512 build
+            return avx512_attention_kernel();
     }
     return nullptr;
 }

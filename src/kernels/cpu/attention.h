@@ -22,7 +22,8 @@
 // attention_merge combines them: out = sum_i exp(lse_i - M) O_i / sum_i exp(lse_i - M).
 // ISAs: kRef (scalar loops of the same algorithm, any head_dim, attention.cc); kAvx2 (AVX2+FMA,
 // attention_avx2.cc; head_dim multiples of 8 are fully vectorized, other head_dims add a scalar
-// tail). AVX-512 ISAs reuse the AVX2 kernel (every AVX-512 CPU kiln accepts has AVX2).
+// tail); kAvx512 and kAvx512Vnni share one AVX-512 build of the same body (attention_avx512.cc,
+// simd_attention.h).
 #pragma once
 
 #include <cstddef>
@@ -34,6 +35,7 @@
 namespace kiln::kernels::cpu {
 
 inline constexpr int64_t kAttentionBlockKeys = 64;  // keys per K/V block (fits L1 with hd <= 64)
+inline constexpr int kAttentionMaxRows = 4;           // rows per register block (scratch: one score row each)
 
 struct AttentionTask {
     int64_t kv_head = 0;
@@ -71,7 +73,8 @@ AttentionFn best_attention_kernel();
 void attention_merge(const float* part_out, const float* part_lse, int64_t num_splits, int64_t num_rows,
                      int64_t head_dim, float* out, int64_t out_row_stride);
 
-// Internal: the lookup attention_avx2.cc exports (attention.cc dispatches to it).
+// Internal: the lookups attention_avx2.cc / attention_avx512.cc export (attention.cc dispatches).
 AttentionFn avx2_attention_kernel();
+AttentionFn avx512_attention_kernel();
 
 }  // namespace kiln::kernels::cpu

@@ -1,0 +1,356 @@
+// The SIMD attention kernel body (simd_attention_task), compiled once per ISA by the TUs that
+// include it: attention_avx2.cc (-mavx2 -mfma -mf16c) and attention_avx512.cc (AVX-512 F/BW/VL/DQ:
+// EVEX encodings and 32 vector registers; used by the avx512 and avx512-vnni levels, attention has
+// no use for VNNI or BF16). The tiled online-softmax algorithm of attention.h / attention.cc's
+// scalar kernel, vectorized.
+//  - rows that share a key range (the heads of one token, or neighbouring tokens away from the
+//    causal diagonal) go in register-blocked pairs, so each K and V vector loaded serves two rows;
+//  - scores: one 8-lane partial sum per (row, key) along head_dim, 8 accumulators in flight, four
+//    keys reduced to four scores by an hadd tree in one fixed order (a row's scores are the same
+//    whether it runs alone or paired); head_dim % 8 adds a scalar tail;
+//  - exp: Cephes-style exp (round(x log2 e) range reduction, degree-6 polynomial, ~2 ulp), inputs
+//    below -87 (masked keys, underflow) give exactly 0;
+//  - P V: output chunks (up to 64 floats for one row, 32 for a pair) stay in registers across one
+//    block of keys;
+//  - K/V rows (contiguous or paged, see ref::KvSpan) are located once per block of keys into arrays
+//    of row pointers that the inner loops index: the loads and the arithmetic are the same for
+//    either layout, so a paged cache gives bit-identical results.
+// Measured (SmolLM2 shape, 9 heads / 3 KV heads / head_dim 64, EPYC Zen 3, one core): prefill 512
+// ~43 GFLOP/s = ~43% of the FMA peak; decode with a cache-resident KV ~35 GFLOP/s.
+// Everything here has internal linkage (include ONLY from those TUs), and no std:: templates
+// or inline library functions are used (not even ref::kv_row: cache_rows below repeats it): an
+// out-of-line copy compiled with AVX2 flags could be merged into generic code by the linker and
+// run on a CPU without AVX2.
+#pragma once
+
+#include <immintrin.h>
+#include <math.h>
+
+#include <cstdint>
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/simd_avx2.h"
+
+namespace kiln::kernels::cpu {
+namespace {  // NOLINT(google-build-namespaces): internal linkage per ISA TU is the point
+
+constexpr float kNegInf = -__builtin_huge_valf();
+
+// Rows per register block: 4 with the 32 AVX-512 registers (4 x 4 score or P.V accumulators), 2
+// with AVX2's 16. A row's arithmetic is the same in any block (KU and the P.V chunking only depend
+// on whether R == 1), so the blocking never changes results.
+#ifdef __AVX512F__
+constexpr int kMaxRows = 4;
+#else
+constexpr int kMaxRows = 2;
+#endif
+static_assert(kMaxRows <= kAttentionMaxRows);
+
+// Pins a loaded vector in a register: without it GCC folds the load into each FMA that uses it (one
+// load per row instead of one per register block), and the loads, not the FMAs, set the pace.
+inline __m256 in_register(__m256 x) {
+    asm("" : "+x"(x));
+    return x;
+}
+
+inline int64_t imin(int64_t a, int64_t b) {
+    return a < b ? a : b;
+}
+inline int64_t imax(int64_t a, int64_t b) {
+    return a > b ? a : b;
+}
+
+// Lane u of the result = horizontal sum of a_u, u < 4, summed as ((0+1)+(2+3)) + ((4+5)+(6+7)) of
+// the lanes of a_u: the same order for every caller, so a row's scores never depend on how rows
+// are grouped into register blocks.
+inline __m128 reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+    const __m256 u = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+    return _mm_add_ps(_mm256_castps256_ps128(u), _mm256_extractf128_ps(u, 1));
+}
+
+// exp(x) for x <= 0 (Cephes expf): x = n ln2 + r, |r| <= ln2 / 2, exp(r) by a degree-6 polynomial.
+inline __m256 exp8(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-87.0f);
+    const __m256 keep = _mm256_cmp_ps(x, lo, _CMP_GE_OQ);  // below: exp underflows (or x = -inf)
+    x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(0.0f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(e)), keep);
+}
+
+// For each of the R rows (same key range): s[r][i] = scale * q_r . k_i for i < n (k_i at
+// kptr[i], [head_dim]); mx[r] = max_i s[r][i]. Entries of s[r] past n are unspecified. KU keys per
+// step give R * KU independent accumulators (8: enough to cover the FMA latency); each loaded key
+// vector serves all R rows.
+template <int R>
+void block_scores(const float* const* qr, const float* const* kptr, int64_t n, int64_t hd, float scale, float* const* s,
+                  float* mx) {
+    constexpr int KU = R == 1 ? 8 : 4;
+    const int64_t hd8 = hd & ~int64_t(7);
+    const __m128 lane = _mm_setr_ps(0.0f, 1.0f, 2.0f, 3.0f);
+    __m128 vmax[R];
+    for (int r = 0; r < R; ++r) vmax[r] = _mm_set1_ps(kNegInf);
+    for (int64_t i = 0; i < n; i += KU) {
+        const float* kp[KU];
+        for (int u = 0; u < KU; ++u) kp[u] = kptr[imin(i + u, n - 1)];  // clamp: no reads past n
+        __m256 acc[R][KU];
+        for (int r = 0; r < R; ++r)
+            for (int u = 0; u < KU; ++u) acc[r][u] = _mm256_setzero_ps();
+        for (int64_t d = 0; d < hd8; d += 8) {
+            __m256 qv[R];
+            for (int r = 0; r < R; ++r) qv[r] = _mm256_loadu_ps(qr[r] + d);
+            for (int u = 0; u < KU; ++u) {
+                const __m256 kv = in_register(_mm256_loadu_ps(kp[u] + d));
+                for (int r = 0; r < R; ++r) acc[r][u] = _mm256_fmadd_ps(qv[r], kv, acc[r][u]);
+            }
+        }
+        for (int r = 0; r < R; ++r) {
+            for (int g = 0; g < KU; g += 4) {
+                __m128 dots = reduce4(acc[r][g], acc[r][g + 1], acc[r][g + 2], acc[r][g + 3]);
+                if (hd8 < hd) {  // scalar tail (head_dim % 8)
+                    alignas(16) float tail[4];
+                    for (int u = 0; u < 4; ++u) {
+                        float t = 0.0f;
+                        for (int64_t d = hd8; d < hd; ++d) t += qr[r][d] * kp[g + u][d];
+                        tail[u] = t;
+                    }
+                    dots = _mm_add_ps(dots, _mm_load_ps(tail));
+                }
+                __m128 sc = _mm_mul_ps(dots, _mm_set1_ps(scale));
+                const __m128 valid = _mm_cmplt_ps(lane, _mm_set1_ps(float(n - i - g)));  // clamped duplicates
+                sc = _mm_blendv_ps(_mm_set1_ps(kNegInf), sc, valid);
+                _mm_storeu_ps(s[r] + i + g, sc);
+                vmax[r] = _mm_max_ps(vmax[r], sc);
+            }
+        }
+    }
+    for (int r = 0; r < R; ++r) {
+        __m128 m = _mm_max_ps(vmax[r], _mm_movehl_ps(vmax[r], vmax[r]));
+        mx[r] = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+    }
+}
+
+// p[i] = exp(p[i] - m) for i < n (entries past n, up to the next multiple of 8, become 0); returns
+// their sum.
+float block_exp(float* p, int64_t n, float m) {
+    const __m256 vm = _mm256_set1_ps(m);
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256 sum = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n; i += 8) {
+        __m256 x = _mm256_sub_ps(_mm256_loadu_ps(p + i), vm);
+        if (n - i < 8) {
+            const __m256 valid = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(int(n - i)), lane));
+            x = _mm256_blendv_ps(_mm256_set1_ps(kNegInf), x, valid);
+        }
+        const __m256 e = exp8(x);
+        _mm256_storeu_ps(p + i, e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    return avx2_hsum(sum);
+}
+
+// For each of the R rows: o_r[d0, d0 + 8 NV) = o_r * corr_r + sum_{j < n} p_r[j] v_j[...] (v_j at
+// vptr[j], [head_dim]). The chunk stays in registers across the keys; each V load serves R rows.
+template <int R, int NV>
+void pv_chunk(float* const* o, int64_t d0, const float* const* vptr, int64_t n, const float* const* p,
+              const float* corr) {
+    __m256 acc[R][NV];
+    for (int r = 0; r < R; ++r) {
+        const __m256 c = _mm256_set1_ps(corr[r]);
+        for (int i = 0; i < NV; ++i) acc[r][i] = _mm256_mul_ps(_mm256_loadu_ps(o[r] + d0 + 8 * i), c);
+    }
+    for (int64_t j = 0; j < n; ++j) {
+        __m256 pj[R];
+        for (int r = 0; r < R; ++r) pj[r] = _mm256_broadcast_ss(p[r] + j);
+        const float* vj = vptr[j] + d0;
+        for (int i = 0; i < NV; ++i) {
+            const __m256 vv = in_register(_mm256_loadu_ps(vj + 8 * i));
+            for (int r = 0; r < R; ++r) acc[r][i] = _mm256_fmadd_ps(pj[r], vv, acc[r][i]);
+        }
+    }
+    for (int r = 0; r < R; ++r)
+        for (int i = 0; i < NV; ++i) _mm256_storeu_ps(o[r] + d0 + 8 * i, acc[r][i]);
+}
+
+// pv_chunk with nv (1 <= nv <= NV) vectors chosen at run time.
+template <int R, int NV>
+void pv_chunk_n(int64_t nv, float* const* o, int64_t d0, const float* const* vptr, int64_t n, const float* const* p,
+                const float* corr) {
+    if constexpr (NV > 1) {
+        if (nv < NV) return pv_chunk_n<R, NV - 1>(nv, o, d0, vptr, n, p, corr);
+    }
+    pv_chunk<R, NV>(o, d0, vptr, n, p, corr);
+}
+
+// o_r = o_r * corr_r + sum_{j < n} p_r[j] v_j for each of the R rows (v_j at vptr[j]; element-wise,
+// keys in order: the same arithmetic for any R or chunking).
+template <int R>
+void block_pv(float* const* o, const float* const* vptr, int64_t n, int64_t hd, const float* const* p,
+              const float* corr) {
+    constexpr int64_t kMaxVectors = R == 1 ? 8 : 4;  // R * kMaxVectors accumulators + R broadcasts
+    const int64_t hd8 = hd & ~int64_t(7);
+    for (int64_t d0 = 0; d0 < hd8; d0 += 8 * kMaxVectors)
+        pv_chunk_n<R, kMaxVectors>(imin(kMaxVectors, (hd8 - d0) / 8), o, d0, vptr, n, p, corr);
+    for (int r = 0; r < R; ++r) {
+        for (int64_t d = hd8; d < hd; ++d) {  // scalar tail (head_dim % 8)
+            float acc = o[r][d] * corr[r];
+            for (int64_t j = 0; j < n; ++j) acc = fmaf(p[r][j], vptr[j][d], acc);
+            o[r][d] = acc;
+        }
+    }
+}
+
+// One block's online-softmax update of R rows that share the key range [ja, ja + n) (key / value
+// ja + i at kptr[i] / vptr[i]).
+template <int R>
+void update_rows(const float* const* qr, float* const* o, const float* const* kptr, const float* const* vptr, int64_t n,
+                 int64_t hd, float scale, float* const* p, float* m, float* l) {
+    float mx[R], corr[R];
+    block_scores<R>(qr, kptr, n, hd, scale, p, mx);
+    for (int r = 0; r < R; ++r) {
+        const float m_new = m[r] > mx[r] ? m[r] : mx[r];
+        corr[r] = m[r] == kNegInf ? 0.0f : expf(m[r] - m_new);
+        l[r] = l[r] * corr[r] + block_exp(p[r], n, m_new);
+        m[r] = m_new;
+    }
+    block_pv<R>(o, vptr, n, hd, p, corr);
+}
+
+// n halves at h widened to f32 at f (F16C; exact).
+inline void widen_f16(const uint16_t* h, float* f, int64_t n) {
+    int64_t d = 0;
+    for (; d + 8 <= n; d += 8)
+        _mm256_storeu_ps(f + d, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + d))));
+    for (; d < n; ++d) f[d] = _cvtsh_ss(h[d]);
+}
+
+// krow[i] / vrow[i] = start of key / value j_begin + i of the task's KV head (element offset
+// head_off), j_begin <= j < j_end, with ref::kv_row's arithmetic walked slot by slot (divides once per
+// call, never per key). f32 caches: pointers into the cache; f16 caches: the rows widened to f32 into
+// kbuf / vbuf ([j_end - j_begin, hd] each), slot i at kbuf + i * hd.
+void cache_rows(const ref::KvSpan& kv, int64_t head_off, int64_t kv_stride, int64_t hd, int64_t j_begin, int64_t j_end,
+                const float** krow, const float** vrow, float* kbuf, float* vbuf) {
+    int64_t block_idx = kv.block_table ? j_begin / kv.block_size : 0,
+            slot = kv.block_table ? j_begin % kv.block_size : 0;
+    for (int64_t j = j_begin; j < j_end; ++j) {
+        int64_t row = j;
+        if (kv.block_table) {
+            row = int64_t(kv.block_table[block_idx]) * kv.block_size + slot;
+            if (++slot == kv.block_size) {
+                slot = 0;
+                ++block_idx;
+            }
+        }
+        const int64_t off = row * kv_stride + head_off, i = j - j_begin;
+        if (kv.f16) {
+            widen_f16(static_cast<const uint16_t*>(kv.k) + off, kbuf + i * hd, hd);
+            widen_f16(static_cast<const uint16_t*>(kv.v) + off, vbuf + i * hd, hd);
+            krow[i] = kbuf + i * hd;
+            vrow[i] = vbuf + i * hd;
+        } else {
+            krow[i] = static_cast<const float*>(kv.k) + off;
+            vrow[i] = static_cast<const float*>(kv.v) + off;
+        }
+    }
+}
+
+void simd_attention_task(const float* q, const ref::KvSpan& kv, const ref::AttentionShape& s, const AttentionTask& task,
+                         float* out, float* lse, float* scratch) {
+    const int64_t hd = s.head_dim, num_heads = s.num_heads, group = s.num_heads / s.num_kv_heads;
+    const int64_t kv_stride = s.num_kv_heads * hd;  // floats per cache row
+    const int64_t first_pos = kv.kv_len - s.num_tokens;
+    const float scale = 1.0f / sqrtf(float(hd));
+    const int64_t num_task_tokens = task.t1 - task.t0, rows = num_task_tokens * group;
+    if (num_task_tokens <= 0) return;
+    float* m = scratch;                                            // [rows] running max of the scores
+    float* l = m + rows;                                           // [rows] running sum of exp(score - m)
+    float* p[kMaxRows];  // kMaxRows x [block + 8]: scores, then probabilities
+    for (int i = 0; i < kMaxRows; ++i) p[i] = l + rows + i * (kAttentionBlockKeys + 8);
+    float* kbuf = l + rows + kAttentionMaxRows * (kAttentionBlockKeys + 8);  // [block, head_dim]: keys as f32 (f16 caches)
+    float* vbuf = kbuf + kAttentionBlockKeys * hd;  // [block, head_dim]: values
+    const int64_t head0 = task.kv_head * group;     // first query head of the group
+    // Task row r = (token t0 + r / group, head head0 + r % group); its index in q rows (absolute)
+    // and in out / lse rows (relative to t0, attention.h):
+    auto q_idx = [&](int64_t r) { return (task.t0 + r / group) * num_heads + head0 + r % group; };
+    auto out_idx = [&](int64_t r) { return r / group * num_heads + head0 + r % group; };
+    for (int64_t r = 0; r < rows; ++r) {
+        float* o = out + out_idx(r) * hd;
+        for (int64_t d = 0; d < hd; ++d) o[d] = 0.0f;
+        m[r] = kNegInf;
+        l[r] = 0.0f;
+    }
+    const int64_t win = s.window;
+    // Keys [ja, jb) of block kb that token t attends to (empty when ja >= jb).
+    auto key_range = [&](int64_t t, int64_t kb, int64_t* ja, int64_t* jb) {
+        const int64_t pos = first_pos + t;
+        *ja = imax(imax(kb, task.j0), win > 0 ? pos - win + 1 : 0);
+        *jb = imin(imin(kb + kAttentionBlockKeys, pos + 1), task.j1);
+    };
+    const int64_t a = imax(imax(0, task.j0), win > 0 ? first_pos + task.t0 - win + 1 : 0);
+    const int64_t b = imin(task.j1, first_pos + task.t1);
+    for (int64_t kb = a / kAttentionBlockKeys * kAttentionBlockKeys; kb < b; kb += kAttentionBlockKeys) {
+        // Every row's keys in this block lie in [imax(kb, a), imin(kb + block, b)): locate them once.
+        const float* krow[kAttentionBlockKeys];  // key kb + i of kv_head at krow[i], [head_dim]
+        const float* vrow[kAttentionBlockKeys];  // value kb + i at vrow[i], [head_dim]
+        const int64_t lo = imax(kb, a);
+        cache_rows(kv, task.kv_head * hd, kv_stride, hd, lo, imin(kb + kAttentionBlockKeys, b), krow + (lo - kb),
+                   vrow + (lo - kb), kbuf, vbuf);
+        for (int64_t r = 0; r < rows;) {
+            const int64_t t = task.t0 + r / group;
+            int64_t ja, jb;
+            key_range(t, kb, &ja, &jb);
+            if (ja >= jb) {
+                r = (r / group + 1) * group;
+                continue;
+            }
+            // Up to kMaxRows rows go together while they share the key range: heads of one token,
+            // or (across a group boundary) the next token when its range in this block is the same.
+            int64_t same = 1;
+            while (same < kMaxRows && r + same < rows) {
+                if ((r + same) % group == 0) {
+                    int64_t ja2, jb2;
+                    key_range(task.t0 + (r + same) / group, kb, &ja2, &jb2);
+                    if (ja2 != ja || jb2 != jb) break;
+                }
+                ++same;
+            }
+            const int nr = same >= 4 ? 4 : same >= 2 ? 2 : 1;  // register blocks of 4, 2 or 1 rows
+            const float* qr[kMaxRows];
+            float* o[kMaxRows];
+            for (int i = 0; i < nr; ++i) {
+                qr[i] = q + q_idx(r + i) * hd;     // [head_dim]
+                o[i] = out + out_idx(r + i) * hd;  // [head_dim]
+            }
+            const float* const* kj = krow + (ja - kb);  // [jb - ja] row pointers
+            const float* const* vj = vrow + (ja - kb);
+            if constexpr (kMaxRows >= 4) {
+                if (nr == 4) update_rows<4>(qr, o, kj, vj, jb - ja, hd, scale, p, m + r, l + r);
+            }
+            if (nr == 2) update_rows<2>(qr, o, kj, vj, jb - ja, hd, scale, p, m + r, l + r);
+            if (nr == 1) update_rows<1>(qr, o, kj, vj, jb - ja, hd, scale, p, m + r, l + r);
+            r += nr;
+        }
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+        const int64_t row = out_idx(r);
+        float* o = out + row * hd;
+        if (l[r] > 0.0f) {
+            const float inv = 1.0f / l[r];
+            for (int64_t d = 0; d < hd; ++d) o[d] *= inv;
+        }
+        if (lse) lse[row] = l[r] > 0.0f ? m[r] + logf(l[r]) : kNegInf;
+    }
+}
+
+}  // namespace
+}  // namespace kiln::kernels::cpu
