@@ -1,5 +1,7 @@
-// `kiln inspect PATH [--json]`: what a model file holds. Loads it as a Checkpoint (any format) and
-// prints the architecture, hyper-parameters, tokenizer, every tensor, and the parameter count.
+// `kiln inspect PATH [--json] [--isa L]`: what a model file holds. Loads it as a Checkpoint (any
+// format) and prints the architecture, hyper-parameters, tokenizer, every tensor, the parameter count,
+// and how the weight matrices would run (ops::plan_linear at the best ISA or --isa: kernel level,
+// activation format, repacked at load or not).
 // A GGUF file that kiln cannot run (unknown architecture, vocab-only) is still listed, raw.
 // GGUF strings are not validated as UTF-8, so every JSON dump replaces invalid sequences (U+FFFD)
 // instead of throwing.
@@ -15,8 +17,10 @@
 #include "commands.h"
 #include "core/bytes.h"
 #include "formats/gguf.h"
+#include "kernels/cpu/matmul.h"
 #include "model/checkpoint.h"
 #include "model/checkpoint_tokenizer.h"
+#include "ops/linear.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kiln::tools {
@@ -25,9 +29,11 @@ namespace {
 using nlohmann::ordered_json;
 
 const char* kInspectHelp =
-    "usage: kiln inspect PATH [--json]\n"
-    "  PATH    a GGUF file, a safetensors file or Hugging Face model folder, or a llama2.c .bin\n"
-    "  --json  print one JSON object instead of text\n";
+    "usage: kiln inspect PATH [--json] [--isa L]\n"
+    "  PATH     a GGUF file, a safetensors file or Hugging Face model folder, or a llama2.c .bin\n"
+    "  --json   print one JSON object instead of text\n"
+    "  --isa L  show the kernels of level L (avx2, avx512, avx512-vnni, ref; default: the best this\n"
+    "           CPU runs) for the weight matrices\n";
 
 // dump() that never throws on the invalid UTF-8 a GGUF string may hold.
 std::string safe_dump(const ordered_json& j, int indent = -1) {
@@ -125,6 +131,56 @@ ordered_json checkpoint_json(const model::Checkpoint& ck) {
     return j;
 }
 
+// How the layers' weight matrices (and the output matrix) would run at `isa`, one entry per dtype:
+// what ops::make_linear picks, without repacking anything.
+ordered_json kernels_json(const model::Checkpoint& ck, kernels::cpu::Isa isa) {
+    struct Entry {
+        uint64_t matrices = 0, bytes = 0, packed_bytes = 0;
+        std::string runs_as;
+    };
+    std::map<std::string, Entry> by_type;
+    const bool has_output = ck.find("output.weight") != nullptr;
+    ops::LinearOptions lo;
+    lo.isa = isa;
+    for (const model::TensorRef& t : ck.tensors) {
+        const bool matrix = t.shape.size() == 2 && (t.name.rfind("blk.", 0) == 0 || t.name == "output.weight" ||
+                                                    (!has_output && t.name == "token_embd.weight"));
+        if (!matrix || !core::dtype_bytes(t.dtype, t.shape[1])) continue;
+        auto w = kernels::ref::make_weight_view(t.data, t.dtype, int64_t(t.shape[0]), int64_t(t.shape[1]));
+        w.row_scale = t.row_scale;
+        Entry& e = by_type[std::string(core::dtype_name(t.dtype))];
+        e.matrices += 1;
+        e.bytes += t.num_bytes;
+        auto plan = ops::plan_linear(w, lo);
+        std::string what;
+        if (!plan) {
+            what = "not runnable: " + plan.status().message();
+        } else if (!plan->kernel) {
+            what = "f32 reference path (rows dequantized)";
+        } else {
+            what = std::string(kernels::cpu::isa_name(plan->isa)) + ", " + ops::act_format_name(plan->kernel->act) +
+                   " activations" + (plan->packed_kernel ? ", repacked at load" : "");
+            e.packed_bytes += plan->packed_bytes;
+        }
+        if (e.runs_as.empty()) {
+            e.runs_as = what;
+        } else if (e.runs_as.find(what) == std::string::npos) {
+            e.runs_as += "; some: " + what;  // e.g. rows too short for the activation blocks
+        }
+    }
+    ordered_json j;
+    j["isa"] = kernels::cpu::isa_name(isa);
+    ordered_json types = ordered_json::object();
+    for (const auto& [name, e] : by_type) {
+        types[name] = {{"matrices", e.matrices},
+                       {"bytes", e.bytes},
+                       {"runs_as", e.runs_as},
+                       {"packed_bytes", e.packed_bytes}};
+    }
+    j["matrices"] = types;
+    return j;
+}
+
 // Raw listing of a GGUF file kiln cannot load as a model.
 ordered_json raw_gguf_json(const formats::GgufFile& g, const core::Status& why) {
     ordered_json j;
@@ -182,13 +238,23 @@ void print_text(const ordered_json& j) {
     uint64_t params = j["num_params"], bytes = j["num_bytes"];
     o << "parameters:  " << params << " (" << human_count(params) << ")\n";
     o << "size:        " << bytes << " bytes (" << human_bytes(bytes) << ")\n";
+    if (j.contains("kernels")) {
+        o << "kernels (" << j["kernels"]["isa"].get<std::string>() << "):\n";
+        for (auto& [type, e] : j["kernels"]["matrices"].items()) {
+            o << "  " << type << ": " << e["matrices"].get<uint64_t>() << " matrices, "
+              << e["runs_as"].get<std::string>();
+            const uint64_t packed = e["packed_bytes"].get<uint64_t>();
+            if (packed) o << " (" << human_bytes(packed) << " repacked)";
+            o << "\n";
+        }
+    }
     std::cout << o.str();
 }
 
 }  // namespace
 
 int cmd_inspect(int argc, char** argv) {
-    Args args({"--json", "--help", "-h"}, {});
+    Args args({"--json", "--help", "-h"}, {"--isa"});
     if (!args.parse(argc, argv, 2)) {
         std::fprintf(stderr, "kiln inspect: %s\n%s", args.error().c_str(), kInspectHelp);
         return 2;
@@ -202,10 +268,24 @@ int cmd_inspect(int argc, char** argv) {
         return 2;
     }
     const std::string& path = args.positional()[0];
+    kernels::cpu::Isa isa = kernels::cpu::best_isa();
+    if (auto name = args.get("--isa")) {
+        auto parsed = kernels::cpu::parse_isa(*name);
+        if (!parsed) {
+            std::fprintf(stderr, "kiln inspect: unknown --isa '%s' (avx2, avx512, avx512-vnni, ref)\n", name->c_str());
+            return 2;
+        }
+        if (!kernels::cpu::isa_supported(*parsed)) {
+            std::fprintf(stderr, "kiln inspect: this CPU does not support %s\n", kernels::cpu::isa_name(*parsed));
+            return 2;
+        }
+        isa = *parsed;
+    }
     ordered_json j;
     auto ck = model::load_checkpoint(path);
     if (ck) {
         j = checkpoint_json(*ck);
+        j["kernels"] = kernels_json(*ck, isa);
     } else {
         auto gguf = formats::GgufFile::open(path);
         if (!gguf) {

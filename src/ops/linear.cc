@@ -37,13 +37,14 @@ int64_t align8(int64_t r) {
 
 }  // namespace
 
-core::Result<Linear> make_linear(const kernels::ref::WeightView& w, const LinearOptions& options) {
+core::Result<LinearPlan> plan_linear(const kernels::ref::WeightView& w, const LinearOptions& options) {
     if (!cpu::isa_supported(options.isa)) {
         return core::error(core::StatusCode::kUnsupported)
                << "ISA " << cpu::isa_name(options.isa) << " is not supported by this CPU";
     }
-    Linear l;
-    l.w = w;
+    if (w.dtype == core::DType::kI8 && !w.row_scale)
+        return core::error(core::StatusCode::kInvalidArgument) << "matmul: I8 weights need row scales";
+    LinearPlan plan;
     const cpu::MatmulKernel* k = cpu::find_matmul_kernel(w.dtype, options.isa);
     cpu::Isa isa = options.isa;
     if (!k) {  // this ISA has no kernel for the type: the scalar one does the same arithmetic
@@ -56,22 +57,49 @@ core::Result<Linear> make_linear(const kernels::ref::WeightView& w, const Linear
     if (k && w.cols % act_block != 0) k = nullptr;
     // I8 rows: the int32 dot of a longer row could overflow; such rows take the f32 path.
     if (k && k->act == cpu::ActFormat::kI8Row && w.cols > cpu::kI8MaxK) k = nullptr;
-    if (w.dtype == core::DType::kI8 && !w.row_scale)
-        return core::error(core::StatusCode::kInvalidArgument) << "matmul: I8 weights need row scales";
     if (k && (k->act == cpu::ActFormat::kF32 || !options.f32_activations)) {
-        l.kernel = k;
-        l.isa = isa;
+        plan.kernel = k;
+        plan.isa = isa;
         const cpu::PackedMatmulKernel* pk = options.pack ? cpu::find_packed_matmul_kernel(w.dtype, isa) : nullptr;
         if (pk && w.rows > 0) {
-            KILN_ASSIGN_OR_RETURN(std::shared_ptr<uint8_t> buf, anonymous_buffer(pk->packed_bytes(w.rows, w.cols)));
-            pk->pack(w.data, w.row_bytes, w.rows, w.cols, buf.get());
-            l.packed_kernel = pk;
-            l.packed = std::move(buf);
+            plan.packed_kernel = pk;
+            plan.packed_bytes = pk->packed_bytes(w.rows, w.cols);
         }
     } else if (!kernels::ref::weight_view_supported(w)) {
         return core::error(core::StatusCode::kUnsupported) << "matmul: weight dtype " << core::dtype_name(w.dtype);
     }
+    return plan;
+}
+
+core::Result<Linear> make_linear(const kernels::ref::WeightView& w, const LinearOptions& options) {
+    KILN_ASSIGN_OR_RETURN(LinearPlan plan, plan_linear(w, options));
+    Linear l;
+    l.w = w;
+    l.kernel = plan.kernel;
+    l.isa = plan.isa;
+    if (plan.packed_kernel) {
+        KILN_ASSIGN_OR_RETURN(std::shared_ptr<uint8_t> buf, anonymous_buffer(plan.packed_bytes));
+        plan.packed_kernel->pack(w.data, w.row_bytes, w.rows, w.cols, buf.get());
+        l.packed_kernel = plan.packed_kernel;
+        l.packed = std::move(buf);
+    }
     return l;
+}
+
+const char* act_format_name(kernels::cpu::ActFormat f) {
+    switch (f) {
+        case cpu::ActFormat::kF32:
+            return "f32";
+        case cpu::ActFormat::kBF16:
+            return "bf16";
+        case cpu::ActFormat::kQ8:
+            return "int8 per 32";
+        case cpu::ActFormat::kQ8K:
+            return "int8 per 256";
+        case cpu::ActFormat::kI8Row:
+            return "int8 per token";
+    }
+    return "?";
 }
 
 core::Status linear(core::ThreadPool& pool, const float* x, int64_t m, const Linear& l, const float* bias, float* y,

@@ -40,8 +40,21 @@ struct Linear {
     std::shared_ptr<const uint8_t> packed;                            // the repacked weights, or null
 };
 
+// What make_linear would build, without building it: the kernel (nullptr: the f32 reference path),
+// its ISA, and the packed kernel and bytes when the weights are repacked at load.
+struct LinearPlan {
+    const kernels::cpu::MatmulKernel* kernel = nullptr;
+    kernels::cpu::Isa isa = kernels::cpu::Isa::kRef;
+    const kernels::cpu::PackedMatmulKernel* packed_kernel = nullptr;
+    size_t packed_bytes = 0;
+};
+core::Result<LinearPlan> plan_linear(const kernels::ref::WeightView& w, const LinearOptions& options);
+
 // kUnsupported when the CPU lacks options.isa or no path handles the weight type.
 core::Result<Linear> make_linear(const kernels::ref::WeightView& w, const LinearOptions& options);
+
+// "f32", "bf16", "int8 per 32", "int8 per 256", "int8 per token".
+const char* act_format_name(kernels::cpu::ActFormat f);
 
 // y [m, l.w.rows] = x [m, l.w.cols] @ W^T (+ bias [l.w.rows]). scratch holds the quantized
 // activations; it grows to the largest m seen and is reused, so steady-state decode allocates nothing.

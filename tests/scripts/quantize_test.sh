@@ -79,6 +79,11 @@ runs_as() {
     grep -Eq "blk.0.attn_q.weight +$2 " "$T/inspect.txt" || { echo "FAIL: $1 does not run as $2"; exit 1; }
 }
 runs_as "$T/int8" i8
+grep -q "^  i8: 35 matrices, [a-z0-9-]*, int8 per token activations" "$T/inspect.txt" ||
+    { echo "FAIL: inspect does not show the W8A8 kernels"; cat "$T/inspect.txt"; exit 1; }
+"$KILN_BIN" inspect "$T/int8" --isa ref > "$T/inspect.txt"
+grep -q "^  i8: 35 matrices, ref, int8 per token activations$" "$T/inspect.txt" ||
+    { echo "FAIL: inspect --isa ref"; cat "$T/inspect.txt"; exit 1; }
 runs_as "$T/fp8" e4m3_b32
 runs_as "$T/mxfp8" mxfp8
 "$KILN_BIN" convert "$T/fp8" "$T/fp8.gguf" --to gguf --quiet
@@ -103,6 +108,7 @@ expect_fail() {
     grep -q "kiln" "$T/out.txt" || { echo "FAIL: no message: $*"; exit 1; }
 }
 expect_fail 2 "$KILN_BIN" quantize "$M" "$T/x" --format int4
+expect_fail 2 "$KILN_BIN" inspect "$T/int8" --isa bogus
 expect_fail 2 "$KILN_BIN" quantize "$M" "$T/x" --format awq-w4-g32
 expect_fail 2 "$KILN_BIN" quantize "$M" "$T/x" --format fp8 --zero-point
 expect_fail 2 "$KILN_BIN" quantize "$M" "$T/x" --format awq-w4-g32 --calib "$T/calib.txt" --awq-loss mse
