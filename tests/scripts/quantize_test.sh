@@ -90,6 +90,10 @@ runs_as "$T/mxfp8" mxfp8
 runs_as "$T/fp8.gguf" f32
 python3 -c 'import sys; a, b = map(float, sys.argv[1:]); assert abs(a / b - 1) < 1e-3, (a, b)' \
     "$(ppl "$T/fp8")" "$(ppl "$T/fp8.gguf")"
+# W8A8 results do not depend on the thread count (the I8 kernels' integer dots are exact and the
+# row split does not change any row's arithmetic).
+[ "$(ppl "$T/int8")" = "$("$KILN_BIN" perplexity -m "$T/int8" -f "$T/eval.txt" -t 1 --ctx 256 2>/dev/null |
+    sed -n 's/^ppl = //p')" ] || { echo "FAIL: int8 perplexity differs between 1 and 2 threads"; exit 1; }
 # INT8 runs per-token W8A8 on I8 rows with row scales; dequantized to GGUF (f32 weights, row scales
 # applied) it scores within activation rounding of that.
 "$KILN_BIN" convert "$T/int8" "$T/int8.gguf" --to gguf --quiet
