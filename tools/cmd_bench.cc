@@ -118,9 +118,8 @@ struct ComputePath {
 ComputePath compute_path(const model::Checkpoint& ck, const ops::LinearOptions& options) {
     const model::TensorRef* t = ck.find("blk.0.attn_q.weight");
     if (!t || t->shape.size() != 2) return {"unknown", false};
-    auto view = kernels::ref::make_weight_view(t->data, t->dtype, int64_t(t->shape[0]), int64_t(t->shape[1]));
-    view.row_scale = t->row_scale;
-    auto lin = ops::make_linear(view, options);
+    if (!core::dtype_bytes(t->dtype, t->shape[1])) return {"unknown", false};
+    auto lin = ops::make_linear(model::weight_view_of(*t), options);
     if (!lin || !lin->kernel) return {"f32 reference (kernels/ref)", false, false, false};
     using kernels::cpu::ActFormat;
     const ActFormat act = lin->kernel->act;

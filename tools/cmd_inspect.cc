@@ -146,8 +146,7 @@ ordered_json kernels_json(const model::Checkpoint& ck, kernels::cpu::Isa isa) {
         const bool matrix = t.shape.size() == 2 && (t.name.rfind("blk.", 0) == 0 || t.name == "output.weight" ||
                                                     (!has_output && t.name == "token_embd.weight"));
         if (!matrix || !core::dtype_bytes(t.dtype, t.shape[1])) continue;
-        auto w = kernels::ref::make_weight_view(t.data, t.dtype, int64_t(t.shape[0]), int64_t(t.shape[1]));
-        w.row_scale = t.row_scale;
+        const kernels::ref::WeightView w = model::weight_view_of(t);
         Entry& e = by_type[std::string(core::dtype_name(t.dtype))];
         e.matrices += 1;
         e.bytes += t.num_bytes;

@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "core/bytes.h"
+#include "core/check.h"
 #include "formats/gguf.h"
 #include "formats/llama2c.h"
 #include "formats/safetensors.h"
@@ -72,18 +73,26 @@ uint64_t Checkpoint::num_params() const {
     return n;
 }
 
+bool matrix_dtype_supported(const TensorRef& t) {
+    return kernels::ref::dequant_supported(t.dtype) || (t.dtype == core::DType::kI8 && t.row_scale);
+}
+
+kernels::ref::WeightView weight_view_of(const TensorRef& t) {
+    KILN_CHECK(t.shape.size() == 2) << "weight_view_of: '" << t.name << "' is not a matrix";
+    kernels::ref::WeightView w =
+        kernels::ref::make_weight_view(t.data, t.dtype, int64_t(t.shape[0]), int64_t(t.shape[1]));
+    w.row_scale = t.row_scale;
+    return w;
+}
+
 core::Status dequantize_tensor_to(const TensorRef& t, float* dst) {
-    const uint64_t n = t.num_elements();
-    if (t.dtype == core::DType::kI8 && t.row_scale) {
-        const uint64_t rows = t.shape.empty() ? 0 : t.shape[0], cols = rows ? n / rows : 0;
-        if (t.num_bytes != n)
-            return core::error(StatusCode::kCorrupt) << "tensor '" << t.name << "': I8 data of the wrong size";
-        for (uint64_t r = 0; r < rows; ++r) {
-            for (uint64_t c = 0; c < cols; ++c) dst[r * cols + c] = float(int8_t(t.data[r * cols + c])) * t.row_scale[r];
-        }
-        return core::Status::ok();
-    }
-    return kernels::ref::dequantize_row(t.dtype, t.data, dst, int64_t(n));
+    if (t.dtype != core::DType::kI8 || !t.row_scale)
+        return kernels::ref::dequantize_row(t.dtype, t.data, dst, int64_t(t.num_elements()));
+    if (t.shape.size() != 2 || t.num_bytes != t.num_elements())
+        return core::error(StatusCode::kCorrupt) << "tensor '" << t.name << "': I8 data of the wrong shape or size";
+    const kernels::ref::WeightView w = weight_view_of(t);
+    for (int64_t r = 0; r < w.rows; ++r) kernels::ref::weight_row(w, r, dst + r * w.cols);
+    return core::Status::ok();
 }
 
 core::Result<TensorRef> permute_tensor(const TensorRef& t, int64_t num_heads, RopeOrder to,
@@ -283,8 +292,7 @@ public:
         if (t.shape != shape)
             return core::error(StatusCode::kCorrupt) << ck_.path << ": tensor '" << name << "' has shape "
                                                      << shape_string(t.shape) << ", expected " << shape_string(shape);
-        const bool scaled_i8 = t.dtype == core::DType::kI8 && t.row_scale;
-        if (role == Role::kMatrix && !kernels::ref::dequant_supported(t.dtype) && !scaled_i8)
+        if (role == Role::kMatrix && !matrix_dtype_supported(t))
             return core::error(StatusCode::kUnsupported)
                    << ck_.path << ": tensor '" << name << "' is " << core::dtype_name(t.dtype)
                    << ", which kiln cannot dequantize (weight matrices must be f32, f16, bf16 or a GGML q*_0/q*_1/"

@@ -23,6 +23,7 @@
 #include "core/status.h"
 #include "formats/gguf.h"
 #include "formats/hf_config.h"
+#include "kernels/ref/transformer.h"
 #include "model/metadata_json.h"
 #include "model/model_config.h"
 #include "model/weight_names.h"
@@ -80,6 +81,13 @@ core::Result<Checkpoint> load_llama2c_checkpoint(const std::string& path);
 // kernels::ref::dequantize_row decodes (or I8 with row scales), norm weights and biases f32, f16 or bf16. Extra tensors are
 // allowed.
 core::Status check_checkpoint_tensors(const Checkpoint& checkpoint);
+
+// True when `t` can serve as a weight matrix: a dtype kernels::ref::dequantize_row decodes, or I8
+// with row scales.
+bool matrix_dtype_supported(const TensorRef& t);
+// The weight view of a 2-D `t` (row scales included); `t` must be a whole number of blocks per row
+// (KILN_CHECK, as make_weight_view).
+kernels::ref::WeightView weight_view_of(const TensorRef& t);
 
 // All of `t` (float, block-quantized, or I8 with row scales) decoded to f32 into dst [num_elements].
 core::Status dequantize_tensor_to(const TensorRef& t, float* dst);

@@ -27,14 +27,10 @@ core::Result<WeightView> matrix(const Checkpoint& ck, const std::string& name, i
                << ck.path << ": tensor '" << name << "' has shape " << core::shape_string(t->shape) << ", expected ["
                << rows << ", " << cols << "]";
     auto bytes = core::dtype_bytes(t->dtype, uint64_t(rows) * uint64_t(cols));
-    const bool scaled_i8 = t->dtype == core::DType::kI8 && t->row_scale;
-    if ((!kernels::ref::dequant_supported(t->dtype) && !scaled_i8) || !bytes || *bytes != t->num_bytes ||
-        !core::dtype_bytes(t->dtype, uint64_t(cols)))
+    if (!matrix_dtype_supported(*t) || !bytes || *bytes != t->num_bytes || !core::dtype_bytes(t->dtype, uint64_t(cols)))
         return core::error(StatusCode::kUnsupported) << ck.path << ": tensor '" << name << "' of type "
                                                      << core::dtype_name(t->dtype) << " cannot be used as a matrix";
-    WeightView w = kernels::ref::make_weight_view(t->data, t->dtype, rows, cols);
-    w.row_scale = t->row_scale;
-    return w;
+    return weight_view_of(*t);
 }
 
 // A small f32/f16/bf16 vector copied to fp32.
