@@ -125,7 +125,7 @@ constexpr MatmulKernel kI8Dot{ActFormat::kI8Row, i8row_row_bytes, quantize_i8row
 
 struct VnniI8 {
     static constexpr int kRows = 8;          // rows per group (lanes)
-    static constexpr int kPrefillGroups = 2;  // groups per prefill tile
+    static constexpr int kPrefillGroups = 3;  // groups per prefill tile: 24 accumulators + 3 weights + x
     static constexpr int kDecodeGroups = 4;   // groups per decode tile (independent chains)
     static constexpr int kMaxTokens = 8;
 
