@@ -31,8 +31,8 @@ core::Result<std::shared_ptr<uint8_t>> anonymous_buffer(size_t bytes) {
     return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [bytes](uint8_t* q) { munmap(q, bytes); });
 }
 
-int64_t align8(int64_t r) {
-    return r & ~int64_t(7);
+int64_t align16(int64_t r) {
+    return r & ~int64_t(15);
 }
 
 }  // namespace
@@ -198,9 +198,9 @@ core::Status linear_group(core::ThreadPool& pool, const float* x, int64_t m, std
             const cpu::MatmulKernel& k = *l.kernel;
             const int f = int(k.act);
             const int64_t N = l.w.rows;
-            // slices start at multiples of 8 (the packed layout's groups; whole tiles for the others)
-            const int64_t r0 = align8(N * s / slices[i]);
-            const int64_t r1 = s + 1 == slices[i] ? N : align8(N * (s + 1) / slices[i]);
+            // slices start at multiples of 16 (the packed layouts' 8-row groups and 16-row panels)
+            const int64_t r0 = align16(N * s / slices[i]);
+            const int64_t r1 = s + 1 == slices[i] ? N : align16(N * (s + 1) / slices[i]);
             if (r0 >= r1) continue;
             const int64_t t0 = tile * kTokenTile, t1 = std::min(m, t0 + kTokenTile);
             float* out = y + t0 * total + col;  // column `col` of row t0; row stride `total`

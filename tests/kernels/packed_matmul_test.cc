@@ -4,9 +4,12 @@
 // not a multiple of 8 (the last group padded), row ranges starting at multiples of 8, decode and
 // prefill. Then ops::linear with and without packing over thread counts 1 and 2 (the row slices
 // start at multiples of 8), also bit-identical, and packed_bytes equal to the ggml bytes of the
-// row count rounded up to 8.
+// row count rounded up to 8. F32 / F16 at the AVX-512 levels (16-row panels, an outer-product GEMM
+// with its own summation order): within the 1e-5 bound of sum |w x| of the ref kernel, batch
+// invariant, and bit-identical across row ranges and thread counts.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -184,6 +187,122 @@ TEST(PackedMatmul, LinearWithAndWithoutPackingAgreeAcrossThreadCounts) {
                 ASSERT_TRUE(ops::linear(*pool, x.data(), m, *lp, bias.data(), got.data(), scratch).is_ok());
                 ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4))
                     << core::dtype_name(t) << " m=" << m << " threads=" << pool->num_threads();
+            }
+        }
+    }
+}
+
+// Random F32 or F16 weights ~N(0, 0.05) as stored, and their f32 values.
+std::vector<uint8_t> float_weights(DType t, int64_t rows, int64_t k, uint32_t seed, std::vector<float>* values) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> nd(0.0f, 0.05f);
+    values->resize(size_t(rows * k));
+    std::vector<uint8_t> buf(size_t(rows * k) * (t == DType::kF32 ? 4 : 2));
+    for (size_t i = 0; i < values->size(); ++i) {
+        float v = nd(rng);
+        if (t == DType::kF16) {
+            const uint16_t h = core::f32_to_fp16(v);
+            std::memcpy(&buf[2 * i], &h, 2);
+            v = core::fp16_to_f32(h);
+        } else {
+            std::memcpy(&buf[4 * i], &v, 4);
+        }
+        (*values)[i] = v;
+    }
+    return buf;
+}
+
+TEST(PackedMatmul, FloatPanelsMatchReferenceAndAreBatchInvariant) {
+    int isas = 0;
+    uint32_t seed = 4000;
+    for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
+        if (!isa_supported(isa) || !find_matmul_kernel(DType::kQ8_0, isa)) continue;
+        for (DType t : {DType::kF32, DType::kF16}) {
+            const PackedMatmulKernel* pk = find_packed_matmul_kernel(t, isa);
+            ASSERT_EQ(pk != nullptr, isa != Isa::kAvx2) << core::dtype_name(t) << " " << isa_name(isa);
+            if (!pk) continue;
+            ++isas;
+            const MatmulKernel* ref = find_matmul_kernel(t, Isa::kRef);
+            for (int64_t rows : {16, 37, 64}) {
+                for (int64_t k : {1, 7, 256, 300, 1100}) {
+                    std::vector<float> wf;
+                    const std::vector<uint8_t> w = float_weights(t, rows, k, ++seed, &wf);
+                    const size_t wrb = w.size() / size_t(rows);
+                    ASSERT_EQ(pk->packed_bytes(rows, k), size_t((rows + 15) / 16 * 16) * wrb);
+                    std::vector<uint8_t> packed(pk->packed_bytes(rows, k), 0xee);
+                    pk->pack(w.data(), wrb, rows, k, packed.data());
+                    for (int64_t n : {1, 5, 13, 50}) {  // 50: two passes of 48 tokens
+                        const std::vector<float> x = random_x(n, k, seed * 7 + uint32_t(n));
+                        const size_t arb = size_t(k) * 4;
+                        const std::string at = std::string(core::dtype_name(t)) + " " + isa_name(isa) +
+                                               " rows=" + std::to_string(rows) + " k=" + std::to_string(k) +
+                                               " n=" + std::to_string(n);
+                        const int64_t ldy = rows + 3;
+                        std::vector<float> want(size_t(n * ldy), NAN), got(want), alone(want), split(want);
+                        ref->gemm(w.data(), wrb, x.data(), arb, n, k, want.data(), ldy, 0, rows);
+                        pk->gemm(packed.data(), x.data(), arb, n, k, got.data(), ldy, 0, rows);
+                        for (int64_t ti = 0; ti < n; ++ti)
+                            pk->gemm(packed.data(), &x[size_t(ti * k)], arb, 1, k, &alone[size_t(ti * ldy)], ldy, 0,
+                                     rows);
+                        const int64_t ranges[][2] = {{0, 16}, {16, 32}, {32, rows}};
+                        for (const auto& rr : ranges) {
+                            if (rr[0] < std::min(rr[1], rows))
+                                pk->gemm(packed.data(), x.data(), arb, n, k, split.data(), ldy, rr[0],
+                                         std::min(rr[1], rows));
+                        }
+                        for (int64_t ti = 0; ti < n; ++ti) {
+                            for (int64_t r = 0; r < ldy; ++r) {
+                                const size_t i = size_t(ti * ldy + r);
+                                if (r >= rows) {
+                                    ASSERT_TRUE(std::isnan(got[i])) << at << " wrote outside its rows: " << r;
+                                    continue;
+                                }
+                                double mag = 0;
+                                for (int64_t c = 0; c < k; ++c)
+                                    mag += std::fabs(double(wf[size_t(r * k + c)]) * double(x[size_t(ti * k + c)]));
+                                ASSERT_NEAR(got[i], want[i], 1e-5 * mag + 1e-30) << at << " token " << ti << " row " << r;
+                                ASSERT_EQ(0, std::memcmp(&got[i], &alone[i], 4)) << at << " token " << ti << " row " << r;
+                                ASSERT_EQ(0, std::memcmp(&got[i], &split[i], 4)) << at << " token " << ti << " row " << r;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if (isas == 0) GTEST_SKIP() << "no AVX-512 level on this CPU";
+}
+
+TEST(PackedMatmul, FloatLinearPackedAcrossThreadCounts) {
+    if (best_isa() != Isa::kAvx512 && best_isa() != Isa::kAvx512Vnni) GTEST_SKIP() << "no AVX-512 level";
+    core::ThreadPool pool1(1), pool2(2);
+    const int64_t rows = 203, k = 300;
+    for (DType t : {DType::kF32, DType::kF16}) {
+        std::vector<float> wf;
+        const std::vector<uint8_t> w = float_weights(t, rows, k, uint32_t(int(t)) + 70, &wf);
+        const ref::WeightView wv = ref::make_weight_view(w.data(), t, rows, k);
+        ops::LinearOptions off;
+        off.pack = false;
+        auto lp = ops::make_linear(wv, ops::LinearOptions{});
+        auto lu = ops::make_linear(wv, off);
+        ASSERT_TRUE(lp.is_ok() && lu.is_ok());
+        ASSERT_TRUE(lp->packed != nullptr) << core::dtype_name(t);
+        for (int64_t m : {1, 5, 40}) {
+            const std::vector<float> x = random_x(m, k, uint32_t(m) + 9);
+            std::vector<float> unpacked(size_t(m * rows)), one(unpacked.size()), two(unpacked.size());
+            std::vector<uint8_t> scratch;
+            ASSERT_TRUE(ops::linear(pool1, x.data(), m, *lu, nullptr, unpacked.data(), scratch).is_ok());
+            ASSERT_TRUE(ops::linear(pool1, x.data(), m, *lp, nullptr, one.data(), scratch).is_ok());
+            ASSERT_TRUE(ops::linear(pool2, x.data(), m, *lp, nullptr, two.data(), scratch).is_ok());
+            ASSERT_EQ(0, std::memcmp(one.data(), two.data(), one.size() * 4)) << core::dtype_name(t) << " m=" << m;
+            for (int64_t ti = 0; ti < m; ++ti) {
+                for (int64_t r = 0; r < rows; ++r) {
+                    double mag = 0;
+                    for (int64_t c = 0; c < k; ++c)
+                        mag += std::fabs(double(wf[size_t(r * k + c)]) * double(x[size_t(ti * k + c)]));
+                    const size_t i = size_t(ti * rows + r);
+                    ASSERT_NEAR(one[i], unpacked[i], 2e-5 * mag) << core::dtype_name(t) << " m=" << m << " row " << r;
+                }
             }
         }
     }

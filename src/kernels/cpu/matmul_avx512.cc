@@ -3,6 +3,7 @@
 // vector registers, which relieves register pressure in the (weight rows x activation rows) tiles.
 // For Skylake-SP class CPUs; selected only when isa_supported(Isa::kAvx512).
 #include "kernels/cpu/matmul_isa.h"
+#include "kernels/cpu/simd_float_packed.h"
 #include "kernels/cpu/simd_fp4_kernels.h"
 #include "kernels/cpu/simd_fp8_kernels.h"
 #include "kernels/cpu/simd_i8_kernels.h"
@@ -20,6 +21,7 @@ const MatmulKernel* avx512_matmul_kernel(core::DType weight_type) {
 }
 
 const PackedMatmulKernel* avx512_packed_kernel(core::DType weight_type) {
+    if (const PackedMatmulKernel* k = float_packed_kernel(weight_type)) return k;  // simd_float_packed.h
     return simd_packed_kernel(weight_type);
 }
 

@@ -5,6 +5,7 @@
 // Packed Q4_0 / Q4_1 / Q8_0 weights use this ISA's own layout (simd_vnni_kernels.h).
 // Selected only when isa_supported(Isa::kAvx512Vnni); never run on AVX2-only machines.
 #include "kernels/cpu/matmul_isa.h"
+#include "kernels/cpu/simd_float_packed.h"
 #include "kernels/cpu/simd_fp4_kernels.h"
 #include "kernels/cpu/simd_fp8_kernels.h"
 #include "kernels/cpu/simd_i8_kernels.h"
@@ -29,6 +30,7 @@ const MatmulKernel* avx512vnni_matmul_kernel(core::DType weight_type) {
 
 const PackedMatmulKernel* avx512vnni_packed_kernel(core::DType weight_type) {
     if (weight_type == core::DType::kI8) return &kVnniI8Packed;  // simd_i8_kernels.h
+    if (const PackedMatmulKernel* k = float_packed_kernel(weight_type)) return k;  // simd_float_packed.h
     return vnni_packed_kernel(weight_type);
 }
 
