@@ -4,8 +4,8 @@
 // not a multiple of 8 (the last group padded), row ranges starting at multiples of 8, decode and
 // prefill. Then ops::linear with and without packing over thread counts 1 and 2 (the row slices
 // start at multiples of 8), also bit-identical, and packed_bytes equal to the ggml bytes of the
-// row count rounded up to 8. F32 / F16 at the AVX-512 levels (16-row panels, an outer-product GEMM
-// with its own summation order): within the 1e-5 bound of sum |w x| of the ref kernel, batch
+// row count rounded up to 8. F32 / F16 at the AVX-512 levels and BF16 at avx512-vnni (16-row
+// panels, an outer-product GEMM with its own summation order): within the 1e-5 bound of sum |w x| of the ref kernel, batch
 // invariant, and bit-identical across row ranges and thread counts.
 #include <gtest/gtest.h>
 
@@ -192,7 +192,7 @@ TEST(PackedMatmul, LinearWithAndWithoutPackingAgreeAcrossThreadCounts) {
     }
 }
 
-// Random F32 or F16 weights ~N(0, 0.05) as stored, and their f32 values.
+// Random F32, F16 or BF16 weights ~N(0, 0.05) as stored, and their f32 values.
 std::vector<uint8_t> float_weights(DType t, int64_t rows, int64_t k, uint32_t seed, std::vector<float>* values) {
     std::mt19937 rng(seed);
     std::normal_distribution<float> nd(0.0f, 0.05f);
@@ -200,7 +200,11 @@ std::vector<uint8_t> float_weights(DType t, int64_t rows, int64_t k, uint32_t se
     std::vector<uint8_t> buf(size_t(rows * k) * (t == DType::kF32 ? 4 : 2));
     for (size_t i = 0; i < values->size(); ++i) {
         float v = nd(rng);
-        if (t == DType::kF16) {
+        if (t == DType::kBF16) {
+            const uint16_t h = core::f32_to_bf16(v);
+            std::memcpy(&buf[2 * i], &h, 2);
+            v = core::bf16_to_f32(h);
+        } else if (t == DType::kF16) {
             const uint16_t h = core::f32_to_fp16(v);
             std::memcpy(&buf[2 * i], &h, 2);
             v = core::fp16_to_f32(h);
@@ -217,37 +221,43 @@ TEST(PackedMatmul, FloatPanelsMatchReferenceAndAreBatchInvariant) {
     uint32_t seed = 4000;
     for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
         if (!isa_supported(isa) || !find_matmul_kernel(DType::kQ8_0, isa)) continue;
-        for (DType t : {DType::kF32, DType::kF16}) {
+        for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
             const PackedMatmulKernel* pk = find_packed_matmul_kernel(t, isa);
-            ASSERT_EQ(pk != nullptr, isa != Isa::kAvx2) << core::dtype_name(t) << " " << isa_name(isa);
+            const bool expect = t == DType::kBF16 ? isa == Isa::kAvx512Vnni : isa != Isa::kAvx2;
+            ASSERT_EQ(pk != nullptr, expect) << core::dtype_name(t) << " " << isa_name(isa);
             if (!pk) continue;
             ++isas;
             const MatmulKernel* ref = find_matmul_kernel(t, Isa::kRef);
+            const MatmulKernel* kern = find_matmul_kernel(t, isa);  // its activation format (f32 or bf16 rows)
             for (int64_t rows : {16, 37, 64}) {
                 for (int64_t k : {1, 7, 256, 300, 1100}) {
                     std::vector<float> wf;
                     const std::vector<uint8_t> w = float_weights(t, rows, k, ++seed, &wf);
                     const size_t wrb = w.size() / size_t(rows);
-                    ASSERT_EQ(pk->packed_bytes(rows, k), size_t((rows + 15) / 16 * 16) * wrb);
+                    const int64_t kp = t == DType::kBF16 ? (k + 1) / 2 * 2 : k;  // BF16: whole column pairs
+                    ASSERT_EQ(pk->packed_bytes(rows, k), size_t((rows + 15) / 16 * 16) * (wrb / size_t(k)) * size_t(kp));
                     std::vector<uint8_t> packed(pk->packed_bytes(rows, k), 0xee);
                     pk->pack(w.data(), wrb, rows, k, packed.data());
                     for (int64_t n : {1, 5, 13, 50}) {  // 50: two passes of 48 tokens
                         const std::vector<float> x = random_x(n, k, seed * 7 + uint32_t(n));
-                        const size_t arb = size_t(k) * 4;
+                        const size_t arb = kern->act_row_bytes(k);
+                        std::vector<uint8_t> act(arb * size_t(n));
+                        for (int64_t ti = 0; ti < n; ++ti)
+                            kern->quantize_row(&x[size_t(ti * k)], &act[size_t(ti) * arb], k);
                         const std::string at = std::string(core::dtype_name(t)) + " " + isa_name(isa) +
                                                " rows=" + std::to_string(rows) + " k=" + std::to_string(k) +
                                                " n=" + std::to_string(n);
                         const int64_t ldy = rows + 3;
                         std::vector<float> want(size_t(n * ldy), NAN), got(want), alone(want), split(want);
-                        ref->gemm(w.data(), wrb, x.data(), arb, n, k, want.data(), ldy, 0, rows);
-                        pk->gemm(packed.data(), x.data(), arb, n, k, got.data(), ldy, 0, rows);
+                        ref->gemm(w.data(), wrb, act.data(), arb, n, k, want.data(), ldy, 0, rows);
+                        pk->gemm(packed.data(), act.data(), arb, n, k, got.data(), ldy, 0, rows);
                         for (int64_t ti = 0; ti < n; ++ti)
-                            pk->gemm(packed.data(), &x[size_t(ti * k)], arb, 1, k, &alone[size_t(ti * ldy)], ldy, 0,
-                                     rows);
+                            pk->gemm(packed.data(), &act[size_t(ti) * arb], arb, 1, k, &alone[size_t(ti * ldy)], ldy,
+                                     0, rows);
                         const int64_t ranges[][2] = {{0, 16}, {16, 32}, {32, rows}};
                         for (const auto& rr : ranges) {
                             if (rr[0] < std::min(rr[1], rows))
-                                pk->gemm(packed.data(), x.data(), arb, n, k, split.data(), ldy, rr[0],
+                                pk->gemm(packed.data(), act.data(), arb, n, k, split.data(), ldy, rr[0],
                                          std::min(rr[1], rows));
                         }
                         for (int64_t ti = 0; ti < n; ++ti) {
@@ -277,7 +287,9 @@ TEST(PackedMatmul, FloatLinearPackedAcrossThreadCounts) {
     if (best_isa() != Isa::kAvx512 && best_isa() != Isa::kAvx512Vnni) GTEST_SKIP() << "no AVX-512 level";
     core::ThreadPool pool1(1), pool2(2);
     const int64_t rows = 203, k = 300;
-    for (DType t : {DType::kF32, DType::kF16}) {
+    std::vector<DType> types = {DType::kF32, DType::kF16};
+    if (best_isa() == Isa::kAvx512Vnni) types.push_back(DType::kBF16);
+    for (DType t : types) {
         std::vector<float> wf;
         const std::vector<uint8_t> w = float_weights(t, rows, k, uint32_t(int(t)) + 70, &wf);
         const ref::WeightView wv = ref::make_weight_view(w.data(), t, rows, k);
