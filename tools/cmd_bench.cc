@@ -65,7 +65,9 @@ constexpr const char* kBenchUsage =
     "  -t, --threads N     worker threads (default: the physical cores this process may use)\n"
     "  --isa ISA           matmul kernels: ref, avx2, avx512, avx512-vnni (default: the best this CPU runs)\n"
     "  --f32-activations   quantized weights times f32 activations (the slow reference path)\n"
-    "  --no-pack           run Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 weights from the file's layout, not repacked 8-row groups\n"
+    "  --no-pack           run the weights in the file's layout, not repacked at load (8-row groups for\n"
+    "                      the 8-bit, 5-bit and 4-bit block formats, 16-row panels for F32/F16/BF16 at\n"
+    "                      the AVX-512 levels; `kiln inspect` shows which)\n"
     "  -r, --reps N        timed runs per test (default 5)\n"
     "  --json              print a JSON array, one object per test\n"
     "  --mmap              run from the file mapping instead of a copy in anonymous memory\n"
@@ -128,7 +130,7 @@ ComputePath compute_path(const model::Checkpoint& ck, const ops::LinearOptions& 
     const char* what = act == ActFormat::kI8Row ? ", per-token int8 activations"
                        : int8                   ? ", int8 activations"
                                                 : act == ActFormat::kBF16 ? ", bf16 activations" : ", f32 activations";
-    return {std::string(kernels::cpu::isa_name(lin->isa)) + what + (lin->packed ? ", packed 8-row groups" : "") +
+    return {std::string(kernels::cpu::isa_name(lin->isa)) + what + (lin->packed ? ", repacked at load" : "") +
                 " (kernels/cpu)",
             int8, int8 && vnni_isa, act == ActFormat::kBF16 && vnni_isa};
 }
