@@ -4,8 +4,8 @@
 // not a multiple of 8 (the last group padded), row ranges starting at multiples of 8, decode and
 // prefill. Then ops::linear with and without packing over thread counts 1 and 2 (the row slices
 // start at multiples of 8), also bit-identical, and packed_bytes equal to the ggml bytes of the
-// row count rounded up to 8. F32 / F16 at the AVX-512 levels and BF16 at avx512-vnni (16-row
-// panels, an outer-product GEMM with its own summation order): within the 1e-5 bound of sum |w x| of the ref kernel, batch
+// row count rounded up to 8. F32 / F16 / E4M3_B32 / MXFP8 at the AVX-512 levels and BF16 at
+// avx512-vnni (16-row panels, an outer-product GEMM with its own summation order): within the 1e-5 bound of sum |w x| of the ref kernel, batch
 // invariant, and bit-identical across row ranges and thread counts.
 #include <gtest/gtest.h>
 
@@ -20,6 +20,7 @@
 #include "core/numeric.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/ref/dequant.h"
 #include "ops/linear.h"
 
 namespace kiln::kernels::cpu {
@@ -216,13 +217,41 @@ std::vector<uint8_t> float_weights(DType t, int64_t rows, int64_t k, uint32_t se
     return buf;
 }
 
+// Random FP8 blocks (E4M3_B32: fp32 scales ~0.01-0.02; MXFP8: E8M0 2^-8 .. 2^-5; codes without the
+// NaN codes 0x7F / 0xFF) and their f32 values.
+std::vector<uint8_t> fp8_weights(DType t, int64_t rows, int64_t k, uint32_t seed, std::vector<float>* values) {
+    std::mt19937 rng(seed);
+    const size_t bb = t == DType::kMxfp8 ? 33 : 36, qs = t == DType::kMxfp8 ? 1 : 4;
+    std::vector<uint8_t> buf(size_t(rows * k / 32) * bb);
+    for (size_t off = 0; off < buf.size(); off += bb) {
+        if (t == DType::kMxfp8) {
+            buf[off] = uint8_t(119 + rng() % 4);
+        } else {
+            const float d = 0.01f + 0.01f * float(rng() % 1000) / 1000.0f;
+            std::memcpy(&buf[off], &d, 4);
+        }
+        for (size_t j = 0; j < 32; ++j) {
+            uint8_t c = uint8_t(rng());
+            if ((c & 0x7f) == 0x7f) c ^= 1;
+            buf[off + qs + j] = c;
+        }
+    }
+    values->resize(size_t(rows * k));
+    for (int64_t r = 0; r < rows; ++r) {
+        const auto st = ref::dequantize_row(t, &buf[size_t(r * k / 32) * bb], &(*values)[size_t(r * k)], k);
+        EXPECT_TRUE(st.is_ok());
+    }
+    return buf;
+}
+
 TEST(PackedMatmul, FloatPanelsMatchReferenceAndAreBatchInvariant) {
     int isas = 0;
     uint32_t seed = 4000;
     for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
         if (!isa_supported(isa) || !find_matmul_kernel(DType::kQ8_0, isa)) continue;
-        for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+        for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kE4m3B32, DType::kMxfp8}) {
             const PackedMatmulKernel* pk = find_packed_matmul_kernel(t, isa);
+            const bool fp8 = t == DType::kE4m3B32 || t == DType::kMxfp8;
             const bool expect = t == DType::kBF16 ? isa == Isa::kAvx512Vnni : isa != Isa::kAvx2;
             ASSERT_EQ(pk != nullptr, expect) << core::dtype_name(t) << " " << isa_name(isa);
             if (!pk) continue;
@@ -230,12 +259,19 @@ TEST(PackedMatmul, FloatPanelsMatchReferenceAndAreBatchInvariant) {
             const MatmulKernel* ref = find_matmul_kernel(t, Isa::kRef);
             const MatmulKernel* kern = find_matmul_kernel(t, isa);  // its activation format (f32 or bf16 rows)
             for (int64_t rows : {16, 37, 64}) {
-                for (int64_t k : {1, 7, 256, 300, 1100}) {
+                for (int64_t k : {1, 7, 32, 256, 300, 1100, 1120}) {
+                    if (fp8 != (k % 32 == 0)) continue;  // FP8 rows are whole 32-blocks; the others take the rest
                     std::vector<float> wf;
-                    const std::vector<uint8_t> w = float_weights(t, rows, k, ++seed, &wf);
+                    const std::vector<uint8_t> w =
+                        fp8 ? fp8_weights(t, rows, k, ++seed, &wf) : float_weights(t, rows, k, ++seed, &wf);
                     const size_t wrb = w.size() / size_t(rows);
-                    const int64_t kp = t == DType::kBF16 ? (k + 1) / 2 * 2 : k;  // BF16: whole column pairs
-                    ASSERT_EQ(pk->packed_bytes(rows, k), size_t((rows + 15) / 16 * 16) * (wrb / size_t(k)) * size_t(kp));
+                    const size_t panels = size_t((rows + 15) / 16);
+                    if (fp8) {  // per 32 columns and panel: 16 scales (fp32, or E8M0 bytes) + 16 x 32 codes
+                        ASSERT_EQ(pk->packed_bytes(rows, k), panels * size_t(k / 32) * (t == DType::kMxfp8 ? 528 : 576));
+                    } else {
+                        const int64_t kp = t == DType::kBF16 ? (k + 1) / 2 * 2 : k;  // BF16: whole column pairs
+                        ASSERT_EQ(pk->packed_bytes(rows, k), panels * 16 * (wrb / size_t(k)) * size_t(kp));
+                    }
                     std::vector<uint8_t> packed(pk->packed_bytes(rows, k), 0xee);
                     pk->pack(w.data(), wrb, rows, k, packed.data());
                     for (int64_t n : {1, 5, 13, 50}) {  // 50: two passes of 48 tokens
@@ -286,12 +322,15 @@ TEST(PackedMatmul, FloatPanelsMatchReferenceAndAreBatchInvariant) {
 TEST(PackedMatmul, FloatLinearPackedAcrossThreadCounts) {
     if (best_isa() != Isa::kAvx512 && best_isa() != Isa::kAvx512Vnni) GTEST_SKIP() << "no AVX-512 level";
     core::ThreadPool pool1(1), pool2(2);
-    const int64_t rows = 203, k = 300;
-    std::vector<DType> types = {DType::kF32, DType::kF16};
+    const int64_t rows = 203;
+    std::vector<DType> types = {DType::kF32, DType::kF16, DType::kE4m3B32, DType::kMxfp8};
     if (best_isa() == Isa::kAvx512Vnni) types.push_back(DType::kBF16);
     for (DType t : types) {
+        const bool fp8 = t == DType::kE4m3B32 || t == DType::kMxfp8;
+        const int64_t k = fp8 ? 320 : 300;
         std::vector<float> wf;
-        const std::vector<uint8_t> w = float_weights(t, rows, k, uint32_t(int(t)) + 70, &wf);
+        const std::vector<uint8_t> w = fp8 ? fp8_weights(t, rows, k, uint32_t(int(t)) + 70, &wf)
+                                           : float_weights(t, rows, k, uint32_t(int(t)) + 70, &wf);
         const ref::WeightView wv = ref::make_weight_view(w.data(), t, rows, k);
         ops::LinearOptions off;
         off.pack = false;

@@ -121,15 +121,16 @@ struct MatmulKernel {
 // Q4_1 and Q8_0 use that level's own payload order (4 elements of the 8 rows per 32-bit lane group,
 // kernels/cpu/simd_vnni_kernels.h), same bytes and the same bit-identity; I8 rows are packed at
 // kAvx512Vnni only (kernels/cpu/simd_i8_kernels.h: w + 128, 4 elements x 8 rows per vector; r0 a
-// multiple of 8 as well). F32 and F16 rows are packed at the AVX-512 levels in 16-row k-major
-// panels for an outer-product GEMM (kernels/cpu/simd_float_packed.h: r0 a multiple of 16; batch
-// invariant, but another summation order than the row kernel, so not its bits). A packed buffer is
-// only valid for the ISA whose kernel packed it.
+// multiple of 8 as well). F32, F16, E4M3_B32 and MXFP8 rows (and BF16 at kAvx512Vnni) are packed
+// at the AVX-512 levels in 16-row k-major panels for an outer-product GEMM
+// (kernels/cpu/simd_float_packed.h: r0 a multiple of 16; batch invariant, but another summation
+// order than the row kernel, so not its bits). A packed buffer is only valid for the ISA whose
+// kernel packed it.
 struct PackedMatmulKernel {
     size_t (*packed_bytes)(int64_t rows, int64_t k);
     // w: rows x k in the ggml layout (row stride w_row_bytes) -> dst [packed_bytes(rows, k)].
     void (*pack)(const void* w, size_t w_row_bytes, int64_t rows, int64_t k, void* dst);
-    // As MatmulKernel::gemm, over the packed matrix; r0 must be a multiple of 8 (16 for F32 / F16).
+    // As MatmulKernel::gemm, over the packed matrix; r0 must be a multiple of 8 (16 for the float panels).
     void (*gemm)(const void* packed, const void* act, size_t act_row_bytes, int64_t n, int64_t k, float* y,
                  int64_t ldy, int64_t r0, int64_t r1);
 };

@@ -1,28 +1,34 @@
-// Packed F32 / F16 / BF16 weights at the AVX-512 levels (matmul_avx512.cc, matmul_avx512vnni.cc;
-// BF16 at avx512-vnni only, which includes AVX512-BF16): an outer-product GEMM in the manner of BLAS
-// microkernels, instead of the row-dot tiles of Float (simd_legacy_kernels.h) and Bf16Dot
-// (simd_vnni_kernels.h), whose horizontal sums and one activation load per row tile cap prefill
-// well below the FMA / vdpbf16ps peak.
+// Packed float-valued weights at the AVX-512 levels (matmul_avx512.cc, matmul_avx512vnni.cc): F32,
+// F16, the FP8 block formats E4M3_B32 and MXFP8 (f32 activations), and BF16 (bf16 activations; at
+// avx512-vnni only, which includes AVX512-BF16). An outer-product GEMM in the manner of BLAS
+// microkernels, instead of the row-dot tiles of Float / Fp8 (simd_legacy_kernels.h,
+// simd_fp8_kernels.h) and Bf16Dot (simd_vnni_kernels.h), whose horizontal sums and activation
+// loads per row tile cap prefill well below the FMA / vdpbf16ps peak; for FP8 the decode of each
+// weight is also shared by all the tile's tokens.
 //
 // Layout (PackedMatmulKernel, matmul.h): rows in panels of 16 (one zmm), each panel a sequence of
-// steps: one column (F32, F16: 16 values, 64 / 32 bytes) or one pair of columns (BF16: lane r holds
-// row r's columns 2s, 2s + 1; 64 bytes). Element (r, c) of F32 / F16 at panel r / 16, offset
-// (c * 16 + r % 16) elements; the last panel's missing rows (and BF16's odd last column) are zeros.
+// steps: one column (F32, F16: 16 values, 64 / 32 bytes; FP8: 16 codes) or one pair of columns
+// (BF16: lane r holds row r's columns 2s, 2s + 1; 64 bytes). F32 / F16: element (r, c) at panel
+// r / 16, offset (c * 16 + r % 16) elements. FP8: per 32 columns the 16 rows' block scales (16 fp32
+// for E4M3_B32, 16 E8M0 bytes for MXFP8), then the 32 steps. The last panel's missing rows (and
+// BF16's odd last column) are zeros.
 //
 // Arithmetic: per (row, token), columns are taken in blocks of kKc = 256; within a block one fp32
 // chain in column order starting from zero (an fma per column, or a vdpbf16ps per pair: both exact
-// products added, denormals flushed, as Bf16Dot); the block sums are added to y in block order
-// (y = block 0, then y += block 1, ...). Every tile shape (1 or 2 panels x 1..12 tokens), row range
-// and token count runs exactly that sequence per output, so results are batch invariant and
-// independent of the thread split. They are not the bits of the unpacked kernels (another summation
+// products added, denormals flushed, as Bf16Dot; FP8: the weight decoded exactly to e4m3 * 2^-8,
+// times its block scale, then the fma); the block sums (FP8: times 2^8) are added to y in block
+// order (y = block 0, then y += block 1, ...). Every tile shape (1 to 4 panels x 1 token, 1 or 2
+// panels x 2..12 tokens), row range and token count runs exactly that sequence per output, so
+// results are batch invariant and independent of the thread split. They are not the bits of the unpacked kernels (another summation
 // order); all are within the 1e-5 bound of sum |w x| against the ref kernel (kernels/cpu/matmul.h).
 //
-// Tiles: 2 panels (32 rows) x 12 tokens = 24 zmm accumulators; per step, 12 broadcasts of the
-// tokens' step values (an f32, or a bf16 pair) and 2 weight loads feed 24 FMAs / vdpbf16ps. Tokens
-// are packed per call, step-major in tiles of up to 12 (value c of token t at c * T + t), 48 at a
-// time (a thread-local buffer that grows once); a single token (decode) is read in place. Loop order
-// per 48 tokens: 32-row block, then column block, then token tile, so the weight block (32 x 256
-// columns: 32 KiB f32) stays in L1 while every tile uses it.
+// Tiles: 2 panels (32 rows) x 12 tokens = 24 zmm accumulators (a lone token: up to 4 panels, 4
+// independent chains); per step, 12 broadcasts of the
+// tokens' step values (an f32, or a bf16 pair) and 2 weight loads (FP8: 2 decodes) feed 24 FMAs /
+// vdpbf16ps. Tokens are packed per call, step-major in tiles of up to 12 (value c of token t at
+// c * T + t), 48 at a time (a thread-local buffer that grows once); a single token (decode) is read
+// in place. Loop order per 48 tokens: 32-row block, then column block, then token tile, so the
+// weight block (32 x 256 columns: 32 KiB f32) stays in L1 while every tile uses it.
 #pragma once
 
 #include <immintrin.h>
@@ -33,6 +39,7 @@
 #include <vector>
 
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/quant_blocks.h"
 
 #if !defined(__AVX512F__)
 #error "simd_float_packed.h needs -mavx512f"
@@ -41,40 +48,106 @@
 namespace kiln::kernels::cpu {
 namespace {
 
-// Element policies. A step is one column (F32, F16) or one pair of columns (BF16: vdpbf16ps takes
-// two per 32-bit lane); kStepBytes: one step of one panel; kActBytes: one activation element.
-// madd(acc, w, x): acc + the step's product(s) of the panel's 16 rows with the token's step value x
-// (the activation's bits: an f32, or two bf16).
-struct PackedElemF32 {
-    static constexpr int kStep = 1;
-    static constexpr size_t kBytes = 4, kActBytes = 4;
-    static constexpr int64_t kStepBytes = 64;
-    static __m512 madd(__m512 acc, const uint8_t* w, __m512i x) {
+namespace blk = blocks;
+
+// Element policies. A step is one column (F32, F16, FP8) or one pair of columns (BF16: vdpbf16ps
+// takes two per 32-bit lane). kStepBytes: one step of one panel; kActBytes: one activation element;
+// kBlockSteps: steps per scale block (0: no scales); kOutScale: applied to each block sum (the FP8
+// decode's 2^-8). panel_bytes(k): one panel; codes(panel, c): step c, followed by the rest of its
+// scale block; scales(panel, c): the 16 rows' scales of the block holding step c; pack_row: one row
+// into lane `lane` of its panel (zeroed before). madd(acc, w, sc, x): acc + the step's product(s)
+// of the panel's 16 rows (times sc where there are scales) with the token's step value x (the
+// activation's bits: an f32, or two bf16).
+template <size_t kElemBytes, int kStepCols>
+struct PackedPlain {
+    static constexpr int kStep = kStepCols;
+    static constexpr int64_t kStepBytes = 16 * int64_t(kElemBytes) * kStepCols, kBlockSteps = 0;
+    static constexpr float kOutScale = 1.0f;
+    static int64_t panel_bytes(int64_t k) { return (k + kStep - 1) / kStep * kStepBytes; }
+    static const uint8_t* codes(const uint8_t* panel, int64_t c) { return panel + c * kStepBytes; }
+    static __m512 scales(const uint8_t*, int64_t) { return _mm512_setzero_ps(); }
+    static void pack_row(const uint8_t* row, uint8_t* panel, int lane, int64_t k) {
+        for (int64_t c = 0; c < k; ++c) {
+            std::memcpy(panel + (c / kStep) * kStepBytes + (lane * kStep + c % kStep) * int64_t(kElemBytes),
+                        row + c * int64_t(kElemBytes), kElemBytes);
+        }
+    }
+};
+struct PackedElemF32 : PackedPlain<4, 1> {
+    static constexpr size_t kActBytes = 4;
+    static __m512 madd(__m512 acc, const uint8_t* w, __m512, __m512i x) {
         return _mm512_fmadd_ps(_mm512_loadu_ps(w), _mm512_castsi512_ps(x), acc);
     }
 };
-struct PackedElemF16 {
-    static constexpr int kStep = 1;
-    static constexpr size_t kBytes = 2, kActBytes = 4;
-    static constexpr int64_t kStepBytes = 32;
-    static __m512 madd(__m512 acc, const uint8_t* w, __m512i x) {
-        // the maskz form: GCC 12 warns that _mm512_cvtph_ps's undefined source is uninitialized
-        const __m512 wv = _mm512_maskz_cvtph_ps(__mmask16(0xffff), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)));
+// the maskz form of vcvtph2ps: GCC 12 warns that _mm512_cvtph_ps's undefined source is uninitialized
+inline __m512 fp16x16_to_ps(__m256i h) {
+    return _mm512_maskz_cvtph_ps(__mmask16(0xffff), h);
+}
+struct PackedElemF16 : PackedPlain<2, 1> {
+    static constexpr size_t kActBytes = 4;
+    static __m512 madd(__m512 acc, const uint8_t* w, __m512, __m512i x) {
+        const __m512 wv = fp16x16_to_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w)));
         return _mm512_fmadd_ps(wv, _mm512_castsi512_ps(x), acc);
     }
 };
 #if defined(__AVX512BF16__)
 // BF16 weights x bf16 activations (ActFormat::kBF16): lane r of a step holds row r's columns 2s and
 // 2s + 1; vdpbf16ps adds both exact products to the lane's sum (denormals flushed, as Bf16Dot).
-struct PackedElemBF16 {
-    static constexpr int kStep = 2;
-    static constexpr size_t kBytes = 2, kActBytes = 2;
-    static constexpr int64_t kStepBytes = 64;
-    static __m512 madd(__m512 acc, const uint8_t* w, __m512i x) {
+struct PackedElemBF16 : PackedPlain<2, 2> {
+    static constexpr size_t kActBytes = 2;
+    static __m512 madd(__m512 acc, const uint8_t* w, __m512, __m512i x) {
         return _mm512_dpbf16_ps(acc, (__m512bh)_mm512_loadu_si512(w), (__m512bh)x);
     }
 };
 #endif
+// FP8 E4M3 rows in 32-column blocks with a scale each (E4M3_B32: fp32; MXFP8: E8M0), f32
+// activations. Per panel and block: the 16 rows' scales (16 fp32, or 16 E8M0 bytes), then 32 steps
+// of 16 codes. A step's codes decode as simd_fp8_kernels.h does (the fp16 number e4m3 * 2^-8,
+// exact), times the row's block scale (one rounding), then one FMA per token; the 2^8 is applied
+// to each 256-column block sum (exact: a power of two).
+template <bool kMx>
+struct PackedElemFp8 {
+    static constexpr int kStep = 1;
+    static constexpr size_t kActBytes = 4;
+    static constexpr int64_t kStepBytes = 16, kBlockSteps = 32, kHeader = kMx ? 16 : 64;
+    static constexpr int64_t kBlockBytes = kHeader + kBlockSteps * kStepBytes;
+    static constexpr int64_t kSrcBytes = kMx ? int64_t(blk::kMxfp8Bytes) : int64_t(blk::kE4m3B32Bytes);
+    static constexpr int64_t kSrcQs = kMx ? int64_t(blk::kMxfp8Qs) : int64_t(blk::kE4m3B32Qs);
+    static constexpr float kOutScale = 256.0f;
+    static int64_t panel_bytes(int64_t k) { return k / kBlockSteps * kBlockBytes; }
+    static const uint8_t* codes(const uint8_t* panel, int64_t c) {
+        return panel + (c / kBlockSteps) * kBlockBytes + kHeader + (c % kBlockSteps) * kStepBytes;
+    }
+    static __m512 scales(const uint8_t* panel, int64_t c) {
+        const uint8_t* h = panel + (c / kBlockSteps) * kBlockBytes;
+        if constexpr (kMx) {  // 2^(e - 127); e = 0: the subnormal 2^-127 (as E8m0Table)
+            // maskz forms: GCC 12 warns that the plain intrinsics' undefined sources are uninitialized
+            constexpr __mmask16 kAll = 0xffff;
+            const __m512i e = _mm512_maskz_cvtepu8_epi32(kAll, _mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
+            return _mm512_castsi512_ps(_mm512_maskz_max_epi32(kAll, _mm512_maskz_slli_epi32(kAll, e, 23),
+                                                              _mm512_set1_epi32(0x00400000)));
+        } else {
+            return _mm512_loadu_ps(h);
+        }
+    }
+    static void pack_row(const uint8_t* row, uint8_t* panel, int lane, int64_t k) {
+        for (int64_t b = 0; b < k / kBlockSteps; ++b) {
+            const uint8_t* src = row + b * kSrcBytes;
+            uint8_t* dst = panel + b * kBlockBytes;
+            if constexpr (kMx) {
+                dst[lane] = src[blk::kMxfp8E];
+            } else {
+                std::memcpy(dst + 4 * lane, src + blk::kE4m3B32D, 4);
+            }
+            for (int64_t j = 0; j < kBlockSteps; ++j) dst[kHeader + j * kStepBytes + lane] = src[kSrcQs + j];
+        }
+    }
+    static __m512 madd(__m512 acc, const uint8_t* w, __m512 sc, __m512i x) {
+        __m256i v = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
+        v = _mm256_and_si256(_mm256_slli_epi16(v, 7), _mm256_set1_epi16(int16_t(0xBFFF)));
+        return _mm512_fmadd_ps(_mm512_mul_ps(fp16x16_to_ps(v), sc), _mm512_castsi512_ps(x), acc);
+    }
+};
 
 template <class Elem>
 struct FloatPacked {
@@ -86,37 +159,41 @@ struct FloatPacked {
     static int64_t steps(int64_t k) { return (k + Elem::kStep - 1) / Elem::kStep; }
 
     static size_t packed_bytes(int64_t rows, int64_t k) {
-        return size_t((rows + kPanel - 1) / kPanel) * size_t(steps(k)) * size_t(Elem::kStepBytes);
+        return size_t((rows + kPanel - 1) / kPanel) * size_t(Elem::panel_bytes(k));
     }
 
     static void pack(const void* w, size_t wrb, int64_t rows, int64_t k, void* dst) {
         const uint8_t* src = static_cast<const uint8_t*>(w);
         uint8_t* out = static_cast<uint8_t*>(dst);
-        std::memset(out, 0, packed_bytes(rows, k));  // padding rows and the odd column of a BF16 pair
-        const int64_t pstride = steps(k) * Elem::kStepBytes;
-        for (int64_t r = 0; r < rows; ++r) {
-            uint8_t* panel = out + (r / kPanel) * pstride + (r % kPanel) * int64_t(Elem::kBytes) * Elem::kStep;
-            const uint8_t* row = src + r * int64_t(wrb);
-            for (int64_t c = 0; c < k; ++c) {
-                std::memcpy(panel + (c / Elem::kStep) * Elem::kStepBytes + (c % Elem::kStep) * int64_t(Elem::kBytes),
-                            row + c * int64_t(Elem::kBytes), Elem::kBytes);
-            }
-        }
+        std::memset(out, 0, packed_bytes(rows, k));  // padding rows (zero scales too), BF16's odd column
+        for (int64_t r = 0; r < rows; ++r)
+            Elem::pack_row(src + r * int64_t(wrb), out + (r / kPanel) * Elem::panel_bytes(k), int(r % kPanel), k);
     }
 
-    // y[t * ldy + r] (+)= the column block's dot for P panels (stride pstride bytes) x T tokens over ns
-    // steps; xp: token t's step value c at xp[c * T + t]; valid: rows of the last panel to write.
+    // y[t * ldy + r] (+)= the dot over steps [c0, c0 + ns) for P panels at w (stride pstride bytes)
+    // x T tokens; xp: token t's value of step c0 + c at xp[c * T + t]; valid: rows of the last panel.
     template <int P, int T>
-    static void tile(const uint8_t* w, int64_t pstride, const uint32_t* xp, int64_t ns, float* y, int64_t ldy,
-                     int valid, bool first) {
+    static void tile(const uint8_t* w, int64_t pstride, const uint32_t* xp, int64_t c0, int64_t ns, float* y,
+                     int64_t ldy, int valid, bool first) {
         __m512 acc[P][T];
         for (int p = 0; p < P; ++p) {
             for (int t = 0; t < T; ++t) acc[p][t] = _mm512_setzero_ps();
         }
-        for (int64_t c = 0; c < ns; ++c) {
-            for (int t = 0; t < T; ++t) {
-                const __m512i xv = _mm512_set1_epi32(int(xp[c * T + t]));
-                for (int p = 0; p < P; ++p) acc[p][t] = Elem::madd(acc[p][t], w + p * pstride + c * Elem::kStepBytes, xv);
+        constexpr int64_t kSub = Elem::kBlockSteps > 0 ? Elem::kBlockSteps : kKc;  // steps sharing scales
+        for (int64_t b = 0; b < ns; b += kSub) {
+            const int64_t e = ns - b < kSub ? ns : b + kSub;
+            const uint8_t* cp[P];
+            __m512 sc[P];
+            for (int p = 0; p < P; ++p) {
+                cp[p] = Elem::codes(w + p * pstride, c0 + b);
+                sc[p] = Elem::scales(w + p * pstride, c0 + b);
+            }
+            for (int64_t c = b; c < e; ++c) {
+                for (int t = 0; t < T; ++t) {
+                    const __m512i xv = _mm512_set1_epi32(int(xp[c * T + t]));
+                    for (int p = 0; p < P; ++p)
+                        acc[p][t] = Elem::madd(acc[p][t], cp[p] + (c - b) * Elem::kStepBytes, sc[p], xv);
+                }
             }
         }
         for (int p = 0; p < P; ++p) {
@@ -125,6 +202,7 @@ struct FloatPacked {
             for (int t = 0; t < T; ++t) {
                 float* out = y + t * ldy + p * kPanel;
                 __m512 v = acc[p][t];
+                if constexpr (Elem::kOutScale != 1.0f) v = _mm512_mul_ps(v, _mm512_set1_ps(Elem::kOutScale));
                 if (!first) v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, out), v);
                 _mm512_mask_storeu_ps(out, m, v);
             }
@@ -132,12 +210,12 @@ struct FloatPacked {
     }
 
     template <int P, int T = kTile>
-    static void tile_n(int num_t, const uint8_t* w, int64_t pstride, const uint32_t* xp, int64_t ns, float* y,
-                       int64_t ldy, int valid, bool first) {
+    static void tile_n(int num_t, const uint8_t* w, int64_t pstride, const uint32_t* xp, int64_t c0, int64_t ns,
+                       float* y, int64_t ldy, int valid, bool first) {
         if constexpr (T > 1) {
-            if (num_t < T) return tile_n<P, T - 1>(num_t, w, pstride, xp, ns, y, ldy, valid, first);
+            if (num_t < T) return tile_n<P, T - 1>(num_t, w, pstride, xp, c0, ns, y, ldy, valid, first);
         }
-        tile<P, T>(w, pstride, xp, ns, y, ldy, valid, first);
+        tile<P, T>(w, pstride, xp, c0, ns, y, ldy, valid, first);
     }
 
     // Token t's step values into xb (tiles of up to kTile tokens: tile s at s * steps, value c of token
@@ -165,7 +243,7 @@ struct FloatPacked {
                      int64_t r0, int64_t r1) {
         const uint8_t* base = static_cast<const uint8_t*>(packed);
         const uint8_t* ab = static_cast<const uint8_t*>(act);
-        const int64_t ns = steps(k), pstride = ns * Elem::kStepBytes, kKcSteps = kKc / Elem::kStep;
+        const int64_t ns = steps(k), pstride = Elem::panel_bytes(k), kKcSteps = kKc / Elem::kStep;
         if (k == 0) {  // empty rows: the dot is 0
             for (int64_t t = 0; t < n; ++t) std::fill(y + t * ldy + r0, y + t * ldy + r1, 0.0f);
             return;
@@ -182,22 +260,31 @@ struct FloatPacked {
                 pack_tokens(a0, arb, nt, k, xbuf.data());
                 xs = xbuf.data();
             }
-            for (int64_t r = r0; r < r1; r += 2 * kPanel) {
+            // 2 panels per tile, 4 for a lone token (decode: 4 independent chains per column step)
+            const int64_t max_panels = nt == 1 ? 4 : 2;
+            for (int64_t r = r0; r < r1; r += max_panels * kPanel) {
                 const uint8_t* w = base + (r / kPanel) * pstride;
                 const int64_t left = r1 - r;
-                const bool two = left > kPanel;
-                const int valid = int(two ? (left < 2 * kPanel ? left - kPanel : kPanel) : left);
+                const int np = int(left >= max_panels * kPanel ? max_panels : (left + kPanel - 1) / kPanel);
+                const int valid = int(left - (np - 1) * kPanel < kPanel ? left - (np - 1) * kPanel : kPanel);
                 for (int64_t c0 = 0; c0 < ns; c0 += kKcSteps) {
                     const int64_t nc = ns - c0 < kKcSteps ? ns - c0 : kKcSteps;
                     for (int64_t s = 0; s < nt; s += kTile) {
                         const int T = int(nt - s < kTile ? nt - s : kTile);
                         const uint32_t* xp = xs + s * ns + c0 * T;
                         float* out = y + (t0 + s) * ldy + r;
-                        const uint8_t* wc = w + c0 * Elem::kStepBytes;
-                        if (two) {
-                            tile_n<2>(T, wc, pstride, xp, nc, out, ldy, valid, c0 == 0);
-                        } else {
-                            tile_n<1>(T, wc, pstride, xp, nc, out, ldy, valid, c0 == 0);
+                        switch (np) {
+                            case 4:
+                                tile<4, 1>(w, pstride, xp, c0, nc, out, ldy, valid, c0 == 0);
+                                break;
+                            case 3:
+                                tile<3, 1>(w, pstride, xp, c0, nc, out, ldy, valid, c0 == 0);
+                                break;
+                            case 2:
+                                tile_n<2>(T, w, pstride, xp, c0, nc, out, ldy, valid, c0 == 0);
+                                break;
+                            default:
+                                tile_n<1>(T, w, pstride, xp, c0, nc, out, ldy, valid, c0 == 0);
                         }
                     }
                 }
@@ -210,6 +297,11 @@ constexpr PackedMatmulKernel kF32Packed{FloatPacked<PackedElemF32>::packed_bytes
                                         FloatPacked<PackedElemF32>::gemm};
 constexpr PackedMatmulKernel kF16Packed{FloatPacked<PackedElemF16>::packed_bytes, FloatPacked<PackedElemF16>::pack,
                                         FloatPacked<PackedElemF16>::gemm};
+constexpr PackedMatmulKernel kE4m3B32Packed{FloatPacked<PackedElemFp8<false>>::packed_bytes,
+                                            FloatPacked<PackedElemFp8<false>>::pack,
+                                            FloatPacked<PackedElemFp8<false>>::gemm};
+constexpr PackedMatmulKernel kMxfp8Packed{FloatPacked<PackedElemFp8<true>>::packed_bytes,
+                                          FloatPacked<PackedElemFp8<true>>::pack, FloatPacked<PackedElemFp8<true>>::gemm};
 #if defined(__AVX512BF16__)
 constexpr PackedMatmulKernel kBF16Packed{FloatPacked<PackedElemBF16>::packed_bytes,
                                          FloatPacked<PackedElemBF16>::pack, FloatPacked<PackedElemBF16>::gemm};
@@ -223,6 +315,10 @@ inline const PackedMatmulKernel* float_packed_kernel(core::DType weight_type) {
             return &kF32Packed;
         case core::DType::kF16:
             return &kF16Packed;
+        case core::DType::kE4m3B32:
+            return &kE4m3B32Packed;
+        case core::DType::kMxfp8:
+            return &kMxfp8Packed;
 #if defined(__AVX512BF16__)
         case core::DType::kBF16:  // the avx512-vnni level (with AVX512-BF16) only
             return &kBF16Packed;
