@@ -1,10 +1,11 @@
-// Packed legacy weights (kernels/cpu PackedMatmulKernel: 8-row groups, scales side by side) against
-// the same kernels on the ggml row layout: the arithmetic is the same lane for lane, so every output
-// must be bit-identical, for Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 on every SIMD ISA the CPU runs; rows
-// not a multiple of 8 (the last group padded), row ranges starting at multiples of 8, decode and
-// prefill. Then ops::linear with and without packing over thread counts 1 and 2 (the row slices
-// start at multiples of 8), also bit-identical, and packed_bytes equal to the ggml bytes of the
-// row count rounded up to 8. F32 / F16 / E4M3_B32 / MXFP8 at the AVX-512 levels and BF16 at
+// Packed legacy weights (kernels/cpu PackedMatmulKernel: 8-row groups, scales side by side; 16-row
+// groups of 512-bit lanes at avx512-vnni, also MXFP4 / NVFP4) against the same kernels on the ggml
+// row layout: the arithmetic is the same lane for lane, so every output must be bit-identical, for
+// Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 on every SIMD ISA the CPU runs; rows not a multiple of the group
+// (the last group padded), row ranges starting at multiples of the group, decode and prefill. Then
+// ops::linear with and without packing over thread counts 1 and 2 (the row slices start at
+// multiples of 16), also bit-identical, and packed_bytes equal to the ggml bytes of the row count
+// rounded up to the group. F32 / F16 / E4M3_B32 / MXFP8 at the AVX-512 levels and BF16 at
 // avx512-vnni (16-row panels, an outer-product GEMM with its own summation order): within the 1e-5 bound of sum |w x| of the ref kernel, batch
 // invariant, and bit-identical across row ranges and thread counts.
 #include <gtest/gtest.h>
@@ -76,11 +77,15 @@ TEST(PackedMatmul, BitIdenticalToRowLayoutOnEveryIsa) {
             const MatmulKernel* kern = find_matmul_kernel(t, isa);
             const PackedMatmulKernel* pk = find_packed_matmul_kernel(t, isa);
             ASSERT_NE(pk, nullptr) << core::dtype_name(t) << " " << isa_name(isa);
+            // groups of 16 rows at avx512-vnni (its own 512-bit layout; the 5-bit formats keep the
+            // 8-row one), 8 elsewhere
+            const bool five = t == DType::kQ5_0 || t == DType::kQ5_1;
+            const int64_t group = isa == Isa::kAvx512Vnni && !five ? 16 : 8;
             for (int64_t rows : {8, 13, 37, 64}) {
                 for (int64_t k : {32, 224, 4128}) {
                     const std::vector<uint8_t> w = legacy_weights(t, rows, k, ++seed);
                     const size_t wrb = size_t(*core::dtype_bytes(t, uint64_t(k)));
-                    ASSERT_EQ(pk->packed_bytes(rows, k), size_t((rows + 7) / 8 * 8) * wrb);
+                    ASSERT_EQ(pk->packed_bytes(rows, k), size_t((rows + group - 1) / group * group) * wrb);
                     std::vector<uint8_t> packed(pk->packed_bytes(rows, k), 0xee);
                     pk->pack(w.data(), wrb, rows, k, packed.data());
                     for (int64_t n : {1, 3, 17}) {
@@ -90,9 +95,9 @@ TEST(PackedMatmul, BitIdenticalToRowLayoutOnEveryIsa) {
                         for (int64_t ti = 0; ti < n; ++ti)
                             kern->quantize_row(&x[size_t(ti * k)], &act[size_t(ti) * arb], k);
                         const int64_t ldy = rows + 3;
-                        const int64_t ranges[][2] = {{0, rows}, {8, rows}, {0, 8}, {16, rows}};
+                        const int64_t ranges[][2] = {{0, rows}, {8, rows}, {0, 8}, {16, rows}, {0, 16}, {32, rows}};
                         for (const auto& rr : ranges) {
-                            if (rr[0] >= rr[1]) continue;
+                            if (rr[0] >= rr[1] || rr[1] > rows || rr[0] % group != 0) continue;
                             std::vector<float> want(size_t(n * ldy), NAN), got(want);
                             kern->gemm(w.data(), wrb, act.data(), arb, n, k, want.data(), ldy, rr[0], rr[1]);
                             pk->gemm(packed.data(), act.data(), arb, n, k, got.data(), ldy, rr[0], rr[1]);

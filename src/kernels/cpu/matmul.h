@@ -118,8 +118,9 @@ struct MatmulKernel {
 // as the ggml layout (8 blocks per group-block); what it saves is the 8 scalar inserts that gather
 // the 8 rows' scales per block, and one stream per 8 rows instead of 8. Same arithmetic as
 // MatmulKernel::gemm on the unpacked rows, so the results are bit-identical. At kAvx512Vnni, Q4_0,
-// Q4_1 and Q8_0 use that level's own payload order (4 elements of the 8 rows per 32-bit lane group,
-// kernels/cpu/simd_vnni_kernels.h), same bytes and the same bit-identity; I8 rows are packed at
+// Q4_1, Q8_0, MXFP4 and NVFP4 use that level's own layout (groups of 16 rows, 4 elements of the 16
+// rows per 512-bit vpdpbusd, kernels/cpu/simd_vnni_kernels.h; r0 a multiple of 16), the same bytes
+// padded to 16 rows and the same bit-identity; I8 rows are packed at
 // kAvx512Vnni only (kernels/cpu/simd_i8_kernels.h: w + 128, 4 elements x 8 rows per vector; r0 a
 // multiple of 8 as well). F32, F16, E4M3_B32 and MXFP8 rows (and BF16 at kAvx512Vnni) are packed
 // at the AVX-512 levels in 16-row k-major panels for an outer-product GEMM
@@ -130,7 +131,8 @@ struct PackedMatmulKernel {
     size_t (*packed_bytes)(int64_t rows, int64_t k);
     // w: rows x k in the ggml layout (row stride w_row_bytes) -> dst [packed_bytes(rows, k)].
     void (*pack)(const void* w, size_t w_row_bytes, int64_t rows, int64_t k, void* dst);
-    // As MatmulKernel::gemm, over the packed matrix; r0 must be a multiple of 8 (16 for the float panels).
+    // As MatmulKernel::gemm, over the packed matrix; r0 must be a multiple of 8 (16 for the
+    // avx512-vnni 16-row groups and the float panels; ops::linear starts slices at multiples of 16).
     void (*gemm)(const void* packed, const void* act, size_t act_row_bytes, int64_t n, int64_t k, float* y,
                  int64_t ldy, int64_t r0, int64_t r1);
 };

@@ -1,19 +1,22 @@
 // Kernels of the AVX-512 VNNI (+ BF16) build only (matmul_avx512vnni.cc): BF16 weights by vdpbf16ps
 // (Bf16Dot, at the end), and packed Q4_0 / Q4_1 / Q8_0 / MXFP4 / NVFP4 kernels: weights
-// repacked at load so that one vpdpbusd computes 4 elements of 8 rows at once (lane i = row i) and
-// no horizontal reduction is needed (llama.cpp's q4_0_8x8 repacking idea, kiln's own layout).
-// MXFP4 / NVFP4 (VnniMxfp4, VnniNvfp4 below): the nibble layout of Q4_0 holding E2M1 codes, mapped
-// in the kernel through Fp4's table to 2 e2m1 + 12; header = the 8 rows' E8M0 bytes (MXFP4) or
-// their fp16 scales of both 16-element halves (NVFP4, whose halves are separate vpdpbusd chains).
+// repacked at load so that one 512-bit vpdpbusd computes 4 elements of 16 rows at once (lane i =
+// row i) and no horizontal reduction is needed (llama.cpp's q4_0_8x8 repacking idea, kiln's own
+// layout). MXFP4 / NVFP4 (VnniMxfp4, VnniNvfp4 below): the nibble layout of Q4_0 holding E2M1
+// codes, mapped in the kernel through Fp4's table to 2 e2m1 + 12; header = the 16 rows' E8M0 bytes
+// (MXFP4) or their fp16 scales of both 16-element halves (NVFP4, whose halves are separate
+// vpdpbusd chains).
 //
-// Layout (PackedMatmulKernel, matmul.h): rows in groups of 8 (the last group's missing rows repeat
-// its last row), per group and 32-element block {fp16 d[8]; fp16 m[8] (Q4_1 only); payload}:
-//  - Q4_0 / Q4_1: four 32-byte vectors P_j (j = 0..3), byte 4 i + p of P_j = byte 4 j + p of row i's
+// Layout (PackedMatmulKernel, matmul.h): rows in groups of 16 (the last group's missing rows repeat
+// its last row), per group and 32-element block {fp16 d[16]; fp16 m[16] (Q4_1 only); payload}:
+//  - Q4_0 / Q4_1: four 64-byte vectors P_j (j = 0..3), byte 4 i + p of P_j = byte 4 j + p of row i's
 //    ggml qs, i.e. low nibble = element 4 j + p, high nibble = element 16 + 4 j + p. P_j & 0xf is
-//    chunk j (elements 4 j .. 4 j + 3 of the 8 rows), (P_j >> 4) & 0xf chunk j + 4.
-//  - Q8_0: eight 32-byte vectors, byte 4 i + p of vector j = q[4 j + p] of row i XOR 0x80 (q + 128 as
+//    chunk j (elements 4 j .. 4 j + 3 of the 16 rows), (P_j >> 4) & 0xf chunk j + 4.
+//  - Q8_0: eight 64-byte vectors, byte 4 i + p of vector j = q[4 j + p] of row i XOR 0x80 (q + 128 as
 //    an unsigned byte).
-// The same bytes per block as the ggml layout (8 blocks per group-block).
+// The same bytes per block as the ggml layout (16 blocks per group-block). zmm rather than two ymm
+// tiles: the tiles are bound by instruction issue (per block and token 8 vpdpbusd, 8 broadcasts
+// and the scaling), which a 512-bit lane-for-lane version halves.
 //
 // Arithmetic: per block and token, acc = -offset * sum(x_q) (offset 8 for Q4_0, 128 for Q8_0, 0 for
 // Q4_1; the sums are computed once per call for every token and block), then for chunk j
@@ -38,18 +41,33 @@
 namespace kiln::kernels::cpu {
 namespace {
 
+// 512-bit helpers. vpdpbusd as tied inline asm (as dpbusd() in simd_avx2.h: GCC 12 copies the
+// accumulators of unrolled tiles around the intrinsic); the maskz conversions because GCC 12 warns
+// that the plain intrinsics' undefined pass-through sources are uninitialized.
+inline __m512i dpbusd512(__m512i acc, __m512i u, __m512i s) {
+    asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s));
+    return acc;
+}
+inline __m512 vnni_fp16x16(const uint8_t* p) {
+    return _mm512_maskz_cvtph_ps(__mmask16(0xffff), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+// y[0 .. valid) = the first valid lanes of v.
+inline void store_rows16(float* y, __m512 v, int valid) {
+    _mm512_mask_storeu_ps(y, valid >= 16 ? __mmask16(0xffff) : __mmask16((1u << valid) - 1), v);
+}
+
 // Per-format traits of the VNNI packed layout. kUnitBytes: source bytes per row and 32 elements;
 // kHeader: scale bytes per group-block; kNibbles: payload as 4 nibble vectors (else 8 byte vectors);
 // kLut: nibble codes mapped through blk::kE2M1x2 + 12; kOffset: the unsigned weight offset;
 // kHalves: two scales per 32 elements (elements 0-15 = chunks 0-3, 16-31 = chunks 4-7).
 // codes(unit, c): the 32 unsigned payload values of one row's unit in element order (nibble codes, or
 // q ^ 0x80); header(unit, i, h): row i's scale bytes into the group-block header h; scales(h, ...):
-// the 8 rows' fp32 scales (d0, and d1 = min or second half's scale); mult(d, dx): the multiplier of
-// the int32 dot, as the unpacked kernel computes it (bit-identity).
+// the 16 rows' fp32 scales (d0, and d1 = min or second half's scale); mult(d, dx): the multiplier
+// of the int32 dot, as the unpacked kernel computes it (bit-identity).
 template <class Fmt>
 struct VnniLegacy {
     static constexpr int64_t kUnitBytes = int64_t(Fmt::kBytes);
-    static constexpr int64_t kHeader = Fmt::kMin ? 32 : 16;
+    static constexpr int64_t kHeader = Fmt::kMin ? 64 : 32;
     static constexpr bool kNibbles = Fmt::kPayload == 16, kLut = false, kMin = Fmt::kMin, kHalves = false;
     static constexpr int kOffset = kNibbles ? Fmt::kOffset : 128;
     static void codes(const uint8_t* unit, uint8_t* c) {
@@ -58,20 +76,20 @@ struct VnniLegacy {
     }
     static void header(const uint8_t* unit, int i, uint8_t* h) {
         std::memcpy(h + 2 * i, unit + Fmt::kD, 2);
-        if constexpr (Fmt::kMin) std::memcpy(h + 16 + 2 * i, unit + Fmt::kM, 2);
+        if constexpr (Fmt::kMin) std::memcpy(h + 32 + 2 * i, unit + Fmt::kM, 2);
     }
-    static void scales(const uint8_t* h, __m256* d0, __m256* d1) {
-        *d0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
-        if constexpr (Fmt::kMin) *d1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + 16)));
+    static void scales(const uint8_t* h, __m512* d0, __m512* d1) {
+        *d0 = vnni_fp16x16(h);
+        if constexpr (Fmt::kMin) *d1 = vnni_fp16x16(h + 32);
     }
-    static __m256 mult(__m256 d, float dx) { return _mm256_mul_ps(d, _mm256_set1_ps(dx)); }
+    static __m512 mult(__m512 d, float dx) { return _mm512_mul_ps(d, _mm512_set1_ps(dx)); }
 };
 
 // MXFP4 (ggml block_mxfp4: E8M0 scale, then qs as Q4_0's) and NVFP4 (two 10-byte blocks {fp16 d;
 // 8 bytes: low nibbles elements 0-7, high 8-15} per 32 elements), as Fp4 in simd_fp4_kernels.h.
 struct VnniMxfp4 {
     static constexpr int64_t kUnitBytes = int64_t(blk::kMxfp4Bytes);
-    static constexpr int64_t kHeader = 8;
+    static constexpr int64_t kHeader = 16;
     static constexpr bool kNibbles = true, kLut = true, kMin = false, kHalves = false;
     static constexpr int kOffset = kFp4Offset;
     static void codes(const uint8_t* unit, uint8_t* c) {
@@ -79,17 +97,17 @@ struct VnniMxfp4 {
         for (int e = 0; e < 32; ++e) c[e] = uint8_t((q[e % 16] >> (e < 16 ? 0 : 4)) & 0x0f);
     }
     static void header(const uint8_t* unit, int i, uint8_t* h) { h[i] = unit[blk::kMxfp4E]; }
-    static void scales(const uint8_t* h, __m256* d0, __m256*) {  // 2^(e - 127), e = 0 -> 2^-127 (Fp4::e8m0_scales)
-        int64_t e8;
-        std::memcpy(&e8, h, 8);
-        const __m256i e = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(e8));
-        *d0 = _mm256_castsi256_ps(_mm256_max_epi32(_mm256_slli_epi32(e, 23), _mm256_set1_epi32(0x00400000)));
+    static void scales(const uint8_t* h, __m512* d0, __m512*) {  // 2^(e - 127), e = 0 -> 2^-127 (Fp4::e8m0_scales)
+        constexpr __mmask16 kAll = 0xffff;
+        const __m512i e = _mm512_maskz_cvtepu8_epi32(kAll, _mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
+        *d0 = _mm512_castsi512_ps(
+            _mm512_maskz_max_epi32(kAll, _mm512_maskz_slli_epi32(kAll, e, 23), _mm512_set1_epi32(0x00400000)));
     }
-    static __m256 mult(__m256 d, float dx) { return _mm256_mul_ps(d, _mm256_set1_ps(0.5f * dx)); }
+    static __m512 mult(__m512 d, float dx) { return _mm512_mul_ps(d, _mm512_set1_ps(0.5f * dx)); }
 };
 struct VnniNvfp4 {
     static constexpr int64_t kUnitBytes = 2 * int64_t(blk::kNvfp4Bytes);
-    static constexpr int64_t kHeader = 32;
+    static constexpr int64_t kHeader = 64;
     static constexpr bool kNibbles = true, kLut = true, kMin = false, kHalves = true;
     static constexpr int kOffset = kFp4Offset;
     static void codes(const uint8_t* unit, uint8_t* c) {
@@ -100,24 +118,24 @@ struct VnniNvfp4 {
     }
     static void header(const uint8_t* unit, int i, uint8_t* h) {
         std::memcpy(h + 2 * i, unit + blk::kNvfp4D, 2);
-        std::memcpy(h + 16 + 2 * i, unit + blk::kNvfp4Bytes + blk::kNvfp4D, 2);
+        std::memcpy(h + 32 + 2 * i, unit + blk::kNvfp4Bytes + blk::kNvfp4D, 2);
     }
-    static void scales(const uint8_t* h, __m256* d0, __m256* d1) {
-        *d0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
-        *d1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + 16)));
+    static void scales(const uint8_t* h, __m512* d0, __m512* d1) {
+        *d0 = vnni_fp16x16(h);
+        *d1 = vnni_fp16x16(h + 32);
     }
-    static __m256 mult(__m256 d, float dx) { return _mm256_mul_ps(d, _mm256_set1_ps(0.5f * dx)); }
+    static __m512 mult(__m512 d, float dx) { return _mm512_mul_ps(d, _mm512_set1_ps(0.5f * dx)); }
 };
 
 template <class Fmt>
 struct Vnni {
-    static constexpr int kRows = 8;
+    static constexpr int kRows = 16;
     static constexpr int kMaxTokens = 8;
     static constexpr bool kNibbles = Fmt::kNibbles;
     static constexpr int kOffset = Fmt::kOffset;
     static constexpr int64_t kHeader = Fmt::kHeader;
-    static constexpr int64_t kGroupBytes = 8 * Fmt::kUnitBytes;
-    static_assert(kHeader + (kNibbles ? 128 : 256) == kGroupBytes);
+    static constexpr int64_t kGroupBytes = kRows * Fmt::kUnitBytes;
+    static_assert(kHeader + (kNibbles ? 256 : 512) == kGroupBytes);
     // Offsets of (token, block) pairs computed per call on the stack; more goes to the heap.
     static constexpr int64_t kStackOffsets = 8192;
     static constexpr int kOffsPerBlock = Fmt::kHalves ? 2 : 1;
@@ -139,7 +157,7 @@ struct Vnni {
                     uint8_t c[32];
                     Fmt::codes(unit, c);
                     for (int j = 0; j < (kNibbles ? 4 : 8); ++j) {
-                        uint8_t* o = out + kHeader + 32 * j + 4 * i;
+                        uint8_t* o = out + kHeader + 64 * j + 4 * i;
                         for (int p = 0; p < 4; ++p)
                             o[p] = kNibbles ? uint8_t(c[4 * j + p] | (c[16 + 4 * j + p] << 4)) : c[4 * j + p];
                     }
@@ -173,35 +191,34 @@ struct Vnni {
                      int64_t ldy, int valid, const uint8_t* next_group) {
         const int64_t nb = k / blk::kQK;
         constexpr bool kTwoAcc = Fmt::kMin || Fmt::kHalves;
-        __m256 acc[T], acc1[T];  // acc1: the min term (kMin) or the second half (kHalves)
+        __m512 acc[T], acc1[T];  // acc1: the min term (kMin) or the second half (kHalves)
         for (int t = 0; t < T; ++t) {
-            acc[t] = _mm256_setzero_ps();
-            acc1[t] = _mm256_setzero_ps();
+            acc[t] = _mm512_setzero_ps();
+            acc1[t] = _mm512_setzero_ps();
         }
-        __m256i lut = _mm256_setzero_si256();
+        __m512i lut = _mm512_setzero_si512();
         if constexpr (Fmt::kLut)
-            lut = _mm256_add_epi8(
-                _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk::kE2M1x2))),
-                _mm256_set1_epi8(kFp4Offset));
+            lut = _mm512_add_epi8(
+                _mm512_maskz_broadcast_i32x4(__mmask16(0xffff), _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk::kE2M1x2))),
+                _mm512_set1_epi8(kFp4Offset));
         for (int64_t b = 0; b < nb; ++b) {
             const uint8_t* gb = group + b * kGroupBytes;
             if (next_group) avx2_prefetch_next_group(next_group, kGroupBytes, b);
-            __m256i wq[8];
+            __m512i wq[8];
             if constexpr (kNibbles) {
-                const __m256i mask = _mm256_set1_epi8(0x0f);
+                const __m512i mask = _mm512_set1_epi8(0x0f);
                 for (int j = 0; j < 4; ++j) {
-                    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(gb + kHeader + 32 * j));
-                    wq[j] = _mm256_and_si256(v, mask);
-                    wq[j + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+                    const __m512i v = _mm512_loadu_si512(gb + kHeader + 64 * j);
+                    wq[j] = _mm512_and_si512(v, mask);
+                    wq[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);
                 }
                 if constexpr (Fmt::kLut) {
-                    for (int j = 0; j < 8; ++j) wq[j] = _mm256_shuffle_epi8(lut, wq[j]);
+                    for (int j = 0; j < 8; ++j) wq[j] = _mm512_shuffle_epi8(lut, wq[j]);
                 }
             } else {
-                for (int j = 0; j < 8; ++j)
-                    wq[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(gb + kHeader + 32 * j));
+                for (int j = 0; j < 8; ++j) wq[j] = _mm512_loadu_si512(gb + kHeader + 64 * j);
             }
-            __m256 d0, d1 = _mm256_setzero_ps();
+            __m512 d0, d1 = _mm512_setzero_ps();
             Fmt::scales(gb, &d0, &d1);
             for (int t = 0; t < T; ++t) {
                 const uint8_t* xb = act + t * int64_t(arb) + b * int64_t(blk::kActQ8Bytes);
@@ -209,37 +226,43 @@ struct Vnni {
                 const int32_t* o = off + (t * nb + b) * kOffsPerBlock;
                 float dx;
                 std::memcpy(&dx, xb + blk::kActQ8D, 4);
-                auto chunk = [&](__m256i a, int j) {
+                auto chunk = [&](__m512i a, int j) {
                     int32_t x4;
                     std::memcpy(&x4, xq + 4 * j, 4);
-                    return dpbusd(a, wq[j], _mm256_set1_epi32(x4));
+                    return dpbusd512(a, wq[j], _mm512_set1_epi32(x4));
                 };
+                // Scaling and accumulation as accumulate_block (simd_legacy_kernels.h), lane for lane.
                 if constexpr (Fmt::kHalves) {  // elements 0-15 = chunks 0-3, 16-31 = chunks 4-7
-                    __m256i h0 = _mm256_set1_epi32(o[0]), h1 = _mm256_set1_epi32(o[1]);
+                    __m512i h0 = _mm512_set1_epi32(o[0]), h1 = _mm512_set1_epi32(o[1]);
                     for (int j = 0; j < 4; ++j) {
                         h0 = chunk(h0, j);
                         h1 = chunk(h1, j + 4);
                     }
-                    accumulate_block<false>(Fmt::mult(d0, dx), h0, d0, xb, &acc[t], nullptr);
-                    accumulate_block<false>(Fmt::mult(d1, dx), h1, d1, xb, &acc1[t], nullptr);
+                    acc[t] = _mm512_fmadd_ps(Fmt::mult(d0, dx), _mm512_maskz_cvtepi32_ps(__mmask16(0xffff), h0), acc[t]);
+                    acc1[t] = _mm512_fmadd_ps(Fmt::mult(d1, dx), _mm512_maskz_cvtepi32_ps(__mmask16(0xffff), h1), acc1[t]);
                 } else {
                     // independent vpdpbusd chains (exact integers: the split changes nothing): 4
                     // chains of 2 for a lone token (decode), 2 of 4 when other tokens' interleave
                     constexpr int kChains = T == 1 ? 4 : 2;
-                    __m256i part[kChains];
-                    part[0] = _mm256_set1_epi32(o[0]);
-                    for (int c = 1; c < kChains; ++c) part[c] = _mm256_setzero_si256();
+                    __m512i part[kChains];
+                    part[0] = _mm512_set1_epi32(o[0]);
+                    for (int c = 1; c < kChains; ++c) part[c] = _mm512_setzero_si512();
                     for (int j = 0; j < 8; ++j) part[j % kChains] = chunk(part[j % kChains], j);
-                    __m256i idot = part[0];
-                    for (int c = 1; c < kChains; ++c) idot = _mm256_add_epi32(idot, part[c]);
-                    accumulate_block<Fmt::kMin>(Fmt::mult(d0, dx), idot, d1, xb, &acc[t], &acc1[t]);
+                    __m512i idot = part[0];
+                    for (int c = 1; c < kChains; ++c) idot = _mm512_add_epi32(idot, part[c]);
+                    acc[t] = _mm512_fmadd_ps(Fmt::mult(d0, dx), _mm512_maskz_cvtepi32_ps(__mmask16(0xffff), idot), acc[t]);
+                    if constexpr (Fmt::kMin) {
+                        float sx;
+                        std::memcpy(&sx, xb + blk::kActQ8S, 4);
+                        acc1[t] = _mm512_fmadd_ps(d1, _mm512_set1_ps(sx), acc1[t]);
+                    }
                 }
             }
         }
         for (int t = 0; t < T; ++t) {
-            __m256 sum = acc[t];
-            if constexpr (kTwoAcc) sum = _mm256_add_ps(sum, acc1[t]);
-            store_rows8(y + t * ldy, sum, valid);
+            __m512 sum = acc[t];
+            if constexpr (kTwoAcc) sum = _mm512_add_ps(sum, acc1[t]);
+            store_rows16(y + t * ldy, sum, valid);
         }
     }
 
