@@ -132,7 +132,7 @@ TEST(I8Matmul, EveryIsaEqualsTheReferenceBitForBit) {
                 const std::string what = "k " + std::to_string(k) + " rows " + std::to_string(rows) + " n " +
                                          std::to_string(n);
                 expect_all_isas_equal(w, wrb, rows, act, arb, n, k, 0, rows, what.c_str());
-                expect_all_isas_equal(w, wrb, rows, act, arb, n, k, 8, rows - 3, (what + " [8, rows-3)").c_str());
+                expect_all_isas_equal(w, wrb, rows, act, arb, n, k, 16, rows - 3, (what + " [16, rows-3)").c_str());
             }
         }
     }

@@ -7,10 +7,10 @@
 //  - I8Dot (unpacked rows, every level): 32 elements per step, |w| (u8) times sign(q, w) (s8) by
 //    vpmaddubsw + vpmaddwd (no int16 saturation: |w|, |q| <= 127), or one vpdpbusd at the VNNI
 //    level; int32 accumulators, the k % 32 tail in scalar integers.
-//  - VnniI8 (AVX-512 VNNI only, packed at load): rows in groups of 8, per group ceil(k/4) 32-byte
+//  - VnniI8 (AVX-512 VNNI only, packed at load): rows in groups of 16, per group ceil(k/4) 64-byte
 //    vectors, byte 4 i + p of vector c = w[row i][4 c + p] + 128 as u8 (0x80 = 0 past the row end; the
-//    last group's missing rows repeat its last row). One vpdpbusd per vector and token adds 4 products
-//    to each row's lane, the accumulator starting at -128 * sum(q) (ActI8Row::sum): no per-block
+//    last group's missing rows repeat its last row). One 512-bit vpdpbusd per vector and token adds 4
+//    products to each row's lane, the accumulator starting at -128 * sum(q) (ActI8Row::sum): no per-block
 //    scale and no horizontal sum, only integer adds until the one float multiply at the end.
 #pragma once
 
@@ -21,6 +21,9 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/simd_avx2.h"
 #include "kernels/cpu/simd_legacy_kernels.h"  // store_rows8
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#include "kernels/cpu/simd_vnni_kernels.h"  // dpbusd512, store_rows16 (VnniI8)
+#endif
 
 namespace kiln::kernels::cpu {
 namespace {
@@ -124,12 +127,12 @@ constexpr MatmulKernel kI8Dot{ActFormat::kI8Row, i8row_row_bytes, quantize_i8row
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
 
 struct VnniI8 {
-    static constexpr int kRows = 8;          // rows per group (lanes)
+    static constexpr int kRows = 16;          // rows per group (512-bit lanes)
     static constexpr int kPrefillGroups = 3;  // groups per prefill tile: 24 accumulators + 3 weights + x
     static constexpr int kDecodeGroups = 4;   // groups per decode tile (independent chains)
     static constexpr int kMaxTokens = 8;
 
-    static int64_t group_bytes(int64_t k) { return 32 * ((k + 3) / 4); }
+    static int64_t group_bytes(int64_t k) { return 64 * ((k + 3) / 4); }
 
     static size_t packed_bytes(int64_t rows, int64_t k) {
         return size_t((rows + kRows - 1) / kRows) * size_t(group_bytes(k));
@@ -146,7 +149,7 @@ struct VnniI8 {
                 for (int64_t c = 0; c < chunks; ++c) {
                     for (int p = 0; p < 4; ++p) {
                         const int64_t j = 4 * c + p;
-                        out[32 * c + 4 * i + p] = j < k ? uint8_t(row[j] ^ 0x80) : uint8_t(0x80);
+                        out[64 * c + 4 * i + p] = j < k ? uint8_t(row[j] ^ 0x80) : uint8_t(0x80);
                     }
                 }
             }
@@ -154,35 +157,35 @@ struct VnniI8 {
         }
     }
 
-    // y[t * ldy + 8 g + i] for G consecutive groups (rows i < valid in the last one) and T tokens.
+    // y[t * ldy + 16 g + i] for G consecutive groups (rows i < valid in the last one) and T tokens.
     template <int G, int T>
     static void tile(const uint8_t* groups, int64_t gb, const uint8_t* act, size_t arb, int64_t k, float* y,
                      int64_t ldy, int valid) {
-        __m256i acc[G][T];
+        __m512i acc[G][T];
         for (int t = 0; t < T; ++t) {
             ActI8Row h;
             std::memcpy(&h, act + t * int64_t(arb), sizeof(h));
-            for (int g = 0; g < G; ++g) acc[g][t] = _mm256_set1_epi32(-128 * h.sum);
+            for (int g = 0; g < G; ++g) acc[g][t] = _mm512_set1_epi32(-128 * h.sum);
         }
         const uint8_t* q = act + sizeof(ActI8Row);
         const int64_t chunks = (k + 3) / 4;
         for (int64_t c = 0; c < chunks; ++c) {
-            __m256i wv[G];
-            for (int g = 0; g < G; ++g) wv[g] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(groups + g * gb + 32 * c));
+            __m512i wv[G];
+            for (int g = 0; g < G; ++g) wv[g] = _mm512_loadu_si512(groups + g * gb + 64 * c);
             for (int t = 0; t < T; ++t) {
                 int32_t x4;  // q is padded with zeros to a multiple of 32: 4 c + 3 is in bounds
                 std::memcpy(&x4, q + t * int64_t(arb) + 4 * c, 4);
-                const __m256i xb = _mm256_set1_epi32(x4);
-                for (int g = 0; g < G; ++g) acc[g][t] = dpbusd(acc[g][t], wv[g], xb);
+                const __m512i xb = _mm512_set1_epi32(x4);
+                for (int g = 0; g < G; ++g) acc[g][t] = dpbusd512(acc[g][t], wv[g], xb);
             }
         }
         for (int t = 0; t < T; ++t) {
             float d;
             std::memcpy(&d, act + t * int64_t(arb), 4);
-            const __m256 dv = _mm256_set1_ps(d);
+            const __m512 dv = _mm512_set1_ps(d);
             for (int g = 0; g < G; ++g) {
-                const __m256 v = _mm256_mul_ps(dv, _mm256_cvtepi32_ps(acc[g][t]));
-                store_rows8(y + t * ldy + 8 * g, v, g + 1 == G ? valid : 8);
+                const __m512 v = _mm512_mul_ps(dv, _mm512_maskz_cvtepi32_ps(__mmask16(0xffff), acc[g][t]));
+                store_rows16(y + t * ldy + kRows * g, v, g + 1 == G ? valid : kRows);
             }
         }
     }
@@ -197,7 +200,7 @@ struct VnniI8 {
         tile<G, T>(groups, gb, act, arb, k, y, ldy, valid);
     }
 
-    // PackedMatmulKernel::gemm (r0 a multiple of 8). Decode: kDecodeGroups groups per tile. Prefill:
+    // PackedMatmulKernel::gemm (r0 a multiple of 16). Decode: kDecodeGroups groups per tile. Prefill:
     // tokens in chunks whose activations (~256 KiB) stay in L2 while the row groups stream past,
     // kPrefillGroups x up to kMaxTokens accumulators per tile.
     static void gemm(const void* packed, const void* act, size_t arb, int64_t n, int64_t k, float* y, int64_t ldy,
