@@ -40,7 +40,7 @@ std::vector<uint8_t> legacy_weights(DType t, int64_t rows, int64_t k, uint32_t s
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> uni(0.002f, 0.02f);
     for (uint8_t& b : buf) b = uint8_t(rng());
-    const bool has_min = t == DType::kQ4_1 || t == DType::kQ5_1;
+    const bool has_min = t == DType::kQ4_1 || t == DType::kQ5_1 || t == DType::kQ4_K;  // Q4_K: d, dmin
     if (t == DType::kMxfp4) {  // E8M0 scales 2^-8 .. 2^1
         for (size_t off = 0; off < buf.size(); off += info.block_bytes) buf[off] = uint8_t(119 + rng() % 10);
         return buf;
@@ -67,7 +67,8 @@ TEST(PackedMatmul, BitIdenticalToRowLayoutOnEveryIsa) {
     for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
         if (!isa_supported(isa) || !find_matmul_kernel(DType::kQ8_0, isa)) continue;
         ++isas;
-        EXPECT_EQ(find_packed_matmul_kernel(DType::kQ4_K, isa), nullptr);
+        EXPECT_EQ(find_packed_matmul_kernel(DType::kQ6_K, isa), nullptr);
+        EXPECT_EQ(find_packed_matmul_kernel(DType::kQ4_K, isa) != nullptr, isa == Isa::kAvx512Vnni);
         std::vector<DType> types(std::begin(kLegacy), std::end(kLegacy));
         for (DType t : kFp4) {
             EXPECT_EQ(find_packed_matmul_kernel(t, isa) != nullptr, isa == Isa::kAvx512Vnni) << core::dtype_name(t);
@@ -322,6 +323,93 @@ TEST(PackedMatmul, FloatPanelsMatchReferenceAndAreBatchInvariant) {
         }
     }
     if (isas == 0) GTEST_SKIP() << "no AVX-512 level on this CPU";
+}
+
+// Q4_K at avx512-vnni (16-row groups, lanes = rows; kernels/cpu/simd_vnni_kquant.h): against the ref
+// kernel within 1e-5 of sum |w x| (the same exact integers per super-block, another fp32 order),
+// batch invariant, bit-identical over row ranges, nothing written outside them; then ops::linear
+// packed on 1 and 2 threads bit-identical and against the unpacked kernel within the same bound.
+TEST(PackedMatmul, Q4KGroupsMatchReferenceAndAreBatchInvariant) {
+    if (!isa_supported(Isa::kAvx512Vnni)) GTEST_SKIP() << "no AVX-512 VNNI";
+    const DType t = DType::kQ4_K;
+    const PackedMatmulKernel* pk = find_packed_matmul_kernel(t, Isa::kAvx512Vnni);
+    ASSERT_NE(pk, nullptr);
+    const MatmulKernel* ref = find_matmul_kernel(t, Isa::kRef);
+    const MatmulKernel* kern = find_matmul_kernel(t, Isa::kAvx512Vnni);
+    uint32_t seed = 7000;
+    for (int64_t rows : {16, 37, 64}) {
+        for (int64_t k : {256, 768, 2304}) {
+            const std::vector<uint8_t> w = legacy_weights(t, rows, k, ++seed);  // random bytes, sane d / dmin
+            const size_t wrb = size_t(*core::dtype_bytes(t, uint64_t(k)));
+            std::vector<float> wf(size_t(rows * k));
+            for (int64_t r = 0; r < rows; ++r)
+                ASSERT_TRUE(ref::dequantize_row(t, &w[size_t(r) * wrb], &wf[size_t(r * k)], k).is_ok());
+            ASSERT_EQ(pk->packed_bytes(rows, k), size_t((rows + 15) / 16) * size_t(k / 256) * 2368);
+            std::vector<uint8_t> packed(pk->packed_bytes(rows, k), 0xee);
+            pk->pack(w.data(), wrb, rows, k, packed.data());
+            for (int64_t n : {1, 5, 13}) {
+                const std::vector<float> x = random_x(n, k, seed * 3 + uint32_t(n));
+                const size_t arb = kern->act_row_bytes(k);
+                std::vector<uint8_t> act(arb * size_t(n));
+                for (int64_t ti = 0; ti < n; ++ti) kern->quantize_row(&x[size_t(ti * k)], &act[size_t(ti) * arb], k);
+                const std::string at = "rows=" + std::to_string(rows) + " k=" + std::to_string(k) +
+                                       " n=" + std::to_string(n);
+                const int64_t ldy = rows + 3;
+                std::vector<float> want(size_t(n * ldy), NAN), got(want), alone(want), split(want);
+                ref->gemm(w.data(), wrb, act.data(), arb, n, k, want.data(), ldy, 0, rows);
+                pk->gemm(packed.data(), act.data(), arb, n, k, got.data(), ldy, 0, rows);
+                for (int64_t ti = 0; ti < n; ++ti)
+                    pk->gemm(packed.data(), &act[size_t(ti) * arb], arb, 1, k, &alone[size_t(ti * ldy)], ldy, 0, rows);
+                for (int64_t r0 = 0; r0 < rows; r0 += 16)
+                    pk->gemm(packed.data(), act.data(), arb, n, k, split.data(), ldy, r0, std::min(rows, r0 + 16));
+                for (int64_t ti = 0; ti < n; ++ti) {
+                    for (int64_t r = 0; r < ldy; ++r) {
+                        const size_t i = size_t(ti * ldy + r);
+                        if (r >= rows) {
+                            ASSERT_TRUE(std::isnan(got[i])) << at << " wrote outside its rows: " << r;
+                            continue;
+                        }
+                        double mag = 0;
+                        for (int64_t c = 0; c < k; ++c)
+                            mag += std::fabs(double(wf[size_t(r * k + c)]) * double(x[size_t(ti * k + c)]));
+                        ASSERT_NEAR(got[i], want[i], 1e-5 * mag) << at << " token " << ti << " row " << r;
+                        ASSERT_EQ(0, std::memcmp(&got[i], &alone[i], 4)) << at << " token " << ti << " row " << r;
+                        ASSERT_EQ(0, std::memcmp(&got[i], &split[i], 4)) << at << " token " << ti << " row " << r;
+                    }
+                }
+            }
+        }
+    }
+    core::ThreadPool pool1(1), pool2(2);
+    const int64_t rows = 203, k = 512;
+    const std::vector<uint8_t> w = legacy_weights(t, rows, k, 77);
+    std::vector<float> wf(size_t(rows * k));
+    ASSERT_TRUE(ref::dequantize_row(t, w.data(), wf.data(), rows * k).is_ok());
+    const ref::WeightView wv = ref::make_weight_view(w.data(), t, rows, k);
+    ops::LinearOptions off;
+    off.pack = false;
+    auto lp = ops::make_linear(wv, ops::LinearOptions{});
+    auto lu = ops::make_linear(wv, off);
+    ASSERT_TRUE(lp.is_ok() && lu.is_ok());
+    ASSERT_TRUE(lp->packed != nullptr);
+    for (int64_t m : {1, 5, 40}) {
+        const std::vector<float> x = random_x(m, k, uint32_t(m) + 21);
+        std::vector<float> unpacked(size_t(m * rows)), one(unpacked.size()), two(unpacked.size());
+        std::vector<uint8_t> scratch;
+        ASSERT_TRUE(ops::linear(pool1, x.data(), m, *lu, nullptr, unpacked.data(), scratch).is_ok());
+        ASSERT_TRUE(ops::linear(pool1, x.data(), m, *lp, nullptr, one.data(), scratch).is_ok());
+        ASSERT_TRUE(ops::linear(pool2, x.data(), m, *lp, nullptr, two.data(), scratch).is_ok());
+        ASSERT_EQ(0, std::memcmp(one.data(), two.data(), one.size() * 4)) << "m=" << m;
+        for (int64_t ti = 0; ti < m; ++ti) {
+            for (int64_t r = 0; r < rows; ++r) {
+                double mag = 0;
+                for (int64_t c = 0; c < k; ++c)
+                    mag += std::fabs(double(wf[size_t(r * k + c)]) * double(x[size_t(ti * k + c)]));
+                const size_t i = size_t(ti * rows + r);
+                ASSERT_NEAR(one[i], unpacked[i], 2e-5 * mag) << "m=" << m << " token " << ti << " row " << r;
+            }
+        }
+    }
 }
 
 TEST(PackedMatmul, FloatLinearPackedAcrossThreadCounts) {
