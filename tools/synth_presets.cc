@@ -107,6 +107,55 @@ void quantize_q4_1(const float* x, int64_t n, uint8_t* dst) {
     }
 }
 
+// Q4_K (256 elements: fp16 d, dmin, 12 bytes of 6-bit scales / mins, 128 bytes of nibbles;
+// x = d sc_j q - dmin m_j per 32-element sub-block j). A plain min/max fit, not ggml's iterative
+// make_qkx2_quants search: sub-block step s_j = (max_j - min(min_j, 0)) / 15 and offset
+// o_j = -min(min_j, 0); d = max s_j / 63, dmin = max o_j / 63; sc_j, m_j rounded to 6 bits;
+// q = round((x + dmin m_j) / (d sc_j)) clamped to 0..15.
+void quantize_q4_k(const float* x, int64_t n, uint8_t* dst) {
+    constexpr int kQK_K = 256;
+    for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K, dst += 144) {
+        float step[8], off[8], max_step = 0, max_off = 0;
+        for (int j = 0; j < 8; ++j) {
+            float lo = 0, hi = -FLT_MAX;
+            for (int l = 0; l < 32; ++l) {
+                lo = std::min(lo, x[32 * j + l]);
+                hi = std::max(hi, x[32 * j + l]);
+            }
+            step[j] = (hi - lo) / 15.0f;
+            off[j] = -lo;
+            max_step = std::max(max_step, step[j]);
+            max_off = std::max(max_off, off[j]);
+        }
+        const float d = core::fp16_to_f32(core::f32_to_fp16(max_step / 63.0f));
+        const float dmin = core::fp16_to_f32(core::f32_to_fp16(max_off / 63.0f));
+        int sc[8], m[8];
+        for (int j = 0; j < 8; ++j) {
+            sc[j] = d > 0 ? std::min(63, int(std::lround(step[j] / d))) : 0;
+            m[j] = dmin > 0 ? std::min(63, int(std::lround(off[j] / dmin))) : 0;
+        }
+        const uint16_t dh = core::f32_to_fp16(d), mh = core::f32_to_fp16(dmin);
+        std::memcpy(dst, &dh, 2);
+        std::memcpy(dst + 2, &mh, 2);
+        uint8_t* q = dst + 4;  // the inverse of the 6-bit unpacking in kernels/ref/dequant.cc
+        for (int j = 0; j < 4; ++j) {
+            q[j] = uint8_t((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
+            q[j + 4] = uint8_t((m[j] & 63) | ((m[j + 4] >> 4) << 6));
+            q[j + 8] = uint8_t((sc[j + 4] & 15) | ((m[j + 4] & 15) << 4));
+        }
+        uint8_t* qs = dst + 16;
+        for (int j = 0; j < 8; ++j) {
+            const float scale = d * float(sc[j]), shift = dmin * float(m[j]);
+            const float inv = scale > 0 ? 1.0f / scale : 0.0f;
+            for (int l = 0; l < 32; ++l) {
+                const int v = std::clamp(int(std::lround((x[32 * j + l] + shift) * inv)), 0, 15);
+                uint8_t& byte = qs[32 * (j / 2) + l];
+                byte = j % 2 ? uint8_t(byte | (v << 4)) : uint8_t(v);
+            }
+        }
+    }
+}
+
 }  // namespace
 
 const std::vector<SynthPreset>& synth_presets() {
@@ -156,7 +205,7 @@ model::ModelConfig synth_config(const SynthPreset& p, int64_t num_layers) {
 bool synth_dtype_supported(core::DType t) {
     using core::DType;
     return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || t == DType::kQ8_0 || t == DType::kQ4_0 ||
-           t == DType::kQ4_1 || t == DType::kMxfp4;
+           t == DType::kQ4_1 || t == DType::kQ4_K || t == DType::kMxfp4;
 }
 
 uint64_t SynthTensor::row_bytes() const {
@@ -230,6 +279,9 @@ void quantize_row(core::DType type, const float* x, int64_t n, uint8_t* dst) {
             break;
         case core::DType::kQ4_1:
             quantize_q4_1(x, n, dst);
+            break;
+        case core::DType::kQ4_K:
+            quantize_q4_k(x, n, dst);
             break;
         case core::DType::kMxfp4: {  // OCP MX rounding (quant/mx.h), repacked into ggml blocks
             auto m = quant::quantize_mxfp4(std::span<const float>(x, size_t(n)), 1, n);
