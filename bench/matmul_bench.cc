@@ -217,7 +217,7 @@ struct Shape {
 constexpr Shape kDecodeShapes[] = {{2048, 2048}, {5632, 2048}, {2048, 5632}, {14336, 4096}};
 constexpr DType kDecodeTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0, DType::kI8,
                                   DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ6_K};
-constexpr DType kPrefillTypes[] = {DType::kF32, DType::kQ8_0, DType::kI8, DType::kQ4_0, DType::kQ4_K};
+constexpr DType kPrefillTypes[] = {DType::kF32, DType::kQ8_0, DType::kI8, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K};
 constexpr Shape kPrefillShapes[] = {{2048, 2048}, {5632, 2048}};
 constexpr int64_t kPrefillTokens[] = {64, 512};
 

@@ -67,8 +67,9 @@ TEST(PackedMatmul, BitIdenticalToRowLayoutOnEveryIsa) {
     for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
         if (!isa_supported(isa) || !find_matmul_kernel(DType::kQ8_0, isa)) continue;
         ++isas;
-        EXPECT_EQ(find_packed_matmul_kernel(DType::kQ6_K, isa), nullptr);
+        EXPECT_EQ(find_packed_matmul_kernel(DType::kQ5_K, isa), nullptr);
         EXPECT_EQ(find_packed_matmul_kernel(DType::kQ4_K, isa) != nullptr, isa == Isa::kAvx512Vnni);
+        EXPECT_EQ(find_packed_matmul_kernel(DType::kQ6_K, isa) != nullptr, isa == Isa::kAvx512Vnni);
         std::vector<DType> types(std::begin(kLegacy), std::end(kLegacy));
         for (DType t : kFp4) {
             EXPECT_EQ(find_packed_matmul_kernel(t, isa) != nullptr, isa == Isa::kAvx512Vnni) << core::dtype_name(t);
@@ -325,13 +326,24 @@ TEST(PackedMatmul, FloatPanelsMatchReferenceAndAreBatchInvariant) {
     if (isas == 0) GTEST_SKIP() << "no AVX-512 level on this CPU";
 }
 
-// Q4_K at avx512-vnni (16-row groups, lanes = rows; kernels/cpu/simd_vnni_kquant.h): against the ref
+// Q4_K and Q6_K at avx512-vnni (16-row groups, lanes = rows; kernels/cpu/simd_vnni_kquant.h): against the ref
 // kernel within 1e-5 of sum |w x| (the same exact integers per super-block, another fp32 order),
 // batch invariant, bit-identical over row ranges, nothing written outside them; then ops::linear
 // packed on 1 and 2 threads bit-identical and against the unpacked kernel within the same bound.
-TEST(PackedMatmul, Q4KGroupsMatchReferenceAndAreBatchInvariant) {
-    if (!isa_supported(Isa::kAvx512Vnni)) GTEST_SKIP() << "no AVX-512 VNNI";
-    const DType t = DType::kQ4_K;
+// Random K-quant blocks with sane fp16 scales: Q4_K's d, dmin first (legacy_weights), Q6_K's d at 208.
+std::vector<uint8_t> kquant_weights(DType t, int64_t rows, int64_t k, uint32_t seed) {
+    std::vector<uint8_t> w = legacy_weights(t, rows, k, seed);
+    if (t == DType::kQ6_K) {
+        std::mt19937 rng(seed + 1);
+        for (size_t off = 0; off < w.size(); off += 210) {
+            const uint16_t d = core::f32_to_fp16(0.0005f + 0.001f * float(rng() % 1000) / 1000.0f);
+            std::memcpy(&w[off + 208], &d, 2);
+        }
+    }
+    return w;
+}
+
+void check_kquant_groups(DType t, size_t sb_bytes) {
     const PackedMatmulKernel* pk = find_packed_matmul_kernel(t, Isa::kAvx512Vnni);
     ASSERT_NE(pk, nullptr);
     const MatmulKernel* ref = find_matmul_kernel(t, Isa::kRef);
@@ -339,12 +351,12 @@ TEST(PackedMatmul, Q4KGroupsMatchReferenceAndAreBatchInvariant) {
     uint32_t seed = 7000;
     for (int64_t rows : {16, 37, 64}) {
         for (int64_t k : {256, 768, 2304}) {
-            const std::vector<uint8_t> w = legacy_weights(t, rows, k, ++seed);  // random bytes, sane d / dmin
+            const std::vector<uint8_t> w = kquant_weights(t, rows, k, ++seed);
             const size_t wrb = size_t(*core::dtype_bytes(t, uint64_t(k)));
             std::vector<float> wf(size_t(rows * k));
             for (int64_t r = 0; r < rows; ++r)
                 ASSERT_TRUE(ref::dequantize_row(t, &w[size_t(r) * wrb], &wf[size_t(r * k)], k).is_ok());
-            ASSERT_EQ(pk->packed_bytes(rows, k), size_t((rows + 15) / 16) * size_t(k / 256) * 2368);
+            ASSERT_EQ(pk->packed_bytes(rows, k), size_t((rows + 15) / 16) * size_t(k / 256) * sb_bytes);
             std::vector<uint8_t> packed(pk->packed_bytes(rows, k), 0xee);
             pk->pack(w.data(), wrb, rows, k, packed.data());
             for (int64_t n : {1, 5, 13}) {
@@ -352,8 +364,8 @@ TEST(PackedMatmul, Q4KGroupsMatchReferenceAndAreBatchInvariant) {
                 const size_t arb = kern->act_row_bytes(k);
                 std::vector<uint8_t> act(arb * size_t(n));
                 for (int64_t ti = 0; ti < n; ++ti) kern->quantize_row(&x[size_t(ti * k)], &act[size_t(ti) * arb], k);
-                const std::string at = "rows=" + std::to_string(rows) + " k=" + std::to_string(k) +
-                                       " n=" + std::to_string(n);
+                const std::string at = std::string(core::dtype_name(t)) + " rows=" + std::to_string(rows) +
+                                       " k=" + std::to_string(k) + " n=" + std::to_string(n);
                 const int64_t ldy = rows + 3;
                 std::vector<float> want(size_t(n * ldy), NAN), got(want), alone(want), split(want);
                 ref->gemm(w.data(), wrb, act.data(), arb, n, k, want.data(), ldy, 0, rows);
@@ -382,7 +394,7 @@ TEST(PackedMatmul, Q4KGroupsMatchReferenceAndAreBatchInvariant) {
     }
     core::ThreadPool pool1(1), pool2(2);
     const int64_t rows = 203, k = 512;
-    const std::vector<uint8_t> w = legacy_weights(t, rows, k, 77);
+    const std::vector<uint8_t> w = kquant_weights(t, rows, k, 77);
     std::vector<float> wf(size_t(rows * k));
     ASSERT_TRUE(ref::dequantize_row(t, w.data(), wf.data(), rows * k).is_ok());
     const ref::WeightView wv = ref::make_weight_view(w.data(), t, rows, k);
@@ -406,10 +418,18 @@ TEST(PackedMatmul, Q4KGroupsMatchReferenceAndAreBatchInvariant) {
                 for (int64_t c = 0; c < k; ++c)
                     mag += std::fabs(double(wf[size_t(r * k + c)]) * double(x[size_t(ti * k + c)]));
                 const size_t i = size_t(ti * rows + r);
-                ASSERT_NEAR(one[i], unpacked[i], 2e-5 * mag) << "m=" << m << " token " << ti << " row " << r;
+                ASSERT_NEAR(one[i], unpacked[i], 2e-5 * mag)
+                    << core::dtype_name(t) << " m=" << m << " token " << ti << " row " << r;
             }
         }
     }
+}
+
+TEST(PackedMatmul, KQuantGroupsMatchReferenceAndAreBatchInvariant) {
+    if (!isa_supported(Isa::kAvx512Vnni)) GTEST_SKIP() << "no AVX-512 VNNI";
+    check_kquant_groups(DType::kQ4_K, 2368);  // 16 rows' d, dmin, unpacked scales / mins, nibbles
+    if (HasFatalFailure()) return;
+    check_kquant_groups(DType::kQ6_K, 3360);  // exactly the 16 rows' ggml bytes
 }
 
 TEST(PackedMatmul, FloatLinearPackedAcrossThreadCounts) {

@@ -3,7 +3,7 @@
 // dot is one 256-bit vpdpbusd instead of vpmaddubsw + vpmaddwd (simd_avx2.h). The integer results
 // are identical (no int16 saturation occurs in either), so the tests hold it to the same bounds.
 // Packed Q4_0 / Q4_1 / Q8_0 / MXFP4 / NVFP4 weights use this ISA's own layout (simd_vnni_kernels.h),
-// Q4_K its own (simd_vnni_kquant.h).
+// Q4_K and Q6_K their own (simd_vnni_kquant.h).
 // Selected only when isa_supported(Isa::kAvx512Vnni); never run on AVX2-only machines.
 #include "kernels/cpu/matmul_isa.h"
 #include "kernels/cpu/simd_float_packed.h"
@@ -33,6 +33,7 @@ const MatmulKernel* avx512vnni_matmul_kernel(core::DType weight_type) {
 const PackedMatmulKernel* avx512vnni_packed_kernel(core::DType weight_type) {
     if (weight_type == core::DType::kI8) return &kVnniI8Packed;  // simd_i8_kernels.h
     if (weight_type == core::DType::kQ4_K) return &kVnniQ4KPacked;  // simd_vnni_kquant.h
+    if (weight_type == core::DType::kQ6_K) return &kVnniQ6KPacked;
     if (const PackedMatmulKernel* k = float_packed_kernel(weight_type)) return k;  // simd_float_packed.h
     return vnni_packed_kernel(weight_type);
 }

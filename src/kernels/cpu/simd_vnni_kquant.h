@@ -1,4 +1,4 @@
-// Packed Q4_K weights at the AVX-512 VNNI level (matmul_avx512vnni.cc), ActQ8K activations: lanes =
+// Packed Q4_K and Q6_K weights at the AVX-512 VNNI level (matmul_avx512vnni.cc), ActQ8K activations: lanes =
 // rows, as the packed legacy formats (simd_vnni_kernels.h), so a 512-bit vpdpbusd adds 4 products to
 // each of 16 rows and no horizontal sum is needed. The row kernel (K4 in simd_kquant_kernels.h) runs
 // 1-2 rows at a time with vpmaddubsw / vpmaddwd and reads ~19 GB/s from L3 on two threads.
@@ -160,6 +160,205 @@ struct VnniQ4K {
 };
 
 constexpr PackedMatmulKernel kVnniQ4KPacked{VnniQ4K::packed_bytes, VnniQ4K::pack, VnniQ4K::gemm};
+
+// Q6_K (ggml block_q6_K: 6-bit values u = 0..63 as a low nibble in ql and 2 high bits in qh, 16
+// int8 scales per 16 elements, fp16 d; x = d sc_i (u - 32)). Per group of 16 rows and super-block
+// (kSbBytes = 3360, exactly the 16 rows' ggml bytes):
+//   fp16 d[16] | int8 sc[16][16] (sub-block i of row i' at [i][i']) | 32 L vectors | 16 H vectors,
+// 64 bytes each, with u_r[e] the value of element e of row r: byte 4 r + p of L_m = (u[4 m + p] &
+// 15) | (u[128 + 4 m + p] & 15) << 4; of H_m = the high 2 bits of u[4 m + p], u[64 + 4 m + p],
+// u[128 + 4 m + p], u[192 + 4 m + p] in bits 0-1, 2-3, 4-5, 6-7. Per sub-block i (elements 16 i ..)
+// 4 chunks c = 4 i .. 4 i + 3 are rebuilt as u (nibble of L_{c % 32}, bits 2 (c / 16) of H_{c % 16})
+// and go through vpdpbusd; sum_i sc_i dot_i by vpmulld; the -32 offset is taken out as
+// 32 sum_i sc_i bsum_i (8 vpdpwssd over the ActQ8K bsums, which are per 16 elements). Then
+// acc += (d d_x) total in fp32, as the ref kernel (q6_k_block_dot).
+struct VnniQ6K {
+    static constexpr int kRows = 16;
+    static constexpr int kMaxTokens = 8;
+    static constexpr int64_t kSc = 32, kL = 288, kH = kL + 32 * 64;  // header offsets
+    static constexpr int64_t kSbBytes = kH + 16 * 64;
+    static_assert(kSbBytes == 16 * int64_t(blk::kQ6_KBytes));
+
+    static size_t packed_bytes(int64_t rows, int64_t k) {
+        return size_t((rows + kRows - 1) / kRows) * size_t(k / blk::kQK_K) * size_t(kSbBytes);
+    }
+
+    static void pack(const void* w, size_t wrb, int64_t rows, int64_t k, void* dst) {
+        const uint8_t* wb = static_cast<const uint8_t*>(w);
+        uint8_t* out = static_cast<uint8_t*>(dst);
+        const int64_t nsb = k / blk::kQK_K;
+        for (int64_t g = 0; g < (rows + kRows - 1) / kRows; ++g) {
+            for (int64_t s = 0; s < nsb; ++s, out += kSbBytes) {
+                for (int i = 0; i < kRows; ++i) {
+                    const int64_t r = g * kRows + i < rows ? g * kRows + i : rows - 1;  // pad: repeat the last row
+                    const uint8_t* b = wb + r * int64_t(wrb) + s * int64_t(blk::kQ6_KBytes);
+                    std::memcpy(out + 2 * i, b + blk::kQ6_KD, 2);
+                    for (int j = 0; j < 16; ++j) out[kSc + 16 * j + i] = b[blk::kQ6_KScales + j];
+                    uint8_t u[256];  // as the ref kernel reads them
+                    for (int half = 0; half < 2; ++half) {
+                        const uint8_t* ql = b + blk::kQ6_KQl + 64 * half;
+                        const uint8_t* qh = b + blk::kQ6_KQh + 32 * half;
+                        for (int q = 0; q < 4; ++q) {
+                            for (int l = 0; l < 32; ++l) {
+                                const int low = (ql[l + 32 * (q & 1)] >> (4 * (q >> 1))) & 0x0f;
+                                const int high = (qh[l] >> (2 * q)) & 3;
+                                u[128 * half + 32 * q + l] = uint8_t(low | high << 4);
+                            }
+                        }
+                    }
+                    for (int m = 0; m < 32; ++m) {
+                        for (int p = 0; p < 4; ++p)
+                            out[kL + 64 * m + 4 * i + p] = uint8_t((u[4 * m + p] & 15) | (u[128 + 4 * m + p] & 15) << 4);
+                    }
+                    for (int m = 0; m < 16; ++m) {
+                        for (int p = 0; p < 4; ++p) {
+                            uint8_t h = 0;
+                            for (int qq = 0; qq < 4; ++qq) h = uint8_t(h | (u[64 * qq + 4 * m + p] >> 4) << (2 * qq));
+                            out[kH + 64 * m + 4 * i + p] = h;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    // u of chunk c = 16 Q + m (elements 4 c .. 4 c + 3 of the 16 rows) of the super-block at g; Q
+    // (the quarter of the super-block) a constant, so the nibble half and the H shift are too.
+    template <int Q>
+    static __m512i chunk(const uint8_t* g, int m) {
+        const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+        const __m512i l = _mm512_loadu_si512(g + kL + 64 * (16 * (Q % 2) + m));
+        const __m512i lo = _mm512_and_si512(Q < 2 ? l : _mm512_srli_epi16(l, 4), m4);
+        const __m512i h = _mm512_loadu_si512(g + kH + 64 * m);
+        __m512i hs = h;  // bits 2 Q .. 2 Q + 1 of H -> bits 4-5
+        if constexpr (Q < 2) hs = _mm512_slli_epi16(h, 4 - 2 * Q);
+        if constexpr (Q == 3) hs = _mm512_srli_epi16(h, 2);
+        return _mm512_or_si512(lo, _mm512_and_si512(hs, m30));
+    }
+
+    // Sub-blocks 4 Q .. 4 Q + 3 of the super-blocks at g[0 .. G) (G groups; activation blocks at xs,
+    // token t at xs + t * arb) into isum[G][T].
+    template <int Q, int G, int T>
+    static void quarter(const uint8_t* const* g, const uint8_t* xs, size_t arb, __m512i (*isum)[T]) {
+        constexpr __mmask16 kAll = 0xffff;
+        for (int ii = 0; ii < 4; ++ii) {
+            const int i = 4 * Q + ii;
+            for (int gi = 0; gi < G; ++gi) {
+                const __m512i sc = _mm512_maskz_cvtepi8_epi32(
+                    kAll, _mm_loadu_si128(reinterpret_cast<const __m128i*>(g[gi] + kSc + 16 * i)));
+                __m512i wq[4];
+                for (int c = 0; c < 4; ++c) wq[c] = chunk<Q>(g[gi], 4 * ii + c);
+                for (int t = 0; t < T; ++t) {
+                    const uint8_t* xq = xs + t * int64_t(arb) + blk::kActQ8KQ + 16 * i;
+                    __m512i part[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+                    for (int c = 0; c < 4; ++c) {
+                        int32_t x4;
+                        std::memcpy(&x4, xq + 4 * c, 4);
+                        part[c % 2] = dpbusd512(part[c % 2], wq[c], _mm512_set1_epi32(x4));
+                    }
+                    isum[gi][t] =
+                        _mm512_add_epi32(isum[gi][t], _mm512_mullo_epi32(_mm512_add_epi32(part[0], part[1]), sc));
+                }
+            }
+        }
+    }
+
+    // y[t * ldy + 16 gi + i] for G consecutive groups (group gi at group + gi * gbytes; rows i < valid
+    // in the last one) and T tokens; next_group: prefetched (decode).
+    template <int G, int T>
+    static void tile(const uint8_t* group, int64_t gbytes, const uint8_t* act, size_t arb, int64_t k, float* y,
+                     int64_t ldy, int valid, const uint8_t* next_group) {
+        constexpr __mmask16 kAll = 0xffff;
+        const int64_t nsb = k / blk::kQK_K;
+        __m512 acc[G][T];
+        for (int gi = 0; gi < G; ++gi) {
+            for (int t = 0; t < T; ++t) acc[gi][t] = _mm512_setzero_ps();
+        }
+        alignas(64) int32_t scpair[8][16];  // per lane (sc_2j, sc_2j+1) as int16s
+        for (int64_t s = 0; s < nsb; ++s) {
+            const uint8_t* g[G];
+            for (int gi = 0; gi < G; ++gi) g[gi] = group + gi * gbytes + s * kSbBytes;
+            if (next_group) {
+                for (int gi = 0; gi < G; ++gi) avx2_prefetch_next_group(next_group + gi * gbytes, kSbBytes, s);
+            }
+            __m512i isum[G][T];
+            for (int gi = 0; gi < G; ++gi) {
+                for (int t = 0; t < T; ++t) isum[gi][t] = _mm512_setzero_si512();
+            }
+            const uint8_t* xs = act + s * int64_t(blk::kActQ8KBytes);
+            quarter<0, G, T>(g, xs, arb, isum);
+            quarter<1, G, T>(g, xs, arb, isum);
+            quarter<2, G, T>(g, xs, arb, isum);
+            quarter<3, G, T>(g, xs, arb, isum);
+            for (int gi = 0; gi < G; ++gi) {
+                for (int j = 0; j < 8; ++j) {
+                    const __m512i lo = _mm512_maskz_cvtepi8_epi32(
+                        kAll, _mm_loadu_si128(reinterpret_cast<const __m128i*>(g[gi] + kSc + 16 * (2 * j))));
+                    const __m512i hi = _mm512_maskz_cvtepi8_epi32(
+                        kAll, _mm_loadu_si128(reinterpret_cast<const __m128i*>(g[gi] + kSc + 16 * (2 * j + 1))));
+                    const __m512i pair = _mm512_or_si512(_mm512_and_si512(lo, _mm512_set1_epi32(0xffff)),
+                                                         _mm512_maskz_slli_epi32(kAll, hi, 16));
+                    _mm512_store_si512(scpair[j], pair);
+                }
+                const __m512 d = vnni_fp16x16(g[gi]);
+                for (int t = 0; t < T; ++t) {
+                    const uint8_t* xb = act + t * int64_t(arb) + s * int64_t(blk::kActQ8KBytes);
+                    __m512i corr = _mm512_setzero_si512();  // sum_i sc_i bsum_i
+                    for (int j = 0; j < 8; ++j) {
+                        int32_t bpair;  // bsums 2 j, 2 j + 1 as an int16 pair
+                        std::memcpy(&bpair, xb + blk::kActQ8KBsums + 4 * j, 4);
+                        corr = _mm512_dpwssd_epi32(corr, _mm512_load_si512(scpair[j]), _mm512_set1_epi32(bpair));
+                    }
+                    const __m512i total = _mm512_sub_epi32(isum[gi][t], _mm512_maskz_slli_epi32(kAll, corr, 5));
+                    float dx;
+                    std::memcpy(&dx, xb + blk::kActQ8KD, 4);
+                    acc[gi][t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(dx)),
+                                                 _mm512_maskz_cvtepi32_ps(kAll, total), acc[gi][t]);
+                }
+            }
+        }
+        for (int gi = 0; gi < G; ++gi) {
+            for (int t = 0; t < T; ++t) store_rows16(y + t * ldy + kRows * gi, acc[gi][t], gi + 1 == G ? valid : kRows);
+        }
+    }
+
+    template <int T = kMaxTokens>
+    static void tile_n(int num_t, const uint8_t* group, int64_t gbytes, const uint8_t* act, size_t arb, int64_t k,
+                       float* y, int64_t ldy, int valid, const uint8_t* next_group) {
+        if constexpr (T > 1) {
+            if (num_t < T) return tile_n<T - 1>(num_t, group, gbytes, act, arb, k, y, ldy, valid, next_group);
+        }
+        tile<1, T>(group, gbytes, act, arb, k, y, ldy, valid, next_group);
+    }
+
+    // PackedMatmulKernel::gemm (r0 a multiple of 16). Decode: 2 groups per tile (two independent
+    // streams of work); prefill: one group x kMaxTokens tokens, the group's first token tile
+    // prefetching the next group.
+    static void gemm(const void* packed, const void* act, size_t arb, int64_t n, int64_t k, float* y, int64_t ldy,
+                     int64_t r0, int64_t r1) {
+        const uint8_t* base = static_cast<const uint8_t*>(packed);
+        const uint8_t* ab = static_cast<const uint8_t*>(act);
+        const int64_t gbytes = (k / blk::kQK_K) * kSbBytes;
+        int64_t r = r0;
+        if (n == 1) {
+            for (; r + 2 * kRows <= r1; r += 2 * kRows) {
+                const uint8_t* group = base + (r / kRows) * gbytes;
+                tile<2, 1>(group, gbytes, ab, arb, k, y + r, ldy, kRows, group + 2 * gbytes);
+            }
+        }
+        for (; r < r1; r += kRows) {
+            const uint8_t* group = base + (r / kRows) * gbytes;
+            const int valid = int(r1 - r < kRows ? r1 - r : kRows);
+            for (int64_t t = 0; t < n; t += kMaxTokens) {
+                const int num_t = int(n - t < kMaxTokens ? n - t : kMaxTokens);
+                tile_n(num_t, group, gbytes, ab + t * int64_t(arb), arb, k, y + t * ldy + r, ldy, valid,
+                       t == 0 ? group + gbytes : nullptr);
+            }
+        }
+    }
+};
+
+constexpr PackedMatmulKernel kVnniQ6KPacked{VnniQ6K::packed_bytes, VnniQ6K::pack, VnniQ6K::gemm};
 
 }  // namespace
 }  // namespace kiln::kernels::cpu
