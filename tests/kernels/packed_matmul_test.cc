@@ -251,6 +251,37 @@ std::vector<uint8_t> fp8_weights(DType t, int64_t rows, int64_t k, uint32_t seed
     return buf;
 }
 
+// The checks the non-bit-identical packed kernels share: pk over all n tokens against the ref kernel
+// within 1e-5 of sum |w x| (wf: the weights as f32, x: the activations before quantization), each
+// token alone and every 16-row range bit-identical to the full call, nothing written past `rows`.
+void expect_packed_matches(const PackedMatmulKernel* pk, const MatmulKernel* ref, const std::vector<uint8_t>& w,
+                           size_t wrb, const std::vector<uint8_t>& packed, const std::vector<uint8_t>& act, size_t arb,
+                           int64_t rows, int64_t k, int64_t n, const std::vector<float>& wf, const std::vector<float>& x,
+                           const std::string& at) {
+    const int64_t ldy = rows + 3;
+    std::vector<float> want(size_t(n * ldy), NAN), got(want), alone(want), split(want);
+    ref->gemm(w.data(), wrb, act.data(), arb, n, k, want.data(), ldy, 0, rows);
+    pk->gemm(packed.data(), act.data(), arb, n, k, got.data(), ldy, 0, rows);
+    for (int64_t ti = 0; ti < n; ++ti)
+        pk->gemm(packed.data(), &act[size_t(ti) * arb], arb, 1, k, &alone[size_t(ti * ldy)], ldy, 0, rows);
+    for (int64_t r0 = 0; r0 < rows; r0 += 16)
+        pk->gemm(packed.data(), act.data(), arb, n, k, split.data(), ldy, r0, std::min(rows, r0 + 16));
+    for (int64_t ti = 0; ti < n; ++ti) {
+        for (int64_t r = 0; r < ldy; ++r) {
+            const size_t i = size_t(ti * ldy + r);
+            if (r >= rows) {
+                ASSERT_TRUE(std::isnan(got[i])) << at << " wrote outside its rows: " << r;
+                continue;
+            }
+            double mag = 0;
+            for (int64_t c = 0; c < k; ++c) mag += std::fabs(double(wf[size_t(r * k + c)]) * double(x[size_t(ti * k + c)]));
+            ASSERT_NEAR(got[i], want[i], 1e-5 * mag + 1e-30) << at << " token " << ti << " row " << r;
+            ASSERT_EQ(0, std::memcmp(&got[i], &alone[i], 4)) << at << " token " << ti << " row " << r;
+            ASSERT_EQ(0, std::memcmp(&got[i], &split[i], 4)) << at << " token " << ti << " row " << r;
+        }
+    }
+}
+
 TEST(PackedMatmul, FloatPanelsMatchReferenceAndAreBatchInvariant) {
     int isas = 0;
     uint32_t seed = 4000;
@@ -290,34 +321,8 @@ TEST(PackedMatmul, FloatPanelsMatchReferenceAndAreBatchInvariant) {
                         const std::string at = std::string(core::dtype_name(t)) + " " + isa_name(isa) +
                                                " rows=" + std::to_string(rows) + " k=" + std::to_string(k) +
                                                " n=" + std::to_string(n);
-                        const int64_t ldy = rows + 3;
-                        std::vector<float> want(size_t(n * ldy), NAN), got(want), alone(want), split(want);
-                        ref->gemm(w.data(), wrb, act.data(), arb, n, k, want.data(), ldy, 0, rows);
-                        pk->gemm(packed.data(), act.data(), arb, n, k, got.data(), ldy, 0, rows);
-                        for (int64_t ti = 0; ti < n; ++ti)
-                            pk->gemm(packed.data(), &act[size_t(ti) * arb], arb, 1, k, &alone[size_t(ti * ldy)], ldy,
-                                     0, rows);
-                        const int64_t ranges[][2] = {{0, 16}, {16, 32}, {32, rows}};
-                        for (const auto& rr : ranges) {
-                            if (rr[0] < std::min(rr[1], rows))
-                                pk->gemm(packed.data(), act.data(), arb, n, k, split.data(), ldy, rr[0],
-                                         std::min(rr[1], rows));
-                        }
-                        for (int64_t ti = 0; ti < n; ++ti) {
-                            for (int64_t r = 0; r < ldy; ++r) {
-                                const size_t i = size_t(ti * ldy + r);
-                                if (r >= rows) {
-                                    ASSERT_TRUE(std::isnan(got[i])) << at << " wrote outside its rows: " << r;
-                                    continue;
-                                }
-                                double mag = 0;
-                                for (int64_t c = 0; c < k; ++c)
-                                    mag += std::fabs(double(wf[size_t(r * k + c)]) * double(x[size_t(ti * k + c)]));
-                                ASSERT_NEAR(got[i], want[i], 1e-5 * mag + 1e-30) << at << " token " << ti << " row " << r;
-                                ASSERT_EQ(0, std::memcmp(&got[i], &alone[i], 4)) << at << " token " << ti << " row " << r;
-                                ASSERT_EQ(0, std::memcmp(&got[i], &split[i], 4)) << at << " token " << ti << " row " << r;
-                            }
-                        }
+                        expect_packed_matches(pk, ref, w, wrb, packed, act, arb, rows, k, n, wf, x, at);
+                        if (HasFatalFailure()) return;
                     }
                 }
             }
@@ -366,29 +371,8 @@ void check_kquant_groups(DType t, size_t sb_bytes) {
                 for (int64_t ti = 0; ti < n; ++ti) kern->quantize_row(&x[size_t(ti * k)], &act[size_t(ti) * arb], k);
                 const std::string at = std::string(core::dtype_name(t)) + " rows=" + std::to_string(rows) +
                                        " k=" + std::to_string(k) + " n=" + std::to_string(n);
-                const int64_t ldy = rows + 3;
-                std::vector<float> want(size_t(n * ldy), NAN), got(want), alone(want), split(want);
-                ref->gemm(w.data(), wrb, act.data(), arb, n, k, want.data(), ldy, 0, rows);
-                pk->gemm(packed.data(), act.data(), arb, n, k, got.data(), ldy, 0, rows);
-                for (int64_t ti = 0; ti < n; ++ti)
-                    pk->gemm(packed.data(), &act[size_t(ti) * arb], arb, 1, k, &alone[size_t(ti * ldy)], ldy, 0, rows);
-                for (int64_t r0 = 0; r0 < rows; r0 += 16)
-                    pk->gemm(packed.data(), act.data(), arb, n, k, split.data(), ldy, r0, std::min(rows, r0 + 16));
-                for (int64_t ti = 0; ti < n; ++ti) {
-                    for (int64_t r = 0; r < ldy; ++r) {
-                        const size_t i = size_t(ti * ldy + r);
-                        if (r >= rows) {
-                            ASSERT_TRUE(std::isnan(got[i])) << at << " wrote outside its rows: " << r;
-                            continue;
-                        }
-                        double mag = 0;
-                        for (int64_t c = 0; c < k; ++c)
-                            mag += std::fabs(double(wf[size_t(r * k + c)]) * double(x[size_t(ti * k + c)]));
-                        ASSERT_NEAR(got[i], want[i], 1e-5 * mag) << at << " token " << ti << " row " << r;
-                        ASSERT_EQ(0, std::memcmp(&got[i], &alone[i], 4)) << at << " token " << ti << " row " << r;
-                        ASSERT_EQ(0, std::memcmp(&got[i], &split[i], 4)) << at << " token " << ti << " row " << r;
-                    }
-                }
+                expect_packed_matches(pk, ref, w, wrb, packed, act, arb, rows, k, n, wf, x, at);
+                if (::testing::Test::HasFatalFailure()) return;
             }
         }
     }

@@ -27,6 +27,24 @@
 namespace kiln::kernels::cpu {
 namespace {
 
+// The packing walk both layouts share: for every group of 16 rows (in row order) and super-block,
+// put(out, i, b) with out the group-block (sb_bytes each, contiguous), i the row in the group and b
+// its source block; the last group's missing rows repeat its last row.
+template <class Put>
+void kquant_pack_walk(const void* w, size_t wrb, int64_t rows, int64_t k, int64_t src_bytes, int64_t sb_bytes,
+                      void* dst, Put put) {
+    const uint8_t* wb = static_cast<const uint8_t*>(w);
+    uint8_t* out = static_cast<uint8_t*>(dst);
+    for (int64_t g = 0; g < (rows + 15) / 16; ++g) {
+        for (int64_t s = 0; s < k / blk::kQK_K; ++s, out += sb_bytes) {
+            for (int i = 0; i < 16; ++i) {
+                const int64_t r = g * 16 + i < rows ? g * 16 + i : rows - 1;
+                put(out, i, wb + r * int64_t(wrb) + s * src_bytes);
+            }
+        }
+    }
+}
+
 struct VnniQ4K {
     static constexpr int kRows = 16;
     static constexpr int kMaxTokens = 8;
@@ -38,30 +56,22 @@ struct VnniQ4K {
     }
 
     static void pack(const void* w, size_t wrb, int64_t rows, int64_t k, void* dst) {
-        const uint8_t* wb = static_cast<const uint8_t*>(w);
-        uint8_t* out = static_cast<uint8_t*>(dst);
-        const int64_t nsb = k / blk::kQK_K;
-        for (int64_t g = 0; g < (rows + kRows - 1) / kRows; ++g) {
-            for (int64_t s = 0; s < nsb; ++s, out += kSbBytes) {
-                for (int i = 0; i < kRows; ++i) {
-                    const int64_t r = g * kRows + i < rows ? g * kRows + i : rows - 1;  // pad: repeat the last row
-                    const uint8_t* b = wb + r * int64_t(wrb) + s * int64_t(blk::kQ4_KBytes);
-                    std::memcpy(out + 2 * i, b + blk::kQ4_KD, 2);
-                    std::memcpy(out + 32 + 2 * i, b + blk::kQ4_KDmin, 2);
-                    const uint8_t* q = b + blk::kQ4_KScales;  // 6-bit scales and mins, as dequant.cc
-                    for (int j = 0; j < 8; ++j) {
-                        const int sc = j < 4 ? q[j] & 63 : (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4);
-                        const int m = j < 4 ? q[j + 4] & 63 : (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-                        out[kSc + 16 * j + i] = uint8_t(sc);
-                        out[kMin + 16 * j + i] = uint8_t(m);
-                    }
-                    for (int p = 0; p < 4; ++p) {
-                        for (int c = 0; c < 8; ++c)
-                            std::memcpy(out + kQs + 64 * (8 * p + c) + 4 * i, b + blk::kQ4_KQs + 32 * p + 4 * c, 4);
-                    }
-                }
+        kquant_pack_walk(w, wrb, rows, k, int64_t(blk::kQ4_KBytes), kSbBytes, dst,
+                         [](uint8_t* out, int i, const uint8_t* b) {
+            std::memcpy(out + 2 * i, b + blk::kQ4_KD, 2);
+            std::memcpy(out + 32 + 2 * i, b + blk::kQ4_KDmin, 2);
+            const uint8_t* q = b + blk::kQ4_KScales;  // 6-bit scales and mins, as dequant.cc
+            for (int j = 0; j < 8; ++j) {
+                const int sc = j < 4 ? q[j] & 63 : (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4);
+                const int m = j < 4 ? q[j + 4] & 63 : (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+                out[kSc + 16 * j + i] = uint8_t(sc);
+                out[kMin + 16 * j + i] = uint8_t(m);
             }
-        }
+            for (int p = 0; p < 4; ++p) {
+                for (int c = 0; c < 8; ++c)
+                    std::memcpy(out + kQs + 64 * (8 * p + c) + 4 * i, b + blk::kQ4_KQs + 32 * p + 4 * c, 4);
+            }
+        });
     }
 
     // y[t * ldy + i] for the group's rows i < valid and T tokens; next_group: prefetched (decode).
@@ -184,42 +194,34 @@ struct VnniQ6K {
     }
 
     static void pack(const void* w, size_t wrb, int64_t rows, int64_t k, void* dst) {
-        const uint8_t* wb = static_cast<const uint8_t*>(w);
-        uint8_t* out = static_cast<uint8_t*>(dst);
-        const int64_t nsb = k / blk::kQK_K;
-        for (int64_t g = 0; g < (rows + kRows - 1) / kRows; ++g) {
-            for (int64_t s = 0; s < nsb; ++s, out += kSbBytes) {
-                for (int i = 0; i < kRows; ++i) {
-                    const int64_t r = g * kRows + i < rows ? g * kRows + i : rows - 1;  // pad: repeat the last row
-                    const uint8_t* b = wb + r * int64_t(wrb) + s * int64_t(blk::kQ6_KBytes);
-                    std::memcpy(out + 2 * i, b + blk::kQ6_KD, 2);
-                    for (int j = 0; j < 16; ++j) out[kSc + 16 * j + i] = b[blk::kQ6_KScales + j];
-                    uint8_t u[256];  // as the ref kernel reads them
-                    for (int half = 0; half < 2; ++half) {
-                        const uint8_t* ql = b + blk::kQ6_KQl + 64 * half;
-                        const uint8_t* qh = b + blk::kQ6_KQh + 32 * half;
-                        for (int q = 0; q < 4; ++q) {
-                            for (int l = 0; l < 32; ++l) {
-                                const int low = (ql[l + 32 * (q & 1)] >> (4 * (q >> 1))) & 0x0f;
-                                const int high = (qh[l] >> (2 * q)) & 3;
-                                u[128 * half + 32 * q + l] = uint8_t(low | high << 4);
-                            }
-                        }
-                    }
-                    for (int m = 0; m < 32; ++m) {
-                        for (int p = 0; p < 4; ++p)
-                            out[kL + 64 * m + 4 * i + p] = uint8_t((u[4 * m + p] & 15) | (u[128 + 4 * m + p] & 15) << 4);
-                    }
-                    for (int m = 0; m < 16; ++m) {
-                        for (int p = 0; p < 4; ++p) {
-                            uint8_t h = 0;
-                            for (int qq = 0; qq < 4; ++qq) h = uint8_t(h | (u[64 * qq + 4 * m + p] >> 4) << (2 * qq));
-                            out[kH + 64 * m + 4 * i + p] = h;
-                        }
+        kquant_pack_walk(w, wrb, rows, k, int64_t(blk::kQ6_KBytes), kSbBytes, dst,
+                         [](uint8_t* out, int i, const uint8_t* b) {
+            std::memcpy(out + 2 * i, b + blk::kQ6_KD, 2);
+            for (int j = 0; j < 16; ++j) out[kSc + 16 * j + i] = b[blk::kQ6_KScales + j];
+            uint8_t u[256];  // as the ref kernel reads them
+            for (int half = 0; half < 2; ++half) {
+                const uint8_t* ql = b + blk::kQ6_KQl + 64 * half;
+                const uint8_t* qh = b + blk::kQ6_KQh + 32 * half;
+                for (int q = 0; q < 4; ++q) {
+                    for (int l = 0; l < 32; ++l) {
+                        const int low = (ql[l + 32 * (q & 1)] >> (4 * (q >> 1))) & 0x0f;
+                        const int high = (qh[l] >> (2 * q)) & 3;
+                        u[128 * half + 32 * q + l] = uint8_t(low | high << 4);
                     }
                 }
             }
-        }
+            for (int m = 0; m < 32; ++m) {
+                for (int p = 0; p < 4; ++p)
+                    out[kL + 64 * m + 4 * i + p] = uint8_t((u[4 * m + p] & 15) | (u[128 + 4 * m + p] & 15) << 4);
+            }
+            for (int m = 0; m < 16; ++m) {
+                for (int p = 0; p < 4; ++p) {
+                    uint8_t h = 0;
+                    for (int qq = 0; qq < 4; ++qq) h = uint8_t(h | (u[64 * qq + 4 * m + p] >> 4) << (2 * qq));
+                    out[kH + 64 * m + 4 * i + p] = h;
+                }
+            }
+        });
     }
 
     // u of chunk c = 16 Q + m (elements 4 c .. 4 c + 3 of the 16 rows) of the super-block at g; Q
