@@ -6,7 +6,8 @@
 // The probes run before and after the tests and each floor keeps the better figure: a floor is a
 // property of the machine, and other load on a shared VM can only lower a measurement of it.
 // Weights are copied into anonymous memory (MADV_HUGEPAGE) unless --mmap, so background reclaim of
-// file-backed pages cannot swing the figures.
+// file-backed pages cannot swing the figures; matrices repacked at load are packed from the file and
+// not copied (model::create_model). The model line gives the resident set after load.
 // Formulas (docs/performance.md):
 //   weight_bytes  = every tensor of the layers + output_norm + the output matrix (token_embd when
 //                   tied: counted once) ; the embedding lookup reads one row per token
@@ -23,6 +24,7 @@
 //               BF16 weights on the avx512-vnni kernels (vdpbf16ps); else the f32 FMA peak (float
 //               weights on other ISAs, or the f32 reference path). JSON peak_kind names it.
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -121,7 +123,7 @@ ComputePath compute_path(const model::Checkpoint& ck, const ops::LinearOptions& 
     const model::TensorRef* t = ck.find("blk.0.attn_q.weight");
     if (!t || t->shape.size() != 2) return {"unknown", false};
     if (!core::dtype_bytes(t->dtype, t->shape[1])) return {"unknown", false};
-    auto lin = ops::make_linear(model::weight_view_of(*t), options);
+    auto lin = ops::plan_linear(model::weight_view_of(*t), options);  // reads no weight bytes
     if (!lin || !lin->kernel) return {"f32 reference (kernels/ref)", false, false, false};
     using kernels::cpu::ActFormat;
     const ActFormat act = lin->kernel->act;
@@ -130,7 +132,7 @@ ComputePath compute_path(const model::Checkpoint& ck, const ops::LinearOptions& 
     const char* what = act == ActFormat::kI8Row ? ", per-token int8 activations"
                        : int8                   ? ", int8 activations"
                                                 : act == ActFormat::kBF16 ? ", bf16 activations" : ", f32 activations";
-    return {std::string(kernels::cpu::isa_name(lin->isa)) + what + (lin->packed ? ", repacked at load" : "") +
+    return {std::string(kernels::cpu::isa_name(lin->isa)) + what + (lin->packed_kernel ? ", repacked at load" : "") +
                 " (kernels/cpu)",
             int8, int8 && vnni_isa, act == ActFormat::kBF16 && vnni_isa};
 }
@@ -255,14 +257,25 @@ ordered_json result_json(const TestResult& r, const model::Checkpoint& ck, const
     return j;
 }
 
+// This process's resident set in MiB (/proc/self/statm), or -1 where that cannot be read.
+double resident_mib() {
+    std::FILE* f = std::fopen("/proc/self/statm", "r");
+    if (!f) return -1;
+    unsigned long long size = 0, resident = 0;
+    const bool ok = std::fscanf(f, "%llu %llu", &size, &resident) == 2;
+    std::fclose(f);
+    return ok ? double(resident) * double(sysconf(_SC_PAGESIZE)) / double(1 << 20) : -1;
+}
+
 void print_table(const std::vector<TestResult>& results, const model::Checkpoint& ck, const Traffic& tr,
-                 const kernels::roofline::Roofline& roof, const ComputePath& path, bool mmapped) {
+                 const kernels::roofline::Roofline& roof, const ComputePath& path, bool mmapped, double loaded_mib) {
     const model::ModelConfig& c = ck.config;
     auto opt = [](const std::optional<double>& v) {
         return v ? std::to_string(int64_t(*v)) : std::string("unsupported");
     };
-    std::printf("model: %s (%s, %s, %.1fM params, %s weights, %s)\n", ck.path.c_str(), c.name.c_str(), c.arch.c_str(),
-                double(tr.params) / 1e6, tr.dtype.c_str(), mmapped ? "mmap" : "anonymous memory");
+    std::printf("model: %s (%s, %s, %.1fM params, %s weights, %s; %.0f MiB resident after load)\n", ck.path.c_str(),
+                c.name.c_str(), c.arch.c_str(), double(tr.params) / 1e6, tr.dtype.c_str(),
+                mmapped ? "mmap" : "anonymous memory", loaded_mib);
     std::printf(
         "machine (%d threads, probes %s): read %.1f GB/s | f32 FMA %.1f GFLOP/s | int8 %.1f GOP/s | "
         "VNNI %s | BF16 %s\n",
@@ -333,18 +346,14 @@ int cmd_bench(int argc, char** argv) {
         return 1;
     }
     const bool mmapped = args.has("--mmap");
-    if (!mmapped) {
-        if (core::Status st = model::copy_to_anonymous(*ck); !st.is_ok()) {
-            std::fprintf(stderr, "kiln bench: %s\n", st.to_string().c_str());
-            return 1;
-        }
-    }
     core::ThreadPool pool(static_cast<int>(threads));
-    auto model = model::LlamaModel::create(*ck, &pool, session.linear);
+    auto model = model::create_model(*ck, &pool, session.linear,
+                                     mmapped ? model::WeightMemory::kFileMapping : model::WeightMemory::kAnonymous);
     if (!model) {
         std::fprintf(stderr, "kiln bench: %s\n", model.status().to_string().c_str());
         return 1;
     }
+    const double loaded_mib = resident_mib();  // before the bandwidth probe maps its buffer
     auto roof = kernels::roofline::measure_roofline(pool, uint64_t(probe_mib) << 20);
     if (!roof) {
         std::fprintf(stderr, "kiln bench: %s\n", roof.status().to_string().c_str());
@@ -374,7 +383,7 @@ int cmd_bench(int argc, char** argv) {
         for (const TestResult& r : results) out.push_back(result_json(r, *ck, tr, *roof, path, int(reps), mmapped));
         std::printf("%s\n", out.dump(2, ' ', false, ordered_json::error_handler_t::replace).c_str());
     } else {
-        print_table(results, *ck, tr, *roof, path, mmapped);
+        print_table(results, *ck, tr, *roof, path, mmapped, loaded_mib);
     }
     return 0;
 }

@@ -92,7 +92,8 @@ core::Result<std::unique_ptr<ModelSession>> open_model_session(const SessionOpti
     KILN_ASSIGN_OR_RETURN(s->checkpoint, model::load_checkpoint(path));
     KILN_ASSIGN_OR_RETURN(s->tokenizer, model::find_tokenizer(s->checkpoint, o.tokenizer));
     s->pool = std::make_unique<core::ThreadPool>(o.threads.value_or(core::ThreadPool::default_num_threads()));
-    KILN_ASSIGN_OR_RETURN(s->model, model::LlamaModel::create(s->checkpoint, s->pool.get(), o.linear));
+    KILN_ASSIGN_OR_RETURN(s->model, model::create_model(s->checkpoint, s->pool.get(), o.linear,
+                                                        model::WeightMemory::kFileMapping));
     return s;
 }
 

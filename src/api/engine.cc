@@ -128,15 +128,13 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o, Status* status) {
     auto ck = model::load_checkpoint(o.model);
     if (!ck) return fail(ck.status());
     impl->checkpoint = std::move(*ck);
-    if (!o.mmap_weights) {
-        if (core::Status st = model::copy_to_anonymous(impl->checkpoint); !st.is_ok()) return fail(st);
-    }
     auto tok = model::find_tokenizer(impl->checkpoint, o.tokenizer);
     if (!tok) return fail(tok.status());
     impl->tokenizer = std::move(*tok);
     const int threads = o.threads > 0 ? o.threads : core::ThreadPool::default_num_threads();
     impl->pool = std::make_unique<core::ThreadPool>(threads);
-    auto m = model::LlamaModel::create(impl->checkpoint, impl->pool.get(), lo);
+    auto m = model::create_model(impl->checkpoint, impl->pool.get(), lo,
+                                 o.mmap_weights ? model::WeightMemory::kFileMapping : model::WeightMemory::kAnonymous);
     if (!m) return fail(m.status());
     impl->model = std::move(*m);
     engine::EngineConfig ec;

@@ -9,9 +9,30 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <sstream>
 
 namespace kiln::core {
+namespace {
+
+// The live mappings, start -> size, for release_mapped_pages.
+std::mutex g_mappings_mutex;
+std::map<uintptr_t, size_t>& mappings() {
+    static std::map<uintptr_t, size_t> m;
+    return m;
+}
+
+void unmap(const uint8_t* data, size_t size) {
+    if (!data) return;
+    {
+        std::lock_guard<std::mutex> lock(g_mappings_mutex);
+        mappings().erase(uintptr_t(data));
+    }
+    ::munmap(const_cast<uint8_t*>(data), size);
+}
+
+}  // namespace
 
 Result<MappedFile> MappedFile::open(const std::string& path) {
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -35,6 +56,8 @@ Result<MappedFile> MappedFile::open(const std::string& path) {
             return error(StatusCode::kIo) << path << ": mmap failed: " << std::strerror(err);
         }
         f.data_ = static_cast<const uint8_t*>(p);
+        std::lock_guard<std::mutex> lock(g_mappings_mutex);
+        mappings()[uintptr_t(p)] = f.size_;
     }
     ::close(fd);
     return f;
@@ -42,7 +65,7 @@ Result<MappedFile> MappedFile::open(const std::string& path) {
 
 MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
     if (this != &o) {
-        if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+        unmap(data_, size_);
         data_ = o.data_;
         size_ = o.size_;
         path_ = std::move(o.path_);
@@ -53,7 +76,22 @@ MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
 }
 
 MappedFile::~MappedFile() {
-    if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+    unmap(data_, size_);
+}
+
+size_t release_mapped_pages(const void* p, size_t n) {
+    const uintptr_t b = uintptr_t(p), e = b + n;
+    if (!p || n == 0 || e < b) return 0;
+    const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
+    std::lock_guard<std::mutex> lock(g_mappings_mutex);
+    auto it = mappings().upper_bound(b);  // the first mapping starting after b
+    if (it == mappings().begin()) return 0;
+    --it;
+    if (e > it->first + it->second) return 0;  // not (wholly) inside that mapping
+    const uintptr_t lo = (b + page - 1) / page * page, hi = e / page * page;
+    if (hi <= lo) return 0;
+    if (::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED) != 0) return 0;
+    return hi - lo;
 }
 
 Result<std::string> read_text_file(const std::string& path, size_t max_bytes) {

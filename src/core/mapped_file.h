@@ -31,6 +31,13 @@ private:
     std::string path_;
 };
 
+// Drops this process's page-table entries for the whole pages inside [p, p + n) when that range lies
+// in a live MappedFile (MADV_DONTNEED). The file's contents are untouched: a later read faults the
+// page back in from the page cache or the disk, so this is always safe; it only stops pages the
+// process no longer reads (weights copied or repacked elsewhere) from counting in its resident set.
+// Returns the bytes released (0 when the range is not file-mapped or holds no whole page).
+size_t release_mapped_pages(const void* p, size_t n);
+
 // Reads a whole (small) text file, e.g. config.json. Caps the size to refuse absurd inputs.
 Result<std::string> read_text_file(const std::string& path, size_t max_bytes = size_t(256) << 20);
 

@@ -3,6 +3,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +13,7 @@
 
 #include "core/bytes.h"
 #include "core/check.h"
+#include "core/mapped_file.h"
 #include "formats/gguf.h"
 #include "formats/llama2c.h"
 #include "formats/safetensors.h"
@@ -34,10 +36,13 @@ core::Status add_tensor(Checkpoint* ck, std::set<std::string>* names, TensorRef 
     if (!names->insert(t.name).second)
         return core::error(StatusCode::kCorrupt) << ck->path << ": two tensors map to the name '" << t.name << "'";
     if (rope_heads > 0) {
-        auto permuted = permute_tensor(t, rope_heads, RopeOrder::kInterleaved, &ck->owners);
+        std::vector<std::shared_ptr<const void>> buffers;  // the rows', then any row scales'
+        auto permuted = permute_tensor(t, rope_heads, RopeOrder::kInterleaved, &buffers);
         if (!permuted.is_ok())
             return core::error(StatusCode::kCorrupt) << ck->path << ": " << permuted.status().message();
         t = std::move(permuted).value();
+        t.storage = buffers[0];  // the tensor owns its permuted rows (freed with it, or once packed)
+        ck->owners.insert(ck->owners.end(), buffers.begin() + 1, buffers.end());
     }
     ck->tensors.push_back(std::move(t));
     return core::Status::ok();
@@ -106,6 +111,7 @@ core::Result<TensorRef> permute_tensor(const TensorRef& t, int64_t num_heads, Ro
     if (!st.is_ok()) return core::error(StatusCode::kCorrupt) << "tensor '" << t.name << "': " << st.message();
     TensorRef out = t;
     out.data = buf->data();
+    out.storage.reset();  // out's bytes live in `owners`
     owners->push_back(std::move(buf));
     if (t.row_scale) {  // the scales follow their rows
         auto sc = std::make_shared<std::vector<float>>(size_t(t.shape[0]));
@@ -193,6 +199,8 @@ core::Result<Checkpoint> load_hf_checkpoint(const std::string& path) {
                 auto w = decompress_weight(*quantized, module, mod->second, &ck.owners);
                 if (!w.is_ok()) return core::error(w.status().code()) << path << ": " << w.status().message();
                 t = std::move(w).value();
+                // The parts are read once, here: their file pages need not stay resident.
+                for (const auto& [part_name, part] : mod->second) core::release_mapped_pages(part.data, size_t(part.num_bytes));
             }
         }
         std::string name = hf_to_gguf_name(t.name).value_or(t.name);
@@ -348,10 +356,11 @@ core::Status check_checkpoint_tensors(const Checkpoint& ck) {
     return core::Status::ok();
 }
 
-// Moves every tensor into one anonymous mapping (huge pages advised); the Checkpoint owns it.
-core::Status copy_to_anonymous(model::Checkpoint& ck) {
+core::Status copy_to_anonymous(model::Checkpoint& ck, const std::vector<std::string>& keep) {
+    auto copied = [&](const model::TensorRef& t) { return std::find(keep.begin(), keep.end(), t.name) == keep.end(); };
     uint64_t total = 0;
-    for (const model::TensorRef& t : ck.tensors) total += (t.num_bytes + 63) / 64 * 64;
+    for (const model::TensorRef& t : ck.tensors)
+        if (copied(t)) total += (t.num_bytes + 63) / 64 * 64;
     if (total == 0) return core::Status::ok();
     void* p = mmap(nullptr, size_t(total), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
@@ -363,12 +372,30 @@ core::Status copy_to_anonymous(model::Checkpoint& ck) {
     std::shared_ptr<void> owner(p, [total](void* q) { munmap(q, size_t(total)); });
     uint8_t* dst = static_cast<uint8_t*>(p);
     for (model::TensorRef& t : ck.tensors) {
+        if (!copied(t)) continue;
         std::memcpy(dst, t.data, size_t(t.num_bytes));
+        core::release_mapped_pages(t.data, size_t(t.num_bytes));
+        t.storage.reset();  // a converted tensor's own buffer: the copy replaces it
         t.data = dst;
         dst += (t.num_bytes + 63) / 64 * 64;
     }
     ck.owners.push_back(std::move(owner));
     return core::Status::ok();
+}
+
+uint64_t release_tensor_bytes(Checkpoint& ck, const std::vector<std::string>& names) {
+    uint64_t released = 0;
+    for (TensorRef& t : ck.tensors) {
+        if (std::find(names.begin(), names.end(), t.name) == names.end()) continue;
+        if (t.storage) {
+            t.storage.reset();
+            t.data = nullptr;
+            released += t.num_bytes;
+        } else {
+            released += core::release_mapped_pages(t.data, size_t(t.num_bytes));
+        }
+    }
+    return released;
 }
 
 }  // namespace kiln::model

@@ -39,6 +39,10 @@ struct TensorRef {
     // I8 weight matrices only (W8A8 per output channel, from compressed-tensors INT8): one f32 scale
     // per row, row r = int8 values * row_scale[r]; owned like data.
     const float* row_scale = nullptr;
+    // The buffer holding `data` when this tensor alone owns it (converted at load: decompressed or
+    // RoPE-permuted), so that dropping it frees the memory; null when `data` lies in a file mapping
+    // or a buffer in Checkpoint::owners.
+    std::shared_ptr<const void> storage;
     uint64_t num_elements() const;
 };
 
@@ -68,10 +72,17 @@ struct Checkpoint {
 // name (or a safetensors-looking header) a safetensors file with config.json beside it, anything
 // else a llama2.c checkpoint.
 core::Result<Checkpoint> load_checkpoint(const std::string& path);
-// Moves every tensor into one anonymous mapping (huge pages advised) that the Checkpoint owns, so
-// background reclaim of file-backed pages cannot slow a benchmark or a server; kOutOfMemory when it
-// cannot be allocated.
-core::Status copy_to_anonymous(Checkpoint& checkpoint);
+// Moves every tensor except those named in `keep` into one anonymous mapping (huge pages advised)
+// that the Checkpoint owns, so background reclaim of file-backed pages cannot slow a benchmark or a
+// server; the file pages it copied from are then released (core::release_mapped_pages). `keep`
+// names tensors left where they are (the matrices the model reads only through repacked copies:
+// copying them would cost their size for nothing). kOutOfMemory when it cannot be allocated.
+core::Status copy_to_anonymous(Checkpoint& checkpoint, const std::vector<std::string>& keep = {});
+// Lets go of the named tensors' bytes, for matrices that, once repacked, the model never reads
+// again: a tensor that owns its buffer (TensorRef::storage) frees it and is left with data = null;
+// file-mapped bytes are released from the resident set (core::release_mapped_pages) and stay
+// readable. Returns the bytes freed or released.
+uint64_t release_tensor_bytes(Checkpoint& checkpoint, const std::vector<std::string>& names);
 core::Result<Checkpoint> load_gguf_checkpoint(const std::string& path);
 core::Result<Checkpoint> load_hf_checkpoint(const std::string& path);
 core::Result<Checkpoint> load_llama2c_checkpoint(const std::string& path);
@@ -93,7 +104,7 @@ kernels::ref::WeightView weight_view_of(const TensorRef& t);
 core::Status dequantize_tensor_to(const TensorRef& t, float* dst);
 
 // A copy of `t` whose rows are permuted into `to` RoPE order (weight_names.h) in a new buffer that
-// is appended to `owners`.
+// is appended to `owners` (then any permuted row scales); the copy's `storage` is null.
 core::Result<TensorRef> permute_tensor(const TensorRef& t, int64_t num_heads, RopeOrder to,
                                        std::vector<std::shared_ptr<const void>>* owners);
 

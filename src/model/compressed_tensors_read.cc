@@ -111,19 +111,18 @@ core::Status check_e4m3_codes(const std::vector<uint8_t>& codes, int64_t cols, c
                                              << ") is an E4M3 NaN code (0x" << std::hex << int(codes[size_t(i)]) << ")";
 }
 
-TensorRef own(std::string name, DType dtype, uint64_t rows, uint64_t cols, std::vector<uint8_t> bytes,
-              std::vector<std::shared_ptr<const void>>* owners) {
+// A tensor that owns its bytes (TensorRef::storage).
+TensorRef own(std::string name, DType dtype, uint64_t rows, uint64_t cols, std::vector<uint8_t> bytes) {
     auto buf = std::make_shared<std::vector<uint8_t>>(std::move(bytes));
     TensorRef t{std::move(name), dtype, {rows, cols}, buf->data(), buf->size()};
-    owners->push_back(std::move(buf));
+    t.storage = std::move(buf);
     return t;
 }
 
-TensorRef own_f32(std::string name, uint64_t rows, uint64_t cols, const std::vector<float>& v,
-                  std::vector<std::shared_ptr<const void>>* owners) {
+TensorRef own_f32(std::string name, uint64_t rows, uint64_t cols, const std::vector<float>& v) {
     std::vector<uint8_t> bytes(v.size() * 4);
     std::memcpy(bytes.data(), v.data(), bytes.size());
-    return own(std::move(name), DType::kF32, rows, cols, std::move(bytes), owners);
+    return own(std::move(name), DType::kF32, rows, cols, std::move(bytes));
 }
 
 // The weight's [out, in] from weight_shape (packed schemes) or the weight itself.
@@ -226,7 +225,7 @@ core::Result<TensorRef> decompress_weight(const CompressedConfig& config, const 
             auto scales = std::make_shared<std::vector<float>>(std::move(q.scales));
             std::vector<uint8_t> bytes(q.data.size());
             std::memcpy(bytes.data(), q.data.data(), bytes.size());
-            TensorRef t = own(name, DType::kI8, R, C, std::move(bytes), owners);
+            TensorRef t = own(name, DType::kI8, R, C, std::move(bytes));
             t.row_scale = scales->data();
             owners->push_back(std::move(scales));
             return t;
@@ -267,9 +266,9 @@ core::Result<TensorRef> decompress_weight(const CompressedConfig& config, const 
             }
             if (cols % 32 == 0) {
                 KILN_ASSIGN_OR_RETURN(std::vector<uint8_t> b, s.zero_point ? quant::to_q4_1(q) : quant::to_q4_0(q));
-                return own(name, s.zero_point ? DType::kQ4_1 : DType::kQ4_0, R, C, std::move(b), owners);
+                return own(name, s.zero_point ? DType::kQ4_1 : DType::kQ4_0, R, C, std::move(b));
             }
-            return own_f32(name, R, C, quant::dequantize(q), owners);
+            return own_f32(name, R, C, quant::dequantize(q));
         }
         case QuantFormat::kFp8:
         case QuantFormat::kFp8Block: {
@@ -288,9 +287,9 @@ core::Result<TensorRef> decompress_weight(const CompressedConfig& config, const 
             KILN_RETURN_IF_ERROR(check_e4m3_codes(q.data, cols, m));
             if (cols % 32 == 0) {  // the FP8 kernels' blocks, exact
                 KILN_ASSIGN_OR_RETURN(std::vector<uint8_t> b, quant::to_e4m3_b32_blocks(q));
-                return own(name, DType::kE4m3B32, R, C, std::move(b), owners);
+                return own(name, DType::kE4m3B32, R, C, std::move(b));
             }
-            return own_f32(name, R, C, quant::dequantize(q), owners);
+            return own_f32(name, R, C, quant::dequantize(q));
         }
         case QuantFormat::kMxfp8:
         case QuantFormat::kMxfp4: {
@@ -314,9 +313,9 @@ core::Result<TensorRef> decompress_weight(const CompressedConfig& config, const 
             if (cols % quant::kMxBlockSize == 0) {  // the FP4 / FP8 kernels' blocks, exact
                 KILN_ASSIGN_OR_RETURN(std::vector<uint8_t> b,
                                       fp4 ? quant::to_mxfp4_blocks(q) : quant::to_mxfp8_blocks(q));
-                return own(name, fp4 ? DType::kMxfp4 : DType::kMxfp8, R, C, std::move(b), owners);
+                return own(name, fp4 ? DType::kMxfp4 : DType::kMxfp8, R, C, std::move(b));
             }
-            return own_f32(name, R, C, quant::dequantize(q), owners);
+            return own_f32(name, R, C, quant::dequantize(q));
         }
         case QuantFormat::kNvfp4: {
             quant::Nvfp4Matrix q;
@@ -337,9 +336,9 @@ core::Result<TensorRef> decompress_weight(const CompressedConfig& config, const 
             // product outside fp16 makes to_nvfp4_blocks fail: such a matrix stays f32.
             if (cols % 32 == 0) {
                 if (auto b = quant::to_nvfp4_blocks(q); b.is_ok())
-                    return own(name, DType::kNvfp4, R, C, std::move(*b), owners);
+                    return own(name, DType::kNvfp4, R, C, std::move(*b));
             }
-            return own_f32(name, R, C, quant::dequantize(q), owners);
+            return own_f32(name, R, C, quant::dequantize(q));
         }
     }
     return core::error(StatusCode::kInternal) << "unhandled quantization scheme";

@@ -2,6 +2,10 @@
 // Q = num_heads * head_dim, KV = num_kv_heads * head_dim, F = intermediate size, V = vocab.
 #include "model/llama.h"
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #include <algorithm>
 #include <cstring>
 
@@ -86,6 +90,24 @@ static core::Result<ops::Linear> linear(const Checkpoint& ck, const std::string&
     return ops::make_linear(w, lo);
 }
 
+std::vector<std::string> LlamaModel::packed_only_matrices(const Checkpoint& ck, const ops::LinearOptions& lo) {
+    std::vector<std::string> names;
+    if (!ck.config.tie_word_embeddings) names.push_back("output.weight");
+    static const char* const kLayerMatrices[] = {"attn_q.weight",  "attn_k.weight", "attn_v.weight", "attn_output.weight",
+                                                 "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"};
+    for (int64_t l = 0; l < ck.config.num_layers; ++l)
+        for (const char* m : kLayerMatrices) names.push_back("blk." + std::to_string(l) + "." + m);
+    std::erase_if(names, [&](const std::string& name) {
+        const TensorRef* t = ck.find(name);
+        if (!t || t->shape.size() != 2) return true;
+        auto w = matrix(ck, name, int64_t(t->shape[0]), int64_t(t->shape[1]));
+        if (!w) return true;
+        auto plan = ops::plan_linear(*w, lo);
+        return !plan || !plan->packed_kernel;
+    });
+    return names;
+}
+
 core::Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const Checkpoint& ck, core::ThreadPool* pool,
                                                              const ops::LinearOptions& lo) {
     KILN_CHECK(pool != nullptr) << "LlamaModel needs a thread pool";
@@ -140,6 +162,19 @@ core::Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const Checkpoint& c
         }
         m->layers_.push_back(std::move(L));
     }
+    return m;
+}
+
+core::Result<std::unique_ptr<LlamaModel>> create_model(Checkpoint& ck, core::ThreadPool* pool,
+                                                       const ops::LinearOptions& lo, WeightMemory memory) {
+    std::vector<std::string> packed_only;
+    if (check_checkpoint_tensors(ck).is_ok()) packed_only = LlamaModel::packed_only_matrices(ck, lo);
+    if (memory == WeightMemory::kAnonymous) KILN_RETURN_IF_ERROR(copy_to_anonymous(ck, packed_only));
+    KILN_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> m, LlamaModel::create(ck, pool, lo));
+    release_tensor_bytes(ck, packed_only);
+#ifdef __GLIBC__
+    malloc_trim(0);  // hand the freed conversion buffers back to the OS (glibc keeps them otherwise)
+#endif
     return m;
 }
 

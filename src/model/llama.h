@@ -80,6 +80,13 @@ public:
     static core::Result<std::unique_ptr<LlamaModel>> create(const Checkpoint& checkpoint, core::ThreadPool* pool,
                                                             const ops::LinearOptions& linear = {});
 
+    // The weight matrices that create() with these options reads only through repacked copies
+    // (ops::plan_linear picks a packed kernel): their original bytes are not needed once the model
+    // exists (copy_to_anonymous need not copy them; release_tensor_bytes can drop them). Never the
+    // token embedding, whose rows the lookup reads. Call after check_checkpoint_tensors passed.
+    static std::vector<std::string> packed_only_matrices(const Checkpoint& checkpoint,
+                                                         const ops::LinearOptions& linear = {});
+
     const ModelConfig& config() const { return config_; }
 
     // Runs `tokens` at positions cache.size() .. and appends them to the cache. Returns logits
@@ -132,5 +139,18 @@ private:
     std::vector<double> inv_freq_;  // [head_dim / 2]
     LinearInputHook hook_;
 };
+
+// Where a model's weights live while it runs.
+enum class WeightMemory {
+    kFileMapping,  // read from the file mapping (fast start; the OS may page them out and back in)
+    kAnonymous,    // copied into anonymous memory (huge pages advised) first: steady speed
+};
+
+// LlamaModel::create over `checkpoint` with the weights placed as `memory` says, each resident once:
+// the matrices the model reads only through repacked copies (packed_only_matrices) are packed
+// straight from the file mapping and their file pages released afterwards, never copied. The
+// checkpoint must outlive the model.
+core::Result<std::unique_ptr<LlamaModel>> create_model(Checkpoint& checkpoint, core::ThreadPool* pool,
+                                                       const ops::LinearOptions& linear, WeightMemory memory);
 
 }  // namespace kiln::model

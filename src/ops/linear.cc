@@ -82,6 +82,7 @@ core::Result<Linear> make_linear(const kernels::ref::WeightView& w, const Linear
         plan.packed_kernel->pack(w.data, w.row_bytes, w.rows, w.cols, buf.get());
         l.packed_kernel = plan.packed_kernel;
         l.packed = std::move(buf);
+        l.w.data = nullptr;  // never read again: the original may be released (model::create_model)
     }
     return l;
 }
@@ -136,7 +137,7 @@ core::Status linear_group(core::ThreadPool& pool, const float* x, int64_t m, std
     bool all_kernels = true;
     for (const LinearPart& p : parts) {
         const kernels::ref::WeightView& w = p.linear->w;
-        if (w.rows <= 0 || w.cols != K || !w.data)
+        if (w.rows <= 0 || w.cols != K || (!w.data && !p.linear->packed))
             return core::error(core::StatusCode::kInvalidArgument) << "linear: parts must share the input width";
         total += w.rows;
         all_kernels = all_kernels && p.linear->kernel;

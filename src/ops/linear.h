@@ -25,15 +25,16 @@ struct LinearOptions {
     // Quantized weights times f32 activations (the scalar reference path): slow, but equal to a float
     // forward pass up to rounding. Float weights (F32/F16/BF16) always use f32 activations.
     bool f32_activations = false;
-    // Repack legacy-format weights (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) at load into 8-row groups with the
-    // scales side by side (kernels/cpu PackedMatmulKernel): the same results, bit for bit, from
-    // fewer instructions. Costs a second copy of those matrices (the originals stay mapped; only
-    // tied embedding rows are read from them again).
+    // Repack the weights at load where this ISA has a packed kernel (kernels/cpu/matmul.h,
+    // PackedMatmulKernel: the integer layouts give the row kernels' bits, the float panels and
+    // K-quants agree within rounding). The packed copy is new memory; the original is needed only
+    // where something else reads it (a tied embedding's rows), and model::create_model releases it
+    // otherwise.
     bool pack = true;
 };
 
 struct Linear {
-    kernels::ref::WeightView w;                          // [rows, cols] as stored
+    kernels::ref::WeightView w;                          // [rows, cols] as stored; data null when packed
     const kernels::cpu::MatmulKernel* kernel = nullptr;  // nullptr: the f32 reference path
     kernels::cpu::Isa isa = kernels::cpu::Isa::kRef;     // the ISA of `kernel`
     const kernels::cpu::PackedMatmulKernel* packed_kernel = nullptr;  // with `packed`: used instead of kernel->gemm

@@ -1,0 +1,104 @@
+// Weights resident once: core::release_mapped_pages drops only whole pages of a live file mapping
+// and leaves the bytes readable; create_model packs the repacked-only matrices straight from the
+// file (copy_to_anonymous keeps them in place), frees the ones converted into buffers of their own
+// (an HF folder's RoPE-permuted q/k), and gives the same logits as a model built over the plain
+// file mapping, for stories260K as GGUF and as an HF safetensors folder.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/mapped_file.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/matmul.h"
+#include "model/checkpoint.h"
+#include "model/convert.h"
+#include "model/llama.h"
+#include "support/test_support.h"
+
+namespace kiln::model {
+namespace {
+
+TEST(WeightMemory, ReleaseMappedPagesDropsWholePagesOfFileMappingsOnly) {
+    const size_t page = size_t(sysconf(_SC_PAGESIZE));
+    std::vector<uint8_t> bytes(3 * page + 100);
+    std::mt19937 rng(7);
+    for (uint8_t& b : bytes) b = uint8_t(rng());
+    const std::string path = test::temp_dir("weight_memory") + "/blob.bin";
+    test::write_file(path, bytes);
+    auto f = core::MappedFile::open(path);
+    ASSERT_TRUE(f.is_ok()) << f.status().to_string();
+    const uint8_t* d = f->data();
+    ASSERT_EQ(reinterpret_cast<uintptr_t>(d) % page, 0u);
+    ASSERT_EQ(0, std::memcmp(d, bytes.data(), bytes.size()));  // fault every page in
+    // [10, size - 10): whole pages 1 and 2 only (page 0 and the tail page are partly outside).
+    EXPECT_EQ(core::release_mapped_pages(d + 10, bytes.size() - 20), 2 * page);
+    EXPECT_EQ(0, std::memcmp(d, bytes.data(), bytes.size()));  // released pages read back from the file
+    EXPECT_EQ(core::release_mapped_pages(d + 1, page), 0u);    // no whole page inside
+    EXPECT_EQ(core::release_mapped_pages(d, bytes.size() + 1), 0u);  // runs past the mapping
+    EXPECT_EQ(core::release_mapped_pages(bytes.data(), bytes.size()), 0u);  // heap memory: never
+    EXPECT_EQ(core::release_mapped_pages(nullptr, page), 0u);
+    EXPECT_EQ(0, std::memcmp(bytes.data(), d, bytes.size()));
+}
+
+class WeightMemoryModel : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(WeightMemoryModel, PackedOnlyMatricesStayMappedAndLogitsMatch) {
+    const std::string src = test::testdata("models/stories260K/stories260K.bin");
+    if (!test::file_exists(src)) GTEST_SKIP() << "no test data";
+    std::string path = test::temp_dir("weight_memory_" + GetParam()) + (GetParam() == "gguf" ? "/m.gguf" : "/hf");
+    ConvertOptions co;
+    co.to = GetParam();
+    const core::Status converted = convert_checkpoint(src, path, co);
+    ASSERT_TRUE(converted.is_ok()) << converted.to_string();
+    auto ck = load_checkpoint(path), plain = load_checkpoint(path);
+    ASSERT_TRUE(ck.is_ok() && plain.is_ok()) << ck.status().to_string();
+
+    const ops::LinearOptions lo;  // the best ISA, packing on
+    std::vector<std::string> names = LlamaModel::packed_only_matrices(*ck, lo);
+    ops::LinearOptions no_pack = lo;
+    no_pack.pack = false;
+    EXPECT_TRUE(LlamaModel::packed_only_matrices(*ck, no_pack).empty());
+    EXPECT_EQ(std::count(names.begin(), names.end(), "token_embd.weight"), 0);  // the lookup reads its rows
+    const bool f32_panels = kernels::cpu::find_packed_matmul_kernel(core::DType::kF32, lo.isa) != nullptr;
+    // stories260K: tied embeddings, 5 layers x 7 f32 matrices, every one packed where f32 panels exist.
+    EXPECT_EQ(names.size(), f32_panels ? size_t(5 * 7) : size_t(0));
+
+    std::vector<const uint8_t*> before;
+    for (const TensorRef& t : ck->tensors) before.push_back(t.data);
+    core::ThreadPool pool(2);
+    auto model = create_model(*ck, &pool, lo, WeightMemory::kAnonymous);
+    ASSERT_TRUE(model.is_ok()) << model.status().to_string();
+    for (size_t i = 0; i < ck->tensors.size(); ++i) {
+        const TensorRef& t = ck->tensors[i];
+        const bool kept = std::count(names.begin(), names.end(), t.name) > 0;
+        // HF q/k rows are RoPE-permuted into buffers of their own: those are freed once packed.
+        const bool owned = GetParam() == "safetensors" && (t.name.ends_with("attn_q.weight") || t.name.ends_with("attn_k.weight"));
+        EXPECT_EQ(t.data == nullptr, kept && owned) << t.name;
+        EXPECT_EQ(t.storage == nullptr, true) << t.name << ": a copied or released tensor keeps no buffer";
+        if (!t.data) continue;
+        EXPECT_EQ(t.data == before[i], kept) << t.name << (kept ? " was copied" : " was not copied");
+        const TensorRef* p = plain->find(t.name);
+        ASSERT_NE(p, nullptr);
+        EXPECT_EQ(0, std::memcmp(t.data, p->data, size_t(t.num_bytes))) << t.name;
+    }
+    auto reference = LlamaModel::create(*plain, &pool, lo);
+    ASSERT_TRUE(reference.is_ok()) << reference.status().to_string();
+    const std::vector<int32_t> ids = {1, 403, 407, 261, 378};
+    KvCache a((*model)->config(), 64), b((*reference)->config(), 64);
+    auto la = (*model)->forward(ids, a, /*all_logits=*/true);
+    auto lb = (*reference)->forward(ids, b, /*all_logits=*/true);
+    ASSERT_TRUE(la.is_ok() && lb.is_ok());
+    ASSERT_EQ(la->size(), lb->size());
+    EXPECT_EQ(0, std::memcmp(la->data(), lb->data(), la->size() * sizeof(float)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, WeightMemoryModel, ::testing::Values("gguf", "safetensors"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace kiln::model
