@@ -216,8 +216,9 @@ struct Shape {
 // (14336x4096, 235 MB in f32: streams from DRAM for every type).
 constexpr Shape kDecodeShapes[] = {{2048, 2048}, {5632, 2048}, {2048, 5632}, {14336, 4096}};
 constexpr DType kDecodeTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0, DType::kI8,
-                                  DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ6_K};
-constexpr DType kPrefillTypes[] = {DType::kF32, DType::kQ8_0, DType::kI8, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K};
+                                  DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+constexpr DType kPrefillTypes[] = {DType::kF32,  DType::kQ8_0, DType::kI8,  DType::kQ4_0,
+                                   DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
 constexpr Shape kPrefillShapes[] = {{2048, 2048}, {5632, 2048}};
 constexpr int64_t kPrefillTokens[] = {64, 512};
 

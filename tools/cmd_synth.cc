@@ -41,7 +41,7 @@ constexpr const char* kSynthUsage =
     "Writes a GGUF with seeded random weights at the shapes of a real model (for benchmarks).\n"
     "\n"
     "  --preset NAME    model shapes (--list shows them)\n"
-    "  --dtype T        weight matrices: f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, mxfp4 (norms and biases stay f32)\n"
+    "  --dtype T        weight matrices: f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q5_k, mxfp4 (norms and biases stay f32)\n"
     "  -o, --output F   the GGUF file to write\n"
     "  --seed S         RNG seed (default 0); same seed, same file\n"
     "  --layers N       override the layer count (small test files)\n"
@@ -220,7 +220,7 @@ int cmd_synth(int argc, char** argv) {
     std::optional<core::DType> dtype = core::dtype_from_name(*dtype_name);
     if (!dtype || !synth_dtype_supported(*dtype)) {
         std::fprintf(stderr,
-                     "kiln synth: unsupported --dtype '%s' (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, mxfp4)\n",
+                     "kiln synth: unsupported --dtype '%s' (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q5_k, mxfp4)\n",
                      dtype_name->c_str());
         return 2;
     }
@@ -258,7 +258,7 @@ int cmd_synth(int argc, char** argv) {
     }
     const std::vector<SynthTensor> plan = synth_tensor_plan(config, *dtype);
     for (const SynthTensor& t : plan) {
-        if (t.row_bytes() == 0) {  // e.g. q4_k (256-element blocks) on a model 288 wide
+        if (t.row_bytes() == 0) {  // e.g. q4_k / q5_k (256-element blocks) on a model 288 wide
             std::fprintf(stderr, "kiln synth: --dtype %s needs every matrix row to be whole blocks; %s has %llu columns\n",
                          dtype_name->c_str(), t.name.c_str(), static_cast<unsigned long long>(t.cols()));
             return 2;

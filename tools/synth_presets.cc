@@ -108,13 +108,16 @@ void quantize_q4_1(const float* x, int64_t n, uint8_t* dst) {
 }
 
 // Q4_K (256 elements: fp16 d, dmin, 12 bytes of 6-bit scales / mins, 128 bytes of nibbles;
-// x = d sc_j q - dmin m_j per 32-element sub-block j). A plain min/max fit, not ggml's iterative
-// make_qkx2_quants search: sub-block step s_j = (max_j - min(min_j, 0)) / 15 and offset
-// o_j = -min(min_j, 0); d = max s_j / 63, dmin = max o_j / 63; sc_j, m_j rounded to 6 bits;
-// q = round((x + dmin m_j) / (d sc_j)) clamped to 0..15.
-void quantize_q4_k(const float* x, int64_t n, uint8_t* dst) {
-    constexpr int kQK_K = 256;
-    for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K, dst += 144) {
+// x = d sc_j q - dmin m_j per 32-element sub-block j), or Q5_K (kFiveBit: the same with 32 bytes of
+// fifth bits qh before the nibbles, q = 0..31). A plain min/max fit, not ggml's iterative
+// make_qkx2_quants search: sub-block step s_j = (max_j - min(min_j, 0)) / L (L = 15, or 31) and
+// offset o_j = -min(min_j, 0); d = max s_j / 63, dmin = max o_j / 63; sc_j, m_j rounded to 6 bits;
+// q = round((x + dmin m_j) / (d sc_j)) clamped to 0..L.
+template <bool kFiveBit>
+void quantize_k4(const float* x, int64_t n, uint8_t* dst) {
+    constexpr int kQK_K = 256, kLevels = kFiveBit ? 31 : 15;
+    constexpr int64_t kBytes = kFiveBit ? 176 : 144;
+    for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K, dst += kBytes) {
         float step[8], off[8], max_step = 0, max_off = 0;
         for (int j = 0; j < 8; ++j) {
             float lo = 0, hi = -FLT_MAX;
@@ -122,7 +125,7 @@ void quantize_q4_k(const float* x, int64_t n, uint8_t* dst) {
                 lo = std::min(lo, x[32 * j + l]);
                 hi = std::max(hi, x[32 * j + l]);
             }
-            step[j] = (hi - lo) / 15.0f;
+            step[j] = (hi - lo) / float(kLevels);
             off[j] = -lo;
             max_step = std::max(max_step, step[j]);
             max_off = std::max(max_off, off[j]);
@@ -143,14 +146,17 @@ void quantize_q4_k(const float* x, int64_t n, uint8_t* dst) {
             q[j + 4] = uint8_t((m[j] & 63) | ((m[j + 4] >> 4) << 6));
             q[j + 8] = uint8_t((sc[j + 4] & 15) | ((m[j + 4] & 15) << 4));
         }
-        uint8_t* qs = dst + 16;
+        uint8_t* qh = dst + 16;  // Q5_K only: bit j of qh[l] = bit 4 of element l of sub-block j
+        uint8_t* qs = dst + (kFiveBit ? 48 : 16);
+        if (kFiveBit) std::memset(qh, 0, 32);
         for (int j = 0; j < 8; ++j) {
             const float scale = d * float(sc[j]), shift = dmin * float(m[j]);
             const float inv = scale > 0 ? 1.0f / scale : 0.0f;
             for (int l = 0; l < 32; ++l) {
-                const int v = std::clamp(int(std::lround((x[32 * j + l] + shift) * inv)), 0, 15);
+                const int v = std::clamp(int(std::lround((x[32 * j + l] + shift) * inv)), 0, kLevels);
                 uint8_t& byte = qs[32 * (j / 2) + l];
-                byte = j % 2 ? uint8_t(byte | (v << 4)) : uint8_t(v);
+                byte = j % 2 ? uint8_t(byte | ((v & 15) << 4)) : uint8_t(v & 15);
+                if (kFiveBit) qh[l] = uint8_t(qh[l] | ((v >> 4) << j));
             }
         }
     }
@@ -205,7 +211,7 @@ model::ModelConfig synth_config(const SynthPreset& p, int64_t num_layers) {
 bool synth_dtype_supported(core::DType t) {
     using core::DType;
     return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || t == DType::kQ8_0 || t == DType::kQ4_0 ||
-           t == DType::kQ4_1 || t == DType::kQ4_K || t == DType::kMxfp4;
+           t == DType::kQ4_1 || t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kMxfp4;
 }
 
 uint64_t SynthTensor::row_bytes() const {
@@ -281,7 +287,10 @@ void quantize_row(core::DType type, const float* x, int64_t n, uint8_t* dst) {
             quantize_q4_1(x, n, dst);
             break;
         case core::DType::kQ4_K:
-            quantize_q4_k(x, n, dst);
+            quantize_k4<false>(x, n, dst);
+            break;
+        case core::DType::kQ5_K:
+            quantize_k4<true>(x, n, dst);
             break;
         case core::DType::kMxfp4: {  // OCP MX rounding (quant/mx.h), repacked into ggml blocks
             auto m = quant::quantize_mxfp4(std::span<const float>(x, size_t(n)), 1, n);

@@ -35,7 +35,7 @@ std::string synth_preset_names();                               // "a, b, c" for
 // The preset's config; num_layers > 0 overrides the layer count.
 model::ModelConfig synth_config(const SynthPreset& p, int64_t num_layers);
 
-// Weight dtypes `kiln synth` writes (f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, mxfp4).
+// Weight dtypes `kiln synth` writes (f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q5_k, mxfp4).
 bool synth_dtype_supported(core::DType t);
 
 enum class SynthKind { kMatrix, kNorm, kBias };
@@ -59,7 +59,7 @@ std::vector<SynthTensor> synth_tensor_plan(const model::ModelConfig& c, core::DT
 void synth_rows(const SynthTensor& t, uint64_t seed, uint64_t tensor_idx, uint64_t row_begin, uint64_t row_end,
                 uint8_t* dst, float* scratch);
 
-// fp32 row -> `type` bytes (f32, f16, bf16, q8_0, q4_0, q4_1, q4_k); n a multiple of the block size.
+// fp32 row -> `type` bytes (f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q5_k, mxfp4); n a multiple of the block size.
 void quantize_row(core::DType type, const float* x, int64_t n, uint8_t* dst);
 
 // A minimal SentencePiece ("llama") tokenizer of exactly vocab_size pieces (>= 259): <unk>, <s>,

@@ -40,7 +40,7 @@ std::vector<uint8_t> legacy_weights(DType t, int64_t rows, int64_t k, uint32_t s
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> uni(0.002f, 0.02f);
     for (uint8_t& b : buf) b = uint8_t(rng());
-    const bool has_min = t == DType::kQ4_1 || t == DType::kQ5_1 || t == DType::kQ4_K;  // Q4_K: d, dmin
+    const bool has_min = t == DType::kQ4_1 || t == DType::kQ5_1 || t == DType::kQ4_K || t == DType::kQ5_K;  // K: d, dmin
     if (t == DType::kMxfp4) {  // E8M0 scales 2^-8 .. 2^1
         for (size_t off = 0; off < buf.size(); off += info.block_bytes) buf[off] = uint8_t(119 + rng() % 10);
         return buf;
@@ -67,8 +67,8 @@ TEST(PackedMatmul, BitIdenticalToRowLayoutOnEveryIsa) {
     for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
         if (!isa_supported(isa) || !find_matmul_kernel(DType::kQ8_0, isa)) continue;
         ++isas;
-        EXPECT_EQ(find_packed_matmul_kernel(DType::kQ5_K, isa), nullptr);
         EXPECT_EQ(find_packed_matmul_kernel(DType::kQ4_K, isa) != nullptr, isa == Isa::kAvx512Vnni);
+        EXPECT_EQ(find_packed_matmul_kernel(DType::kQ5_K, isa) != nullptr, isa == Isa::kAvx512Vnni);
         EXPECT_EQ(find_packed_matmul_kernel(DType::kQ6_K, isa) != nullptr, isa == Isa::kAvx512Vnni);
         std::vector<DType> types(std::begin(kLegacy), std::end(kLegacy));
         for (DType t : kFp4) {
@@ -331,7 +331,7 @@ TEST(PackedMatmul, FloatPanelsMatchReferenceAndAreBatchInvariant) {
     if (isas == 0) GTEST_SKIP() << "no AVX-512 level on this CPU";
 }
 
-// Q4_K and Q6_K at avx512-vnni (16-row groups, lanes = rows; kernels/cpu/simd_vnni_kquant.h): against the ref
+// Q4_K, Q5_K and Q6_K at avx512-vnni (16-row groups, lanes = rows; kernels/cpu/simd_vnni_kquant.h): against the ref
 // kernel within 1e-5 of sum |w x| (the same exact integers per super-block, another fp32 order),
 // batch invariant, bit-identical over row ranges, nothing written outside them; then ops::linear
 // packed on 1 and 2 threads bit-identical and against the unpacked kernel within the same bound.
@@ -369,7 +369,8 @@ void expect_linear_packed_matches(DType t, const std::vector<uint8_t>& w, const 
     }
 }
 
-// Random K-quant blocks with sane fp16 scales: Q4_K's d, dmin first (legacy_weights), Q6_K's d at 208.
+// Random K-quant blocks with sane fp16 scales: Q4_K's / Q5_K's d, dmin first (legacy_weights), Q6_K's d
+// at 208.
 std::vector<uint8_t> kquant_weights(DType t, int64_t rows, int64_t k, uint32_t seed) {
     std::vector<uint8_t> w = legacy_weights(t, rows, k, seed);
     if (t == DType::kQ6_K) {
@@ -420,6 +421,8 @@ void check_kquant_groups(DType t, size_t sb_bytes) {
 TEST(PackedMatmul, KQuantGroupsMatchReferenceAndAreBatchInvariant) {
     if (!isa_supported(Isa::kAvx512Vnni)) GTEST_SKIP() << "no AVX-512 VNNI";
     check_kquant_groups(DType::kQ4_K, 2368);  // 16 rows' d, dmin, unpacked scales / mins, nibbles
+    if (HasFatalFailure()) return;
+    check_kquant_groups(DType::kQ5_K, 2880);  // as Q4_K, then the 16 rows' qh
     if (HasFatalFailure()) return;
     check_kquant_groups(DType::kQ6_K, 3360);  // exactly the 16 rows' ggml bytes
 }

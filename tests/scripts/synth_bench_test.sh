@@ -93,6 +93,7 @@ expect 2 "unknown preset 'gpt-9'.*tiny" "$KILN_BIN" synth --preset gpt-9 --dtype
 expect 2 "unsupported --dtype 'q3_k'" "$KILN_BIN" synth --preset tiny --dtype q3_k -o "$T/x.gguf"
 expect 2 "unsupported --dtype 'int3'" "$KILN_BIN" synth --preset tiny --dtype int3 -o "$T/x.gguf"
 expect 2 "needs every matrix row to be whole blocks; token_embd.weight has 128 columns" "$KILN_BIN" synth --preset tiny --dtype q4_k -o "$T/x.gguf"
+expect 2 "needs every matrix row to be whole blocks; token_embd.weight has 128 columns" "$KILN_BIN" synth --preset tiny --dtype q5_k -o "$T/x.gguf"
 expect 2 "required" "$KILN_BIN" synth --preset tiny --dtype q4_0
 expect 2 "--layers" "$KILN_BIN" synth --preset tiny --dtype q4_0 --layers 0 -o "$T/x.gguf"
 expect 2 "--seed" "$KILN_BIN" synth --preset tiny --dtype q4_0 --seed -3 -o "$T/x.gguf"

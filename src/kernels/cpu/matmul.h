@@ -122,7 +122,9 @@ struct MatmulKernel {
 // rows per 512-bit vpdpbusd, kernels/cpu/simd_vnni_kernels.h; r0 a multiple of 16), the same bytes
 // padded to 16 rows and the same bit-identity; I8 rows are packed at
 // kAvx512Vnni only (kernels/cpu/simd_i8_kernels.h: w + 128, 4 elements x 8 rows per vector; r0 a
-// multiple of 8 as well). F32, F16, E4M3_B32 and MXFP8 rows (and BF16 at kAvx512Vnni) are packed
+// multiple of 8 as well); Q4_K, Q5_K and Q6_K in 16-row groups at kAvx512Vnni only
+// (kernels/cpu/simd_vnni_kquant.h: within rounding of the row kernels, not their bits). F32, F16,
+// E4M3_B32 and MXFP8 rows (and BF16 at kAvx512Vnni) are packed
 // at the AVX-512 levels in 16-row k-major panels for an outer-product GEMM
 // (kernels/cpu/simd_float_packed.h: r0 a multiple of 16; batch invariant, but another summation
 // order than the row kernel, so not its bits). A packed buffer is only valid for the ISA whose

@@ -33,6 +33,7 @@ const MatmulKernel* avx512vnni_matmul_kernel(core::DType weight_type) {
 const PackedMatmulKernel* avx512vnni_packed_kernel(core::DType weight_type) {
     if (weight_type == core::DType::kI8) return &kVnniI8Packed;  // simd_i8_kernels.h
     if (weight_type == core::DType::kQ4_K) return &kVnniQ4KPacked;  // simd_vnni_kquant.h
+    if (weight_type == core::DType::kQ5_K) return &kVnniQ5KPacked;
     if (weight_type == core::DType::kQ6_K) return &kVnniQ6KPacked;
     if (const PackedMatmulKernel* k = float_packed_kernel(weight_type)) return k;  // simd_float_packed.h
     return vnni_packed_kernel(weight_type);

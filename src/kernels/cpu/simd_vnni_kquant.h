@@ -1,14 +1,19 @@
-// Packed Q4_K and Q6_K weights at the AVX-512 VNNI level (matmul_avx512vnni.cc), ActQ8K activations: lanes =
-// rows, as the packed legacy formats (simd_vnni_kernels.h), so a 512-bit vpdpbusd adds 4 products to
-// each of 16 rows and no horizontal sum is needed. The row kernel (K4 in simd_kquant_kernels.h) runs
-// 1-2 rows at a time with vpmaddubsw / vpmaddwd and reads ~19 GB/s from L3 on two threads.
+// Packed Q4_K, Q5_K and Q6_K weights at the AVX-512 VNNI level (matmul_avx512vnni.cc), ActQ8K
+// activations: lanes = rows, as the packed legacy formats (simd_vnni_kernels.h), so a 512-bit
+// vpdpbusd adds 4 products to each of 16 rows and no horizontal sum is needed. The row kernel (K4 in
+// simd_kquant_kernels.h) runs 1-2 rows at a time with vpmaddubsw / vpmaddwd and reads ~19 GB/s from
+// L3 on two threads.
 //
-// Layout: rows in groups of 16 (the last group's missing rows repeat its last row); per group and
-// 256-element super-block (kSbBytes = 2368, 2.8% more than the 16 rows' 2304 ggml bytes):
-//   fp16 d[16] | fp16 dmin[16] | u8 sc[8][16] | u8 m[8][16] | 32 vectors of 64 bytes,
+// Q4_K / Q5_K layout: rows in groups of 16 (the last group's missing rows repeat its last row); per
+// group and 256-element super-block (kSbBytes = 2368 for Q4_K, 2.8% more than the 16 rows' 2304
+// ggml bytes; 2880 for Q5_K, 2.3% more than 2816):
+//   fp16 d[16] | fp16 dmin[16] | u8 sc[8][16] | u8 m[8][16] | 32 vectors of 64 bytes
+//   | Q5_K only: 8 vectors of 64 bytes,
 // the 6-bit scales and mins unpacked (sub-block j of row i at [j][i]); vector 8 p + c holds bytes
 // 4 c .. 4 c + 3 of row i's qs chunk p (qs[32 p ..]) at bytes 4 i ..: its low nibbles are elements
-// 4 c .. 4 c + 3 of sub-block 2 p, its high nibbles the same of sub-block 2 p + 1.
+// 4 c .. 4 c + 3 of sub-block 2 p, its high nibbles the same of sub-block 2 p + 1. Q5_K's vector c
+// of the last 8 holds qh[4 c .. 4 c + 3] of row i at bytes 4 i ..: bit j of each is bit 4 of that
+// element of sub-block j, OR-ed into the nibble before the vpdpbusd.
 //
 // Arithmetic per (row, token, super-block), as the ref kernel (k4_block_dot): exact int32
 // sum_sc = sum_j sc_j * dot_j (dot_j by vpdpbusd, times sc_j by vpmulld) and sum_min = sum_j m_j *
@@ -45,22 +50,26 @@ void kquant_pack_walk(const void* w, size_t wrb, int64_t rows, int64_t k, int64_
     }
 }
 
-struct VnniQ4K {
+template <bool kFiveBit>  // false: Q4_K, true: Q5_K
+struct VnniK4 {
     static constexpr int kRows = 16;
     static constexpr int kMaxTokens = 8;
-    static constexpr int64_t kSc = 64, kMin = 192, kQs = 320;  // header offsets
-    static constexpr int64_t kSbBytes = kQs + 32 * 64;
+    static constexpr int64_t kSc = 64, kMin = 192, kQs = 320, kQh = kQs + 32 * 64;  // offsets
+    static constexpr int64_t kSbBytes = kQh + (kFiveBit ? 8 * 64 : 0);
+    static constexpr int64_t kSrcBytes = int64_t(kFiveBit ? blk::kQ5_KBytes : blk::kQ4_KBytes);
+    static constexpr size_t kSrcScales = kFiveBit ? blk::kQ5_KScales : blk::kQ4_KScales;
+    static constexpr size_t kSrcQs = kFiveBit ? blk::kQ5_KQs : blk::kQ4_KQs;
+    static_assert(blk::kQ4_KD == blk::kQ5_KD && blk::kQ4_KDmin == blk::kQ5_KDmin);
 
     static size_t packed_bytes(int64_t rows, int64_t k) {
         return size_t((rows + kRows - 1) / kRows) * size_t(k / blk::kQK_K) * size_t(kSbBytes);
     }
 
     static void pack(const void* w, size_t wrb, int64_t rows, int64_t k, void* dst) {
-        kquant_pack_walk(w, wrb, rows, k, int64_t(blk::kQ4_KBytes), kSbBytes, dst,
-                         [](uint8_t* out, int i, const uint8_t* b) {
+        kquant_pack_walk(w, wrb, rows, k, kSrcBytes, kSbBytes, dst, [](uint8_t* out, int i, const uint8_t* b) {
             std::memcpy(out + 2 * i, b + blk::kQ4_KD, 2);
             std::memcpy(out + 32 + 2 * i, b + blk::kQ4_KDmin, 2);
-            const uint8_t* q = b + blk::kQ4_KScales;  // 6-bit scales and mins, as dequant.cc
+            const uint8_t* q = b + kSrcScales;  // 6-bit scales and mins, as dequant.cc
             for (int j = 0; j < 8; ++j) {
                 const int sc = j < 4 ? q[j] & 63 : (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4);
                 const int m = j < 4 ? q[j + 4] & 63 : (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
@@ -69,7 +78,10 @@ struct VnniQ4K {
             }
             for (int p = 0; p < 4; ++p) {
                 for (int c = 0; c < 8; ++c)
-                    std::memcpy(out + kQs + 64 * (8 * p + c) + 4 * i, b + blk::kQ4_KQs + 32 * p + 4 * c, 4);
+                    std::memcpy(out + kQs + 64 * (8 * p + c) + 4 * i, b + kSrcQs + 32 * p + 4 * c, 4);
+            }
+            if constexpr (kFiveBit) {
+                for (int c = 0; c < 8; ++c) std::memcpy(out + kQh + 64 * c + 4 * i, b + blk::kQ5_KQh + 4 * c, 4);
             }
         });
     }
@@ -80,7 +92,7 @@ struct VnniQ4K {
                      int valid, const uint8_t* next_group) {
         constexpr __mmask16 kAll = 0xffff;
         const int64_t nsb = k / blk::kQK_K;
-        const __m512i m4 = _mm512_set1_epi8(0x0f);
+        const __m512i m4 = _mm512_set1_epi8(0x0f), bit4 = _mm512_set1_epi8(0x10);
         __m512 acc[T];
         for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
         for (int64_t s = 0; s < nsb; ++s) {
@@ -95,6 +107,13 @@ struct VnniQ4K {
                 for (int c = 0; c < 8; ++c) {
                     const __m512i v = _mm512_loadu_si512(g + kQs + 64 * (8 * (j / 2) + c));
                     wq[c] = _mm512_and_si512(j % 2 ? _mm512_srli_epi16(v, 4) : v, m4);
+                    if constexpr (kFiveBit) {  // bit j of each qh byte to bit 4 (16-bit shifts by <= 4
+                        // keep bit 4 of every byte within its byte)
+                        const __m512i h = _mm512_loadu_si512(g + kQh + 64 * c);
+                        const __m512i hb = j <= 4 ? _mm512_sll_epi16(h, _mm_cvtsi32_si128(4 - j))
+                                                  : _mm512_srl_epi16(h, _mm_cvtsi32_si128(j - 4));
+                        wq[c] = _mm512_or_si512(wq[c], _mm512_and_si512(hb, bit4));
+                    }
                 }
                 for (int t = 0; t < T; ++t) {
                     const uint8_t* xq = act + t * int64_t(arb) + s * int64_t(blk::kActQ8KBytes) + blk::kActQ8KQ + 32 * j;
@@ -169,7 +188,8 @@ struct VnniQ4K {
     }
 };
 
-constexpr PackedMatmulKernel kVnniQ4KPacked{VnniQ4K::packed_bytes, VnniQ4K::pack, VnniQ4K::gemm};
+constexpr PackedMatmulKernel kVnniQ4KPacked{VnniK4<false>::packed_bytes, VnniK4<false>::pack, VnniK4<false>::gemm};
+constexpr PackedMatmulKernel kVnniQ5KPacked{VnniK4<true>::packed_bytes, VnniK4<true>::pack, VnniK4<true>::gemm};
 
 // Q6_K (ggml block_q6_K: 6-bit values u = 0..63 as a low nibble in ql and 2 high bits in qh, 16
 // int8 scales per 16 elements, fp16 d; x = d sc_i (u - 32)). Per group of 16 rows and super-block
