@@ -18,6 +18,9 @@
 //                   Attention score/value flops (4 * layers * q_dim * context) are not counted.
 //   achieved_gbps = bytes_per_token * tokens_per_s / 1e9 ; pct_of_bw_limit = 100 * achieved / bw_limit
 //   achieved_gops = ops_per_token * tokens_per_s / 1e9   ; pct_of_peak = 100 * achieved / peak_gops
+//   tg only: ambient_bw_gbps = median over runs of (read-pass bytes / read-pass seconds) of the
+//   passes between that run's decode steps; pct_of_ambient_bw = median over runs of 100 * the
+//   run's achieved GB/s / its ambient GB/s (decode time excludes the passes)
 //   peak_gops = the peak of the arithmetic the matmuls use: when the matmul kernel quantizes
 //               activations to 8 bits (quantized weights on kernels/cpu), the VNNI peak for the
 //               avx512-vnni kernels and the AVX2 int8 dot peak otherwise; the BF16 dot peak for
@@ -59,7 +62,9 @@ constexpr const char* kBenchUsage =
     "\n"
     "Measures prefill (ppN) and decode (tgN) tokens/s, the median of REPS runs after a warm-up, and\n"
     "in the same run the machine's memory read bandwidth, f32 FMA peak and int8 dot peak; reports\n"
-    "each throughput as a share of those limits (formulas: docs/performance.md).\n"
+    "each throughput as a share of those limits (formulas: docs/performance.md). tgN also reads a\n"
+    "64 MiB buffer between its decode steps (every 16 tokens, timed apart) and reports decode's share\n"
+    "of what those reads got at the same moments: on a shared machine the bandwidth moves.\n"
     "\n"
     "  -m, --model MODEL   GGUF file, safetensors file or HF folder, or llama2.c .bin\n"
     "  -p, --n-prompt N    prompt tokens of the pp test (default 512; 0 skips it)\n"
@@ -141,6 +146,21 @@ struct TestResult {
     std::string name;
     std::vector<double> samples;  // tokens/s of each timed run
     double tokens_per_s = 0, bytes_per_token = 0, ops_per_token = 0;
+    // tg only: GB/s of the read passes between decode steps in each run, and the median over runs
+    // of (the run's decode GB/s / its passes' GB/s), in percent; empty / 0 for pp.
+    std::vector<double> ambient_gbps;
+    double pct_of_ambient = 0;
+};
+
+// Between decode steps: a read pass over kAmbientBytes (1 stream per thread) before the first step
+// and after every kAmbientEvery steps, timed apart from the steps, so each tg run is compared with
+// what plain reads got at the same moments (docs/performance.md, "Bandwidth at the same moments").
+constexpr uint64_t kAmbientBytes = uint64_t(64) << 20;
+constexpr int64_t kAmbientEvery = 16;
+
+struct RunTimes {
+    double seconds = 0;                          // the forward passes only
+    double probe_seconds = 0, probe_bytes = 0;  // the read passes between them (tg with a probe)
 };
 
 double median(std::vector<double> v) {
@@ -157,36 +177,53 @@ std::vector<int32_t> bench_tokens(int64_t n, int64_t vocab) {
 }
 
 // Seconds for one pp run (one forward of p tokens) or one tg run (`steps` single-token forwards).
-core::Result<double> run_once(model::LlamaModel& m, bool prefill, int64_t count) {
+core::Result<RunTimes> run_once(model::LlamaModel& m, bool prefill, int64_t count,
+                                const kernels::roofline::ReadProbe* probe = nullptr, core::ThreadPool* pool = nullptr) {
     const model::ModelConfig& c = m.config();
     model::KvCache cache(c, std::max<int64_t>(count, 1));
     const std::vector<int32_t> ids = bench_tokens(count, c.vocab_size);
-    const auto t0 = Clock::now();
+    RunTimes rt;
     if (prefill) {
+        const auto t0 = Clock::now();
         KILN_ASSIGN_OR_RETURN(auto logits, m.forward(ids, cache, false));
         (void)logits;
-    } else {
-        for (int64_t i = 0; i < count; ++i) {
-            KILN_ASSIGN_OR_RETURN(auto logits, m.forward({ids[size_t(i)]}, cache, false));
-            (void)logits;
-        }
+        rt.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+        return rt;
     }
-    return std::chrono::duration<double>(Clock::now() - t0).count();
+    for (int64_t i = 0; i < count; ++i) {
+        if (probe && i % kAmbientEvery == 0) {
+            rt.probe_seconds += probe->pass_seconds(*pool);
+            rt.probe_bytes += double(probe->bytes());
+        }
+        const auto t0 = Clock::now();
+        KILN_ASSIGN_OR_RETURN(auto logits, m.forward({ids[size_t(i)]}, cache, false));
+        (void)logits;
+        rt.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    }
+    return rt;
 }
 
-core::Result<TestResult> run_test(model::LlamaModel& m, bool prefill, int64_t count, int reps, const Traffic& tr) {
+// probe: sampled between decode steps (tg only; may be null).
+core::Result<TestResult> run_test(model::LlamaModel& m, bool prefill, int64_t count, int reps, const Traffic& tr,
+                                  const kernels::roofline::ReadProbe* probe, core::ThreadPool& pool) {
     TestResult r;
     r.name = (prefill ? "pp" : "tg") + std::to_string(count);
-    KILN_ASSIGN_OR_RETURN(double warm, run_once(m, prefill, prefill ? count : std::min<int64_t>(count, 8)));
-    (void)warm;
-    for (int i = 0; i < reps; ++i) {
-        KILN_ASSIGN_OR_RETURN(double s, run_once(m, prefill, count));
-        r.samples.push_back(double(count) / s);
-    }
-    r.tokens_per_s = median(r.samples);
     const double per_forward = prefill ? double(count) : 1.0;  // tokens sharing one pass over the weights
     r.bytes_per_token = double(tr.weight_bytes) / per_forward + double(tr.embd_row_bytes);
     r.ops_per_token = 2.0 * double(tr.layer_mm_params) + 2.0 * double(tr.output_mm_params) / per_forward;
+    KILN_ASSIGN_OR_RETURN(RunTimes warm, run_once(m, prefill, prefill ? count : std::min<int64_t>(count, 8)));
+    (void)warm;
+    std::vector<double> pct;
+    for (int i = 0; i < reps; ++i) {
+        KILN_ASSIGN_OR_RETURN(RunTimes t, run_once(m, prefill, count, prefill ? nullptr : probe, &pool));
+        r.samples.push_back(double(count) / t.seconds);
+        if (t.probe_seconds > 0) {
+            r.ambient_gbps.push_back(t.probe_bytes / t.probe_seconds / 1e9);
+            pct.push_back(100.0 * r.bytes_per_token * r.samples.back() / 1e9 / r.ambient_gbps.back());
+        }
+    }
+    r.tokens_per_s = median(r.samples);
+    if (!pct.empty()) r.pct_of_ambient = median(pct);
     return r;
 }
 
@@ -245,6 +282,9 @@ ordered_json result_json(const TestResult& r, const model::Checkpoint& ck, const
     j["bw_limit_gbps"] = roof.read_gbps;
     j["pct_of_bw_limit"] = 100.0 * gbps / roof.read_gbps;
     j["bw_floor_tokens_per_s"] = roof.read_gbps * 1e9 / r.bytes_per_token;
+    j["ambient_bw_gbps"] = r.ambient_gbps.empty() ? ordered_json(nullptr) : ordered_json(median(r.ambient_gbps));
+    j["samples_ambient_bw_gbps"] = r.ambient_gbps;
+    j["pct_of_ambient_bw"] = r.ambient_gbps.empty() ? ordered_json(nullptr) : ordered_json(r.pct_of_ambient);
     j["ops_per_token"] = r.ops_per_token;
     j["achieved_gops"] = gops;
     j["peak_kind"] = peak_kind(roof, path);
@@ -290,6 +330,13 @@ void print_table(const std::vector<TestResult>& results, const model::Checkpoint
         std::printf("| %-7s | %10.2f | %10.2f | %9.2f | %6.1f%% | %10.1f | %9.2f | %6.1f%% |\n", r.name.c_str(),
                     r.tokens_per_s, r.bytes_per_token / 1e6, gbps, 100.0 * gbps / roof.read_gbps,
                     roof.read_gbps * 1e9 / r.bytes_per_token, gops, 100.0 * gops / peak_of(roof, path));
+    }
+    for (const TestResult& r : results) {
+        if (r.ambient_gbps.empty()) continue;
+        std::printf("\n%s: read passes between its decode steps (%llu MiB every %lld tokens) got %.1f GB/s "
+                    "(median of runs); decode read %.1f%% of that (median of the runs' ratios)\n",
+                    r.name.c_str(), (unsigned long long)(kAmbientBytes >> 20), (long long)kAmbientEvery,
+                    median(r.ambient_gbps), r.pct_of_ambient);
     }
 }
 
@@ -361,11 +408,16 @@ int cmd_bench(int argc, char** argv) {
     }
     const Traffic tr = count_traffic(*ck);
     const ComputePath path = compute_path(*ck, session.linear);
+    auto probe = kernels::roofline::ReadProbe::create(pool, kAmbientBytes, 1);
+    if (!probe) {
+        std::fprintf(stderr, "kiln bench: %s\n", probe.status().to_string().c_str());
+        return 1;
+    }
     std::vector<TestResult> results;
     for (bool prefill : {true, false}) {
         const int64_t count = prefill ? n_prompt : n_gen;
         if (count == 0) continue;
-        auto r = run_test(**model, prefill, count, int(reps), tr);
+        auto r = run_test(**model, prefill, count, int(reps), tr, &*probe, pool);
         if (!r) {
             std::fprintf(stderr, "kiln bench: %s\n", r.status().to_string().c_str());
             return 1;

@@ -80,15 +80,6 @@ double peak(core::ThreadPool& pool, int reps, double per_iter, const Loop& loop)
     return per_iter * double(iters) * pool.num_threads() / sec / 1e9;
 }
 
-// Anonymous, huge-page backed when the kernel allows (fewer TLB misses, as weights will be loaded).
-struct MappedBuffer {
-    void* p = MAP_FAILED;
-    size_t n = 0;
-    ~MappedBuffer() {
-        if (p != MAP_FAILED) munmap(p, n);
-    }
-};
-
 }  // namespace
 
 namespace detail {
@@ -158,7 +149,7 @@ bool cpu_has_avx512_bf16() {
 #endif
 }
 
-core::Result<double> read_bandwidth_gbps(core::ThreadPool& pool, uint64_t buffer_bytes, int streams, int reps) {
+core::Result<ReadProbe> ReadProbe::create(core::ThreadPool& pool, uint64_t buffer_bytes, int streams) {
     if (buffer_bytes < (uint64_t(64) << 20))
         return core::error(core::StatusCode::kInvalidArgument)
                << "read bandwidth probe: buffer of " << buffer_bytes << " bytes is too small (want >= 64 MiB, "
@@ -166,41 +157,57 @@ core::Result<double> read_bandwidth_gbps(core::ThreadPool& pool, uint64_t buffer
     if (streams < 1 || streams > 16)
         return core::error(core::StatusCode::kInvalidArgument)
                << "read bandwidth probe: " << streams << " streams per thread (want 1..16)";
-    if (reps < 1) return core::error(core::StatusCode::kInvalidArgument) << "read bandwidth probe: reps must be >= 1";
     const int n = pool.num_threads();
     // Each thread reads `per_thread` bytes split into `streams` ranges of whole 64-byte lines.
     const uint64_t unit = uint64_t(streams) * 64;
     const uint64_t per_thread = buffer_bytes / uint64_t(n) / unit * unit;
     if (per_thread == 0)
         return core::error(core::StatusCode::kInvalidArgument) << "read bandwidth probe: too many threads";
-    MappedBuffer buf;
-    buf.n = size_t(per_thread * uint64_t(n));
-    buf.p = mmap(nullptr, buf.n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (buf.p == MAP_FAILED)
+    const size_t total = size_t(per_thread * uint64_t(n));
+    void* p = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
         return core::error(core::StatusCode::kOutOfMemory)
-               << "read bandwidth probe: cannot map " << buf.n << " bytes: " << std::strerror(errno);
+               << "read bandwidth probe: cannot map " << total << " bytes: " << std::strerror(errno);
 #ifdef MADV_HUGEPAGE
-    madvise(buf.p, buf.n, MADV_HUGEPAGE);  // advisory; ignore failure
+    madvise(p, total, MADV_HUGEPAGE);  // advisory; ignore failure
 #endif
-    uint8_t* base = static_cast<uint8_t*>(buf.p);
+    ReadProbe probe;
+    probe.buf_ = std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [total](uint8_t* q) { munmap(q, total); });
+    probe.threads_ = n;
+    probe.streams_ = streams;
+    probe.per_thread_ = per_thread;
     // First touch by the thread that will read the range (NUMA-local pages), with non-zero bytes
     // so no zero-page sharing can shortcut the reads. Untimed.
+    uint8_t* base = probe.buf_.get();
     best_time(pool, 1, [&](int t) { std::memset(base + uint64_t(t) * per_thread, 0x5a, size_t(per_thread)); });
+    return probe;
+}
+
+double ReadProbe::pass_seconds(core::ThreadPool& pool) const {
     const bool simd = has_avx2_fma();
+    const uint8_t* base = buf_.get();
     std::atomic<uint64_t> sum{0};
-    const double sec = best_time(pool, reps, [&](int t) {
-        const uint8_t* p = base + uint64_t(t) * per_thread;
+    const double sec = best_time(pool, 1, [&](int t) {
+        const uint8_t* p = base + uint64_t(t) * per_thread_;
 #if KILN_ROOFLINE_X86
-        uint64_t s = simd ? detail::read_avx2(p, size_t(per_thread), streams)
-                          : detail::read_scalar(p, size_t(per_thread), streams);
+        uint64_t s = simd ? detail::read_avx2(p, size_t(per_thread_), streams_)
+                          : detail::read_scalar(p, size_t(per_thread_), streams_);
 #else
         (void)simd;
-        uint64_t s = detail::read_scalar(p, size_t(per_thread), streams);
+        uint64_t s = detail::read_scalar(p, size_t(per_thread_), streams_);
 #endif
         sum.fetch_add(s, std::memory_order_relaxed);
     });
     g_sink.fetch_add(sum.load(), std::memory_order_relaxed);
-    return double(per_thread) * double(n) / sec / 1e9;
+    return sec;
+}
+
+core::Result<double> read_bandwidth_gbps(core::ThreadPool& pool, uint64_t buffer_bytes, int streams, int reps) {
+    if (reps < 1) return core::error(core::StatusCode::kInvalidArgument) << "read bandwidth probe: reps must be >= 1";
+    KILN_ASSIGN_OR_RETURN(const ReadProbe probe, ReadProbe::create(pool, buffer_bytes, streams));
+    double sec = 1e300;
+    for (int r = 0; r < reps; ++r) sec = std::min(sec, probe.pass_seconds(pool));
+    return double(probe.bytes()) / sec / 1e9;
 }
 
 double fma_f32_peak_gflops(core::ThreadPool& pool, int reps) {

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -46,6 +47,26 @@ bool cpu_has_avx512_bf16();
 // or reps < 1; kOutOfMemory when the buffer cannot be allocated.
 core::Result<double> read_bandwidth_gbps(core::ThreadPool& pool, uint64_t buffer_bytes = kDefaultReadBytes,
                                          int streams = kDefaultStreams, int reps = kDefaultReps);
+// The read probe's buffer, kept for repeated passes: one pass reads every byte once, each pool
+// thread its share as `streams` streams. For sampling the bandwidth between other work (kiln bench
+// reads it between decode steps); the same loop as read_bandwidth_gbps, which is the best of `reps`
+// passes of a fresh probe.
+class ReadProbe {
+public:
+    // As read_bandwidth_gbps's arguments (kInvalidArgument, kOutOfMemory); the buffer is mapped and
+    // written (first touch by the reading thread) here, not in pass_seconds.
+    static core::Result<ReadProbe> create(core::ThreadPool& pool, uint64_t buffer_bytes, int streams = 1);
+    // One timed pass over the buffer on `pool` (the pool it was created with).
+    double pass_seconds(core::ThreadPool& pool) const;
+    uint64_t bytes() const { return per_thread_ * uint64_t(threads_); }
+    int threads() const { return threads_; }
+
+private:
+    std::shared_ptr<uint8_t> buf_;
+    int threads_ = 0, streams_ = 1;
+    uint64_t per_thread_ = 0;
+};
+
 double fma_f32_peak_gflops(core::ThreadPool& pool, int reps = kDefaultReps);
 double int8_dot_peak_gops(core::ThreadPool& pool, int reps = kDefaultReps);
 std::optional<double> vnni_int8_peak_gops(core::ThreadPool& pool, int reps = kDefaultReps);
