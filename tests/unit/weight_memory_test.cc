@@ -1,8 +1,9 @@
 // Weights resident once: core::release_mapped_pages drops only whole pages of a live file mapping
 // and leaves the bytes readable; create_model packs the repacked-only matrices straight from the
 // file (copy_to_anonymous keeps them in place), frees the ones converted into buffers of their own
-// (an HF folder's RoPE-permuted q/k), and gives the same logits as a model built over the plain
-// file mapping, for stories260K as GGUF and as an HF safetensors folder.
+// (an HF folder's RoPE-permuted q/k, a compressed-tensors folder's decompressed weights), and gives
+// the same logits as a model built over the plain file mapping, for stories260K as GGUF, as an HF
+// safetensors folder and quantized to w4-g32.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -17,7 +18,9 @@
 #include "kernels/cpu/matmul.h"
 #include "model/checkpoint.h"
 #include "model/convert.h"
+#include "model/compressed_tensors.h"
 #include "model/llama.h"
+#include "model/quantize.h"
 #include "support/test_support.h"
 
 namespace kiln::model {
@@ -51,10 +54,20 @@ TEST_P(WeightMemoryModel, PackedOnlyMatricesStayMappedAndLogitsMatch) {
     const std::string src = test::testdata("models/stories260K/stories260K.bin");
     if (!test::file_exists(src)) GTEST_SKIP() << "no test data";
     std::string path = test::temp_dir("weight_memory_" + GetParam()) + (GetParam() == "gguf" ? "/m.gguf" : "/hf");
-    ConvertOptions co;
-    co.to = GetParam();
-    const core::Status converted = convert_checkpoint(src, path, co);
-    ASSERT_TRUE(converted.is_ok()) << converted.to_string();
+    if (GetParam() == "w4-g32") {  // a compressed-tensors folder: every matrix decompressed at load
+        auto source = load_checkpoint(src);
+        ASSERT_TRUE(source.is_ok()) << source.status().to_string();
+        QuantizeOptions qo;
+        qo.scheme = *parse_quant_scheme("w4-g32");
+        core::ThreadPool pool(2);
+        auto report = quantize_checkpoint(*source, path, qo, &pool);
+        ASSERT_TRUE(report.is_ok()) << report.status().to_string();
+    } else {
+        ConvertOptions co;
+        co.to = GetParam();
+        const core::Status converted = convert_checkpoint(src, path, co);
+        ASSERT_TRUE(converted.is_ok()) << converted.to_string();
+    }
     auto ck = load_checkpoint(path), plain = load_checkpoint(path);
     ASSERT_TRUE(ck.is_ok() && plain.is_ok()) << ck.status().to_string();
 
@@ -76,8 +89,11 @@ TEST_P(WeightMemoryModel, PackedOnlyMatricesStayMappedAndLogitsMatch) {
     for (size_t i = 0; i < ck->tensors.size(); ++i) {
         const TensorRef& t = ck->tensors[i];
         const bool kept = std::count(names.begin(), names.end(), t.name) > 0;
-        // HF q/k rows are RoPE-permuted into buffers of their own: those are freed once packed.
-        const bool owned = GetParam() == "safetensors" && (t.name.ends_with("attn_q.weight") || t.name.ends_with("attn_k.weight"));
+        // HF q/k rows are RoPE-permuted into buffers of their own, compressed-tensors weights are
+        // decompressed into them: those are freed once packed.
+        const bool owned = (GetParam() == "safetensors" &&
+                            (t.name.ends_with("attn_q.weight") || t.name.ends_with("attn_k.weight"))) ||
+                           (GetParam() == "w4-g32" && t.name.starts_with("blk.") && t.shape.size() == 2);
         EXPECT_EQ(t.data == nullptr, kept && owned) << t.name;
         EXPECT_EQ(t.storage == nullptr, true) << t.name << ": a copied or released tensor keeps no buffer";
         if (!t.data) continue;
@@ -97,8 +113,8 @@ TEST_P(WeightMemoryModel, PackedOnlyMatricesStayMappedAndLogitsMatch) {
     EXPECT_EQ(0, std::memcmp(la->data(), lb->data(), la->size() * sizeof(float)));
 }
 
-INSTANTIATE_TEST_SUITE_P(Formats, WeightMemoryModel, ::testing::Values("gguf", "safetensors"),
-                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Formats, WeightMemoryModel, ::testing::Values("gguf", "safetensors", "w4-g32"),
+                         [](const auto& info) { return info.param == "w4-g32" ? std::string("w4_g32") : info.param; });
 
 }  // namespace
 }  // namespace kiln::model
