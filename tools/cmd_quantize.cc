@@ -34,7 +34,8 @@ constexpr const char* kUsage =
     "  --calib FILE      calibration text (AWQ, SmoothQuant)\n"
     "  --calib-tokens N  calibration tokens read from FILE (default 8192)\n"
     "  --skip NAMES      comma-separated projections kept in f32: full HF module names\n"
-    "                    (model.layers.0.mlp.down_proj) or their ends (down_proj = every down_proj)\n"
+    "                    (model.layers.0.mlp.down_proj) or their ends (down_proj = every down_proj);\n"
+    "                    may be repeated\n"
     "  --zero-point      INT4 with zero points (asymmetric; default for awq-w4-gN)\n"
     "  --no-zero-point   symmetric INT4 (default for w4-gN)\n"
     "  --awq-loss L      what the AWQ scale search minimizes: attn (default: q/k/v by the attention\n"
@@ -164,7 +165,10 @@ int cmd_quantize(int argc, char** argv) {
             return 2;
         }
     }
-    if (auto v = args.get("--skip")) o.skip = split_commas(*v);
+    for (const std::string& v : args.get_all("--skip")) {  // repeatable: the lists add up
+        const std::vector<std::string> names = split_commas(v);
+        o.skip.insert(o.skip.end(), names.begin(), names.end());
+    }
     o.tokenizer_path = args.get("--tokenizer").value_or("");
     ProgressBar bar(!args.has("--quiet"));
     o.progress = [&](const char* stage, int64_t done, int64_t total) { bar.update(stage, done, total); };
