@@ -167,8 +167,7 @@ core::Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const Checkpoint& c
 
 core::Result<std::unique_ptr<LlamaModel>> create_model(Checkpoint& ck, core::ThreadPool* pool,
                                                        const ops::LinearOptions& lo, WeightMemory memory) {
-    std::vector<std::string> packed_only;
-    if (check_checkpoint_tensors(ck).is_ok()) packed_only = LlamaModel::packed_only_matrices(ck, lo);
+    const std::vector<std::string> packed_only = LlamaModel::packed_only_matrices(ck, lo);
     if (memory == WeightMemory::kAnonymous) KILN_RETURN_IF_ERROR(copy_to_anonymous(ck, packed_only));
     KILN_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> m, LlamaModel::create(ck, pool, lo));
     release_tensor_bytes(ck, packed_only);

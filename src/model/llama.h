@@ -83,7 +83,8 @@ public:
     // The weight matrices that create() with these options reads only through repacked copies
     // (ops::plan_linear picks a packed kernel): their original bytes are not needed once the model
     // exists (copy_to_anonymous need not copy them; release_tensor_bytes can drop them). Never the
-    // token embedding, whose rows the lookup reads. Call after check_checkpoint_tensors passed.
+    // token embedding, whose rows the lookup reads. Missing or unusable tensors are left out (create
+    // reports them).
     static std::vector<std::string> packed_only_matrices(const Checkpoint& checkpoint,
                                                          const ops::LinearOptions& linear = {});
 

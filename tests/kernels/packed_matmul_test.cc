@@ -61,6 +61,22 @@ std::vector<float> random_x(int64_t n, int64_t k, uint32_t seed) {
     return x;
 }
 
+// w [rows, k] (row stride wrb) packed by pk into a buffer pre-filled with 0xee.
+std::vector<uint8_t> pack_weights(const PackedMatmulKernel* pk, const std::vector<uint8_t>& w, size_t wrb,
+                                  int64_t rows, int64_t k) {
+    std::vector<uint8_t> packed(pk->packed_bytes(rows, k), 0xee);
+    pk->pack(w.data(), wrb, rows, k, packed.data());
+    return packed;
+}
+
+// x [n, k] quantized by kern's activation format, kern->act_row_bytes(k) per token.
+std::vector<uint8_t> quantize_tokens(const MatmulKernel* kern, const std::vector<float>& x, int64_t n, int64_t k) {
+    const size_t arb = kern->act_row_bytes(k);
+    std::vector<uint8_t> act(arb * size_t(n));
+    for (int64_t t = 0; t < n; ++t) kern->quantize_row(&x[size_t(t * k)], &act[size_t(t) * arb], k);
+    return act;
+}
+
 TEST(PackedMatmul, BitIdenticalToRowLayoutOnEveryIsa) {
     int isas = 0;
     uint32_t seed = 900;
@@ -88,14 +104,11 @@ TEST(PackedMatmul, BitIdenticalToRowLayoutOnEveryIsa) {
                     const std::vector<uint8_t> w = legacy_weights(t, rows, k, ++seed);
                     const size_t wrb = size_t(*core::dtype_bytes(t, uint64_t(k)));
                     ASSERT_EQ(pk->packed_bytes(rows, k), size_t((rows + group - 1) / group * group) * wrb);
-                    std::vector<uint8_t> packed(pk->packed_bytes(rows, k), 0xee);
-                    pk->pack(w.data(), wrb, rows, k, packed.data());
+                    const std::vector<uint8_t> packed = pack_weights(pk, w, wrb, rows, k);
                     for (int64_t n : {1, 3, 17}) {
                         const std::vector<float> x = random_x(n, k, seed * 7 + uint32_t(n));
                         const size_t arb = kern->act_row_bytes(k);
-                        std::vector<uint8_t> act(arb * size_t(n));
-                        for (int64_t ti = 0; ti < n; ++ti)
-                            kern->quantize_row(&x[size_t(ti * k)], &act[size_t(ti) * arb], k);
+                        const std::vector<uint8_t> act = quantize_tokens(kern, x, n, k);
                         const int64_t ldy = rows + 3;
                         const int64_t ranges[][2] = {{0, rows}, {8, rows}, {0, 8}, {16, rows}, {0, 16}, {32, rows}};
                         for (const auto& rr : ranges) {
@@ -143,13 +156,11 @@ TEST(PackedMatmul, LongRowsBitIdenticalToRowLayout) {
             for (int64_t k : {96000, 262176}) {
                 const std::vector<uint8_t> w = legacy_weights(t, rows, k, uint32_t(k) + uint32_t(int(t)));
                 const size_t wrb = size_t(*core::dtype_bytes(t, uint64_t(k)));
-                std::vector<uint8_t> packed(pk->packed_bytes(rows, k));
-                pk->pack(w.data(), wrb, rows, k, packed.data());
+                const std::vector<uint8_t> packed = pack_weights(pk, w, wrb, rows, k);
                 const int64_t n = 5;
                 const std::vector<float> x = random_x(n, k, uint32_t(k));
                 const size_t arb = kern->act_row_bytes(k);
-                std::vector<uint8_t> act(arb * size_t(n));
-                for (int64_t ti = 0; ti < n; ++ti) kern->quantize_row(&x[size_t(ti * k)], &act[size_t(ti) * arb], k);
+                const std::vector<uint8_t> act = quantize_tokens(kern, x, n, k);
                 for (int64_t nn : {int64_t(1), n}) {
                     std::vector<float> want(size_t(nn * rows), NAN), got(want);
                     kern->gemm(w.data(), wrb, act.data(), arb, nn, k, want.data(), rows, 0, rows);
@@ -310,14 +321,11 @@ TEST(PackedMatmul, FloatPanelsMatchReferenceAndAreBatchInvariant) {
                         const int64_t kp = t == DType::kBF16 ? (k + 1) / 2 * 2 : k;  // BF16: whole column pairs
                         ASSERT_EQ(pk->packed_bytes(rows, k), panels * 16 * (wrb / size_t(k)) * size_t(kp));
                     }
-                    std::vector<uint8_t> packed(pk->packed_bytes(rows, k), 0xee);
-                    pk->pack(w.data(), wrb, rows, k, packed.data());
+                    const std::vector<uint8_t> packed = pack_weights(pk, w, wrb, rows, k);
                     for (int64_t n : {1, 5, 13, 50}) {  // 50: two passes of 48 tokens
                         const std::vector<float> x = random_x(n, k, seed * 7 + uint32_t(n));
                         const size_t arb = kern->act_row_bytes(k);
-                        std::vector<uint8_t> act(arb * size_t(n));
-                        for (int64_t ti = 0; ti < n; ++ti)
-                            kern->quantize_row(&x[size_t(ti * k)], &act[size_t(ti) * arb], k);
+                        const std::vector<uint8_t> act = quantize_tokens(kern, x, n, k);
                         const std::string at = std::string(core::dtype_name(t)) + " " + isa_name(isa) +
                                                " rows=" + std::to_string(rows) + " k=" + std::to_string(k) +
                                                " n=" + std::to_string(n);
@@ -397,13 +405,11 @@ void check_kquant_groups(DType t, size_t sb_bytes) {
             for (int64_t r = 0; r < rows; ++r)
                 ASSERT_TRUE(ref::dequantize_row(t, &w[size_t(r) * wrb], &wf[size_t(r * k)], k).is_ok());
             ASSERT_EQ(pk->packed_bytes(rows, k), size_t((rows + 15) / 16) * size_t(k / 256) * sb_bytes);
-            std::vector<uint8_t> packed(pk->packed_bytes(rows, k), 0xee);
-            pk->pack(w.data(), wrb, rows, k, packed.data());
+            const std::vector<uint8_t> packed = pack_weights(pk, w, wrb, rows, k);
             for (int64_t n : {1, 5, 13}) {
                 const std::vector<float> x = random_x(n, k, seed * 3 + uint32_t(n));
                 const size_t arb = kern->act_row_bytes(k);
-                std::vector<uint8_t> act(arb * size_t(n));
-                for (int64_t ti = 0; ti < n; ++ti) kern->quantize_row(&x[size_t(ti * k)], &act[size_t(ti) * arb], k);
+                const std::vector<uint8_t> act = quantize_tokens(kern, x, n, k);
                 const std::string at = std::string(core::dtype_name(t)) + " rows=" + std::to_string(rows) +
                                        " k=" + std::to_string(k) + " n=" + std::to_string(n);
                 expect_packed_matches(pk, ref, w, wrb, packed, act, arb, rows, k, n, wf, x, at);
