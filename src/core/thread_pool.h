@@ -33,6 +33,12 @@ public:
     // min_chunk: the smallest range worth handing to another thread.
     void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t min_chunk = 1);
 
+    // As parallel_for, but every index is a chunk of its own, claimed in increasing order by whichever
+    // thread is free next (fn(i, i + 1); fn(0, n) when it runs inline: one thread, or nested): for
+    // several tasks per thread whose durations vary, so that no thread idles while another still has
+    // tasks queued. Which thread runs an index depends on timing; the caller's results must not.
+    void parallel_tasks(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
+
     // The physical cores this process may run on (core::physical_core_count()): one compute thread per
     // core, since SMT siblings share the FMA units and the memory bandwidth the kernels saturate.
     static int default_num_threads();
@@ -40,6 +46,7 @@ public:
 private:
     void worker_loop();
     void run_chunks();
+    void run_job(int64_t n, int64_t num_chunks, const std::function<void(int64_t, int64_t)>& fn);
 
     int num_threads_;
     std::vector<std::thread> workers_;

@@ -1,8 +1,6 @@
 // Checkpoint loading for GGUF, HF safetensors and llama2.c (see checkpoint.h).
 #include "model/checkpoint.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -13,6 +11,7 @@
 
 #include "core/bytes.h"
 #include "core/check.h"
+#include "core/huge_pages.h"
 #include "core/mapped_file.h"
 #include "formats/gguf.h"
 #include "formats/llama2c.h"
@@ -137,7 +136,7 @@ core::Result<Checkpoint> load_gguf_checkpoint(const std::string& path) {
     const bool neox = gguf_arch_uses_neox_rope(arch);
     std::set<std::string> names;
     for (const formats::GgufTensorInfo& info : gguf->tensors()) {
-        TensorRef t{info.name, info.dtype, info.shape, gguf->tensor_data(info), info.num_bytes};
+        TensorRef t{info.name, info.dtype, info.shape, gguf->tensor_data(info), info.num_bytes, nullptr, {}};
         int64_t heads = neox ? rope_permute_heads(t.name, ck.config) : 0;
         KILN_RETURN_IF_ERROR(add_tensor(&ck, &names, std::move(t), heads));
     }
@@ -185,7 +184,7 @@ core::Result<Checkpoint> load_hf_checkpoint(const std::string& path) {
     for (size_t i = 0; i < st->num_tensors(); ++i) {
         const formats::SafetensorsTensorInfo& info = st->tensor(i);
         if (is_hf_ignored_tensor(info.name)) continue;
-        TensorRef t{info.name, info.dtype, info.shape, st->tensor_data(i), info.num_bytes};
+        TensorRef t{info.name, info.dtype, info.shape, st->tensor_data(i), info.num_bytes, nullptr, {}};
         if (!modules.empty()) {
             const auto split = split_quant_part(info.name);
             const std::string module = split                            ? split->first
@@ -233,14 +232,14 @@ core::Result<Checkpoint> load_llama2c_checkpoint(const std::string& path) {
     // Whole arrays become tensors; stacked per-layer arrays are sliced.
     auto whole = [&](const char* array, const char* name) {
         const formats::Llama2cArray* a = f->find(array);
-        ck.tensors.push_back({name, core::DType::kF32, a->shape, f->array_data(*a), a->num_bytes});
+        ck.tensors.push_back({name, core::DType::kF32, a->shape, f->array_data(*a), a->num_bytes, nullptr, {}});
     };
     auto layer_slice = [&](const char* array, const char* suffix, uint64_t layer_idx) {
         const formats::Llama2cArray* a = f->find(array);
         std::vector<uint64_t> shape(a->shape.begin() + 1, a->shape.end());
         uint64_t bytes = a->num_bytes / a->shape[0];
         ck.tensors.push_back({"blk." + std::to_string(layer_idx) + "." + suffix, core::DType::kF32, shape,
-                              f->array_data(*a) + layer_idx * bytes, bytes});
+                              f->array_data(*a) + layer_idx * bytes, bytes, nullptr, {}});
     };
     whole("token_embedding_table", "token_embd.weight");
     for (uint64_t l = 0; l < uint64_t(ck.config.num_layers); ++l) {
@@ -362,15 +361,12 @@ core::Status copy_to_anonymous(model::Checkpoint& ck, const std::vector<std::str
     for (const model::TensorRef& t : ck.tensors)
         if (copied(t)) total += (t.num_bytes + 63) / 64 * 64;
     if (total == 0) return core::Status::ok();
-    void* p = mmap(nullptr, size_t(total), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
+    auto mapped = core::map_huge_pages(size_t(total));  // 2 MiB aligned, huge pages advised
+    if (!mapped.is_ok())
         return core::error(core::StatusCode::kOutOfMemory)
                << ck.path << ": cannot allocate " << total << " bytes for the weights";
-#ifdef MADV_HUGEPAGE
-    madvise(p, size_t(total), MADV_HUGEPAGE);
-#endif
-    std::shared_ptr<void> owner(p, [total](void* q) { munmap(q, size_t(total)); });
-    uint8_t* dst = static_cast<uint8_t*>(p);
+    std::shared_ptr<void> owner = std::move(mapped).value();
+    uint8_t* dst = static_cast<uint8_t*>(owner.get());
     for (model::TensorRef& t : ck.tensors) {
         if (!copied(t)) continue;
         std::memcpy(dst, t.data, size_t(t.num_bytes));

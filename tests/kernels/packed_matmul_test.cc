@@ -95,11 +95,12 @@ TEST(PackedMatmul, BitIdenticalToRowLayoutOnEveryIsa) {
             const MatmulKernel* kern = find_matmul_kernel(t, isa);
             const PackedMatmulKernel* pk = find_packed_matmul_kernel(t, isa);
             ASSERT_NE(pk, nullptr) << core::dtype_name(t) << " " << isa_name(isa);
-            // groups of 16 rows at avx512-vnni (its own 512-bit layout; the 5-bit formats keep the
-            // 8-row one), 8 elsewhere
+            // groups of 16 rows at avx512-vnni (its own 512-bit layout; Q4_0 and Q4_1 32 rows, the
+            // 5-bit formats keep the 8-row one), 8 elsewhere
             const bool five = t == DType::kQ5_0 || t == DType::kQ5_1;
-            const int64_t group = isa == Isa::kAvx512Vnni && !five ? 16 : 8;
-            for (int64_t rows : {8, 13, 37, 64}) {
+            const bool q4 = t == DType::kQ4_0 || t == DType::kQ4_1;
+            const int64_t group = isa != Isa::kAvx512Vnni || five ? 8 : q4 ? 32 : 16;
+            for (int64_t rows : {8, 13, 37, 64, 83}) {
                 for (int64_t k : {32, 224, 4128}) {
                     const std::vector<uint8_t> w = legacy_weights(t, rows, k, ++seed);
                     const size_t wrb = size_t(*core::dtype_bytes(t, uint64_t(k)));
@@ -110,7 +111,7 @@ TEST(PackedMatmul, BitIdenticalToRowLayoutOnEveryIsa) {
                         const size_t arb = kern->act_row_bytes(k);
                         const std::vector<uint8_t> act = quantize_tokens(kern, x, n, k);
                         const int64_t ldy = rows + 3;
-                        const int64_t ranges[][2] = {{0, rows}, {8, rows}, {0, 8}, {16, rows}, {0, 16}, {32, rows}};
+                        const int64_t ranges[][2] = {{0, rows}, {8, rows}, {0, 8}, {16, rows}, {0, 16}, {32, rows}, {0, 20}, {32, 57}};
                         for (const auto& rr : ranges) {
                             if (rr[0] >= rr[1] || rr[1] > rows || rr[0] % group != 0) continue;
                             std::vector<float> want(size_t(n * ldy), NAN), got(want);

@@ -1,5 +1,6 @@
 // ThreadPool: every index is visited exactly once, chunks are contiguous and deterministic, the pool
-// survives many back-to-back jobs, nested calls run inline, and 1 thread means no workers.
+// survives many back-to-back jobs, nested calls run inline, 1 thread means no workers, and
+// parallel_tasks hands out single indices to whichever thread is free.
 #include "core/thread_pool.h"
 
 #include <gtest/gtest.h>
@@ -102,6 +103,38 @@ TEST(ThreadPool, NestedCallsRunInline) {
         for (int64_t i = b; i < e; ++i) pool.parallel_for(10, [&](int64_t b2, int64_t e2) { total += e2 - b2; });
     });
     EXPECT_EQ(total.load(), 40);
+}
+
+// parallel_tasks: one index per call, each exactly once; a thread held up in one task does not keep
+// the others from the rest (the other threads run every remaining index meanwhile).
+TEST(ThreadPool, TasksAreSingleIndicesClaimedByFreeThreads) {
+    for (int threads : {1, 2, 3}) {
+        ThreadPool pool(threads);
+        for (int64_t n : {1, 2, 9, 100}) {
+            std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+            std::atomic<int> bad{0};
+            pool.parallel_tasks(n, [&](int64_t b, int64_t e) {
+                if (threads > 1 && e != b + 1) bad++;
+                for (int64_t i = b; i < e; ++i) hits[size_t(i)]++;
+            });
+            EXPECT_EQ(bad.load(), 0) << "threads " << threads << " n " << n;
+            for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[size_t(i)].load(), 1) << "threads " << threads << " n " << n;
+        }
+    }
+    ThreadPool pool(2);
+    std::atomic<int> done_while_stuck{0};
+    std::atomic<bool> stuck_done{false};
+    pool.parallel_tasks(20, [&](int64_t b, int64_t) {
+        if (b == 0) {  // wait (up to 30 s) until the other thread has run all 19 other tasks
+            const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+            while (done_while_stuck.load() < 19 && std::chrono::steady_clock::now() < deadline)
+                std::this_thread::yield();
+            stuck_done = true;
+        } else if (!stuck_done.load()) {
+            done_while_stuck++;
+        }
+    });
+    EXPECT_EQ(done_while_stuck.load(), 19);
 }
 
 TEST(ThreadPool, MinChunkLimitsSplitting) {

@@ -117,10 +117,11 @@ struct MatmulKernel {
 // contiguous, groups in row order; the last group's missing rows repeat its last row. The same bytes
 // as the ggml layout (8 blocks per group-block); what it saves is the 8 scalar inserts that gather
 // the 8 rows' scales per block, and one stream per 8 rows instead of 8. Same arithmetic as
-// MatmulKernel::gemm on the unpacked rows, so the results are bit-identical. At kAvx512Vnni, Q4_0,
-// Q4_1, Q8_0, MXFP4 and NVFP4 use that level's own layout (groups of 16 rows, 4 elements of the 16
-// rows per 512-bit vpdpbusd, kernels/cpu/simd_vnni_kernels.h; r0 a multiple of 16), the same bytes
-// padded to 16 rows and the same bit-identity; I8 rows are packed at
+// MatmulKernel::gemm on the unpacked rows, so the results are bit-identical. At kAvx512Vnni, Q8_0,
+// MXFP4 and NVFP4 use that level's own layout (groups of 16 rows, 4 elements of the 16 rows per
+// 512-bit vpdpbusd, kernels/cpu/simd_vnni_kernels.h; r0 a multiple of 16) and Q4_0 and Q4_1 a 32-row
+// one (rows i and i + 16 share each byte, kernels/cpu/simd_vnni_q4.h; r0 a multiple of 32), the same
+// bytes padded to 16 or 32 rows and the same bit-identity; I8 rows are packed at
 // kAvx512Vnni only (kernels/cpu/simd_i8_kernels.h: w + 128, 4 elements x 8 rows per vector; r0 a
 // multiple of 8 as well); Q4_K, Q5_K and Q6_K in 16-row groups at kAvx512Vnni only
 // (kernels/cpu/simd_vnni_kquant.h: within rounding of the row kernels, not their bits). F32, F16,
@@ -134,7 +135,8 @@ struct PackedMatmulKernel {
     // w: rows x k in the ggml layout (row stride w_row_bytes) -> dst [packed_bytes(rows, k)].
     void (*pack)(const void* w, size_t w_row_bytes, int64_t rows, int64_t k, void* dst);
     // As MatmulKernel::gemm, over the packed matrix; r0 must be a multiple of 8 (16 for the
-    // avx512-vnni 16-row groups and the float panels; ops::linear starts slices at multiples of 16).
+    // avx512-vnni 16-row groups and the float panels, 32 for its Q4_0 / Q4_1 groups; ops::linear
+    // starts slices at multiples of 32).
     void (*gemm)(const void* packed, const void* act, size_t act_row_bytes, int64_t n, int64_t k, float* y,
                  int64_t ldy, int64_t r0, int64_t r1);
 };

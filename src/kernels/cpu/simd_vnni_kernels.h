@@ -1,28 +1,28 @@
 // Kernels of the AVX-512 VNNI (+ BF16) build only (matmul_avx512vnni.cc): BF16 weights by vdpbf16ps
-// (Bf16Dot, at the end), and packed Q4_0 / Q4_1 / Q8_0 / MXFP4 / NVFP4 kernels: weights
-// repacked at load so that one 512-bit vpdpbusd computes 4 elements of 16 rows at once (lane i =
-// row i) and no horizontal reduction is needed (llama.cpp's q4_0_8x8 repacking idea, kiln's own
-// layout). MXFP4 / NVFP4 (VnniMxfp4, VnniNvfp4 below): the nibble layout of Q4_0 holding E2M1
-// codes, mapped in the kernel through Fp4's table to 2 e2m1 + 12; header = the 16 rows' E8M0 bytes
-// (MXFP4) or their fp16 scales of both 16-element halves (NVFP4, whose halves are separate
-// vpdpbusd chains).
+// (Bf16Dot, at the end), and packed Q8_0 / MXFP4 / NVFP4 kernels: weights repacked at load so that
+// one 512-bit vpdpbusd computes 4 elements of 16 rows at once (lane i = row i) and no horizontal
+// reduction is needed (llama.cpp's q4_0_8x8 repacking idea, kiln's own layout). MXFP4 / NVFP4
+// (VnniMxfp4, VnniNvfp4 below): nibble codes of E2M1 values, mapped in the kernel through Fp4's
+// table to 2 e2m1 + 12; header = the 16 rows' E8M0 bytes (MXFP4) or their fp16 scales of both
+// 16-element halves (NVFP4, whose halves are separate vpdpbusd chains). Q4_0 and Q4_1 have a 32-row
+// layout of their own (simd_vnni_q4.h), which the table lookup of the fp4 codes rules out here.
 //
 // Layout (PackedMatmulKernel, matmul.h): rows in groups of 16 (the last group's missing rows repeat
-// its last row), per group and 32-element block {fp16 d[16]; fp16 m[16] (Q4_1 only); payload}:
-//  - Q4_0 / Q4_1: four 64-byte vectors P_j (j = 0..3), byte 4 i + p of P_j = byte 4 j + p of row i's
-//    ggml qs, i.e. low nibble = element 4 j + p, high nibble = element 16 + 4 j + p. P_j & 0xf is
-//    chunk j (elements 4 j .. 4 j + 3 of the 16 rows), (P_j >> 4) & 0xf chunk j + 4.
+// its last row), per group and 32-element block {header; payload}:
+//  - MXFP4 / NVFP4: four 64-byte vectors P_j (j = 0..3), byte 4 i + p of P_j = the codes of row i's
+//    elements 4 j + p (low nibble) and 16 + 4 j + p (high nibble). P_j & 0xf is chunk j (elements
+//    4 j .. 4 j + 3 of the 16 rows), (P_j >> 4) & 0xf chunk j + 4.
 //  - Q8_0: eight 64-byte vectors, byte 4 i + p of vector j = q[4 j + p] of row i XOR 0x80 (q + 128 as
 //    an unsigned byte).
 // The same bytes per block as the ggml layout (16 blocks per group-block). zmm rather than two ymm
 // tiles: the tiles are bound by instruction issue (per block and token 8 vpdpbusd, 8 broadcasts
 // and the scaling), which a 512-bit lane-for-lane version halves.
 //
-// Arithmetic: per block and token, acc = -offset * sum(x_q) (offset 8 for Q4_0, 128 for Q8_0, 0 for
-// Q4_1; the sums are computed once per call for every token and block), then for chunk j
+// Arithmetic: per block and token, acc = -offset * sum(x_q) (offset 128 for Q8_0, 12 for the fp4
+// codes; the sums are computed once per call for every token and block), then for chunk j
 // acc = vpdpbusd(acc, W_j, broadcast(x_q[4 j .. 4 j + 3])): lane i ends as the exact int32 dot of row
 // i's block with the activation block, the same integer block_dots8 gives; scaling and accumulation
-// are Legacy::tile8's (acc += (d_w * d_x) * idot by fma, + m_w * s_x for Q4_1), so the results are
+// are Legacy::tile8's / Fp4's (acc += (d_w * d_x) * idot by fma), so the results are
 // bit-identical to the unpacked kernel and to the other packed layouts of this ISA, and batch
 // invariant (decode, prefill and remainder rows run the same lane operations).
 #pragma once
@@ -62,26 +62,18 @@ inline void store_rows16(float* y, __m512 v, int valid) {
 // kHalves: two scales per 32 elements (elements 0-15 = chunks 0-3, 16-31 = chunks 4-7).
 // codes(unit, c): the 32 unsigned payload values of one row's unit in element order (nibble codes, or
 // q ^ 0x80); header(unit, i, h): row i's scale bytes into the group-block header h; scales(h, ...):
-// the 16 rows' fp32 scales (d0, and d1 = min or second half's scale); mult(d, dx): the multiplier
-// of the int32 dot, as the unpacked kernel computes it (bit-identity).
-template <class Fmt>
-struct VnniLegacy {
-    static constexpr int64_t kUnitBytes = int64_t(Fmt::kBytes);
-    static constexpr int64_t kHeader = Fmt::kMin ? 64 : 32;
-    static constexpr bool kNibbles = Fmt::kPayload == 16, kLut = false, kMin = Fmt::kMin, kHalves = false;
-    static constexpr int kOffset = kNibbles ? Fmt::kOffset : 128;
+// the 16 rows' fp32 scales (d0, and d1 = the second half's scale); mult(d, dx): the multiplier of
+// the int32 dot, as the unpacked kernel computes it (bit-identity).
+struct VnniQ8 {
+    static constexpr int64_t kUnitBytes = int64_t(blk::kQ8_0Bytes);
+    static constexpr int64_t kHeader = 32;
+    static constexpr bool kNibbles = false, kLut = false, kHalves = false;
+    static constexpr int kOffset = 128;
     static void codes(const uint8_t* unit, uint8_t* c) {
-        const uint8_t* q = unit + Fmt::kPayloadOff;
-        for (int e = 0; e < 32; ++e) c[e] = kNibbles ? uint8_t((q[e % 16] >> (e < 16 ? 0 : 4)) & 0x0f) : uint8_t(q[e] ^ 0x80);
+        for (int e = 0; e < 32; ++e) c[e] = uint8_t(unit[blk::kQ8_0Qs + e] ^ 0x80);
     }
-    static void header(const uint8_t* unit, int i, uint8_t* h) {
-        std::memcpy(h + 2 * i, unit + Fmt::kD, 2);
-        if constexpr (Fmt::kMin) std::memcpy(h + 32 + 2 * i, unit + Fmt::kM, 2);
-    }
-    static void scales(const uint8_t* h, __m512* d0, __m512* d1) {
-        *d0 = vnni_fp16x16(h);
-        if constexpr (Fmt::kMin) *d1 = vnni_fp16x16(h + 32);
-    }
+    static void header(const uint8_t* unit, int i, uint8_t* h) { std::memcpy(h + 2 * i, unit + blk::kQ8_0D, 2); }
+    static void scales(const uint8_t* h, __m512* d0, __m512*) { *d0 = vnni_fp16x16(h); }
     static __m512 mult(__m512 d, float dx) { return _mm512_mul_ps(d, _mm512_set1_ps(dx)); }
 };
 
@@ -90,7 +82,7 @@ struct VnniLegacy {
 struct VnniMxfp4 {
     static constexpr int64_t kUnitBytes = int64_t(blk::kMxfp4Bytes);
     static constexpr int64_t kHeader = 16;
-    static constexpr bool kNibbles = true, kLut = true, kMin = false, kHalves = false;
+    static constexpr bool kNibbles = true, kLut = true, kHalves = false;
     static constexpr int kOffset = kFp4Offset;
     static void codes(const uint8_t* unit, uint8_t* c) {
         const uint8_t* q = unit + blk::kMxfp4Qs;
@@ -108,7 +100,7 @@ struct VnniMxfp4 {
 struct VnniNvfp4 {
     static constexpr int64_t kUnitBytes = 2 * int64_t(blk::kNvfp4Bytes);
     static constexpr int64_t kHeader = 64;
-    static constexpr bool kNibbles = true, kLut = true, kMin = false, kHalves = true;
+    static constexpr bool kNibbles = true, kLut = true, kHalves = true;
     static constexpr int kOffset = kFp4Offset;
     static void codes(const uint8_t* unit, uint8_t* c) {
         for (int e = 0; e < 32; ++e) {
@@ -190,8 +182,8 @@ struct Vnni {
     static void tile(const uint8_t* group, const uint8_t* act, size_t arb, int64_t k, const int32_t* off, float* y,
                      int64_t ldy, int valid, const uint8_t* next_group) {
         const int64_t nb = k / blk::kQK;
-        constexpr bool kTwoAcc = Fmt::kMin || Fmt::kHalves;
-        __m512 acc[T], acc1[T];  // acc1: the min term (kMin) or the second half (kHalves)
+        constexpr bool kTwoAcc = Fmt::kHalves;
+        __m512 acc[T], acc1[T];  // acc1: the second half (kHalves)
         for (int t = 0; t < T; ++t) {
             acc[t] = _mm512_setzero_ps();
             acc1[t] = _mm512_setzero_ps();
@@ -251,11 +243,6 @@ struct Vnni {
                     __m512i idot = part[0];
                     for (int c = 1; c < kChains; ++c) idot = _mm512_add_epi32(idot, part[c]);
                     acc[t] = _mm512_fmadd_ps(Fmt::mult(d0, dx), _mm512_maskz_cvtepi32_ps(__mmask16(0xffff), idot), acc[t]);
-                    if constexpr (Fmt::kMin) {
-                        float sx;
-                        std::memcpy(&sx, xb + blk::kActQ8S, 4);
-                        acc1[t] = _mm512_fmadd_ps(d1, _mm512_set1_ps(sx), acc1[t]);
-                    }
                 }
             }
         }
@@ -369,16 +356,12 @@ constexpr MatmulKernel kBf16Dot{ActFormat::kBF16, bf16_row_bytes, quantize_bf16,
 template <class Fmt>
 constexpr PackedMatmulKernel kVnniPacked{Vnni<Fmt>::packed_bytes, Vnni<Fmt>::pack, Vnni<Fmt>::gemm};
 
-// The packed kernels of this level: its own layout for Q4_0, Q4_1, Q8_0, MXFP4 and NVFP4; the 5-bit
-// formats keep simd_packed_kernel's.
+// The packed kernels of this layout: Q8_0, MXFP4 and NVFP4 (matmul_avx512vnni.cc picks Q4_0 and
+// Q4_1's from simd_vnni_q4.h first); the 5-bit formats keep simd_packed_kernel's.
 inline const PackedMatmulKernel* vnni_packed_kernel(core::DType weight_type) {
     switch (weight_type) {
         case core::DType::kQ8_0:
-            return &kVnniPacked<VnniLegacy<FmtQ8_0>>;
-        case core::DType::kQ4_0:
-            return &kVnniPacked<VnniLegacy<FmtQ4_0>>;
-        case core::DType::kQ4_1:
-            return &kVnniPacked<VnniLegacy<FmtQ4_1>>;
+            return &kVnniPacked<VnniQ8>;
         case core::DType::kMxfp4:  // packed at this level only (the AVX2 Fp4 kernels gather the scales)
             return &kVnniPacked<VnniMxfp4>;
         case core::DType::kNvfp4:

@@ -1,0 +1,214 @@
+// Packed Q4_0 / Q4_1 kernel of the AVX-512 VNNI build (matmul_avx512vnni.cc): 32 rows per group,
+// rows i and i + 16 sharing each byte, so that one payload vector feeds two vpdpbusd with no shift.
+//
+// Layout (PackedMatmulKernel, matmul.h): rows in groups of 32 (the last group's missing rows repeat
+// its last row), per group and 32-element block {fp16 d[32]; fp16 m[32] (Q4_1 only); payload}: eight
+// 64-byte vectors V_j (j = 0..7), byte 4 i + p of V_j = c(i, 4 j + p) | c(i + 16, 4 j + p) << 4, where
+// c(r, e) is the 4-bit code of element e of row r. The same bytes per block as the ggml layout (32
+// blocks per group-block).
+//
+// Arithmetic: per block and token, with x4_j = the activation's int8 elements 4 j .. 4 j + 3
+// broadcast to every lane,
+//   F = sum_j vpdpbusd(V_j, x4_j)        lane i: dot(c(i), x) + 16 dot(c(i + 16), x)
+//   H = sum_j vpdpbusd(V_j & 0xf0, x4_j)  lane i: 16 dot(c(i + 16), x)
+// so row i's dot is F - H and row i + 16's is H >> 4 (exact: H is a multiple of 16), each plus the
+// offset term -kOffset * sum(x) (Q4_0; the sums are computed once per call). Against the 16-row
+// layout (simd_vnni_kernels.h) this drops the shift and one of the two masks per payload vector and
+// half of the activation broadcasts: the 16-row kernel is bound by those vector instructions, not
+// by vpdpbusd, and read memory at 79-89% of the read probe where this one reads at 98-99% (2
+// threads, a 75 MB matrix; docs/performance.md). The integer dots are the ones block_dots8 gives and
+// scaling and accumulation are Legacy::tile8's (acc += (d_w * d_x) * idot by fma, + m_w * s_x for
+// Q4_1), so results are bit-identical to the unpacked kernel and batch invariant.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/cpu/simd_legacy_kernels.h"
+#include "kernels/cpu/simd_vnni_kernels.h"
+
+namespace kiln::kernels::cpu {
+namespace {
+
+template <class Fmt>  // FmtQ4_0 or FmtQ4_1 (simd_legacy_kernels.h)
+struct VnniQ4 {
+    static constexpr int kRows = 32;
+    static constexpr int kHalf = 16;
+    // Tokens per tile: per token two float accumulators (four for Q4_1) and two int32 chains stay
+    // live across the eight payload vectors; 4 tokens fit the 32 zmm registers for both formats (6
+    // for Q4_0 measured no faster in prefill).
+    static constexpr int kMaxTokens = 4;
+    static constexpr bool kMin = Fmt::kMin;
+    static constexpr int kOffset = Fmt::kOffset;
+    static constexpr int64_t kHeader = kMin ? 128 : 64;
+    static constexpr int64_t kGroupBytes = kRows * int64_t(Fmt::kBytes);
+    static_assert(kHeader + 512 == kGroupBytes);
+    static constexpr int64_t kStackOffsets = 8192;
+
+    static size_t packed_bytes(int64_t rows, int64_t k) {
+        return size_t((rows + kRows - 1) / kRows) * size_t(k / blk::kQK) * size_t(kGroupBytes);
+    }
+
+    static void pack(const void* w, size_t wrb, int64_t rows, int64_t k, void* dst) {
+        const uint8_t* wb = static_cast<const uint8_t*>(w);
+        uint8_t* out = static_cast<uint8_t*>(dst);
+        const int64_t nb = k / blk::kQK;
+        for (int64_t g = 0; g < (rows + kRows - 1) / kRows; ++g) {
+            for (int64_t b = 0; b < nb; ++b, out += kGroupBytes) {
+                uint8_t c[kRows][32];  // the group's codes of this block, element order
+                for (int i = 0; i < kRows; ++i) {
+                    const int64_t r = g * kRows + i < rows ? g * kRows + i : rows - 1;  // pad: repeat the last row
+                    const uint8_t* unit = wb + r * int64_t(wrb) + b * int64_t(Fmt::kBytes);
+                    std::memcpy(out + 2 * i, unit + Fmt::kD, 2);
+                    if constexpr (kMin) std::memcpy(out + 64 + 2 * i, unit + Fmt::kM, 2);
+                    const uint8_t* q = unit + Fmt::kPayloadOff;
+                    for (int e = 0; e < 32; ++e) c[i][e] = uint8_t((q[e % 16] >> (e < 16 ? 0 : 4)) & 0x0f);
+                }
+                for (int j = 0; j < 8; ++j) {
+                    for (int i = 0; i < kHalf; ++i) {
+                        for (int p = 0; p < 4; ++p)
+                            out[kHeader + 64 * j + 4 * i + p] = uint8_t(c[i][4 * j + p] | (c[i + kHalf][4 * j + p] << 4));
+                    }
+                }
+            }
+        }
+    }
+
+    // -kOffset * the sum of each block's 32 int8 activation values (0 for Q4_1).
+    static void offsets(const uint8_t* act, int64_t nb, int32_t* off) {
+        const __m256i ones = _mm256_set1_epi8(1);
+        for (int64_t b = 0; b < nb; ++b) {
+            const __m256i xq =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(act + b * int64_t(blk::kActQ8Bytes) + blk::kActQ8Q));
+            off[b] = -kOffset * avx2_hsum_i32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, xq));
+        }
+    }
+
+    // y[t * ldy + i] for the group's rows i < valid and T tokens at act (row stride arb); off: the
+    // T tokens' offsets, token t at off + t * nb. next_group: prefetched block by block (decode).
+    template <int T>
+    static void tile(const uint8_t* group, const uint8_t* act, size_t arb, int64_t k, const int32_t* off, float* y,
+                     int64_t ldy, int valid, const uint8_t* next_group) {
+        const int64_t nb = k / blk::kQK;
+        const __m512i high = _mm512_set1_epi8(int8_t(0xf0));
+        __m512 lo_acc[T], hi_acc[T], lo_min[T], hi_min[T];  // rows 0-15 and 16-31; min terms (Q4_1)
+        for (int t = 0; t < T; ++t) {
+            lo_acc[t] = hi_acc[t] = _mm512_setzero_ps();
+            lo_min[t] = hi_min[t] = _mm512_setzero_ps();
+        }
+        for (int64_t b = 0; b < nb; ++b) {
+            const uint8_t* gb = group + b * kGroupBytes;
+            if (next_group) avx2_prefetch_next_group(next_group, kGroupBytes, b);
+            const uint8_t* payload = gb + kHeader;
+            // F and H of each token: two chains each for a lone token (decode: vpdpbusd latency),
+            // one each when other tokens' chains interleave
+            constexpr int kChains = T == 1 ? 2 : 1;
+            __m512i f[T][kChains], h[T][kChains];
+            for (int t = 0; t < T; ++t) {
+                f[t][0] = _mm512_set1_epi32(off[t * nb + b]);
+                h[t][0] = _mm512_setzero_si512();
+                if constexpr (kChains == 2) f[t][1] = h[t][1] = _mm512_setzero_si512();
+            }
+            for (int j = 0; j < 8; ++j) {
+                const __m512i v = _mm512_loadu_si512(payload + 64 * j);
+                const __m512i vh = _mm512_and_si512(v, high);
+                for (int t = 0; t < T; ++t) {
+                    int32_t x4;
+                    std::memcpy(&x4, act + t * int64_t(arb) + b * int64_t(blk::kActQ8Bytes) + blk::kActQ8Q + 4 * j, 4);
+                    const __m512i xb = _mm512_set1_epi32(x4);
+                    f[t][j % kChains] = dpbusd512(f[t][j % kChains], v, xb);
+                    h[t][j % kChains] = dpbusd512(h[t][j % kChains], vh, xb);
+                }
+            }
+            const __m512 d_lo = vnni_fp16x16(gb), d_hi = vnni_fp16x16(gb + 32);
+            for (int t = 0; t < T; ++t) {
+                const uint8_t* xb = act + t * int64_t(arb) + b * int64_t(blk::kActQ8Bytes);
+                float dx;
+                std::memcpy(&dx, xb + blk::kActQ8D, 4);
+                __m512i fs = f[t][0], hs = h[t][0];
+                if constexpr (kChains == 2) {
+                    fs = _mm512_add_epi32(fs, f[t][1]);
+                    hs = _mm512_add_epi32(hs, h[t][1]);
+                }
+                const __m512i lo = _mm512_sub_epi32(fs, hs);  // already holds the offset (in f[t][0])
+                const __m512i hi = _mm512_add_epi32(_mm512_maskz_srai_epi32(__mmask16(0xffff), hs, 4), _mm512_set1_epi32(off[t * nb + b]));
+                const __m512 vdx = _mm512_set1_ps(dx);
+                // as accumulate_block (simd_legacy_kernels.h), lane for lane
+                lo_acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d_lo, vdx), _mm512_maskz_cvtepi32_ps(__mmask16(0xffff), lo), lo_acc[t]);
+                hi_acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d_hi, vdx), _mm512_maskz_cvtepi32_ps(__mmask16(0xffff), hi), hi_acc[t]);
+                if constexpr (kMin) {
+                    float sx;
+                    std::memcpy(&sx, xb + blk::kActQ8S, 4);
+                    const __m512 vsx = _mm512_set1_ps(sx);
+                    lo_min[t] = _mm512_fmadd_ps(vnni_fp16x16(gb + 64), vsx, lo_min[t]);
+                    hi_min[t] = _mm512_fmadd_ps(vnni_fp16x16(gb + 96), vsx, hi_min[t]);
+                }
+            }
+        }
+        for (int t = 0; t < T; ++t) {
+            __m512 lo = lo_acc[t], hi = hi_acc[t];
+            if constexpr (kMin) {
+                lo = _mm512_add_ps(lo, lo_min[t]);
+                hi = _mm512_add_ps(hi, hi_min[t]);
+            }
+            store_rows16(y + t * ldy, lo, valid);
+            if (valid > kHalf) store_rows16(y + t * ldy + kHalf, hi, valid - kHalf);
+        }
+    }
+
+    template <int T = kMaxTokens>
+    static void tile_n(int num_t, const uint8_t* group, const uint8_t* act, size_t arb, int64_t k, const int32_t* off,
+                       float* y, int64_t ldy, int valid, const uint8_t* next_group) {
+        if constexpr (T > 1) {
+            if (num_t < T) return tile_n<T - 1>(num_t, group, act, arb, k, off, y, ldy, valid, next_group);
+        }
+        tile<T>(group, act, arb, k, off, y, ldy, valid, next_group);
+    }
+
+    // PackedMatmulKernel::gemm (r0 a multiple of 32). Decode: group after group, prefetching the
+    // next. Prefill: tokens in chunks whose activations (~256 KiB) stay in L2 while the row groups
+    // stream past, kMaxTokens tokens per pass over a group's blocks.
+    static void gemm(const void* packed, const void* act, size_t arb, int64_t n, int64_t k, float* y, int64_t ldy,
+                     int64_t r0, int64_t r1) {
+        const uint8_t* base = static_cast<const uint8_t*>(packed);
+        const uint8_t* ab = static_cast<const uint8_t*>(act);
+        const int64_t nb = k / blk::kQK;
+        int64_t chunk = int64_t((256 << 10) / (arb > 0 ? arb : 1));
+        chunk -= chunk % kMaxTokens;
+        if (chunk < kMaxTokens) chunk = kMaxTokens;
+        if (chunk > n) chunk = n;
+        int32_t stack_off[kStackOffsets];
+        int32_t* off = stack_off;
+        int32_t* heap_off = nullptr;
+        if (chunk * nb > kStackOffsets) {
+            if (nb <= kStackOffsets) {
+                chunk = kStackOffsets / nb;
+            } else {  // very long rows: one token's offsets do not fit the stack buffer
+                heap_off = new int32_t[size_t(chunk * nb)];
+                off = heap_off;
+            }
+        }
+        auto group_at = [&](int64_t r) { return base + (r / kRows) * nb * kGroupBytes; };
+        auto valid_at = [&](int64_t r) { return int(r1 - r < kRows ? r1 - r : kRows); };
+        for (int64_t t0 = 0; t0 < n; t0 += chunk) {
+            const int64_t t1 = t0 + chunk < n ? t0 + chunk : n;
+            for (int64_t t = t0; t < t1; ++t) offsets(ab + t * int64_t(arb), nb, off + (t - t0) * nb);
+            for (int64_t r = r0; r < r1; r += kRows) {
+                for (int64_t t = t0; t < t1; t += kMaxTokens) {
+                    const int num_t = int(t1 - t < kMaxTokens ? t1 - t : kMaxTokens);
+                    // the first token tile over a group prefetches the next group (it streams from DRAM)
+                    tile_n(num_t, group_at(r), ab + t * int64_t(arb), arb, k, off + (t - t0) * nb, y + t * ldy + r, ldy,
+                           valid_at(r), t == t0 ? group_at(r + kRows) : nullptr);
+                }
+            }
+        }
+        delete[] heap_off;
+    }
+};
+
+template <class Fmt>
+constexpr PackedMatmulKernel kVnniQ4Packed{VnniQ4<Fmt>::packed_bytes, VnniQ4<Fmt>::pack, VnniQ4<Fmt>::gemm};
+
+}  // namespace
+}  // namespace kiln::kernels::cpu
