@@ -263,53 +263,61 @@ struct Vnni {
         tile<T>(group, act, arb, k, off, y, ldy, valid, next_group);
     }
 
-    // PackedMatmulKernel::gemm. Decode: group after group, prefetching the next. Prefill: tokens in
-    // chunks whose activations (~256 KiB) stay in L2 while the row groups stream past, up to 4 tokens
-    // per weight-block decode.
     static void gemm(const void* packed, const void* act, size_t arb, int64_t n, int64_t k, float* y, int64_t ldy,
-                     int64_t r0, int64_t r1) {
-        const uint8_t* base = static_cast<const uint8_t*>(packed);
-        const uint8_t* ab = static_cast<const uint8_t*>(act);
-        const int64_t nb = k / blk::kQK;
-        int64_t chunk = int64_t((256 << 10) / (arb > 0 ? arb : 1)) & ~int64_t(kMaxTokens - 1);
-        if (chunk < kMaxTokens) chunk = kMaxTokens;
-        if (chunk > n) chunk = n;
-        int32_t stack_off[kStackOffsets];
-        int32_t* off = stack_off;
-        int32_t* heap_off = nullptr;
-        const int64_t per_token = nb * kOffsPerBlock;
-        if (chunk * per_token > kStackOffsets) {
-            if (per_token <= kStackOffsets) {
-                chunk = kStackOffsets / per_token;
-            } else {  // very long rows: one token's offsets do not fit the stack buffer
-                heap_off = new int32_t[size_t(chunk * per_token)];
-                off = heap_off;
-            }
-        }
-        auto group_at = [&](int64_t r) { return base + (r / kRows) * nb * kGroupBytes; };
-        auto valid_at = [&](int64_t r) { return int(r1 - r < kRows ? r1 - r : kRows); };
-        for (int64_t t0 = 0; t0 < n; t0 += chunk) {
-            const int64_t t1 = t0 + chunk < n ? t0 + chunk : n;
-            for (int64_t t = t0; t < t1; ++t) offsets(ab + t * int64_t(arb), nb, off + (t - t0) * per_token);
-            if (t1 - t0 == 1) {
-                for (int64_t r = r0; r < r1; r += kRows) {
-                    tile<1>(group_at(r), ab + t0 * int64_t(arb), arb, k, off, y + t0 * ldy + r, ldy, valid_at(r),
-                            group_at(r + kRows));
-                }
-                continue;
-            }
-            for (int64_t r = r0; r < r1; r += kRows) {
-                for (int64_t t = t0; t < t1; t += kMaxTokens) {
-                    const int num_t = int(t1 - t < kMaxTokens ? t1 - t : kMaxTokens);
-                    // the first token tile over a group prefetches the next group (it streams from DRAM)
-                    tile_n(num_t, group_at(r), ab + t * int64_t(arb), arb, k, off + (t - t0) * per_token,
-                           y + t * ldy + r, ldy, valid_at(r), t == t0 ? group_at(r + kRows) : nullptr);
-                }
-            }
-        }
-        delete[] heap_off;
-    }
+                     int64_t r0, int64_t r1);
 };
+
+// PackedMatmulKernel::gemm of the VNNI group layouts (Vnni above, VnniQ4 in simd_vnni_q4.h), given
+// K::kRows, kMaxTokens, kGroupBytes, kOffsPerBlock, kStackOffsets, offsets() and tile_n(). Decode:
+// group after group, prefetching the next. Prefill: tokens in chunks whose activations (~256 KiB)
+// stay in L2 while the row groups stream past, kMaxTokens tokens per pass over a group's blocks.
+// r0 a multiple of K::kRows.
+template <class K>
+void vnni_groups_gemm(const void* packed, const void* act, size_t arb, int64_t n, int64_t k, float* y, int64_t ldy,
+                      int64_t r0, int64_t r1) {
+    constexpr int kRows = K::kRows, kMaxTokens = K::kMaxTokens;
+    constexpr int64_t kGroupBytes = K::kGroupBytes;
+    const uint8_t* base = static_cast<const uint8_t*>(packed);
+    const uint8_t* ab = static_cast<const uint8_t*>(act);
+    const int64_t nb = k / blk::kQK;
+    int64_t chunk = int64_t((256 << 10) / (arb > 0 ? arb : 1));
+    chunk -= chunk % kMaxTokens;
+    if (chunk < kMaxTokens) chunk = kMaxTokens;
+    if (chunk > n) chunk = n;
+    int32_t stack_off[K::kStackOffsets];
+    int32_t* off = stack_off;
+    int32_t* heap_off = nullptr;
+    const int64_t per_token = nb * K::kOffsPerBlock;
+    if (chunk * per_token > K::kStackOffsets) {
+        if (per_token <= K::kStackOffsets) {
+            chunk = K::kStackOffsets / per_token;
+        } else {  // very long rows: one token's offsets do not fit the stack buffer
+            heap_off = new int32_t[size_t(chunk * per_token)];
+            off = heap_off;
+        }
+    }
+    auto group_at = [&](int64_t r) { return base + (r / kRows) * nb * kGroupBytes; };
+    auto valid_at = [&](int64_t r) { return int(r1 - r < kRows ? r1 - r : kRows); };
+    for (int64_t t0 = 0; t0 < n; t0 += chunk) {
+        const int64_t t1 = t0 + chunk < n ? t0 + chunk : n;
+        for (int64_t t = t0; t < t1; ++t) K::offsets(ab + t * int64_t(arb), nb, off + (t - t0) * per_token);
+        for (int64_t r = r0; r < r1; r += kRows) {
+            for (int64_t t = t0; t < t1; t += kMaxTokens) {
+                const int num_t = int(t1 - t < kMaxTokens ? t1 - t : kMaxTokens);
+                // the first token tile over a group prefetches the next group (it streams from DRAM)
+                K::tile_n(num_t, group_at(r), ab + t * int64_t(arb), arb, k, off + (t - t0) * per_token,
+                          y + t * ldy + r, ldy, valid_at(r), t == t0 ? group_at(r + kRows) : nullptr);
+            }
+        }
+    }
+    delete[] heap_off;
+}
+
+template <class Fmt>
+void Vnni<Fmt>::gemm(const void* packed, const void* act, size_t arb, int64_t n, int64_t k, float* y, int64_t ldy,
+                     int64_t r0, int64_t r1) {
+    vnni_groups_gemm<Vnni<Fmt>>(packed, act, arb, n, k, y, ldy, r0, r1);
+}
 
 // BF16 weights x bf16 activations (ActFormat::kBF16) by vdpbf16ps: per (weight row, token) one
 // fp32 accumulator vector, 16 elements (8 pairs) per instruction, a horizontal sum at the end and the

@@ -44,7 +44,8 @@ struct VnniQ4 {
     static constexpr int64_t kHeader = kMin ? 128 : 64;
     static constexpr int64_t kGroupBytes = kRows * int64_t(Fmt::kBytes);
     static_assert(kHeader + 512 == kGroupBytes);
-    static constexpr int64_t kStackOffsets = 8192;
+    static constexpr int64_t kStackOffsets = 8192;  // offsets of (token, block) pairs on the stack
+    static constexpr int kOffsPerBlock = 1;
 
     static size_t packed_bytes(int64_t rows, int64_t k) {
         return size_t((rows + kRows - 1) / kRows) * size_t(k / blk::kQK) * size_t(kGroupBytes);
@@ -166,44 +167,10 @@ struct VnniQ4 {
         tile<T>(group, act, arb, k, off, y, ldy, valid, next_group);
     }
 
-    // PackedMatmulKernel::gemm (r0 a multiple of 32). Decode: group after group, prefetching the
-    // next. Prefill: tokens in chunks whose activations (~256 KiB) stay in L2 while the row groups
-    // stream past, kMaxTokens tokens per pass over a group's blocks.
+    // PackedMatmulKernel::gemm (r0 a multiple of 32): vnni_groups_gemm (simd_vnni_kernels.h).
     static void gemm(const void* packed, const void* act, size_t arb, int64_t n, int64_t k, float* y, int64_t ldy,
                      int64_t r0, int64_t r1) {
-        const uint8_t* base = static_cast<const uint8_t*>(packed);
-        const uint8_t* ab = static_cast<const uint8_t*>(act);
-        const int64_t nb = k / blk::kQK;
-        int64_t chunk = int64_t((256 << 10) / (arb > 0 ? arb : 1));
-        chunk -= chunk % kMaxTokens;
-        if (chunk < kMaxTokens) chunk = kMaxTokens;
-        if (chunk > n) chunk = n;
-        int32_t stack_off[kStackOffsets];
-        int32_t* off = stack_off;
-        int32_t* heap_off = nullptr;
-        if (chunk * nb > kStackOffsets) {
-            if (nb <= kStackOffsets) {
-                chunk = kStackOffsets / nb;
-            } else {  // very long rows: one token's offsets do not fit the stack buffer
-                heap_off = new int32_t[size_t(chunk * nb)];
-                off = heap_off;
-            }
-        }
-        auto group_at = [&](int64_t r) { return base + (r / kRows) * nb * kGroupBytes; };
-        auto valid_at = [&](int64_t r) { return int(r1 - r < kRows ? r1 - r : kRows); };
-        for (int64_t t0 = 0; t0 < n; t0 += chunk) {
-            const int64_t t1 = t0 + chunk < n ? t0 + chunk : n;
-            for (int64_t t = t0; t < t1; ++t) offsets(ab + t * int64_t(arb), nb, off + (t - t0) * nb);
-            for (int64_t r = r0; r < r1; r += kRows) {
-                for (int64_t t = t0; t < t1; t += kMaxTokens) {
-                    const int num_t = int(t1 - t < kMaxTokens ? t1 - t : kMaxTokens);
-                    // the first token tile over a group prefetches the next group (it streams from DRAM)
-                    tile_n(num_t, group_at(r), ab + t * int64_t(arb), arb, k, off + (t - t0) * nb, y + t * ldy + r, ldy,
-                           valid_at(r), t == t0 ? group_at(r + kRows) : nullptr);
-                }
-            }
-        }
-        delete[] heap_off;
+        vnni_groups_gemm<VnniQ4>(packed, act, arb, n, k, y, ldy, r0, r1);
     }
 };
 
