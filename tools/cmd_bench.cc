@@ -1,5 +1,6 @@
-// `kiln bench -m MODEL [-p 512] [-n 128] [-t N] [-r 5] [--json]`: llama-bench style throughput
-// (pp: one forward over p prompt tokens; tg: n decode steps of one token each, from an empty cache)
+// `kiln bench -m MODEL [-p 512] [-n 128] [-d 0] [-t N] [-r 5] [--json]`: llama-bench style throughput
+// (pp: one forward over p prompt tokens; tg: n decode steps of one token each; both after d tokens
+// already in the cache, which an untimed forward puts there: an empty cache by default)
 // reported next to the machine's floors measured in the same run (kernels/roofline: memory read
 // bandwidth, f32 FMA peak, int8 dot peak), as DESIGN.md "Performance method" asks.
 // Each test runs once as a warm-up (tg: min(n, 8) steps), then REPS times; tokens/s is the median.
@@ -11,7 +12,9 @@
 // Formulas (docs/performance.md):
 //   weight_bytes  = every tensor of the layers + output_norm + the output matrix (token_embd when
 //                   tied: counted once) ; the embedding lookup reads one row per token
-//   tg: bytes_per_token = weight_bytes + embd_row_bytes
+//   tg: bytes_per_token = weight_bytes + embd_row_bytes + kv_position_bytes * (d + (n + 1) / 2),
+//       kv_position_bytes = 2 * layers * kv_dim * 4 (K and V of one position, f32 cache): the
+//       cache every step attends to, its mean length over the run
 //   pp: bytes_per_token = weight_bytes / p + embd_row_bytes   (weights streamed once per forward)
 //   ops_per_token = 2 * (matmul weights used per token): 2 * layer matrices + 2 * vocab * hidden for
 //                   tg; for pp the logits are computed for the last token only, so 2 * V * H / p.
@@ -55,8 +58,8 @@ using Clock = std::chrono::steady_clock;
 using nlohmann::ordered_json;
 
 constexpr const char* kBenchUsage =
-    "usage: kiln bench -m MODEL [-p N] [-n N] [-t N] [-r N] [--isa ISA] [--f32-activations] [--no-pack] [--json]\n"
-    "                  [--mmap] [--probe-mib N]\n"
+    "usage: kiln bench -m MODEL [-p N] [-n N] [-d N] [-t N] [-r N] [--isa ISA] [--f32-activations] [--no-pack]\n"
+    "                  [--json] [--mmap] [--probe-mib N]\n"
     "       kiln bench offline --help   (the serving engine's throughput over many requests)\n"
     "       kiln bench serve --help     (load generator for a running `kiln serve`)\n"
     "\n"
@@ -64,11 +67,14 @@ constexpr const char* kBenchUsage =
     "in the same run the machine's memory read bandwidth, f32 FMA peak and int8 dot peak; reports\n"
     "each throughput as a share of those limits (formulas: docs/performance.md). tgN also reads a\n"
     "64 MiB buffer between its decode steps (every 16 tokens, timed apart) and reports decode's share\n"
-    "of what those reads got at the same moments: on a shared machine the bandwidth moves.\n"
+    "of what those reads got at the same moments: on a shared machine the bandwidth moves. A tg\n"
+    "token's bytes are the weights plus the K/V cache it attends to (its mean length over the run).\n"
     "\n"
     "  -m, --model MODEL   GGUF file, safetensors file or HF folder, or llama2.c .bin\n"
     "  -p, --n-prompt N    prompt tokens of the pp test (default 512; 0 skips it)\n"
     "  -n, --n-gen N       decode steps of the tg test (default 128; 0 skips it)\n"
+    "  -d, --depth N       tokens already in the KV cache when each test starts, put there by an\n"
+    "                      untimed forward (default 0; llama-bench's -d); tests are named pp512@dN\n"
     "  -t, --threads N     worker threads (default: the physical cores this process may use)\n"
     "  --isa ISA           matmul kernels: ref, avx2, avx512, avx512-vnni (default: the best this CPU runs)\n"
     "  --f32-activations   quantized weights times f32 activations (the slow reference path)\n"
@@ -92,6 +98,7 @@ struct Traffic {
     uint64_t embd_row_bytes = 0;    // read once per token
     uint64_t layer_mm_params = 0;   // matmul weights of the layers, per token
     uint64_t output_mm_params = 0;  // vocab * hidden, once per forward (last token's logits)
+    uint64_t kv_position_bytes = 0;  // K and V of one cache position, all layers (f32 cache)
     uint64_t params = 0;
     std::string dtype;
 };
@@ -100,6 +107,7 @@ Traffic count_traffic(const model::Checkpoint& ck) {
     const model::ModelConfig& c = ck.config;
     Traffic tr;
     tr.params = ck.num_params();
+    tr.kv_position_bytes = uint64_t(2 * c.num_layers * c.kv_dim()) * sizeof(float);
     for (const model::TensorRef& t : ck.tensors) {
         const bool layer = t.name.rfind("blk.", 0) == 0;
         if (layer) tr.weight_bytes += t.num_bytes + (t.row_scale ? 4 * t.shape[0] : 0);  // I8: + row scales
@@ -144,6 +152,7 @@ ComputePath compute_path(const model::Checkpoint& ck, const ops::LinearOptions& 
 
 struct TestResult {
     std::string name;
+    int64_t depth = 0;            // tokens in the cache before the test (-d)
     std::vector<double> samples;  // tokens/s of each timed run
     double tokens_per_s = 0, bytes_per_token = 0, ops_per_token = 0;
     // tg only: GB/s of the read passes between decode steps in each run, and the median over runs
@@ -176,11 +185,16 @@ std::vector<int32_t> bench_tokens(int64_t n, int64_t vocab) {
     return ids;
 }
 
-// Seconds for one pp run (one forward of p tokens) or one tg run (`steps` single-token forwards).
-core::Result<RunTimes> run_once(model::LlamaModel& m, bool prefill, int64_t count,
+// Seconds for one pp run (one forward of p tokens) or one tg run (`steps` single-token forwards),
+// after an untimed forward of `depth` tokens into the same cache.
+core::Result<RunTimes> run_once(model::LlamaModel& m, bool prefill, int64_t count, int64_t depth,
                                 const kernels::roofline::ReadProbe* probe = nullptr, core::ThreadPool* pool = nullptr) {
     const model::ModelConfig& c = m.config();
-    model::KvCache cache(c, std::max<int64_t>(count, 1));
+    model::KvCache cache(c, std::max<int64_t>(depth + count, 1));
+    if (depth > 0) {
+        KILN_ASSIGN_OR_RETURN(auto context, m.forward(bench_tokens(depth, c.vocab_size), cache, false));
+        (void)context;
+    }
     const std::vector<int32_t> ids = bench_tokens(count, c.vocab_size);
     RunTimes rt;
     if (prefill) {
@@ -204,18 +218,21 @@ core::Result<RunTimes> run_once(model::LlamaModel& m, bool prefill, int64_t coun
 }
 
 // probe: sampled between decode steps (tg only; may be null).
-core::Result<TestResult> run_test(model::LlamaModel& m, bool prefill, int64_t count, int reps, const Traffic& tr,
+core::Result<TestResult> run_test(model::LlamaModel& m, bool prefill, int64_t count, int64_t depth, int reps,
+                                  const Traffic& tr,
                                   const kernels::roofline::ReadProbe* probe, core::ThreadPool& pool) {
     TestResult r;
-    r.name = (prefill ? "pp" : "tg") + std::to_string(count);
+    r.name = (prefill ? "pp" : "tg") + std::to_string(count) + (depth > 0 ? "@d" + std::to_string(depth) : "");
+    r.depth = depth;
     const double per_forward = prefill ? double(count) : 1.0;  // tokens sharing one pass over the weights
     r.bytes_per_token = double(tr.weight_bytes) / per_forward + double(tr.embd_row_bytes);
+    if (!prefill) r.bytes_per_token += double(tr.kv_position_bytes) * (double(depth) + double(count + 1) / 2.0);
     r.ops_per_token = 2.0 * double(tr.layer_mm_params) + 2.0 * double(tr.output_mm_params) / per_forward;
-    KILN_ASSIGN_OR_RETURN(RunTimes warm, run_once(m, prefill, prefill ? count : std::min<int64_t>(count, 8)));
+    KILN_ASSIGN_OR_RETURN(RunTimes warm, run_once(m, prefill, prefill ? count : std::min<int64_t>(count, 8), depth));
     (void)warm;
     std::vector<double> pct;
     for (int i = 0; i < reps; ++i) {
-        KILN_ASSIGN_OR_RETURN(RunTimes t, run_once(m, prefill, count, prefill ? nullptr : probe, &pool));
+        KILN_ASSIGN_OR_RETURN(RunTimes t, run_once(m, prefill, count, depth, prefill ? nullptr : probe, &pool));
         r.samples.push_back(double(count) / t.seconds);
         if (t.probe_seconds > 0) {
             r.ambient_gbps.push_back(t.probe_bytes / t.probe_seconds / 1e9);
@@ -275,6 +292,7 @@ ordered_json result_json(const TestResult& r, const model::Checkpoint& ck, const
     j["matmul"] = path.matmul;
     j["weights_memory"] = mmapped ? "mmap" : "anonymous";
     j["reps"] = reps;
+    j["depth"] = r.depth;
     j["tokens_per_s"] = r.tokens_per_s;
     j["samples_tokens_per_s"] = r.samples;
     j["bytes_per_token"] = r.bytes_per_token;
@@ -322,12 +340,12 @@ void print_table(const std::vector<TestResult>& results, const model::Checkpoint
         roof.threads, roof.isa.c_str(), roof.read_gbps, roof.fma_f32_gflops, roof.int8_gops,
         opt(roof.vnni_int8_gops).c_str(), opt(roof.bf16_gflops).c_str());
     std::printf("matmul: %s; %% peak is of the %s peak\n\n", path.matmul.c_str(), peak_kind(roof, path));
-    std::printf("| %-7s | %10s | %10s | %9s | %7s | %10s | %9s | %7s |\n", "test", "tokens/s", "MB/token", "GB/s",
+    std::printf("| %-11s | %10s | %10s | %9s | %7s | %10s | %9s | %7s |\n", "test", "tokens/s", "MB/token", "GB/s",
                 "% bw", "floor t/s", "GOP/s", "% peak");
-    std::printf("|---------|------------|------------|-----------|---------|------------|-----------|---------|\n");
+    std::printf("|-------------|------------|------------|-----------|---------|------------|-----------|---------|\n");
     for (const TestResult& r : results) {
         const double gbps = r.bytes_per_token * r.tokens_per_s / 1e9, gops = r.ops_per_token * r.tokens_per_s / 1e9;
-        std::printf("| %-7s | %10.2f | %10.2f | %9.2f | %6.1f%% | %10.1f | %9.2f | %6.1f%% |\n", r.name.c_str(),
+        std::printf("| %-11s | %10.2f | %10.2f | %9.2f | %6.1f%% | %10.1f | %9.2f | %6.1f%% |\n", r.name.c_str(),
                     r.tokens_per_s, r.bytes_per_token / 1e6, gbps, 100.0 * gbps / roof.read_gbps,
                     roof.read_gbps * 1e9 / r.bytes_per_token, gops, 100.0 * gops / peak_of(roof, path));
     }
@@ -346,7 +364,8 @@ int cmd_bench(int argc, char** argv) {
     if (argc > 2 && std::strcmp(argv[2], "offline") == 0) return cmd_bench_offline(argc, argv);
     if (argc > 2 && std::strcmp(argv[2], "serve") == 0) return cmd_bench_serve(argc, argv);
     Args args({"--help", "-h", "--json", "--mmap", "--f32-activations", "--no-pack"},
-              {"-m", "--model", "-p", "--n-prompt", "-n", "--n-gen", "-t", "--threads", "-r", "--reps", "--probe-mib",
+              {"-m", "--model", "-p", "--n-prompt", "-n", "--n-gen", "-d", "--depth", "-t", "--threads", "-r", "--reps",
+               "--probe-mib",
                "--isa"});
     if (!args.parse(argc, argv, 2)) {
         std::fprintf(stderr, "kiln bench: %s\n%s", args.error().c_str(), kBenchUsage);
@@ -366,8 +385,10 @@ int cmd_bench(int argc, char** argv) {
         const char *s, *l;
         int64_t lo, hi, *dst;
     };
-    int64_t n_prompt = 512, n_gen = 128, threads = core::ThreadPool::default_num_threads(), reps = 5, probe_mib = 1024;
+    int64_t n_prompt = 512, n_gen = 128, n_depth = 0, threads = core::ThreadPool::default_num_threads(), reps = 5,
+            probe_mib = 1024;
     for (const Opt& o : {Opt{"-p", "--n-prompt", 0, 1 << 20, &n_prompt}, Opt{"-n", "--n-gen", 0, 1 << 20, &n_gen},
+                         Opt{"-d", "--depth", 0, 1 << 20, &n_depth},
                          Opt{"-t", "--threads", 1, 1024, &threads}, Opt{"-r", "--reps", 1, 1000, &reps},
                          Opt{"--probe-mib", "--probe-mib", 64, 1 << 20, &probe_mib}}) {
         auto v = args.get_either(o.l, o.s);
@@ -391,6 +412,12 @@ int cmd_bench(int argc, char** argv) {
     if (!ck) {
         std::fprintf(stderr, "kiln bench: %s\n", ck.status().to_string().c_str());
         return 1;
+    }
+    const int64_t max_len = ck->config.max_seq_len;
+    if (max_len > 0 && n_depth + std::max(n_prompt, n_gen) > max_len) {
+        std::fprintf(stderr, "kiln bench: -d %lld plus %lld tokens exceeds the model's context length %lld\n",
+                     (long long)n_depth, (long long)std::max(n_prompt, n_gen), (long long)max_len);
+        return 2;
     }
     const bool mmapped = args.has("--mmap");
     core::ThreadPool pool(static_cast<int>(threads));
@@ -417,7 +444,7 @@ int cmd_bench(int argc, char** argv) {
     for (bool prefill : {true, false}) {
         const int64_t count = prefill ? n_prompt : n_gen;
         if (count == 0) continue;
-        auto r = run_test(**model, prefill, count, int(reps), tr, &*probe, pool);
+        auto r = run_test(**model, prefill, count, n_depth, int(reps), tr, &*probe, pool);
         if (!r) {
             std::fprintf(stderr, "kiln bench: %s\n", r.status().to_string().c_str());
             return 1;

@@ -14,6 +14,8 @@ for dt in f32 q4_0 bf16; do
     "$KILN_BIN" inspect --json "$T/tiny_$dt.gguf" > "$T/inspect_$dt.json"
     "$KILN_BIN" bench -m "$T/tiny_$dt.gguf" -p 8 -n 4 -r 1 -t 2 --probe-mib 128 --json > "$T/bench_$dt.json"
 done
+# -d: both tests after 6 tokens already in the cache
+"$KILN_BIN" bench -m "$T/tiny_f32.gguf" -p 8 -n 4 -d 6 -r 1 -t 2 --probe-mib 128 --json > "$T/bench_depth.json"
 "$KILN_BIN" synth --preset tiny --dtype q4_0 --layers 2 --seed 7 -t 1 -o "$T/again.gguf" 2> /dev/null
 cmp "$T/tiny_q4_0.gguf" "$T/again.gguf" || { echo "same seed, different file (threads 1 vs 2)"; exit 1; }
 "$KILN_BIN" synth --preset tiny --dtype q4_0 --layers 2 --seed 8 -o "$T/other.gguf" 2> /dev/null
@@ -83,9 +85,18 @@ for dt in ("f32", "q4_0", "bf16"):
     tg, pp = res[1], res[0]
     # Decode reads every weight once per token; prefill shares one pass among its 8 tokens.
     assert pp["bytes_per_token"] < tg["bytes_per_token"], (pp["bytes_per_token"], tg["bytes_per_token"])
+    # tg also reads the K/V cache: 2 * L * kv_dim * 4 bytes per position, mean length (n + 1) / 2.
+    kv_pos = 2 * L * kv * 4
     if dt == "f32":
         weights = 4 * (layer_mm + V * H + L * 2 * H + H)  # matrices, output, norms
-        assert close(tg["bytes_per_token"], weights + 4 * H), (tg["bytes_per_token"], weights + 4 * H)
+        want = weights + 4 * H + kv_pos * 2.5
+        assert close(tg["bytes_per_token"], want), (tg["bytes_per_token"], want)
+        assert tg["depth"] == 0 and pp["depth"] == 0, (tg["depth"], pp["depth"])
+        deep = json.load(open(os.path.join(T, "bench_depth.json")))
+        assert [r["test"] for r in deep] == ["pp8@d6", "tg4@d6"], [r["test"] for r in deep]
+        assert all(r["depth"] == 6 for r in deep), deep
+        assert close(deep[1]["bytes_per_token"], weights + 4 * H + kv_pos * (6 + 2.5)), deep[1]["bytes_per_token"]
+        assert close(deep[0]["bytes_per_token"], pp["bytes_per_token"]), (deep[0]["bytes_per_token"], pp)
 print("synth + bench JSON ok")
 PY
 
@@ -111,6 +122,8 @@ expect 2 "no model given" "$KILN_BIN" bench
 expect 2 "--n-prompt" "$KILN_BIN" bench -m "$T/tiny_f32.gguf" -p abc
 expect 2 "--reps" "$KILN_BIN" bench -m "$T/tiny_f32.gguf" -r 0
 expect 2 "nothing to measure" "$KILN_BIN" bench -m "$T/tiny_f32.gguf" -p 0 -n 0
+expect 2 "--depth" "$KILN_BIN" bench -m "$T/tiny_f32.gguf" -d x1
+expect 2 "context length" "$KILN_BIN" bench -m "$T/tiny_f32.gguf" -d 1048576
 expect 1 "cannot open|not found" "$KILN_BIN" bench -m "$T/missing.gguf"
 "$KILN_BIN" synth --list | grep -q "llama-3-8b" || { echo "synth --list lacks llama-3-8b"; exit 1; }
 echo ok
