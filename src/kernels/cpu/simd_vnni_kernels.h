@@ -253,22 +253,22 @@ struct Vnni {
         }
     }
 
-    // tile<num_t> for 1 <= num_t <= T.
-    template <int T = kMaxTokens>
-    static void tile_n(int num_t, const uint8_t* group, const uint8_t* act, size_t arb, int64_t k, const int32_t* off,
-                       float* y, int64_t ldy, int valid, const uint8_t* next_group) {
-        if constexpr (T > 1) {
-            if (num_t < T) return tile_n<T - 1>(num_t, group, act, arb, k, off, y, ldy, valid, next_group);
-        }
-        tile<T>(group, act, arb, k, off, y, ldy, valid, next_group);
-    }
-
     static void gemm(const void* packed, const void* act, size_t arb, int64_t n, int64_t k, float* y, int64_t ldy,
                      int64_t r0, int64_t r1);
 };
 
+// K::tile<num_t> for 1 <= num_t <= T.
+template <class K, int T = K::kMaxTokens>
+void vnni_tile_n(int num_t, const uint8_t* group, const uint8_t* act, size_t arb, int64_t k, const int32_t* off,
+                 float* y, int64_t ldy, int valid, const uint8_t* next_group) {
+    if constexpr (T > 1) {
+        if (num_t < T) return vnni_tile_n<K, T - 1>(num_t, group, act, arb, k, off, y, ldy, valid, next_group);
+    }
+    K::template tile<T>(group, act, arb, k, off, y, ldy, valid, next_group);
+}
+
 // PackedMatmulKernel::gemm of the VNNI group layouts (Vnni above, VnniQ4 in simd_vnni_q4.h), given
-// K::kRows, kMaxTokens, kGroupBytes, kOffsPerBlock, kStackOffsets, offsets() and tile_n(). Decode:
+// K::kRows, kMaxTokens, kGroupBytes, kOffsPerBlock, kStackOffsets, offsets() and tile<T>(). Decode:
 // group after group, prefetching the next. Prefill: tokens in chunks whose activations (~256 KiB)
 // stay in L2 while the row groups stream past, kMaxTokens tokens per pass over a group's blocks.
 // r0 a multiple of K::kRows.
@@ -305,8 +305,8 @@ void vnni_groups_gemm(const void* packed, const void* act, size_t arb, int64_t n
             for (int64_t t = t0; t < t1; t += kMaxTokens) {
                 const int num_t = int(t1 - t < kMaxTokens ? t1 - t : kMaxTokens);
                 // the first token tile over a group prefetches the next group (it streams from DRAM)
-                K::tile_n(num_t, group_at(r), ab + t * int64_t(arb), arb, k, off + (t - t0) * per_token,
-                          y + t * ldy + r, ldy, valid_at(r), t == t0 ? group_at(r + kRows) : nullptr);
+                vnni_tile_n<K>(num_t, group_at(r), ab + t * int64_t(arb), arb, k, off + (t - t0) * per_token,
+                               y + t * ldy + r, ldy, valid_at(r), t == t0 ? group_at(r + kRows) : nullptr);
             }
         }
     }

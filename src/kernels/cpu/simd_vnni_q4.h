@@ -158,15 +158,6 @@ struct VnniQ4 {
         }
     }
 
-    template <int T = kMaxTokens>
-    static void tile_n(int num_t, const uint8_t* group, const uint8_t* act, size_t arb, int64_t k, const int32_t* off,
-                       float* y, int64_t ldy, int valid, const uint8_t* next_group) {
-        if constexpr (T > 1) {
-            if (num_t < T) return tile_n<T - 1>(num_t, group, act, arb, k, off, y, ldy, valid, next_group);
-        }
-        tile<T>(group, act, arb, k, off, y, ldy, valid, next_group);
-    }
-
     // PackedMatmulKernel::gemm (r0 a multiple of 32): vnni_groups_gemm (simd_vnni_kernels.h).
     static void gemm(const void* packed, const void* act, size_t arb, int64_t n, int64_t k, float* y, int64_t ldy,
                      int64_t r0, int64_t r1) {
