@@ -1,9 +1,9 @@
 // Google Benchmark microbenchmarks of CPU attention (ops::attention: the kernels/cpu tiled
-// online-softmax kernel at the best ISA) over an f32 KV cache, at two model shapes:
-//   smollm2 (SmolLM2-135M: 9 heads, 3 KV heads, head_dim 64) and llama3-8b (32, 8, 128).
-// prefill: 512 new tokens, causal, kv_len 512. decode: 1 new token at kv_len 2048.
+// online-softmax kernel at the best ISA) over an f32 KV cache (decode also f16: attention_decode_f16),
+// at two model shapes: smollm2 (SmolLM2-135M: 9 heads, 3 KV heads, head_dim 64) and llama3-8b (32,
+// 8, 128). prefill: 512 new tokens, causal, kv_len 512. decode: 1 new token at kv_len 2048.
 // Counters (rates, 1e9 units): GB/s = K and V bytes of the cache read once per call
-// (2 * kv_len * kv_heads * head_dim * 4); GFLOP/s = 4 * head_dim * (query head, key) pairs attended
+// (2 * kv_len * kv_heads * head_dim * 4, or 2 for f16); GFLOP/s = 4 * head_dim * (query head, key) pairs attended
 // (q.k and p.v, 2 flops per multiply-add each; softmax not counted).
 #include <benchmark/benchmark.h>
 
@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/numeric.h"
 #include "core/thread_pool.h"
 #include "kernels/ref/transformer.h"
 #include "ops/transformer_ops.h"
@@ -35,7 +36,7 @@ std::vector<float> random_floats(size_t n, uint64_t seed) {
     return v;
 }
 
-void bm_attention(benchmark::State& st, Model m, int64_t num_tokens, int64_t kv_len, int threads) {
+void bm_attention(benchmark::State& st, Model m, int64_t num_tokens, int64_t kv_len, int threads, bool f16) {
     kiln::core::ThreadPool pool(threads);
     kiln::kernels::ref::AttentionShape s;
     s.num_tokens = num_tokens;
@@ -46,7 +47,17 @@ void bm_attention(benchmark::State& st, Model m, int64_t num_tokens, int64_t kv_
     const std::vector<float> k = random_floats(kv_floats, 1), v = random_floats(kv_floats, 2);
     const std::vector<float> q = random_floats(size_t(num_tokens * m.heads * m.head_dim), 3);
     std::vector<float> out(q.size());
-    const kiln::kernels::ref::KvSpan kv{k.data(), v.data(), kv_len};
+    std::vector<uint16_t> k16(f16 ? kv_floats : 0), v16(k16.size());  // the f16 cache's halves
+    for (size_t i = 0; i < k16.size(); ++i) {
+        k16[i] = kiln::core::f32_to_fp16(k[i]);
+        v16[i] = kiln::core::f32_to_fp16(v[i]);
+    }
+    kiln::kernels::ref::KvSpan kv{k.data(), v.data(), kv_len};
+    if (f16) {
+        kv.k = k16.data();
+        kv.v = v16.data();
+        kv.f16 = true;
+    }
     for (auto _ : st) {
         if (!kiln::ops::attention(pool, q.data(), kv, s, out.data()).is_ok())
             return st.SkipWithError("attention failed");
@@ -57,7 +68,8 @@ void bm_attention(benchmark::State& st, Model m, int64_t num_tokens, int64_t kv_
     double pairs = 0;
     for (int64_t t = 0; t < num_tokens; ++t) pairs += double(kv_len - num_tokens + t + 1);
     const double iters = double(st.iterations());
-    st.counters["GB/s"] = benchmark::Counter(2.0 * double(kv_floats) * 4 * iters / 1e9, benchmark::Counter::kIsRate);
+    st.counters["GB/s"] =
+        benchmark::Counter(2.0 * double(kv_floats) * (f16 ? 2 : 4) * iters / 1e9, benchmark::Counter::kIsRate);
     st.counters["GFLOP/s"] = benchmark::Counter(4.0 * double(m.head_dim) * double(m.heads) * pairs * iters / 1e9,
                                                 benchmark::Counter::kIsRate);
 }
@@ -67,13 +79,15 @@ int register_all() {
         for (int threads : {1, 2}) {
             const std::string th = "/threads:" + std::to_string(threads);
             benchmark::RegisterBenchmark(("attention_prefill/" + std::string(m.name) + "/tokens:512" + th).c_str(),
-                                         bm_attention, m, int64_t(512), int64_t(512), threads)
+                                         bm_attention, m, int64_t(512), int64_t(512), threads, false)
                 ->Unit(benchmark::kMillisecond)
                 ->UseRealTime();
-            benchmark::RegisterBenchmark(("attention_decode/" + std::string(m.name) + "/kv:2048" + th).c_str(),
-                                         bm_attention, m, int64_t(1), int64_t(2048), threads)
-                ->Unit(benchmark::kMicrosecond)
-                ->UseRealTime();
+            for (bool f16 : {false, true})
+                benchmark::RegisterBenchmark(
+                    ((f16 ? "attention_decode_f16/" : "attention_decode/") + std::string(m.name) + "/kv:2048" + th).c_str(),
+                    bm_attention, m, int64_t(1), int64_t(2048), threads, f16)
+                    ->Unit(benchmark::kMicrosecond)
+                    ->UseRealTime();
         }
     return 0;
 }
