@@ -132,10 +132,6 @@ struct Vnni {
     static constexpr int64_t kStackOffsets = 8192;
     static constexpr int kOffsPerBlock = Fmt::kHalves ? 2 : 1;
 
-    static size_t packed_bytes(int64_t rows, int64_t k) {
-        return size_t((rows + kRows - 1) / kRows) * size_t(k / blk::kQK) * size_t(kGroupBytes);
-    }
-
     static void pack(const void* w, size_t wrb, int64_t rows, int64_t k, void* dst) {
         const uint8_t* wb = static_cast<const uint8_t*>(w);
         uint8_t* out = static_cast<uint8_t*>(dst);
@@ -257,6 +253,13 @@ struct Vnni {
                      int64_t r0, int64_t r1);
 };
 
+// PackedMatmulKernel::packed_bytes of the VNNI group layouts: rows padded to K::kRows, one
+// K::kGroupBytes group-block per group and 32 elements.
+template <class K>
+size_t vnni_groups_bytes(int64_t rows, int64_t k) {
+    return size_t((rows + K::kRows - 1) / K::kRows) * size_t(k / blk::kQK) * size_t(K::kGroupBytes);
+}
+
 // K::tile<num_t> for 1 <= num_t <= T.
 template <class K, int T = K::kMaxTokens>
 void vnni_tile_n(int num_t, const uint8_t* group, const uint8_t* act, size_t arb, int64_t k, const int32_t* off,
@@ -362,7 +365,7 @@ struct Bf16Dot {
 constexpr MatmulKernel kBf16Dot{ActFormat::kBF16, bf16_row_bytes, quantize_bf16, avx2_gemm<Bf16Dot>};
 
 template <class Fmt>
-constexpr PackedMatmulKernel kVnniPacked{Vnni<Fmt>::packed_bytes, Vnni<Fmt>::pack, Vnni<Fmt>::gemm};
+constexpr PackedMatmulKernel kVnniPacked{vnni_groups_bytes<Vnni<Fmt>>, Vnni<Fmt>::pack, Vnni<Fmt>::gemm};
 
 // The packed kernels of this layout: Q8_0, MXFP4 and NVFP4 (matmul_avx512vnni.cc picks Q4_0 and
 // Q4_1's from simd_vnni_q4.h first); the 5-bit formats keep simd_packed_kernel's.

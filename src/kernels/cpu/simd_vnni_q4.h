@@ -47,10 +47,6 @@ struct VnniQ4 {
     static constexpr int64_t kStackOffsets = 8192;  // offsets of (token, block) pairs on the stack
     static constexpr int kOffsPerBlock = 1;
 
-    static size_t packed_bytes(int64_t rows, int64_t k) {
-        return size_t((rows + kRows - 1) / kRows) * size_t(k / blk::kQK) * size_t(kGroupBytes);
-    }
-
     static void pack(const void* w, size_t wrb, int64_t rows, int64_t k, void* dst) {
         const uint8_t* wb = static_cast<const uint8_t*>(w);
         uint8_t* out = static_cast<uint8_t*>(dst);
@@ -166,7 +162,7 @@ struct VnniQ4 {
 };
 
 template <class Fmt>
-constexpr PackedMatmulKernel kVnniQ4Packed{VnniQ4<Fmt>::packed_bytes, VnniQ4<Fmt>::pack, VnniQ4<Fmt>::gemm};
+constexpr PackedMatmulKernel kVnniQ4Packed{vnni_groups_bytes<VnniQ4<Fmt>>, VnniQ4<Fmt>::pack, VnniQ4<Fmt>::gemm};
 
 }  // namespace
 }  // namespace kiln::kernels::cpu

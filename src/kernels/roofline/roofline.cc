@@ -4,15 +4,13 @@
 // compute probes calibrate their iteration count to ~50 ms), which keeps that overhead under 0.1%.
 #include "kernels/roofline/roofline.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <memory>
 
+#include "core/huge_pages.h"
 #include "kernels/roofline/roofline_kernels.h"
 
 #if defined(__x86_64__)
@@ -164,15 +162,13 @@ core::Result<ReadProbe> ReadProbe::create(core::ThreadPool& pool, uint64_t buffe
     if (per_thread == 0)
         return core::error(core::StatusCode::kInvalidArgument) << "read bandwidth probe: too many threads";
     const size_t total = size_t(per_thread * uint64_t(n));
-    void* p = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
+    // 2 MiB aligned with huge pages advised, as the packed weights that decode streams
+    auto mapped = core::map_huge_pages(total);
+    if (!mapped.is_ok())
         return core::error(core::StatusCode::kOutOfMemory)
-               << "read bandwidth probe: cannot map " << total << " bytes: " << std::strerror(errno);
-#ifdef MADV_HUGEPAGE
-    madvise(p, total, MADV_HUGEPAGE);  // advisory; ignore failure
-#endif
+               << "read bandwidth probe: " << mapped.status().message();
     ReadProbe probe;
-    probe.buf_ = std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [total](uint8_t* q) { munmap(q, total); });
+    probe.buf_ = std::move(mapped).value();
     probe.threads_ = n;
     probe.streams_ = streams;
     probe.per_thread_ = per_thread;
