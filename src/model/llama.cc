@@ -248,11 +248,10 @@ Status LlamaModel::layer_forward(int64_t layer_idx, int64_t T, const KvLayers& k
     KILN_RETURN_IF_ERROR(ops::linear(pool, w.att.data(), T, L.wo, opt(L.bo), w.o.data(), scratch_));
     // x += o, xn = rmsnorm(x): the residual add fused with the FFN's norm.
     KILN_RETURN_IF_ERROR(ops::add_rmsnorm(pool, x, w.o.data(), L.ffn_norm.data(), w.xn.data(), T, H, eps));
-    // gate and up in one job: gate_up [T, 2F]; then silu(gate) * up into the first F columns.
+    // gate and up in one job, silu(gate) * up in its epilogue: gate_up [T, 2F] -> act [T, F].
     observe(LinearInput::kGateUp, w.xn.data(), H);
-    const ops::LinearPart gate_up_parts[] = {{&L.w_gate, nullptr}, {&L.w_up, nullptr}};
-    KILN_RETURN_IF_ERROR(ops::linear_group(pool, w.xn.data(), T, gate_up_parts, w.gate_up.data(), scratch_));
-    KILN_RETURN_IF_ERROR(ops::silu_mul_rows(pool, w.gate_up.data(), w.act.data(), T, F));
+    KILN_RETURN_IF_ERROR(
+        ops::linear_swiglu(pool, w.xn.data(), T, L.w_gate, L.w_up, w.gate_up.data(), w.act.data(), scratch_));
     // w.o = the FFN output, added to x by the next layer (or by forward_batch after the last).
     observe(LinearInput::kDown, w.act.data(), F);
     return ops::linear(pool, w.act.data(), T, L.w_down, nullptr, w.o.data(), scratch_);

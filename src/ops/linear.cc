@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/huge_pages.h"
+#include "kernels/cpu/activation.h"
 #include "kernels/ref/dequant.h"
 #include "ops/transformer_ops.h"
 
@@ -118,49 +119,105 @@ core::Status mixed_group(core::ThreadPool& pool, const float* x, int64_t m, std:
 
 }  // namespace
 
-core::Status linear_group(core::ThreadPool& pool, const float* x, int64_t m, std::span<const LinearPart> parts,
-                          float* y, std::vector<uint8_t>& scratch) {
-    if (parts.empty() || m < 0 || !x || !y) return core::error(core::StatusCode::kInvalidArgument) << "linear: bad arguments";
-    const int64_t K = parts[0].linear->w.cols;
-    int64_t total = 0;
-    bool all_kernels = true;
-    for (const LinearPart& p : parts) {
-        const kernels::ref::WeightView& w = p.linear->w;
-        if (w.rows <= 0 || w.cols != K || (!w.data && !p.linear->packed))
-            return core::error(core::StatusCode::kInvalidArgument) << "linear: parts must share the input width";
-        total += w.rows;
-        all_kernels = all_kernels && p.linear->kernel;
-    }
-    if (m == 0) return core::Status::ok();
-    if (!all_kernels) return mixed_group(pool, x, m, parts, total, y, scratch);
+namespace {
 
-    // Quantize x once per activation format the parts use: [kF32] = x itself, [kQ8], [kQ8K], [kBF16],
-    // [kI8Row] in scratch.
+// x quantized once per activation format the parts use: act[f] / act_bytes[f] (per token row) for
+// f = [kF32] (x itself), [kQ8], [kQ8K], [kBF16], [kI8Row], the quantized ones in scratch.
+struct GroupInputs {
+    const uint8_t* act[cpu::kNumActFormats] = {};
+    size_t act_bytes[cpu::kNumActFormats] = {};
+};
+
+GroupInputs quantize_inputs(core::ThreadPool& pool, const float* x, int64_t m, int64_t K,
+                            std::span<const LinearPart> parts, std::vector<uint8_t>& scratch) {
     constexpr int kFormats = cpu::kNumActFormats;
-    const uint8_t* act[kFormats] = {reinterpret_cast<const uint8_t*>(x)};
-    size_t act_bytes[kFormats] = {size_t(K) * sizeof(float)};
+    GroupInputs in;
+    in.act[0] = reinterpret_cast<const uint8_t*>(x);
+    in.act_bytes[0] = size_t(K) * sizeof(float);
     const cpu::MatmulKernel* quantizer[kFormats] = {};
     size_t need = 0;
     for (const LinearPart& p : parts) {
         const int f = int(p.linear->kernel->act);
         if (f == 0 || quantizer[f]) continue;
         quantizer[f] = p.linear->kernel;
-        act_bytes[f] = p.linear->kernel->act_row_bytes(K);
-        need += size_t(m) * act_bytes[f];
+        in.act_bytes[f] = p.linear->kernel->act_row_bytes(K);
+        need += size_t(m) * in.act_bytes[f];
     }
     if (scratch.size() < need) scratch.resize(need);
     size_t offset = 0;
     for (int f = 1; f < kFormats; ++f) {
         if (!quantizer[f]) continue;
         uint8_t* dst = scratch.data() + offset;
-        offset += size_t(m) * act_bytes[f];
+        offset += size_t(m) * in.act_bytes[f];
         const cpu::MatmulKernel* q = quantizer[f];
-        const size_t arb = act_bytes[f];
+        const size_t arb = in.act_bytes[f];
         pool.parallel_for(m, [&](int64_t b, int64_t e) {
             for (int64_t t = b; t < e; ++t) q->quantize_row(x + t * K, dst + size_t(t) * arb, K);
         });
-        act[f] = dst;
+        in.act[f] = dst;
     }
+    return in;
+}
+
+// Rows [r0, r1) of one part for tokens [t0, t1): y's column `col` onwards, row stride `ld`
+// (kernel, then the I8 row scales, then the bias).
+void part_slice(const LinearPart& part, const GroupInputs& in, int64_t K, int64_t t0, int64_t t1, int64_t r0,
+                int64_t r1, float* y, int64_t ld, int64_t col) {
+    const Linear& l = *part.linear;
+    const cpu::MatmulKernel& k = *l.kernel;
+    const int f = int(k.act);
+    float* out = y + t0 * ld + col;  // column `col` of row t0
+    const uint8_t* a = in.act[f] + size_t(t0) * in.act_bytes[f];
+    if (l.packed) {
+        l.packed_kernel->gemm(l.packed.get(), a, in.act_bytes[f], t1 - t0, K, out, ld, r0, r1);
+    } else {
+        k.gemm(l.w.data, l.w.row_bytes, a, in.act_bytes[f], t1 - t0, K, out, ld, r0, r1);
+    }
+    if (const float* scale = l.w.row_scale) {  // I8 weights: the kernel's dot times the row scale
+        for (int64_t t = 0; t < t1 - t0; ++t) {
+            for (int64_t r = r0; r < r1; ++r) out[t * ld + r] *= scale[r];
+        }
+    }
+    if (const float* bias = part.bias) {
+        for (int64_t t = 0; t < t1 - t0; ++t) {
+            for (int64_t r = r0; r < r1; ++r) out[t * ld + r] += bias[r];
+        }
+    }
+}
+
+// Slice s of `slices` of N rows: [r0, r1), starting at multiples of 32 (the packed layouts' 8-, 16-
+// and 32-row groups and 16-row panels); may be empty.
+void slice_rows(int64_t N, int64_t s, int64_t slices, int64_t* r0, int64_t* r1) {
+    *r0 = align32(N * s / slices);
+    *r1 = s + 1 == slices ? N : align32(N * (s + 1) / slices);
+}
+
+core::Status check_parts(std::span<const LinearPart> parts, int64_t K, int64_t* total, bool* all_kernels) {
+    *total = 0;
+    *all_kernels = true;
+    for (const LinearPart& p : parts) {
+        const kernels::ref::WeightView& w = p.linear->w;
+        if (w.rows <= 0 || w.cols != K || (!w.data && !p.linear->packed))
+            return core::error(core::StatusCode::kInvalidArgument) << "linear: parts must share the input width";
+        *total += w.rows;
+        *all_kernels = *all_kernels && p.linear->kernel;
+    }
+    return core::Status::ok();
+}
+
+}  // namespace
+
+core::Status linear_group(core::ThreadPool& pool, const float* x, int64_t m, std::span<const LinearPart> parts,
+                          float* y, std::vector<uint8_t>& scratch) {
+    if (parts.empty() || m < 0 || !x || !y) return core::error(core::StatusCode::kInvalidArgument) << "linear: bad arguments";
+    if (parts.size() > 8) return core::error(core::StatusCode::kInvalidArgument) << "linear: at most 8 parts";
+    const int64_t K = parts[0].linear->w.cols;
+    int64_t total = 0;
+    bool all_kernels = true;
+    KILN_RETURN_IF_ERROR(check_parts(parts, K, &total, &all_kernels));
+    if (m == 0) return core::Status::ok();
+    if (!all_kernels) return mixed_group(pool, x, m, parts, total, y, scratch);
+    const GroupInputs in = quantize_inputs(pool, x, m, K, parts, scratch);
 
     // Tasks: token tiles x row slices of every part; each part gets slices in proportion to its rows,
     // enough in all to give every thread several tasks, claimed by whichever thread is free
@@ -169,7 +226,6 @@ core::Status linear_group(core::ThreadPool& pool, const float* x, int64_t m, std
     const int64_t tiles = (m + kTokenTile - 1) / kTokenTile;
     const int64_t want = std::max<int64_t>(1, (pool.num_threads() * 4 + tiles - 1) / tiles);
     int64_t slices[8], slices_total = 0;
-    if (parts.size() > 8) return core::error(core::StatusCode::kInvalidArgument) << "linear: at most 8 parts";
     for (size_t i = 0; i < parts.size(); ++i) {
         const int64_t rows = parts[i].linear->w.rows;
         const int64_t share = std::max<int64_t>(1, (want * rows + total - 1) / total);
@@ -186,32 +242,54 @@ core::Status linear_group(core::ThreadPool& pool, const float* x, int64_t m, std
                 col += parts[i].linear->w.rows;
                 ++i;
             }
-            const Linear& l = *parts[i].linear;
-            const cpu::MatmulKernel& k = *l.kernel;
-            const int f = int(k.act);
-            const int64_t N = l.w.rows;
-            // slices start at multiples of 32 (the packed layouts' 8-, 16- and 32-row groups and
-            // 16-row panels)
-            const int64_t r0 = align32(N * s / slices[i]);
-            const int64_t r1 = s + 1 == slices[i] ? N : align32(N * (s + 1) / slices[i]);
+            int64_t r0, r1;
+            slice_rows(parts[i].linear->w.rows, s, slices[i], &r0, &r1);
             if (r0 >= r1) continue;
             const int64_t t0 = tile * kTokenTile, t1 = std::min(m, t0 + kTokenTile);
-            float* out = y + t0 * total + col;  // column `col` of row t0; row stride `total`
-            const uint8_t* a = act[f] + size_t(t0) * act_bytes[f];
-            if (l.packed) {
-                l.packed_kernel->gemm(l.packed.get(), a, act_bytes[f], t1 - t0, K, out, total, r0, r1);
-            } else {
-                k.gemm(l.w.data, l.w.row_bytes, a, act_bytes[f], t1 - t0, K, out, total, r0, r1);
-            }
-            if (const float* scale = l.w.row_scale) {  // I8 weights: the kernel's dot times the row scale
-                for (int64_t t = 0; t < t1 - t0; ++t) {
-                    for (int64_t r = r0; r < r1; ++r) out[t * total + r] *= scale[r];
-                }
-            }
-            if (const float* bias = parts[i].bias) {
-                for (int64_t t = 0; t < t1 - t0; ++t) {
-                    for (int64_t r = r0; r < r1; ++r) out[t * total + r] += bias[r];
-                }
+            part_slice(parts[i], in, K, t0, t1, r0, r1, y, total, col);
+        }
+    });
+    return core::Status::ok();
+}
+
+core::Status linear_swiglu(core::ThreadPool& pool, const float* x, int64_t m, const Linear& gate, const Linear& up,
+                           float* gate_up, float* act, std::vector<uint8_t>& scratch) {
+    if (m < 0 || !x || !gate_up || !act) return core::error(core::StatusCode::kInvalidArgument) << "linear: bad arguments";
+    const int64_t F = gate.w.rows, K = gate.w.cols;
+    if (up.w.rows != F) {
+        return core::error(core::StatusCode::kInvalidArgument)
+               << "linear_swiglu: gate has " << F << " rows, up " << up.w.rows;
+    }
+    const LinearPart parts[] = {{&gate, nullptr}, {&up, nullptr}};
+    int64_t total = 0;
+    bool all_kernels = true;
+    KILN_RETURN_IF_ERROR(check_parts(parts, K, &total, &all_kernels));
+    if (m == 0) return core::Status::ok();
+    if (!cpu::isa_supported(gate.isa))
+        return core::error(core::StatusCode::kUnsupported) << "linear_swiglu: this CPU cannot run " << cpu::isa_name(gate.isa);
+    if (!all_kernels) {  // the f32 reference path: the two steps apart
+        KILN_RETURN_IF_ERROR(linear_group(pool, x, m, parts, gate_up, scratch));
+        return silu_mul_rows(pool, gate_up, act, m, F, gate.isa);
+    }
+    const cpu::SiluMulFn silu = cpu::find_silu_mul_kernel(gate.isa);
+    const GroupInputs in = quantize_inputs(pool, x, m, K, parts, scratch);
+    // Tasks: token tiles x row slices of F; each computes its rows of gate and of up, then their
+    // SwiGLU while both are still in cache.
+    const int64_t tiles = (m + kTokenTile - 1) / kTokenTile;
+    const int64_t want = std::max<int64_t>(1, (pool.num_threads() * 4 + tiles - 1) / tiles);
+    const int64_t slices = std::max<int64_t>(1, std::min<int64_t>(want, (F + kMinRows - 1) / kMinRows));
+    pool.parallel_tasks(tiles * slices, [&](int64_t begin, int64_t end) {
+        for (int64_t task = begin; task < end; ++task) {
+            const int64_t tile = task / slices, s = task % slices;
+            int64_t r0, r1;
+            slice_rows(F, s, slices, &r0, &r1);
+            if (r0 >= r1) continue;
+            const int64_t t0 = tile * kTokenTile, t1 = std::min(m, t0 + kTokenTile);
+            part_slice(parts[0], in, K, t0, t1, r0, r1, gate_up, 2 * F, 0);
+            part_slice(parts[1], in, K, t0, t1, r0, r1, gate_up, 2 * F, F);
+            for (int64_t t = t0; t < t1; ++t) {
+                const float* row = gate_up + t * 2 * F;
+                silu(row + r0, row + F + r0, act + t * F + r0, r1 - r0);
             }
         }
     });

@@ -73,4 +73,13 @@ struct LinearPart {
 core::Status linear_group(core::ThreadPool& pool, const float* x, int64_t m, std::span<const LinearPart> parts,
                           float* y, std::vector<uint8_t>& scratch);
 
+// The FFN's gate and up projections with SwiGLU in their epilogue: gate_up [m, 2F] = [x W_gate^T |
+// x W_up^T] (as linear_group), and act [m, F] = silu(gate) * up, each task applying it to the rows
+// of both that it has just computed (kernels/cpu/activation.h at gate.isa: kRef on the f32 reference
+// path), instead of a separate
+// pass over gate_up. Bit-identical to linear_group followed by silu_mul_rows at that ISA.
+// gate and up must have the same shape (kInvalidArgument otherwise).
+core::Status linear_swiglu(core::ThreadPool& pool, const float* x, int64_t m, const Linear& gate, const Linear& up,
+                           float* gate_up, float* act, std::vector<uint8_t>& scratch);
+
 }  // namespace kiln::ops

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 
+#include "kernels/cpu/activation.h"
 #include "kernels/ref/dequant.h"
 #include "ops/batch_attention.h"
 
@@ -78,16 +79,26 @@ Status rope(core::ThreadPool& pool, float* x, int64_t num_tokens, int64_t num_he
     return Status::ok();
 }
 
-Status silu_mul(core::ThreadPool& pool, const float* gate, const float* up, float* out, int64_t n) {
+// The SwiGLU kernel of isa; an error when this CPU cannot run it.
+static core::Result<kernels::cpu::SiluMulFn> silu_kernel(const char* op, kernels::cpu::Isa isa) {
+    if (!kernels::cpu::isa_supported(isa))
+        return core::error(StatusCode::kUnsupported) << op << ": this CPU cannot run " << kernels::cpu::isa_name(isa);
+    return kernels::cpu::find_silu_mul_kernel(isa);
+}
+
+Status silu_mul(core::ThreadPool& pool, const float* gate, const float* up, float* out, int64_t n,
+                kernels::cpu::Isa isa) {
     if (n < 0) return invalid("silu_mul", "bad shape");
-    pool.parallel_for(
-        n, [&](int64_t b, int64_t e) { kernels::ref::silu_mul(gate + b, up + b, out + b, e - b); }, 4096);
+    KILN_ASSIGN_OR_RETURN(const kernels::cpu::SiluMulFn fn, silu_kernel("silu_mul", isa));
+    pool.parallel_for(n, [&](int64_t b, int64_t e) { fn(gate + b, up + b, out + b, e - b); }, 4096);
     return Status::ok();
 }
 
-Status silu_mul_rows(core::ThreadPool& pool, const float* gate_up, float* out, int64_t m, int64_t n) {
+Status silu_mul_rows(core::ThreadPool& pool, const float* gate_up, float* out, int64_t m, int64_t n,
+                     kernels::cpu::Isa isa) {
     if (m < 0 || n < 0) return invalid("silu_mul_rows", "bad shape");
     if (!gate_up || !out) return invalid("silu_mul_rows", "null pointer");
+    KILN_ASSIGN_OR_RETURN(const kernels::cpu::SiluMulFn fn, silu_kernel("silu_mul_rows", isa));
     // Few rows (decode): split each row into column slices so every thread gets work.
     const int64_t slices = m >= pool.num_threads() ? 1 : std::max<int64_t>(1, n / 1024);
     pool.parallel_for(m * slices, [&](int64_t b, int64_t e) {
@@ -95,7 +106,7 @@ Status silu_mul_rows(core::ThreadPool& pool, const float* gate_up, float* out, i
             const int64_t t = task / slices, s = task % slices;
             const int64_t c0 = n * s / slices, c1 = n * (s + 1) / slices;
             const float* row = gate_up + t * 2 * n;
-            kernels::ref::silu_mul(row + c0, row + n + c0, out + t * n + c0, c1 - c0);
+            fn(row + c0, row + n + c0, out + t * n + c0, c1 - c0);
         }
     });
     return Status::ok();

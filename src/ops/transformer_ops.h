@@ -1,7 +1,7 @@
 // Threaded CPU front-ends of the transformer ops: each validates its arguments (kInvalidArgument /
 // kUnsupported, never an abort) and splits the work across a core::ThreadPool. The split depends only
 // on the shapes (never on timing), so results are bit-identical for any thread count. matmul,
-// rmsnorm, rope and silu_mul run the kernels/ref arithmetic; attention runs ops::batch_attention
+// rmsnorm and rope run the kernels/ref arithmetic, silu_mul kernels/cpu/activation.h; attention runs ops::batch_attention
 // (the kernels/cpu tiled online-softmax kernel, equal to the reference within fp32 rounding). Weight matmuls of the
 // models go through ops/linear.h.
 #pragma once
@@ -11,6 +11,7 @@
 
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/ref/transformer.h"
 
 namespace kiln::ops {
@@ -36,11 +37,15 @@ core::Status add_rmsnorm(core::ThreadPool& pool, float* x, const float* delta, c
 core::Status rope(core::ThreadPool& pool, float* x, int64_t num_tokens, int64_t num_heads, int64_t head_dim,
                   const int32_t* positions, const std::vector<double>& inv_freq);
 
-// out [n] = silu(gate) * up.
-core::Status silu_mul(core::ThreadPool& pool, const float* gate, const float* up, float* out, int64_t n);
+// out [n] = silu(gate) * up, by the kernels/cpu/activation.h kernel of `isa` (kRef: bit-identical to
+// kernels::ref::silu_mul; kUnsupported when the CPU lacks isa).
+core::Status silu_mul(core::ThreadPool& pool, const float* gate, const float* up, float* out, int64_t n,
+                      kernels::cpu::Isa isa = kernels::cpu::best_isa());
 // Row-wise, for gate and up side by side: out [m, n] = silu(gate_up[:, :n]) * gate_up[:, n:],
-// gate_up [m, 2n] (the output of a gate/up linear_group).
-core::Status silu_mul_rows(core::ThreadPool& pool, const float* gate_up, float* out, int64_t m, int64_t n);
+// gate_up [m, 2n] (the output of a gate/up linear_group). ops::linear_swiglu fuses this into the
+// gate/up products.
+core::Status silu_mul_rows(core::ThreadPool& pool, const float* gate_up, float* out, int64_t m, int64_t n,
+                           kernels::cpu::Isa isa = kernels::cpu::best_isa());
 
 // Causal GQA attention over one sequence's cache; q, out [num_tokens, num_heads, head_dim] (out may
 // alias q). One sequence of ops::batch_attention.

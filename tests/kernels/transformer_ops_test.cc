@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/numeric.h"
+#include "kernels/cpu/activation.h"
 #include "kernels/ref/dequant.h"
 #include "kernels/ref/transformer.h"
 
@@ -196,13 +197,67 @@ TEST(TransformerOps, SiluMulRowsMatchesReference) {
             for (int64_t n : {1, 7, 5000}) {
                 std::vector<float> gu = randn(size_t(m * 2 * n), uint32_t(m * n), 2.0f);  // [m, 2n]
                 std::vector<float> got(size_t(m * n)), want(size_t(m * n));
-                ASSERT_TRUE(silu_mul_rows(pool, gu.data(), got.data(), m, n).is_ok());
+                ASSERT_TRUE(silu_mul_rows(pool, gu.data(), got.data(), m, n, kernels::cpu::Isa::kRef).is_ok());
                 for (int64_t t = 0; t < m; ++t)
                     ref::silu_mul(&gu[size_t(t * 2 * n)], &gu[size_t(t * 2 * n + n)], &want[size_t(t * n)], n);
                 ASSERT_EQ(got, want) << "threads " << threads << " m " << m << " n " << n;
             }
         }
     }
+}
+
+// ops::linear_swiglu (SwiGLU in the gate/up epilogue) equals linear_group over {gate, up} followed
+// by silu_mul_rows at gate's ISA (kRef on the f32 reference path), bit for bit, for packed and unpacked weight types, row counts
+// that end inside a 32-row group, 1 and 3 threads and the f32 reference path.
+TEST(TransformerOps, LinearSwigluEqualsGroupThenSilu) {
+    const int64_t k = 256;
+    for (DType dt : {DType::kQ4_0, DType::kQ8_0, DType::kF16, DType::kQ4_K}) {
+        for (int64_t F : {83, 172}) {
+            std::vector<uint8_t> gbuf = random_weights(dt, F, k, 70), ubuf = random_weights(dt, F, k, 71);
+            for (kernels::cpu::Isa isa : {kernels::cpu::Isa::kRef, kernels::cpu::Isa::kAvx2, kernels::cpu::Isa::kAvx512,
+                                          kernels::cpu::Isa::kAvx512Vnni}) {
+                if (!kernels::cpu::isa_supported(isa)) continue;
+                for (bool f32 : {false, true}) {
+                    LinearOptions o;
+                    o.isa = isa;
+                    o.f32_activations = f32;
+                    auto gate = make_linear(ref::make_weight_view(gbuf.data(), dt, F, k), o);
+                    auto up = make_linear(ref::make_weight_view(ubuf.data(), dt, F, k), o);
+                    ASSERT_TRUE(gate.is_ok() && up.is_ok());
+                    const LinearPart parts[] = {{&*gate, nullptr}, {&*up, nullptr}};
+                    for (int threads : {1, 3}) {
+                        core::ThreadPool pool(threads);
+                        for (int64_t m : {1, 5, 40}) {
+                            std::vector<float> x = randn(size_t(m * k), uint32_t(m + 5));
+                            std::vector<float> gu(size_t(m * 2 * F), NAN), act(size_t(m * F), NAN);
+                            std::vector<float> gu_want(gu.size()), act_want(act.size());
+                            std::vector<uint8_t> scratch;
+                            ASSERT_TRUE(linear_group(pool, x.data(), m, parts, gu_want.data(), scratch).is_ok());
+                            ASSERT_TRUE(silu_mul_rows(pool, gu_want.data(), act_want.data(), m, F, gate->isa).is_ok());
+                            ASSERT_TRUE(
+                                linear_swiglu(pool, x.data(), m, *gate, *up, gu.data(), act.data(), scratch).is_ok());
+                            const char* what = kernels::cpu::isa_name(isa);
+                            ASSERT_EQ(0, std::memcmp(gu.data(), gu_want.data(), gu.size() * 4))
+                                << core::dtype_name(dt) << " " << what << " f32 " << f32 << " m " << m;
+                            ASSERT_EQ(0, std::memcmp(act.data(), act_want.data(), act.size() * 4))
+                                << core::dtype_name(dt) << " " << what << " f32 " << f32 << " m " << m;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // gate and up of different heights
+    LinearOptions o;
+    std::vector<uint8_t> a = random_weights(DType::kF32, 8, 16, 1), b = random_weights(DType::kF32, 9, 16, 2);
+    auto ga = make_linear(ref::make_weight_view(a.data(), DType::kF32, 8, 16), o);
+    auto ub = make_linear(ref::make_weight_view(b.data(), DType::kF32, 9, 16), o);
+    ASSERT_TRUE(ga.is_ok() && ub.is_ok());
+    core::ThreadPool pool(1);
+    std::vector<float> x(16, 1.0f), gu(2 * 9), act(9);
+    std::vector<uint8_t> scratch;
+    EXPECT_EQ(linear_swiglu(pool, x.data(), 1, *ga, *ub, gu.data(), act.data(), scratch).code(),
+              core::StatusCode::kInvalidArgument);
 }
 
 TEST(TransformerOps, MatmulRejectsBadArguments) {
@@ -242,6 +297,11 @@ TEST(TransformerOps, RmsnormRopeSiluMatchReference) {
         std::vector<float> g = randn(size_t(m * 5000), 3), u = randn(size_t(m * 5000), 4);
         std::vector<float> want(g.size()), got(g.size());
         ref::silu_mul(g.data(), u.data(), want.data(), int64_t(g.size()));
+        ASSERT_TRUE(silu_mul(pool3, g.data(), u.data(), got.data(), int64_t(g.size()), kernels::cpu::Isa::kRef).is_ok());
+        ASSERT_EQ(want, got);
+        // At the best ISA: the SIMD kernel's bits, however the threads split the array.
+        kernels::cpu::find_silu_mul_kernel(kernels::cpu::best_isa())(g.data(), u.data(), want.data(),
+                                                                    int64_t(g.size()));
         ASSERT_TRUE(silu_mul(pool3, g.data(), u.data(), got.data(), int64_t(g.size())).is_ok());
         ASSERT_EQ(want, got);
     }

@@ -238,10 +238,15 @@ TEST_P(EngineBatch, F16KvCacheIsBatchInvariantAndCloseToF32) {
         std::printf("request %lld: f16 vs f32 KV, first-token logits: relative RMS %.2e, max |diff| %.3f, argmax %s\n",
                     (long long)id, rel_rms, max_diff, argmax(a) == argmax(b) ? "same" : "differs");
         // Measured: relative RMS ~1e-4 on stories260K, 1-6% on SmolLM2 (30 layers of rounded K/V); a
-        // broken f16 path (garbage rows, wrong slots) gives O(1). The top token must not move.
+        // broken f16 path (garbage rows, wrong slots) gives O(1).
         EXPECT_GT(max_diff, 0.0f) << "request " << id << ": f16 and f32 caches gave identical logits";
         EXPECT_LT(rel_rms, 0.1) << "request " << id;
-        EXPECT_EQ(argmax(a), argmax(b)) << "request " << id;
+        // The top token must not move, except between near-ties of the f32 logits: the f16 cache's top
+        // token must score within 0.1 of the f32 cache's top there (seen: 22.327 vs 22.368 on
+        // SmolLM2; a wrong token from a broken cache is several logits down).
+        const float f32_top = b[size_t(argmax(b))], f32_of_f16_top = b[size_t(argmax(a))];
+        EXPECT_LT(f32_top - f32_of_f16_top, 0.1f)
+            << "request " << id << ": top tokens " << argmax(a) << " (f16) and " << argmax(b) << " (f32)";
     }
 }
 

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <memory>
 
+#include "core/check.h"
 #include "core/huge_pages.h"
 #include "kernels/roofline/roofline_kernels.h"
 
@@ -152,12 +153,12 @@ core::Result<ReadProbe> ReadProbe::create(core::ThreadPool& pool, uint64_t buffe
         return core::error(core::StatusCode::kInvalidArgument)
                << "read bandwidth probe: buffer of " << buffer_bytes << " bytes is too small (want >= 64 MiB, "
                << "well past the last-level cache)";
-    if (streams < 1 || streams > 16)
+    if (streams < 1 || streams > 16 || 16 % streams != 0)
         return core::error(core::StatusCode::kInvalidArgument)
-               << "read bandwidth probe: " << streams << " streams per thread (want 1..16)";
+               << "read bandwidth probe: " << streams << " streams per thread (want 1, 2, 4, 8 or 16)";
     const int n = pool.num_threads();
-    // Each thread reads `per_thread` bytes split into `streams` ranges of whole 64-byte lines.
-    const uint64_t unit = uint64_t(streams) * 64;
+    // Each thread reads `per_thread` bytes split into 1, 2, 4, 8 or 16 ranges of whole 64-byte lines.
+    const uint64_t unit = uint64_t(16) * 64;
     const uint64_t per_thread = buffer_bytes / uint64_t(n) / unit * unit;
     if (per_thread == 0)
         return core::error(core::StatusCode::kInvalidArgument) << "read bandwidth probe: too many threads";
@@ -179,18 +180,20 @@ core::Result<ReadProbe> ReadProbe::create(core::ThreadPool& pool, uint64_t buffe
     return probe;
 }
 
-double ReadProbe::pass_seconds(core::ThreadPool& pool) const {
+double ReadProbe::pass_seconds(core::ThreadPool& pool, int streams) const {
+    KILN_CHECK(streams >= 1 && streams <= 16 && 16 % streams == 0)
+        << "read bandwidth probe: " << streams << " streams per thread";
     const bool simd = has_avx2_fma();
     const uint8_t* base = buf_.get();
     std::atomic<uint64_t> sum{0};
     const double sec = best_time(pool, 1, [&](int t) {
         const uint8_t* p = base + uint64_t(t) * per_thread_;
 #if KILN_ROOFLINE_X86
-        uint64_t s = simd ? detail::read_avx2(p, size_t(per_thread_), streams_)
-                          : detail::read_scalar(p, size_t(per_thread_), streams_);
+        uint64_t s = simd ? detail::read_avx2(p, size_t(per_thread_), streams)
+                          : detail::read_scalar(p, size_t(per_thread_), streams);
 #else
         (void)simd;
-        uint64_t s = detail::read_scalar(p, size_t(per_thread_), streams_);
+        uint64_t s = detail::read_scalar(p, size_t(per_thread_), streams);
 #endif
         sum.fetch_add(s, std::memory_order_relaxed);
     });
@@ -242,9 +245,15 @@ core::Result<Roofline> measure_roofline(core::ThreadPool& pool, uint64_t buffer_
     r.isa = probe_isa();
     // The better of one stream and kDefaultStreams streams per thread: which reads more depends on
     // the machine (4 on the AVX2 VMs, 1 on the AVX-512 VNNI VM, docs/performance.md).
-    KILN_ASSIGN_OR_RETURN(const double one, read_bandwidth_gbps(pool, buffer_bytes, 1, reps));
-    KILN_ASSIGN_OR_RETURN(const double several, read_bandwidth_gbps(pool, buffer_bytes, kDefaultStreams, reps));
-    r.read_gbps = std::max(one, several);
+    // One buffer for both (mapping and first-touching 1 GiB costs more than the passes).
+    if (reps < 1) return core::error(core::StatusCode::kInvalidArgument) << "read bandwidth probe: reps must be >= 1";
+    KILN_ASSIGN_OR_RETURN(const ReadProbe probe, ReadProbe::create(pool, buffer_bytes, 1));
+    double one = 1e300, several = 1e300;
+    for (int i = 0; i < reps; ++i) {
+        one = std::min(one, probe.pass_seconds(pool, 1));
+        several = std::min(several, probe.pass_seconds(pool, kDefaultStreams));
+    }
+    r.read_gbps = double(probe.bytes()) / std::min(one, several) / 1e9;
     r.fma_f32_gflops = fma_f32_peak_gflops(pool, reps);
     r.int8_gops = int8_dot_peak_gops(pool, reps);
     r.vnni_int8_gops = vnni_int8_peak_gops(pool, reps);

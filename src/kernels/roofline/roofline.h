@@ -43,8 +43,8 @@ std::string probe_isa();
 bool cpu_has_avx512_vnni();
 bool cpu_has_avx512_bf16();
 
-// Memory read bandwidth in GB/s. kInvalidArgument for buffer_bytes < 64 MiB, streams outside [1, 16]
-// or reps < 1; kOutOfMemory when the buffer cannot be allocated.
+// Memory read bandwidth in GB/s. kInvalidArgument for buffer_bytes < 64 MiB, streams other than 1, 2,
+// 4, 8 or 16, or reps < 1; kOutOfMemory when the buffer cannot be allocated.
 core::Result<double> read_bandwidth_gbps(core::ThreadPool& pool, uint64_t buffer_bytes = kDefaultReadBytes,
                                          int streams = kDefaultStreams, int reps = kDefaultReps);
 // The read probe's buffer, kept for repeated passes: one pass reads every byte once, each pool
@@ -57,7 +57,10 @@ public:
     // written (first touch by the reading thread) here, not in pass_seconds.
     static core::Result<ReadProbe> create(core::ThreadPool& pool, uint64_t buffer_bytes, int streams = 1);
     // One timed pass over the buffer on `pool` (the pool it was created with).
-    double pass_seconds(core::ThreadPool& pool) const;
+    double pass_seconds(core::ThreadPool& pool) const { return pass_seconds(pool, streams_); }
+    // The same with `streams` streams per thread instead of create's (1, 2, 4, 8 or 16: a thread's
+    // share is a whole number of 1 KiB, so 64-byte lines for each), so one buffer serves them all.
+    double pass_seconds(core::ThreadPool& pool, int streams) const;
     uint64_t bytes() const { return per_thread_ * uint64_t(threads_); }
     int threads() const { return threads_; }
 
