@@ -15,8 +15,9 @@
 //  - K/V rows (contiguous or paged, see ref::KvSpan) are located once per block of keys into arrays
 //    of row pointers that the inner loops index: the loads and the arithmetic are the same for
 //    either layout, so a paged cache gives bit-identical results.
-//  - K/V rows of >= 2 KiB are prefetched ahead (f32: block_scores; f16: cache_rows, while it widens
-//    them): a task's slice of each row is a page-crossing stride the hardware prefetchers miss.
+//  - K/V rows of >= 2 KiB, and f32 rows of decode tasks, are prefetched ahead (f32: block_scores;
+//    f16: cache_rows, while it widens them): a task's slice of each row is a strided walk the
+//    hardware prefetchers miss.
 // Measured (SmolLM2 shape, 9 heads / 3 KV heads / head_dim 64, EPYC Zen 3, one core): prefill 512
 // ~43 GFLOP/s = ~43% of the FMA peak; decode with a cache-resident KV ~35 GFLOP/s.
 // Everything here has internal linkage (include ONLY from those TUs), and no std:: templates
@@ -37,7 +38,8 @@ namespace kiln::kernels::cpu {
 namespace {  // NOLINT(google-build-namespaces): internal linkage per ISA TU is the point
 
 constexpr float kNegInf = -__builtin_huge_valf();
-constexpr int64_t kPrefetchStride = 2048;  // cache row bytes from which block_scores prefetches
+constexpr int64_t kPrefetchStride = 2048;  // cache row bytes from which block_scores always prefetches
+constexpr int64_t kPrefetchTokens = 4;     // ... and below, tasks of at most this many query tokens (decode)
 
 // Rows per register block: 4 with the 32 AVX-512 registers (4 x 4 score or P.V accumulators), 2
 // with AVX2's 16. A row's arithmetic is the same in any block (KU and the P.V chunking only depend
@@ -84,11 +86,15 @@ inline void prefetch_row(const void* p, int64_t bytes) {
 // vector serves all R rows.
 //
 //
-// prefetch (f32 caches with rows of >= kPrefetchStride bytes): a task reads its KV head's slice of
-// each cache row (head_dim floats out of kv_heads x head_dim: 512 B every 4 KiB for Llama-3-8B), a
-// stride the hardware prefetchers do not follow across pages, so every key would wait for memory.
-// Each step then prefetches the keys KU steps ahead and the values of its own keys (block_pv reads
-// them next). Shorter rows (SmolLM2: 768 B) ran slower with it, from L2 / L3.
+// prefetch (f32 caches with rows of >= kPrefetchStride bytes, and decode tasks of <= kPrefetchTokens
+// query tokens whatever the rows): a task reads its KV head's slice of each cache row (head_dim
+// floats out of kv_heads x head_dim: 512 B every 4 KiB for Llama-3-8B, 256 B every 1 KiB for
+// TinyLlama), a stride the hardware prefetchers do not follow across pages, so every key would wait
+// for memory. Each step then prefetches the keys KU steps ahead and the values of its own keys
+// (block_pv reads them next). For short rows this costs 10-20% while the cache is L2/L3-resident
+// (kernels_bench, one thread), but decode streams every layer's cache from DRAM once the context is
+// long: TinyLlama q4_0 decode at depth 1900 ran 2.8-7.6% faster with it (depth 16 and 256: within
+// +-0.7%, docs/performance.md); prefill tiles reuse each key across 32 tokens and stay as they were.
 template <int R>
 void block_scores(const float* const* qr, const float* const* kptr, const float* const* vptr, int64_t n, int64_t hd,
                   float scale, bool prefetch, float* const* s, float* mx) {
@@ -290,7 +296,8 @@ void simd_attention_task(const float* q, const ref::KvSpan& kv, const ref::Atten
                          float* out, float* lse, float* scratch) {
     const int64_t hd = s.head_dim, num_heads = s.num_heads, group = s.num_heads / s.num_kv_heads;
     const int64_t kv_stride = s.num_kv_heads * hd;  // floats per cache row
-    const bool prefetch = !kv.f16 && kv_stride * int64_t(sizeof(float)) >= kPrefetchStride;
+    const bool prefetch = !kv.f16 && (kv_stride * int64_t(sizeof(float)) >= kPrefetchStride ||
+                                      task.t1 - task.t0 <= kPrefetchTokens);
     const int64_t first_pos = kv.kv_len - s.num_tokens;
     const float scale = 1.0f / sqrtf(float(hd));
     const int64_t num_task_tokens = task.t1 - task.t0, rows = num_task_tokens * group;
