@@ -102,8 +102,11 @@ core::Status batch_attention(core::ThreadPool& pool, const float* q, int64_t num
             p.decode_split = any_decode_split = true;
             p.part_offset = part_floats;
             part_floats += n_splits * s.num_tokens * h.num_heads * (hd + 1);
-            for (int64_t kvh = 0; kvh < h.num_kv_heads; ++kvh)
-                for (int64_t sp = p.split0; sp < p.split1; ++sp)
+            // Split-major: a split's kv heads run one after the other (on whichever threads), and kv
+            // head 0's task prefetches whole cache rows for the others (kernels/cpu/simd_attention.h),
+            // so the cache streams from memory row after row instead of one head's slice at a time.
+            for (int64_t sp = p.split0; sp < p.split1; ++sp)
+                for (int64_t kvh = 0; kvh < h.num_kv_heads; ++kvh)
                     tasks.push_back({int64_t(i), kvh, 0, s.num_tokens, sp, s.num_tokens * group * S});
             continue;
         }

@@ -86,28 +86,27 @@ inline void prefetch_row(const void* p, int64_t bytes) {
 // vector serves all R rows.
 //
 //
-// prefetch (f32 caches with rows of >= kPrefetchStride bytes, and decode tasks of <= kPrefetchTokens
-// query tokens whatever the rows): a task reads its KV head's slice of each cache row (head_dim
-// floats out of kv_heads x head_dim: 512 B every 4 KiB for Llama-3-8B, 256 B every 1 KiB for
-// TinyLlama), a stride the hardware prefetchers do not follow across pages, so every key would wait
-// for memory. Each step then prefetches the keys KU steps ahead and the values of its own keys
-// (block_pv reads them next). For short rows this costs 10-20% while the cache is L2/L3-resident
-// (kernels_bench, one thread), but decode streams every layer's cache from DRAM once the context is
-// long: TinyLlama q4_0 decode at depth 1900 ran 2.8-7.6% faster with it (depth 16 and 256: within
-// +-0.7%, docs/performance.md); prefill tiles reuse each key across 32 tokens and stay as they were.
+// prefetch_bytes (simd_attention_task picks it; 0: none): a task reads its KV head's slice of each
+// cache row (head_dim floats out of kv_heads x head_dim: 512 B every 4 KiB for Llama-3-8B, 256 B
+// every 1 KiB for TinyLlama), a stride the hardware prefetchers do not follow across pages, so every
+// key would wait for memory. Each step then prefetches prefetch_bytes from the start of the slices of
+// the keys KU steps ahead and of the values of its own keys (block_pv reads them next). For short rows
+// this costs 10-20% while the cache is L2/L3-resident (kernels_bench, one thread), but decode streams
+// every layer's cache from DRAM once the context is long (docs/performance.md: TinyLlama q4_0 at
+// depth 1900 ran 2.8-7.6% faster with it, and 7-9% more with whole rows from kv head 0's tasks);
+// prefill tiles reuse each key across 32 tokens and keep short rows unprefetched.
 template <int R>
 void block_scores(const float* const* qr, const float* const* kptr, const float* const* vptr, int64_t n, int64_t hd,
-                  float scale, bool prefetch, float* const* s, float* mx) {
+                  float scale, int64_t prefetch_bytes, float* const* s, float* mx) {
     constexpr int KU = R == 1 ? 8 : 4;
     const int64_t hd8 = hd & ~int64_t(7);
     const __m128 lane = _mm_setr_ps(0.0f, 1.0f, 2.0f, 3.0f);
     __m128 vmax[R];
     for (int r = 0; r < R; ++r) vmax[r] = _mm_set1_ps(kNegInf);
-    const int64_t row_bytes = hd * int64_t(sizeof(float));
     for (int64_t i = 0; i < n; i += KU) {
-        for (int u = 0; prefetch && u < KU; ++u) {
-            if (i + KU + u < n) prefetch_row(kptr[i + KU + u], row_bytes);
-            if (i + u < n) prefetch_row(vptr[i + u], row_bytes);
+        for (int u = 0; prefetch_bytes && u < KU; ++u) {
+            if (i + KU + u < n) prefetch_row(kptr[i + KU + u], prefetch_bytes);
+            if (i + u < n) prefetch_row(vptr[i + u], prefetch_bytes);
         }
         const float* kp[KU];
         for (int u = 0; u < KU; ++u) kp[u] = kptr[imin(i + u, n - 1)];  // clamp: no reads past n
@@ -222,9 +221,9 @@ void block_pv(float* const* o, const float* const* vptr, int64_t n, int64_t hd, 
 // ja + i at kptr[i] / vptr[i]).
 template <int R>
 void update_rows(const float* const* qr, float* const* o, const float* const* kptr, const float* const* vptr, int64_t n,
-                 int64_t hd, float scale, bool prefetch, float* const* p, float* m, float* l) {
+                 int64_t hd, float scale, int64_t prefetch_bytes, float* const* p, float* m, float* l) {
     float mx[R], corr[R];
-    block_scores<R>(qr, kptr, vptr, n, hd, scale, prefetch, p, mx);
+    block_scores<R>(qr, kptr, vptr, n, hd, scale, prefetch_bytes, p, mx);
     for (int r = 0; r < R; ++r) {
         const float m_new = m[r] > mx[r] ? m[r] : mx[r];
         corr[r] = m[r] == kNegInf ? 0.0f : expf(m[r] - m_new);
@@ -296,8 +295,16 @@ void simd_attention_task(const float* q, const ref::KvSpan& kv, const ref::Atten
                          float* out, float* lse, float* scratch) {
     const int64_t hd = s.head_dim, num_heads = s.num_heads, group = s.num_heads / s.num_kv_heads;
     const int64_t kv_stride = s.num_kv_heads * hd;  // floats per cache row
-    const bool prefetch = !kv.f16 && (kv_stride * int64_t(sizeof(float)) >= kPrefetchStride ||
-                                      task.t1 - task.t0 <= kPrefetchTokens);
+    // What block_scores prefetches (f32 caches): rows of >= kPrefetchStride bytes always, shorter ones
+    // in decode (tasks of <= kPrefetchTokens tokens). Decode tasks of kv head 0 take whole rows
+    // (every head's slice): ops::batch_attention runs a split's heads one after the other, so the
+    // other heads' tasks find their slices in cache and memory is read row after row.
+    const bool decode = task.t1 - task.t0 <= kPrefetchTokens;
+    int64_t prefetch = 0;  // bytes of each key / value row from the task's slice on
+    if (!kv.f16 && (kv_stride * int64_t(sizeof(float)) >= kPrefetchStride || decode)) {
+        const bool whole_rows = decode && task.kv_head == 0;
+        prefetch = (whole_rows ? kv_stride : hd) * int64_t(sizeof(float));
+    }
     const int64_t first_pos = kv.kv_len - s.num_tokens;
     const float scale = 1.0f / sqrtf(float(hd));
     const int64_t num_task_tokens = task.t1 - task.t0, rows = num_task_tokens * group;
