@@ -4,8 +4,9 @@
 // ActQ8K, as llama.cpp does; I8 weights: whole tokens, ActI8Row, then times the weights' row scale)
 // unless f32_activations asks for the reference path, which dequantizes
 // each weight row to f32 and matches a float reference to rounding (kernels::ref::matmul_tile).
-// Work is split along output rows (at multiples of 8) and token tiles only, so results do not depend
-// on the thread count.
+// Work is split along output rows (slices start at multiples of 32; one token tile: guided slices
+// that shrink toward the end of the op) and token tiles only, so results do not depend on the thread
+// count.
 #pragma once
 
 #include <cstdint>
