@@ -15,7 +15,7 @@
 //  - K/V rows (contiguous or paged, see ref::KvSpan) are located once per block of keys into arrays
 //    of row pointers that the inner loops index: the loads and the arithmetic are the same for
 //    either layout, so a paged cache gives bit-identical results.
-//  - K/V rows of >= 2 KiB, and f32 rows of decode tasks, are prefetched ahead (f32: block_scores;
+//  - K/V rows of >= 2 KiB, and every row in decode tasks, are prefetched ahead (f32: block_scores;
 //    f16: cache_rows, while it widens them): a task's slice of each row is a strided walk the
 //    hardware prefetchers miss.
 // Measured (SmolLM2 shape, 9 heads / 3 KV heads / head_dim 64, EPYC Zen 3, one core): prefill 512
@@ -245,10 +245,10 @@ inline void widen_f16(const uint16_t* h, float* f, int64_t n) {
 // head_off), j_begin <= j < j_end, with ref::kv_row's arithmetic walked slot by slot (divides once per
 // call, never per key). f32 caches: pointers into the cache; f16 caches: the rows widened to f32 into
 // kbuf / vbuf ([j_end - j_begin, hd] each), slot i at kbuf + i * hd.
-// f16 caches with rows of >= kPrefetchStride bytes: the rows kF16Ahead keys ahead are prefetched
-// while one is widened (the same page-crossing stride as block_scores' prefetch).
+// f16 caches: prefetch_bytes (0: none) of the rows kF16Ahead keys ahead are prefetched while one is
+// widened (the same strided walk as block_scores' prefetch; simd_attention_task picks the size).
 void cache_rows(const ref::KvSpan& kv, int64_t head_off, int64_t kv_stride, int64_t hd, int64_t j_begin, int64_t j_end,
-                const float** krow, const float** vrow, float* kbuf, float* vbuf) {
+                int64_t prefetch_bytes, const float** krow, const float** vrow, float* kbuf, float* vbuf) {
     int64_t block_idx = kv.block_table ? j_begin / kv.block_size : 0,
             slot = kv.block_table ? j_begin % kv.block_size : 0;
     int64_t offs[kAttentionBlockKeys];  // element offset of each key's slice
@@ -274,15 +274,14 @@ void cache_rows(const ref::KvSpan& kv, int64_t head_off, int64_t kv_stride, int6
     constexpr int64_t kF16Ahead = 4;
     const auto* k16 = static_cast<const uint16_t*>(kv.k);
     const auto* v16 = static_cast<const uint16_t*>(kv.v);
-    const bool prefetch = kv_stride * 2 >= kPrefetchStride;
-    for (int64_t i = 0; prefetch && i < n && i < kF16Ahead; ++i) {
-        prefetch_row(k16 + offs[i], hd * 2);
-        prefetch_row(v16 + offs[i], hd * 2);
+    for (int64_t i = 0; prefetch_bytes && i < n && i < kF16Ahead; ++i) {
+        prefetch_row(k16 + offs[i], prefetch_bytes);
+        prefetch_row(v16 + offs[i], prefetch_bytes);
     }
     for (int64_t i = 0; i < n; ++i) {
-        if (prefetch && i + kF16Ahead < n) {
-            prefetch_row(k16 + offs[i + kF16Ahead], hd * 2);
-            prefetch_row(v16 + offs[i + kF16Ahead], hd * 2);
+        if (prefetch_bytes && i + kF16Ahead < n) {
+            prefetch_row(k16 + offs[i + kF16Ahead], prefetch_bytes);
+            prefetch_row(v16 + offs[i + kF16Ahead], prefetch_bytes);
         }
         widen_f16(k16 + offs[i], kbuf + i * hd, hd);
         widen_f16(v16 + offs[i], vbuf + i * hd, hd);
@@ -295,16 +294,19 @@ void simd_attention_task(const float* q, const ref::KvSpan& kv, const ref::Atten
                          float* out, float* lse, float* scratch) {
     const int64_t hd = s.head_dim, num_heads = s.num_heads, group = s.num_heads / s.num_kv_heads;
     const int64_t kv_stride = s.num_kv_heads * hd;  // floats per cache row
-    // What block_scores prefetches (f32 caches): rows of >= kPrefetchStride bytes always, shorter ones
-    // in decode (tasks of <= kPrefetchTokens tokens). Decode tasks of kv head 0 take whole rows
-    // (every head's slice): ops::batch_attention runs a split's heads one after the other, so the
-    // other heads' tasks find their slices in cache and memory is read row after row.
+    // What is prefetched ahead (block_scores for f32 caches, cache_rows while it widens f16 ones):
+    // rows of >= kPrefetchStride bytes always, shorter ones in decode (tasks of <= kPrefetchTokens
+    // tokens). Decode tasks of kv head 0 take whole rows (every head's slice): ops::batch_attention
+    // runs a split's heads one after the other, so the other heads' tasks find their slices in cache
+    // and memory is read row after row.
     const bool decode = task.t1 - task.t0 <= kPrefetchTokens;
     int64_t prefetch = 0;  // bytes of each key / value row from the task's slice on
-    if (!kv.f16 && (kv_stride * int64_t(sizeof(float)) >= kPrefetchStride || decode)) {
+    const int64_t elem = kv.f16 ? 2 : 4;
+    if (kv_stride * elem >= kPrefetchStride || decode) {
         const bool whole_rows = decode && task.kv_head == 0;
-        prefetch = (whole_rows ? kv_stride : hd) * int64_t(sizeof(float));
+        prefetch = (whole_rows ? kv_stride : hd) * elem;
     }
+    const int64_t f32_prefetch = kv.f16 ? 0 : prefetch;  // f16: cache_rows prefetches while it widens
     const int64_t first_pos = kv.kv_len - s.num_tokens;
     const float scale = 1.0f / sqrtf(float(hd));
     const int64_t num_task_tokens = task.t1 - task.t0, rows = num_task_tokens * group;
@@ -340,7 +342,7 @@ void simd_attention_task(const float* q, const ref::KvSpan& kv, const ref::Atten
         const float* krow[kAttentionBlockKeys];  // key kb + i of kv_head at krow[i], [head_dim]
         const float* vrow[kAttentionBlockKeys];  // value kb + i at vrow[i], [head_dim]
         const int64_t lo = imax(kb, a);
-        cache_rows(kv, task.kv_head * hd, kv_stride, hd, lo, imin(kb + kAttentionBlockKeys, b), krow + (lo - kb),
+        cache_rows(kv, task.kv_head * hd, kv_stride, hd, lo, imin(kb + kAttentionBlockKeys, b), prefetch, krow + (lo - kb),
                    vrow + (lo - kb), kbuf, vbuf);
         for (int64_t r = 0; r < rows;) {
             const int64_t t = task.t0 + r / group;
@@ -371,10 +373,10 @@ void simd_attention_task(const float* q, const ref::KvSpan& kv, const ref::Atten
             const float* const* kj = krow + (ja - kb);  // [jb - ja] row pointers
             const float* const* vj = vrow + (ja - kb);
             if constexpr (kMaxRows >= 4) {
-                if (nr == 4) update_rows<4>(qr, o, kj, vj, jb - ja, hd, scale, prefetch, p, m + r, l + r);
+                if (nr == 4) update_rows<4>(qr, o, kj, vj, jb - ja, hd, scale, f32_prefetch, p, m + r, l + r);
             }
-            if (nr == 2) update_rows<2>(qr, o, kj, vj, jb - ja, hd, scale, prefetch, p, m + r, l + r);
-            if (nr == 1) update_rows<1>(qr, o, kj, vj, jb - ja, hd, scale, prefetch, p, m + r, l + r);
+            if (nr == 2) update_rows<2>(qr, o, kj, vj, jb - ja, hd, scale, f32_prefetch, p, m + r, l + r);
+            if (nr == 1) update_rows<1>(qr, o, kj, vj, jb - ja, hd, scale, f32_prefetch, p, m + r, l + r);
             r += nr;
         }
     }
