@@ -73,11 +73,14 @@ inline __m128 reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
     return _mm_add_ps(_mm256_castps256_ps128(u), _mm256_extractf128_ps(u, 1));
 }
 
-// The cache lines that [p, p + bytes) touches, into L1.
+// The cache lines that [p, p + bytes) touches, into L2 (T1): a prefetch into L1 (T0) waits for one of
+// its few miss buffers, and the bursts of whole-row prefetches (up to 128 lines per step of 4 keys)
+// stalled on them: 27% of the attention kernel's samples sat on prefetcht0 in decode at depth 1900;
+// with T1 TinyLlama q4_0 decode there ran 12% faster (docs/performance.md).
 inline void prefetch_row(const void* p, int64_t bytes) {
     const uintptr_t a = reinterpret_cast<uintptr_t>(p);
     for (uintptr_t line = a & ~uintptr_t(63); line < a + uintptr_t(bytes); line += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T1);
 }
 
 // For each of the R rows (same key range): s[r][i] = scale * q_r . k_i for i < n (k_i at
