@@ -191,7 +191,13 @@ struct Vnni {
                 _mm512_set1_epi8(kFp4Offset));
         for (int64_t b = 0; b < nb; ++b) {
             const uint8_t* gb = group + b * kGroupBytes;
-            if (next_group) avx2_prefetch_next_group(next_group, kGroupBytes, b);
+            if (next_group) {  // decode into L1; prefill (T > 1) keeps L1 for the group it re-reads
+                if constexpr (T == 1) {
+                    avx2_prefetch_next_group_l1(next_group, kGroupBytes, b);
+                } else {
+                    avx2_prefetch_next_group(next_group, kGroupBytes, b);
+                }
+            }
             __m512i wq[8];
             if constexpr (kNibbles) {
                 const __m512i mask = _mm512_set1_epi8(0x0f);

@@ -96,7 +96,13 @@ struct VnniQ4 {
         }
         for (int64_t b = 0; b < nb; ++b) {
             const uint8_t* gb = group + b * kGroupBytes;
-            if (next_group) avx2_prefetch_next_group(next_group, kGroupBytes, b);
+            if (next_group) {  // decode into L1; prefill (T > 1) keeps L1 for the group it re-reads
+                if constexpr (T == 1) {
+                    avx2_prefetch_next_group_l1(next_group, kGroupBytes, b);
+                } else {
+                    avx2_prefetch_next_group(next_group, kGroupBytes, b);
+                }
+            }
             const uint8_t* payload = gb + kHeader;
             // F and H of each token: two chains each for a lone token (decode: vpdpbusd latency),
             // one each when other tokens' chains interleave
