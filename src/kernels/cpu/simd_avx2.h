@@ -124,12 +124,18 @@ inline void avx2_prefetch_next_group(const uint8_t* next_group, int64_t step_byt
     const char* p = reinterpret_cast<const char*>(next_group + b * step_bytes);
     for (int64_t off = 0; off < step_bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T1);
 }
-// The same into L1 (T0), for the decode tiles (one token) of the AVX-512 VNNI group kernels
-// (simd_vnni_kernels.h, simd_vnni_q4.h), which ran faster with it: in-process A/B on TinyLlama, T0 over T1, q4_0 1.052 / 1.016 /
-// 1.036, q8_0 1.045 / 1.039 (no prefetch: 0.988; T2: 1.022 / 0.979). The K-quant VNNI kernels
-// measured neutral (1.015 / 0.979) and keep T1, as do the AVX2 kernels (not measured).
-inline void avx2_prefetch_next_group_l1(const uint8_t* next_group, int64_t step_bytes, int64_t b) {
-    const char* p = reinterpret_cast<const char*>(next_group + b * step_bytes);
+// Decode tiles (one token) of the AVX-512 VNNI group kernels (simd_vnni_kernels.h, simd_vnni_q4.h):
+// the step_bytes starting kDecodePrefetchAhead bytes past the block the tile is at (`block`), into
+// L1; call once per block. Groups lie one after the other, so this runs ahead in the tile's own
+// stream and into the next group. In-process A/B on TinyLlama decode (depth 16), against the same
+// block of the next group (36-100 KB ahead) into L1: q4_0 at 4 KiB 1.149 / 1.113 / 1.092, 2 KiB
+// 1.066 / 1.096, 8 KiB 1.106 / 1.069, 16 KiB 1.040 / 1.111; q8_0 at 4 KiB 1.053 / 1.044 / 1.051,
+// 2 KiB 0.973, 8 KiB 1.034 / 1.024. (That one had itself given q4_0 1.016-1.052 and q8_0 1.04 over
+// avx2_prefetch_next_group, which puts the next group into L2.) MXFP4 / NVFP4 share the tile: not
+// measured separately.
+inline constexpr int64_t kDecodePrefetchAhead = 4096;
+inline void avx2_prefetch_ahead_l1(const uint8_t* block, int64_t step_bytes) {
+    const char* p = reinterpret_cast<const char*>(block) + kDecodePrefetchAhead;
     for (int64_t off = 0; off < step_bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
 }
 

@@ -96,9 +96,9 @@ struct VnniQ4 {
         }
         for (int64_t b = 0; b < nb; ++b) {
             const uint8_t* gb = group + b * kGroupBytes;
-            if (next_group) {  // decode into L1; prefill (T > 1) keeps L1 for the group it re-reads
+            if (next_group) {  // decode: 4 KiB ahead into L1; prefill (T > 1): the next group into L2
                 if constexpr (T == 1) {
-                    avx2_prefetch_next_group_l1(next_group, kGroupBytes, b);
+                    avx2_prefetch_ahead_l1(gb, kGroupBytes);
                 } else {
                     avx2_prefetch_next_group(next_group, kGroupBytes, b);
                 }
