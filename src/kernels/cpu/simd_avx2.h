@@ -139,6 +139,19 @@ inline void avx2_prefetch_ahead_l1(const uint8_t* block, int64_t step_bytes) {
     for (int64_t off = 0; off < step_bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
 }
 
+// A VNNI group tile of T tokens at block b (`block` = its bytes, step_bytes long), when it has a
+// next_group to prefetch (null: none): decode (T = 1) 4 KiB ahead into L1, prefill the same block
+// of the next group into L2 (prefill tiles re-read their own group from L1).
+template <int T>
+inline void vnni_tile_prefetch(const uint8_t* block, const uint8_t* next_group, int64_t step_bytes, int64_t b) {
+    if (!next_group) return;
+    if constexpr (T == 1) {
+        avx2_prefetch_ahead_l1(block, step_bytes);
+    } else {
+        avx2_prefetch_next_group(next_group, step_bytes, b);
+    }
+}
+
 // Row tiling shared by all formats. F provides kDecodeRows, kPrefillRows and
 //   template <int R, int T> static void tile(const uint8_t* w, size_t w_row_bytes, const uint8_t* act,
 //                                            size_t act_row_bytes, int64_t k, float* y, int64_t ldy);

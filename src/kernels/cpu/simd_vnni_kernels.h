@@ -191,13 +191,7 @@ struct Vnni {
                 _mm512_set1_epi8(kFp4Offset));
         for (int64_t b = 0; b < nb; ++b) {
             const uint8_t* gb = group + b * kGroupBytes;
-            if (next_group) {  // decode: 4 KiB ahead into L1; prefill (T > 1): the next group into L2
-                if constexpr (T == 1) {
-                    avx2_prefetch_ahead_l1(gb, kGroupBytes);
-                } else {
-                    avx2_prefetch_next_group(next_group, kGroupBytes, b);
-                }
-            }
+            vnni_tile_prefetch<T>(gb, next_group, kGroupBytes, b);
             __m512i wq[8];
             if constexpr (kNibbles) {
                 const __m512i mask = _mm512_set1_epi8(0x0f);

@@ -96,13 +96,7 @@ struct VnniQ4 {
         }
         for (int64_t b = 0; b < nb; ++b) {
             const uint8_t* gb = group + b * kGroupBytes;
-            if (next_group) {  // decode: 4 KiB ahead into L1; prefill (T > 1): the next group into L2
-                if constexpr (T == 1) {
-                    avx2_prefetch_ahead_l1(gb, kGroupBytes);
-                } else {
-                    avx2_prefetch_next_group(next_group, kGroupBytes, b);
-                }
-            }
+            vnni_tile_prefetch<T>(gb, next_group, kGroupBytes, b);
             const uint8_t* payload = gb + kHeader;
             // F and H of each token: two chains each for a lone token (decode: vpdpbusd latency),
             // one each when other tokens' chains interleave
