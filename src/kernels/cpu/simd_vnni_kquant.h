@@ -32,24 +32,6 @@
 namespace kiln::kernels::cpu {
 namespace {
 
-// The packing walk both layouts share: for every group of 16 rows (in row order) and super-block,
-// put(out, i, b) with out the group-block (sb_bytes each, contiguous), i the row in the group and b
-// its source block; the last group's missing rows repeat its last row.
-template <class Put>
-void kquant_pack_walk(const void* w, size_t wrb, int64_t rows, int64_t k, int64_t src_bytes, int64_t sb_bytes,
-                      void* dst, Put put) {
-    const uint8_t* wb = static_cast<const uint8_t*>(w);
-    uint8_t* out = static_cast<uint8_t*>(dst);
-    for (int64_t g = 0; g < (rows + 15) / 16; ++g) {
-        for (int64_t s = 0; s < k / blk::kQK_K; ++s, out += sb_bytes) {
-            for (int i = 0; i < 16; ++i) {
-                const int64_t r = g * 16 + i < rows ? g * 16 + i : rows - 1;
-                put(out, i, wb + r * int64_t(wrb) + s * src_bytes);
-            }
-        }
-    }
-}
-
 template <bool kFiveBit>  // false: Q4_K, true: Q5_K
 struct VnniK4 {
     static constexpr int kRows = 16;
@@ -66,7 +48,7 @@ struct VnniK4 {
     }
 
     static void pack(const void* w, size_t wrb, int64_t rows, int64_t k, void* dst) {
-        kquant_pack_walk(w, wrb, rows, k, kSrcBytes, kSbBytes, dst, [](uint8_t* out, int i, const uint8_t* b) {
+        vnni_pack_walk<16>(w, wrb, rows, k / blk::kQK_K, kSrcBytes, kSbBytes, dst, [](uint8_t* out, int i, const uint8_t* b) {
             std::memcpy(out + 2 * i, b + blk::kQ4_KD, 2);
             std::memcpy(out + 32 + 2 * i, b + blk::kQ4_KDmin, 2);
             const uint8_t* q = b + kSrcScales;  // 6-bit scales and mins, as dequant.cc
@@ -214,7 +196,7 @@ struct VnniQ6K {
     }
 
     static void pack(const void* w, size_t wrb, int64_t rows, int64_t k, void* dst) {
-        kquant_pack_walk(w, wrb, rows, k, int64_t(blk::kQ6_KBytes), kSbBytes, dst,
+        vnni_pack_walk<16>(w, wrb, rows, k / blk::kQK_K, int64_t(blk::kQ6_KBytes), kSbBytes, dst,
                          [](uint8_t* out, int i, const uint8_t* b) {
             std::memcpy(out + 2 * i, b + blk::kQ6_KD, 2);
             for (int j = 0; j < 16; ++j) out[kSc + 16 * j + i] = b[blk::kQ6_KScales + j];

@@ -48,28 +48,23 @@ struct VnniQ4 {
     static constexpr int kOffsPerBlock = 1;
 
     static void pack(const void* w, size_t wrb, int64_t rows, int64_t k, void* dst) {
-        const uint8_t* wb = static_cast<const uint8_t*>(w);
-        uint8_t* out = static_cast<uint8_t*>(dst);
-        const int64_t nb = k / blk::kQK;
-        for (int64_t g = 0; g < (rows + kRows - 1) / kRows; ++g) {
-            for (int64_t b = 0; b < nb; ++b, out += kGroupBytes) {
-                uint8_t c[kRows][32];  // the group's codes of this block, element order
-                for (int i = 0; i < kRows; ++i) {
-                    const int64_t r = g * kRows + i < rows ? g * kRows + i : rows - 1;  // pad: repeat the last row
-                    const uint8_t* unit = wb + r * int64_t(wrb) + b * int64_t(Fmt::kBytes);
-                    std::memcpy(out + 2 * i, unit + Fmt::kD, 2);
-                    if constexpr (kMin) std::memcpy(out + 64 + 2 * i, unit + Fmt::kM, 2);
-                    const uint8_t* q = unit + Fmt::kPayloadOff;
-                    for (int e = 0; e < 32; ++e) c[i][e] = uint8_t((q[e % 16] >> (e < 16 ? 0 : 4)) & 0x0f);
-                }
+        uint8_t c[kRows][32];  // the group's codes of the current block, element order
+        vnni_pack_walk<kRows>(
+            w, wrb, rows, k / blk::kQK, int64_t(Fmt::kBytes), kGroupBytes, dst,
+            [&c](uint8_t* out, int i, const uint8_t* unit) {
+                std::memcpy(out + 2 * i, unit + Fmt::kD, 2);
+                if constexpr (kMin) std::memcpy(out + 64 + 2 * i, unit + Fmt::kM, 2);
+                const uint8_t* q = unit + Fmt::kPayloadOff;
+                for (int e = 0; e < 32; ++e) c[i][e] = uint8_t((q[e % 16] >> (e < 16 ? 0 : 4)) & 0x0f);
+            },
+            [&c](uint8_t* out) {  // rows i and i + 16 share each byte
                 for (int j = 0; j < 8; ++j) {
                     for (int i = 0; i < kHalf; ++i) {
                         for (int p = 0; p < 4; ++p)
                             out[kHeader + 64 * j + 4 * i + p] = uint8_t(c[i][4 * j + p] | (c[i + kHalf][4 * j + p] << 4));
                     }
                 }
-            }
-        }
+            });
     }
 
     // -kOffset * the sum of each block's 32 int8 activation values (0 for Q4_1).
