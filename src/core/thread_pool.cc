@@ -86,18 +86,18 @@ void ThreadPool::worker_loop() {
     }
 }
 
-void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t min_chunk) {
+void ThreadPool::parallel_for(int64_t n, RangeFn fn, int64_t min_chunk) {
     if (n <= 0) return;
     min_chunk = std::max<int64_t>(1, min_chunk);
     run_job(n, std::min<int64_t>(num_threads_, (n + min_chunk - 1) / min_chunk), fn);
 }
 
-void ThreadPool::parallel_tasks(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+void ThreadPool::parallel_tasks(int64_t n, RangeFn fn) {
     if (n <= 0) return;
     run_job(n, num_threads_ > 1 ? n : 1, fn);
 }
 
-void ThreadPool::run_job(int64_t n, int64_t num_chunks, const std::function<void(int64_t, int64_t)>& fn) {
+void ThreadPool::run_job(int64_t n, int64_t num_chunks, RangeFn fn) {
     if (num_chunks <= 1 || t_in_pool_job) {
         fn(0, n);
         return;

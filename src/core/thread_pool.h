@@ -12,12 +12,16 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "core/function_ref.h"
+
 namespace kiln::core {
+
+// A job body: fn(begin, end) over a range of indices (a non-owning reference, see function_ref.h).
+using RangeFn = FunctionRef<void(int64_t, int64_t)>;
 
 class ThreadPool {
 public:
@@ -31,13 +35,13 @@ public:
 
     // Calls fn(begin, end) over disjoint ranges covering [0, n); returns when all are done.
     // min_chunk: the smallest range worth handing to another thread.
-    void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t min_chunk = 1);
+    void parallel_for(int64_t n, RangeFn fn, int64_t min_chunk = 1);
 
     // As parallel_for, but every index is a chunk of its own, claimed in increasing order by whichever
     // thread is free next (fn(i, i + 1); fn(0, n) when it runs inline: one thread, or nested): for
     // several tasks per thread whose durations vary, so that no thread idles while another still has
     // tasks queued. Which thread runs an index depends on timing; the caller's results must not.
-    void parallel_tasks(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
+    void parallel_tasks(int64_t n, RangeFn fn);
 
     // The physical cores this process may run on (core::physical_core_count()): one compute thread per
     // core, since SMT siblings share the FMA units and the memory bandwidth the kernels saturate.
@@ -46,7 +50,7 @@ public:
 private:
     void worker_loop();
     void run_chunks();
-    void run_job(int64_t n, int64_t num_chunks, const std::function<void(int64_t, int64_t)>& fn);
+    void run_job(int64_t n, int64_t num_chunks, RangeFn fn);
 
     int num_threads_;
     std::vector<std::thread> workers_;
@@ -59,7 +63,7 @@ private:
     std::atomic<int> active_{0};
     std::atomic<int64_t> next_chunk_{0};
     std::atomic<int64_t> chunks_done_{0};
-    const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
+    const RangeFn* fn_ = nullptr;
     int64_t n_ = 0, num_chunks_ = 0;
     // Parking after the spin: sleepers_ counts workers that may be waiting on wake_cv_.
     std::mutex mu_;

@@ -381,8 +381,8 @@ Status LlamaModel::forward_batch(std::span<const int32_t> tokens, std::span<cons
     return ops::linear(*pool_, w.xn.data(), num_logits, output_, nullptr, logits.data(), scratch_);
 }
 
-core::Result<std::vector<float>> LlamaModel::forward(const std::vector<int32_t>& tokens, KvCache& cache,
-                                                     bool all_logits) {
+core::Status LlamaModel::forward(std::span<const int32_t> tokens, KvCache& cache, bool all_logits,
+                                 std::vector<float>& logits) {
     const ModelConfig& c = config_;
     const int64_t T = int64_t(tokens.size());
     if (T == 0) return core::error(StatusCode::kInvalidArgument) << "forward: no tokens";
@@ -393,23 +393,33 @@ core::Result<std::vector<float>> LlamaModel::forward(const std::vector<int32_t>&
         return core::error(StatusCode::kInvalidArgument)
                << "forward: " << start << " cached + " << T << " new tokens exceed the context of " << cache.max_len_;
     const size_t need = size_t((start + T) * c.kv_dim());
-    KvLayers kv;
-    for (int64_t l = 0; l < c.num_layers; ++l) {
-        auto& k = cache.k_[size_t(l)];
-        auto& v = cache.v_[size_t(l)];
-        if (k.size() < need) {
-            const size_t grown = std::min(std::max(need, 2 * k.size()), size_t(cache.max_len_ * c.kv_dim()));
-            k.resize(grown);
-            v.resize(grown);
+    KvLayers& kv = cache.view_;
+    if (cache.k_[0].size() < need || kv.k.empty() || kv.k[0] != cache.k_[0].data()) {  // grow, re-point (or a copy)
+        kv.k.clear();
+        kv.v.clear();
+        for (int64_t l = 0; l < c.num_layers; ++l) {
+            auto& k = cache.k_[size_t(l)];
+            auto& v = cache.v_[size_t(l)];
+            if (k.size() < need) {
+                const size_t grown = std::min(std::max(need, 2 * k.size()), size_t(cache.max_len_ * c.kv_dim()));
+                k.resize(grown);
+                v.resize(grown);
+            }
+            kv.k.push_back(static_cast<void*>(k.data()));
+            kv.v.push_back(static_cast<void*>(v.data()));
         }
-        kv.k.push_back(static_cast<void*>(k.data()));
-        kv.v.push_back(static_cast<void*>(v.data()));
+        kv.num_slots = int64_t(cache.k_[0].size()) / c.kv_dim();
     }
-    kv.num_slots = int64_t(cache.k_[0].size()) / c.kv_dim();
     const BatchSeq seq{start, T, {}, all_logits ? T : 1};
-    std::vector<float> logits;
     KILN_RETURN_IF_ERROR(forward_batch(tokens, std::span<const BatchSeq>(&seq, 1), kv, logits));
     cache.len_ = start + T;
+    return Status::ok();
+}
+
+core::Result<std::vector<float>> LlamaModel::forward(const std::vector<int32_t>& tokens, KvCache& cache,
+                                                     bool all_logits) {
+    std::vector<float> logits;
+    KILN_RETURN_IF_ERROR(forward(std::span<const int32_t>(tokens), cache, all_logits, logits));
     return logits;
 }
 

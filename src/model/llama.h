@@ -25,6 +25,17 @@
 
 namespace kiln::model {
 
+// Where the K/V of a batch live, per layer: a paged pool [num_blocks, block_size, kv_dim] shared by
+// every sequence of the batch (each has a block table), or, with block_size 0, one sequence's
+// contiguous [num_slots, kv_dim] rows (position p in row p).
+// Elements are f32, or IEEE half when f16 (rows are computed in f32 and rounded once when stored).
+struct KvLayers {
+    std::vector<void*> k, v;  // [num_layers]
+    int64_t block_size = 0;   // tokens per block; 0 = contiguous, one sequence
+    int64_t num_slots = 0;    // rows of each k[l] / v[l] (num_blocks * block_size when paged)
+    bool f16 = false;
+};
+
 // One sequence's keys and values, contiguous per layer: k/v of layer l are [len, kv_dim] floats
 // (kv_dim = num_kv_heads * head_dim), row r = position r. Grows on demand up to max_len.
 class KvCache {
@@ -38,18 +49,9 @@ private:
     friend class LlamaModel;
     int64_t num_layers_, kv_dim_, max_len_, len_ = 0;
     std::vector<std::vector<float>> k_, v_;  // per layer: [capacity, kv_dim]
+    KvLayers view_;                          // k_ / v_ as forward_batch takes them, rebuilt when they grow
 };
 
-// Where the K/V of a batch live, per layer: a paged pool [num_blocks, block_size, kv_dim] shared by
-// every sequence of the batch (each has a block table), or, with block_size 0, one sequence's
-// contiguous [num_slots, kv_dim] rows (position p in row p).
-// Elements are f32, or IEEE half when f16 (rows are computed in f32 and rounded once when stored).
-struct KvLayers {
-    std::vector<void*> k, v;  // [num_layers]
-    int64_t block_size = 0;   // tokens per block; 0 = contiguous, one sequence
-    int64_t num_slots = 0;    // rows of each k[l] / v[l] (num_blocks * block_size when paged)
-    bool f16 = false;
-};
 
 // One sequence of a forward batch.
 struct BatchSeq {
@@ -94,6 +96,9 @@ public:
     // [num_tokens, vocab] when all_logits, else [1, vocab] for the last token. kInvalidArgument for
     // an empty batch, a token id outside the vocabulary or a cache that would overflow.
     core::Result<std::vector<float>> forward(const std::vector<int32_t>& tokens, KvCache& cache, bool all_logits);
+    // The same into `logits` (resized), allocating nothing once the cache's capacity, the model's
+    // buffers and `logits` have grown to the step's size: the decode loop of the tools.
+    core::Status forward(std::span<const int32_t> tokens, KvCache& cache, bool all_logits, std::vector<float>& logits);
 
     // A ragged batch of sequences in one pass: tokens [num_tokens] holds each sequence's new tokens
     // in turn; their K/V are written to kv (at the slots their block tables give) and attention runs

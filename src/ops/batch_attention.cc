@@ -117,7 +117,15 @@ core::Status batch_attention(core::ThreadPool& pool, const float* q, int64_t num
         }
     }
     if (tasks.empty()) return core::Status::ok();
-    std::stable_sort(tasks.begin(), tasks.end(), [](const Task& a, const Task& b) { return a.cost > b.cost; });
+    // Costliest first; ties in the order pushed (sequence, split, tile, kv head): a stable sort
+    // without std::stable_sort's temporary buffer (the decode loop allocates nothing).
+    std::sort(tasks.begin(), tasks.end(), [](const Task& a, const Task& b) {
+        if (a.cost != b.cost) return a.cost > b.cost;
+        if (a.seq != b.seq) return a.seq < b.seq;
+        if (a.split != b.split) return a.split < b.split;
+        if (a.t0 != b.t0) return a.t0 < b.t0;
+        return a.kv_head < b.kv_head;
+    });
     if (part.size() < size_t(part_floats)) part.resize(size_t(part_floats));
     float* const part_base = part.data();
     const kc::AttentionFn kernel = kc::best_attention_kernel();
@@ -131,10 +139,16 @@ core::Status batch_attention(core::ThreadPool& pool, const float* q, int64_t num
     const int64_t num_tasks = int64_t(tasks.size());
     const Task* const task_list = tasks.data();
     const SeqPlan* const plan_list = plans.data();
-    pool.parallel_for(std::min<int64_t>(pool.num_threads(), num_tasks), [&](int64_t, int64_t) {
-        thread_local std::vector<float> scratch, tile_buf;
-        if (scratch.size() < scratch_floats) scratch.resize(scratch_floats);
-        if (tile_buf.size() < tile_floats) tile_buf.resize(tile_floats);
+    // One chunk per thread, each with its own kernel scratch and tile buffer: slot c of `work`, grown
+    // here by the calling thread (so a worker's first task allocates nothing either).
+    const int64_t num_slots = std::min<int64_t>(pool.num_threads(), num_tasks);
+    const size_t slot_floats = scratch_floats + tile_floats;
+    thread_local std::vector<float> work;
+    if (work.size() < size_t(num_slots) * slot_floats) work.resize(size_t(num_slots) * slot_floats);
+    float* const work_base = work.data();
+    pool.parallel_for(num_slots, [&](int64_t c, int64_t) {
+        float* const scratch = work_base + size_t(c) * slot_floats;
+        float* const tile_buf = scratch + scratch_floats;
         for (int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < num_tasks;) {
             const Task& t = task_list[i];
             const AttentionSeq& s = seqs[size_t(t.seq)];
@@ -147,11 +161,11 @@ core::Status batch_attention(core::ThreadPool& pool, const float* q, int64_t num
                 float* po = part_base + p.part_offset + (t.split - p.split0) * n_rows * (hd + 1);
                 kt.j0 = t.split * S;
                 kt.j1 = std::min(s.kv.kv_len, kt.j0 + S);
-                kernel(qs, s.kv, shape, kt, po, po + n_rows * hd, scratch.data());
+                kernel(qs, s.kv, shape, kt, po, po + n_rows * hd, scratch);
                 continue;
             }
             const int64_t n_rows = (t.t1 - t.t0) * h.num_heads;
-            float* po = tile_buf.data();     // [t1 - t0, num_heads, hd]
+            float* po = tile_buf;            // [t1 - t0, num_heads, hd]
             float* plse = po + n_rows * hd;  // [t1 - t0, num_heads]
             float* run_lse = plse + n_rows;  // [t1 - t0, num_heads]
             const int64_t head0 = t.kv_head * group;
@@ -167,7 +181,7 @@ core::Status batch_attention(core::ThreadPool& pool, const float* q, int64_t num
             for (int64_t sp = sp0; sp < sp1; ++sp) {
                 kt.j0 = sp * S;
                 kt.j1 = std::min(s.kv.kv_len, kt.j0 + S);
-                kernel(qs, s.kv, shape, kt, po, plse, scratch.data());
+                kernel(qs, s.kv, shape, kt, po, plse, scratch);
                 for (int64_t tok = t.t0; tok < t.t1; ++tok) {
                     for (int64_t g = 0; g < group; ++g) {
                         const int64_t r = (tok - t.t0) * h.num_heads + head0 + g;

@@ -12,88 +12,17 @@
 #include <memory>
 #include <random>
 
-#include "core/numeric.h"
+#include "support/random_model.h"
 
 namespace kiln::model {
 namespace {
 
 using core::DType;
 
-struct Builder {
-    Checkpoint ck;
-    std::mt19937 rng{42};
-
-    void add(const std::string& name, std::vector<uint64_t> shape, DType dtype = DType::kF32, float scale = 0.2f,
-             float offset = 0.0f) {
-        uint64_t n = 1;
-        for (uint64_t d : shape) n *= d;
-        auto buf = std::make_shared<std::vector<uint8_t>>(*core::dtype_bytes(dtype, n));
-        std::normal_distribution<float> dist(0.0f, scale);
-        if (dtype == DType::kF32) {
-            for (uint64_t i = 0; i < n; ++i) {
-                float v = offset + dist(rng);
-                std::memcpy(buf->data() + 4 * i, &v, 4);
-            }
-        } else {  // q8_0 / q4_0: random quants, small f16 scales
-            const auto& info = core::dtype_info(dtype);
-            for (uint8_t& b : *buf) b = uint8_t(rng());
-            for (size_t off = 0; off < buf->size(); off += info.block_bytes) {
-                uint16_t h = core::f32_to_fp16(dtype == DType::kQ8_0 ? 0.004f : 0.03f);
-                std::memcpy(buf->data() + off, &h, 2);
-            }
-        }
-        ck.tensors.push_back({name, dtype, shape, buf->data(), buf->size()});
-        ck.owners.push_back(buf);
-    }
-
-    // Every tensor of c; `mat` is the dtype of the weight matrices, `emb` of token_embd.
-    void build(const ModelConfig& c, DType mat = DType::kF32, DType emb = DType::kF32) {
-        ck.path = "random-" + c.arch;
-        ck.format = "gguf";
-        ck.config = c;
-        const uint64_t H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), F = c.intermediate_size;
-        add("token_embd.weight", {uint64_t(c.vocab_size), H}, emb, 1.0f);
-        add("output_norm.weight", {H}, DType::kF32, 0.1f, 1.0f);
-        if (!c.tie_word_embeddings) add("output.weight", {uint64_t(c.vocab_size), H}, mat);
-        for (int64_t l = 0; l < c.num_layers; ++l) {
-            const std::string p = "blk." + std::to_string(l) + ".";
-            add(p + "attn_norm.weight", {H}, DType::kF32, 0.1f, 1.0f);
-            add(p + "ffn_norm.weight", {H}, DType::kF32, 0.1f, 1.0f);
-            add(p + "attn_q.weight", {Q, H}, mat);
-            add(p + "attn_k.weight", {KV, H}, mat);
-            add(p + "attn_v.weight", {KV, H}, mat);
-            add(p + "attn_output.weight", {H, Q}, mat);
-            add(p + "ffn_gate.weight", {F, H}, mat);
-            add(p + "ffn_up.weight", {F, H}, mat);
-            add(p + "ffn_down.weight", {H, F}, mat);
-            if (c.attention_bias) {
-                add(p + "attn_q.bias", {Q}, DType::kF32, 0.5f);
-                add(p + "attn_k.bias", {KV}, DType::kF32, 0.5f);
-                add(p + "attn_v.bias", {KV}, DType::kF32, 0.5f);
-            }
-            if (c.has_output_bias()) add(p + "attn_output.bias", {H}, DType::kF32, 0.5f);
-            if (c.qk_norm) {
-                add(p + "attn_q_norm.weight", {uint64_t(c.head_dim)}, DType::kF32, 0.2f, 1.0f);
-                add(p + "attn_k_norm.weight", {uint64_t(c.head_dim)}, DType::kF32, 0.2f, 1.0f);
-            }
-        }
-    }
-};
+using test::RandomCheckpoint;
 
 ModelConfig tiny(const std::string& arch) {
-    ModelConfig c;
-    c.arch = arch;
-    c.vocab_size = 97;
-    c.hidden_size = 64;
-    c.intermediate_size = 96;
-    c.num_layers = 2;
-    c.num_heads = 4;
-    c.num_kv_heads = 2;
-    c.head_dim = 16;
-    c.max_seq_len = 64;
-    c.bos_token_id = 1;
-    c.eos_token_ids = {2};
-    return c;
+    return test::tiny_config(arch);
 }
 
 std::vector<int32_t> prompt() {
@@ -140,7 +69,7 @@ TEST(LlamaModel, Qwen2BiasPrefillMatchesDecode) {
     ModelConfig c = tiny("qwen2");
     c.attention_bias = true;
     c.tie_word_embeddings = true;
-    Builder b;
+    RandomCheckpoint b;
     b.build(c);
     expect_prefill_matches_decode(b.ck, 1);
     expect_prefill_matches_decode(b.ck, 3);
@@ -151,7 +80,7 @@ TEST(LlamaModel, Qwen3QkNormPrefillMatchesDecode) {
     c.qk_norm = true;
     c.attention_bias = true;  // Qwen3 with attention_bias also has the o_proj bias
     c.rope_theta = 1000000;
-    Builder b;
+    RandomCheckpoint b;
     b.build(c);
     expect_prefill_matches_decode(b.ck, 3);
 }
@@ -159,7 +88,7 @@ TEST(LlamaModel, Qwen3QkNormPrefillMatchesDecode) {
 TEST(LlamaModel, MistralSlidingWindowPrefillMatchesDecode) {
     ModelConfig c = tiny("mistral");
     c.sliding_window = 3;
-    Builder b;
+    RandomCheckpoint b;
     b.build(c);
     expect_prefill_matches_decode(b.ck, 3);
 }
@@ -170,7 +99,7 @@ TEST(LlamaModel, QuantizedLlama3PrefillMatchesDecode) {
     c.rope_scaling.type = "llama3";
     c.rope_scaling.factor = 8;
     c.rope_scaling.original_max_position_embeddings = 16;
-    Builder b;
+    RandomCheckpoint b;
     b.build(c, DType::kQ4_0, DType::kQ8_0);
     expect_prefill_matches_decode(b.ck, 3);
 }
@@ -178,7 +107,7 @@ TEST(LlamaModel, QuantizedLlama3PrefillMatchesDecode) {
 TEST(LlamaModel, Errors) {
     core::ThreadPool pool(2);
     ModelConfig c = tiny("llama");
-    Builder b;
+    RandomCheckpoint b;
     b.build(c);
     Checkpoint other = b.ck;
     other.config.arch = "gemma2";
