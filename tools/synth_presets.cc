@@ -20,6 +20,8 @@ namespace {
 // name, arch, vocab, hidden, ffn, layers, heads, kv heads, head_dim, context, eps, theta, tied, llama3 rope
 const std::vector<SynthPreset> kPresets = {
     {"tiny", "llama", 512, 128, 352, 2, 4, 2, 32, 512, 1e-5, 10000, false, false, "kiln test model (0.5M params)"},
+    {"tiny-k", "llama", 512, 256, 512, 2, 8, 4, 32, 512, 1e-5, 10000, false, false,
+     "kiln test model, K-quant widths (1.4M params)"},
     {"stories15m", "llama", 32000, 288, 768, 6, 6, 6, 48, 256, 1e-5, 10000, true, false, "llama2.c stories15M"},
     {"stories110m", "llama", 32000, 768, 2048, 12, 12, 12, 64, 1024, 1e-5, 10000, true, false, "llama2.c stories110M"},
     {"smollm2-135m", "llama", 49152, 576, 1536, 30, 9, 3, 64, 8192, 1e-5, 100000, true, false,
@@ -162,6 +164,42 @@ void quantize_k4(const float* x, int64_t n, uint8_t* dst) {
     }
 }
 
+// Q6_K (kernels/ref/dequant.cc BlockQ6_K): per 256-element block, 16 sub-blocks of 16 with int8
+// scales times an fp16 d; x = d * scales[j] * (q - 32), q 6 bits. Each sub-block's scale maps its
+// largest |x| to 31 (scales rounded to the nearest multiple of d = max scale / 127), then q =
+// round(x / (d * scales[j])) + 32 clamped to 0..63. Bits: element 32 s + l of a 128-element half
+// (s = 0..3) has its low 4 bits in ql[l + 32 (s & 1)] (low nibble for s < 2) and its high 2 bits at
+// bits 2s, 2s+1 of qh[l].
+void quantize_q6_k(const float* x, int64_t n, uint8_t* dst) {
+    constexpr int kQK_K = 256;
+    constexpr int64_t kBytes = 210;
+    for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K, dst += kBytes) {
+        float sub[16], max_sub = 0;
+        for (int j = 0; j < 16; ++j) {
+            float amax = 0;
+            for (int l = 0; l < 16; ++l) amax = std::max(amax, std::fabs(x[16 * j + l]));
+            sub[j] = amax / 31.0f;
+            max_sub = std::max(max_sub, sub[j]);
+        }
+        const uint16_t dh = core::f32_to_fp16(max_sub / 127.0f);
+        const float d = core::fp16_to_f32(dh);
+        uint8_t* ql = dst;
+        uint8_t* qh = dst + 128;
+        int8_t sc[16];
+        for (int j = 0; j < 16; ++j) sc[j] = int8_t(d > 0 ? std::min(127, int(std::lround(sub[j] / d))) : 0);
+        std::memset(dst, 0, 192);
+        std::memcpy(dst + 192, sc, 16);
+        std::memcpy(dst + 208, &dh, 2);
+        for (int e = 0; e < kQK_K; ++e) {
+            const float scale = d * float(sc[e / 16]);
+            const int q = scale > 0 ? std::clamp(int(std::lround(x[e] / scale)) + 32, 0, 63) : 32;
+            const int h = e / 128, s = (e % 128) / 32, l = e % 32;
+            ql[64 * h + l + 32 * (s & 1)] |= uint8_t((q & 15) << (s < 2 ? 0 : 4));
+            qh[32 * h + l] |= uint8_t((q >> 4) << (2 * s));
+        }
+    }
+}
+
 }  // namespace
 
 const std::vector<SynthPreset>& synth_presets() {
@@ -211,7 +249,7 @@ model::ModelConfig synth_config(const SynthPreset& p, int64_t num_layers) {
 bool synth_dtype_supported(core::DType t) {
     using core::DType;
     return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || t == DType::kQ8_0 || t == DType::kQ4_0 ||
-           t == DType::kQ4_1 || t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kMxfp4;
+           t == DType::kQ4_1 || t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K || t == DType::kMxfp4;
 }
 
 uint64_t SynthTensor::row_bytes() const {
@@ -291,6 +329,9 @@ void quantize_row(core::DType type, const float* x, int64_t n, uint8_t* dst) {
             break;
         case core::DType::kQ5_K:
             quantize_k4<true>(x, n, dst);
+            break;
+        case core::DType::kQ6_K:
+            quantize_q6_k(x, n, dst);
             break;
         case core::DType::kMxfp4: {  // OCP MX rounding (quant/mx.h), repacked into ggml blocks
             auto m = quant::quantize_mxfp4(std::span<const float>(x, size_t(n)), 1, n);

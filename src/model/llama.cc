@@ -125,6 +125,7 @@ core::Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const Checkpoint& c
     std::unique_ptr<LlamaModel> m(new LlamaModel());
     m->config_ = c;
     m->pool_ = pool;
+    m->isa_ = lo.isa;
     KILN_ASSIGN_OR_RETURN(auto rope, rope_params(c, ck.path));
     m->inv_freq_ = kernels::ref::rope_inv_freqs(c.head_dim, rope);
     const int64_t H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), F = c.intermediate_size, V = c.vocab_size;
@@ -243,7 +244,7 @@ Status LlamaModel::layer_forward(int64_t layer_idx, int64_t T, const KvLayers& k
         a.kv.v = vc;
     }
     const ops::AttentionHeads heads{c.num_heads, c.num_kv_heads, D, c.window_for_layer(layer_idx)};
-    KILN_RETURN_IF_ERROR(ops::batch_attention(pool, q, T, w.attn, heads, w.att.data()));
+    KILN_RETURN_IF_ERROR(ops::batch_attention(pool, q, T, w.attn, heads, w.att.data(), isa_));
     observe(LinearInput::kAttnOut, w.att.data(), Q);
     KILN_RETURN_IF_ERROR(ops::linear(pool, w.att.data(), T, L.wo, opt(L.bo), w.o.data(), scratch_));
     // x += o, xn = rmsnorm(x): the residual add fused with the FFN's norm.

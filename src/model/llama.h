@@ -143,6 +143,7 @@ private:
     std::vector<float> output_norm_;  // [hidden]
     std::vector<Layer> layers_;
     std::vector<double> inv_freq_;  // [head_dim / 2]
+    kernels::cpu::Isa isa_ = kernels::cpu::Isa::kRef;  // attention's kernel: LinearOptions::isa
     LinearInputHook hook_;
 };
 

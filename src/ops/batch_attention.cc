@@ -62,7 +62,10 @@ void merge_partial(float* o, float* lse, const float* o_s, float lse_s, int64_t 
 }
 
 core::Status batch_attention(core::ThreadPool& pool, const float* q, int64_t num_rows,
-                             std::span<const AttentionSeq> seqs, const AttentionHeads& h, float* out) {
+                             std::span<const AttentionSeq> seqs, const AttentionHeads& h, float* out,
+                             kc::Isa isa) {
+    if (!kc::isa_supported(isa))
+        return core::error(core::StatusCode::kUnsupported) << "attention: this CPU cannot run " << kc::isa_name(isa);
     if (h.num_heads <= 0 || h.num_kv_heads <= 0 || h.head_dim <= 0 || h.window < 0) return invalid("bad shape");
     if (h.num_heads % h.num_kv_heads) return invalid("num_heads must be a multiple of num_kv_heads");
     if (!q || !out) return invalid("null pointer");
@@ -128,7 +131,8 @@ core::Status batch_attention(core::ThreadPool& pool, const float* q, int64_t num
     });
     if (part.size() < size_t(part_floats)) part.resize(size_t(part_floats));
     float* const part_base = part.data();
-    const kc::AttentionFn kernel = kc::best_attention_kernel();
+    kc::AttentionFn kernel = kc::find_attention_kernel(isa);
+    if (!kernel) kernel = kc::find_attention_kernel(kc::Isa::kRef);  // a build without that level's kernel
     int64_t max_tile = 1;
     for (const AttentionSeq& s : seqs) max_tile = std::max(max_tile, std::min(s.num_tokens, kTokenTile));
     const kernels::ref::AttentionShape widest{max_tile, h.num_heads, h.num_kv_heads, hd, h.window};

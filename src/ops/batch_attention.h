@@ -20,6 +20,7 @@
 
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/ref/transformer.h"
 
 namespace kiln::ops {
@@ -42,9 +43,11 @@ struct AttentionHeads {
 
 // q, out [num_rows, num_heads, head_dim] (must not overlap); every sequence's rows
 // [q_start, q_start + num_tokens) lie within num_rows and are disjoint from the others'.
-// kInvalidArgument on a bad shape or range.
+// kInvalidArgument on a bad shape or range. isa picks the kernel (kernels/cpu/attention.h; the
+// AVX-512 one serves kAvx512Vnni); kUnsupported when this CPU cannot run it.
 core::Status batch_attention(core::ThreadPool& pool, const float* q, int64_t num_rows,
-                             std::span<const AttentionSeq> seqs, const AttentionHeads& heads, float* out);
+                             std::span<const AttentionSeq> seqs, const AttentionHeads& heads, float* out,
+                             kernels::cpu::Isa isa = kernels::cpu::best_isa());
 
 // One step of the in-order merge of split partials for a row of head_dim values: (o, lse) is the
 // running result (lse = -inf: none yet), (o_s, lse_s) the next split's normalized output and

@@ -112,7 +112,8 @@ Status silu_mul_rows(core::ThreadPool& pool, const float* gate_up, float* out, i
     return Status::ok();
 }
 
-Status attention(core::ThreadPool& pool, const float* q, const KvSpan& kv, const AttentionShape& s, float* out) {
+Status attention(core::ThreadPool& pool, const float* q, const KvSpan& kv, const AttentionShape& s, float* out,
+                 kernels::cpu::Isa isa) {
     if (s.num_tokens < 0 || s.num_heads <= 0 || s.num_kv_heads <= 0 || s.head_dim <= 0 || s.window < 0)
         return invalid("attention", "bad shape");
     if (s.num_heads % s.num_kv_heads) return invalid("attention", "num_heads must be a multiple of num_kv_heads");
@@ -127,9 +128,9 @@ Status attention(core::ThreadPool& pool, const float* q, const KvSpan& kv, const
     const auto q_addr = reinterpret_cast<uintptr_t>(q), out_addr = reinterpret_cast<uintptr_t>(out);
     if (q_addr < out_addr + num_floats * 4 && out_addr < q_addr + num_floats * 4) {  // in place: q copied first
         std::vector<float> q_copy(q, q + num_floats);
-        return batch_attention(pool, q_copy.data(), s.num_tokens, std::span<const AttentionSeq>(&seq, 1), heads, out);
+        return batch_attention(pool, q_copy.data(), s.num_tokens, std::span<const AttentionSeq>(&seq, 1), heads, out, isa);
     }
-    return batch_attention(pool, q, s.num_tokens, std::span<const AttentionSeq>(&seq, 1), heads, out);
+    return batch_attention(pool, q, s.num_tokens, std::span<const AttentionSeq>(&seq, 1), heads, out, isa);
 }
 
 }  // namespace kiln::ops

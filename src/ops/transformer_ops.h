@@ -49,6 +49,7 @@ core::Status silu_mul_rows(core::ThreadPool& pool, const float* gate_up, float* 
 
 // Causal GQA attention over one sequence's cache; q, out [num_tokens, num_heads, head_dim] (out may
 // alias q). One sequence of ops::batch_attention.
-core::Status attention(core::ThreadPool& pool, const float* q, const KvSpan& kv, const AttentionShape& s, float* out);
+core::Status attention(core::ThreadPool& pool, const float* q, const KvSpan& kv, const AttentionShape& s, float* out,
+                       kernels::cpu::Isa isa = kernels::cpu::best_isa());
 
 }  // namespace kiln::ops

@@ -263,6 +263,40 @@ TEST(AttentionKernel, OpsAttentionAcrossThreadCounts) {
     }
 }
 
+// ops::attention (ops::batch_attention) at every ISA level this CPU runs: the reference's values,
+// and the level reaches the kernel (the scalar kernel's std::exp and the SIMD kernels' exp differ
+// in the last bits, so kRef and the best level do not agree bit for bit in every case).
+TEST(AttentionKernel, OpsAttentionAtEveryIsa) {
+    core::ThreadPool pool(2);
+    struct Case {
+        int64_t heads, kv_heads, hd, num_tokens, past, window;
+    };
+    const Case cases[] = {{9, 3, 64, 1, 700, 0}, {8, 2, 128, 3, 300, 0}, {9, 3, 64, 70, 100, 5}, {6, 2, 10, 5, 7, 4}};
+    uint32_t seed = 501;
+    bool any_differs = false;
+    for (const Case& c : cases) {
+        const AttentionShape s{c.num_tokens, c.heads, c.kv_heads, c.hd, c.window};
+        const Data d = make_data(s, c.past, ++seed, 1.0f);
+        std::vector<float> ref_out(d.q.size());
+        ASSERT_TRUE(ops::attention(pool, d.q.data(), d.kv(), s, ref_out.data(), Isa::kRef).is_ok());
+        expect_close(ref_out, d.want, 1e-5f, describe(d, seed) + " ref");
+        for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
+            std::vector<float> got(d.q.size());
+            const core::Status st = ops::attention(pool, d.q.data(), d.kv(), s, got.data(), isa);
+            if (!isa_supported(isa)) {
+                EXPECT_EQ(st.code(), core::StatusCode::kUnsupported) << isa_name(isa);
+                continue;
+            }
+            ASSERT_TRUE(st.is_ok()) << st.to_string();
+            expect_close(got, d.want, 1e-5f, describe(d, seed) + " " + isa_name(isa));
+            if (isa == kernels::cpu::best_isa()) any_differs = any_differs || got != ref_out;
+        }
+    }
+    if (kernels::cpu::best_isa() != Isa::kRef) {
+        EXPECT_TRUE(any_differs) << "the best level gave the scalar kernel's bits: is the ISA ignored?";
+    }
+}
+
 TEST(AttentionKernel, OpsAttentionInPlace) {
     // out == q is allowed by ops::attention (q is copied first): the same bits as out apart.
     core::ThreadPool pool2(2);

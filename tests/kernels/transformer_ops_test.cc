@@ -149,7 +149,8 @@ TEST(TransformerOps, LinearGroupEqualsSeparateLinears) {
         biases.push_back(randn(size_t(spec[i].rows), 60 + uint32_t(i)));
         total += spec[i].rows;
     }
-    for (kernels::cpu::Isa isa : {kernels::cpu::Isa::kRef, kernels::cpu::Isa::kAvx2, kernels::cpu::Isa::kAvx512}) {
+    for (kernels::cpu::Isa isa : {kernels::cpu::Isa::kRef, kernels::cpu::Isa::kAvx2, kernels::cpu::Isa::kAvx512,
+                                    kernels::cpu::Isa::kAvx512Vnni}) {
         if (!kernels::cpu::isa_supported(isa)) continue;
         for (bool f32 : {false, true}) {
             LinearOptions o;
