@@ -158,7 +158,8 @@ ordered_json kernels_json(const model::Checkpoint& ck, kernels::cpu::Isa isa) {
             what = "f32 reference path (rows dequantized)";
         } else {
             what = std::string(kernels::cpu::isa_name(plan->isa)) + ", " + ops::act_format_name(plan->kernel->act) +
-                   " activations" + (plan->packed_kernel ? ", repacked at load" : "");
+                   " activations" +
+                   (plan->packed_kernel ? std::string(", repacked at load (") + plan->packed_kernel->layout + ")" : "");
             e.packed_bytes += plan->packed_bytes;
         }
         if (e.runs_as.empty()) {

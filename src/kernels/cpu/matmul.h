@@ -139,6 +139,7 @@ struct PackedMatmulKernel {
     // starts slices at multiples of 32).
     void (*gemm)(const void* packed, const void* act, size_t act_row_bytes, int64_t n, int64_t k, float* y,
                  int64_t ldy, int64_t r0, int64_t r1);
+    const char* layout = "";  // the packed layout in a few words, for kiln inspect
 };
 
 // The packed kernel for `weight_type` at `isa` (same activations as find_matmul_kernel's); nullptr

@@ -242,7 +242,7 @@ struct VnniI8 {
     }
 };
 
-constexpr PackedMatmulKernel kVnniI8Packed{VnniI8::packed_bytes, VnniI8::pack, VnniI8::gemm};
+constexpr PackedMatmulKernel kVnniI8Packed{VnniI8::packed_bytes, VnniI8::pack, VnniI8::gemm, "16-row VNNI groups"};
 
 #endif  // AVX-512 VNNI
 

@@ -593,7 +593,8 @@ constexpr MatmulKernel kQ5_0{ActFormat::kQ8, q8_row_bytes, quantize_q8, Legacy<F
 constexpr MatmulKernel kQ5_1{ActFormat::kQ8, q8_row_bytes, quantize_q8, Legacy<FmtQ5_1>::gemm};
 
 template <class Fmt>
-constexpr PackedMatmulKernel kPacked{Legacy<Fmt>::packed_bytes, Legacy<Fmt>::pack, Legacy<Fmt>::gemm_packed};
+constexpr PackedMatmulKernel kPacked{Legacy<Fmt>::packed_bytes, Legacy<Fmt>::pack, Legacy<Fmt>::gemm_packed,
+                                     "8-row groups, blocks interleaved"};
 
 inline const PackedMatmulKernel* simd_packed_kernel(core::DType weight_type) {
     switch (weight_type) {

@@ -383,7 +383,8 @@ struct Bf16Dot {
 constexpr MatmulKernel kBf16Dot{ActFormat::kBF16, bf16_row_bytes, quantize_bf16, avx2_gemm<Bf16Dot>};
 
 template <class Fmt>
-constexpr PackedMatmulKernel kVnniPacked{vnni_groups_bytes<Vnni<Fmt>>, Vnni<Fmt>::pack, Vnni<Fmt>::gemm};
+constexpr PackedMatmulKernel kVnniPacked{vnni_groups_bytes<Vnni<Fmt>>, Vnni<Fmt>::pack, Vnni<Fmt>::gemm,
+                                         "16-row VNNI groups"};
 
 // The packed kernels of this layout: Q8_0, MXFP4 and NVFP4 (matmul_avx512vnni.cc picks Q4_0 and
 // Q4_1's from simd_vnni_q4.h first); the 5-bit formats keep simd_packed_kernel's.

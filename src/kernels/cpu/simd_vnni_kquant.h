@@ -170,8 +170,10 @@ struct VnniK4 {
     }
 };
 
-constexpr PackedMatmulKernel kVnniQ4KPacked{VnniK4<false>::packed_bytes, VnniK4<false>::pack, VnniK4<false>::gemm};
-constexpr PackedMatmulKernel kVnniQ5KPacked{VnniK4<true>::packed_bytes, VnniK4<true>::pack, VnniK4<true>::gemm};
+constexpr PackedMatmulKernel kVnniQ4KPacked{VnniK4<false>::packed_bytes, VnniK4<false>::pack, VnniK4<false>::gemm,
+                                            "16-row VNNI super-block groups"};
+constexpr PackedMatmulKernel kVnniQ5KPacked{VnniK4<true>::packed_bytes, VnniK4<true>::pack, VnniK4<true>::gemm,
+                                            "16-row VNNI super-block groups"};
 
 // Q6_K (ggml block_q6_K: 6-bit values u = 0..63 as a low nibble in ql and 2 high bits in qh, 16
 // int8 scales per 16 elements, fp16 d; x = d sc_i (u - 32)). Per group of 16 rows and super-block
@@ -362,7 +364,8 @@ struct VnniQ6K {
     }
 };
 
-constexpr PackedMatmulKernel kVnniQ6KPacked{VnniQ6K::packed_bytes, VnniQ6K::pack, VnniQ6K::gemm};
+constexpr PackedMatmulKernel kVnniQ6KPacked{VnniQ6K::packed_bytes, VnniQ6K::pack, VnniQ6K::gemm,
+                                            "16-row VNNI super-block groups"};
 
 }  // namespace
 }  // namespace kiln::kernels::cpu

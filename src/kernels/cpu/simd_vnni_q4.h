@@ -157,7 +157,8 @@ struct VnniQ4 {
 };
 
 template <class Fmt>
-constexpr PackedMatmulKernel kVnniQ4Packed{vnni_groups_bytes<VnniQ4<Fmt>>, VnniQ4<Fmt>::pack, VnniQ4<Fmt>::gemm};
+constexpr PackedMatmulKernel kVnniQ4Packed{vnni_groups_bytes<VnniQ4<Fmt>>, VnniQ4<Fmt>::pack, VnniQ4<Fmt>::gemm,
+                                           "32-row VNNI groups, rows i and i+16 share a byte"};
 
 }  // namespace
 }  // namespace kiln::kernels::cpu
