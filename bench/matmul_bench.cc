@@ -217,8 +217,8 @@ struct Shape {
 constexpr Shape kDecodeShapes[] = {{2048, 2048}, {5632, 2048}, {2048, 5632}, {14336, 4096}};
 constexpr DType kDecodeTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0, DType::kI8,
                                   DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
-constexpr DType kPrefillTypes[] = {DType::kF32,  DType::kQ8_0, DType::kI8,  DType::kQ4_0,
-                                   DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+constexpr DType kPrefillTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0, DType::kI8,
+                                   DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
 constexpr Shape kPrefillShapes[] = {{2048, 2048}, {5632, 2048}};
 constexpr int64_t kPrefillTokens[] = {64, 512};
 
@@ -245,16 +245,32 @@ int register_all() {
                 ->Unit(benchmark::kMicrosecond)
                 ->UseRealTime();
         }
-        if (best != cpu::Isa::kRef)
-            benchmark::RegisterBenchmark(("decode_gemm/" + name(t) + "/ref/" + dims(kDecodeShapes[0])).c_str(), bm_gemm,
-                                         t, cpu::Isa::kRef, kDecodeShapes[0].rows, kDecodeShapes[0].k, int64_t(1))
+        // Every other level this CPU runs (the --isa paths), at the first shape.
+        for (cpu::Isa isa : {cpu::Isa::kRef, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni}) {
+            if (isa == best || !cpu::isa_supported(isa)) continue;
+            benchmark::RegisterBenchmark(
+                ("decode_gemm/" + name(t) + "/" + cpu::isa_name(isa) + "/" + dims(kDecodeShapes[0])).c_str(), bm_gemm, t,
+                isa, kDecodeShapes[0].rows, kDecodeShapes[0].k, int64_t(1))
                 ->Unit(benchmark::kMicrosecond);
+        }
+    }
+    for (DType t : kPrefillTypes) {  // prefill at every level but kRef (too slow to matter), first shape
+        for (cpu::Isa isa : {cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni}) {
+            if (isa == best || !cpu::isa_supported(isa)) continue;
+            benchmark::RegisterBenchmark(("prefill_gemm/" + name(t) + "/" + cpu::isa_name(isa) + "/" +
+                                          dims(kPrefillShapes[0]) + "/n:" + std::to_string(kPrefillTokens[0]))
+                                             .c_str(),
+                                         bm_gemm, t, isa, kPrefillShapes[0].rows, kPrefillShapes[0].k,
+                                         kPrefillTokens[0])
+                ->Unit(benchmark::kMillisecond);
+        }
     }
     for (const Shape& s : kPrefillShapes) {
         for (int64_t n : kPrefillTokens) {
             const std::string sn = dims(s) + "/n:" + std::to_string(n);
             for (DType t : kPrefillTypes) {
-                benchmark::RegisterBenchmark(("prefill_gemm/" + name(t) + "/" + sn).c_str(), bm_gemm, t, best, s.rows,
+                benchmark::RegisterBenchmark(("prefill_gemm/" + name(t) + "/" + cpu::isa_name(best) + "/" + sn).c_str(),
+                                             bm_gemm, t, best, s.rows,
                                              s.k, n)
                     ->Unit(benchmark::kMillisecond);
                 for (int threads : {1, 2})
