@@ -140,12 +140,28 @@ core::Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const Checkpoint& c
     for (int64_t l = 0; l < c.num_layers; ++l) {
         const std::string p = "blk." + std::to_string(l) + ".";
         Layer L;
-        KILN_ASSIGN_OR_RETURN(L.wq, linear(ck, p + "attn_q.weight", Q, H, lo));
-        KILN_ASSIGN_OR_RETURN(L.wk, linear(ck, p + "attn_k.weight", KV, H, lo));
-        KILN_ASSIGN_OR_RETURN(L.wv, linear(ck, p + "attn_v.weight", KV, H, lo));
+        KILN_ASSIGN_OR_RETURN(const WeightView vq, matrix(ck, p + "attn_q.weight", Q, H));
+        KILN_ASSIGN_OR_RETURN(const WeightView vk, matrix(ck, p + "attn_k.weight", KV, H));
+        KILN_ASSIGN_OR_RETURN(const WeightView vv, matrix(ck, p + "attn_v.weight", KV, H));
+        KILN_ASSIGN_OR_RETURN(const WeightView vg, matrix(ck, p + "ffn_gate.weight", F, H));
+        KILN_ASSIGN_OR_RETURN(const WeightView vu, matrix(ck, p + "ffn_up.weight", F, H));
+        const WeightView qkv[] = {vq, vk, vv}, gate_up[] = {vg, vu};
+        KILN_ASSIGN_OR_RETURN(std::optional<ops::Linear> fused_qkv, ops::fuse_linears(qkv, 0, lo));
+        KILN_ASSIGN_OR_RETURN(std::optional<ops::Linear> fused_gu, ops::fuse_linears(gate_up, ops::kSwigluBlock, lo));
+        if (fused_qkv) {
+            L.wqkv = std::move(*fused_qkv);
+        } else {
+            KILN_ASSIGN_OR_RETURN(L.wq, ops::make_linear(vq, lo));
+            KILN_ASSIGN_OR_RETURN(L.wk, ops::make_linear(vk, lo));
+            KILN_ASSIGN_OR_RETURN(L.wv, ops::make_linear(vv, lo));
+        }
+        if (fused_gu) {
+            L.w_gate_up = std::move(*fused_gu);
+        } else {
+            KILN_ASSIGN_OR_RETURN(L.w_gate, ops::make_linear(vg, lo));
+            KILN_ASSIGN_OR_RETURN(L.w_up, ops::make_linear(vu, lo));
+        }
         KILN_ASSIGN_OR_RETURN(L.wo, linear(ck, p + "attn_output.weight", H, Q, lo));
-        KILN_ASSIGN_OR_RETURN(L.w_gate, linear(ck, p + "ffn_gate.weight", F, H, lo));
-        KILN_ASSIGN_OR_RETURN(L.w_up, linear(ck, p + "ffn_up.weight", F, H, lo));
         KILN_ASSIGN_OR_RETURN(L.w_down, linear(ck, p + "ffn_down.weight", H, F, lo));
         KILN_ASSIGN_OR_RETURN(L.attn_norm, vec(ck, p + "attn_norm.weight", H));
         KILN_ASSIGN_OR_RETURN(L.ffn_norm, vec(ck, p + "ffn_norm.weight", H));
@@ -153,6 +169,11 @@ core::Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const Checkpoint& c
             KILN_ASSIGN_OR_RETURN(L.bq, vec(ck, p + "attn_q.bias", Q));
             KILN_ASSIGN_OR_RETURN(L.bk, vec(ck, p + "attn_k.bias", KV));
             KILN_ASSIGN_OR_RETURN(L.bv, vec(ck, p + "attn_v.bias", KV));
+            if (L.wqkv.packed) {
+                L.bqkv = L.bq;
+                L.bqkv.insert(L.bqkv.end(), L.bk.begin(), L.bk.end());
+                L.bqkv.insert(L.bqkv.end(), L.bv.begin(), L.bv.end());
+            }
         }
         if (c.has_output_bias()) {
             KILN_ASSIGN_OR_RETURN(L.bo, vec(ck, p + "attn_output.bias", H));
@@ -208,8 +229,12 @@ Status LlamaModel::layer_forward(int64_t layer_idx, int64_t T, const KvLayers& k
         if (hook_) hook_(layer_idx, which, std::span<const float>(in, size_t(T * cols)), T, cols);
     };
     observe(LinearInput::kQkv, w.xn.data(), H);
-    const ops::LinearPart qkv_parts[] = {{&L.wq, opt(L.bq)}, {&L.wk, opt(L.bk)}, {&L.wv, opt(L.bv)}};
-    KILN_RETURN_IF_ERROR(ops::linear_group(pool, w.xn.data(), T, qkv_parts, w.qkv.data(), scratch_));
+    if (L.wqkv.packed) {
+        KILN_RETURN_IF_ERROR(ops::linear(pool, w.xn.data(), T, L.wqkv, opt(L.bqkv), w.qkv.data(), scratch_));
+    } else {
+        const ops::LinearPart qkv_parts[] = {{&L.wq, opt(L.bq)}, {&L.wk, opt(L.bk)}, {&L.wv, opt(L.bv)}};
+        KILN_RETURN_IF_ERROR(ops::linear_group(pool, w.xn.data(), T, qkv_parts, w.qkv.data(), scratch_));
+    }
     float* q = w.q.data();                     // [T, num_heads, head_dim]
     void* const kc = kv.k[size_t(layer_idx)];  // [num_slots, num_kv_heads, head_dim]
     void* const vc = kv.v[size_t(layer_idx)];  // [num_slots, num_kv_heads, head_dim]
@@ -251,8 +276,13 @@ Status LlamaModel::layer_forward(int64_t layer_idx, int64_t T, const KvLayers& k
     KILN_RETURN_IF_ERROR(ops::add_rmsnorm(pool, x, w.o.data(), L.ffn_norm.data(), w.xn.data(), T, H, eps));
     // gate and up in one job, silu(gate) * up in its epilogue: gate_up [T, 2F] -> act [T, F].
     observe(LinearInput::kGateUp, w.xn.data(), H);
-    KILN_RETURN_IF_ERROR(
-        ops::linear_swiglu(pool, w.xn.data(), T, L.w_gate, L.w_up, w.gate_up.data(), w.act.data(), scratch_));
+    if (L.w_gate_up.packed) {  // gate_up holds 32-column blocks of gate and up in turn
+        KILN_RETURN_IF_ERROR(
+            ops::linear_swiglu_fused(pool, w.xn.data(), T, L.w_gate_up, w.gate_up.data(), w.act.data(), scratch_));
+    } else {
+        KILN_RETURN_IF_ERROR(
+            ops::linear_swiglu(pool, w.xn.data(), T, L.w_gate, L.w_up, w.gate_up.data(), w.act.data(), scratch_));
+    }
     // w.o = the FFN output, added to x by the next layer (or by forward_batch after the last).
     observe(LinearInput::kDown, w.act.data(), F);
     return ops::linear(pool, w.act.data(), T, L.w_down, nullptr, w.o.data(), scratch_);

@@ -116,6 +116,10 @@ public:
 private:
     struct Layer {
         ops::Linear wq, wk, wv, wo, w_gate, w_up, w_down;
+        // Q/K/V and gate/up fused into one repacked matrix each (ops::fuse_linears) when their types
+        // allow; then wq/wk/wv (w_gate/w_up) stay empty. bqkv: [q_dim + 2 kv_dim] biases, if any.
+        ops::Linear wqkv, w_gate_up;
+        std::vector<float> bqkv;
         std::vector<float> attn_norm, ffn_norm;  // [hidden]
         std::vector<float> bq, bk, bv, bo;       // [q_dim], [kv_dim], [kv_dim], [hidden]; empty if none
         std::vector<float> q_norm, k_norm;       // [head_dim]; empty if none

@@ -77,6 +77,42 @@ core::Result<Linear> make_linear(const kernels::ref::WeightView& w, const Linear
     return l;
 }
 
+core::Result<std::optional<Linear>> fuse_linears(std::span<const kernels::ref::WeightView> parts, int64_t interleave,
+                                                 const LinearOptions& options) {
+    if (parts.empty() || interleave < 0) return core::error(core::StatusCode::kInvalidArgument) << "fuse_linears: bad arguments";
+    const kernels::ref::WeightView& first = parts[0];
+    int64_t rows = 0;
+    for (const kernels::ref::WeightView& w : parts) {
+        if (w.dtype != first.dtype || w.cols != first.cols || w.row_bytes != first.row_bytes || w.row_scale || !w.data ||
+            w.rows <= 0 || (interleave > 0 && w.rows % interleave != 0))
+            return std::optional<Linear>();
+        if (interleave > 0 && w.rows != first.rows) return std::optional<Linear>();
+        rows += w.rows;
+    }
+    kernels::ref::WeightView fused = first;
+    fused.rows = rows;
+    KILN_ASSIGN_OR_RETURN(LinearPlan plan, plan_linear(fused, options));
+    if (!plan.packed_kernel) return std::optional<Linear>();
+    // The parts' rows side by side (or block by block) in a transient copy, packed from there.
+    const size_t rb = first.row_bytes;
+    std::vector<uint8_t> rows_bytes(size_t(rows) * rb);
+    uint8_t* dst = rows_bytes.data();
+    auto copy_rows = [&](const kernels::ref::WeightView& w, int64_t r0, int64_t n) {
+        std::copy_n(static_cast<const uint8_t*>(w.data) + size_t(r0) * rb, size_t(n) * rb, dst);
+        dst += size_t(n) * rb;
+    };
+    if (interleave == 0) {
+        for (const kernels::ref::WeightView& w : parts) copy_rows(w, 0, w.rows);
+    } else {
+        for (int64_t r0 = 0; r0 < first.rows; r0 += interleave)
+            for (const kernels::ref::WeightView& w : parts) copy_rows(w, r0, interleave);
+    }
+    fused.data = rows_bytes.data();
+    KILN_ASSIGN_OR_RETURN(Linear l, make_linear(fused, options));
+    l.w.data = nullptr;  // packed: the transient copy goes now
+    return std::optional<Linear>(std::move(l));
+}
+
 const char* act_format_name(kernels::cpu::ActFormat f) {
     switch (f) {
         case cpu::ActFormat::kF32:
@@ -323,6 +359,46 @@ core::Status linear_swiglu(core::ThreadPool& pool, const float* x, int64_t m, co
             for (int64_t t = t0; t < t1; ++t) {
                 const float* row = gate_up + t * 2 * F;
                 silu(row + r0, row + F + r0, act + t * F + r0, r1 - r0);
+            }
+        }
+    });
+    return core::Status::ok();
+}
+
+core::Status linear_swiglu_fused(core::ThreadPool& pool, const float* x, int64_t m, const Linear& gate_up,
+                                 float* gate_up_out, float* act, std::vector<uint8_t>& scratch) {
+    constexpr int64_t B = kSwigluBlock;
+    if (m < 0 || !x || !gate_up_out || !act) return core::error(core::StatusCode::kInvalidArgument) << "linear: bad arguments";
+    const int64_t F = gate_up.w.rows / 2, K = gate_up.w.cols;
+    if (gate_up.w.rows % (2 * B) != 0 || !gate_up.packed || !gate_up.kernel) {
+        return core::error(core::StatusCode::kInvalidArgument)
+               << "linear_swiglu_fused: not a fused gate/up matrix (" << gate_up.w.rows << " rows)";
+    }
+    if (m == 0) return core::Status::ok();
+    if (!cpu::isa_supported(gate_up.isa))
+        return core::error(core::StatusCode::kUnsupported) << "linear_swiglu: this CPU cannot run " << cpu::isa_name(gate_up.isa);
+    const cpu::SiluMulFn silu = cpu::find_silu_mul_kernel(gate_up.isa);
+    const LinearPart part{&gate_up, nullptr};
+    const GroupInputs in = quantize_inputs(pool, x, m, K, std::span<const LinearPart>(&part, 1), scratch);
+    // Tasks: token tiles x slices of F (multiples of 32 = B, so whole gate/up block pairs: fused rows
+    // [2 r0, 2 r1)), as linear_swiglu; each applies SwiGLU to its blocks while they are in cache.
+    const int64_t tiles = (m + kTokenTile - 1) / kTokenTile;
+    const int64_t want = std::max<int64_t>(1, (pool.num_threads() * 4 + tiles - 1) / tiles);
+    int64_t bounds[kMaxGuidedSlices];
+    const int64_t guided = tiles == 1 ? guided_slices(F, pool.num_threads(), bounds) : 0;
+    const int64_t slices =
+        guided ? guided : std::max<int64_t>(1, std::min<int64_t>(want, (F + kMinRows - 1) / kMinRows));
+    pool.parallel_tasks(tiles * slices, [&](int64_t begin, int64_t end) {
+        for (int64_t task = begin; task < end; ++task) {
+            const int64_t tile = task / slices, s = task % slices;
+            int64_t r0 = guided ? bounds[s] : 0, r1 = guided ? bounds[s + 1] : 0;
+            if (!guided) slice_rows(F, s, slices, &r0, &r1);
+            if (r0 >= r1) continue;
+            const int64_t t0 = tile * kTokenTile, t1 = std::min(m, t0 + kTokenTile);
+            part_slice(part, in, K, t0, t1, 2 * r0, 2 * r1, gate_up_out, 2 * F, 0);
+            for (int64_t t = t0; t < t1; ++t) {
+                const float* row = gate_up_out + t * 2 * F;
+                for (int64_t b = r0; b < r1; b += B) silu(row + 2 * b, row + 2 * b + B, act + t * F + b, B);
             }
         }
     });

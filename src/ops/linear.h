@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -55,6 +56,19 @@ core::Result<LinearPlan> plan_linear(const kernels::ref::WeightView& w, const Li
 // kUnsupported when the CPU lacks options.isa or no path handles the weight type.
 core::Result<Linear> make_linear(const kernels::ref::WeightView& w, const LinearOptions& options);
 
+// Weights that read the same input fused into one repacked matrix at load: Q, K and V (interleave
+// 0: their rows one after the other, so y is [Q | K | V] as linear_group writes it), or gate and up
+// (interleave kSwigluBlock: blocks of that many rows from each part in turn, for
+// linear_swiglu_fused). One matrix means one input quantization, one task list and one weight
+// stream per task. Only when every part has the same dtype and width, no I8 row scales, rows a
+// multiple of `interleave` (when > 0), and make_linear would repack it (the packed copy owns the
+// bytes; the parts' own data is not referenced afterwards); std::nullopt otherwise (the caller keeps
+// the parts apart: linear_group / linear_swiglu). Per row the arithmetic is the parts' own, so the
+// results are bit-identical to theirs.
+inline constexpr int64_t kSwigluBlock = 32;
+core::Result<std::optional<Linear>> fuse_linears(std::span<const kernels::ref::WeightView> parts, int64_t interleave,
+                                                 const LinearOptions& options);
+
 // "f32", "bf16", "int8 per 32", "int8 per 256", "int8 per token".
 const char* act_format_name(kernels::cpu::ActFormat f);
 
@@ -82,5 +96,11 @@ core::Status linear_group(core::ThreadPool& pool, const float* x, int64_t m, std
 // gate and up must have the same shape (kInvalidArgument otherwise).
 core::Status linear_swiglu(core::ThreadPool& pool, const float* x, int64_t m, const Linear& gate, const Linear& up,
                            float* gate_up, float* act, std::vector<uint8_t>& scratch);
+
+// The same over gate and up fused by fuse_linears(.., kSwigluBlock, ..) (2F rows, F a multiple of
+// kSwigluBlock): gate_up [m, 2F] holds blocks of 32 gate then 32 up columns in turn, act [m, F] =
+// silu(gate) * up. Bit-identical to linear_swiglu on the unfused parts.
+core::Status linear_swiglu_fused(core::ThreadPool& pool, const float* x, int64_t m, const Linear& gate_up,
+                                 float* gate_up_out, float* act, std::vector<uint8_t>& scratch);
 
 }  // namespace kiln::ops

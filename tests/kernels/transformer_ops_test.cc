@@ -261,6 +261,95 @@ TEST(TransformerOps, LinearSwigluEqualsGroupThenSilu) {
               core::StatusCode::kInvalidArgument);
 }
 
+// Q/K/V and gate/up fused into one repacked matrix (fuse_linears): linear over the fused Q/K/V and
+// linear_swiglu_fused give the unfused parts' bits (gate_up de-interleaved from its 32-column
+// blocks), for every type with a packed kernel at every SIMD level, decode and prefill tiles, 1 and 3
+// threads, biases; and the cases that cannot fuse say so (std::nullopt) instead of fusing.
+TEST(TransformerOps, FusedLinearsEqualTheirParts) {
+    const int64_t k = 256, Q = 96, KV = 32, F = 96;
+    int fused_types = 0;  // (type, level) pairs that fused and were compared
+    for (DType dt : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K,
+                     DType::kQ6_K}) {
+        std::vector<uint8_t> qb = random_weights(dt, Q, k, 80), kb = random_weights(dt, KV, k, 81),
+                             vb = random_weights(dt, KV, k, 82), gb = random_weights(dt, F, k, 83),
+                             ub = random_weights(dt, F, k, 84);
+        const ref::WeightView qkv_views[] = {ref::make_weight_view(qb.data(), dt, Q, k),
+                                             ref::make_weight_view(kb.data(), dt, KV, k),
+                                             ref::make_weight_view(vb.data(), dt, KV, k)};
+        const ref::WeightView gu_views[] = {ref::make_weight_view(gb.data(), dt, F, k),
+                                            ref::make_weight_view(ub.data(), dt, F, k)};
+        const std::vector<float> bias = randn(size_t(Q + 2 * KV), 85);
+        for (kernels::cpu::Isa isa : {kernels::cpu::Isa::kAvx2, kernels::cpu::Isa::kAvx512,
+                                      kernels::cpu::Isa::kAvx512Vnni}) {
+            if (!kernels::cpu::isa_supported(isa)) continue;
+            LinearOptions o;
+            o.isa = isa;
+            auto fq = fuse_linears(qkv_views, 0, o);
+            auto fg = fuse_linears(gu_views, kSwigluBlock, o);
+            ASSERT_TRUE(fq.is_ok() && fg.is_ok());
+            const std::string what = std::string(core::dtype_name(dt)) + " " + kernels::cpu::isa_name(isa);
+            auto plan = plan_linear(qkv_views[0], o);
+            ASSERT_TRUE(plan.is_ok());
+            ASSERT_EQ(fq->has_value(), plan->packed_kernel != nullptr) << what;
+            ASSERT_EQ(fg->has_value(), plan->packed_kernel != nullptr) << what;
+            if (!fq->has_value()) continue;
+            ++fused_types;
+            std::vector<Linear> parts;
+            for (const ref::WeightView& v : qkv_views) parts.push_back(*make_linear(v, o));
+            for (const ref::WeightView& v : gu_views) parts.push_back(*make_linear(v, o));
+            const LinearPart qkv_parts[] = {{&parts[0], bias.data()}, {&parts[1], bias.data() + Q},
+                                            {&parts[2], bias.data() + Q + KV}};
+            for (int threads : {1, 3}) {
+                core::ThreadPool pool(threads);
+                for (int64_t m : {1, 5, 40}) {
+                    const std::vector<float> x = randn(size_t(m * k), uint32_t(m + 9));
+                    std::vector<uint8_t> scratch;
+                    std::vector<float> want(size_t(m * (Q + 2 * KV))), got(want.size(), NAN);
+                    ASSERT_TRUE(linear_group(pool, x.data(), m, qkv_parts, want.data(), scratch).is_ok());
+                    ASSERT_TRUE(linear(pool, x.data(), m, **fq, bias.data(), got.data(), scratch).is_ok());
+                    ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4)) << what << " qkv m " << m;
+                    std::vector<float> gu_want(size_t(m * 2 * F)), act_want(size_t(m * F));
+                    std::vector<float> gu(gu_want.size(), NAN), act(act_want.size(), NAN);
+                    ASSERT_TRUE(linear_swiglu(pool, x.data(), m, parts[3], parts[4], gu_want.data(), act_want.data(),
+                                              scratch)
+                                    .is_ok());
+                    ASSERT_TRUE(linear_swiglu_fused(pool, x.data(), m, **fg, gu.data(), act.data(), scratch).is_ok());
+                    ASSERT_EQ(0, std::memcmp(act.data(), act_want.data(), act.size() * 4)) << what << " act m " << m;
+                    for (int64_t t = 0; t < m; ++t) {
+                        for (int64_t j = 0; j < F; ++j) {
+                            const int64_t blk = j / kSwigluBlock, off = j % kSwigluBlock;
+                            const float* row = gu.data() + t * 2 * F + blk * 2 * kSwigluBlock;
+                            ASSERT_EQ(row[off], gu_want[size_t(t * 2 * F + j)]) << what << " gate " << j;
+                            ASSERT_EQ(row[kSwigluBlock + off], gu_want[size_t(t * 2 * F + F + j)]) << what << " up " << j;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if (kernels::cpu::isa_supported(kernels::cpu::Isa::kAvx2)) {
+        EXPECT_GE(fused_types, 5);  // every type above packs at the AVX-512 levels, the integer ones at AVX2
+    }
+    // Not fusable: mixed types, rows not a multiple of the interleave, the scalar level (never packs).
+    std::vector<uint8_t> a = random_weights(DType::kQ8_0, 64, 256, 1), b = random_weights(DType::kQ4_0, 64, 256, 2);
+    LinearOptions o;
+    const ref::WeightView mixed[] = {ref::make_weight_view(a.data(), DType::kQ8_0, 64, 256),
+                                     ref::make_weight_view(b.data(), DType::kQ4_0, 64, 256)};
+    auto r = fuse_linears(mixed, 0, o);
+    ASSERT_TRUE(r.is_ok());
+    EXPECT_FALSE(r->has_value());
+    const ref::WeightView odd[] = {ref::make_weight_view(a.data(), DType::kQ8_0, 48, 256),
+                                   ref::make_weight_view(a.data(), DType::kQ8_0, 48, 256)};
+    r = fuse_linears(odd, kSwigluBlock, o);
+    ASSERT_TRUE(r.is_ok());
+    EXPECT_FALSE(r->has_value());
+    o.isa = kernels::cpu::Isa::kRef;
+    const ref::WeightView same[] = {mixed[0], mixed[0]};
+    r = fuse_linears(same, 0, o);
+    ASSERT_TRUE(r.is_ok());
+    EXPECT_FALSE(r->has_value());
+}
+
 TEST(TransformerOps, MatmulRejectsBadArguments) {
     core::ThreadPool pool(1);
     std::vector<uint8_t> wbuf(64);
