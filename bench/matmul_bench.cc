@@ -249,8 +249,8 @@ int register_all() {
         for (cpu::Isa isa : {cpu::Isa::kRef, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni}) {
             if (isa == best || !cpu::isa_supported(isa)) continue;
             benchmark::RegisterBenchmark(
-                ("decode_gemm/" + name(t) + "/" + cpu::isa_name(isa) + "/" + dims(kDecodeShapes[0])).c_str(), bm_gemm, t,
-                isa, kDecodeShapes[0].rows, kDecodeShapes[0].k, int64_t(1))
+                ("decode_gemm/" + name(t) + "/" + cpu::isa_name(isa) + "/" + dims(kDecodeShapes[0])).c_str(), bm_gemm,
+                t, isa, kDecodeShapes[0].rows, kDecodeShapes[0].k, int64_t(1))
                 ->Unit(benchmark::kMicrosecond);
         }
     }
@@ -270,8 +270,7 @@ int register_all() {
             const std::string sn = dims(s) + "/n:" + std::to_string(n);
             for (DType t : kPrefillTypes) {
                 benchmark::RegisterBenchmark(("prefill_gemm/" + name(t) + "/" + cpu::isa_name(best) + "/" + sn).c_str(),
-                                             bm_gemm, t, best, s.rows,
-                                             s.k, n)
+                                             bm_gemm, t, best, s.rows, s.k, n)
                     ->Unit(benchmark::kMillisecond);
                 for (int threads : {1, 2})
                     benchmark::RegisterBenchmark(

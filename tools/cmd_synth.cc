@@ -41,7 +41,8 @@ constexpr const char* kSynthUsage =
     "Writes a GGUF with seeded random weights at the shapes of a real model (for benchmarks).\n"
     "\n"
     "  --preset NAME    model shapes (--list shows them)\n"
-    "  --dtype T        weight matrices: f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q5_k, q6_k, mxfp4 (norms and biases stay f32)\n"
+    "  --dtype T        weight matrices: f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q5_k, q6_k, mxfp4 (norms and biases "
+    "stay f32)\n"
     "  -o, --output F   the GGUF file to write\n"
     "  --seed S         RNG seed (default 0); same seed, same file\n"
     "  --layers N       override the layer count (small test files)\n"
@@ -220,7 +221,8 @@ int cmd_synth(int argc, char** argv) {
     std::optional<core::DType> dtype = core::dtype_from_name(*dtype_name);
     if (!dtype || !synth_dtype_supported(*dtype)) {
         std::fprintf(stderr,
-                     "kiln synth: unsupported --dtype '%s' (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q5_k, q6_k, mxfp4)\n",
+                     "kiln synth: unsupported --dtype '%s' (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q5_k, "
+                     "q6_k, mxfp4)\n",
                      dtype_name->c_str());
         return 2;
     }

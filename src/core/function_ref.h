@@ -18,10 +18,10 @@ template <class R, class... Args>
 class FunctionRef<R(Args...)> {
 public:
     template <class F>
-        requires(!std::is_same_v<std::remove_cvref_t<F>, FunctionRef> && std::is_invocable_r_v<R, F&, Args...>)
-    FunctionRef(F&& f) noexcept  // NOLINT(google-explicit-constructor): converts like std::function
-        : obj_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
-          call_([](void* obj, Args... args) -> R {
+    requires(!std::is_same_v<std::remove_cvref_t<F>, FunctionRef> && std::is_invocable_r_v<R, F&, Args...>)
+        FunctionRef(F&& f)
+    noexcept  // NOLINT(google-explicit-constructor): converts like std::function
+        : obj_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))), call_([](void* obj, Args... args) -> R {
               return (*static_cast<std::add_pointer_t<std::remove_reference_t<F>>>(obj))(std::forward<Args>(args)...);
           }) {}
 

@@ -52,7 +52,6 @@ private:
     KvLayers view_;                          // k_ / v_ as forward_batch takes them, rebuilt when they grow
 };
 
-
 // One sequence of a forward batch.
 struct BatchSeq {
     int64_t start = 0;                     // tokens already cached = position of its first new token

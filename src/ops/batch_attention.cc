@@ -62,8 +62,7 @@ void merge_partial(float* o, float* lse, const float* o_s, float lse_s, int64_t 
 }
 
 core::Status batch_attention(core::ThreadPool& pool, const float* q, int64_t num_rows,
-                             std::span<const AttentionSeq> seqs, const AttentionHeads& h, float* out,
-                             kc::Isa isa) {
+                             std::span<const AttentionSeq> seqs, const AttentionHeads& h, float* out, kc::Isa isa) {
     if (!kc::isa_supported(isa))
         return core::error(core::StatusCode::kUnsupported) << "attention: this CPU cannot run " << kc::isa_name(isa);
     if (h.num_heads <= 0 || h.num_kv_heads <= 0 || h.head_dim <= 0 || h.window < 0) return invalid("bad shape");

@@ -79,12 +79,13 @@ core::Result<Linear> make_linear(const kernels::ref::WeightView& w, const Linear
 
 core::Result<std::optional<Linear>> fuse_linears(std::span<const kernels::ref::WeightView> parts, int64_t interleave,
                                                  const LinearOptions& options) {
-    if (parts.empty() || interleave < 0) return core::error(core::StatusCode::kInvalidArgument) << "fuse_linears: bad arguments";
+    if (parts.empty() || interleave < 0)
+        return core::error(core::StatusCode::kInvalidArgument) << "fuse_linears: bad arguments";
     const kernels::ref::WeightView& first = parts[0];
     int64_t rows = 0;
     for (const kernels::ref::WeightView& w : parts) {
-        if (w.dtype != first.dtype || w.cols != first.cols || w.row_bytes != first.row_bytes || w.row_scale || !w.data ||
-            w.rows <= 0 || (interleave > 0 && w.rows % interleave != 0))
+        if (w.dtype != first.dtype || w.cols != first.cols || w.row_bytes != first.row_bytes || w.row_scale ||
+            !w.data || w.rows <= 0 || (interleave > 0 && w.rows % interleave != 0))
             return std::optional<Linear>();
         if (interleave > 0 && w.rows != first.rows) return std::optional<Linear>();
         rows += w.rows;
@@ -368,7 +369,8 @@ core::Status linear_swiglu(core::ThreadPool& pool, const float* x, int64_t m, co
 core::Status linear_swiglu_fused(core::ThreadPool& pool, const float* x, int64_t m, const Linear& gate_up,
                                  float* gate_up_out, float* act, std::vector<uint8_t>& scratch) {
     constexpr int64_t B = kSwigluBlock;
-    if (m < 0 || !x || !gate_up_out || !act) return core::error(core::StatusCode::kInvalidArgument) << "linear: bad arguments";
+    if (m < 0 || !x || !gate_up_out || !act)
+        return core::error(core::StatusCode::kInvalidArgument) << "linear: bad arguments";
     const int64_t F = gate_up.w.rows / 2, K = gate_up.w.cols;
     if (gate_up.w.rows % (2 * B) != 0 || !gate_up.packed || !gate_up.kernel) {
         return core::error(core::StatusCode::kInvalidArgument)
@@ -376,7 +378,8 @@ core::Status linear_swiglu_fused(core::ThreadPool& pool, const float* x, int64_t
     }
     if (m == 0) return core::Status::ok();
     if (!cpu::isa_supported(gate_up.isa))
-        return core::error(core::StatusCode::kUnsupported) << "linear_swiglu: this CPU cannot run " << cpu::isa_name(gate_up.isa);
+        return core::error(core::StatusCode::kUnsupported)
+               << "linear_swiglu: this CPU cannot run " << cpu::isa_name(gate_up.isa);
     const cpu::SiluMulFn silu = cpu::find_silu_mul_kernel(gate_up.isa);
     const LinearPart part{&gate_up, nullptr};
     const GroupInputs in = quantize_inputs(pool, x, m, K, std::span<const LinearPart>(&part, 1), scratch);

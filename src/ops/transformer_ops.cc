@@ -128,7 +128,8 @@ Status attention(core::ThreadPool& pool, const float* q, const KvSpan& kv, const
     const auto q_addr = reinterpret_cast<uintptr_t>(q), out_addr = reinterpret_cast<uintptr_t>(out);
     if (q_addr < out_addr + num_floats * 4 && out_addr < q_addr + num_floats * 4) {  // in place: q copied first
         std::vector<float> q_copy(q, q + num_floats);
-        return batch_attention(pool, q_copy.data(), s.num_tokens, std::span<const AttentionSeq>(&seq, 1), heads, out, isa);
+        return batch_attention(pool, q_copy.data(), s.num_tokens, std::span<const AttentionSeq>(&seq, 1), heads, out,
+                               isa);
     }
     return batch_attention(pool, q, s.num_tokens, std::span<const AttentionSeq>(&seq, 1), heads, out, isa);
 }

@@ -150,7 +150,7 @@ TEST(TransformerOps, LinearGroupEqualsSeparateLinears) {
         total += spec[i].rows;
     }
     for (kernels::cpu::Isa isa : {kernels::cpu::Isa::kRef, kernels::cpu::Isa::kAvx2, kernels::cpu::Isa::kAvx512,
-                                    kernels::cpu::Isa::kAvx512Vnni}) {
+                                  kernels::cpu::Isa::kAvx512Vnni}) {
         if (!kernels::cpu::isa_supported(isa)) continue;
         for (bool f32 : {false, true}) {
             LinearOptions o;
@@ -279,8 +279,8 @@ TEST(TransformerOps, FusedLinearsEqualTheirParts) {
         const ref::WeightView gu_views[] = {ref::make_weight_view(gb.data(), dt, F, k),
                                             ref::make_weight_view(ub.data(), dt, F, k)};
         const std::vector<float> bias = randn(size_t(Q + 2 * KV), 85);
-        for (kernels::cpu::Isa isa : {kernels::cpu::Isa::kAvx2, kernels::cpu::Isa::kAvx512,
-                                      kernels::cpu::Isa::kAvx512Vnni}) {
+        for (kernels::cpu::Isa isa :
+             {kernels::cpu::Isa::kAvx2, kernels::cpu::Isa::kAvx512, kernels::cpu::Isa::kAvx512Vnni}) {
             if (!kernels::cpu::isa_supported(isa)) continue;
             LinearOptions o;
             o.isa = isa;
@@ -297,8 +297,8 @@ TEST(TransformerOps, FusedLinearsEqualTheirParts) {
             std::vector<Linear> parts;
             for (const ref::WeightView& v : qkv_views) parts.push_back(*make_linear(v, o));
             for (const ref::WeightView& v : gu_views) parts.push_back(*make_linear(v, o));
-            const LinearPart qkv_parts[] = {{&parts[0], bias.data()}, {&parts[1], bias.data() + Q},
-                                            {&parts[2], bias.data() + Q + KV}};
+            const LinearPart qkv_parts[] = {
+                {&parts[0], bias.data()}, {&parts[1], bias.data() + Q}, {&parts[2], bias.data() + Q + KV}};
             for (int threads : {1, 3}) {
                 core::ThreadPool pool(threads);
                 for (int64_t m : {1, 5, 40}) {
@@ -310,9 +310,9 @@ TEST(TransformerOps, FusedLinearsEqualTheirParts) {
                     ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4)) << what << " qkv m " << m;
                     std::vector<float> gu_want(size_t(m * 2 * F)), act_want(size_t(m * F));
                     std::vector<float> gu(gu_want.size(), NAN), act(act_want.size(), NAN);
-                    ASSERT_TRUE(linear_swiglu(pool, x.data(), m, parts[3], parts[4], gu_want.data(), act_want.data(),
-                                              scratch)
-                                    .is_ok());
+                    ASSERT_TRUE(
+                        linear_swiglu(pool, x.data(), m, parts[3], parts[4], gu_want.data(), act_want.data(), scratch)
+                            .is_ok());
                     ASSERT_TRUE(linear_swiglu_fused(pool, x.data(), m, **fg, gu.data(), act.data(), scratch).is_ok());
                     ASSERT_EQ(0, std::memcmp(act.data(), act_want.data(), act.size() * 4)) << what << " act m " << m;
                     for (int64_t t = 0; t < m; ++t) {
@@ -320,7 +320,8 @@ TEST(TransformerOps, FusedLinearsEqualTheirParts) {
                             const int64_t blk = j / kSwigluBlock, off = j % kSwigluBlock;
                             const float* row = gu.data() + t * 2 * F + blk * 2 * kSwigluBlock;
                             ASSERT_EQ(row[off], gu_want[size_t(t * 2 * F + j)]) << what << " gate " << j;
-                            ASSERT_EQ(row[kSwigluBlock + off], gu_want[size_t(t * 2 * F + F + j)]) << what << " up " << j;
+                            ASSERT_EQ(row[kSwigluBlock + off], gu_want[size_t(t * 2 * F + F + j)])
+                                << what << " up " << j;
                         }
                     }
                 }

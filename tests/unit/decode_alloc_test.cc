@@ -3,8 +3,8 @@
 // kiln bench) make no heap allocation, for float and block-quantized weights at every ISA level this
 // CPU runs, with a two-thread pool (its jobs are ThreadPool::parallel_for / parallel_tasks calls).
 // The same for forward_batch over a paged f16 K/V pool (the serving engine's model step; the
-// engine's own scheduling around it is not covered). This executable replaces global operator new to count allocations, so it lives apart from the
-// other model tests.
+// engine's own scheduling around it is not covered). This executable replaces global operator new to count allocations,
+// so it lives apart from the other model tests.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -22,7 +22,8 @@ std::atomic<int64_t> g_allocs{0};
 void* counted_alloc(std::size_t n, std::size_t align) {
     if (g_counting.load(std::memory_order_relaxed)) g_allocs.fetch_add(1, std::memory_order_relaxed);
     n = n ? n : 1;
-    void* p = align <= alignof(std::max_align_t) ? std::malloc(n) : std::aligned_alloc(align, (n + align - 1) / align * align);
+    void* p = align <= alignof(std::max_align_t) ? std::malloc(n)
+                                                 : std::aligned_alloc(align, (n + align - 1) / align * align);
     if (!p) throw std::bad_alloc();
     return p;
 }

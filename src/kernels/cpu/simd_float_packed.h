@@ -301,11 +301,11 @@ constexpr PackedMatmulKernel kE4m3B32Packed{FloatPacked<PackedElemFp8<false>>::p
                                             FloatPacked<PackedElemFp8<false>>::pack,
                                             FloatPacked<PackedElemFp8<false>>::gemm, "16-row fp8 panels"};
 constexpr PackedMatmulKernel kMxfp8Packed{FloatPacked<PackedElemFp8<true>>::packed_bytes,
-                                          FloatPacked<PackedElemFp8<true>>::pack, FloatPacked<PackedElemFp8<true>>::gemm,
-                                          "16-row fp8 panels"};
+                                          FloatPacked<PackedElemFp8<true>>::pack,
+                                          FloatPacked<PackedElemFp8<true>>::gemm, "16-row fp8 panels"};
 #if defined(__AVX512BF16__)
-constexpr PackedMatmulKernel kBF16Packed{FloatPacked<PackedElemBF16>::packed_bytes,
-                                         FloatPacked<PackedElemBF16>::pack, FloatPacked<PackedElemBF16>::gemm, "16-row bf16 pair panels"};
+constexpr PackedMatmulKernel kBF16Packed{FloatPacked<PackedElemBF16>::packed_bytes, FloatPacked<PackedElemBF16>::pack,
+                                         FloatPacked<PackedElemBF16>::gemm, "16-row bf16 pair panels"};
 #endif
 
 // The packed float kernels of this AVX-512 level (BF16 where AVX512-BF16 is on); nullptr for other
