@@ -239,15 +239,14 @@ Status LlamaModel::layer_forward(int64_t layer_idx, int64_t T, const KvLayers& k
     void* const kc = kv.k[size_t(layer_idx)];  // [num_slots, num_kv_heads, head_dim]
     void* const vc = kv.v[size_t(layer_idx)];  // [num_slots, num_kv_heads, head_dim]
     pool.parallel_for(T, [&](int64_t b, int64_t e) {
-        thread_local std::vector<float> k_row;  // [KV]: an f16 cache's key before rounding
-        if (kv.f16 && int64_t(k_row.size()) < KV) k_row.resize(size_t(KV));
         for (int64_t t = b; t < e; ++t) {
             float* row = w.qkv.data() + t * (Q + 2 * KV);  // [Q | KV | KV]
             float* qt = q + t * Q;
             const int64_t slot = w.slots[size_t(t)];
-            float* kt = kv.f16 ? k_row.data() : static_cast<float*>(kc) + slot * KV;
+            // an f16 cache's key is normed and rotated in place in its qkv row, then rounded once
+            float* kt = kv.f16 ? row + Q : static_cast<float*>(kc) + slot * KV;
             std::copy_n(row, Q, qt);
-            std::copy_n(row + Q, KV, kt);
+            if (!kv.f16) std::copy_n(row + Q, KV, kt);
             if (kv.f16) {
                 store_f16(row + Q + KV, static_cast<uint16_t*>(vc) + slot * KV, KV);
             } else {

@@ -264,6 +264,29 @@ core::Status check_parts(std::span<const LinearPart> parts, int64_t K, int64_t* 
     return core::Status::ok();
 }
 
+// The task list of the SwiGLU ops: token tiles x slices of F (guided for decode, as linear_group),
+// every slice starting at a multiple of 32; body(t0, t1, r0, r1) for each non-empty task, claimed
+// by whichever thread is free.
+void for_swiglu_tasks(core::ThreadPool& pool, int64_t m, int64_t F,
+                      core::FunctionRef<void(int64_t, int64_t, int64_t, int64_t)> body) {
+    const int64_t tiles = (m + kTokenTile - 1) / kTokenTile;
+    const int64_t want = std::max<int64_t>(1, (pool.num_threads() * 4 + tiles - 1) / tiles);
+    int64_t bounds[kMaxGuidedSlices];
+    const int64_t guided = tiles == 1 ? guided_slices(F, pool.num_threads(), bounds) : 0;
+    const int64_t slices =
+        guided ? guided : std::max<int64_t>(1, std::min<int64_t>(want, (F + kMinRows - 1) / kMinRows));
+    pool.parallel_tasks(tiles * slices, [&](int64_t begin, int64_t end) {
+        for (int64_t task = begin; task < end; ++task) {
+            const int64_t tile = task / slices, s = task % slices;
+            int64_t r0 = guided ? bounds[s] : 0, r1 = guided ? bounds[s + 1] : 0;
+            if (!guided) slice_rows(F, s, slices, &r0, &r1);
+            if (r0 >= r1) continue;
+            const int64_t t0 = tile * kTokenTile;
+            body(t0, std::min(m, t0 + kTokenTile), r0, r1);
+        }
+    });
+}
+
 }  // namespace
 
 core::Status linear_group(core::ThreadPool& pool, const float* x, int64_t m, std::span<const LinearPart> parts,
@@ -340,27 +363,13 @@ core::Status linear_swiglu(core::ThreadPool& pool, const float* x, int64_t m, co
     }
     const cpu::SiluMulFn silu = cpu::find_silu_mul_kernel(gate.isa);
     const GroupInputs in = quantize_inputs(pool, x, m, K, parts, scratch);
-    // Tasks: token tiles x row slices of F; each computes its rows of gate and of up, then their
-    // SwiGLU while both are still in cache.
-    const int64_t tiles = (m + kTokenTile - 1) / kTokenTile;
-    const int64_t want = std::max<int64_t>(1, (pool.num_threads() * 4 + tiles - 1) / tiles);
-    int64_t bounds[kMaxGuidedSlices];  // decode: guided slices, as linear_group
-    const int64_t guided = tiles == 1 ? guided_slices(F, pool.num_threads(), bounds) : 0;
-    const int64_t slices =
-        guided ? guided : std::max<int64_t>(1, std::min<int64_t>(want, (F + kMinRows - 1) / kMinRows));
-    pool.parallel_tasks(tiles * slices, [&](int64_t begin, int64_t end) {
-        for (int64_t task = begin; task < end; ++task) {
-            const int64_t tile = task / slices, s = task % slices;
-            int64_t r0 = guided ? bounds[s] : 0, r1 = guided ? bounds[s + 1] : 0;
-            if (!guided) slice_rows(F, s, slices, &r0, &r1);
-            if (r0 >= r1) continue;
-            const int64_t t0 = tile * kTokenTile, t1 = std::min(m, t0 + kTokenTile);
-            part_slice(parts[0], in, K, t0, t1, r0, r1, gate_up, 2 * F, 0);
-            part_slice(parts[1], in, K, t0, t1, r0, r1, gate_up, 2 * F, F);
-            for (int64_t t = t0; t < t1; ++t) {
-                const float* row = gate_up + t * 2 * F;
-                silu(row + r0, row + F + r0, act + t * F + r0, r1 - r0);
-            }
+    // Each task computes its rows of gate and of up, then their SwiGLU while both are in cache.
+    for_swiglu_tasks(pool, m, F, [&](int64_t t0, int64_t t1, int64_t r0, int64_t r1) {
+        part_slice(parts[0], in, K, t0, t1, r0, r1, gate_up, 2 * F, 0);
+        part_slice(parts[1], in, K, t0, t1, r0, r1, gate_up, 2 * F, F);
+        for (int64_t t = t0; t < t1; ++t) {
+            const float* row = gate_up + t * 2 * F;
+            silu(row + r0, row + F + r0, act + t * F + r0, r1 - r0);
         }
     });
     return core::Status::ok();
@@ -383,26 +392,13 @@ core::Status linear_swiglu_fused(core::ThreadPool& pool, const float* x, int64_t
     const cpu::SiluMulFn silu = cpu::find_silu_mul_kernel(gate_up.isa);
     const LinearPart part{&gate_up, nullptr};
     const GroupInputs in = quantize_inputs(pool, x, m, K, std::span<const LinearPart>(&part, 1), scratch);
-    // Tasks: token tiles x slices of F (multiples of 32 = B, so whole gate/up block pairs: fused rows
-    // [2 r0, 2 r1)), as linear_swiglu; each applies SwiGLU to its blocks while they are in cache.
-    const int64_t tiles = (m + kTokenTile - 1) / kTokenTile;
-    const int64_t want = std::max<int64_t>(1, (pool.num_threads() * 4 + tiles - 1) / tiles);
-    int64_t bounds[kMaxGuidedSlices];
-    const int64_t guided = tiles == 1 ? guided_slices(F, pool.num_threads(), bounds) : 0;
-    const int64_t slices =
-        guided ? guided : std::max<int64_t>(1, std::min<int64_t>(want, (F + kMinRows - 1) / kMinRows));
-    pool.parallel_tasks(tiles * slices, [&](int64_t begin, int64_t end) {
-        for (int64_t task = begin; task < end; ++task) {
-            const int64_t tile = task / slices, s = task % slices;
-            int64_t r0 = guided ? bounds[s] : 0, r1 = guided ? bounds[s + 1] : 0;
-            if (!guided) slice_rows(F, s, slices, &r0, &r1);
-            if (r0 >= r1) continue;
-            const int64_t t0 = tile * kTokenTile, t1 = std::min(m, t0 + kTokenTile);
-            part_slice(part, in, K, t0, t1, 2 * r0, 2 * r1, gate_up_out, 2 * F, 0);
-            for (int64_t t = t0; t < t1; ++t) {
-                const float* row = gate_up_out + t * 2 * F;
-                for (int64_t b = r0; b < r1; b += B) silu(row + 2 * b, row + 2 * b + B, act + t * F + b, B);
-            }
+    // Slices of F start at multiples of 32 = B, so a task holds whole gate/up block pairs: fused rows
+    // [2 r0, 2 r1). Each applies SwiGLU to its blocks while they are in cache.
+    for_swiglu_tasks(pool, m, F, [&](int64_t t0, int64_t t1, int64_t r0, int64_t r1) {
+        part_slice(part, in, K, t0, t1, 2 * r0, 2 * r1, gate_up_out, 2 * F, 0);
+        for (int64_t t = t0; t < t1; ++t) {
+            const float* row = gate_up_out + t * 2 * F;
+            for (int64_t b = r0; b < r1; b += B) silu(row + 2 * b, row + 2 * b + B, act + t * F + b, B);
         }
     });
     return core::Status::ok();

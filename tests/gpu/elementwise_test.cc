@@ -1,4 +1,4 @@
-// The CUDA elementwise kernels (kernels/cuda: add_rmsnorm, silu_mul_rows, rope) against kernels/ref
+// The CUDA elementwise kernels (kernels/cuda: embedding, add_rmsnorm, silu_mul_rows, rope) against kernels/ref
 // over a grid of shapes (1, odd widths, widths past a block's threads, many rows), f32 within fp32
 // rounding of another summation order and bf16 within a bf16 ulp or two of the reference run on the
 // same bf16-rounded inputs. Without a CUDA device the kernel comparisons skip; argument checks run
@@ -13,6 +13,7 @@
 #include "core/numeric.h"
 #include "kernels/cuda/activation.h"
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/embedding.h"
 #include "kernels/cuda/norm.h"
 #include "kernels/cuda/rope.h"
 #include "kernels/ref/transformer.h"
@@ -83,6 +84,33 @@ TEST(CudaElementwise, ArgumentChecksWithoutLaunching) {
     EXPECT_EQ(rope(p, 1, 2, 7, 14, pos, f).code(), core::StatusCode::kInvalidArgument);  // odd head_dim
     EXPECT_EQ(rope(p, 1, 2, 8, 15, pos, f).code(), core::StatusCode::kInvalidArgument);  // stride < row
     EXPECT_EQ(rope(p, 1, 2, 8, 16, nullptr, f).code(), core::StatusCode::kInvalidArgument);
+}
+
+TEST(CudaElementwise, EmbeddingCopiesRows) {
+    KILN_NEED_DEVICE();
+    const int64_t vocab = 97, hidden = 300;
+    const std::vector<float> table = randn(size_t(vocab * hidden), 4);
+    const std::vector<int32_t> ids = {0, 96, 5, 5, 42, -1, 97};  // the last two out of range: zero rows
+    const int64_t n = int64_t(ids.size());
+    DeviceBuffer dt = upload(table), di = upload(ids), dout = upload(std::vector<float>(size_t(n * hidden), 7.0f));
+    ASSERT_TRUE(embedding(dt.as<float>(), vocab, hidden, di.as<int32_t>(), n, dout.as<float>()).is_ok());
+    const std::vector<float> got = download<float>(dout, size_t(n * hidden));
+    const std::vector<uint16_t> tb = to_bf16(table);
+    DeviceBuffer et = upload(tb), eout = upload(std::vector<uint16_t>(size_t(n * hidden), 1));
+    ASSERT_TRUE(
+        embedding(et.as<__nv_bfloat16>(), vocab, hidden, di.as<int32_t>(), n, eout.as<__nv_bfloat16>()).is_ok());
+    const std::vector<uint16_t> gotb = download<uint16_t>(eout, size_t(n * hidden));
+    for (int64_t t = 0; t < n; ++t) {
+        const int32_t id = ids[size_t(t)];
+        for (int64_t i = 0; i < hidden; ++i) {
+            const size_t o = size_t(t * hidden + i);
+            const bool valid = id >= 0 && id < vocab;
+            ASSERT_EQ(got[o], valid ? table[size_t(id * hidden + i)] : 0.0f) << "token " << t << " col " << i;
+            ASSERT_EQ(gotb[o], valid ? tb[size_t(id * hidden + i)] : uint16_t(0)) << "bf16 token " << t << " col " << i;
+        }
+    }
+    EXPECT_EQ(embedding(dt.as<float>(), 0, hidden, di.as<int32_t>(), n, dout.as<float>()).code(),
+              core::StatusCode::kInvalidArgument);
 }
 
 TEST(CudaElementwise, AddRmsnormMatchesReference) {

@@ -248,6 +248,10 @@ struct FloatPacked {
             for (int64_t t = 0; t < n; ++t) std::fill(y + t * ldy + r0, y + t * ldy + r1, 0.0f);
             return;
         }
+        // Packed tokens: small batches (decode) on the stack, so a worker's first batch allocates
+        // nothing; larger chunks in a per-thread buffer grown to the largest seen.
+        constexpr int64_t kStackWords = 16384;  // 64 KiB: e.g. 2 tokens of k = 8192 f32
+        uint32_t stack_buf[kStackWords];
         thread_local std::vector<uint32_t> xbuf;
         for (int64_t t0 = 0; t0 < n; t0 += kChunk) {
             const int64_t nt = n - t0 < kChunk ? n - t0 : kChunk;
@@ -256,9 +260,13 @@ struct FloatPacked {
             if (nt == 1 && k % Elem::kStep == 0 && reinterpret_cast<uintptr_t>(a0) % 4 == 0) {
                 xs = reinterpret_cast<const uint32_t*>(a0);  // one token: its row is the step values in order
             } else {
-                if (xbuf.size() < size_t(nt * ns)) xbuf.resize(size_t(nt * ns));
-                pack_tokens(a0, arb, nt, k, xbuf.data());
-                xs = xbuf.data();
+                uint32_t* dst = stack_buf;
+                if (nt * ns > kStackWords) {
+                    if (xbuf.size() < size_t(nt * ns)) xbuf.resize(size_t(nt * ns));
+                    dst = xbuf.data();
+                }
+                pack_tokens(a0, arb, nt, k, dst);
+                xs = dst;
             }
             // 2 panels per tile, 4 for a lone token (decode: 4 independent chains per column step)
             const int64_t max_panels = nt == 1 ? 4 : 2;
