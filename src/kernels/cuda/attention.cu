@@ -1,0 +1,183 @@
+// attention.h: split-KV decode attention. Kernel 1: grid (splits, kv heads, sequences), 4 warps per
+// block; each warp walks keys j = j0 + warp, j0 + warp + 4, ... of its split, computes the dot
+// products of all G query heads of the KV head (lanes hold elements lane + 32 e of q, K, V) and
+// keeps an online softmax per head; the warps' states are combined in shared memory into the
+// split's normalized output and log-sum-exp. Kernel 2: grid (sequences, heads), one thread per
+// element, combines the splits by their log-sum-exp.
+#include <cuda_fp16.h>
+
+#include <cmath>
+
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/cuda_status.h"
+
+namespace kiln::kernels::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kMaxGroup = 16;
+
+__device__ __forceinline__ float load(const float* p) {
+    return *p;
+}
+__device__ __forceinline__ float load(const __half* p) {
+    return __half2float(*p);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// Partials: part_o [num_seqs, splits, num_heads, D], part_lse [num_seqs, splits, num_heads].
+template <class KT, int D>
+__global__ void __launch_bounds__(kWarps * 32) decode_split_kernel(const float* q, DecodeAttentionBatch b, int group,
+                                                                   int64_t splits, float* part_o, float* part_lse) {
+    constexpr int E = D / 32;  // elements per lane
+    const int64_t split = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t kv_len = b.kv_lens[seq], pos = kv_len - 1;
+    const int64_t lo = b.window > 0 && pos - b.window + 1 > 0 ? pos - b.window + 1 : 0;
+    const int64_t j0 = split * kDecodeSplitKeys > lo ? split * kDecodeSplitKeys : lo;
+    const int64_t j1 = (split + 1) * kDecodeSplitKeys < kv_len ? (split + 1) * kDecodeSplitKeys : kv_len;
+    const float scale = rsqrtf(float(D));
+
+    __shared__ float m_w[kWarps][kMaxGroup], l_w[kWarps][kMaxGroup];
+    __shared__ float acc_w[kWarps][kMaxGroup][D];
+    float qr[kMaxGroup][E], m[kMaxGroup], l[kMaxGroup], acc[kMaxGroup][E];
+    const float* qs = q + (seq * b.num_heads + kvh * group) * D;  // [group, D]
+    for (int g = 0; g < group; ++g) {
+        for (int e = 0; e < E; ++e) {
+            qr[g][e] = qs[g * D + lane + 32 * e] * scale;
+            acc[g][e] = 0.0f;
+        }
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+    }
+    const KT* K = static_cast<const KT*>(b.k);
+    const KT* V = static_cast<const KT*>(b.v);
+    const int32_t* table = b.block_tables + seq * b.max_blocks_per_seq;
+    for (int64_t j = j0 + warp; j < j1; j += kWarps) {
+        const int64_t slot = int64_t(table[j / b.block_size]) * b.block_size + j % b.block_size;
+        const int64_t row = (slot * b.num_kv_heads + kvh) * D;
+        float kr[E], vr[E];
+        for (int e = 0; e < E; ++e) {
+            kr[e] = load(K + row + lane + 32 * e);
+            vr[e] = load(V + row + lane + 32 * e);
+        }
+        for (int g = 0; g < group; ++g) {
+            float d = 0.0f;
+            for (int e = 0; e < E; ++e) d += qr[g][e] * kr[e];
+            const float s = warp_sum(d);
+            const float m_new = fmaxf(m[g], s);
+            const float corr = __expf(m[g] - m_new), p = __expf(s - m_new);
+            l[g] = l[g] * corr + p;
+            for (int e = 0; e < E; ++e) acc[g][e] = acc[g][e] * corr + p * vr[e];
+            m[g] = m_new;
+        }
+    }
+    for (int g = 0; g < group; ++g) {
+        if (lane == 0) {
+            m_w[warp][g] = m[g];
+            l_w[warp][g] = l[g];
+        }
+        for (int e = 0; e < E; ++e) acc_w[warp][g][lane + 32 * e] = acc[g][e];
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < group * D; idx += kWarps * 32) {
+        const int g = idx / D, d = idx % D;
+        float mx = -INFINITY;
+        for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, m_w[w][g]);
+        float L = 0.0f, O = 0.0f;
+        if (mx > -INFINITY) {
+            for (int w = 0; w < kWarps; ++w) {
+                const float c = m_w[w][g] > -INFINITY ? __expf(m_w[w][g] - mx) : 0.0f;
+                L += l_w[w][g] * c;
+                O += acc_w[w][g][d] * c;
+            }
+        }
+        const int64_t h = kvh * group + g;
+        const int64_t row = (seq * splits + split) * b.num_heads + h;
+        part_o[row * D + d] = L > 0.0f ? O / L : 0.0f;
+        if (d == 0) part_lse[row] = L > 0.0f ? mx + logf(L) : -INFINITY;
+    }
+}
+
+template <int D>
+__global__ void decode_merge_kernel(const float* part_o, const float* part_lse, int64_t splits, int64_t num_heads,
+                                    float* out) {
+    const int64_t seq = blockIdx.x, h = blockIdx.y;
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float mx = -INFINITY;
+        for (int64_t s = 0; s < splits; ++s) mx = fmaxf(mx, part_lse[(seq * splits + s) * num_heads + h]);
+        float w_sum = 0.0f, o = 0.0f;
+        if (mx > -INFINITY) {
+            for (int64_t s = 0; s < splits; ++s) {
+                const int64_t row = (seq * splits + s) * num_heads + h;
+                const float lse = part_lse[row];
+                if (lse == -INFINITY) continue;
+                const float w = __expf(lse - mx);
+                w_sum += w;
+                o += w * part_o[row * D + d];
+            }
+        }
+        out[(seq * num_heads + h) * D + d] = w_sum > 0.0f ? o / w_sum : 0.0f;
+    }
+}
+
+int64_t num_splits(const DecodeAttentionBatch& b) {
+    return (b.max_kv_len + kDecodeSplitKeys - 1) / kDecodeSplitKeys;
+}
+
+template <class KT, int D>
+core::Status launch(const float* q, const DecodeAttentionBatch& b, float* out, float* workspace, cudaStream_t stream) {
+    const int64_t splits = num_splits(b);
+    float* part_o = workspace;
+    float* part_lse = workspace + b.num_seqs * splits * b.num_heads * D;
+    const dim3 grid(unsigned(splits), unsigned(b.num_kv_heads), unsigned(b.num_seqs));
+    decode_split_kernel<KT, D>
+        <<<grid, kWarps * 32, 0, stream>>>(q, b, int(b.num_heads / b.num_kv_heads), splits, part_o, part_lse);
+    KILN_RETURN_IF_ERROR(launch_status("decode_split_kernel"));
+    decode_merge_kernel<D><<<dim3(unsigned(b.num_seqs), unsigned(b.num_heads)), D, 0, stream>>>(
+        part_o, part_lse, splits, b.num_heads, out);
+    return launch_status("decode_merge_kernel");
+}
+
+}  // namespace
+
+size_t decode_attention_workspace_floats(const DecodeAttentionBatch& b) {
+    if (b.num_seqs <= 0 || b.num_heads <= 0 || b.head_dim <= 0 || b.max_kv_len <= 0) return 0;
+    return size_t(b.num_seqs * num_splits(b) * b.num_heads * (b.head_dim + 1));
+}
+
+core::Status decode_attention(const float* q, const DecodeAttentionBatch& b, float* out, float* workspace,
+                              cudaStream_t stream) {
+    if (b.num_seqs < 0 || b.num_heads <= 0 || b.num_kv_heads <= 0 || b.num_heads % b.num_kv_heads != 0 ||
+        b.block_size <= 0 || b.max_blocks_per_seq <= 0 || b.window < 0 || b.max_kv_len <= 0 ||
+        b.max_kv_len > b.max_blocks_per_seq * b.block_size)
+        return core::error(core::StatusCode::kInvalidArgument)
+               << "decode_attention: bad shape (heads " << b.num_heads << "/" << b.num_kv_heads << ", block "
+               << b.block_size << ", max_kv_len " << b.max_kv_len << ")";
+    if (b.num_heads / b.num_kv_heads > kMaxGroup)
+        return core::error(core::StatusCode::kUnsupported)
+               << "decode_attention: more than " << kMaxGroup << " query heads per KV head";
+    if (b.num_seqs == 0) return core::Status::ok();
+    if (!q || !out || !workspace || !b.k || !b.v || !b.block_tables || !b.kv_lens)
+        return core::error(core::StatusCode::kInvalidArgument) << "decode_attention: null pointer";
+    if (num_splits(b) > 65535)
+        return core::error(core::StatusCode::kInvalidArgument)
+               << "decode_attention: max_kv_len " << b.max_kv_len << " too long";
+    switch (b.head_dim) {
+        case 64:
+            return b.f16 ? launch<__half, 64>(q, b, out, workspace, stream)
+                         : launch<float, 64>(q, b, out, workspace, stream);
+        case 128:
+            return b.f16 ? launch<__half, 128>(q, b, out, workspace, stream)
+                         : launch<float, 128>(q, b, out, workspace, stream);
+        default:
+            return core::error(core::StatusCode::kUnsupported)
+                   << "decode_attention: head_dim " << b.head_dim << " (64 and 128 are built)";
+    }
+}
+
+}  // namespace kiln::kernels::cuda

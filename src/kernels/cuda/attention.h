@@ -1,0 +1,43 @@
+// Decode attention on the GPU over kiln's paged KV pool (docs/kv.md): one new token per sequence,
+// causal, GQA-aware (each thread block serves all query heads of one KV head, so K/V are read once
+// per KV head), split-KV (FlashDecoding): keys in splits of kDecodeSplitKeys, each split's partial
+// (normalized output and log-sum-exp) combined by a second kernel. Online softmax in f32; K/V
+// elements f32 or IEEE half as the CPU caches store them. The reference is kernels/ref attention
+// (kernels::ref::KvSpan, paged). Callable from plain C++.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/status.h"
+
+namespace kiln::kernels::cuda {
+
+inline constexpr int64_t kDecodeSplitKeys = 256;
+
+// Device pointers; shapes in the comments.
+struct DecodeAttentionBatch {
+    const void* k = nullptr;  // [num_blocks, block_size, num_kv_heads, head_dim]
+    const void* v = nullptr;  // same layout
+    bool f16 = false;         // IEEE half elements, else f32
+    int64_t block_size = 0;
+    const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq] physical block ids
+    int64_t max_blocks_per_seq = 0;
+    const int32_t* kv_lens = nullptr;  // [num_seqs] tokens cached, the new one included (>= 1)
+    int64_t num_seqs = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
+    int64_t window = 0;      // sliding window (pos - window < j <= pos); 0 = full causal
+    int64_t max_kv_len = 0;  // >= every kv_lens[i]: sizes the split grid (host-known bound)
+};
+
+// Floats of workspace decode_attention needs for this batch.
+size_t decode_attention_workspace_floats(const DecodeAttentionBatch& b);
+
+// out [num_seqs, num_heads, head_dim] = softmax(q k^T / sqrt(head_dim)) v for q of the same shape
+// (f32). head_dim 64 or 128 and num_heads / num_kv_heads <= 16 (else kUnsupported);
+// kInvalidArgument on other bad shapes or null pointers.
+core::Status decode_attention(const float* q, const DecodeAttentionBatch& b, float* out, float* workspace,
+                              cudaStream_t stream = nullptr);
+
+}  // namespace kiln::kernels::cuda
