@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/numeric.h"
+#include "gpu/gpu_test_util.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/device.h"
 #include "kernels/ref/transformer.h"
@@ -17,13 +18,7 @@
 namespace kiln::kernels::cuda {
 namespace {
 
-template <class T>
-DeviceBuffer upload(const std::vector<T>& v) {
-    auto b = DeviceBuffer::allocate(v.size() * sizeof(T));
-    EXPECT_TRUE(b.is_ok()) << b.status().to_string();
-    EXPECT_TRUE(b->copy_from_host(v.data(), v.size() * sizeof(T)).is_ok());
-    return std::move(*b);
-}
+using test::upload;
 
 TEST(CudaAttention, ArgumentChecks) {
     DecodeAttentionBatch b;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/numeric.h"
+#include "gpu/gpu_test_util.h"
 #include "kernels/cuda/activation.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/embedding.h"
@@ -20,6 +21,9 @@
 
 namespace kiln::kernels::cuda {
 namespace {
+
+using test::download;
+using test::upload;
 
 std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
     std::mt19937 rng(seed);
@@ -37,20 +41,6 @@ std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
 std::vector<float> from_bf16(const std::vector<uint16_t>& b) {
     std::vector<float> v(b.size());
     for (size_t i = 0; i < b.size(); ++i) v[i] = core::bf16_to_f32(b[i]);
-    return v;
-}
-
-template <class T>
-DeviceBuffer upload(const std::vector<T>& v) {
-    auto b = DeviceBuffer::allocate(v.size() * sizeof(T));
-    EXPECT_TRUE(b.is_ok()) << b.status().to_string();
-    EXPECT_TRUE(b->copy_from_host(v.data(), v.size() * sizeof(T)).is_ok());
-    return std::move(*b);
-}
-template <class T>
-std::vector<T> download(const DeviceBuffer& b, size_t n) {
-    std::vector<T> v(n);
-    EXPECT_TRUE(b.copy_to_host(v.data(), n * sizeof(T)).is_ok());
     return v;
 }
 

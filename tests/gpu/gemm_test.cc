@@ -11,10 +11,13 @@
 #include <vector>
 
 #include "core/numeric.h"
+#include "gpu/gpu_test_util.h"
 #include "kernels/cuda/device.h"
 
 namespace kiln::kernels::cuda {
 namespace {
+
+using test::upload;
 
 TEST(CudaGemm, CreateWithoutADeviceSaysSo) {
     if (device_count() > 0) GTEST_SKIP() << "a device is present";
@@ -26,14 +29,6 @@ TEST(CudaGemm, CreateWithoutADeviceSaysSo) {
     EXPECT_EQ(bad.code(), core::StatusCode::kUnsupported);
     EXPECT_NE(bad.message().find("cublasLtMatmul(...)"), std::string::npos) << bad.message();
     EXPECT_EQ(cublas_status(CUBLAS_STATUS_ALLOC_FAILED, "x").code(), core::StatusCode::kOutOfMemory);
-}
-
-template <class T>
-DeviceBuffer upload(const std::vector<T>& v) {
-    auto b = DeviceBuffer::allocate(v.size() * sizeof(T));
-    EXPECT_TRUE(b.is_ok()) << b.status().to_string();
-    EXPECT_TRUE(b->copy_from_host(v.data(), v.size() * sizeof(T)).is_ok());
-    return std::move(*b);
 }
 
 TEST(CudaGemm, MatchesDoubleReference) {

@@ -1,0 +1,29 @@
+// Helpers for the tests in tests/gpu: host vectors to and from DeviceBuffers (failures are test
+// failures, reported where they happen).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "kernels/cuda/device.h"
+
+namespace kiln::kernels::cuda::test {
+
+template <class T>
+DeviceBuffer upload(const std::vector<T>& v) {
+    auto b = DeviceBuffer::allocate(v.size() * sizeof(T));
+    EXPECT_TRUE(b.is_ok()) << b.status().to_string();
+    if (!b.is_ok()) return DeviceBuffer();
+    EXPECT_TRUE(b->copy_from_host(v.data(), v.size() * sizeof(T)).is_ok());
+    return std::move(*b);
+}
+
+template <class T>
+std::vector<T> download(const DeviceBuffer& b, size_t n) {
+    std::vector<T> v(n);
+    EXPECT_TRUE(b.copy_to_host(v.data(), n * sizeof(T)).is_ok());
+    return v;
+}
+
+}  // namespace kiln::kernels::cuda::test
