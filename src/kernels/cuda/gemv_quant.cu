@@ -1,0 +1,101 @@
+// gemv_quant.h: one warp per weight row; lane l takes blocks l, l + 32, ...; per block the 32
+// weights are decoded into registers once and multiplied with every token's 32 activations.
+#include <cuda_fp16.h>
+
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/gemv_quant.h"
+
+namespace kiln::kernels::cuda {
+namespace {
+
+constexpr int kWarpsPerBlock = 4;
+
+struct Q8_0 {
+    static constexpr int kBytes = 34;
+    __device__ static void decode(const uint8_t* blk, float* v) {  // v[32]
+        const float d = __half2float(__ushort_as_half(uint16_t(blk[0] | (blk[1] << 8))));
+        for (int i = 0; i < 32; ++i) v[i] = d * float(int8_t(blk[2 + i]));
+    }
+};
+
+struct Q4_0 {
+    static constexpr int kBytes = 18;
+    __device__ static void decode(const uint8_t* blk, float* v) {
+        const float d = __half2float(__ushort_as_half(uint16_t(blk[0] | (blk[1] << 8))));
+        for (int i = 0; i < 16; ++i) {
+            const uint8_t q = blk[2 + i];
+            v[i] = d * float(int(q & 15) - 8);
+            v[i + 16] = d * float(int(q >> 4) - 8);
+        }
+    }
+};
+
+template <class B, int M>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    gemv_kernel(const uint8_t* w, int64_t n, int64_t k, const float* x, int m, float* y) {  // m <= M tokens
+    const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (row >= n) return;
+    const int64_t nb = k / 32;
+    const uint8_t* wr = w + row * nb * B::kBytes;
+    float acc[M];
+    for (int t = 0; t < M; ++t) acc[t] = 0.0f;
+    for (int64_t b = lane; b < nb; b += 32) {
+        float v[32];
+        B::decode(wr + b * B::kBytes, v);
+#pragma unroll
+        for (int t = 0; t < M; ++t) {
+            if (t >= m) break;
+            const float* xb = x + t * k + b * 32;
+            float s = 0.0f;
+            for (int i = 0; i < 32; ++i) s += v[i] * __ldg(xb + i);
+            acc[t] += s;
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < M; ++t) {
+        if (t >= m) break;
+        float s = acc[t];
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (lane == 0) y[t * n + row] = s;
+    }
+}
+
+template <class B>
+core::Status launch(const void* w, int64_t n, int64_t k, const float* x, int64_t m, float* y, cudaStream_t stream) {
+    const unsigned blocks = unsigned((n + kWarpsPerBlock - 1) / kWarpsPerBlock);
+    const uint8_t* wb = static_cast<const uint8_t*>(w);
+    const int mi = int(m);  // accumulators for M >= m tokens; rows t >= m are never touched
+    if (m == 1) {
+        gemv_kernel<B, 1><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(wb, n, k, x, mi, y);
+    } else if (m == 2) {
+        gemv_kernel<B, 2><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(wb, n, k, x, mi, y);
+    } else if (m <= 4) {
+        gemv_kernel<B, 4><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(wb, n, k, x, mi, y);
+    } else {
+        gemv_kernel<B, 8><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(wb, n, k, x, mi, y);
+    }
+    return launch_status("gemv_kernel");
+}
+
+}  // namespace
+
+core::Status gemv_blocks(core::DType type, const void* w, int64_t n, int64_t k, const float* x, int64_t m, float* y,
+                         cudaStream_t stream) {
+    if (n <= 0 || k <= 0 || k % 32 != 0 || m < 0 || m > kGemvMaxTokens ||
+        (n + kWarpsPerBlock - 1) / kWarpsPerBlock > int64_t(0x7fffffff))
+        return core::error(core::StatusCode::kInvalidArgument) << "gemv_blocks: n " << n << ", k " << k << ", m " << m;
+    if (m == 0) return core::Status::ok();
+    if (!w || !x || !y) return core::error(core::StatusCode::kInvalidArgument) << "gemv_blocks: null pointer";
+    switch (type) {
+        case core::DType::kQ8_0:
+            return launch<Q8_0>(w, n, k, x, m, y, stream);
+        case core::DType::kQ4_0:
+            return launch<Q4_0>(w, n, k, x, m, y, stream);
+        default:
+            return core::error(core::StatusCode::kUnsupported)
+                   << "gemv_blocks: weight type " << core::dtype_name(type) << " (q8_0 and q4_0 are built)";
+    }
+}
+
+}  // namespace kiln::kernels::cuda
