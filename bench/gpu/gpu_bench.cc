@@ -1,0 +1,147 @@
+// kiln's GPU benchmarks for the device check (issue "CUDA backend"; scripts/device-check runs it): the
+// device's memory read bandwidth, measured first, then each kernel at llama-3-8b shapes as GB/s
+// against that bandwidth (decode: quantized GEMV, bf16 GEMM at m = 1, split-KV attention) or TFLOP/s
+// (prefill GEMM, m = 2048). Buffers are zero-filled (timing does not depend on the values). One JSON
+// object per line on stdout, a table on stderr. Not a test: nothing here is registered with CTest.
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemv_quant.h"
+#include "kernels/cuda/timing.h"
+
+namespace kc = kiln::kernels::cuda;
+using kiln::core::Status;
+
+namespace {
+
+double g_read_gbps = 0;
+
+void report(const std::string& bench, double ms, double bytes, double flops) {
+    const double gbps = bytes / (ms * 1e6), tflops = flops / (ms * 1e9);
+    std::printf("{\"bench\": \"%s\", \"ms\": %.6f, \"gbps\": %.2f, \"pct_of_read_bw\": %.1f, \"tflops\": %.2f}\n",
+                bench.c_str(), ms, gbps, 100.0 * gbps / g_read_gbps, tflops);
+    std::fprintf(stderr, "| %-44s | %9.4f | %8.1f | %5.1f%% | %7.2f |\n", bench.c_str(), ms, gbps,
+                 100.0 * gbps / g_read_gbps, tflops);
+}
+
+kiln::core::Result<kc::DeviceBuffer> zeros(size_t bytes) {
+    KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer b, kc::DeviceBuffer::allocate(bytes));
+    KILN_CUDA_RETURN_IF_ERROR(cudaMemset(b.data(), 0, bytes));
+    return b;
+}
+
+Status bench_gemv() {
+    for (kiln::core::DType type : {kiln::core::DType::kQ8_0, kiln::core::DType::kQ4_0}) {
+        for (int64_t n : {4096, 14336}) {
+            const int64_t k = 4096;
+            const size_t wbytes = size_t(n * k / 32) * kiln::core::dtype_info(type).block_bytes;
+            KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer w, zeros(wbytes));
+            KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer x, zeros(size_t(k) * 4));
+            KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer y, zeros(size_t(n) * 4));
+            KILN_ASSIGN_OR_RETURN(const double ms, kc::median_ms([&] {
+                                      return kc::gemv_blocks(type, w.data(), n, k, x.as<float>(), 1, y.as<float>());
+                                  }));
+            report("gemv_" + std::string(kiln::core::dtype_name(type)) + "/" + std::to_string(n) + "x4096/m:1", ms,
+                   double(wbytes), 2.0 * double(n * k));
+        }
+    }
+    return Status::ok();
+}
+
+Status bench_gemm() {
+    KILN_ASSIGN_OR_RETURN(auto gemm, kc::Gemm::create());
+    for (int64_t m : {1, 2048}) {
+        for (int64_t n : {4096, 14336}) {
+            const int64_t k = 4096;
+            KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer x, zeros(size_t(m * k) * 2));
+            KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer w, zeros(size_t(n * k) * 2));
+            KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer y, zeros(size_t(m * n) * 2));
+            KILN_ASSIGN_OR_RETURN(const double ms, kc::median_ms([&] {
+                                      return gemm->run(x.as<__nv_bfloat16>(), w.as<__nv_bfloat16>(),
+                                                       y.as<__nv_bfloat16>(), m, n, k);
+                                  }));
+            report("gemm_bf16/m:" + std::to_string(m) + "/" + std::to_string(n) + "x4096", ms,
+                   double(n * k + m * k + m * n) * 2, 2.0 * double(m * n * k));
+        }
+    }
+    return Status::ok();
+}
+
+Status bench_decode_attention() {
+    const int64_t heads = 32, kv_heads = 8, dim = 128, kv_len = 4096, block = 16;
+    for (int64_t seqs : {1, 64}) {
+        const int64_t blocks_per_seq = kv_len / block, num_blocks = seqs * blocks_per_seq;
+        const size_t pool_bytes = size_t(num_blocks * block * kv_heads * dim) * 2;  // f16
+        KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer k, zeros(pool_bytes));
+        KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer v, zeros(pool_bytes));
+        std::vector<int32_t> table = std::vector<int32_t>(size_t(num_blocks));
+        const std::vector<int32_t> lens = std::vector<int32_t>(size_t(seqs), int32_t(kv_len));
+        for (int64_t i = 0; i < num_blocks; ++i) table[size_t(i)] = int32_t(i);
+        KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer dt, kc::DeviceBuffer::allocate(table.size() * 4));
+        KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer dl, kc::DeviceBuffer::allocate(lens.size() * 4));
+        KILN_RETURN_IF_ERROR(dt.copy_from_host(table.data(), table.size() * 4));
+        KILN_RETURN_IF_ERROR(dl.copy_from_host(lens.data(), lens.size() * 4));
+        kc::DecodeAttentionBatch b;
+        b.k = k.data();
+        b.v = v.data();
+        b.f16 = true;
+        b.block_size = block;
+        b.block_tables = dt.as<int32_t>();
+        b.max_blocks_per_seq = blocks_per_seq;
+        b.kv_lens = dl.as<int32_t>();
+        b.num_seqs = seqs;
+        b.num_heads = heads;
+        b.num_kv_heads = kv_heads;
+        b.head_dim = dim;
+        b.max_kv_len = kv_len;
+        KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer q, zeros(size_t(seqs * heads * dim) * 4));
+        KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer out, zeros(size_t(seqs * heads * dim) * 4));
+        KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer ws, zeros(kc::decode_attention_workspace_floats(b) * 4));
+        KILN_ASSIGN_OR_RETURN(const double ms, kc::median_ms([&] {
+                                  return kc::decode_attention(q.as<float>(), b, out.as<float>(), ws.as<float>());
+                              }));
+        report("decode_attention_f16/32x8x128/kv:4096/seqs:" + std::to_string(seqs), ms, 2.0 * double(pool_bytes),
+               4.0 * double(seqs * heads * kv_len * dim));
+    }
+    return Status::ok();
+}
+
+}  // namespace
+
+int main() {
+    if (kc::device_count() == 0) {
+        std::fprintf(stderr, "gpu_bench: no CUDA device\n");
+        return 2;
+    }
+    auto info = kc::device_info(0);
+    if (!info.is_ok()) {
+        std::fprintf(stderr, "gpu_bench: %s\n", info.status().to_string().c_str());
+        return 1;
+    }
+    auto bw = kc::read_bandwidth_gbps();
+    if (!bw.is_ok()) {
+        std::fprintf(stderr, "gpu_bench: %s\n", bw.status().to_string().c_str());
+        return 1;
+    }
+    g_read_gbps = *bw;
+    std::printf("{\"bench\": \"device\", \"name\": \"%s\", \"sm\": %d%d, \"sms\": %d, \"read_gbps\": %.1f}\n",
+                info->name.c_str(), info->sm_major, info->sm_minor, info->num_sms, g_read_gbps);
+    std::fprintf(stderr, "%s (sm_%d%d, %d SMs): read bandwidth %.1f GB/s (best of 10 passes over 4 GiB)\n\n",
+                 info->name.c_str(), info->sm_major, info->sm_minor, info->num_sms, g_read_gbps);
+    std::fprintf(stderr, "| %-44s | %9s | %8s | %6s | %7s |\n|---|---|---|---|---|\n", "bench", "ms", "GB/s", "% bw",
+                 "TFLOP/s");
+    for (Status (*b)() : {bench_gemv, bench_gemm, bench_decode_attention}) {
+        const Status st = b();
+        if (!st.is_ok()) {
+            std::fprintf(stderr, "gpu_bench: %s\n", st.to_string().c_str());
+            return 1;
+        }
+    }
+    return 0;
+}
