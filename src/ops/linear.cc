@@ -109,8 +109,7 @@ core::Result<std::optional<Linear>> fuse_linears(std::span<const kernels::ref::W
             for (const kernels::ref::WeightView& w : parts) copy_rows(w, r0, interleave);
     }
     fused.data = rows_bytes.data();
-    KILN_ASSIGN_OR_RETURN(Linear l, make_linear(fused, options));
-    l.w.data = nullptr;  // packed: the transient copy goes now
+    KILN_ASSIGN_OR_RETURN(Linear l, make_linear(fused, options));  // packed: w.data is null, the copy may go
     return std::optional<Linear>(std::move(l));
 }
 

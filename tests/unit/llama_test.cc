@@ -20,10 +20,7 @@ namespace {
 using core::DType;
 
 using test::RandomCheckpoint;
-
-ModelConfig tiny(const std::string& arch) {
-    return test::tiny_config(arch);
-}
+using test::tiny_config;
 
 std::vector<int32_t> prompt() {
     return {1, 5, 17, 96, 33, 33, 8, 60, 2, 41, 77};
@@ -66,7 +63,7 @@ void expect_prefill_matches_decode(const Checkpoint& ck, int threads) {
 }
 
 TEST(LlamaModel, Qwen2BiasPrefillMatchesDecode) {
-    ModelConfig c = tiny("qwen2");
+    ModelConfig c = tiny_config("qwen2");
     c.attention_bias = true;
     c.tie_word_embeddings = true;
     RandomCheckpoint b;
@@ -76,7 +73,7 @@ TEST(LlamaModel, Qwen2BiasPrefillMatchesDecode) {
 }
 
 TEST(LlamaModel, Qwen3QkNormPrefillMatchesDecode) {
-    ModelConfig c = tiny("qwen3");
+    ModelConfig c = tiny_config("qwen3");
     c.qk_norm = true;
     c.attention_bias = true;  // Qwen3 with attention_bias also has the o_proj bias
     c.rope_theta = 1000000;
@@ -86,7 +83,7 @@ TEST(LlamaModel, Qwen3QkNormPrefillMatchesDecode) {
 }
 
 TEST(LlamaModel, MistralSlidingWindowPrefillMatchesDecode) {
-    ModelConfig c = tiny("mistral");
+    ModelConfig c = tiny_config("mistral");
     c.sliding_window = 3;
     RandomCheckpoint b;
     b.build(c);
@@ -94,7 +91,7 @@ TEST(LlamaModel, MistralSlidingWindowPrefillMatchesDecode) {
 }
 
 TEST(LlamaModel, QuantizedLlama3PrefillMatchesDecode) {
-    ModelConfig c = tiny("llama");
+    ModelConfig c = tiny_config("llama");
     c.rope_theta = 500000;
     c.rope_scaling.type = "llama3";
     c.rope_scaling.factor = 8;
@@ -106,7 +103,7 @@ TEST(LlamaModel, QuantizedLlama3PrefillMatchesDecode) {
 
 TEST(LlamaModel, Errors) {
     core::ThreadPool pool(2);
-    ModelConfig c = tiny("llama");
+    ModelConfig c = tiny_config("llama");
     RandomCheckpoint b;
     b.build(c);
     Checkpoint other = b.ck;
