@@ -306,18 +306,22 @@ void LlamaModel::Workspace::reserve(const ModelConfig& c, int64_t T) {
 
 Status LlamaModel::check_batch(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs,
                                const KvLayers& kv) const {
-    const ModelConfig& c = config_;
+    if (int64_t(kv.k.size()) != config_.num_layers || int64_t(kv.v.size()) != config_.num_layers)
+        return core::error(StatusCode::kInvalidArgument)
+               << "forward: K/V storage has " << kv.k.size() << " layers, the model " << config_.num_layers;
+    return check_forward_batch(config_, tokens, seqs, kv.block_size, kv.num_slots);
+}
+
+Status check_forward_batch(const ModelConfig& c, std::span<const int32_t> tokens, std::span<const BatchSeq> seqs,
+                           int64_t block_size, int64_t num_slots) {
     auto bad = [] { return core::error(StatusCode::kInvalidArgument); };
     if (tokens.empty())
         return bad() << "forward: "
                      << "no tokens";
-    if (int64_t(kv.k.size()) != c.num_layers || int64_t(kv.v.size()) != c.num_layers)
-        return bad() << "forward: "
-                     << "K/V storage has " << kv.k.size() << " layers, the model " << c.num_layers;
-    if (kv.block_size < 0 || kv.num_slots < 0)
+    if (block_size < 0 || num_slots < 0)
         return bad() << "forward: "
                      << "negative block size or slot count";
-    if (kv.block_size == 0 && seqs.size() != 1)
+    if (block_size == 0 && seqs.size() != 1)
         return bad() << "forward: "
                      << "a contiguous cache holds exactly one sequence";
     int64_t total = 0;
@@ -329,16 +333,16 @@ Status LlamaModel::check_batch(std::span<const int32_t> tokens, std::span<const 
             return bad() << "forward: "
                          << "num_logits outside [0, num_tokens]";
         const int64_t len = s.start + s.num_tokens;
-        if (kv.block_size == 0) {
-            if (len > kv.num_slots)
+        if (block_size == 0) {
+            if (len > num_slots)
                 return bad() << "forward: " << s.start << " cached + " << s.num_tokens
-                             << " new tokens exceed the context of " << kv.num_slots;
+                             << " new tokens exceed the context of " << num_slots;
         } else {
-            const int64_t need = (len + kv.block_size - 1) / kv.block_size;
+            const int64_t need = (len + block_size - 1) / block_size;
             if (int64_t(s.block_table.size()) < need)
                 return bad() << "forward: "
                              << "block table of " << s.block_table.size() << " blocks for " << len << " tokens";
-            const int64_t num_blocks = kv.num_slots / kv.block_size;
+            const int64_t num_blocks = num_slots / block_size;
             for (int64_t b = 0; b < need; ++b)
                 if (s.block_table[size_t(b)] < 0 || s.block_table[size_t(b)] >= num_blocks)
                     return bad() << "forward: "

@@ -68,6 +68,13 @@ enum class LinearInput { kQkv, kAttnOut, kGateUp, kDown };
 using LinearInputHook =
     std::function<void(int64_t layer, LinearInput which, std::span<const float> x, int64_t rows, int64_t cols)>;
 
+// The checks every forward pass makes on a batch (kInvalidArgument naming the problem): tokens and
+// sequences agree, token ids lie in the vocabulary, num_logits fits; paged (block_size > 0): each
+// block table covers its sequence with blocks in [0, num_slots / block_size); contiguous
+// (block_size 0): one sequence within num_slots.
+core::Status check_forward_batch(const ModelConfig& config, std::span<const int32_t> tokens,
+                                 std::span<const BatchSeq> seqs, int64_t block_size, int64_t num_slots);
+
 // The RoPE parameters of `config` (theta, and linear or llama3 scaling); kUnsupported for other
 // scaling types (`path` names the model in the message).
 core::Result<kernels::ref::RopeParams> rope_params(const ModelConfig& config, const std::string& path);

@@ -1,7 +1,8 @@
 // kernels/cuda decode_attention (split-KV over the paged pool) against kernels/ref attention on the
-// same pool: GQA groups 1-16, head_dim 64 and 128, f32 and f16 caches, sequences of 1 to ~1000
+// same pool: GQA groups 1-16, head_dim 8 to 128, f32 and f16 caches, sequences of 1 to ~1000
 // tokens in one batch (splits that are empty for the shorter ones), shuffled block tables, a
-// sliding window. Without a device only the argument checks run.
+// sliding window; and prompt chunks as one query per token sharing their sequence's block table
+// (table_rows), as the GPU model runs prefill. Without a device only the argument checks run.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -55,7 +56,8 @@ TEST(CudaAttention, DecodeMatchesReference) {
     std::normal_distribution<float> dist(0.0f, 1.0f);
     const std::vector<int32_t> kv_lens = {1, 300, 1000};
     const int64_t bs = 16, max_blocks = (1000 + bs - 1) / bs, num_seqs = int64_t(kv_lens.size());
-    for (const Heads h : {Heads{8, 2, 64}, Heads{32, 8, 128}, Heads{9, 3, 64}, Heads{16, 1, 128}}) {
+    for (const Heads h : {Heads{8, 2, 64}, Heads{32, 8, 128}, Heads{9, 3, 64}, Heads{16, 1, 128}, Heads{8, 4, 8},
+                          Heads{6, 2, 32}, Heads{4, 4, 16}}) {
         for (bool f16 : {false, true}) {
             for (int64_t window : {0, 100}) {
                 const int64_t num_blocks = num_seqs * max_blocks, row = h.kv_heads * h.dim;
@@ -113,6 +115,69 @@ TEST(CudaAttention, DecodeMatchesReference) {
             }
         }
     }
+}
+
+// Two sequences' prompt chunks in one launch, one query per token: token t of a sequence attends to
+// positions <= start + t through the sequence's own block table row (table_rows), as
+// model/cuda/llama_cuda.cc runs prefill. The reference: kernels/ref attention per token with
+// kv_len = position + 1.
+TEST(CudaAttention, PromptChunksAsQueriesPerToken) {
+    if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    std::mt19937 rng(5);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    const int64_t heads = 8, kv_heads = 2, dim = 64, bs = 16, max_blocks = 40, row = kv_heads * dim;
+    struct Seq {
+        int64_t start, num_tokens;
+    };
+    const Seq seqs[] = {{0, 37}, {290, 300}};  // a fresh prompt; a chunk on top of a 290-token prefix
+    const int64_t num_blocks = 2 * max_blocks;
+    std::vector<float> kf(size_t(num_blocks * bs * row)), vf(kf.size());
+    for (float& x : kf) x = dist(rng);
+    for (float& x : vf) x = dist(rng);
+    std::vector<int32_t> perm = std::vector<int32_t>(size_t(num_blocks));
+    for (int64_t i = 0; i < num_blocks; ++i) perm[size_t(i)] = int32_t(i);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    std::vector<int32_t> kv_lens, table_rows;
+    for (int32_t s = 0; s < 2; ++s)
+        for (int64_t t = 0; t < seqs[s].num_tokens; ++t) {
+            kv_lens.push_back(int32_t(seqs[s].start + t + 1));
+            table_rows.push_back(s);
+        }
+    const int64_t T = int64_t(kv_lens.size());
+    std::vector<float> q(size_t(T * heads * dim)), want(q.size());
+    for (float& x : q) x = 2.0f * dist(rng);
+    for (int64_t i = 0; i < T; ++i) {
+        ref::KvSpan kv;
+        kv.k = kf.data();
+        kv.v = vf.data();
+        kv.kv_len = kv_lens[size_t(i)];
+        kv.block_table = perm.data() + table_rows[size_t(i)] * max_blocks;
+        kv.block_size = bs;
+        const ref::AttentionShape shape{1, heads, kv_heads, dim, 0};
+        ref::attention(q.data() + i * heads * dim, kv, shape, want.data() + i * heads * dim);
+    }
+    DeviceBuffer dk = upload(kf), dv = upload(vf), dq = upload(q), dt = upload(perm), dl = upload(kv_lens),
+                 dr = upload(table_rows);
+    DecodeAttentionBatch b;
+    b.k = dk.data();
+    b.v = dv.data();
+    b.block_size = bs;
+    b.block_tables = dt.as<int32_t>();
+    b.max_blocks_per_seq = max_blocks;
+    b.kv_lens = dl.as<int32_t>();
+    b.table_rows = dr.as<int32_t>();
+    b.num_seqs = T;
+    b.num_heads = heads;
+    b.num_kv_heads = kv_heads;
+    b.head_dim = dim;
+    b.max_kv_len = 590;
+    DeviceBuffer ws = upload(std::vector<float>(decode_attention_workspace_floats(b)));
+    DeviceBuffer dout = upload(std::vector<float>(q.size(), NAN));
+    const core::Status st = decode_attention(dq.as<float>(), b, dout.as<float>(), ws.as<float>());
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    std::vector<float> got(q.size());
+    ASSERT_TRUE(dout.copy_to_host(got.data(), got.size() * 4).is_ok());
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-4f * (1.0f + std::fabs(want[i]))) << i;
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "core/numeric.h"
@@ -90,6 +91,37 @@ TEST(CudaGemm, MatchesDoubleReference) {
     EXPECT_EQ(
         (*g)->run(static_cast<const __nv_bfloat16*>(nullptr), nullptr, static_cast<float*>(nullptr), 1, 8, 8).code(),
         core::StatusCode::kInvalidArgument);
+}
+
+// The f32 path (weights the GPU model keeps in f32): FP32 arithmetic, no TF32, so within fp32
+// rounding of the double reference.
+TEST(CudaGemm, F32MatchesDoubleReference) {
+    if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    auto g = Gemm::create();
+    ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+    std::mt19937 rng(4);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 64, 64}, {5, 172, 64}, {33, 576, 1536}}) {
+        std::vector<float> x(size_t(m * k)), w(size_t(n * k));
+        for (float& v : x) v = dist(rng);
+        for (float& v : w) v = 0.05f * dist(rng);
+        DeviceBuffer dx = upload(x), dw = upload(w), dy = upload(std::vector<float>(size_t(m * n)));
+        const core::Status st = (*g)->run(dx.as<float>(), dw.as<float>(), dy.as<float>(), m, n, k);
+        ASSERT_TRUE(st.is_ok()) << st.to_string();
+        std::vector<float> y(size_t(m * n));
+        ASSERT_TRUE(dy.copy_to_host(y.data(), y.size() * 4).is_ok());
+        for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+                double want = 0, mag = 0;
+                for (int64_t p = 0; p < k; ++p) {
+                    const double prod = double(x[size_t(i * k + p)]) * w[size_t(j * k + p)];
+                    want += prod;
+                    mag += std::fabs(prod);
+                }
+                // TF32 (10-bit mantissa) would miss this by ~1e-3 * mag.
+                ASSERT_NEAR(y[size_t(i * n + j)], want, 2e-6 * mag + 1e-7) << m << "x" << n << "x" << k;
+            }
+    }
 }
 
 }  // namespace

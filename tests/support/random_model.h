@@ -1,5 +1,5 @@
 // Tiny random Llama-family checkpoints built in memory, for model tests: every tensor a config
-// needs, weight matrices in F32 (normal, sd `scale`) or Q8_0 / Q4_0 (random quants, small fp16
+// needs, weight matrices in F32 or BF16 (normal, sd `scale`) or Q8_0 / Q4_0 (random quants, small fp16
 // block scales), norms around 1. Not a trained model: for structural checks (prefill vs decode,
 // allocation counts), never for accuracy.
 #pragma once
@@ -34,6 +34,11 @@ struct RandomCheckpoint {
             for (uint64_t i = 0; i < n; ++i) {
                 float v = offset + dist(rng);
                 std::memcpy(buf->data() + 4 * i, &v, 4);
+            }
+        } else if (dtype == DType::kBF16) {
+            for (uint64_t i = 0; i < n; ++i) {
+                const uint16_t v = core::f32_to_bf16(offset + dist(rng));
+                std::memcpy(buf->data() + 2 * i, &v, 2);
             }
         } else {  // q8_0 / q4_0: random quants, small f16 scales
             const auto& info = core::dtype_info(dtype);

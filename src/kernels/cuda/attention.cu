@@ -33,7 +33,7 @@ __device__ __forceinline__ float warp_sum(float v) {
 template <class KT, int D>
 __global__ void __launch_bounds__(kWarps * 32) decode_split_kernel(const float* q, DecodeAttentionBatch b, int group,
                                                                    int64_t splits, float* part_o, float* part_lse) {
-    constexpr int E = D / 32;  // elements per lane
+    constexpr int E = (D + 31) / 32;  // elements per lane; lanes >= D hold zeros when D < 32
     const int64_t split = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t kv_len = b.kv_lens[seq], pos = kv_len - 1;
@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(kWarps * 32) decode_split_kernel(const float* 
     const float* qs = q + (seq * b.num_heads + kvh * group) * D;  // [group, D]
     for (int g = 0; g < group; ++g) {
         for (int e = 0; e < E; ++e) {
-            qr[g][e] = qs[g * D + lane + 32 * e] * scale;
+            qr[g][e] = lane + 32 * e < D ? qs[g * D + lane + 32 * e] * scale : 0.0f;
             acc[g][e] = 0.0f;
         }
         m[g] = -INFINITY;
@@ -56,14 +56,15 @@ __global__ void __launch_bounds__(kWarps * 32) decode_split_kernel(const float* 
     }
     const KT* K = static_cast<const KT*>(b.k);
     const KT* V = static_cast<const KT*>(b.v);
-    const int32_t* table = b.block_tables + seq * b.max_blocks_per_seq;
+    const int32_t* table = b.block_tables + int64_t(b.table_rows ? b.table_rows[seq] : seq) * b.max_blocks_per_seq;
     for (int64_t j = j0 + warp; j < j1; j += kWarps) {
         const int64_t slot = int64_t(table[j / b.block_size]) * b.block_size + j % b.block_size;
         const int64_t row = (slot * b.num_kv_heads + kvh) * D;
         float kr[E], vr[E];
         for (int e = 0; e < E; ++e) {
-            kr[e] = load(K + row + lane + 32 * e);
-            vr[e] = load(V + row + lane + 32 * e);
+            const bool in = lane + 32 * e < D;
+            kr[e] = in ? load(K + row + lane + 32 * e) : 0.0f;
+            vr[e] = in ? load(V + row + lane + 32 * e) : 0.0f;
         }
         for (int g = 0; g < group; ++g) {
             float d = 0.0f;
@@ -81,7 +82,8 @@ __global__ void __launch_bounds__(kWarps * 32) decode_split_kernel(const float* 
             m_w[warp][g] = m[g];
             l_w[warp][g] = l[g];
         }
-        for (int e = 0; e < E; ++e) acc_w[warp][g][lane + 32 * e] = acc[g][e];
+        for (int e = 0; e < E; ++e)
+            if (lane + 32 * e < D) acc_w[warp][g][lane + 32 * e] = acc[g][e];
     }
     __syncthreads();
     for (int idx = threadIdx.x; idx < group * D; idx += kWarps * 32) {
@@ -168,6 +170,15 @@ core::Status decode_attention(const float* q, const DecodeAttentionBatch& b, flo
         return core::error(core::StatusCode::kInvalidArgument)
                << "decode_attention: max_kv_len " << b.max_kv_len << " too long";
     switch (b.head_dim) {
+        case 8:
+            return b.f16 ? launch<__half, 8>(q, b, out, workspace, stream)
+                         : launch<float, 8>(q, b, out, workspace, stream);
+        case 16:
+            return b.f16 ? launch<__half, 16>(q, b, out, workspace, stream)
+                         : launch<float, 16>(q, b, out, workspace, stream);
+        case 32:
+            return b.f16 ? launch<__half, 32>(q, b, out, workspace, stream)
+                         : launch<float, 32>(q, b, out, workspace, stream);
         case 64:
             return b.f16 ? launch<__half, 64>(q, b, out, workspace, stream)
                          : launch<float, 64>(q, b, out, workspace, stream);
@@ -176,7 +187,7 @@ core::Status decode_attention(const float* q, const DecodeAttentionBatch& b, flo
                          : launch<float, 128>(q, b, out, workspace, stream);
         default:
             return core::error(core::StatusCode::kUnsupported)
-                   << "decode_attention: head_dim " << b.head_dim << " (64 and 128 are built)";
+                   << "decode_attention: head_dim " << b.head_dim << " (8, 16, 32, 64 and 128 are built)";
     }
 }
 

@@ -26,6 +26,10 @@ struct DecodeAttentionBatch {
     const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq] physical block ids
     int64_t max_blocks_per_seq = 0;
     const int32_t* kv_lens = nullptr;  // [num_seqs] tokens cached, the new one included (>= 1)
+    // [num_seqs] the row of block_tables each query uses, or null (query i uses row i). With it a
+    // prompt chunk runs as one query per token: its kv_len is the token's position + 1 and every
+    // token of a sequence shares that sequence's row (causal attention over the paged cache).
+    const int32_t* table_rows = nullptr;
     int64_t num_seqs = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
     int64_t window = 0;      // sliding window (pos - window < j <= pos); 0 = full causal
     int64_t max_kv_len = 0;  // >= every kv_lens[i]: sizes the split grid (host-known bound)
@@ -35,7 +39,7 @@ struct DecodeAttentionBatch {
 size_t decode_attention_workspace_floats(const DecodeAttentionBatch& b);
 
 // out [num_seqs, num_heads, head_dim] = softmax(q k^T / sqrt(head_dim)) v for q of the same shape
-// (f32). head_dim 64 or 128 and num_heads / num_kv_heads <= 16 (else kUnsupported);
+// (f32). head_dim 8, 16, 32, 64 or 128 and num_heads / num_kv_heads <= 16 (else kUnsupported);
 // kInvalidArgument on other bad shapes or null pointers.
 core::Status decode_attention(const float* q, const DecodeAttentionBatch& b, float* out, float* workspace,
                               cudaStream_t stream = nullptr);

@@ -93,4 +93,60 @@ core::Status DeviceBuffer::copy_to_host(void* dst, size_t bytes) const {
     return core::Status::ok();
 }
 
+PinnedBuffer::~PinnedBuffer() {
+    if (data_) (void)cudaFreeHost(data_);
+}
+
+PinnedBuffer::PinnedBuffer(PinnedBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
+    if (this != &other) {
+        if (data_) (void)cudaFreeHost(data_);
+        data_ = std::exchange(other.data_, nullptr);
+        bytes_ = std::exchange(other.bytes_, 0);
+    }
+    return *this;
+}
+
+core::Result<PinnedBuffer> PinnedBuffer::allocate(size_t bytes) {
+    if (device_count() == 0) return core::error(core::StatusCode::kUnsupported) << "no CUDA device";
+    PinnedBuffer b;
+    if (bytes == 0) return std::move(b);
+    const cudaError_t e = cudaMallocHost(&b.data_, bytes);
+    if (e != cudaSuccess) {
+        b.data_ = nullptr;
+        (void)cudaGetLastError();
+        return core::error(core::StatusCode::kOutOfMemory)
+               << "CUDA: cudaMallocHost of " << bytes << " bytes failed: " << cudaGetErrorString(e);
+    }
+    b.bytes_ = bytes;
+    return std::move(b);
+}
+
+Stream::~Stream() {
+    if (stream_) (void)cudaStreamDestroy(stream_);
+}
+
+Stream::Stream(Stream&& other) noexcept : stream_(std::exchange(other.stream_, nullptr)) {}
+
+Stream& Stream::operator=(Stream&& other) noexcept {
+    if (this != &other) {
+        if (stream_) (void)cudaStreamDestroy(stream_);
+        stream_ = std::exchange(other.stream_, nullptr);
+    }
+    return *this;
+}
+
+core::Result<Stream> Stream::create() {
+    if (device_count() == 0) return core::error(core::StatusCode::kUnsupported) << "no CUDA device";
+    Stream s;
+    KILN_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s.stream_, cudaStreamNonBlocking));
+    return std::move(s);
+}
+
+core::Status Stream::synchronize() const {
+    return cuda_status(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+}
+
 }  // namespace kiln::kernels::cuda

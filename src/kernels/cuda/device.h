@@ -57,4 +57,43 @@ private:
     size_t bytes_ = 0;
 };
 
+// Page-locked host memory (cudaMallocHost): the host side of asynchronous copies. Move-only.
+class PinnedBuffer {
+public:
+    PinnedBuffer() = default;
+    ~PinnedBuffer();
+    PinnedBuffer(PinnedBuffer&& other) noexcept;
+    PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;
+    PinnedBuffer(const PinnedBuffer&) = delete;
+    PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+
+    // kOutOfMemory when it cannot be had, kUnsupported without a device.
+    static core::Result<PinnedBuffer> allocate(size_t bytes);
+    void* data() const { return data_; }
+    size_t bytes() const { return bytes_; }
+
+private:
+    void* data_ = nullptr;
+    size_t bytes_ = 0;
+};
+
+// An owning CUDA stream that does not synchronize with the legacy default stream. Move-only.
+class Stream {
+public:
+    Stream() = default;
+    ~Stream();
+    Stream(Stream&& other) noexcept;
+    Stream& operator=(Stream&& other) noexcept;
+    Stream(const Stream&) = delete;
+    Stream& operator=(const Stream&) = delete;
+
+    static core::Result<Stream> create();
+    cudaStream_t get() const { return stream_; }
+    // Waits for everything queued on the stream; its errors (a faulting kernel) come back here.
+    core::Status synchronize() const;
+
+private:
+    cudaStream_t stream_ = nullptr;
+};
+
 }  // namespace kiln::kernels::cuda

@@ -17,5 +17,8 @@ core::Status embedding(const float* table, int64_t vocab, int64_t hidden, const 
                        cudaStream_t stream = nullptr);
 core::Status embedding(const __nv_bfloat16* table, int64_t vocab, int64_t hidden, const int32_t* ids, int64_t n,
                        __nv_bfloat16* out, cudaStream_t stream = nullptr);
+// A bf16 table into f32 rows (exact): the GPU model keeps its residual stream in f32.
+core::Status embedding(const __nv_bfloat16* table, int64_t vocab, int64_t hidden, const int32_t* ids, int64_t n,
+                       float* out, cudaStream_t stream = nullptr);
 
 }  // namespace kiln::kernels::cuda

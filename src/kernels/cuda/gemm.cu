@@ -112,4 +112,8 @@ core::Status Gemm::run(const __half* x, const __half* w, float* y, int64_t m, in
     return run_typed(x, w, y, CUDA_R_16F, CUDA_R_32F, m, n, k, stream);
 }
 
+core::Status Gemm::run(const float* x, const float* w, float* y, int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
+    return run_typed(x, w, y, CUDA_R_32F, CUDA_R_32F, m, n, k, stream);
+}
+
 }  // namespace kiln::kernels::cuda

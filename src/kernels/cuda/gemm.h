@@ -1,4 +1,4 @@
-// Dense GEMM through cuBLASLt, the baseline path for bf16 / fp16 weights (issue "CUDA backend"):
+// Dense GEMM through cuBLASLt, the baseline path for bf16 / fp16 weights (and f32) (issue "CUDA backend"):
 // y [m, n] = x [m, k] @ w [n, k]^T, row-major as everywhere in kiln (w as the checkpoint stores a
 // Linear's weight), fp32 accumulation, y in f32 or the inputs' type. cuBLASLt is column-major, so
 // this runs C' [n, m] = op_T(w' [k, n]) @ x' [k, m] on the same bytes. A Gemm owns its cuBLASLt
@@ -38,6 +38,10 @@ public:
     core::Status run(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int64_t m, int64_t n, int64_t k,
                      cudaStream_t stream = nullptr);
     core::Status run(const __half* x, const __half* w, float* y, int64_t m, int64_t n, int64_t k,
+                     cudaStream_t stream = nullptr);
+    // f32 inputs with f32 arithmetic (CUBLAS_COMPUTE_32F: no TF32), for weights kept in f32 (the
+    // dequantized formats): the numerics of the CPU's f32 path, at FP32 rather than tensor-core speed.
+    core::Status run(const float* x, const float* w, float* y, int64_t m, int64_t n, int64_t k,
                      cudaStream_t stream = nullptr);
 
 private:

@@ -1,0 +1,596 @@
+// CudaLlamaModel (see llama_cuda.h). Shapes: T = tokens in the step, S = its sequences, NL = rows of
+// logits, H = hidden size, Q = num_heads * head_dim, KV = num_kv_heads * head_dim, F = intermediate
+// size, V = vocab. One layer: xn = add_rmsnorm(x, o) -> qkv GEMM -> bias, q/k norm, RoPE, K/V to the
+// pool -> attention -> o GEMM -> add_rmsnorm -> gate/up GEMM -> SiLU-mul -> down GEMM into o (added
+// to x by the next norm), as model/llama.cc.
+#include "model/cuda/llama_cuda.h"
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+#include "kernels/cuda/activation.h"
+#include "kernels/cuda/argmax.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/convert.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/embedding.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/kv_write.h"
+#include "kernels/cuda/norm.h"
+#include "kernels/ref/dequant.h"
+#include "kernels/ref/transformer.h"
+
+namespace kiln::model {
+namespace {
+
+namespace kc = kernels::cuda;
+using core::Status;
+using core::StatusCode;
+
+enum class WType { kF32, kBf16, kF16 };
+
+const char* wtype_name(WType t) {
+    return t == WType::kF32 ? "f32" : t == WType::kBf16 ? "bf16" : "f16";
+}
+
+struct DevMatrix {
+    kc::DeviceBuffer buf;  // [rows, cols] of `type`
+    WType type = WType::kF32;
+    int64_t rows = 0, cols = 0;
+};
+
+struct Upload {
+    uint64_t done = 0, total = 0;
+    const std::function<void(uint64_t, uint64_t)>* progress = nullptr;
+    void advance(uint64_t bytes) {
+        done += bytes;
+        if (*progress) (*progress)(done, total);
+    }
+};
+
+// bf16 / f16 only when every part is stored so (one GEMM type per stacked matrix); else f32.
+// The embedding table has no f16 lookup: f16 tables become f32 (allow_f16 false).
+WType device_type(std::span<const TensorRef* const> parts, bool allow_f16 = true) {
+    bool bf16 = true, f16 = true;
+    for (const TensorRef* t : parts) {
+        bf16 = bf16 && t->dtype == core::DType::kBF16;
+        f16 = f16 && t->dtype == core::DType::kF16;
+    }
+    return bf16 ? WType::kBf16 : f16 && allow_f16 ? WType::kF16 : WType::kF32;
+}
+
+uint64_t device_bytes(std::span<const TensorRef* const> parts, bool allow_f16 = true) {
+    uint64_t n = 0;
+    for (const TensorRef* t : parts) n += t->num_elements();
+    return n * (device_type(parts, allow_f16) == WType::kF32 ? 4 : 2);
+}
+
+// The parts stacked by rows into one device matrix (shapes were checked by check_checkpoint_tensors:
+// equal column counts). 16-bit parts are copied as stored; the rest decoded row by row to f32.
+core::Result<DevMatrix> upload_matrix(std::span<const TensorRef* const> parts, Upload& up, bool allow_f16 = true) {
+    DevMatrix m;
+    m.type = device_type(parts, allow_f16);
+    m.cols = int64_t(parts[0]->shape[1]);
+    for (const TensorRef* t : parts) m.rows += int64_t(t->shape[0]);
+    const size_t elem = m.type == WType::kF32 ? 4 : 2;
+    KILN_ASSIGN_OR_RETURN(m.buf, kc::DeviceBuffer::allocate(size_t(m.rows * m.cols) * elem));
+    uint8_t* dst = m.buf.as<uint8_t>();
+    constexpr size_t kChunk = size_t(32) << 20;  // bytes per copy (progress granularity)
+    std::vector<float> rows;
+    for (const TensorRef* t : parts) {
+        const int64_t num_rows = int64_t(t->shape[0]);
+        if (m.type != WType::kF32) {
+            const size_t n = size_t(num_rows * m.cols) * elem;
+            for (size_t off = 0; off < n; off += kChunk) {
+                const size_t len = std::min(kChunk, n - off);
+                KILN_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst + off, t->data + off, len, cudaMemcpyHostToDevice));
+                up.advance(len);
+            }
+            dst += n;
+            continue;
+        }
+        const kernels::ref::WeightView w = weight_view_of(*t);
+        const int64_t chunk_rows = std::max<int64_t>(1, int64_t(kChunk / 4) / m.cols);
+        rows.resize(size_t(std::min(chunk_rows, num_rows) * m.cols));
+        for (int64_t r0 = 0; r0 < num_rows; r0 += chunk_rows) {
+            const int64_t n = std::min(chunk_rows, num_rows - r0);
+            for (int64_t i = 0; i < n; ++i) kernels::ref::weight_row(w, r0 + i, rows.data() + i * m.cols);
+            const size_t len = size_t(n * m.cols) * 4;
+            KILN_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, rows.data(), len, cudaMemcpyHostToDevice));
+            dst += len;
+            up.advance(len);
+        }
+    }
+    return m;
+}
+
+// Small f32/f16/bf16 vectors (norm weights, biases), concatenated, as one f32 device buffer.
+core::Result<kc::DeviceBuffer> upload_vectors(const Checkpoint& ck, std::span<const std::string> names) {
+    std::vector<float> host;
+    for (const std::string& name : names) {
+        const TensorRef* t = ck.find(name);
+        if (!t) return core::error(StatusCode::kCorrupt) << ck.path << ": missing tensor '" << name << "'";
+        const size_t at = host.size();
+        host.resize(at + size_t(t->num_elements()));
+        KILN_RETURN_IF_ERROR(
+            kernels::ref::dequantize_row(t->dtype, t->data, host.data() + at, int64_t(t->num_elements())));
+    }
+    KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer b, kc::DeviceBuffer::allocate(host.size() * sizeof(float)));
+    KILN_RETURN_IF_ERROR(b.copy_from_host(host.data(), host.size() * sizeof(float)));
+    return b;
+}
+
+const float* fptr(const kc::DeviceBuffer& b) {
+    return b.bytes() ? b.as<float>() : nullptr;
+}
+
+size_t align16(size_t n) {
+    return (n + 15) / 16 * 16;
+}
+
+// Where a step's indices lie in the staging buffers (pinned host and device, same offsets).
+struct StageLayout {
+    size_t tokens = 0, positions = 0, kv_lens = 0, table_rows = 0, logit_rows = 0, slots = 0, tables = 0, end = 0;
+};
+
+StageLayout stage_layout(int64_t T, int64_t NL, int64_t S, int64_t blocks_per_seq) {
+    StageLayout l;
+    size_t off = 0;
+    auto take = [&](size_t bytes) {
+        const size_t at = off;
+        off = align16(off + bytes);
+        return at;
+    };
+    l.tokens = take(size_t(T) * 4);                   // int32 [T]
+    l.positions = take(size_t(T) * 4);                // int32 [T]
+    l.kv_lens = take(size_t(T) * 4);                  // int32 [T]: position + 1 (one attention query per token)
+    l.table_rows = take(size_t(T) * 4);               // int32 [T]: the token's sequence
+    l.logit_rows = take(size_t(NL) * 4);              // int32 [NL]: rows of x that get logits
+    l.slots = take(size_t(T) * 8);                    // int64 [T]: K/V row of each token
+    l.tables = take(size_t(S * blocks_per_seq) * 4);  // int32 [S, blocks_per_seq]
+    l.end = off;
+    return l;
+}
+
+constexpr size_t kAttnWorkspaceBudget = size_t(256) << 20;  // bytes; more keys run in more launches
+
+}  // namespace
+
+struct CudaLlamaModel::Impl {
+    struct Layer {
+        DevMatrix wqkv, wo, w_gate_up, w_down;  // [Q + 2 KV, H], [H, Q], [2 F, H] (gate rows, then up), [H, F]
+        kc::DeviceBuffer attn_norm, ffn_norm;   // [H]
+        kc::DeviceBuffer bqkv, bo;              // [Q + 2 KV], [H]; empty when absent
+        kc::DeviceBuffer q_norm, k_norm;        // [head_dim]; empty when absent
+    };
+    // Device pointers of one step's indices (inside stage_dev).
+    struct Step {
+        const int32_t *tokens, *positions, *kv_lens, *table_rows, *logit_rows, *tables;
+        const int64_t* slots;
+        int64_t T = 0, NL = 0, blocks_per_seq = 0, max_kv_len = 0;
+    };
+
+    ModelConfig config;
+    CudaModelOptions options;
+    std::string device_name;
+    kc::Stream stream;
+    std::unique_ptr<kc::Gemm> gemm;
+    DevMatrix embed, output;  // output empty when tied to embed
+    kc::DeviceBuffer output_norm, inv_freq;
+    std::vector<Layer> layers;
+    uint64_t weight_bytes = 0;
+    kc::DeviceBuffer kv;  // per layer K then V: [num_blocks, block_size, KV] each
+    std::vector<void*> k, v;
+    int64_t blocks_per_seq = 0;  // ceil(max_seq_len / block_size)
+    // The activation arena and the pointers into it.
+    kc::DeviceBuffer arena;
+    float *x = nullptr, *xn = nullptr, *qkv = nullptr, *q = nullptr, *att = nullptr, *o = nullptr;
+    float *gate_up = nullptr, *act = nullptr, *logits = nullptr, *attn_ws = nullptr;
+    void* x16 = nullptr;  // activations rounded to a 16-bit weight type before its GEMM
+    int32_t* ids = nullptr;
+    uint8_t* stage_dev = nullptr;
+    size_t attn_ws_rows = 0;  // of num_heads * (head_dim + 1) floats
+    kc::PinnedBuffer stage_host, ids_host;
+    std::vector<int32_t> own_table;  // 0, 1, 2, ...: forward()'s one sequence
+
+    const DevMatrix& lm_head() const { return output.rows ? output : embed; }
+    Status plan_arena();
+    Status plan_kv();
+    Status gemm_run(const DevMatrix& w, const float* in, int64_t m, float* out);
+    Status layer(int64_t l, const Step& s);
+    Status run(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs, std::vector<float>* logits_out,
+               std::vector<int32_t>* ids_out);
+};
+
+Status CudaLlamaModel::Impl::plan_arena() {
+    const ModelConfig& c = config;
+    const int64_t T = options.max_batch_tokens, H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim();
+    const int64_t F = c.intermediate_size, V = c.vocab_size, NL = options.max_logits;
+    const int64_t head_floats = c.num_heads * (c.head_dim + 1);
+    const int64_t max_splits = (options.max_seq_len + kc::kDecodeSplitKeys - 1) / kc::kDecodeSplitKeys;
+    // Room for every sequence of a decode step in one launch, within the budget, never less than
+    // one query of max_seq_len keys.
+    const int64_t budget_rows = int64_t(kAttnWorkspaceBudget / 4) / head_floats;
+    attn_ws_rows = size_t(std::max(max_splits, std::min(max_splits * std::min(options.max_seqs, T), budget_rows)));
+    const StageLayout stage = stage_layout(T, NL, options.max_seqs, blocks_per_seq);
+    const size_t floats[] = {size_t(T * H),
+                             size_t(T * H),
+                             size_t(T * (Q + 2 * KV)),
+                             size_t(T * Q),
+                             size_t(T * Q),
+                             size_t(T * H),
+                             size_t(T * 2 * F),
+                             size_t(T * F),
+                             size_t(NL * V),
+                             attn_ws_rows * size_t(head_floats)};
+    float** ptrs[] = {&x, &xn, &qkv, &q, &att, &o, &gate_up, &act, &logits, &attn_ws};
+    size_t total = 0;
+    for (size_t n : floats) total += align16(n * 4);
+    const size_t x16_bytes = align16(size_t(std::max(std::max(T, NL) * std::max({H, Q, F}), int64_t(1))) * 2);
+    const size_t ids_bytes = align16(size_t(NL) * 4);
+    KILN_ASSIGN_OR_RETURN(arena, kc::DeviceBuffer::allocate(total + x16_bytes + ids_bytes + stage.end));
+    uint8_t* p = arena.as<uint8_t>();
+    for (size_t i = 0; i < std::size(floats); ++i) {
+        *ptrs[i] = reinterpret_cast<float*>(p);
+        p += align16(floats[i] * 4);
+    }
+    x16 = p;
+    p += x16_bytes;
+    ids = reinterpret_cast<int32_t*>(p);
+    p += ids_bytes;
+    stage_dev = p;
+    KILN_ASSIGN_OR_RETURN(stage_host, kc::PinnedBuffer::allocate(stage.end));
+    KILN_ASSIGN_OR_RETURN(ids_host, kc::PinnedBuffer::allocate(ids_bytes));
+    return Status::ok();
+}
+
+Status CudaLlamaModel::Impl::plan_kv() {
+    const ModelConfig& c = config;
+    const int64_t bs = options.block_size, elem = options.kv_f16 ? 2 : 4;
+    const int64_t block_bytes = 2 * c.num_layers * bs * c.kv_dim() * elem;
+    int64_t num_blocks = options.num_kv_blocks;
+    if (num_blocks == 0) {
+        size_t free_b = 0, total_b = 0;
+        KILN_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_b, &total_b));
+        const double used = double(total_b - free_b);  // this model so far, the context, other processes
+        const double budget = options.gpu_memory_utilization * double(total_b) - used;
+        num_blocks = budget > 0 ? int64_t(budget / double(block_bytes)) : 0;
+        if (num_blocks < blocks_per_seq) {
+            auto gib = [](double b) { return b / double(1 << 30); };
+            return core::error(StatusCode::kOutOfMemory)
+                   << "the KV cache gets " << gib(std::max(budget, 0.0)) << " GiB of the " << gib(double(total_b))
+                   << " GiB device under --gpu-memory-utilization " << options.gpu_memory_utilization << " ("
+                   << gib(used) << " GiB in use after loading the weights and the activation arena); one sequence of "
+                   << options.max_seq_len << " tokens needs " << gib(double(blocks_per_seq * block_bytes))
+                   << " GiB: raise --gpu-memory-utilization or lower the context length";
+        }
+        options.num_kv_blocks = num_blocks;
+    }
+    const size_t layer_bytes = size_t(num_blocks * bs * c.kv_dim() * elem);
+    KILN_ASSIGN_OR_RETURN(kv, kc::DeviceBuffer::allocate(layer_bytes * 2 * size_t(c.num_layers)));
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+        k.push_back(kv.as<uint8_t>() + (2 * l) * layer_bytes);
+        v.push_back(kv.as<uint8_t>() + (2 * l + 1) * layer_bytes);
+    }
+    own_table.resize(size_t(num_blocks));
+    for (int64_t b = 0; b < num_blocks; ++b) own_table[size_t(b)] = int32_t(b);
+    return Status::ok();
+}
+
+Status CudaLlamaModel::Impl::gemm_run(const DevMatrix& w, const float* in, int64_t m, float* out) {
+    cudaStream_t s = stream.get();
+    switch (w.type) {
+        case WType::kF32:
+            return gemm->run(in, w.buf.as<float>(), out, m, w.rows, w.cols, s);
+        case WType::kBf16: {
+            auto* in16 = static_cast<__nv_bfloat16*>(x16);
+            KILN_RETURN_IF_ERROR(kc::convert(in, in16, m * w.cols, s));
+            return gemm->run(in16, w.buf.as<__nv_bfloat16>(), out, m, w.rows, w.cols, s);
+        }
+        case WType::kF16: {
+            auto* in16 = static_cast<__half*>(x16);
+            KILN_RETURN_IF_ERROR(kc::convert(in, in16, m * w.cols, s));
+            return gemm->run(in16, w.buf.as<__half>(), out, m, w.rows, w.cols, s);
+        }
+    }
+    return core::error(StatusCode::kInternal) << "gemm: unknown weight type";
+}
+
+Status CudaLlamaModel::Impl::layer(int64_t l, const Step& st) {
+    const ModelConfig& c = config;
+    const Layer& L = layers[size_t(l)];
+    cudaStream_t s = stream.get();
+    const int64_t T = st.T, H = c.hidden_size, Q = c.q_dim(), F = c.intermediate_size, D = c.head_dim;
+    const float eps = float(c.rms_norm_eps);
+    // x += the previous layer's FFN output (none before layer 0), xn = rmsnorm(x).
+    KILN_RETURN_IF_ERROR(kc::add_rmsnorm(x, l == 0 ? nullptr : o, fptr(L.attn_norm), xn, T, H, eps, s));
+    KILN_RETURN_IF_ERROR(gemm_run(L.wqkv, xn, T, qkv));  // [T, Q + 2 KV]
+    kc::QkvRopeKvWrite w;
+    w.qkv = qkv;
+    w.bias = fptr(L.bqkv);
+    w.q_norm = fptr(L.q_norm);
+    w.k_norm = fptr(L.k_norm);
+    w.eps = eps;
+    w.positions = st.positions;
+    w.slots = st.slots;
+    w.inv_freq = inv_freq.as<double>();
+    w.q_out = q;
+    w.k_cache = k[size_t(l)];
+    w.v_cache = v[size_t(l)];
+    w.f16 = options.kv_f16;
+    w.num_tokens = T;
+    w.num_heads = c.num_heads;
+    w.num_kv_heads = c.num_kv_heads;
+    w.head_dim = D;
+    KILN_RETURN_IF_ERROR(kc::qkv_rope_kv_write(w, s));
+    // One attention query per token, as many per launch as the workspace holds.
+    const int64_t splits = (st.max_kv_len + kc::kDecodeSplitKeys - 1) / kc::kDecodeSplitKeys;
+    const int64_t per_launch = std::max<int64_t>(1, int64_t(attn_ws_rows) / splits);
+    for (int64_t e0 = 0; e0 < T; e0 += per_launch) {
+        kc::DecodeAttentionBatch b;
+        b.k = k[size_t(l)];
+        b.v = v[size_t(l)];
+        b.f16 = options.kv_f16;
+        b.block_size = options.block_size;
+        b.block_tables = st.tables;
+        b.max_blocks_per_seq = st.blocks_per_seq;
+        b.kv_lens = st.kv_lens + e0;
+        b.table_rows = st.table_rows + e0;
+        b.num_seqs = std::min(per_launch, T - e0);
+        b.num_heads = c.num_heads;
+        b.num_kv_heads = c.num_kv_heads;
+        b.head_dim = D;
+        b.window = c.window_for_layer(l);
+        b.max_kv_len = st.max_kv_len;
+        KILN_RETURN_IF_ERROR(kc::decode_attention(q + e0 * Q, b, att + e0 * Q, attn_ws, s));
+    }
+    KILN_RETURN_IF_ERROR(gemm_run(L.wo, att, T, o));  // [T, H]
+    if (L.bo.bytes()) {
+        KILN_RETURN_IF_ERROR(kc::add_bias_rows(o, fptr(L.bo), T, H, s));
+    }
+    KILN_RETURN_IF_ERROR(kc::add_rmsnorm(x, o, fptr(L.ffn_norm), xn, T, H, eps, s));
+    KILN_RETURN_IF_ERROR(gemm_run(L.w_gate_up, xn, T, gate_up));  // [T, 2F] = [gate | up]
+    KILN_RETURN_IF_ERROR(kc::silu_mul_rows(gate_up, act, T, F, s));
+    return gemm_run(L.w_down, act, T, o);  // [T, H]: added to x by the next norm
+}
+
+Status CudaLlamaModel::Impl::run(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs,
+                                 std::vector<float>* logits_out, std::vector<int32_t>* ids_out) {
+    const ModelConfig& c = config;
+    const int64_t bs = options.block_size;
+    KILN_RETURN_IF_ERROR(check_forward_batch(c, tokens, seqs, bs, options.num_kv_blocks * bs));
+    Step st;
+    st.T = int64_t(tokens.size());
+    const int64_t S = int64_t(seqs.size());
+    for (const BatchSeq& q : seqs) {
+        const int64_t len = q.start + q.num_tokens;
+        st.NL += q.num_logits;
+        st.max_kv_len = std::max(st.max_kv_len, len);
+        st.blocks_per_seq = std::max(st.blocks_per_seq, (len + bs - 1) / bs);
+    }
+    auto over = [](const char* what, int64_t n, int64_t limit) -> Status {
+        return core::error(StatusCode::kInvalidArgument)
+               << "forward: " << n << " " << what << " exceed the " << limit << " this GPU model was created for";
+    };
+    if (st.T > options.max_batch_tokens) return over("tokens", st.T, options.max_batch_tokens);
+    if (S > options.max_seqs) return over("sequences", S, options.max_seqs);
+    if (st.NL > options.max_logits) return over("rows of logits", st.NL, options.max_logits);
+    if (st.max_kv_len > options.max_seq_len) return over("tokens of one sequence", st.max_kv_len, options.max_seq_len);
+
+    // The step's indices, built in pinned memory and copied in one transfer.
+    const StageLayout lay = stage_layout(st.T, st.NL, S, st.blocks_per_seq);
+    uint8_t* h = static_cast<uint8_t*>(stage_host.data());
+    auto* tok = reinterpret_cast<int32_t*>(h + lay.tokens);
+    auto* pos = reinterpret_cast<int32_t*>(h + lay.positions);
+    auto* lens = reinterpret_cast<int32_t*>(h + lay.kv_lens);
+    auto* rows = reinterpret_cast<int32_t*>(h + lay.table_rows);
+    auto* lrows = reinterpret_cast<int32_t*>(h + lay.logit_rows);
+    auto* slots = reinterpret_cast<int64_t*>(h + lay.slots);
+    auto* tables = reinterpret_cast<int32_t*>(h + lay.tables);
+    std::copy(tokens.begin(), tokens.end(), tok);
+    int64_t row = 0, out_row = 0;
+    for (int64_t i = 0; i < S; ++i) {
+        const BatchSeq& q = seqs[size_t(i)];
+        const int64_t need = (q.start + q.num_tokens + bs - 1) / bs;
+        int32_t* table = tables + i * st.blocks_per_seq;
+        std::copy_n(q.block_table.data(), need, table);
+        std::fill(table + need, table + st.blocks_per_seq, 0);  // never read: past the sequence's length
+        for (int64_t t = 0; t < q.num_tokens; ++t, ++row) {
+            const int64_t p = q.start + t;
+            pos[row] = int32_t(p);
+            lens[row] = int32_t(p + 1);
+            rows[row] = int32_t(i);
+            slots[row] = int64_t(table[p / bs]) * bs + p % bs;
+            if (t >= q.num_tokens - q.num_logits) lrows[out_row++] = int32_t(row);
+        }
+    }
+    cudaStream_t s = stream.get();
+    KILN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(stage_dev, h, lay.end, cudaMemcpyHostToDevice, s));
+    auto dev = [&](size_t off) { return reinterpret_cast<const int32_t*>(stage_dev + off); };
+    st.tokens = dev(lay.tokens);
+    st.positions = dev(lay.positions);
+    st.kv_lens = dev(lay.kv_lens);
+    st.table_rows = dev(lay.table_rows);
+    st.logit_rows = dev(lay.logit_rows);
+    st.tables = dev(lay.tables);
+    st.slots = reinterpret_cast<const int64_t*>(stage_dev + lay.slots);
+
+    const int64_t H = c.hidden_size, V = c.vocab_size;
+    if (embed.type == WType::kBf16) {
+        KILN_RETURN_IF_ERROR(kc::embedding(embed.buf.as<__nv_bfloat16>(), V, H, st.tokens, st.T, x, s));
+    } else {
+        KILN_RETURN_IF_ERROR(kc::embedding(embed.buf.as<float>(), V, H, st.tokens, st.T, x, s));
+    }
+    for (int64_t l = 0; l < c.num_layers; ++l) KILN_RETURN_IF_ERROR(layer(l, st));
+    if (st.NL > 0) {
+        // x += the last FFN output; the rows that want logits, normed, gathered, projected.
+        KILN_RETURN_IF_ERROR(kc::add_rmsnorm(x, o, fptr(output_norm), xn, st.T, H, float(c.rms_norm_eps), s));
+        KILN_RETURN_IF_ERROR(kc::gather_rows(xn, H, st.logit_rows, st.NL, o, s));
+        KILN_RETURN_IF_ERROR(gemm_run(lm_head(), o, st.NL, logits));  // [NL, V]
+    }
+    if (ids_out) {
+        ids_out->resize(size_t(st.NL));
+        if (st.NL > 0) {
+            KILN_RETURN_IF_ERROR(kc::argmax_rows(logits, st.NL, V, ids, s));
+            KILN_CUDA_RETURN_IF_ERROR(
+                cudaMemcpyAsync(ids_host.data(), ids, size_t(st.NL) * 4, cudaMemcpyDeviceToHost, s));
+        }
+        KILN_RETURN_IF_ERROR(stream.synchronize());
+        std::memcpy(ids_out->data(), ids_host.data(), size_t(st.NL) * 4);
+    } else {
+        logits_out->resize(size_t(st.NL * V));
+        if (st.NL > 0) {
+            KILN_CUDA_RETURN_IF_ERROR(
+                cudaMemcpyAsync(logits_out->data(), logits, size_t(st.NL * V) * 4, cudaMemcpyDeviceToHost, s));
+        }
+        KILN_RETURN_IF_ERROR(stream.synchronize());
+    }
+    return Status::ok();
+}
+
+CudaLlamaModel::CudaLlamaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CudaLlamaModel::~CudaLlamaModel() = default;
+
+const ModelConfig& CudaLlamaModel::config() const {
+    return impl_->config;
+}
+const CudaModelOptions& CudaLlamaModel::options() const {
+    return impl_->options;
+}
+uint64_t CudaLlamaModel::weight_bytes() const {
+    return impl_->weight_bytes;
+}
+
+std::string CudaLlamaModel::describe() const {
+    const Impl& m = *impl_;
+    auto gib = [](double b) { return b / double(1 << 30); };
+    std::ostringstream os;
+    os.precision(3);
+    os << "cuda:" << m.options.device << " " << m.device_name << ": weights " << gib(double(m.weight_bytes)) << " GiB ("
+       << wtype_name(m.layers.empty() ? m.embed.type : m.layers[0].wqkv.type) << "), KV cache "
+       << gib(double(m.kv.bytes())) << " GiB (" << (m.options.kv_f16 ? "f16" : "f32") << ", " << m.options.num_kv_blocks
+       << " blocks of " << m.options.block_size << " tokens), activations " << gib(double(m.arena.bytes())) << " GiB";
+    return os.str();
+}
+
+core::Status CudaLlamaModel::forward_batch(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs,
+                                           std::vector<float>& logits) {
+    return impl_->run(tokens, seqs, &logits, nullptr);
+}
+
+core::Status CudaLlamaModel::forward_batch_greedy(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs,
+                                                  std::vector<int32_t>& ids) {
+    return impl_->run(tokens, seqs, nullptr, &ids);
+}
+
+core::Status CudaLlamaModel::forward(std::span<const int32_t> tokens, int64_t start, bool all_logits,
+                                     std::vector<float>& logits) {
+    const int64_t T = int64_t(tokens.size());
+    if (T == 0) return core::error(StatusCode::kInvalidArgument) << "forward: no tokens";
+    const CudaModelOptions& o = impl_->options;
+    const int64_t chunk = all_logits ? std::min(o.max_batch_tokens, o.max_logits) : o.max_batch_tokens;
+    logits.clear();
+    std::vector<float> part;
+    for (int64_t off = 0; off < T; off += chunk) {
+        const int64_t n = std::min(chunk, T - off);
+        const BatchSeq seq{start + off, n, impl_->own_table, all_logits ? n : (off + n == T ? 1 : 0)};
+        KILN_RETURN_IF_ERROR(
+            impl_->run(tokens.subspan(size_t(off), size_t(n)), std::span<const BatchSeq>(&seq, 1), &part, nullptr));
+        logits.insert(logits.end(), part.begin(), part.end());
+    }
+    return Status::ok();
+}
+
+core::Result<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::create(const Checkpoint& ck,
+                                                                     const CudaModelOptions& options) {
+    const ModelConfig& c = ck.config;
+    const auto& archs = LlamaModel::supported_architectures();
+    if (std::find(archs.begin(), archs.end(), c.arch) == archs.end())
+        return core::error(StatusCode::kUnsupported)
+               << ck.path << ": architecture '" << c.arch << "' is not supported on CUDA";
+    KILN_RETURN_IF_ERROR(c.validate());
+    KILN_RETURN_IF_ERROR(check_checkpoint_tensors(ck));
+    CudaModelOptions o = options;
+    if (o.max_seq_len == 0) o.max_seq_len = c.max_seq_len > 0 ? c.max_seq_len : 2048;
+    if (o.max_batch_tokens < 1 || o.max_seqs < 1 || o.max_logits < 1 || o.block_size < 1 || o.num_kv_blocks < 0 ||
+        o.max_seq_len < 1 || (c.max_seq_len > 0 && o.max_seq_len > c.max_seq_len) ||
+        !(o.gpu_memory_utilization > 0.0 && o.gpu_memory_utilization <= 1.0))
+        return core::error(StatusCode::kInvalidArgument)
+               << "CUDA model options: batch tokens " << o.max_batch_tokens << ", sequences " << o.max_seqs
+               << ", logits " << o.max_logits << ", block size " << o.block_size << ", context " << o.max_seq_len
+               << " (the model's " << c.max_seq_len << "), memory utilization " << o.gpu_memory_utilization
+               << " (0, 1]";
+    const int count = kc::device_count();
+    if (o.device < 0 || o.device >= count)
+        return core::error(StatusCode::kUnsupported)
+               << "CUDA device " << o.device << " does not exist (" << count << " device(s) visible)";
+    KILN_CUDA_RETURN_IF_ERROR(cudaSetDevice(o.device));
+    KILN_ASSIGN_OR_RETURN(kc::DeviceInfo info, kc::device_info(o.device));
+
+    auto m = std::make_unique<Impl>();
+    m->config = c;
+    m->options = o;
+    m->device_name = info.name;
+    m->blocks_per_seq = (o.max_seq_len + o.block_size - 1) / o.block_size;
+    KILN_ASSIGN_OR_RETURN(m->stream, kc::Stream::create());
+    KILN_ASSIGN_OR_RETURN(m->gemm, kc::Gemm::create());
+    KILN_ASSIGN_OR_RETURN(auto rope, rope_params(c, ck.path));
+    const std::vector<double> inv_freq = kernels::ref::rope_inv_freqs(c.head_dim, rope);
+    KILN_ASSIGN_OR_RETURN(m->inv_freq, kc::DeviceBuffer::allocate(inv_freq.size() * sizeof(double)));
+    KILN_RETURN_IF_ERROR(m->inv_freq.copy_from_host(inv_freq.data(), inv_freq.size() * sizeof(double)));
+
+    // Matrices in upload order, each a list of stacked parts.
+    auto t = [&](const std::string& name) { return ck.find(name); };  // present: check_checkpoint_tensors
+    std::vector<std::vector<const TensorRef*>> groups;
+    groups.push_back({t("token_embd.weight")});
+    if (!c.tie_word_embeddings) groups.push_back({t("output.weight")});
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+        const std::string p = "blk." + std::to_string(l) + ".";
+        groups.push_back({t(p + "attn_q.weight"), t(p + "attn_k.weight"), t(p + "attn_v.weight")});
+        groups.push_back({t(p + "attn_output.weight")});
+        groups.push_back({t(p + "ffn_gate.weight"), t(p + "ffn_up.weight")});
+        groups.push_back({t(p + "ffn_down.weight")});
+    }
+    Upload up;
+    up.progress = &o.progress;
+    up.total = device_bytes(groups[0], /*allow_f16=*/false);
+    for (size_t i = 1; i < groups.size(); ++i) up.total += device_bytes(groups[i]);
+    // The embedding table: bf16 rows as stored, anything else in f32 (the lookup kernel's types).
+    KILN_ASSIGN_OR_RETURN(m->embed, upload_matrix(groups[0], up, /*allow_f16=*/false));
+    size_t g = 1;
+    if (!c.tie_word_embeddings) {
+        KILN_ASSIGN_OR_RETURN(m->output, upload_matrix(groups[g++], up));
+    }
+    KILN_ASSIGN_OR_RETURN(m->output_norm, upload_vectors(ck, std::vector<std::string>{"output_norm.weight"}));
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+        const std::string p = "blk." + std::to_string(l) + ".";
+        Impl::Layer L;
+        KILN_ASSIGN_OR_RETURN(L.wqkv, upload_matrix(groups[g++], up));
+        KILN_ASSIGN_OR_RETURN(L.wo, upload_matrix(groups[g++], up));
+        KILN_ASSIGN_OR_RETURN(L.w_gate_up, upload_matrix(groups[g++], up));
+        KILN_ASSIGN_OR_RETURN(L.w_down, upload_matrix(groups[g++], up));
+        KILN_ASSIGN_OR_RETURN(L.attn_norm, upload_vectors(ck, std::vector<std::string>{p + "attn_norm.weight"}));
+        KILN_ASSIGN_OR_RETURN(L.ffn_norm, upload_vectors(ck, std::vector<std::string>{p + "ffn_norm.weight"}));
+        if (c.attention_bias) {
+            KILN_ASSIGN_OR_RETURN(
+                L.bqkv,
+                upload_vectors(ck, std::vector<std::string>{p + "attn_q.bias", p + "attn_k.bias", p + "attn_v.bias"}));
+        }
+        if (c.has_output_bias()) {
+            KILN_ASSIGN_OR_RETURN(L.bo, upload_vectors(ck, std::vector<std::string>{p + "attn_output.bias"}));
+        }
+        if (c.qk_norm) {
+            KILN_ASSIGN_OR_RETURN(L.q_norm, upload_vectors(ck, std::vector<std::string>{p + "attn_q_norm.weight"}));
+            KILN_ASSIGN_OR_RETURN(L.k_norm, upload_vectors(ck, std::vector<std::string>{p + "attn_k_norm.weight"}));
+        }
+        m->layers.push_back(std::move(L));
+    }
+    m->weight_bytes = up.total;
+    KILN_RETURN_IF_ERROR(m->plan_arena());
+    KILN_RETURN_IF_ERROR(m->plan_kv());
+    return std::unique_ptr<CudaLlamaModel>(new CudaLlamaModel(std::move(m)));
+}
+
+}  // namespace kiln::model

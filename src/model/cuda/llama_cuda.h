@@ -1,0 +1,81 @@
+// CudaLlamaModel: the Llama-family forward pass (model/llama.h's LlamaModel, same architectures and
+// arithmetic order) on one CUDA device, for issue "CUDA backend". Weights are uploaded once at
+// create: bf16 and f16 matrices as stored (cuBLASLt GEMMs on tensor cores, f32 accumulation), every
+// other type dequantized to f32 (an f32 GEMM without TF32: the CPU's f32 numerics, for the greedy
+// comparisons with the CPU). Q/K/V and gate/up are each one stacked matrix. Activations are f32 in
+// one arena allocated at create for the largest step (max_batch_tokens tokens, max_seqs sequences,
+// max_logits rows of logits): a step allocates nothing on the device. The paged KV pool lives on the
+// device ([num_blocks, block_size, num_kv_heads, head_dim] per layer for K and V, f16 by default),
+// sized from the memory left after weights and arena under gpu_memory_utilization of the device's
+// total. A step copies its indices to the device in one transfer from pinned memory and waits
+// once, for the logits (or with forward_batch_greedy only the sampled ids) coming back.
+// Attention runs kernels/cuda decode_attention with one query per token (prompt chunks too: no
+// tensor-core prefill kernel yet). Built only with KILN_CUDA; unverified on hardware until a device
+// check has run it (docs/cuda.md).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "model/checkpoint.h"
+#include "model/llama.h"
+
+namespace kiln::model {
+
+struct CudaModelOptions {
+    int device = 0;                       // CUDA device index
+    double gpu_memory_utilization = 0.9;  // share of the device's total memory this model may use
+    int64_t max_batch_tokens = 2048;      // tokens of one forward pass (sizes the activation arena)
+    int64_t max_seqs = 256;               // sequences of one forward pass
+    int64_t max_logits = 256;             // rows of logits one forward pass returns
+    int64_t max_seq_len = 0;              // tokens one sequence may reach; 0: the model's context
+    int64_t block_size = 16;              // tokens per KV block
+    int64_t num_kv_blocks = 0;            // 0: as many as the memory budget holds
+    bool kv_f16 = true;                   // K/V as IEEE half, else f32
+    // Called during the upload with the bytes uploaded so far and the total (weights only).
+    std::function<void(uint64_t done, uint64_t total)> progress;
+};
+
+class CudaLlamaModel {
+public:
+    // kUnsupported without a device or for what LlamaModel does not run; kOutOfMemory (saying how
+    // much was needed) when weights, arena and at least one sequence's KV do not fit the budget;
+    // kInvalidArgument for bad options. The checkpoint is only read during create.
+    static core::Result<std::unique_ptr<CudaLlamaModel>> create(const Checkpoint& checkpoint,
+                                                                const CudaModelOptions& options);
+    ~CudaLlamaModel();
+    CudaLlamaModel(const CudaLlamaModel&) = delete;
+    CudaLlamaModel& operator=(const CudaLlamaModel&) = delete;
+
+    const ModelConfig& config() const;
+    const CudaModelOptions& options() const;  // as resolved at create (max_seq_len, num_kv_blocks set)
+    std::string describe() const;             // device, weight and KV sizes, for the tools' stderr
+    uint64_t weight_bytes() const;
+
+    // LlamaModel::forward_batch's contract over this model's device KV pool: block tables hold
+    // block ids in [0, options().num_kv_blocks). logits is resized to [sum of num_logits, vocab].
+    // kInvalidArgument also for a batch over the create-time limits.
+    core::Status forward_batch(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs,
+                               std::vector<float>& logits);
+    // The same, but only the argmax of each logits row comes back (greedy decoding:
+    // sampling::argmax_lowest_id's rule), ids resized to [sum of num_logits].
+    core::Status forward_batch_greedy(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs,
+                                      std::vector<int32_t>& ids);
+
+    // One sequence kept in blocks 0, 1, 2, ... of the pool (the single-prompt tools): `tokens` at
+    // positions start ..; longer inputs run in chunks of max_batch_tokens. logits: [num_tokens, vocab]
+    // with all_logits, else [1, vocab].
+    core::Status forward(std::span<const int32_t> tokens, int64_t start, bool all_logits, std::vector<float>& logits);
+
+private:
+    struct Impl;
+    explicit CudaLlamaModel(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kiln::model
