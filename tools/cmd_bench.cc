@@ -1,4 +1,5 @@
 // `kiln bench -m MODEL [-p 512] [-n 128] [-d 0] [-t N] [-r 5] [--json]`: llama-bench style throughput
+// on the CPU (with --device cuda[:N]: tools/cmd_bench_cuda.cc, the model on a GPU)
 // (pp: one forward over p prompt tokens; tg: n decode steps of one token each; both after d tokens
 // already in the cache, which an untimed forward puts there: an empty cache by default)
 // reported next to the machine's floors measured in the same run (kernels/roofline: memory read
@@ -84,7 +85,9 @@ constexpr const char* kBenchUsage =
     "  -r, --reps N        timed runs per test (default 5)\n"
     "  --json              print a JSON array, one object per test\n"
     "  --mmap              run from the file mapping instead of a copy in anonymous memory\n"
-    "  --probe-mib N       bandwidth probe buffer in MiB (default 1024, at least 64)\n";
+    "  --probe-mib N       bandwidth probe buffer in MiB (default 1024, at least 64)\n"
+    "  --device D          cpu (default), or cuda / cuda:N: the model on a GPU, a benchmark of its own\n"
+    "                      (kiln bench --device cuda --help; a build with the CUDA backend)\n";
 
 std::optional<int64_t> parse_count(const std::string& s, int64_t lo, int64_t hi) {
     if (s.empty() || s.size() > 12 || s.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
@@ -363,10 +366,12 @@ void print_table(const std::vector<TestResult>& results, const model::Checkpoint
 int cmd_bench(int argc, char** argv) {
     if (argc > 2 && std::strcmp(argv[2], "offline") == 0) return cmd_bench_offline(argc, argv);
     if (argc > 2 && std::strcmp(argv[2], "serve") == 0) return cmd_bench_serve(argc, argv);
+    for (int i = 2; i + 1 < argc; ++i)  // the model on a GPU: tools/cmd_bench_cuda.cc
+        if (std::strcmp(argv[i], "--device") == 0 && std::strcmp(argv[i + 1], "cpu") != 0)
+            return cmd_bench_cuda(argc, argv);
     Args args({"--help", "-h", "--json", "--mmap", "--f32-activations", "--no-pack"},
               {"-m", "--model", "-p", "--n-prompt", "-n", "--n-gen", "-d", "--depth", "-t", "--threads", "-r", "--reps",
-               "--probe-mib",
-               "--isa"});
+               "--probe-mib", "--isa", "--device"});
     if (!args.parse(argc, argv, 2)) {
         std::fprintf(stderr, "kiln bench: %s\n%s", args.error().c_str(), kBenchUsage);
         return 2;

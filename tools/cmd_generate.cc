@@ -31,7 +31,7 @@ namespace {
 
 constexpr const char* kGenerateUsage =
     "usage: kiln generate [-m MODEL] [-p PROMPT] [-n N] [--chat [--system TEXT]] [sampling options]\n"
-    "                     [-t N] [--tokenizer FILE] [--isa ISA] [--f32-activations]\n"
+    "                     [-t N] [--tokenizer FILE] [--isa ISA] [--f32-activations] [--device cuda]\n"
     "\n"
     "Continues PROMPT (default: empty, BOS only) by up to N tokens (default 256), stopping at EOS or\n"
     "a stop string; with --chat, answers PROMPT as the user's message in the model's chat format.\n"
@@ -223,6 +223,7 @@ int cmd_generate(int argc, char** argv) {
         return 1;
     }
     const double load_s = since(t_load);
+    if (engine->model_info().device != "cpu") std::fprintf(stderr, "%s\n", engine->model_info().device.c_str());
     std::vector<int32_t> ids;
     if (!prompt_tokens(args, *engine, ids)) return 1;
     const ModelInfo& info = engine->model_info();

@@ -182,9 +182,10 @@ int cmd_serve(int argc, char** argv) {
     if (signalled) return shut_down(0);  // stopped while loading
     http.set_engine(*engine);
     const ModelInfo& info = engine->model_info();
-    std::fprintf(stderr, "kiln serve: %s (%s, context %lld, %d threads, %s) on http://%s:%d\n", info.path.c_str(),
-                 info.arch.c_str(), (long long)info.max_model_len, info.threads, info.isa.c_str(), sopt.host.c_str(),
-                 http.port());
+    const std::string where =
+        info.device == "cpu" ? std::to_string(info.threads) + " threads, " + info.isa : info.device;
+    std::fprintf(stderr, "kiln serve: %s (%s, context %lld, %s) on http://%s:%d\n", info.path.c_str(),
+                 info.arch.c_str(), (long long)info.max_model_len, where.c_str(), sopt.host.c_str(), http.port());
     std::fflush(stderr);
     shut_down(0, /*stop_now=*/false);  // serves until a signal stops the listener
     if (!listener_ok) {

@@ -12,6 +12,7 @@ int cmd_generate(int argc, char** argv);    // kiln generate -m MODEL [-p PROMPT
 int cmd_perplexity(int argc, char** argv);  // kiln perplexity -m MODEL -f FILE [--ctx N] [-t N]
 int cmd_synth(int argc, char** argv);       // kiln synth --preset NAME --dtype T -o OUT.gguf [--seed S] [--layers N]
 int cmd_bench(int argc, char** argv);       // kiln bench -m MODEL [-p N] [-n N] [-t N] [-r N] [--json]
+int cmd_bench_cuda(int argc, char** argv);  // kiln bench -m MODEL --device cuda[:N] ... (the model on a GPU)
 int cmd_bench_offline(int argc, char** argv);  // kiln bench offline -m MODEL --requests N ... (engine throughput)
 int cmd_bench_serve(int argc, char** argv);    // kiln bench serve --url URL [--requests N] ... (HTTP load generator)
 int cmd_quantize(int argc, char** argv);       // kiln quantize IN OUT --format F ... (compressed-tensors)

@@ -13,17 +13,22 @@ std::set<std::string> engine_flags() {
     return merged({"--no-prefix-cache", "--mmap"}, kSessionFlags);
 }
 std::set<std::string> engine_options() {
-    return merged(
-        {"--kv-cache-gb", "--kv-cache-dtype", "--block-size", "--max-batch-tokens", "--max-seqs", "--max-model-len"},
-        kSessionOptions);
+    return merged({"--kv-cache-gb", "--kv-cache-dtype", "--block-size", "--max-batch-tokens", "--max-seqs",
+                   "--max-model-len", "--device", "--gpu-memory-utilization"},
+                  kSessionOptions);
 }
 
 const char* const kEngineHelp =
     "\n"
     "engine (continuous batching over a paged KV cache, see docs/kv.md):\n"
-    "  --kv-cache-gb G        KV cache budget in GiB (default: a quarter of available memory, at most\n"
-    "                         what --max-seqs full contexts need)\n"
-    "  --kv-cache-dtype T     f32 (default) or f16 (half the memory; K/V rounded to half)\n"
+    "  --device D             cpu (default), or cuda / cuda:N: the model on that GPU (a build with the\n"
+    "                         CUDA backend, preset cuda-release; docs/cuda.md)\n"
+    "  --gpu-memory-utilization U  share of the GPU's memory for weights, activations and KV cache\n"
+    "                         (default 0.9); the KV cache gets what the rest leaves\n"
+    "  --kv-cache-gb G        KV cache budget in GiB on the CPU (default: a quarter of available memory,\n"
+    "                         at most what --max-seqs full contexts need)\n"
+    "  --kv-cache-dtype T     f32 or f16 (half the memory; K/V rounded to half); default f32 on the CPU,\n"
+    "                         f16 on a GPU\n"
     "  --block-size N         tokens per KV block (default 16)\n"
     "  --max-batch-tokens N   tokens per step, decode tokens and prompt chunks together (default 512)\n"
     "  --max-seqs N           sequences per step (default 64)\n"
@@ -31,6 +36,18 @@ const char* const kEngineHelp =
     "  --no-prefix-cache      do not reuse the KV of earlier prompts' common prefixes\n"
     "  --mmap                 run from the file mapping (faster start) instead of a copy of the weights\n"
     "                         in anonymous memory\n";
+
+void print_upload_progress(uint64_t done, uint64_t total) {
+    // every tenth of the way (and the end), on one line
+    static thread_local int last_tenth = -1;
+    const int tenth = total ? int(10 * done / total) : 10;
+    if (done < total && tenth == last_tenth) return;
+    last_tenth = done >= total ? -1 : tenth;
+    std::fprintf(stderr, "\ruploading weights: %3d%% of %.2f GiB", total ? int(100 * done / total) : 100,
+                 double(total) / double(1 << 30));
+    if (done >= total) std::fputc('\n', stderr);
+    std::fflush(stderr);
+}
 
 namespace {
 
@@ -81,6 +98,24 @@ bool parse_engine_options(const Args& args, const char* cmd, EngineOptions& out)
             return false;
         }
         out.kv_cache_dtype = *v;
+    }
+    if (auto v = args.get("--device")) out.device = *v;  // checked by Engine::create
+    if (out.device != "cpu") out.on_load_progress = print_upload_progress;
+    if (auto v = args.get("--gpu-memory-utilization")) {
+        double u = 0;
+        try {
+            size_t used = 0;
+            u = std::stod(*v, &used);
+            if (used != v->size()) u = -1;
+        } catch (...) {
+            u = -1;
+        }
+        if (!(u > 0 && u <= 1)) {
+            std::fprintf(stderr, "kiln %s: --gpu-memory-utilization needs a number in (0, 1], got '%s'\n", cmd,
+                         v->c_str());
+            return false;
+        }
+        out.gpu_memory_utilization = u;
     }
     const struct {
         const char* flag;

@@ -3,6 +3,7 @@
 // --f32-activations) plus the KV cache and batching knobs.
 #pragma once
 
+#include <cstdint>
 #include <set>
 #include <string>
 
@@ -21,5 +22,8 @@ extern const char* const kEngineHelp;  // --help lines of the options below (ses
 // Fills `out` (model path resolved, the default model when -m is absent); false after printing
 // "kiln CMD: <what is wrong>".
 bool parse_engine_options(const Args& args, const char* cmd, EngineOptions& out);
+
+// EngineOptions::on_load_progress of the commands: "uploading weights: NN% of G GiB" on stderr.
+void print_upload_progress(uint64_t done, uint64_t total);
 
 }  // namespace kiln::tools

@@ -1,8 +1,9 @@
 // kiln's GPU benchmarks for the device check (issue "CUDA backend"; scripts/device-check runs it): the
 // device's memory read bandwidth, measured first, then each kernel at llama-3-8b shapes as GB/s
 // against that bandwidth (decode: quantized GEMV, bf16 GEMM at m = 1, split-KV attention) or TFLOP/s
-// (prefill GEMM, m = 2048). Buffers are zero-filled (timing does not depend on the values). One JSON
-// object per line on stdout, a table on stderr. Not a test: nothing here is registered with CTest.
+// (prefill GEMM, m = 2048; prefill attention, beside scripts/sdpa_bench.py's PyTorch figures). Buffers are zero-filled
+// (timing does not depend on the values). One JSON object per line on stdout, a table on stderr. Not a test: nothing
+// here is registered with CTest.
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -112,6 +113,53 @@ Status bench_decode_attention() {
     return Status::ok();
 }
 
+// Prefill attention as the GPU model runs it for now (model/cuda/llama_cuda.cc): one query per prompt
+// token through decode_attention with table_rows, a causal prompt of T tokens of one sequence at
+// llama-3-8b heads. FLOPs counted as the useful causal work, 4 * heads * dim * T (T + 1) / 2, the
+// count scripts/sdpa_bench.py uses for PyTorch's scaled_dot_product_attention on the same shapes.
+Status bench_prefill_attention() {
+    const int64_t heads = 32, kv_heads = 8, dim = 128, block = 16;
+    for (int64_t T : {512, 2048}) {
+        const int64_t blocks = T / block;
+        const size_t pool_bytes = size_t(T * kv_heads * dim) * 2;  // f16
+        KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer k, zeros(pool_bytes));
+        KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer v, zeros(pool_bytes));
+        std::vector<int32_t> table = std::vector<int32_t>(size_t(blocks)), lens = std::vector<int32_t>(size_t(T));
+        for (int64_t i = 0; i < blocks; ++i) table[size_t(i)] = int32_t(i);
+        for (int64_t t = 0; t < T; ++t) lens[size_t(t)] = int32_t(t + 1);
+        const std::vector<int32_t> rows = std::vector<int32_t>(size_t(T), 0);
+        KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer dt, kc::DeviceBuffer::allocate(table.size() * 4));
+        KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer dl, kc::DeviceBuffer::allocate(lens.size() * 4));
+        KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer dr, kc::DeviceBuffer::allocate(rows.size() * 4));
+        KILN_RETURN_IF_ERROR(dt.copy_from_host(table.data(), table.size() * 4));
+        KILN_RETURN_IF_ERROR(dl.copy_from_host(lens.data(), lens.size() * 4));
+        KILN_RETURN_IF_ERROR(dr.copy_from_host(rows.data(), rows.size() * 4));
+        kc::DecodeAttentionBatch b;
+        b.k = k.data();
+        b.v = v.data();
+        b.f16 = true;
+        b.block_size = block;
+        b.block_tables = dt.as<int32_t>();
+        b.max_blocks_per_seq = blocks;
+        b.kv_lens = dl.as<int32_t>();
+        b.table_rows = dr.as<int32_t>();
+        b.num_seqs = T;
+        b.num_heads = heads;
+        b.num_kv_heads = kv_heads;
+        b.head_dim = dim;
+        b.max_kv_len = T;
+        KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer q, zeros(size_t(T * heads * dim) * 4));
+        KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer out, zeros(size_t(T * heads * dim) * 4));
+        KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer ws, zeros(kc::decode_attention_workspace_floats(b) * 4));
+        KILN_ASSIGN_OR_RETURN(const double ms, kc::median_ms([&] {
+                                  return kc::decode_attention(q.as<float>(), b, out.as<float>(), ws.as<float>());
+                              }));
+        report("prefill_attention_f16/32x8x128/causal/T:" + std::to_string(T), ms, 2.0 * double(pool_bytes),
+               4.0 * double(heads * dim) * double(T) * double(T + 1) / 2.0);
+    }
+    return Status::ok();
+}
+
 }  // namespace
 
 int main() {
@@ -136,7 +184,7 @@ int main() {
                  info->name.c_str(), info->sm_major, info->sm_minor, info->num_sms, g_read_gbps);
     std::fprintf(stderr, "| %-44s | %9s | %8s | %6s | %7s |\n|---|---|---|---|---|\n", "bench", "ms", "GB/s", "% bw",
                  "TFLOP/s");
-    for (Status (*b)() : {bench_gemv, bench_gemm, bench_decode_attention}) {
+    for (Status (*b)() : {bench_gemv, bench_gemm, bench_decode_attention, bench_prefill_attention}) {
         const Status st = b();
         if (!st.is_ok()) {
             std::fprintf(stderr, "gpu_bench: %s\n", st.to_string().c_str());

@@ -104,11 +104,16 @@ struct EngineOptions {
     bool mmap_weights = false;           // run from the file mapping (fast start) instead of a copy in anonymous memory
     int64_t kv_cache_bytes = 0;          // 0 = a quarter of available memory, at most what max_seqs full contexts need
     int32_t block_size = 16;             // tokens per KV block
-    std::string kv_cache_dtype = "f32";  // "f32" or "f16" (half the memory; K/V rounded to half once)
+    std::string kv_cache_dtype;          // "f32", "f16" (half the memory; K/V rounded to half once); "" = f32 on
+                                         // the CPU, f16 on a GPU
     int64_t max_batch_tokens = 512;      // tokens per step (decode tokens + prompt chunks)
     int32_t max_seqs = 64;               // sequences per step
     bool prefix_cache = true;
     int64_t max_model_len = 0;  // 0 = the model's context length
+    std::string device = "cpu";  // "cpu", or "cuda" / "cuda:N" (a build with the CUDA backend)
+    double gpu_memory_utilization = 0.9;  // cuda: share of the device's memory for weights, activations, KV
+    // Called while the weights are uploaded to a GPU with the bytes done and the total.
+    std::function<void(uint64_t done, uint64_t total)> on_load_progress;
 };
 
 struct EngineStats {
@@ -128,6 +133,7 @@ struct ModelInfo {
     std::string chat_template;  // "" when the model has none
     int threads = 0;
     std::string isa;
+    std::string device;  // "cpu", or the GPU's description (weights, KV cache, activations)
 };
 
 struct ChatMessage {

@@ -20,6 +20,9 @@
 #include "model/checkpoint.h"
 #include "model/checkpoint_tokenizer.h"
 #include "model/llama.h"
+#ifdef KILN_HAVE_CUDA
+#include "model/cuda/llama_cuda.h"
+#endif
 #include "ops/linear.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -64,11 +67,28 @@ const char* finish_reason_name(FinishReason r) {
     return engine::finish_reason_name(engine::FinishReason(int(r)));
 }
 
+namespace {
+
+// "cpu" -> -1; "cuda" -> 0; "cuda:N" -> N.
+core::Result<int> parse_device(const std::string& d) {
+    if (d.empty() || d == "cpu") return -1;
+    if (d == "cuda") return 0;
+    if (d.rfind("cuda:", 0) == 0 && d.size() > 5 && d.size() <= 8 &&
+        d.find_first_not_of("0123456789", 5) == std::string::npos)
+        return std::stoi(d.substr(5));
+    return core::error(core::StatusCode::kInvalidArgument) << "device must be cpu, cuda or cuda:N, got '" << d << "'";
+}
+
+}  // namespace
+
 struct Engine::Impl {
     model::Checkpoint checkpoint;
     std::unique_ptr<tokenizer::Tokenizer> tokenizer;
     std::unique_ptr<core::ThreadPool> pool;
     std::unique_ptr<model::LlamaModel> model;
+#ifdef KILN_HAVE_CUDA
+    std::unique_ptr<model::CudaLlamaModel> gpu_model;
+#endif
     std::unique_ptr<engine::EngineCore> core;
     ModelInfo info;
 
@@ -132,26 +152,69 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o, Status* status) {
     if (!tok) return fail(tok.status());
     impl->tokenizer = std::move(*tok);
     const int threads = o.threads > 0 ? o.threads : core::ThreadPool::default_num_threads();
-    impl->pool = std::make_unique<core::ThreadPool>(threads);
-    auto m = model::create_model(impl->checkpoint, impl->pool.get(), lo,
-                                 o.mmap_weights ? model::WeightMemory::kFileMapping : model::WeightMemory::kAnonymous);
-    if (!m) return fail(m.status());
-    impl->model = std::move(*m);
+    auto device = parse_device(o.device);
+    if (!device) return fail(device.status());
+    if (!o.kv_cache_dtype.empty() && o.kv_cache_dtype != "f32" && o.kv_cache_dtype != "f16")
+        return fail(core::error(core::StatusCode::kInvalidArgument)
+                    << "KV cache dtype must be f32 or f16, got '" << o.kv_cache_dtype << "'");
     engine::EngineConfig ec;
     ec.kv_cache_bytes = o.kv_cache_bytes;
     ec.block_size = o.block_size;
-    if (o.kv_cache_dtype != "f32" && o.kv_cache_dtype != "f16")
-        return fail(core::error(core::StatusCode::kInvalidArgument)
-                    << "KV cache dtype must be f32 or f16, got '" << o.kv_cache_dtype << "'");
-    ec.kv_f16 = o.kv_cache_dtype == "f16";
+    ec.kv_f16 = o.kv_cache_dtype == "f16" || (o.kv_cache_dtype.empty() && *device >= 0);
     ec.max_batch_tokens = o.max_batch_tokens;
     ec.max_seqs = o.max_seqs;
     ec.prefix_cache = o.prefix_cache;
     ec.max_model_len = o.max_model_len;
-    auto core = engine::EngineCore::create(impl->model.get(), impl->tokenizer.get(), ec);
-    if (!core) return fail(core.status());
-    impl->core = std::move(*core);
-    const model::ModelConfig& c = impl->model->config();
+    const model::ModelConfig* config = nullptr;
+    std::string device_text = "cpu";
+    core::Result<std::unique_ptr<engine::EngineCore>> ecore = core::error(core::StatusCode::kInternal);
+    if (*device < 0) {
+        impl->pool = std::make_unique<core::ThreadPool>(threads);
+        auto m =
+            model::create_model(impl->checkpoint, impl->pool.get(), lo,
+                                o.mmap_weights ? model::WeightMemory::kFileMapping : model::WeightMemory::kAnonymous);
+        if (!m) return fail(m.status());
+        impl->model = std::move(*m);
+        config = &impl->model->config();
+        ecore = engine::EngineCore::create(impl->model.get(), impl->tokenizer.get(), ec);
+    } else {
+#ifdef KILN_HAVE_CUDA
+        if (o.kv_cache_bytes > 0)
+            return fail(core::error(core::StatusCode::kInvalidArgument)
+                        << "on a GPU the KV cache takes what --gpu-memory-utilization leaves: no KV budget in bytes");
+        model::CudaModelOptions co;
+        co.device = *device;
+        co.gpu_memory_utilization = o.gpu_memory_utilization;
+        co.max_batch_tokens = o.max_batch_tokens;
+        co.max_seqs = o.max_seqs;
+        co.max_logits = o.max_seqs;  // one sampled row per sequence and step
+        co.max_seq_len = o.max_model_len;
+        co.block_size = o.block_size;
+        co.kv_f16 = ec.kv_f16;
+        co.progress = o.on_load_progress;
+        auto m = model::CudaLlamaModel::create(impl->checkpoint, co);
+        if (!m) return fail(m.status());
+        impl->gpu_model = std::move(*m);
+        model::CudaLlamaModel* g = impl->gpu_model.get();
+        config = &g->config();
+        device_text = g->describe();
+        engine::PagedModel pm;
+        pm.config = config;
+        pm.num_kv_blocks = g->options().num_kv_blocks;
+        pm.block_size = int32_t(g->options().block_size);
+        pm.forward = [g](std::span<const int32_t> tokens, std::span<const model::BatchSeq> seqs,
+                         std::vector<float>& logits) { return g->forward_batch(tokens, seqs, logits); };
+        ecore = engine::EngineCore::create(std::move(pm), impl->tokenizer.get(), ec);
+#else
+        return fail(core::error(core::StatusCode::kUnsupported)
+                    << "this kiln was built without the CUDA backend: build it with the cuda-release preset "
+                       "(-DKILN_CUDA=ON) to run on "
+                    << o.device);
+#endif
+    }
+    if (!ecore) return fail(ecore.status());
+    impl->core = std::move(*ecore);
+    const model::ModelConfig& c = *config;
     ModelInfo& info = impl->info;
     info.name = c.name;
     info.arch = c.arch;
@@ -164,6 +227,7 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o, Status* status) {
     info.chat_template = impl->tokenizer->chat_template();
     info.threads = threads;
     info.isa = kernels::cpu::isa_name(lo.isa);
+    info.device = device_text;
     Impl* raw = impl.get();
     impl->loop = std::thread([raw] { raw->run(); });
     if (status) *status = {};

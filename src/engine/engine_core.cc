@@ -51,12 +51,8 @@ int64_t default_kv_cache_bytes(int64_t bytes_per_token, int64_t max_seqs, int64_
     return budget;
 }
 
-core::Result<std::unique_ptr<EngineCore>> EngineCore::create(model::LlamaModel* model,
-                                                             const tokenizer::Tokenizer* tokenizer,
-                                                             const EngineConfig& config) {
-    KILN_CHECK(model && tokenizer) << "EngineCore needs a model and a tokenizer";
-    const model::ModelConfig& mc = model->config();
-    EngineConfig c = config;
+// The options every model shares, resolved against the model's config (max_model_len).
+static core::Status check_config(const model::ModelConfig& mc, EngineConfig& c) {
     auto bad = [] { return core::error(core::StatusCode::kInvalidArgument); };
     if (c.block_size <= 0 || c.block_size > 4096)
         return bad() << "--block-size must be in [1, 4096], got " << c.block_size;
@@ -67,6 +63,16 @@ core::Result<std::unique_ptr<EngineCore>> EngineCore::create(model::LlamaModel* 
     if (c.max_model_len == 0) c.max_model_len = mc.max_seq_len > 0 ? mc.max_seq_len : 2048;
     if (mc.max_seq_len > 0 && c.max_model_len > mc.max_seq_len)
         return bad() << "--max-model-len " << c.max_model_len << " exceeds the model's context of " << mc.max_seq_len;
+    return core::Status::ok();
+}
+
+core::Result<std::unique_ptr<EngineCore>> EngineCore::create(model::LlamaModel* model,
+                                                             const tokenizer::Tokenizer* tokenizer,
+                                                             const EngineConfig& config) {
+    KILN_CHECK(model && tokenizer) << "EngineCore needs a model and a tokenizer";
+    const model::ModelConfig& mc = model->config();
+    EngineConfig c = config;
+    KILN_RETURN_IF_ERROR(check_config(mc, c));
     const int64_t elem_bytes = c.kv_f16 ? 2 : 4;
     const int64_t block_bytes = kv::KvStorage::bytes_per_block(mc.num_layers, c.block_size, mc.kv_dim(), elem_bytes);
     if (c.num_kv_blocks == 0) {
@@ -74,15 +80,47 @@ core::Result<std::unique_ptr<EngineCore>> EngineCore::create(model::LlamaModel* 
             c.kv_cache_bytes = default_kv_cache_bytes(block_bytes / c.block_size, c.max_seqs, c.max_model_len);
         c.num_kv_blocks = c.kv_cache_bytes / block_bytes;
         if (c.num_kv_blocks < 1)
-            return bad() << "a KV budget of " << c.kv_cache_bytes << " bytes holds no block of " << block_bytes
-                         << " bytes";
+            return core::error(core::StatusCode::kInvalidArgument)
+                   << "a KV budget of " << c.kv_cache_bytes << " bytes holds no block of " << block_bytes << " bytes";
     }
-    if (c.num_kv_blocks > INT32_MAX / c.block_size) return bad() << "too many KV blocks: " << c.num_kv_blocks;
-    std::unique_ptr<EngineCore> e(new EngineCore());
-    e->model_ = model;
-    e->tokenizer_ = tokenizer;
-    KILN_ASSIGN_OR_RETURN(e->storage_,
+    if (c.num_kv_blocks > INT32_MAX / c.block_size)
+        return core::error(core::StatusCode::kInvalidArgument) << "too many KV blocks: " << c.num_kv_blocks;
+    KILN_ASSIGN_OR_RETURN(std::unique_ptr<kv::KvStorage> storage,
                           kv::KvStorage::create(mc.num_layers, c.num_kv_blocks, c.block_size, mc.kv_dim(), elem_bytes));
+    auto layers = std::make_shared<model::KvLayers>();
+    for (int64_t l = 0; l < mc.num_layers; ++l) {
+        layers->k.push_back(storage->k(l));
+        layers->v.push_back(storage->v(l));
+    }
+    layers->block_size = c.block_size;
+    layers->f16 = c.kv_f16;
+    layers->num_slots = c.num_kv_blocks * c.block_size;
+    PagedModel pm;
+    pm.config = &mc;
+    pm.num_kv_blocks = c.num_kv_blocks;
+    pm.block_size = c.block_size;
+    pm.forward = [model, layers](std::span<const int32_t> tokens, std::span<const model::BatchSeq> seqs,
+                                 std::vector<float>& logits) {
+        return model->forward_batch(tokens, seqs, *layers, logits);
+    };
+    KILN_ASSIGN_OR_RETURN(std::unique_ptr<EngineCore> e, create(std::move(pm), tokenizer, c));
+    e->storage_ = std::move(storage);
+    return e;
+}
+
+core::Result<std::unique_ptr<EngineCore>> EngineCore::create(PagedModel model, const tokenizer::Tokenizer* tokenizer,
+                                                             const EngineConfig& config) {
+    KILN_CHECK(model.config && model.forward && tokenizer) << "EngineCore needs a model and a tokenizer";
+    const model::ModelConfig& mc = *model.config;
+    EngineConfig c = config;
+    c.num_kv_blocks = model.num_kv_blocks;  // the model's pool
+    c.block_size = model.block_size;
+    KILN_RETURN_IF_ERROR(check_config(mc, c));
+    if (c.num_kv_blocks < 1 || c.num_kv_blocks > INT32_MAX / c.block_size)
+        return core::error(core::StatusCode::kInvalidArgument) << "KV pool of " << c.num_kv_blocks << " blocks";
+    std::unique_ptr<EngineCore> e(new EngineCore());
+    e->model_ = std::move(model);
+    e->tokenizer_ = tokenizer;
     sched::SchedulerConfig sc;
     sc.num_blocks = int32_t(c.num_kv_blocks);
     sc.block_size = c.block_size;
@@ -90,13 +128,6 @@ core::Result<std::unique_ptr<EngineCore>> EngineCore::create(model::LlamaModel* 
     sc.max_seqs = c.max_seqs;
     sc.prefix_cache = c.prefix_cache;
     e->scheduler_ = std::make_unique<sched::Scheduler>(sc);
-    for (int64_t l = 0; l < mc.num_layers; ++l) {
-        e->kv_layers_.k.push_back(e->storage_->k(l));
-        e->kv_layers_.v.push_back(e->storage_->v(l));
-    }
-    e->kv_layers_.block_size = c.block_size;
-    e->kv_layers_.f16 = c.kv_f16;
-    e->kv_layers_.num_slots = c.num_kv_blocks * c.block_size;
     if (tokenizer->eos_id() >= 0) e->eos_ids_.push_back(tokenizer->eos_id());
     for (int64_t id : mc.eos_token_ids)
         if (id >= 0 && std::find(e->eos_ids_.begin(), e->eos_ids_.end(), int32_t(id)) == e->eos_ids_.end())
@@ -107,7 +138,7 @@ core::Result<std::unique_ptr<EngineCore>> EngineCore::create(model::LlamaModel* 
 }
 
 core::Status EngineCore::add(int64_t id, Request request) {
-    const int64_t vocab = model_->config().vocab_size;
+    const int64_t vocab = model_.config->vocab_size;
     if (requests_.count(id))
         return core::error(core::StatusCode::kInvalidArgument) << "request id " << id << " is in use";
     if (request.prompt.empty()) return core::error(core::StatusCode::kInvalidArgument) << "the prompt has no tokens";
@@ -198,13 +229,13 @@ bool EngineCore::step() {
     }
     const auto t1 = Clock::now();
     stats_.schedule_seconds += std::chrono::duration<double>(t1 - t0).count();
-    if (core::Status st = model_->forward_batch(tokens_, seqs_, kv_layers_, logits_); !st.is_ok()) {
+    if (core::Status st = model_.forward(tokens_, seqs_, logits_); !st.is_ok()) {
         fail_batch(batch, st);
         return true;
     }
     const auto t2 = Clock::now();
     stats_.forward_seconds += std::chrono::duration<double>(t2 - t1).count();
-    const int64_t vocab = model_->config().vocab_size;
+    const int64_t vocab = model_.config->vocab_size;
     sampled_.clear();
     std::vector<std::pair<size_t, std::vector<float>>> raw;       // (index into sampled_, logits) when asked
     std::vector<std::pair<size_t, sampling::TokenLogprobs>> lps;  // (index into sampled_, logprobs) when asked

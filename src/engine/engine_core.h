@@ -1,11 +1,10 @@
 // EngineCore: the serving engine's step loop, single-threaded and deterministic (kiln::Engine in
 // include/kiln/engine.h runs it on its own thread). One step = schedule (sched::Scheduler:
-// continuous batching, chunked prefill, prefix cache, preemption) -> one LlamaModel::forward_batch
-// over the paged KV cache -> sample every sequence that reached its last token -> detokenize, check
-// stops -> report to each request's callback; finished and aborted requests free their blocks at
-// once.
-// Invariants: a request's tokens and text depend only on its prompt and params (batch invariance of
-// forward_batch; one Sampler per request, called once per generated token); every callback of a
+// continuous batching, chunked prefill, prefix cache, preemption) -> one forward_batch of the model
+// (LlamaModel over a host pool, or a PagedModel such as the GPU model) over the paged KV cache -> sample every sequence
+// that reached its last token -> detokenize, check stops -> report to each request's callback; finished and aborted
+// requests free their blocks at once. Invariants: a request's tokens and text depend only on its prompt and params
+// (batch invariance of forward_batch; one Sampler per request, called once per generated token); every callback of a
 // request runs on the thread calling step() / abort(), the last one with finished = true, exactly once.
 #pragma once
 
@@ -15,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -79,11 +79,28 @@ struct EngineStats {
 // sequences of max_model_len tokens need.
 int64_t default_kv_cache_bytes(int64_t bytes_per_token, int64_t max_seqs, int64_t max_model_len);
 
+// A model that keeps its own paged KV pool (model::CudaLlamaModel on a GPU): the engine hands out
+// block ids in [0, num_kv_blocks) of that pool and calls `forward` once per step
+// (LlamaModel::forward_batch's contract, K/V inside the model).
+struct PagedModel {
+    const model::ModelConfig* config = nullptr;
+    int64_t num_kv_blocks = 0;
+    int32_t block_size = 0;
+    std::function<core::Status(std::span<const int32_t> tokens, std::span<const model::BatchSeq> seqs,
+                               std::vector<float>& logits)>
+        forward;
+};
+
 class EngineCore {
 public:
-    // The model, tokenizer and pool must outlive the core. kInvalidArgument for a bad config.
+    // The model, tokenizer and pool must outlive the core. kInvalidArgument for a bad config. The
+    // K/V pool (host memory) is sized from config (num_kv_blocks, kv_cache_bytes) and owned by the core.
     static core::Result<std::unique_ptr<EngineCore>> create(model::LlamaModel* model,
                                                             const tokenizer::Tokenizer* tokenizer,
+                                                            const EngineConfig& config);
+    // Over a model with its own pool: config's num_kv_blocks, kv_cache_bytes, kv_f16 and block_size
+    // are the model's (block_size overridden by model.block_size).
+    static core::Result<std::unique_ptr<EngineCore>> create(PagedModel model, const tokenizer::Tokenizer* tokenizer,
                                                             const EngineConfig& config);
     // Queues a request under `id` (unique, caller-chosen). kInvalidArgument (nothing queued, no
     // callback) for a duplicate id, an empty prompt, bad params, or a prompt + max_tokens beyond
@@ -112,12 +129,11 @@ private:
     void finish(int64_t id, Live& live, FinishReason reason, StepOutput& out);
     void fail_batch(const sched::ScheduledBatch& batch, const core::Status& st);
 
-    model::LlamaModel* model_ = nullptr;
+    PagedModel model_;
     const tokenizer::Tokenizer* tokenizer_ = nullptr;
     EngineConfig config_;
-    std::unique_ptr<kv::KvStorage> storage_;
+    std::unique_ptr<kv::KvStorage> storage_;  // the CPU model's pool (model_.forward points into it)
     std::unique_ptr<sched::Scheduler> scheduler_;
-    model::KvLayers kv_layers_;
     std::map<int64_t, Live> requests_;
     std::vector<int32_t> eos_ids_;
     // Step buffers, reused.

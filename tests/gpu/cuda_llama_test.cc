@@ -206,6 +206,7 @@ TEST(CudaLlama, RaggedBatchEqualsEachSequenceAlone) {
     ASSERT_TRUE((*m)->forward_batch(d, std::span(&p3, 1), p_decode).is_ok());
     // Now the same work as one batch on fresh blocks: a's prefix rewritten first (chunk 1 alone),
     // then [a's last 3 | p | p's decode token] together.
+    const std::vector<int32_t> alone_table2 = tables[2];  // p3 points into tables[2]: keep a copy
     tables = {{blocks[9], blocks[10], blocks[11]},
               {blocks[12], blocks[13], blocks[14]},
               {blocks[15], blocks[16], blocks[17]}};
@@ -242,7 +243,8 @@ TEST(CudaLlama, RaggedBatchEqualsEachSequenceAlone) {
     const std::vector<int32_t> bad_table = {int32_t(o.num_kv_blocks)};
     const BatchSeq bad{0, 1, bad_table, 1};
     EXPECT_EQ((*m)->forward_batch(d, std::span(&bad, 1), ignore).code(), core::StatusCode::kInvalidArgument);
-    EXPECT_TRUE((*m)->forward_batch(d, std::span(&p3, 1), ignore).is_ok());
+    const BatchSeq p4{5, 1, alone_table2, 1};
+    EXPECT_TRUE((*m)->forward_batch(d, std::span(&p4, 1), ignore).is_ok());
 }
 
 TEST(CudaLlama, Stories260KGreedyEqualsCpu) {

@@ -59,7 +59,7 @@ TEST(CudaStepKernels, ConvertGatherBiasEmbedding) {
     std::vector<float> x = randn(1000, 1, 3.0f);
     x[0] = 0.0f;
     x[1] = -0.0f;
-    x[2] = 1e-30f;    // subnormal in half
+    x[2] = 1e-30f;    // below half's smallest subnormal: 0
     x[3] = 70000.0f;  // half overflow: inf
     DeviceBuffer dx = upload(x), db = upload(std::vector<uint16_t>(x.size())),
                  dh = upload(std::vector<uint16_t>(x.size()));

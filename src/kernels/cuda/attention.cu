@@ -147,6 +147,17 @@ core::Status launch(const float* q, const DecodeAttentionBatch& b, float* out, f
 
 }  // namespace
 
+core::Status decode_attention_supports(int64_t num_heads, int64_t num_kv_heads, int64_t head_dim) {
+    if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0 || num_heads / num_kv_heads > kMaxGroup)
+        return core::error(core::StatusCode::kUnsupported)
+               << "decode_attention: " << num_heads << " query heads over " << num_kv_heads << " KV heads (at most "
+               << kMaxGroup << " per KV head are built)";
+    if (head_dim != 8 && head_dim != 16 && head_dim != 32 && head_dim != 64 && head_dim != 128)
+        return core::error(core::StatusCode::kUnsupported)
+               << "decode_attention: head_dim " << head_dim << " (8, 16, 32, 64 and 128 are built)";
+    return core::Status::ok();
+}
+
 size_t decode_attention_workspace_floats(const DecodeAttentionBatch& b) {
     if (b.num_seqs <= 0 || b.num_heads <= 0 || b.head_dim <= 0 || b.max_kv_len <= 0) return 0;
     return size_t(b.num_seqs * num_splits(b) * b.num_heads * (b.head_dim + 1));
@@ -166,6 +177,9 @@ core::Status decode_attention(const float* q, const DecodeAttentionBatch& b, flo
     if (b.num_seqs == 0) return core::Status::ok();
     if (!q || !out || !workspace || !b.k || !b.v || !b.block_tables || !b.kv_lens)
         return core::error(core::StatusCode::kInvalidArgument) << "decode_attention: null pointer";
+    if (b.num_seqs > 65535)
+        return core::error(core::StatusCode::kInvalidArgument)
+               << "decode_attention: " << b.num_seqs << " queries in one launch (at most 65535)";
     if (num_splits(b) > 65535)
         return core::error(core::StatusCode::kInvalidArgument)
                << "decode_attention: max_kv_len " << b.max_kv_len << " too long";

@@ -35,11 +35,16 @@ struct DecodeAttentionBatch {
     int64_t max_kv_len = 0;  // >= every kv_lens[i]: sizes the split grid (host-known bound)
 };
 
+// ok when decode_attention runs these heads (head_dim 8, 16, 32, 64 or 128; at most 16 query heads
+// per KV head), else kUnsupported saying what is built: for a model's load-time check.
+core::Status decode_attention_supports(int64_t num_heads, int64_t num_kv_heads, int64_t head_dim);
+
 // Floats of workspace decode_attention needs for this batch.
 size_t decode_attention_workspace_floats(const DecodeAttentionBatch& b);
 
 // out [num_seqs, num_heads, head_dim] = softmax(q k^T / sqrt(head_dim)) v for q of the same shape
 // (f32). head_dim 8, 16, 32, 64 or 128 and num_heads / num_kv_heads <= 16 (else kUnsupported);
+// num_seqs <= 65535 (one grid dimension);
 // kInvalidArgument on other bad shapes or null pointers.
 core::Status decode_attention(const float* q, const DecodeAttentionBatch& b, float* out, float* workspace,
                               cudaStream_t stream = nullptr);

@@ -130,6 +130,12 @@ size_t align16(size_t n) {
     return (n + 15) / 16 * 16;
 }
 
+// Arena buffers start 256-byte aligned: cuBLASLt's heuristic assumes that of its operands unless
+// told otherwise.
+size_t align256(size_t n) {
+    return (n + 255) / 256 * 256;
+}
+
 // Where a step's indices lie in the staging buffers (pinned host and device, same offsets).
 struct StageLayout {
     size_t tokens = 0, positions = 0, kv_lens = 0, table_rows = 0, logit_rows = 0, slots = 0, tables = 0, end = 0;
@@ -167,8 +173,9 @@ struct CudaLlamaModel::Impl {
     };
     // Device pointers of one step's indices (inside stage_dev).
     struct Step {
-        const int32_t *tokens, *positions, *kv_lens, *table_rows, *logit_rows, *tables;
-        const int64_t* slots;
+        const int32_t *tokens = nullptr, *positions = nullptr, *kv_lens = nullptr, *table_rows = nullptr,
+                      *logit_rows = nullptr, *tables = nullptr;
+        const int64_t* slots = nullptr;
         int64_t T = 0, NL = 0, blocks_per_seq = 0, max_kv_len = 0;
     };
 
@@ -195,6 +202,7 @@ struct CudaLlamaModel::Impl {
     kc::PinnedBuffer stage_host, ids_host;
     std::vector<int32_t> own_table;  // 0, 1, 2, ...: forward()'s one sequence
 
+    ~Impl() { (void)cudaSetDevice(options.device); }  // the members free their memory on that device
     const DevMatrix& lm_head() const { return output.rows ? output : embed; }
     Status plan_arena();
     Status plan_kv();
@@ -227,14 +235,14 @@ Status CudaLlamaModel::Impl::plan_arena() {
                              attn_ws_rows * size_t(head_floats)};
     float** ptrs[] = {&x, &xn, &qkv, &q, &att, &o, &gate_up, &act, &logits, &attn_ws};
     size_t total = 0;
-    for (size_t n : floats) total += align16(n * 4);
-    const size_t x16_bytes = align16(size_t(std::max(std::max(T, NL) * std::max({H, Q, F}), int64_t(1))) * 2);
-    const size_t ids_bytes = align16(size_t(NL) * 4);
+    for (size_t n : floats) total += align256(n * 4);
+    const size_t x16_bytes = align256(size_t(std::max(std::max(T, NL) * std::max({H, Q, F}), int64_t(1))) * 2);
+    const size_t ids_bytes = align256(size_t(NL) * 4);
     KILN_ASSIGN_OR_RETURN(arena, kc::DeviceBuffer::allocate(total + x16_bytes + ids_bytes + stage.end));
     uint8_t* p = arena.as<uint8_t>();
     for (size_t i = 0; i < std::size(floats); ++i) {
         *ptrs[i] = reinterpret_cast<float*>(p);
-        p += align16(floats[i] * 4);
+        p += align256(floats[i] * 4);
     }
     x16 = p;
     p += x16_bytes;
@@ -327,7 +335,7 @@ Status CudaLlamaModel::Impl::layer(int64_t l, const Step& st) {
     KILN_RETURN_IF_ERROR(kc::qkv_rope_kv_write(w, s));
     // One attention query per token, as many per launch as the workspace holds.
     const int64_t splits = (st.max_kv_len + kc::kDecodeSplitKeys - 1) / kc::kDecodeSplitKeys;
-    const int64_t per_launch = std::max<int64_t>(1, int64_t(attn_ws_rows) / splits);
+    const int64_t per_launch = std::clamp<int64_t>(int64_t(attn_ws_rows) / splits, 1, 65535);
     for (int64_t e0 = 0; e0 < T; e0 += per_launch) {
         kc::DecodeAttentionBatch b;
         b.k = k[size_t(l)];
@@ -361,6 +369,8 @@ Status CudaLlamaModel::Impl::run(std::span<const int32_t> tokens, std::span<cons
     const ModelConfig& c = config;
     const int64_t bs = options.block_size;
     KILN_RETURN_IF_ERROR(check_forward_batch(c, tokens, seqs, bs, options.num_kv_blocks * bs));
+    // The calling thread's current device (the serving engine steps on its own thread).
+    KILN_CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device));
     Step st;
     st.T = int64_t(tokens.size());
     const int64_t S = int64_t(seqs.size());
@@ -407,6 +417,12 @@ Status CudaLlamaModel::Impl::run(std::span<const int32_t> tokens, std::span<cons
         }
     }
     cudaStream_t s = stream.get();
+    // Whatever happens below, the step's queued work is waited for before returning: the next step
+    // rewrites the pinned staging buffer the copy reads.
+    struct SyncOnExit {
+        const kc::Stream& stream;
+        ~SyncOnExit() { (void)stream.synchronize(); }
+    } sync_on_exit{stream};
     KILN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(stage_dev, h, lay.end, cudaMemcpyHostToDevice, s));
     auto dev = [&](size_t off) { return reinterpret_cast<const int32_t*>(stage_dev + off); };
     st.tokens = dev(lay.tokens);
@@ -463,6 +479,14 @@ uint64_t CudaLlamaModel::weight_bytes() const {
     return impl_->weight_bytes;
 }
 
+uint64_t CudaLlamaModel::step_weight_bytes() const {
+    const Impl& m = *impl_;
+    uint64_t n = m.lm_head().buf.bytes() + m.embed.buf.bytes() / uint64_t(std::max<int64_t>(m.embed.rows, 1));
+    for (const Impl::Layer& L : m.layers)
+        n += L.wqkv.buf.bytes() + L.wo.buf.bytes() + L.w_gate_up.buf.bytes() + L.w_down.buf.bytes();
+    return n;
+}
+
 std::string CudaLlamaModel::describe() const {
     const Impl& m = *impl_;
     auto gib = [](double b) { return b / double(1 << 30); };
@@ -512,6 +536,10 @@ core::Result<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::create(const Check
                << ck.path << ": architecture '" << c.arch << "' is not supported on CUDA";
     KILN_RETURN_IF_ERROR(c.validate());
     KILN_RETURN_IF_ERROR(check_checkpoint_tensors(ck));
+    if (core::Status st = kc::decode_attention_supports(c.num_heads, c.num_kv_heads, c.head_dim); !st.is_ok())
+        return core::error(StatusCode::kUnsupported) << ck.path << ": not on CUDA yet: " << st.message();
+    if (c.head_dim > 256)
+        return core::error(StatusCode::kUnsupported) << ck.path << ": head_dim " << c.head_dim << " over 256";
     CudaModelOptions o = options;
     if (o.max_seq_len == 0) o.max_seq_len = c.max_seq_len > 0 ? c.max_seq_len : 2048;
     if (o.max_batch_tokens < 1 || o.max_seqs < 1 || o.max_logits < 1 || o.block_size < 1 || o.num_kv_blocks < 0 ||
@@ -590,6 +618,9 @@ core::Result<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::create(const Check
     m->weight_bytes = up.total;
     KILN_RETURN_IF_ERROR(m->plan_arena());
     KILN_RETURN_IF_ERROR(m->plan_kv());
+    // cudaMemcpy from pageable memory may return before the device has the bytes, and the model's
+    // stream does not wait for the legacy stream: wait here, once.
+    KILN_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
     return std::unique_ptr<CudaLlamaModel>(new CudaLlamaModel(std::move(m)));
 }
 

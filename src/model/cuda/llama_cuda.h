@@ -55,7 +55,10 @@ public:
     const ModelConfig& config() const;
     const CudaModelOptions& options() const;  // as resolved at create (max_seq_len, num_kv_blocks set)
     std::string describe() const;             // device, weight and KV sizes, for the tools' stderr
-    uint64_t weight_bytes() const;
+    uint64_t weight_bytes() const;            // on the device
+    // What one decode step reads of the weights: every layer matrix, the output matrix and one
+    // embedding row (norms and biases left out: under 0.1%).
+    uint64_t step_weight_bytes() const;
 
     // LlamaModel::forward_batch's contract over this model's device KV pool: block tables hold
     // block ids in [0, options().num_kv_blocks). logits is resized to [sum of num_logits, vocab].
