@@ -19,6 +19,7 @@
 
 #include "core/thread_pool.h"
 #include "engine/engine_core.h"
+#include "kv/kv_storage.h"
 #include "model/checkpoint.h"
 #include "model/checkpoint_tokenizer.h"
 #include "model/llama.h"
@@ -208,6 +209,60 @@ TEST_P(EngineBatch, BatchedEqualsAlone) {
             EXPECT_GT(stats.num_preemptions, 0) << "the budget forced none";
         }
     }
+}
+
+// The engine over a PagedModel (a model that owns its KV pool: how the GPU model plugs in), here the
+// CPU model over a pool this test owns: the same tokens and logits as the engine's own pool, also
+// with the pool's block size and size taken from the model and small enough to preempt.
+TEST_P(EngineBatch, PagedModelRunsLikeTheEnginesOwnPool) {
+    const std::vector<Spec> specs = make_specs(12, 5);
+    const auto alone = run_alone(specs);
+    const model::ModelConfig& mc = model_->config();
+    const int64_t num_blocks = small_ ? 24 : 12, block_size = 8;  // as the "tiny KV budget" case
+    auto storage = kv::KvStorage::create(mc.num_layers, num_blocks, block_size, mc.kv_dim());
+    ASSERT_TRUE(storage.is_ok()) << storage.status().to_string();
+    model::KvLayers layers;
+    for (int64_t l = 0; l < mc.num_layers; ++l) {
+        layers.k.push_back((*storage)->k(l));
+        layers.v.push_back((*storage)->v(l));
+    }
+    layers.block_size = block_size;
+    layers.num_slots = num_blocks * block_size;
+    PagedModel pm;
+    pm.config = &mc;
+    pm.num_kv_blocks = num_blocks;
+    pm.block_size = int32_t(block_size);
+    int64_t calls = 0;
+    pm.forward = [&](std::span<const int32_t> tokens, std::span<const model::BatchSeq> seqs,
+                     std::vector<float>& logits) {
+        ++calls;
+        return model_->forward_batch(tokens, seqs, layers, logits);
+    };
+    EngineConfig c;
+    c.block_size = 16;         // overridden by the model's 8
+    c.num_kv_blocks = 1000;    // likewise: the model's pool
+    auto core = EngineCore::create(std::move(pm), tok_.get(), c);
+    ASSERT_TRUE(core.is_ok()) << core.status().to_string();
+    EXPECT_EQ((*core)->config().block_size, 8);
+    EXPECT_EQ((*core)->config().num_kv_blocks, num_blocks);
+    std::map<int64_t, Result> out;
+    for (size_t i = 0; i < specs.size(); ++i) add(**core, int64_t(i), specs[i], out);
+    while ((*core)->step()) {
+    }
+    EXPECT_GT(calls, 0);
+    const EngineStats st = (*core)->stats();
+    EXPECT_EQ(st.kv_blocks_total, num_blocks);
+    EXPECT_GT(st.num_preemptions, 0) << "the pool was meant to be small enough to preempt";
+    expect_same(alone, out, "paged model");
+    // A pool the engine cannot use is an error, not a crash.
+    PagedModel empty;
+    empty.config = &mc;
+    empty.block_size = 8;
+    empty.forward = [](std::span<const int32_t>, std::span<const model::BatchSeq>, std::vector<float>&) {
+        return core::Status::ok();
+    };
+    EXPECT_EQ(EngineCore::create(std::move(empty), tok_.get(), EngineConfig{}).status().code(),
+              core::StatusCode::kInvalidArgument);
 }
 
 TEST_P(EngineBatch, F16KvCacheIsBatchInvariantAndCloseToF32) {
