@@ -2,7 +2,9 @@
 // same pool: GQA groups 1-16, head_dim 8 to 128, f32 and f16 caches, sequences of 1 to ~1000
 // tokens in one batch (splits that are empty for the shorter ones), shuffled block tables, a
 // sliding window; and prompt chunks as one query per token sharing their sequence's block table
-// (table_rows), as the GPU model runs prefill. Without a device only the argument checks run.
+// (table_rows), as the GPU model runs prefill on f32 caches; and the tensor-core prefill kernel
+// (prefill_attention) on ragged prompt chunks over an f16 pool. Without a device only the argument
+// checks run.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +16,7 @@
 #include "gpu/gpu_test_util.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/prefill_attention.h"
 #include "kernels/ref/transformer.h"
 
 namespace kiln::kernels::cuda {
@@ -178,6 +181,113 @@ TEST(CudaAttention, PromptChunksAsQueriesPerToken) {
     std::vector<float> got(q.size());
     ASSERT_TRUE(dout.copy_to_host(got.data(), got.size() * 4).is_ok());
     for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-4f * (1.0f + std::fabs(want[i]))) << i;
+}
+
+TEST(CudaAttention, PrefillArgumentChecks) {
+    EXPECT_TRUE(prefill_attention_supports(32, 8, 128).is_ok());
+    EXPECT_EQ(prefill_attention_supports(32, 8, 96).code(), core::StatusCode::kUnsupported);
+    EXPECT_EQ(prefill_attention_supports(9, 2, 64).code(), core::StatusCode::kUnsupported);
+    PrefillAttentionBatch b;
+    b.num_tiles = 1;
+    b.num_heads = 8;
+    b.num_kv_heads = 2;
+    b.head_dim = 64;
+    b.block_size = 16;
+    b.max_blocks_per_seq = 4;
+    float* p = reinterpret_cast<float*>(16);                                           // never dereferenced
+    EXPECT_EQ(prefill_attention(p, b, p).code(), core::StatusCode::kInvalidArgument);  // null pool and indices
+    b.block_size = 0;
+    EXPECT_EQ(prefill_attention(p, b, p).code(), core::StatusCode::kInvalidArgument);
+}
+
+// Ragged prompt chunks (a fresh 37-token prompt, a 130-token chunk on top of a 100-token prefix, an
+// exact 64-token tile, a single token) over shuffled f16 blocks, against kernels/ref attention per
+// query on the same halves. The kernel rounds q and the probabilities to f16: a layout or masking
+// error is off by O(1), rounding by about 1e-3.
+TEST(CudaAttention, PrefillMatchesReference) {
+    if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    struct Heads {
+        int64_t heads, kv_heads, dim;
+    };
+    struct Seq {
+        int32_t start, num_queries;
+    };
+    const std::vector<Seq> seqs = {{0, 37}, {100, 130}, {0, 64}, {250, 1}};
+    std::mt19937 rng(21);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    const int64_t bs = 16, max_blocks = 16;  // 256 tokens per sequence at most
+    for (const Heads h : {Heads{8, 2, 64}, Heads{32, 8, 128}, Heads{4, 4, 128}}) {
+        for (int64_t window : {0, 50}) {
+            const int64_t num_seqs = int64_t(seqs.size()), num_blocks = num_seqs * max_blocks;
+            const int64_t row = h.kv_heads * h.dim;
+            std::vector<uint16_t> kh(size_t(num_blocks * bs * row)), vh(kh.size());
+            for (uint16_t& x : kh) x = core::f32_to_fp16(dist(rng));
+            for (uint16_t& x : vh) x = core::f32_to_fp16(dist(rng));
+            std::vector<int32_t> perm = std::vector<int32_t>(size_t(num_blocks));
+            for (int64_t i = 0; i < num_blocks; ++i) perm[size_t(i)] = int32_t(i);
+            std::shuffle(perm.begin(), perm.end(), rng);
+            std::vector<int32_t> q_starts, pos0, nq, tile_seqs, tile_q0;
+            int32_t rows = 0;
+            for (int32_t s = 0; s < int32_t(num_seqs); ++s) {
+                q_starts.push_back(rows);
+                pos0.push_back(seqs[size_t(s)].start);
+                nq.push_back(seqs[size_t(s)].num_queries);
+                for (int32_t t0 = 0; t0 < seqs[size_t(s)].num_queries; t0 += int32_t(kPrefillTileQueries)) {
+                    tile_seqs.push_back(s);
+                    tile_q0.push_back(t0);
+                }
+                rows += seqs[size_t(s)].num_queries;
+            }
+            const int64_t T = rows, width = h.heads * h.dim;
+            std::vector<float> q(size_t(T * width)), want(q.size());
+            for (float& x : q) x = dist(rng);
+            for (int64_t s = 0; s < num_seqs; ++s)
+                for (int64_t t = 0; t < nq[size_t(s)]; ++t) {
+                    ref::KvSpan kv;
+                    kv.k = kh.data();
+                    kv.v = vh.data();
+                    kv.f16 = true;
+                    kv.kv_len = pos0[size_t(s)] + t + 1;
+                    kv.block_table = perm.data() + s * max_blocks;
+                    kv.block_size = bs;
+                    const ref::AttentionShape shape{1, h.heads, h.kv_heads, h.dim, window};
+                    const int64_t r = q_starts[size_t(s)] + t;
+                    ref::attention(q.data() + r * width, kv, shape, want.data() + r * width);
+                }
+            DeviceBuffer dk = upload(kh), dv = upload(vh), dq = upload(q), dt = upload(perm);
+            DeviceBuffer dqs = upload(q_starts), dp = upload(pos0), dn = upload(nq), dts = upload(tile_seqs),
+                         dtq = upload(tile_q0);
+            PrefillAttentionBatch b;
+            b.k = dk.data();
+            b.v = dv.data();
+            b.block_size = bs;
+            b.block_tables = dt.as<int32_t>();
+            b.max_blocks_per_seq = max_blocks;
+            b.q_starts = dqs.as<int32_t>();
+            b.positions0 = dp.as<int32_t>();
+            b.num_queries = dn.as<int32_t>();
+            b.tile_seqs = dts.as<int32_t>();
+            b.tile_q0 = dtq.as<int32_t>();
+            b.num_tiles = int64_t(tile_seqs.size());
+            b.num_heads = h.heads;
+            b.num_kv_heads = h.kv_heads;
+            b.head_dim = h.dim;
+            b.window = window;
+            DeviceBuffer dout = upload(std::vector<float>(q.size(), NAN));
+            const core::Status st = prefill_attention(dq.as<float>(), b, dout.as<float>());
+            ASSERT_TRUE(st.is_ok()) << st.to_string();
+            std::vector<float> got(q.size());
+            ASSERT_TRUE(dout.copy_to_host(got.data(), got.size() * 4).is_ok());
+            double sq = 0;
+            for (size_t i = 0; i < got.size(); ++i) {
+                ASSERT_NEAR(got[i], want[i], 2e-2f * (1.0f + std::fabs(want[i])))
+                    << "heads " << h.heads << "/" << h.kv_heads << " dim " << h.dim << " window " << window
+                    << " at row " << i / size_t(width);
+                sq += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+            }
+            EXPECT_LT(std::sqrt(sq / double(got.size())), 3e-3) << "RMS error, dim " << h.dim;
+        }
+    }
 }
 
 }  // namespace

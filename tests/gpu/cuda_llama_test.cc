@@ -247,6 +247,36 @@ TEST(CudaLlama, RaggedBatchEqualsEachSequenceAlone) {
     EXPECT_TRUE((*m)->forward_batch(d, std::span(&p4, 1), ignore).is_ok());
 }
 
+// f16 K/V with prompt chunks on tensor cores (prefill_attention: q and the probabilities in f16)
+// against the CPU's f32 forward pass and against the same GPU model with one split-KV query per
+// token; prompts longer than a step run in chunks on top of their cached prefix (positions0 > 0).
+TEST(CudaLlama, TensorCorePrefillIsCloseToExact) {
+    if (!have_device()) GTEST_SKIP() << "no CUDA device";
+    ModelConfig c = test::tiny_config("llama");
+    c.hidden_size = 256;
+    c.num_heads = 4;
+    c.num_kv_heads = 2;
+    c.head_dim = 64;  // a head the tensor-core kernel is built for
+    c.intermediate_size = 512;
+    c.max_seq_len = 512;
+    test::RandomCheckpoint b;
+    b.build(c, DType::kF32, DType::kF32);
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 300; ++i) prompt.push_back(int32_t((i * 37 + 11) % c.vocab_size));
+    const GreedyRun cpu = run_cpu(b.ck, prompt, 4);
+    CudaModelOptions o = small_options();
+    o.max_batch_tokens = 128;  // 300 tokens: chunks of 128, 128, 44
+    o.max_logits = 128;
+    o.max_seq_len = 512;
+    o.kv_f16 = true;
+    const GreedyRun tc = run_gpu(b.ck, prompt, 4, o);
+    o.tensor_core_prefill = false;
+    const GreedyRun split = run_gpu(b.ck, prompt, 4, o);
+    expect_same_run(split, cpu, 5e-3, false, "f16 K/V, split-KV prefill vs CPU f32");
+    expect_same_run(tc, split, 2e-2, false, "tensor-core prefill vs split-KV prefill");
+    expect_same_run(tc, cpu, 2e-2, false, "tensor-core prefill vs CPU f32");
+}
+
 TEST(CudaLlama, Stories260KGreedyEqualsCpu) {
     const std::string path = test::testdata("models/stories260K/stories260K.bin");
     if (!test::file_exists(path)) GTEST_SKIP() << "no test data";

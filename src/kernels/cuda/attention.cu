@@ -45,7 +45,8 @@ __global__ void __launch_bounds__(kWarps * 32) decode_split_kernel(const float* 
     __shared__ float m_w[kWarps][kMaxGroup], l_w[kWarps][kMaxGroup];
     __shared__ float acc_w[kWarps][kMaxGroup][D];
     float qr[kMaxGroup][E], m[kMaxGroup], l[kMaxGroup], acc[kMaxGroup][E];
-    const float* qs = q + (seq * b.num_heads + kvh * group) * D;  // [group, D]
+    const int64_t qrow = b.q_rows ? b.q_rows[seq] : seq;
+    const float* qs = q + (qrow * b.num_heads + kvh * group) * D;  // [group, D]
     for (int g = 0; g < group; ++g) {
         for (int e = 0; e < E; ++e) {
             qr[g][e] = lane + 32 * e < D ? qs[g * D + lane + 32 * e] * scale : 0.0f;
@@ -107,8 +108,8 @@ __global__ void __launch_bounds__(kWarps * 32) decode_split_kernel(const float* 
 
 template <int D>
 __global__ void decode_merge_kernel(const float* part_o, const float* part_lse, int64_t splits, int64_t num_heads,
-                                    float* out) {
-    const int64_t seq = blockIdx.x, h = blockIdx.y;
+                                    const int32_t* q_rows, float* out) {
+    const int64_t seq = blockIdx.x, h = blockIdx.y, orow = q_rows ? q_rows[seq] : seq;
     for (int d = threadIdx.x; d < D; d += blockDim.x) {
         float mx = -INFINITY;
         for (int64_t s = 0; s < splits; ++s) mx = fmaxf(mx, part_lse[(seq * splits + s) * num_heads + h]);
@@ -123,7 +124,7 @@ __global__ void decode_merge_kernel(const float* part_o, const float* part_lse, 
                 o += w * part_o[row * D + d];
             }
         }
-        out[(seq * num_heads + h) * D + d] = w_sum > 0.0f ? o / w_sum : 0.0f;
+        out[(orow * num_heads + h) * D + d] = w_sum > 0.0f ? o / w_sum : 0.0f;
     }
 }
 
@@ -141,7 +142,7 @@ core::Status launch(const float* q, const DecodeAttentionBatch& b, float* out, f
         <<<grid, kWarps * 32, 0, stream>>>(q, b, int(b.num_heads / b.num_kv_heads), splits, part_o, part_lse);
     KILN_RETURN_IF_ERROR(launch_status("decode_split_kernel"));
     decode_merge_kernel<D><<<dim3(unsigned(b.num_seqs), unsigned(b.num_heads)), D, 0, stream>>>(
-        part_o, part_lse, splits, b.num_heads, out);
+        part_o, part_lse, splits, b.num_heads, b.q_rows, out);
     return launch_status("decode_merge_kernel");
 }
 

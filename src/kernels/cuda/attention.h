@@ -30,6 +30,9 @@ struct DecodeAttentionBatch {
     // prompt chunk runs as one query per token: its kv_len is the token's position + 1 and every
     // token of a sequence shares that sequence's row (causal attention over the paged cache).
     const int32_t* table_rows = nullptr;
+    // [num_seqs] the row of q and out each query reads and writes, or null (query i: row i). With
+    // it the decode tokens of a batch whose prompt chunks go to prefill_attention run in one launch.
+    const int32_t* q_rows = nullptr;
     int64_t num_seqs = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
     int64_t window = 0;      // sliding window (pos - window < j <= pos); 0 = full causal
     int64_t max_kv_len = 0;  // >= every kv_lens[i]: sizes the split grid (host-known bound)
@@ -43,6 +46,7 @@ core::Status decode_attention_supports(int64_t num_heads, int64_t num_kv_heads, 
 size_t decode_attention_workspace_floats(const DecodeAttentionBatch& b);
 
 // out [num_seqs, num_heads, head_dim] = softmax(q k^T / sqrt(head_dim)) v for q of the same shape
+// (with q_rows: rows q_rows[i] of q and out, which may hold more rows)
 // (f32). head_dim 8, 16, 32, 64 or 128 and num_heads / num_kv_heads <= 16 (else kUnsupported);
 // num_seqs <= 65535 (one grid dimension);
 // kInvalidArgument on other bad shapes or null pointers.

@@ -19,8 +19,10 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/kv_write.h"
 #include "kernels/cuda/norm.h"
+#include "kernels/cuda/prefill_attention.h"
 #include "kernels/ref/dequant.h"
 #include "kernels/ref/transformer.h"
+#include "model/step_indices.h"
 
 namespace kiln::model {
 namespace {
@@ -136,30 +138,6 @@ size_t align256(size_t n) {
     return (n + 255) / 256 * 256;
 }
 
-// Where a step's indices lie in the staging buffers (pinned host and device, same offsets).
-struct StageLayout {
-    size_t tokens = 0, positions = 0, kv_lens = 0, table_rows = 0, logit_rows = 0, slots = 0, tables = 0, end = 0;
-};
-
-StageLayout stage_layout(int64_t T, int64_t NL, int64_t S, int64_t blocks_per_seq) {
-    StageLayout l;
-    size_t off = 0;
-    auto take = [&](size_t bytes) {
-        const size_t at = off;
-        off = align16(off + bytes);
-        return at;
-    };
-    l.tokens = take(size_t(T) * 4);                   // int32 [T]
-    l.positions = take(size_t(T) * 4);                // int32 [T]
-    l.kv_lens = take(size_t(T) * 4);                  // int32 [T]: position + 1 (one attention query per token)
-    l.table_rows = take(size_t(T) * 4);               // int32 [T]: the token's sequence
-    l.logit_rows = take(size_t(NL) * 4);              // int32 [NL]: rows of x that get logits
-    l.slots = take(size_t(T) * 8);                    // int64 [T]: K/V row of each token
-    l.tables = take(size_t(S * blocks_per_seq) * 4);  // int32 [S, blocks_per_seq]
-    l.end = off;
-    return l;
-}
-
 constexpr size_t kAttnWorkspaceBudget = size_t(256) << 20;  // bytes; more keys run in more launches
 
 }  // namespace
@@ -171,12 +149,11 @@ struct CudaLlamaModel::Impl {
         kc::DeviceBuffer bqkv, bo;              // [Q + 2 KV], [H]; empty when absent
         kc::DeviceBuffer q_norm, k_norm;        // [head_dim]; empty when absent
     };
-    // Device pointers of one step's indices (inside stage_dev).
+    // One step's indices (model/step_indices.h) and where they are on the device (inside stage_dev).
     struct Step {
-        const int32_t *tokens = nullptr, *positions = nullptr, *kv_lens = nullptr, *table_rows = nullptr,
-                      *logit_rows = nullptr, *tables = nullptr;
-        const int64_t* slots = nullptr;
-        int64_t T = 0, NL = 0, blocks_per_seq = 0, max_kv_len = 0;
+        StepIndices ix;
+        const uint8_t* dev = nullptr;
+        const int32_t* i32(size_t off) const { return reinterpret_cast<const int32_t*>(dev + off); }
     };
 
     ModelConfig config;
@@ -198,6 +175,7 @@ struct CudaLlamaModel::Impl {
     void* x16 = nullptr;  // activations rounded to a 16-bit weight type before its GEMM
     int32_t* ids = nullptr;
     uint8_t* stage_dev = nullptr;
+    int64_t tile_queries = 0;  // prefill_attention's tile when prompt chunks can take it (f16 K/V), else 0
     size_t attn_ws_rows = 0;  // of num_heads * (head_dim + 1) floats
     kc::PinnedBuffer stage_host, ids_host;
     std::vector<int32_t> own_table;  // 0, 1, 2, ...: forward()'s one sequence
@@ -208,6 +186,7 @@ struct CudaLlamaModel::Impl {
     Status plan_kv();
     Status gemm_run(const DevMatrix& w, const float* in, int64_t m, float* out);
     Status layer(int64_t l, const Step& s);
+    Status attention(int64_t l, const Step& s);
     Status run(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs, std::vector<float>* logits_out,
                std::vector<int32_t>* ids_out);
 };
@@ -222,7 +201,8 @@ Status CudaLlamaModel::Impl::plan_arena() {
     // one query of max_seq_len keys.
     const int64_t budget_rows = int64_t(kAttnWorkspaceBudget / 4) / head_floats;
     attn_ws_rows = size_t(std::max(max_splits, std::min(max_splits * std::min(options.max_seqs, T), budget_rows)));
-    const StageLayout stage = stage_layout(T, NL, options.max_seqs, blocks_per_seq);
+    const int64_t max_tiles = (T + kc::kPrefillTileQueries - 1) / kc::kPrefillTileQueries + options.max_seqs;
+    const StepIndexLayout stage = step_index_layout(T, options.max_seqs, NL, blocks_per_seq, max_tiles);
     const size_t floats[] = {size_t(T * H),
                              size_t(T * H),
                              size_t(T * (Q + 2 * KV)),
@@ -310,7 +290,7 @@ Status CudaLlamaModel::Impl::layer(int64_t l, const Step& st) {
     const ModelConfig& c = config;
     const Layer& L = layers[size_t(l)];
     cudaStream_t s = stream.get();
-    const int64_t T = st.T, H = c.hidden_size, Q = c.q_dim(), F = c.intermediate_size, D = c.head_dim;
+    const int64_t T = st.ix.num_tokens, H = c.hidden_size, F = c.intermediate_size, D = c.head_dim;
     const float eps = float(c.rms_norm_eps);
     // x += the previous layer's FFN output (none before layer 0), xn = rmsnorm(x).
     KILN_RETURN_IF_ERROR(kc::add_rmsnorm(x, l == 0 ? nullptr : o, fptr(L.attn_norm), xn, T, H, eps, s));
@@ -321,8 +301,8 @@ Status CudaLlamaModel::Impl::layer(int64_t l, const Step& st) {
     w.q_norm = fptr(L.q_norm);
     w.k_norm = fptr(L.k_norm);
     w.eps = eps;
-    w.positions = st.positions;
-    w.slots = st.slots;
+    w.positions = st.i32(st.ix.layout.positions);
+    w.slots = reinterpret_cast<const int64_t*>(st.dev + st.ix.layout.slots);
     w.inv_freq = inv_freq.as<double>();
     w.q_out = q;
     w.k_cache = k[size_t(l)];
@@ -333,27 +313,7 @@ Status CudaLlamaModel::Impl::layer(int64_t l, const Step& st) {
     w.num_kv_heads = c.num_kv_heads;
     w.head_dim = D;
     KILN_RETURN_IF_ERROR(kc::qkv_rope_kv_write(w, s));
-    // One attention query per token, as many per launch as the workspace holds.
-    const int64_t splits = (st.max_kv_len + kc::kDecodeSplitKeys - 1) / kc::kDecodeSplitKeys;
-    const int64_t per_launch = std::clamp<int64_t>(int64_t(attn_ws_rows) / splits, 1, 65535);
-    for (int64_t e0 = 0; e0 < T; e0 += per_launch) {
-        kc::DecodeAttentionBatch b;
-        b.k = k[size_t(l)];
-        b.v = v[size_t(l)];
-        b.f16 = options.kv_f16;
-        b.block_size = options.block_size;
-        b.block_tables = st.tables;
-        b.max_blocks_per_seq = st.blocks_per_seq;
-        b.kv_lens = st.kv_lens + e0;
-        b.table_rows = st.table_rows + e0;
-        b.num_seqs = std::min(per_launch, T - e0);
-        b.num_heads = c.num_heads;
-        b.num_kv_heads = c.num_kv_heads;
-        b.head_dim = D;
-        b.window = c.window_for_layer(l);
-        b.max_kv_len = st.max_kv_len;
-        KILN_RETURN_IF_ERROR(kc::decode_attention(q + e0 * Q, b, att + e0 * Q, attn_ws, s));
-    }
+    KILN_RETURN_IF_ERROR(attention(l, st));
     KILN_RETURN_IF_ERROR(gemm_run(L.wo, att, T, o));  // [T, H]
     if (L.bo.bytes()) {
         KILN_RETURN_IF_ERROR(kc::add_bias_rows(o, fptr(L.bo), T, H, s));
@@ -364,6 +324,55 @@ Status CudaLlamaModel::Impl::layer(int64_t l, const Step& st) {
     return gemm_run(L.w_down, act, T, o);  // [T, H]: added to x by the next norm
 }
 
+Status CudaLlamaModel::Impl::attention(int64_t l, const Step& st) {
+    const ModelConfig& c = config;
+    const StepIndices& ix = st.ix;
+    const StepIndexLayout& lay = ix.layout;
+    cudaStream_t s = stream.get();
+    // Split-KV queries (decode tokens; every token when prompt chunks cannot be tiled), as many per
+    // launch as the workspace holds.
+    const int64_t splits = (ix.max_kv_len + kc::kDecodeSplitKeys - 1) / kc::kDecodeSplitKeys;
+    const int64_t per_launch = std::clamp<int64_t>(int64_t(attn_ws_rows) / splits, 1, 65535);
+    for (int64_t e0 = 0; e0 < ix.num_entries; e0 += per_launch) {
+        kc::DecodeAttentionBatch b;
+        b.k = k[size_t(l)];
+        b.v = v[size_t(l)];
+        b.f16 = options.kv_f16;
+        b.block_size = options.block_size;
+        b.block_tables = st.i32(lay.tables);
+        b.max_blocks_per_seq = ix.blocks_per_seq;
+        b.kv_lens = st.i32(lay.entry_lens) + e0;
+        b.table_rows = st.i32(lay.entry_seqs) + e0;
+        b.q_rows = st.i32(lay.entry_rows) + e0;
+        b.num_seqs = std::min(per_launch, ix.num_entries - e0);
+        b.num_heads = c.num_heads;
+        b.num_kv_heads = c.num_kv_heads;
+        b.head_dim = c.head_dim;
+        b.window = c.window_for_layer(l);
+        b.max_kv_len = ix.max_kv_len;
+        KILN_RETURN_IF_ERROR(kc::decode_attention(q, b, att, attn_ws, s));
+    }
+    if (ix.num_tiles == 0) return Status::ok();
+    // Prompt chunks on tensor cores.
+    kc::PrefillAttentionBatch p;
+    p.k = k[size_t(l)];
+    p.v = v[size_t(l)];
+    p.block_size = options.block_size;
+    p.block_tables = st.i32(lay.tables);
+    p.max_blocks_per_seq = ix.blocks_per_seq;
+    p.q_starts = st.i32(lay.seq_q0);
+    p.positions0 = st.i32(lay.seq_pos0);
+    p.num_queries = st.i32(lay.seq_tokens);
+    p.tile_seqs = st.i32(lay.tile_seqs);
+    p.tile_q0 = st.i32(lay.tile_q0);
+    p.num_tiles = ix.num_tiles;
+    p.num_heads = c.num_heads;
+    p.num_kv_heads = c.num_kv_heads;
+    p.head_dim = c.head_dim;
+    p.window = c.window_for_layer(l);
+    return kc::prefill_attention(q, p, att, s);
+}
+
 Status CudaLlamaModel::Impl::run(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs,
                                  std::vector<float>* logits_out, std::vector<int32_t>* ids_out) {
     const ModelConfig& c = config;
@@ -371,51 +380,25 @@ Status CudaLlamaModel::Impl::run(std::span<const int32_t> tokens, std::span<cons
     KILN_RETURN_IF_ERROR(check_forward_batch(c, tokens, seqs, bs, options.num_kv_blocks * bs));
     // The calling thread's current device (the serving engine steps on its own thread).
     KILN_CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device));
-    Step st;
-    st.T = int64_t(tokens.size());
-    const int64_t S = int64_t(seqs.size());
+    const int64_t T = int64_t(tokens.size()), S = int64_t(seqs.size());
+    int64_t NL = 0, longest = 0;
     for (const BatchSeq& q : seqs) {
-        const int64_t len = q.start + q.num_tokens;
-        st.NL += q.num_logits;
-        st.max_kv_len = std::max(st.max_kv_len, len);
-        st.blocks_per_seq = std::max(st.blocks_per_seq, (len + bs - 1) / bs);
+        NL += q.num_logits;
+        longest = std::max(longest, q.start + q.num_tokens);
     }
     auto over = [](const char* what, int64_t n, int64_t limit) -> Status {
         return core::error(StatusCode::kInvalidArgument)
                << "forward: " << n << " " << what << " exceed the " << limit << " this GPU model was created for";
     };
-    if (st.T > options.max_batch_tokens) return over("tokens", st.T, options.max_batch_tokens);
+    if (T > options.max_batch_tokens) return over("tokens", T, options.max_batch_tokens);
     if (S > options.max_seqs) return over("sequences", S, options.max_seqs);
-    if (st.NL > options.max_logits) return over("rows of logits", st.NL, options.max_logits);
-    if (st.max_kv_len > options.max_seq_len) return over("tokens of one sequence", st.max_kv_len, options.max_seq_len);
+    if (NL > options.max_logits) return over("rows of logits", NL, options.max_logits);
+    if (longest > options.max_seq_len) return over("tokens of one sequence", longest, options.max_seq_len);
 
     // The step's indices, built in pinned memory and copied in one transfer.
-    const StageLayout lay = stage_layout(st.T, st.NL, S, st.blocks_per_seq);
-    uint8_t* h = static_cast<uint8_t*>(stage_host.data());
-    auto* tok = reinterpret_cast<int32_t*>(h + lay.tokens);
-    auto* pos = reinterpret_cast<int32_t*>(h + lay.positions);
-    auto* lens = reinterpret_cast<int32_t*>(h + lay.kv_lens);
-    auto* rows = reinterpret_cast<int32_t*>(h + lay.table_rows);
-    auto* lrows = reinterpret_cast<int32_t*>(h + lay.logit_rows);
-    auto* slots = reinterpret_cast<int64_t*>(h + lay.slots);
-    auto* tables = reinterpret_cast<int32_t*>(h + lay.tables);
-    std::copy(tokens.begin(), tokens.end(), tok);
-    int64_t row = 0, out_row = 0;
-    for (int64_t i = 0; i < S; ++i) {
-        const BatchSeq& q = seqs[size_t(i)];
-        const int64_t need = (q.start + q.num_tokens + bs - 1) / bs;
-        int32_t* table = tables + i * st.blocks_per_seq;
-        std::copy_n(q.block_table.data(), need, table);
-        std::fill(table + need, table + st.blocks_per_seq, 0);  // never read: past the sequence's length
-        for (int64_t t = 0; t < q.num_tokens; ++t, ++row) {
-            const int64_t p = q.start + t;
-            pos[row] = int32_t(p);
-            lens[row] = int32_t(p + 1);
-            rows[row] = int32_t(i);
-            slots[row] = int64_t(table[p / bs]) * bs + p % bs;
-            if (t >= q.num_tokens - q.num_logits) lrows[out_row++] = int32_t(row);
-        }
-    }
+    Step st;
+    st.ix = build_step_indices(tokens, seqs, bs, tile_queries, static_cast<uint8_t*>(stage_host.data()));
+    st.dev = stage_dev;
     cudaStream_t s = stream.get();
     // Whatever happens below, the step's queued work is waited for before returning: the next step
     // rewrites the pinned staging buffer the copy reads.
@@ -423,43 +406,35 @@ Status CudaLlamaModel::Impl::run(std::span<const int32_t> tokens, std::span<cons
         const kc::Stream& stream;
         ~SyncOnExit() { (void)stream.synchronize(); }
     } sync_on_exit{stream};
-    KILN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(stage_dev, h, lay.end, cudaMemcpyHostToDevice, s));
-    auto dev = [&](size_t off) { return reinterpret_cast<const int32_t*>(stage_dev + off); };
-    st.tokens = dev(lay.tokens);
-    st.positions = dev(lay.positions);
-    st.kv_lens = dev(lay.kv_lens);
-    st.table_rows = dev(lay.table_rows);
-    st.logit_rows = dev(lay.logit_rows);
-    st.tables = dev(lay.tables);
-    st.slots = reinterpret_cast<const int64_t*>(stage_dev + lay.slots);
-
+    KILN_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(stage_dev, stage_host.data(), st.ix.layout.end, cudaMemcpyHostToDevice, s));
+    const int32_t* d_tokens = st.i32(st.ix.layout.tokens);
     const int64_t H = c.hidden_size, V = c.vocab_size;
     if (embed.type == WType::kBf16) {
-        KILN_RETURN_IF_ERROR(kc::embedding(embed.buf.as<__nv_bfloat16>(), V, H, st.tokens, st.T, x, s));
+        KILN_RETURN_IF_ERROR(kc::embedding(embed.buf.as<__nv_bfloat16>(), V, H, d_tokens, T, x, s));
     } else {
-        KILN_RETURN_IF_ERROR(kc::embedding(embed.buf.as<float>(), V, H, st.tokens, st.T, x, s));
+        KILN_RETURN_IF_ERROR(kc::embedding(embed.buf.as<float>(), V, H, d_tokens, T, x, s));
     }
     for (int64_t l = 0; l < c.num_layers; ++l) KILN_RETURN_IF_ERROR(layer(l, st));
-    if (st.NL > 0) {
+    if (NL > 0) {
         // x += the last FFN output; the rows that want logits, normed, gathered, projected.
-        KILN_RETURN_IF_ERROR(kc::add_rmsnorm(x, o, fptr(output_norm), xn, st.T, H, float(c.rms_norm_eps), s));
-        KILN_RETURN_IF_ERROR(kc::gather_rows(xn, H, st.logit_rows, st.NL, o, s));
-        KILN_RETURN_IF_ERROR(gemm_run(lm_head(), o, st.NL, logits));  // [NL, V]
+        KILN_RETURN_IF_ERROR(kc::add_rmsnorm(x, o, fptr(output_norm), xn, T, H, float(c.rms_norm_eps), s));
+        KILN_RETURN_IF_ERROR(kc::gather_rows(xn, H, st.i32(st.ix.layout.logit_rows), NL, o, s));
+        KILN_RETURN_IF_ERROR(gemm_run(lm_head(), o, NL, logits));  // [NL, V]
     }
     if (ids_out) {
-        ids_out->resize(size_t(st.NL));
-        if (st.NL > 0) {
-            KILN_RETURN_IF_ERROR(kc::argmax_rows(logits, st.NL, V, ids, s));
-            KILN_CUDA_RETURN_IF_ERROR(
-                cudaMemcpyAsync(ids_host.data(), ids, size_t(st.NL) * 4, cudaMemcpyDeviceToHost, s));
+        ids_out->resize(size_t(NL));
+        if (NL > 0) {
+            KILN_RETURN_IF_ERROR(kc::argmax_rows(logits, NL, V, ids, s));
+            KILN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ids_host.data(), ids, size_t(NL) * 4, cudaMemcpyDeviceToHost, s));
         }
         KILN_RETURN_IF_ERROR(stream.synchronize());
-        std::memcpy(ids_out->data(), ids_host.data(), size_t(st.NL) * 4);
+        std::memcpy(ids_out->data(), ids_host.data(), size_t(NL) * 4);
     } else {
-        logits_out->resize(size_t(st.NL * V));
-        if (st.NL > 0) {
+        logits_out->resize(size_t(NL * V));
+        if (NL > 0) {
             KILN_CUDA_RETURN_IF_ERROR(
-                cudaMemcpyAsync(logits_out->data(), logits, size_t(st.NL * V) * 4, cudaMemcpyDeviceToHost, s));
+                cudaMemcpyAsync(logits_out->data(), logits, size_t(NL * V) * 4, cudaMemcpyDeviceToHost, s));
         }
         KILN_RETURN_IF_ERROR(stream.synchronize());
     }
@@ -562,6 +537,10 @@ core::Result<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::create(const Check
     m->options = o;
     m->device_name = info.name;
     m->blocks_per_seq = (o.max_seq_len + o.block_size - 1) / o.block_size;
+    // Prompt chunks on tensor cores where the kernel is built for the heads and the pool is f16.
+    if (o.tensor_core_prefill && o.kv_f16 &&
+        kc::prefill_attention_supports(c.num_heads, c.num_kv_heads, c.head_dim).is_ok())
+        m->tile_queries = kc::kPrefillTileQueries;
     KILN_ASSIGN_OR_RETURN(m->stream, kc::Stream::create());
     KILN_ASSIGN_OR_RETURN(m->gemm, kc::Gemm::create());
     KILN_ASSIGN_OR_RETURN(auto rope, rope_params(c, ck.path));

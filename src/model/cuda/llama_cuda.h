@@ -9,9 +9,10 @@
 // sized from the memory left after weights and arena under gpu_memory_utilization of the device's
 // total. A step copies its indices to the device in one transfer from pinned memory and waits
 // once, for the logits (or with forward_batch_greedy only the sampled ids) coming back.
-// Attention runs kernels/cuda decode_attention with one query per token (prompt chunks too: no
-// tensor-core prefill kernel yet). Built only with KILN_CUDA; unverified on hardware until a device
-// check has run it (docs/cuda.md).
+// Attention: decode tokens through kernels/cuda decode_attention (split-KV), prompt chunks through
+// prefill_attention (tensor cores) when the pool is f16, else as one split-KV query per token. The
+// step's indices come from model/step_indices.h. Built only with KILN_CUDA; unverified on hardware
+// until a device check has run it (docs/cuda.md).
 #pragma once
 
 #include <cstdint>
@@ -37,6 +38,9 @@ struct CudaModelOptions {
     int64_t block_size = 16;              // tokens per KV block
     int64_t num_kv_blocks = 0;            // 0: as many as the memory budget holds
     bool kv_f16 = true;                   // K/V as IEEE half, else f32
+    // Prompt chunks through kernels/cuda prefill_attention (tensor cores; f16 K/V and head_dim 64 or
+    // 128 only), else one split-KV query per token (exact f32 arithmetic, any built head_dim).
+    bool tensor_core_prefill = true;
     // Called during the upload with the bytes uploaded so far and the total (weights only).
     std::function<void(uint64_t done, uint64_t total)> progress;
 };
