@@ -32,8 +32,9 @@ StepIndexLayout step_index_layout(int64_t T, int64_t S, int64_t NL, int64_t bloc
 }
 
 StepIndices build_step_indices(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs, int64_t bs,
-                               int64_t tile_queries, uint8_t* buf) {
+                               int64_t tile_queries, uint8_t* buf, int64_t min_blocks_per_seq) {
     StepIndices r;
+    r.blocks_per_seq = min_blocks_per_seq;
     r.num_tokens = int64_t(tokens.size());
     r.num_seqs = int64_t(seqs.size());
     for (const BatchSeq& q : seqs) {

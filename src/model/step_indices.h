@@ -51,7 +51,9 @@ StepIndexLayout step_index_layout(int64_t num_tokens, int64_t num_seqs, int64_t 
 // 0). tile_queries > 0: sequences with more than one new token become tiles of that many queries;
 // 0: every token is a split-KV entry. buf must hold step_index_layout(...).end bytes of this step
 // (at most the capacity computed from the create-time limits).
+// min_blocks_per_seq widens the tables' row stride (a CUDA graph's step keeps one layout per batch
+// size whatever the sequences' lengths).
 StepIndices build_step_indices(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs, int64_t block_size,
-                               int64_t tile_queries, uint8_t* buf);
+                               int64_t tile_queries, uint8_t* buf, int64_t min_blocks_per_seq = 0);
 
 }  // namespace kiln::model

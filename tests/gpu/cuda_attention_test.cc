@@ -183,6 +183,60 @@ TEST(CudaAttention, PromptChunksAsQueriesPerToken) {
     for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-4f * (1.0f + std::fabs(want[i]))) << i;
 }
 
+// q_rows: three queries at rows 4, 0 and 2 of a 6-row q / out; the other rows of out stay untouched.
+TEST(CudaAttention, DecodeReadsAndWritesQueryRows) {
+    if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    std::mt19937 rng(8);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    const int64_t heads = 8, kv_heads = 2, dim = 64, bs = 16, blocks = 8, width = heads * dim;
+    std::vector<float> kf(size_t(blocks * bs * kv_heads * dim)), vf(kf.size()), q(size_t(6 * width));
+    for (float& x : kf) x = dist(rng);
+    for (float& x : vf) x = dist(rng);
+    for (float& x : q) x = dist(rng);
+    const std::vector<int32_t> table = {3, 1, 6, 0, 2, 5, 4, 7}, lens = {70, 1, 128}, rows = {4, 0, 2},
+                               seq_rows = {0, 0, 0};
+    std::vector<float> want(q.size(), NAN);
+    for (size_t e = 0; e < 3; ++e) {
+        ref::KvSpan kv;
+        kv.k = kf.data();
+        kv.v = vf.data();
+        kv.kv_len = lens[e];
+        kv.block_table = table.data();
+        kv.block_size = bs;
+        const ref::AttentionShape shape{1, heads, kv_heads, dim, 0};
+        ref::attention(q.data() + rows[e] * width, kv, shape, want.data() + rows[e] * width);
+    }
+    DeviceBuffer dk = upload(kf), dv = upload(vf), dq = upload(q), dt = upload(table), dl = upload(lens),
+                 dr = upload(rows), ds = upload(seq_rows);
+    DecodeAttentionBatch b;
+    b.k = dk.data();
+    b.v = dv.data();
+    b.block_size = bs;
+    b.block_tables = dt.as<int32_t>();
+    b.max_blocks_per_seq = blocks;
+    b.kv_lens = dl.as<int32_t>();
+    b.table_rows = ds.as<int32_t>();
+    b.q_rows = dr.as<int32_t>();
+    b.num_seqs = 3;
+    b.num_heads = heads;
+    b.num_kv_heads = kv_heads;
+    b.head_dim = dim;
+    b.max_kv_len = 128;
+    DeviceBuffer ws = upload(std::vector<float>(decode_attention_workspace_floats(b)));
+    DeviceBuffer dout = upload(std::vector<float>(q.size(), NAN));
+    const core::Status st = decode_attention(dq.as<float>(), b, dout.as<float>(), ws.as<float>());
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    std::vector<float> got(q.size());
+    ASSERT_TRUE(dout.copy_to_host(got.data(), got.size() * 4).is_ok());
+    for (size_t i = 0; i < got.size(); ++i) {
+        if (std::isnan(want[i])) {
+            ASSERT_TRUE(std::isnan(got[i])) << "row " << i / size_t(width) << " is no query's, yet written";
+        } else {
+            ASSERT_NEAR(got[i], want[i], 1e-4f * (1.0f + std::fabs(want[i]))) << i;
+        }
+    }
+}
+
 TEST(CudaAttention, PrefillArgumentChecks) {
     EXPECT_TRUE(prefill_attention_supports(32, 8, 128).is_ok());
     EXPECT_EQ(prefill_attention_supports(32, 8, 96).code(), core::StatusCode::kUnsupported);
@@ -236,10 +290,10 @@ TEST(CudaAttention, PrefillMatchesReference) {
                     tile_seqs.push_back(s);
                     tile_q0.push_back(t0);
                 }
-                rows += seqs[size_t(s)].num_queries;
+                rows += seqs[size_t(s)].num_queries + 1;  // a row no tile owns after each sequence
             }
             const int64_t T = rows, width = h.heads * h.dim;
-            std::vector<float> q(size_t(T * width)), want(q.size());
+            std::vector<float> q(size_t(T * width)), want(q.size(), NAN);
             for (float& x : q) x = dist(rng);
             for (int64_t s = 0; s < num_seqs; ++s)
                 for (int64_t t = 0; t < nq[size_t(s)]; ++t) {
@@ -279,13 +333,18 @@ TEST(CudaAttention, PrefillMatchesReference) {
             std::vector<float> got(q.size());
             ASSERT_TRUE(dout.copy_to_host(got.data(), got.size() * 4).is_ok());
             double sq = 0;
+            for (int64_t sidx = 0; sidx < num_seqs; ++sidx) {  // the gap rows stay untouched
+                const size_t gap = size_t(q_starts[size_t(sidx)] + nq[size_t(sidx)]) * size_t(width);
+                for (int64_t j = 0; j < width; ++j) ASSERT_TRUE(std::isnan(got[gap + size_t(j)])) << "gap row written";
+            }
             for (size_t i = 0; i < got.size(); ++i) {
+                if (std::isnan(want[i])) continue;  // gap rows
                 ASSERT_NEAR(got[i], want[i], 2e-2f * (1.0f + std::fabs(want[i])))
                     << "heads " << h.heads << "/" << h.kv_heads << " dim " << h.dim << " window " << window
                     << " at row " << i / size_t(width);
                 sq += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
             }
-            EXPECT_LT(std::sqrt(sq / double(got.size())), 3e-3) << "RMS error, dim " << h.dim;
+            EXPECT_LT(std::sqrt(sq / double(T - num_seqs) / double(width)), 3e-3) << "RMS error, dim " << h.dim;
         }
     }
 }

@@ -18,7 +18,7 @@ namespace {
 template <class T>
 std::vector<T> read(const std::vector<uint8_t>& buf, size_t off, int64_t n) {
     std::vector<T> v = std::vector<T>(size_t(n));
-    std::memcpy(v.data(), buf.data() + off, size_t(n) * sizeof(T));
+    if (n > 0) std::memcpy(v.data(), buf.data() + off, size_t(n) * sizeof(T));
     return v;
 }
 

@@ -5,7 +5,8 @@
 // with mma.sync m16n8k16 (f16 inputs, f32 accumulation) and keeps an online softmax per row in
 // registers (Dao 2023, "FlashAttention-2", Algorithm 1). Causal (query at position p sees keys
 // <= p), an optional sliding window, GQA (query head h reads KV head h / (num_heads / num_kv_heads)).
-// q is f32 (rounded to f16 for the tensor cores), K/V are the pool's IEEE halves, out is f32. The
+// q is f32 (rounded to f16 for the tensor cores: |q| must stay under 65504), K/V are the pool's IEEE
+// halves, out is f32. Needs sm_80 or later (mma.m16n8k16, cp.async). The
 // reference is kernels/ref attention; expect f16 rounding of q and of the probabilities (about 1e-3
 // relative). Callable from plain C++.
 #pragma once

@@ -41,6 +41,10 @@ struct CudaModelOptions {
     // Prompt chunks through kernels/cuda prefill_attention (tensor cores; f16 K/V and head_dim 64 or
     // 128 only), else one split-KV query per token (exact f32 arithmetic, any built head_dim).
     bool tensor_core_prefill = true;
+    // Decode steps (every sequence one token and its logits) replayed as CUDA graphs, one per
+    // batch-size bucket (1, 2, 4, .. 64, then steps of 32 up to the largest decode batch), captured
+    // on first use; a failed capture turns them off and the step runs eagerly.
+    bool cuda_graphs = true;
     // Called during the upload with the bytes uploaded so far and the total (weights only).
     std::function<void(uint64_t done, uint64_t total)> progress;
 };

@@ -1,0 +1,120 @@
+// Private to model/cuda: CudaLlamaModel's state, shared by llama_cuda.cc (the forward step) and
+// llama_cuda_load.cc (create: uploads, the arena, the KV pool). Shapes as in llama_cuda.cc.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/gemm.h"
+#include "model/cuda/llama_cuda.h"
+#include "model/step_indices.h"
+
+namespace kiln::model {
+
+namespace kc = kernels::cuda;
+
+namespace cuda_detail {
+enum class WType { kF32, kBf16, kF16 };
+
+inline const char* wtype_name(WType t) {
+    return t == WType::kF32 ? "f32" : t == WType::kBf16 ? "bf16" : "f16";
+}
+
+struct DevMatrix {
+    kc::DeviceBuffer buf;  // [rows, cols] of `type`
+    WType type = WType::kF32;
+    int64_t rows = 0, cols = 0;
+};
+
+inline const float* fptr(const kc::DeviceBuffer& b) {
+    return b.bytes() ? b.as<float>() : nullptr;
+}
+
+inline size_t align16(size_t n) {
+    return (n + 15) / 16 * 16;
+}
+
+// Arena buffers start 256-byte aligned: cuBLASLt's heuristic assumes that of its operands unless
+// told otherwise.
+inline size_t align256(size_t n) {
+    return (n + 255) / 256 * 256;
+}
+
+constexpr size_t kAttnWorkspaceBudget = size_t(256) << 20;  // bytes; more keys run in more launches
+
+}  // namespace cuda_detail
+
+struct CudaLlamaModel::Impl {
+    struct Layer {
+        cuda_detail::DevMatrix wqkv, wo, w_gate_up,
+            w_down;                            // [Q + 2 KV, H], [H, Q], [2 F, H] (gate rows, then up), [H, F]
+        kc::DeviceBuffer attn_norm, ffn_norm;  // [H]
+        kc::DeviceBuffer bqkv, bo;             // [Q + 2 KV], [H]; empty when absent
+        kc::DeviceBuffer q_norm, k_norm;       // [head_dim]; empty when absent
+    };
+    // One step's indices (model/step_indices.h) and where they are on the device (inside stage_dev).
+    struct Step {
+        StepIndices ix;
+        const uint8_t* dev = nullptr;
+        const int32_t* i32(size_t off) const { return reinterpret_cast<const int32_t*>(dev + off); }
+    };
+
+    ModelConfig config;
+    CudaModelOptions options;
+    std::string device_name;
+    kc::Stream stream;
+    std::unique_ptr<kc::Gemm> gemm;
+    cuda_detail::DevMatrix embed, output;  // output empty when tied to embed
+    kc::DeviceBuffer output_norm, inv_freq;
+    std::vector<Layer> layers;
+    uint64_t weight_bytes = 0;
+    kc::DeviceBuffer kv;  // per layer K then V: [num_blocks, block_size, KV] each
+    std::vector<void*> k, v;
+    int64_t blocks_per_seq = 0;  // ceil(max_seq_len / block_size)
+    // The activation arena and the pointers into it.
+    kc::DeviceBuffer arena;
+    float *x = nullptr, *xn = nullptr, *qkv = nullptr, *q = nullptr, *att = nullptr, *o = nullptr;
+    float *gate_up = nullptr, *act = nullptr, *logits = nullptr, *attn_ws = nullptr;
+    void* x16 = nullptr;  // activations rounded to a 16-bit weight type before its GEMM
+    int32_t* ids = nullptr;
+    uint8_t* stage_dev = nullptr;
+    int64_t tile_queries = 0;  // prefill_attention's tile when prompt chunks can take it (f16 K/V), else 0
+    size_t attn_ws_rows = 0;   // of num_heads * (head_dim + 1) floats
+    kc::PinnedBuffer stage_host, ids_host;
+    std::vector<int32_t> own_table;  // 0, 1, 2, ...: forward()'s one sequence
+
+    // CUDA graphs of decode steps (every sequence one new token and its logits), one per batch-size
+    // bucket and output kind, captured on first use; the batch is padded to its bucket with
+    // sequences of one token in the pool's scratch block (num_kv_blocks, past the caller's blocks).
+    std::map<std::pair<int64_t, bool>, cudaGraphExec_t> graphs;  // (bucket, greedy)
+    std::vector<int64_t> buckets;                                // ascending, the last = the largest decode batch
+    bool graphs_off = false;                                     // a capture failed: eager from then on
+    std::string graph_error;
+    std::vector<int32_t> pad_tokens;  // the padded batch, reused
+    std::vector<BatchSeq> pad_seqs;
+    int32_t scratch_block = 0;
+
+    ~Impl() {
+        (void)cudaSetDevice(options.device);  // the members free their memory on that device
+        for (auto& [key, exec] : graphs) (void)cudaGraphExecDestroy(exec);
+    }
+    const cuda_detail::DevMatrix& lm_head() const { return output.rows ? output : embed; }
+    core::Status plan_arena();
+    core::Status plan_kv();
+    core::Status gemm_run(const cuda_detail::DevMatrix& w, const float* in, int64_t m, float* out);
+    core::Status layer(int64_t l, const Step& s);
+    core::Status attention(int64_t l, const Step& s);
+    core::Status enqueue(const Step& st, bool greedy);
+    int64_t graph_bucket(std::span<const BatchSeq> seqs) const;
+    core::Result<cudaGraphExec_t> graph_for(int64_t bucket, bool greedy, const Step& st);
+    core::Status run(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs, std::vector<float>* logits_out,
+                     std::vector<int32_t>* ids_out);
+};
+
+}  // namespace kiln::model

@@ -1,0 +1,324 @@
+// CudaLlamaModel::create (see llama_cuda.h): checks, the weights' upload, the activation arena and
+// the KV pool; and the model's accessors.
+#include <algorithm>
+#include <sstream>
+
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/prefill_attention.h"
+#include "kernels/ref/dequant.h"
+#include "kernels/ref/transformer.h"
+#include "model/cuda/llama_cuda_impl.h"
+
+namespace kiln::model {
+namespace {
+
+using core::Status;
+using core::StatusCode;
+using namespace cuda_detail;
+
+struct Upload {
+    uint64_t done = 0, total = 0;
+    const std::function<void(uint64_t, uint64_t)>* progress = nullptr;
+    void advance(uint64_t bytes) {
+        done += bytes;
+        if (*progress) (*progress)(done, total);
+    }
+};
+
+// bf16 / f16 only when every part is stored so (one GEMM type per stacked matrix); else f32.
+// The embedding table has no f16 lookup: f16 tables become f32 (allow_f16 false).
+WType device_type(std::span<const TensorRef* const> parts, bool allow_f16 = true) {
+    bool bf16 = true, f16 = true;
+    for (const TensorRef* t : parts) {
+        bf16 = bf16 && t->dtype == core::DType::kBF16;
+        f16 = f16 && t->dtype == core::DType::kF16;
+    }
+    return bf16 ? WType::kBf16 : f16 && allow_f16 ? WType::kF16 : WType::kF32;
+}
+
+uint64_t device_bytes(std::span<const TensorRef* const> parts, bool allow_f16 = true) {
+    uint64_t n = 0;
+    for (const TensorRef* t : parts) n += t->num_elements();
+    return n * (device_type(parts, allow_f16) == WType::kF32 ? 4 : 2);
+}
+
+// The parts stacked by rows into one device matrix (shapes were checked by check_checkpoint_tensors:
+// equal column counts). 16-bit parts are copied as stored; the rest decoded row by row to f32.
+core::Result<DevMatrix> upload_matrix(std::span<const TensorRef* const> parts, Upload& up, bool allow_f16 = true) {
+    DevMatrix m;
+    m.type = device_type(parts, allow_f16);
+    m.cols = int64_t(parts[0]->shape[1]);
+    for (const TensorRef* t : parts) m.rows += int64_t(t->shape[0]);
+    const size_t elem = m.type == WType::kF32 ? 4 : 2;
+    KILN_ASSIGN_OR_RETURN(m.buf, kc::DeviceBuffer::allocate(size_t(m.rows * m.cols) * elem));
+    uint8_t* dst = m.buf.as<uint8_t>();
+    constexpr size_t kChunk = size_t(32) << 20;  // bytes per copy (progress granularity)
+    std::vector<float> rows;
+    for (const TensorRef* t : parts) {
+        const int64_t num_rows = int64_t(t->shape[0]);
+        if (m.type != WType::kF32) {
+            const size_t n = size_t(num_rows * m.cols) * elem;
+            for (size_t off = 0; off < n; off += kChunk) {
+                const size_t len = std::min(kChunk, n - off);
+                KILN_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst + off, t->data + off, len, cudaMemcpyHostToDevice));
+                up.advance(len);
+            }
+            dst += n;
+            continue;
+        }
+        const kernels::ref::WeightView w = weight_view_of(*t);
+        const int64_t chunk_rows = std::max<int64_t>(1, int64_t(kChunk / 4) / m.cols);
+        rows.resize(size_t(std::min(chunk_rows, num_rows) * m.cols));
+        for (int64_t r0 = 0; r0 < num_rows; r0 += chunk_rows) {
+            const int64_t n = std::min(chunk_rows, num_rows - r0);
+            for (int64_t i = 0; i < n; ++i) kernels::ref::weight_row(w, r0 + i, rows.data() + i * m.cols);
+            const size_t len = size_t(n * m.cols) * 4;
+            KILN_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, rows.data(), len, cudaMemcpyHostToDevice));
+            dst += len;
+            up.advance(len);
+        }
+    }
+    return m;
+}
+
+// Small f32/f16/bf16 vectors (norm weights, biases), concatenated, as one f32 device buffer.
+core::Result<kc::DeviceBuffer> upload_vectors(const Checkpoint& ck, std::span<const std::string> names) {
+    std::vector<float> host;
+    for (const std::string& name : names) {
+        const TensorRef* t = ck.find(name);
+        if (!t) return core::error(StatusCode::kCorrupt) << ck.path << ": missing tensor '" << name << "'";
+        const size_t at = host.size();
+        host.resize(at + size_t(t->num_elements()));
+        KILN_RETURN_IF_ERROR(
+            kernels::ref::dequantize_row(t->dtype, t->data, host.data() + at, int64_t(t->num_elements())));
+    }
+    KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer b, kc::DeviceBuffer::allocate(host.size() * sizeof(float)));
+    KILN_RETURN_IF_ERROR(b.copy_from_host(host.data(), host.size() * sizeof(float)));
+    return b;
+}
+
+}  // namespace
+
+using namespace cuda_detail;
+
+Status CudaLlamaModel::Impl::plan_arena() {
+    const ModelConfig& c = config;
+    const int64_t T = options.max_batch_tokens, H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim();
+    const int64_t F = c.intermediate_size, V = c.vocab_size, NL = options.max_logits;
+    const int64_t head_floats = c.num_heads * (c.head_dim + 1);
+    const int64_t max_splits = (options.max_seq_len + kc::kDecodeSplitKeys - 1) / kc::kDecodeSplitKeys;
+    // Room for every sequence of a decode step in one launch, within the budget, never less than
+    // one query of max_seq_len keys.
+    const int64_t budget_rows = int64_t(kAttnWorkspaceBudget / 4) / head_floats;
+    attn_ws_rows = size_t(std::max(max_splits, std::min(max_splits * std::min(options.max_seqs, T), budget_rows)));
+    const int64_t max_tiles = (T + kc::kPrefillTileQueries - 1) / kc::kPrefillTileQueries + options.max_seqs;
+    const StepIndexLayout stage = step_index_layout(T, options.max_seqs, NL, blocks_per_seq, max_tiles);
+    const size_t floats[] = {size_t(T * H),
+                             size_t(T * H),
+                             size_t(T * (Q + 2 * KV)),
+                             size_t(T * Q),
+                             size_t(T * Q),
+                             size_t(T * H),
+                             size_t(T * 2 * F),
+                             size_t(T * F),
+                             size_t(NL * V),
+                             attn_ws_rows * size_t(head_floats)};
+    float** ptrs[] = {&x, &xn, &qkv, &q, &att, &o, &gate_up, &act, &logits, &attn_ws};
+    size_t total = 0;
+    for (size_t n : floats) total += align256(n * 4);
+    const size_t x16_bytes = align256(size_t(std::max(std::max(T, NL) * std::max({H, Q, F}), int64_t(1))) * 2);
+    const size_t ids_bytes = align256(size_t(NL) * 4);
+    KILN_ASSIGN_OR_RETURN(arena, kc::DeviceBuffer::allocate(total + x16_bytes + ids_bytes + stage.end));
+    uint8_t* p = arena.as<uint8_t>();
+    for (size_t i = 0; i < std::size(floats); ++i) {
+        *ptrs[i] = reinterpret_cast<float*>(p);
+        p += align256(floats[i] * 4);
+    }
+    x16 = p;
+    p += x16_bytes;
+    ids = reinterpret_cast<int32_t*>(p);
+    p += ids_bytes;
+    stage_dev = p;
+    KILN_ASSIGN_OR_RETURN(stage_host, kc::PinnedBuffer::allocate(stage.end));
+    KILN_ASSIGN_OR_RETURN(ids_host, kc::PinnedBuffer::allocate(ids_bytes));
+    return Status::ok();
+}
+
+Status CudaLlamaModel::Impl::plan_kv() {
+    const ModelConfig& c = config;
+    const int64_t bs = options.block_size, elem = options.kv_f16 ? 2 : 4;
+    const int64_t block_bytes = 2 * c.num_layers * bs * c.kv_dim() * elem;
+    int64_t num_blocks = options.num_kv_blocks;
+    if (num_blocks == 0) {
+        size_t free_b = 0, total_b = 0;
+        KILN_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_b, &total_b));
+        const double used = double(total_b - free_b);  // this model so far, the context, other processes
+        const double budget = options.gpu_memory_utilization * double(total_b) - used;
+        num_blocks = budget > 0 ? int64_t(budget / double(block_bytes)) - 1 : 0;  // - the scratch block
+        if (num_blocks < blocks_per_seq) {
+            auto gib = [](double b) { return b / double(1 << 30); };
+            return core::error(StatusCode::kOutOfMemory)
+                   << "the KV cache gets " << gib(std::max(budget, 0.0)) << " GiB of the " << gib(double(total_b))
+                   << " GiB device under --gpu-memory-utilization " << options.gpu_memory_utilization << " ("
+                   << gib(used) << " GiB in use after loading the weights and the activation arena); one sequence of "
+                   << options.max_seq_len << " tokens needs " << gib(double(blocks_per_seq * block_bytes))
+                   << " GiB: raise --gpu-memory-utilization or lower the context length";
+        }
+        options.num_kv_blocks = num_blocks;
+    }
+    // One block more than the caller's: the scratch block padded decode batches write to.
+    scratch_block = int32_t(num_blocks);
+    const size_t layer_bytes = size_t((num_blocks + 1) * bs * c.kv_dim() * elem);
+    KILN_ASSIGN_OR_RETURN(kv, kc::DeviceBuffer::allocate(layer_bytes * 2 * size_t(c.num_layers)));
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+        k.push_back(kv.as<uint8_t>() + (2 * l) * layer_bytes);
+        v.push_back(kv.as<uint8_t>() + (2 * l + 1) * layer_bytes);
+    }
+    own_table.resize(size_t(num_blocks));
+    for (int64_t b = 0; b < num_blocks; ++b) own_table[size_t(b)] = int32_t(b);
+    return Status::ok();
+}
+
+CudaLlamaModel::CudaLlamaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CudaLlamaModel::~CudaLlamaModel() = default;
+
+const ModelConfig& CudaLlamaModel::config() const {
+    return impl_->config;
+}
+const CudaModelOptions& CudaLlamaModel::options() const {
+    return impl_->options;
+}
+uint64_t CudaLlamaModel::weight_bytes() const {
+    return impl_->weight_bytes;
+}
+
+uint64_t CudaLlamaModel::step_weight_bytes() const {
+    const Impl& m = *impl_;
+    uint64_t n = m.lm_head().buf.bytes() + m.embed.buf.bytes() / uint64_t(std::max<int64_t>(m.embed.rows, 1));
+    for (const Impl::Layer& L : m.layers)
+        n += L.wqkv.buf.bytes() + L.wo.buf.bytes() + L.w_gate_up.buf.bytes() + L.w_down.buf.bytes();
+    return n;
+}
+
+std::string CudaLlamaModel::describe() const {
+    const Impl& m = *impl_;
+    auto gib = [](double b) { return b / double(1 << 30); };
+    std::ostringstream os;
+    os.precision(3);
+    os << "cuda:" << m.options.device << " " << m.device_name << ": weights " << gib(double(m.weight_bytes)) << " GiB ("
+       << wtype_name(m.layers.empty() ? m.embed.type : m.layers[0].wqkv.type) << "), KV cache "
+       << gib(double(m.kv.bytes())) << " GiB (" << (m.options.kv_f16 ? "f16" : "f32") << ", " << m.options.num_kv_blocks
+       << " blocks of " << m.options.block_size << " tokens), activations " << gib(double(m.arena.bytes())) << " GiB";
+    if (m.options.cuda_graphs)
+        os << (m.graphs_off ? "; CUDA graphs off: " + m.graph_error : "; decode steps in CUDA graphs");
+    return os.str();
+}
+
+core::Result<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::create(const Checkpoint& ck,
+                                                                     const CudaModelOptions& options) {
+    const ModelConfig& c = ck.config;
+    const auto& archs = LlamaModel::supported_architectures();
+    if (std::find(archs.begin(), archs.end(), c.arch) == archs.end())
+        return core::error(StatusCode::kUnsupported)
+               << ck.path << ": architecture '" << c.arch << "' is not supported on CUDA";
+    KILN_RETURN_IF_ERROR(c.validate());
+    KILN_RETURN_IF_ERROR(check_checkpoint_tensors(ck));
+    if (core::Status st = kc::decode_attention_supports(c.num_heads, c.num_kv_heads, c.head_dim); !st.is_ok())
+        return core::error(StatusCode::kUnsupported) << ck.path << ": not on CUDA yet: " << st.message();
+    if (c.head_dim > 256)
+        return core::error(StatusCode::kUnsupported) << ck.path << ": head_dim " << c.head_dim << " over 256";
+    CudaModelOptions o = options;
+    if (o.max_seq_len == 0) o.max_seq_len = c.max_seq_len > 0 ? c.max_seq_len : 2048;
+    if (o.max_batch_tokens < 1 || o.max_seqs < 1 || o.max_logits < 1 || o.block_size < 1 || o.num_kv_blocks < 0 ||
+        o.max_seq_len < 1 || (c.max_seq_len > 0 && o.max_seq_len > c.max_seq_len) ||
+        !(o.gpu_memory_utilization > 0.0 && o.gpu_memory_utilization <= 1.0))
+        return core::error(StatusCode::kInvalidArgument)
+               << "CUDA model options: batch tokens " << o.max_batch_tokens << ", sequences " << o.max_seqs
+               << ", logits " << o.max_logits << ", block size " << o.block_size << ", context " << o.max_seq_len
+               << " (the model's " << c.max_seq_len << "), memory utilization " << o.gpu_memory_utilization
+               << " (0, 1]";
+    const int count = kc::device_count();
+    if (o.device < 0 || o.device >= count)
+        return core::error(StatusCode::kUnsupported)
+               << "CUDA device " << o.device << " does not exist (" << count << " device(s) visible)";
+    KILN_CUDA_RETURN_IF_ERROR(cudaSetDevice(o.device));
+    KILN_ASSIGN_OR_RETURN(kc::DeviceInfo info, kc::device_info(o.device));
+
+    auto m = std::make_unique<Impl>();
+    m->config = c;
+    m->options = o;
+    m->device_name = info.name;
+    m->blocks_per_seq = (o.max_seq_len + o.block_size - 1) / o.block_size;
+    // Prompt chunks on tensor cores where the kernel is built for the heads and the pool is f16.
+    if (o.tensor_core_prefill && o.kv_f16 &&
+        kc::prefill_attention_supports(c.num_heads, c.num_kv_heads, c.head_dim).is_ok())
+        m->tile_queries = kc::kPrefillTileQueries;
+    KILN_ASSIGN_OR_RETURN(m->stream, kc::Stream::create());
+    KILN_ASSIGN_OR_RETURN(m->gemm, kc::Gemm::create());
+    KILN_ASSIGN_OR_RETURN(auto rope, rope_params(c, ck.path));
+    const std::vector<double> inv_freq = kernels::ref::rope_inv_freqs(c.head_dim, rope);
+    KILN_ASSIGN_OR_RETURN(m->inv_freq, kc::DeviceBuffer::allocate(inv_freq.size() * sizeof(double)));
+    KILN_RETURN_IF_ERROR(m->inv_freq.copy_from_host(inv_freq.data(), inv_freq.size() * sizeof(double)));
+
+    // Matrices in upload order, each a list of stacked parts.
+    auto t = [&](const std::string& name) { return ck.find(name); };  // present: check_checkpoint_tensors
+    std::vector<std::vector<const TensorRef*>> groups;
+    groups.push_back({t("token_embd.weight")});
+    if (!c.tie_word_embeddings) groups.push_back({t("output.weight")});
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+        const std::string p = "blk." + std::to_string(l) + ".";
+        groups.push_back({t(p + "attn_q.weight"), t(p + "attn_k.weight"), t(p + "attn_v.weight")});
+        groups.push_back({t(p + "attn_output.weight")});
+        groups.push_back({t(p + "ffn_gate.weight"), t(p + "ffn_up.weight")});
+        groups.push_back({t(p + "ffn_down.weight")});
+    }
+    Upload up;
+    up.progress = &o.progress;
+    up.total = device_bytes(groups[0], /*allow_f16=*/false);
+    for (size_t i = 1; i < groups.size(); ++i) up.total += device_bytes(groups[i]);
+    // The embedding table: bf16 rows as stored, anything else in f32 (the lookup kernel's types).
+    KILN_ASSIGN_OR_RETURN(m->embed, upload_matrix(groups[0], up, /*allow_f16=*/false));
+    size_t g = 1;
+    if (!c.tie_word_embeddings) {
+        KILN_ASSIGN_OR_RETURN(m->output, upload_matrix(groups[g++], up));
+    }
+    KILN_ASSIGN_OR_RETURN(m->output_norm, upload_vectors(ck, std::vector<std::string>{"output_norm.weight"}));
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+        const std::string p = "blk." + std::to_string(l) + ".";
+        Impl::Layer L;
+        KILN_ASSIGN_OR_RETURN(L.wqkv, upload_matrix(groups[g++], up));
+        KILN_ASSIGN_OR_RETURN(L.wo, upload_matrix(groups[g++], up));
+        KILN_ASSIGN_OR_RETURN(L.w_gate_up, upload_matrix(groups[g++], up));
+        KILN_ASSIGN_OR_RETURN(L.w_down, upload_matrix(groups[g++], up));
+        KILN_ASSIGN_OR_RETURN(L.attn_norm, upload_vectors(ck, std::vector<std::string>{p + "attn_norm.weight"}));
+        KILN_ASSIGN_OR_RETURN(L.ffn_norm, upload_vectors(ck, std::vector<std::string>{p + "ffn_norm.weight"}));
+        if (c.attention_bias) {
+            KILN_ASSIGN_OR_RETURN(
+                L.bqkv,
+                upload_vectors(ck, std::vector<std::string>{p + "attn_q.bias", p + "attn_k.bias", p + "attn_v.bias"}));
+        }
+        if (c.has_output_bias()) {
+            KILN_ASSIGN_OR_RETURN(L.bo, upload_vectors(ck, std::vector<std::string>{p + "attn_output.bias"}));
+        }
+        if (c.qk_norm) {
+            KILN_ASSIGN_OR_RETURN(L.q_norm, upload_vectors(ck, std::vector<std::string>{p + "attn_q_norm.weight"}));
+            KILN_ASSIGN_OR_RETURN(L.k_norm, upload_vectors(ck, std::vector<std::string>{p + "attn_k_norm.weight"}));
+        }
+        m->layers.push_back(std::move(L));
+    }
+    m->weight_bytes = up.total;
+    KILN_RETURN_IF_ERROR(m->plan_arena());
+    KILN_RETURN_IF_ERROR(m->plan_kv());
+    const int64_t largest = std::min({o.max_seqs, o.max_batch_tokens, o.max_logits});
+    for (int64_t b = 1; b < largest; b = b < 64 ? 2 * b : b + 32) m->buckets.push_back(b);
+    m->buckets.push_back(largest);
+    m->pad_tokens.reserve(size_t(largest));
+    m->pad_seqs.reserve(size_t(largest));
+    // cudaMemcpy from pageable memory may return before the device has the bytes, and the model's
+    // stream does not wait for the legacy stream: wait here, once.
+    KILN_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+    return std::unique_ptr<CudaLlamaModel>(new CudaLlamaModel(std::move(m)));
+}
+
+}  // namespace kiln::model
