@@ -60,7 +60,7 @@ TEST(CudaAttention, DecodeMatchesReference) {
     const std::vector<int32_t> kv_lens = {1, 300, 1000};
     const int64_t bs = 16, max_blocks = (1000 + bs - 1) / bs, num_seqs = int64_t(kv_lens.size());
     for (const Heads h : {Heads{8, 2, 64}, Heads{32, 8, 128}, Heads{9, 3, 64}, Heads{16, 1, 128}, Heads{8, 4, 8},
-                          Heads{6, 2, 32}, Heads{4, 4, 16}}) {
+                          Heads{6, 2, 32}, Heads{4, 4, 16}, Heads{4, 4, 64}, Heads{8, 4, 128}, Heads{32, 4, 64}}) {
         for (bool f16 : {false, true}) {
             for (int64_t window : {0, 100}) {
                 const int64_t num_blocks = num_seqs * max_blocks, row = h.kv_heads * h.dim;

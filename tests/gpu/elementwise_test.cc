@@ -172,6 +172,44 @@ TEST(CudaElementwise, SiluMulRowsMatchesReference) {
     }
 }
 
+// The f32-residual, 16-bit-output overloads (the GEMM input written directly) are the f32 kernels'
+// values rounded once: bit for bit.
+TEST(CudaElementwise, SixteenBitOutputsAreTheF32ValuesRounded) {
+    if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    const int64_t rows = 5, n = 1000, F = 700;
+    const std::vector<float> x = randn(size_t(rows * n), 31, 2.0f), add = randn(x.size(), 32), w = randn(size_t(n), 33);
+    const std::vector<float> gu = randn(size_t(rows * 2 * F), 34, 3.0f);
+    DeviceBuffer x32 = upload(x), a32 = upload(add), dw = upload(w), y32 = upload(std::vector<float>(x.size()));
+    ASSERT_TRUE(add_rmsnorm(x32.as<float>(), a32.as<float>(), dw.as<float>(), y32.as<float>(), rows, n, 1e-5f).is_ok());
+    const std::vector<float> want = download<float>(y32, x.size()), want_x = download<float>(x32, x.size());
+    for (bool half : {false, true}) {
+        DeviceBuffer xb = upload(x), ab = upload(add), yb = upload(std::vector<uint16_t>(x.size()));
+        const core::Status st =
+            half ? add_rmsnorm(xb.as<float>(), ab.as<float>(), dw.as<float>(), yb.as<__half>(), rows, n, 1e-5f)
+                 : add_rmsnorm(xb.as<float>(), ab.as<float>(), dw.as<float>(), yb.as<__nv_bfloat16>(), rows, n, 1e-5f);
+        ASSERT_TRUE(st.is_ok()) << st.to_string();
+        const std::vector<uint16_t> got = download<uint16_t>(yb, x.size());
+        const std::vector<float> got_x = download<float>(xb, x.size());
+        for (size_t i = 0; i < x.size(); ++i) {
+            ASSERT_EQ(got_x[i], want_x[i]) << i;
+            ASSERT_EQ(got[i], half ? core::f32_to_fp16(want[i]) : core::f32_to_bf16(want[i]))
+                << (half ? "f16 " : "bf16 ") << i;
+        }
+    }
+    DeviceBuffer dg = upload(gu), a32o = upload(std::vector<float>(size_t(rows * F)));
+    ASSERT_TRUE(silu_mul_rows(dg.as<float>(), a32o.as<float>(), rows, F).is_ok());
+    const std::vector<float> want_act = download<float>(a32o, size_t(rows * F));
+    for (bool half : {false, true}) {
+        DeviceBuffer o16 = upload(std::vector<uint16_t>(size_t(rows * F)));
+        const core::Status st = half ? silu_mul_rows(dg.as<float>(), o16.as<__half>(), rows, F)
+                                     : silu_mul_rows(dg.as<float>(), o16.as<__nv_bfloat16>(), rows, F);
+        ASSERT_TRUE(st.is_ok()) << st.to_string();
+        const std::vector<uint16_t> got = download<uint16_t>(o16, size_t(rows * F));
+        for (size_t i = 0; i < got.size(); ++i)
+            ASSERT_EQ(got[i], half ? core::f32_to_fp16(want_act[i]) : core::f32_to_bf16(want_act[i])) << i;
+    }
+}
+
 TEST(CudaElementwise, RopeMatchesReference) {
     KILN_NEED_DEVICE();
     ref::RopeParams p;

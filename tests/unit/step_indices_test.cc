@@ -129,5 +129,31 @@ TEST(StepIndices, MatchTheBatch) {
     }
 }
 
+// A CUDA graph's decode step: the same batch size and min_blocks_per_seq give the same layout and
+// counts whatever the sequences' lengths and tables.
+TEST(StepIndices, PaddedDecodeLayoutDependsOnlyOnTheBatchSize) {
+    const int64_t bs = 16, cap = 32;  // 512-token sequences at most
+    std::vector<uint8_t> a(1 << 16), b(1 << 16);
+    const std::vector<int32_t> t1 = {7}, t2 = {3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17, 18,
+                                               19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34};
+    const std::vector<int32_t> tokens = {1, 2, 3};
+    const std::vector<BatchSeq> short_seqs = {{0, 1, t1, 1}, {3, 1, t1, 1}, {15, 1, t1, 1}};
+    const std::vector<BatchSeq> long_seqs = {{511, 1, t2, 1}, {200, 1, t2, 1}, {0, 1, t1, 1}};
+    const StepIndices x = build_step_indices(tokens, short_seqs, bs, 0, a.data(), cap);
+    const StepIndices y = build_step_indices(tokens, long_seqs, bs, 0, b.data(), cap);
+    for (const StepIndices* ix : {&x, &y}) {
+        EXPECT_EQ(ix->blocks_per_seq, cap);
+        EXPECT_EQ(ix->num_entries, 3);
+        EXPECT_EQ(ix->num_logits, 3);
+        EXPECT_EQ(ix->num_tiles, 0);
+    }
+    const StepIndexLayout& l = x.layout;
+    const StepIndexLayout& m = y.layout;
+    EXPECT_EQ(std::memcmp(&l, &m, sizeof(l)), 0);
+    EXPECT_EQ(read<int32_t>(a, l.logit_rows, 3), (std::vector<int32_t>{0, 1, 2}));  // rows in batch order
+    EXPECT_EQ(read<int32_t>(a, l.entry_rows, 3), (std::vector<int32_t>{0, 1, 2}));
+    EXPECT_EQ(read<int32_t>(b, m.tables + size_t(cap) * 4 * 0 + 31 * 4, 1)[0], 34);  // the last of a full row
+}
+
 }  // namespace
 }  // namespace kiln::model

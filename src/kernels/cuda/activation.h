@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -17,5 +18,9 @@ namespace kiln::kernels::cuda {
 core::Status silu_mul_rows(const float* gate_up, float* act, int64_t rows, int64_t F, cudaStream_t stream = nullptr);
 core::Status silu_mul_rows(const __nv_bfloat16* gate_up, __nv_bfloat16* act, int64_t rows, int64_t F,
                            cudaStream_t stream = nullptr);
+// f32 gate/up, act rounded once to the 16-bit input type of the down projection.
+core::Status silu_mul_rows(const float* gate_up, __nv_bfloat16* act, int64_t rows, int64_t F,
+                           cudaStream_t stream = nullptr);
+core::Status silu_mul_rows(const float* gate_up, __half* act, int64_t rows, int64_t F, cudaStream_t stream = nullptr);
 
 }  // namespace kiln::kernels::cuda

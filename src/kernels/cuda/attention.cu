@@ -30,24 +30,36 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 // Partials: part_o [num_seqs, splits, num_heads, D], part_lse [num_seqs, splits, num_heads].
-template <class KT, int D>
+// G > 0: exactly G query heads per KV head, known at compile time (the loops over them unroll and
+// the per-head state stays in registers); G = 0: any group up to kMaxGroup (state in local memory).
+template <class KT, int D, int G>
 __global__ void __launch_bounds__(kWarps * 32) decode_split_kernel(const float* q, DecodeAttentionBatch b, int group,
                                                                    int64_t splits, float* part_o, float* part_lse) {
+    constexpr int kG = G > 0 ? G : kMaxGroup;  // state arrays
+    if constexpr (G > 0) group = G;
     constexpr int E = (D + 31) / 32;  // elements per lane; lanes >= D hold zeros when D < 32
     const int64_t split = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t kv_len = b.kv_lens[seq], pos = kv_len - 1;
     const int64_t lo = b.window > 0 && pos - b.window + 1 > 0 ? pos - b.window + 1 : 0;
-    const int64_t j0 = split * kDecodeSplitKeys > lo ? split * kDecodeSplitKeys : lo;
-    const int64_t j1 = (split + 1) * kDecodeSplitKeys < kv_len ? (split + 1) * kDecodeSplitKeys : kv_len;
+    const int64_t per = (kv_len + splits - 1) / splits;
+    const int64_t run = per > kDecodeSplitKeys ? per : kDecodeSplitKeys;  // keys per split
+    const int64_t j0 = split * run > lo ? split * run : lo;
+    const int64_t j1 = (split + 1) * run < kv_len ? (split + 1) * run : kv_len;
+    if (j0 >= j1) {  // no key here (uniform over the block): an empty partial, which the merge skips
+        for (int h = threadIdx.x; h < group; h += kWarps * 32)
+            part_lse[(seq * splits + split) * b.num_heads + kvh * group + h] = -INFINITY;
+        return;
+    }
     const float scale = rsqrtf(float(D));
 
-    __shared__ float m_w[kWarps][kMaxGroup], l_w[kWarps][kMaxGroup];
-    __shared__ float acc_w[kWarps][kMaxGroup][D];
-    float qr[kMaxGroup][E], m[kMaxGroup], l[kMaxGroup], acc[kMaxGroup][E];
+    __shared__ float m_w[kWarps][kG], l_w[kWarps][kG];
+    __shared__ float acc_w[kWarps][kG][D];
+    float qr[kG][E], m[kG], l[kG], acc[kG][E];
     const int64_t qrow = b.q_rows ? b.q_rows[seq] : seq;
     const float* qs = q + (qrow * b.num_heads + kvh * group) * D;  // [group, D]
-    for (int g = 0; g < group; ++g) {
+#pragma unroll
+    for (int g = 0; g < (G > 0 ? G : group); ++g) {
         for (int e = 0; e < E; ++e) {
             qr[g][e] = lane + 32 * e < D ? qs[g * D + lane + 32 * e] * scale : 0.0f;
             acc[g][e] = 0.0f;
@@ -67,7 +79,8 @@ __global__ void __launch_bounds__(kWarps * 32) decode_split_kernel(const float* 
             kr[e] = in ? load(K + row + lane + 32 * e) : 0.0f;
             vr[e] = in ? load(V + row + lane + 32 * e) : 0.0f;
         }
-        for (int g = 0; g < group; ++g) {
+#pragma unroll
+        for (int g = 0; g < (G > 0 ? G : group); ++g) {
             float d = 0.0f;
             for (int e = 0; e < E; ++e) d += qr[g][e] * kr[e];
             const float s = warp_sum(d);
@@ -78,7 +91,8 @@ __global__ void __launch_bounds__(kWarps * 32) decode_split_kernel(const float* 
             m[g] = m_new;
         }
     }
-    for (int g = 0; g < group; ++g) {
+#pragma unroll
+    for (int g = 0; g < (G > 0 ? G : group); ++g) {
         if (lane == 0) {
             m_w[warp][g] = m[g];
             l_w[warp][g] = l[g];
@@ -129,7 +143,7 @@ __global__ void decode_merge_kernel(const float* part_o, const float* part_lse, 
 }
 
 int64_t num_splits(const DecodeAttentionBatch& b) {
-    return (b.max_kv_len + kDecodeSplitKeys - 1) / kDecodeSplitKeys;
+    return b.num_splits > 0 ? b.num_splits : (b.max_kv_len + kDecodeSplitKeys - 1) / kDecodeSplitKeys;
 }
 
 template <class KT, int D>
@@ -138,8 +152,30 @@ core::Status launch(const float* q, const DecodeAttentionBatch& b, float* out, f
     float* part_o = workspace;
     float* part_lse = workspace + b.num_seqs * splits * b.num_heads * D;
     const dim3 grid(unsigned(splits), unsigned(b.num_kv_heads), unsigned(b.num_seqs));
-    decode_split_kernel<KT, D>
-        <<<grid, kWarps * 32, 0, stream>>>(q, b, int(b.num_heads / b.num_kv_heads), splits, part_o, part_lse);
+    const int group = int(b.num_heads / b.num_kv_heads);
+    auto split = [&](auto kernel) { kernel<<<grid, kWarps * 32, 0, stream>>>(q, b, group, splits, part_o, part_lse); };
+    // The common GQA groups of the large heads get their own instances (registers, not local memory).
+    bool done = false;
+    if constexpr (D >= 64) {
+        done = true;
+        switch (group) {
+            case 1:
+                split(decode_split_kernel<KT, D, 1>);
+                break;
+            case 2:
+                split(decode_split_kernel<KT, D, 2>);
+                break;
+            case 4:
+                split(decode_split_kernel<KT, D, 4>);
+                break;
+            case 8:
+                split(decode_split_kernel<KT, D, 8>);
+                break;
+            default:
+                done = false;
+        }
+    }
+    if (!done) split(decode_split_kernel<KT, D, 0>);
     KILN_RETURN_IF_ERROR(launch_status("decode_split_kernel"));
     decode_merge_kernel<D><<<dim3(unsigned(b.num_seqs), unsigned(b.num_heads)), D, 0, stream>>>(
         part_o, part_lse, splits, b.num_heads, b.q_rows, out);

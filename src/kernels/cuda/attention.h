@@ -1,6 +1,7 @@
 // Decode attention on the GPU over kiln's paged KV pool (docs/kv.md): one new token per sequence,
 // causal, GQA-aware (each thread block serves all query heads of one KV head, so K/V are read once
-// per KV head), split-KV (FlashDecoding): keys in splits of kDecodeSplitKeys, each split's partial
+// per KV head), split-KV (FlashDecoding): keys in splits of kDecodeSplitKeys (or more, with a fixed
+// split count), each split's partial
 // (normalized output and log-sum-exp) combined by a second kernel. Online softmax in f32; K/V
 // elements f32 or IEEE half as the CPU caches store them. The reference is kernels/ref attention
 // (kernels::ref::KvSpan, paged). Callable from plain C++.
@@ -36,6 +37,11 @@ struct DecodeAttentionBatch {
     int64_t num_seqs = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
     int64_t window = 0;      // sliding window (pos - window < j <= pos); 0 = full causal
     int64_t max_kv_len = 0;  // >= every kv_lens[i]: sizes the split grid (host-known bound)
+    // Splits per query; 0: ceil(max_kv_len / kDecodeSplitKeys). A query of kv_len keys spreads them
+    // over the splits in runs of max(kDecodeSplitKeys, ceil(kv_len / num_splits)); splits past its
+    // keys only mark themselves empty. A fixed count keeps a CUDA graph's grid small for long
+    // contexts whatever the lengths at replay.
+    int64_t num_splits = 0;
 };
 
 // ok when decode_attention runs these heads (head_dim 8, 16, 32, 64 or 128; at most 16 query heads

@@ -1,8 +1,9 @@
 // Device-side helpers shared by the kiln CUDA kernels (nvcc only): float <-> activation type
-// conversions (activations are f32 or bf16; arithmetic is always f32) and a block-wide sum.
+// conversions (activations are f32, bf16 or f16; arithmetic is always f32) and a block-wide sum.
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 namespace kiln::kernels::cuda::detail {
 
@@ -11,6 +12,9 @@ __device__ __forceinline__ float to_float(float v) {
 }
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) {
     return __bfloat162float(v);
+}
+__device__ __forceinline__ float to_float(__half v) {
+    return __half2float(v);
 }
 template <class T>
 __device__ __forceinline__ T from_float(float v);
@@ -21,6 +25,10 @@ __device__ __forceinline__ float from_float<float>(float v) {
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
     return __float2bfloat16_rn(v);
+}
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) {
+    return __float2half_rn(v);
 }
 
 // The sum of v over the block (blockDim.x a multiple of 32, at most 1024), returned to every

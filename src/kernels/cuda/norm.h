@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -21,5 +22,11 @@ core::Status add_rmsnorm(float* x, const float* add, const float* weight, float*
                          cudaStream_t stream = nullptr);
 core::Status add_rmsnorm(__nv_bfloat16* x, const __nv_bfloat16* add, const float* weight, __nv_bfloat16* y,
                          int64_t rows, int64_t n, float eps, cudaStream_t stream = nullptr);
+// An f32 residual stream, y rounded once to the 16-bit input type of the GEMM that follows (the
+// f32 overload's values, rounded to nearest even).
+core::Status add_rmsnorm(float* x, const float* add, const float* weight, __nv_bfloat16* y, int64_t rows, int64_t n,
+                         float eps, cudaStream_t stream = nullptr);
+core::Status add_rmsnorm(float* x, const float* add, const float* weight, __half* y, int64_t rows, int64_t n, float eps,
+                         cudaStream_t stream = nullptr);
 
 }  // namespace kiln::kernels::cuda

@@ -29,23 +29,39 @@ using core::Status;
 using core::StatusCode;
 using namespace cuda_detail;
 
-Status CudaLlamaModel::Impl::gemm_run(const DevMatrix& w, const float* in, int64_t m, float* out) {
+// out [m, w.rows] = in @ w^T where the input is already in place: `in` (f32) for f32 weights, x16
+// (rounded to the weight's type) for 16-bit ones.
+Status CudaLlamaModel::Impl::gemm_prepared(const DevMatrix& w, const float* in, int64_t m, float* out) {
     cudaStream_t s = stream.get();
     switch (w.type) {
         case WType::kF32:
             return gemm->run(in, w.buf.as<float>(), out, m, w.rows, w.cols, s);
-        case WType::kBf16: {
-            auto* in16 = static_cast<__nv_bfloat16*>(x16);
-            KILN_RETURN_IF_ERROR(kc::convert(in, in16, m * w.cols, s));
-            return gemm->run(in16, w.buf.as<__nv_bfloat16>(), out, m, w.rows, w.cols, s);
-        }
-        case WType::kF16: {
-            auto* in16 = static_cast<__half*>(x16);
-            KILN_RETURN_IF_ERROR(kc::convert(in, in16, m * w.cols, s));
-            return gemm->run(in16, w.buf.as<__half>(), out, m, w.rows, w.cols, s);
-        }
+        case WType::kBf16:
+            return gemm->run(static_cast<const __nv_bfloat16*>(x16), w.buf.as<__nv_bfloat16>(), out, m, w.rows, w.cols,
+                             s);
+        case WType::kF16:
+            return gemm->run(static_cast<const __half*>(x16), w.buf.as<__half>(), out, m, w.rows, w.cols, s);
     }
     return core::error(StatusCode::kInternal) << "gemm: unknown weight type";
+}
+
+// The same from an f32 input, rounded into x16 first for 16-bit weights.
+Status CudaLlamaModel::Impl::gemm_run(const DevMatrix& w, const float* in, int64_t m, float* out) {
+    cudaStream_t s = stream.get();
+    if (w.type == WType::kBf16) KILN_RETURN_IF_ERROR(kc::convert(in, static_cast<__nv_bfloat16*>(x16), m * w.cols, s));
+    if (w.type == WType::kF16) KILN_RETURN_IF_ERROR(kc::convert(in, static_cast<__half*>(x16), m * w.cols, s));
+    return gemm_prepared(w, in, m, out);
+}
+
+// x += add (if any), then rmsnorm(x) * weight into the input of w's GEMM: xn for f32 weights, x16
+// for 16-bit ones (the norm writes the GEMM's input type: no separate conversion).
+Status CudaLlamaModel::Impl::norm_for(const DevMatrix& w, const float* add, const float* weight, int64_t T) {
+    cudaStream_t s = stream.get();
+    const int64_t H = config.hidden_size;
+    const float eps = float(config.rms_norm_eps);
+    if (w.type == WType::kBf16) return kc::add_rmsnorm(x, add, weight, static_cast<__nv_bfloat16*>(x16), T, H, eps, s);
+    if (w.type == WType::kF16) return kc::add_rmsnorm(x, add, weight, static_cast<__half*>(x16), T, H, eps, s);
+    return kc::add_rmsnorm(x, add, weight, xn, T, H, eps, s);
 }
 
 Status CudaLlamaModel::Impl::layer(int64_t l, const Step& st) {
@@ -54,9 +70,9 @@ Status CudaLlamaModel::Impl::layer(int64_t l, const Step& st) {
     cudaStream_t s = stream.get();
     const int64_t T = st.ix.num_tokens, H = c.hidden_size, F = c.intermediate_size, D = c.head_dim;
     const float eps = float(c.rms_norm_eps);
-    // x += the previous layer's FFN output (none before layer 0), xn = rmsnorm(x).
-    KILN_RETURN_IF_ERROR(kc::add_rmsnorm(x, l == 0 ? nullptr : o, fptr(L.attn_norm), xn, T, H, eps, s));
-    KILN_RETURN_IF_ERROR(gemm_run(L.wqkv, xn, T, qkv));  // [T, Q + 2 KV]
+    // x += the previous layer's FFN output (none before layer 0), then rmsnorm(x) as the QKV input.
+    KILN_RETURN_IF_ERROR(norm_for(L.wqkv, l == 0 ? nullptr : o, fptr(L.attn_norm), T));
+    KILN_RETURN_IF_ERROR(gemm_prepared(L.wqkv, xn, T, qkv));  // [T, Q + 2 KV]
     kc::QkvRopeKvWrite w;
     w.qkv = qkv;
     w.bias = fptr(L.bqkv);
@@ -80,10 +96,17 @@ Status CudaLlamaModel::Impl::layer(int64_t l, const Step& st) {
     if (L.bo.bytes()) {
         KILN_RETURN_IF_ERROR(kc::add_bias_rows(o, fptr(L.bo), T, H, s));
     }
-    KILN_RETURN_IF_ERROR(kc::add_rmsnorm(x, o, fptr(L.ffn_norm), xn, T, H, eps, s));
-    KILN_RETURN_IF_ERROR(gemm_run(L.w_gate_up, xn, T, gate_up));  // [T, 2F] = [gate | up]
-    KILN_RETURN_IF_ERROR(kc::silu_mul_rows(gate_up, act, T, F, s));
-    return gemm_run(L.w_down, act, T, o);  // [T, H]: added to x by the next norm
+    KILN_RETURN_IF_ERROR(norm_for(L.w_gate_up, o, fptr(L.ffn_norm), T));
+    KILN_RETURN_IF_ERROR(gemm_prepared(L.w_gate_up, xn, T, gate_up));  // [T, 2F] = [gate | up]
+    // SiLU-mul writes the down projection's input type
+    if (L.w_down.type == WType::kBf16) {
+        KILN_RETURN_IF_ERROR(kc::silu_mul_rows(gate_up, static_cast<__nv_bfloat16*>(x16), T, F, s));
+    } else if (L.w_down.type == WType::kF16) {
+        KILN_RETURN_IF_ERROR(kc::silu_mul_rows(gate_up, static_cast<__half*>(x16), T, F, s));
+    } else {
+        KILN_RETURN_IF_ERROR(kc::silu_mul_rows(gate_up, act, T, F, s));
+    }
+    return gemm_prepared(L.w_down, act, T, o);  // [T, H]: added to x by the next norm
 }
 
 Status CudaLlamaModel::Impl::attention(int64_t l, const Step& st) {
@@ -93,7 +116,8 @@ Status CudaLlamaModel::Impl::attention(int64_t l, const Step& st) {
     cudaStream_t s = stream.get();
     // Split-KV queries (decode tokens; every token when prompt chunks cannot be tiled), as many per
     // launch as the workspace holds.
-    const int64_t splits = (ix.max_kv_len + kc::kDecodeSplitKeys - 1) / kc::kDecodeSplitKeys;
+    const int64_t splits =
+        st.num_splits > 0 ? st.num_splits : (ix.max_kv_len + kc::kDecodeSplitKeys - 1) / kc::kDecodeSplitKeys;
     const int64_t per_launch = std::clamp<int64_t>(int64_t(attn_ws_rows) / splits, 1, 65535);
     for (int64_t e0 = 0; e0 < ix.num_entries; e0 += per_launch) {
         kc::DecodeAttentionBatch b;
@@ -112,6 +136,7 @@ Status CudaLlamaModel::Impl::attention(int64_t l, const Step& st) {
         b.head_dim = c.head_dim;
         b.window = c.window_for_layer(l);
         b.max_kv_len = ix.max_kv_len;
+        b.num_splits = st.num_splits;
         KILN_RETURN_IF_ERROR(kc::decode_attention(q, b, att, attn_ws, s));
     }
     if (ix.num_tiles == 0) return Status::ok();
@@ -171,6 +196,7 @@ Status CudaLlamaModel::Impl::run(std::span<const int32_t> tokens, std::span<cons
         pad_seqs.resize(size_t(bucket), dummy);
         st.ix = build_step_indices(pad_tokens, pad_seqs, bs, 0, host, blocks_per_seq);
         st.ix.max_kv_len = options.max_seq_len;  // the attention grid, fixed for the graph
+        st.num_splits = graph_splits;
     } else {
         st.ix = build_step_indices(tokens, seqs, bs, tile_queries, host);
     }
@@ -181,7 +207,11 @@ Status CudaLlamaModel::Impl::run(std::span<const int32_t> tokens, std::span<cons
         const kc::Stream& stream;
         ~SyncOnExit() { (void)stream.synchronize(); }
     } sync_on_exit{stream};
-    if (bucket > 0) {
+    if (bucket > 0 && graphs_seen.insert({bucket, greedy}).second) {
+        // The first step of a bucket runs eagerly (its GEMM plans and kernels loaded outside a
+        // capture); the next one captures the graph.
+        KILN_RETURN_IF_ERROR(enqueue(st, greedy));
+    } else if (bucket > 0) {
         auto exec = graph_for(bucket, greedy, st);
         if (exec.is_ok()) {
             KILN_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(*exec, s));
@@ -244,20 +274,29 @@ core::Result<cudaGraphExec_t> CudaLlamaModel::Impl::graph_for(int64_t bucket, bo
     const auto key = std::make_pair(bucket, greedy);
     if (auto it = graphs.find(key); it != graphs.end()) return it->second;
     cudaStream_t s = stream.get();
+    // Ends the capture on every way out (errors, exceptions) so the stream is usable after, and
+    // clears the thread's CUDA error so the eager fallback's first launch check does not see it.
+    struct Capture {
+        cudaStream_t stream;
+        cudaGraph_t graph = nullptr;
+        bool active = false;
+        ~Capture() {
+            if (active) (void)cudaStreamEndCapture(stream, &graph);
+            if (graph) (void)cudaGraphDestroy(graph);
+            (void)cudaGetLastError();
+        }
+    } capture{s};
+    (void)cudaGetLastError();  // an earlier error must not fail this capture's launch checks
     KILN_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    capture.active = true;
     const Status queued = enqueue(st, greedy);
-    cudaGraph_t graph = nullptr;
-    const cudaError_t ended = cudaStreamEndCapture(s, &graph);
-    cudaGraphExec_t exec = nullptr;
-    cudaError_t made = cudaErrorUnknown;
-    if (queued.is_ok() && ended == cudaSuccess) made = cudaGraphInstantiate(&exec, graph, 0);
-    if (graph) (void)cudaGraphDestroy(graph);
-    if (!queued.is_ok()) {
-        (void)cudaGetLastError();
+    capture.active = false;
+    const cudaError_t ended = cudaStreamEndCapture(s, &capture.graph);
+    if (!queued.is_ok())
         return core::error(StatusCode::kInternal) << "CUDA graph capture of a decode step: " << queued.message();
-    }
     KILN_RETURN_IF_ERROR(kc::cuda_status(ended, "cudaStreamEndCapture"));
-    KILN_RETURN_IF_ERROR(kc::cuda_status(made, "cudaGraphInstantiate"));
+    cudaGraphExec_t exec = nullptr;
+    KILN_CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&exec, capture.graph, 0));
     graphs.emplace(key, exec);
     return exec;
 }

@@ -43,7 +43,8 @@ struct CudaModelOptions {
     bool tensor_core_prefill = true;
     // Decode steps (every sequence one token and its logits) replayed as CUDA graphs, one per
     // batch-size bucket (1, 2, 4, .. 64, then steps of 32 up to the largest decode batch), captured
-    // on first use; a failed capture turns them off and the step runs eagerly.
+    // on a bucket's second step (the first runs eagerly); a failed capture turns them off and the
+    // step runs eagerly.
     bool cuda_graphs = true;
     // Called during the upload with the bytes uploaded so far and the total (weights only).
     std::function<void(uint64_t done, uint64_t total)> progress;
@@ -64,6 +65,7 @@ public:
     const CudaModelOptions& options() const;  // as resolved at create (max_seq_len, num_kv_blocks set)
     std::string describe() const;             // device, weight and KV sizes, for the tools' stderr
     uint64_t weight_bytes() const;            // on the device
+    int64_t num_graphs() const;               // decode-step CUDA graphs captured so far
     // What one decode step reads of the weights: every layer matrix, the output matrix and one
     // embedding row (norms and biases left out: under 0.1%).
     uint64_t step_weight_bytes() const;

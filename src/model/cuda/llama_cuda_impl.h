@@ -6,6 +6,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -62,6 +63,7 @@ struct CudaLlamaModel::Impl {
     struct Step {
         StepIndices ix;
         const uint8_t* dev = nullptr;
+        int64_t num_splits = 0;  // split-KV splits per query; 0: from the step's longest sequence
         const int32_t* i32(size_t off) const { return reinterpret_cast<const int32_t*>(dev + off); }
     };
 
@@ -93,6 +95,8 @@ struct CudaLlamaModel::Impl {
     // bucket and output kind, captured on first use; the batch is padded to its bucket with
     // sequences of one token in the pool's scratch block (num_kv_blocks, past the caller's blocks).
     std::map<std::pair<int64_t, bool>, cudaGraphExec_t> graphs;  // (bucket, greedy)
+    std::set<std::pair<int64_t, bool>> graphs_seen;              // run eagerly once before capture
+    int64_t graph_splits = 0;  // split-KV splits in the graphs: min(ceil(max_seq_len / 256), 64)
     std::vector<int64_t> buckets;                                // ascending, the last = the largest decode batch
     bool graphs_off = false;                                     // a capture failed: eager from then on
     std::string graph_error;
@@ -107,7 +111,9 @@ struct CudaLlamaModel::Impl {
     const cuda_detail::DevMatrix& lm_head() const { return output.rows ? output : embed; }
     core::Status plan_arena();
     core::Status plan_kv();
+    core::Status gemm_prepared(const cuda_detail::DevMatrix& w, const float* in, int64_t m, float* out);
     core::Status gemm_run(const cuda_detail::DevMatrix& w, const float* in, int64_t m, float* out);
+    core::Status norm_for(const cuda_detail::DevMatrix& w, const float* add, const float* weight, int64_t T);
     core::Status layer(int64_t l, const Step& s);
     core::Status attention(int64_t l, const Step& s);
     core::Status enqueue(const Step& st, bool greedy);

@@ -163,7 +163,8 @@ Status CudaLlamaModel::Impl::plan_kv() {
                    << " GiB device under --gpu-memory-utilization " << options.gpu_memory_utilization << " ("
                    << gib(used) << " GiB in use after loading the weights and the activation arena); one sequence of "
                    << options.max_seq_len << " tokens needs " << gib(double(blocks_per_seq * block_bytes))
-                   << " GiB: raise --gpu-memory-utilization or lower the context length";
+                   << " GiB (and one block is kept as scratch): raise --gpu-memory-utilization or lower the context "
+                      "length";
         }
         options.num_kv_blocks = num_blocks;
     }
@@ -189,6 +190,10 @@ const ModelConfig& CudaLlamaModel::config() const {
 const CudaModelOptions& CudaLlamaModel::options() const {
     return impl_->options;
 }
+int64_t CudaLlamaModel::num_graphs() const {
+    return int64_t(impl_->graphs.size());
+}
+
 uint64_t CudaLlamaModel::weight_bytes() const {
     return impl_->weight_bytes;
 }
@@ -313,6 +318,8 @@ core::Result<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::create(const Check
     const int64_t largest = std::min({o.max_seqs, o.max_batch_tokens, o.max_logits});
     for (int64_t b = 1; b < largest; b = b < 64 ? 2 * b : b + 32) m->buckets.push_back(b);
     m->buckets.push_back(largest);
+    const int64_t max_splits = (o.max_seq_len + kc::kDecodeSplitKeys - 1) / kc::kDecodeSplitKeys;
+    m->graph_splits = std::min<int64_t>(max_splits, 64);
     m->pad_tokens.reserve(size_t(largest));
     m->pad_seqs.reserve(size_t(largest));
     // cudaMemcpy from pageable memory may return before the device has the bytes, and the model's
