@@ -24,6 +24,7 @@
 #include "args.h"
 #include "commands.h"
 #include "engine_options.h"
+#include "gpu_session.h"
 #include "model/checkpoint.h"
 
 #ifdef KILN_HAVE_CUDA
@@ -98,15 +99,12 @@ int cmd_bench_cuda(int argc, char** argv) {
     const int64_t p = *p_opt, n = *n_opt, b = *b_opt, reps = *r_opt;
     model::CudaModelOptions o;
     const std::string device = args.get("--device").value_or("cuda");
-    if (device != "cuda") {
-        const bool ok = device.rfind("cuda:", 0) == 0 && device.size() > 5 && device.size() <= 8 &&
-                        device.find_first_not_of("0123456789", 5) == std::string::npos;
-        if (!ok) {
-            std::fprintf(stderr, "kiln bench: --device must be cpu, cuda or cuda:N, got '%s'\n", device.c_str());
-            return 2;
-        }
-        o.device = std::stoi(device.substr(5));
+    const std::optional<int> index = parse_device(device);
+    if (!index || *index < 0) {
+        std::fprintf(stderr, "kiln bench: --device must be cuda or cuda:N here, got '%s'\n", device.c_str());
+        return 2;
     }
+    o.device = *index;
     if (auto u = args.get("--gpu-memory-utilization")) {
         o.gpu_memory_utilization = std::atof(u->c_str());
         if (!(o.gpu_memory_utilization > 0 && o.gpu_memory_utilization <= 1)) {

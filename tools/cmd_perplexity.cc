@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -19,6 +20,8 @@
 
 #include "args.h"
 #include "commands.h"
+#include "gpu_session.h"
+#include "model/checkpoint_tokenizer.h"
 #include "model_session.h"
 
 namespace kiln::tools {
@@ -32,7 +35,10 @@ constexpr const char* kPerplexityUsage =
     "2N tokens. Progress goes to standard error; `ppl = X` and the token count to standard output.\n"
     "\n"
     "  -f, --file FILE        the text to score\n"
-    "  -c, --ctx N            window length in tokens (default 512, capped to the model's max_seq_len)\n";
+    "  -c, --ctx N            window length in tokens (default 512, capped to the model's max_seq_len)\n"
+    "  --device D             cpu (default), or cuda / cuda:N: the model on that GPU, f32 K/V (a build\n"
+    "                         with the CUDA backend)\n"
+    "  --gpu-memory-utilization U  share of the GPU's memory the model may take (default 0.9)\n";
 
 void print_usage(std::FILE* f) {
     std::fputs(kPerplexityUsage, f);
@@ -52,7 +58,7 @@ double nll_of(const float* row, int64_t vocab, int32_t target) {
 
 int cmd_perplexity(int argc, char** argv) {
     Args args(merged({"--help", "-h"}, kSessionFlags),
-              merged({"-f", "--file", "-c", "--ctx"}, kSessionOptions));
+              merged({"-f", "--file", "-c", "--ctx", "--device", "--gpu-memory-utilization"}, kSessionOptions));
     if (!args.parse(argc, argv, 2)) {
         std::fprintf(stderr, "kiln perplexity: %s\n", args.error().c_str());
         print_usage(stderr);
@@ -85,44 +91,100 @@ int cmd_perplexity(int argc, char** argv) {
     }
     std::stringstream ss;
     ss << in.rdbuf();
-    auto session = open_model_session(session_options);
-    if (!session) {
-        std::fprintf(stderr, "kiln perplexity: %s\n", session.status().to_string().c_str());
-        return 1;
+    const std::string device_arg = args.get("--device").value_or("cpu");
+    const std::optional<int> device = parse_device(device_arg);
+    if (!device) {
+        std::fprintf(stderr, "kiln perplexity: --device must be cpu, cuda or cuda:N, got '%s'\n", device_arg.c_str());
+        return 2;
     }
-    ModelSession& s = **session;
-    const model::ModelConfig& c = s.model->config();
+    GpuSequenceOptions gpu_options;
+    if (auto u = args.get("--gpu-memory-utilization")) {
+        gpu_options.gpu_memory_utilization = std::atof(u->c_str());
+        if (!(gpu_options.gpu_memory_utilization > 0 && gpu_options.gpu_memory_utilization <= 1)) {
+            std::fprintf(stderr, "kiln perplexity: --gpu-memory-utilization needs a number in (0, 1], got '%s'\n",
+                         u->c_str());
+            return 2;
+        }
+    }
+    // The CPU model (a ModelSession), or on a GPU the checkpoint, its tokenizer and a GpuSequence.
+    std::unique_ptr<ModelSession> session;
+    model::Checkpoint checkpoint;
+    std::unique_ptr<tokenizer::Tokenizer> gpu_tokenizer;
+    std::unique_ptr<GpuSequence> gpu;
+    if (*device < 0) {
+        auto opened = open_model_session(session_options);
+        if (!opened) {
+            std::fprintf(stderr, "kiln perplexity: %s\n", opened.status().to_string().c_str());
+            return 1;
+        }
+        session = std::move(*opened);
+    } else {
+        auto path = resolve_model_path(session_options.model);
+        auto ck = path ? model::load_checkpoint(*path) : core::Result<model::Checkpoint>(path.status());
+        if (!ck) {
+            std::fprintf(stderr, "kiln perplexity: %s\n", ck.status().to_string().c_str());
+            return 1;
+        }
+        checkpoint = std::move(*ck);
+        auto tok = model::find_tokenizer(checkpoint, session_options.tokenizer);
+        if (!tok) {
+            std::fprintf(stderr, "kiln perplexity: %s\n", tok.status().to_string().c_str());
+            return 1;
+        }
+        gpu_tokenizer = std::move(*tok);
+    }
+    const model::ModelConfig& c = session ? session->model->config() : checkpoint.config;
+    const tokenizer::Tokenizer& tok = session ? *session->tokenizer : *gpu_tokenizer;
     if (c.max_seq_len > 0 && n_ctx > c.max_seq_len) {
         std::fprintf(stderr, "kiln perplexity: --ctx %d capped to the model's max_seq_len %lld\n", n_ctx,
                      (long long)c.max_seq_len);
         n_ctx = int(c.max_seq_len);
     }
-    const std::vector<int32_t> tokens = s.tokenizer->encode(ss.str());
+    if (!session) {
+        gpu_options.device = *device;
+        gpu_options.max_seq_len = n_ctx;
+        gpu_options.max_tokens = n_ctx;
+        auto g = open_gpu_sequence(checkpoint, gpu_options);
+        if (!g) {
+            std::fprintf(stderr, "kiln perplexity: %s\n", g.status().to_string().c_str());
+            return 1;
+        }
+        gpu = std::move(*g);
+        std::fprintf(stderr, "%s\n", gpu->describe().c_str());
+    }
+    const std::vector<int32_t> tokens = tok.encode(ss.str());
     if (int64_t(tokens.size()) < 2 * int64_t(n_ctx)) {
         std::fprintf(stderr, "kiln perplexity: %s has %zu tokens; need at least 2 * ctx = %d\n", text_path->c_str(),
                      tokens.size(), 2 * n_ctx);
         return 1;
     }
-    const int32_t bos = s.tokenizer->bos_id();
+    const int32_t bos = tok.bos_id();
     const int64_t num_windows = int64_t(tokens.size()) / n_ctx;
     const int first = n_ctx / 2;
     const int64_t V = c.vocab_size;
     std::fprintf(stderr, "%zu tokens, %lld windows of %d, scoring %d tokens each\n", tokens.size(),
                  (long long)num_windows, n_ctx, n_ctx - 1 - first);
-    model::KvCache cache(c, n_ctx);
+    std::optional<model::KvCache> cache;
+    if (session) cache.emplace(c, n_ctx);
+    std::vector<float> logits;  // [n_ctx, vocab]
     double nll = 0;
     int64_t count = 0;
     const auto t0 = std::chrono::steady_clock::now();
     for (int64_t w = 0; w < num_windows; ++w) {
         std::vector<int32_t> window(tokens.begin() + w * n_ctx, tokens.begin() + (w + 1) * n_ctx);
         if (bos >= 0) window[0] = bos;
-        cache.clear();
-        auto logits = s.model->forward(window, cache, /*all_logits=*/true);  // [n_ctx, vocab]
-        if (!logits) {
-            std::fprintf(stderr, "kiln perplexity: %s\n", logits.status().to_string().c_str());
+        core::Status st;
+        if (session) {
+            cache->clear();
+            st = session->model->forward(window, *cache, /*all_logits=*/true, logits);
+        } else {
+            st = gpu->forward(window, 0, /*all_logits=*/true, logits);  // a fresh sequence: position 0 on
+        }
+        if (!st.is_ok()) {
+            std::fprintf(stderr, "kiln perplexity: %s\n", st.to_string().c_str());
             return 1;
         }
-        for (int j = first; j < n_ctx - 1; ++j) nll += nll_of(logits->data() + size_t(j) * V, V, window[j + 1]);
+        for (int j = first; j < n_ctx - 1; ++j) nll += nll_of(logits.data() + size_t(j) * V, V, window[j + 1]);
         count += n_ctx - 1 - first;
         const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         std::fprintf(stderr, "[%lld/%lld] ppl %.4f (%.2f s)\n", (long long)(w + 1), (long long)num_windows,
