@@ -204,6 +204,8 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o, Status* status) {
         pm.block_size = int32_t(g->options().block_size);
         pm.forward = [g](std::span<const int32_t> tokens, std::span<const model::BatchSeq> seqs,
                          std::vector<float>& logits) { return g->forward_batch(tokens, seqs, logits); };
+        pm.forward_greedy = [g](std::span<const int32_t> tokens, std::span<const model::BatchSeq> seqs,
+                                std::vector<int32_t>& ids) { return g->forward_batch_greedy(tokens, seqs, ids); };
         ecore = engine::EngineCore::create(std::move(pm), impl->tokenizer.get(), ec);
 #else
         return fail(core::error(core::StatusCode::kUnsupported)

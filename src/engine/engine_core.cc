@@ -229,19 +229,32 @@ bool EngineCore::step() {
     }
     const auto t1 = Clock::now();
     stats_.schedule_seconds += std::chrono::duration<double>(t1 - t0).count();
-    if (core::Status st = model_.forward(tokens_, seqs_, logits_); !st.is_ok()) {
-        fail_batch(batch, st);
+    // Plain greedy rows need only their argmax: the model's greedy step, when it has one.
+    bool plain_greedy = bool(model_.forward_greedy);
+    for (const sched::ScheduledSeq& s : batch.seqs) {
+        if (!plain_greedy) break;
+        if (!s.sample) continue;
+        const Live& live = requests_.at(s.id);
+        const sampling::SamplingParams& p = live.request.params;
+        plain_greedy = live.sampler->is_greedy() && p.logit_bias.empty() && p.repetition_penalty == 1.0f &&
+                       p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f && p.logprobs < 0 &&
+                       !live.request.return_logits;
+    }
+    const core::Status forwarded =
+        plain_greedy ? model_.forward_greedy(tokens_, seqs_, sampled_) : model_.forward(tokens_, seqs_, logits_);
+    if (!forwarded.is_ok()) {
+        fail_batch(batch, forwarded);
         return true;
     }
     const auto t2 = Clock::now();
     stats_.forward_seconds += std::chrono::duration<double>(t2 - t1).count();
     const int64_t vocab = model_.config->vocab_size;
-    sampled_.clear();
+    if (!plain_greedy) sampled_.clear();
     std::vector<std::pair<size_t, std::vector<float>>> raw;       // (index into sampled_, logits) when asked
     std::vector<std::pair<size_t, sampling::TokenLogprobs>> lps;  // (index into sampled_, logprobs) when asked
     size_t row = 0;
     for (const sched::ScheduledSeq& s : batch.seqs) {
-        if (!s.sample) continue;
+        if (!s.sample || plain_greedy) continue;  // plain greedy: sampled_ holds the ids already
         Live& live = requests_.at(s.id);
         std::span<float> logits(logits_.data() + row * size_t(vocab), size_t(vocab));
         if (live.request.return_logits)

@@ -89,6 +89,12 @@ struct PagedModel {
     std::function<core::Status(std::span<const int32_t> tokens, std::span<const model::BatchSeq> seqs,
                                std::vector<float>& logits)>
         forward;
+    // Optional: the same step returning only the argmax of each logits row (sampling::
+    // argmax_lowest_id's rule), used when every sequence sampled in the step decodes greedily with
+    // no bias, penalties, logprobs or raw logits asked for (a GPU then copies back ids, not rows).
+    std::function<core::Status(std::span<const int32_t> tokens, std::span<const model::BatchSeq> seqs,
+                               std::vector<int32_t>& ids)>
+        forward_greedy;
 };
 
 class EngineCore {

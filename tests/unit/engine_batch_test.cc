@@ -265,6 +265,79 @@ TEST_P(EngineBatch, PagedModelRunsLikeTheEnginesOwnPool) {
               core::StatusCode::kInvalidArgument);
 }
 
+// A PagedModel with a greedy step (as the GPU model has): steps whose sampled sequences all decode
+// plain greedy (no penalties, bias, logprobs or raw logits) take it and need no logits; a step with
+// one sampling request takes the logits path; the tokens are those of each request alone.
+TEST_P(EngineBatch, PlainGreedyStepsTakeTheModelsGreedyPath) {
+    std::vector<Spec> specs = make_specs(8, 11);
+    for (size_t i = 0; i < specs.size(); ++i) {  // all plain greedy but the last
+        sampling::SamplingParams& p = specs[i].params;
+        if (i + 1 == specs.size()) break;
+        p.temperature = 0.0f;
+        p.top_k = 0;
+        p.top_p = 1.0f;
+        p.presence_penalty = 0.0f;
+        p.has_seed = false;
+    }
+    const auto alone = run_alone(specs);
+    const model::ModelConfig& mc = model_->config();
+    const int64_t num_blocks = 64, block_size = 16;
+    auto storage = kv::KvStorage::create(mc.num_layers, num_blocks, block_size, mc.kv_dim());
+    ASSERT_TRUE(storage.is_ok()) << storage.status().to_string();
+    model::KvLayers layers;
+    for (int64_t l = 0; l < mc.num_layers; ++l) {
+        layers.k.push_back((*storage)->k(l));
+        layers.v.push_back((*storage)->v(l));
+    }
+    layers.block_size = block_size;
+    layers.num_slots = num_blocks * block_size;
+    int64_t logit_steps = 0, greedy_steps = 0;
+    PagedModel pm;
+    pm.config = &mc;
+    pm.num_kv_blocks = num_blocks;
+    pm.block_size = int32_t(block_size);
+    pm.forward = [&](std::span<const int32_t> t, std::span<const model::BatchSeq> q, std::vector<float>& logits) {
+        ++logit_steps;
+        return model_->forward_batch(t, q, layers, logits);
+    };
+    std::vector<float> scratch;
+    pm.forward_greedy = [&](std::span<const int32_t> t, std::span<const model::BatchSeq> q, std::vector<int32_t>& ids) {
+        ++greedy_steps;
+        KILN_RETURN_IF_ERROR(model_->forward_batch(t, q, layers, scratch));
+        const size_t V = size_t(mc.vocab_size);
+        ids.clear();
+        for (size_t r = 0; r < scratch.size() / V; ++r)
+            ids.push_back(sampling::argmax_lowest_id(std::span<const float>(scratch).subspan(r * V, V)));
+        return core::Status::ok();
+    };
+    auto core = EngineCore::create(std::move(pm), tok_.get(), EngineConfig{});
+    ASSERT_TRUE(core.is_ok()) << core.status().to_string();
+    std::map<int64_t, std::vector<int32_t>> tokens;
+    // the sampling request joins only after the greedy ones finished: they run on the greedy path
+    for (size_t i = 0; i + 1 < specs.size(); ++i) {
+        Request r;
+        r.prompt = specs[i].prompt;
+        r.params = specs[i].params;
+        std::vector<int32_t>* out = &tokens[int64_t(i)];
+        r.on_output = [out](const StepOutput& o) { out->insert(out->end(), o.token_ids.begin(), o.token_ids.end()); };
+        ASSERT_TRUE((*core)->add(int64_t(i), std::move(r)).is_ok());
+    }
+    while ((*core)->step()) {
+    }
+    EXPECT_GT(greedy_steps, 0);
+    EXPECT_EQ(logit_steps, 0) << "greedy-only steps took the logits path";
+    Request r;
+    r.prompt = specs.back().prompt;
+    r.params = specs.back().params;
+    std::vector<int32_t>* out = &tokens[int64_t(specs.size() - 1)];
+    r.on_output = [out](const StepOutput& o) { out->insert(out->end(), o.token_ids.begin(), o.token_ids.end()); };
+    ASSERT_TRUE((*core)->add(int64_t(specs.size() - 1), std::move(r)).is_ok());
+    while ((*core)->step()) {
+    }
+    EXPECT_GT(logit_steps, 0) << "a sampling request's steps must take the logits path";
+    for (const auto& [id, want] : alone) EXPECT_EQ(tokens[id], want.tokens) << "request " << id;
+}
+
 TEST_P(EngineBatch, F16KvCacheIsBatchInvariantAndCloseToF32) {
     const std::vector<Spec> specs = make_specs(8, 13);
     const auto alone = run_alone(specs, /*kv_f16=*/true);
