@@ -140,6 +140,10 @@ TEST(CudaLlama, RandomModelsMatchCpu) {
     ModelConfig llama = test::tiny_config("llama");
     cases.push_back({"llama f32", llama, DType::kF32, DType::kF32, 1e-4});
     cases.push_back({"llama q4_0 / q8_0 embeddings", llama, DType::kQ4_0, DType::kQ8_0, 1e-4});
+    cases.push_back({"llama q8_0", llama, DType::kQ8_0, DType::kF32, 1e-4});
+    ModelConfig big_vocab = llama;  // an output matrix larger than any layer's: the GEMV 8 rows at a time
+    big_vocab.vocab_size = 4000;
+    cases.push_back({"llama q4_1, vocab 4000", big_vocab, DType::kQ4_1, DType::kF32, 1e-4});
     // bf16 weights: the GPU rounds each GEMM's input activations to bf16 (the CPU keeps f32)
     cases.push_back({"llama bf16", llama, DType::kBF16, DType::kBF16, 5e-2});
     ModelConfig qwen2 = test::tiny_config("qwen2");
@@ -167,6 +171,11 @@ TEST(CudaLlama, RandomModelsMatchCpu) {
         const GreedyRun cpu = run_cpu(b.ck, prompt, 12);
         const GreedyRun gpu = run_gpu(b.ck, prompt, 12, small_options());
         expect_same_run(gpu, cpu, k.tol, /*same_tokens=*/k.tol < 1e-3, k.name);
+        if (k.mat == DType::kQ4_1) {  // the same weights decoded to f32 at load
+            CudaModelOptions o = small_options();
+            o.quantized_weights = false;
+            expect_same_run(run_gpu(b.ck, prompt, 12, o), cpu, k.tol, true, k.name + ", decoded at load");
+        }
     }
 }
 

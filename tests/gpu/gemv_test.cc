@@ -1,4 +1,4 @@
-// kernels/cuda gemv_blocks (Q8_0 / Q4_0 weights as stored, f32 activations) against kernels/ref
+// kernels/cuda gemv_blocks (Q8_0 / Q4_0 / Q4_1 weights as stored, f32 activations) against kernels/ref
 // matmul on the same blocks: decode batches of 1-8 tokens, rows from 1 to 2048, k from one block to
 // 5632; within 1e-4 of sum |x w| (another summation order); output rows past the batch untouched.
 // Without a device only the argument checks run.
@@ -30,6 +30,10 @@ TEST(CudaGemv, ArgumentChecks) {
     EXPECT_EQ(gemv_blocks(DType::kQ8_0, nullptr, 8, 64, p, 1, y).code(), core::StatusCode::kInvalidArgument);
     EXPECT_EQ(gemv_blocks(DType::kQ4_K, p, 8, 256, p, 1, y).code(), core::StatusCode::kUnsupported);
     EXPECT_TRUE(gemv_blocks(DType::kQ8_0, p, 8, 64, p, 0, y).is_ok());
+    EXPECT_EQ(dequantize_blocks(DType::kQ8_0, p, 48, y).code(), core::StatusCode::kInvalidArgument);
+    EXPECT_EQ(dequantize_blocks(DType::kQ5_0, p, 64, y).code(), core::StatusCode::kUnsupported);
+    EXPECT_TRUE(gemv_blocks_supports(DType::kQ4_1));
+    EXPECT_FALSE(gemv_blocks_supports(DType::kQ4_K));
 }
 
 TEST(CudaGemv, MatchesReference) {
@@ -39,7 +43,7 @@ TEST(CudaGemv, MatchesReference) {
     struct Shape {
         int64_t n, k;
     };
-    for (DType type : {DType::kQ8_0, DType::kQ4_0}) {
+    for (DType type : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1}) {
         const size_t block_bytes = core::dtype_info(type).block_bytes;
         for (const Shape s : {Shape{1, 32}, Shape{37, 64}, Shape{2048, 2048}, Shape{100, 5632}}) {
             std::vector<uint8_t> w(size_t(s.n * s.k / 32) * block_bytes);
@@ -47,11 +51,21 @@ TEST(CudaGemv, MatchesReference) {
             for (size_t off = 0; off < w.size(); off += block_bytes) {
                 const uint16_t d = core::f32_to_fp16(0.01f * (1.0f + std::fabs(dist(rng))));
                 std::memcpy(&w[off], &d, 2);
+                if (type == DType::kQ4_1) {  // the block's minimum
+                    const uint16_t mn = core::f32_to_fp16(-0.08f * std::fabs(dist(rng)));
+                    std::memcpy(&w[off + 2], &mn, 2);
+                }
             }
             std::vector<float> wf(size_t(s.n * s.k));
             ASSERT_TRUE(ref::dequantize_row(type, w.data(), wf.data(), s.n * s.k).is_ok());
             const ref::WeightView view = ref::make_weight_view(w.data(), type, s.n, s.k);
             DeviceBuffer dw = upload(w);
+            {  // the decoded copy equals the reference's values exactly
+                DeviceBuffer dd = upload(std::vector<float>(wf.size(), NAN));
+                ASSERT_TRUE(dequantize_blocks(type, dw.data(), s.n * s.k, dd.as<float>()).is_ok());
+                const std::vector<float> got = download<float>(dd, wf.size());
+                for (size_t i = 0; i < wf.size(); ++i) ASSERT_EQ(got[i], wf[i]) << core::dtype_name(type) << " " << i;
+            }
             for (int64_t m : {1, 2, 3, 5, 8}) {
                 std::vector<float> x(size_t(m * s.k));
                 for (float& v : x) v = dist(rng);

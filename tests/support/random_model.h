@@ -1,5 +1,5 @@
 // Tiny random Llama-family checkpoints built in memory, for model tests: every tensor a config
-// needs, weight matrices in F32 or BF16 (normal, sd `scale`) or Q8_0 / Q4_0 (random quants, small fp16
+// needs, weight matrices in F32 or BF16 (normal, sd `scale`) or Q8_0 / Q4_0 / Q4_1 (random quants, small fp16
 // block scales), norms around 1. Not a trained model: for structural checks (prefill vs decode,
 // allocation counts), never for accuracy.
 #pragma once
@@ -40,12 +40,16 @@ struct RandomCheckpoint {
                 const uint16_t v = core::f32_to_bf16(offset + dist(rng));
                 std::memcpy(buf->data() + 2 * i, &v, 2);
             }
-        } else {  // q8_0 / q4_0: random quants, small f16 scales
+        } else {  // q8_0 / q4_0 / q4_1: random quants, small f16 scales
             const auto& info = core::dtype_info(dtype);
             for (uint8_t& b : *buf) b = uint8_t(rng());
             for (size_t off = 0; off < buf->size(); off += info.block_bytes) {
                 uint16_t h = core::f32_to_fp16(dtype == DType::kQ8_0 ? 0.004f : 0.03f);
                 std::memcpy(buf->data() + off, &h, 2);
+                if (dtype == DType::kQ4_1) {  // the block's minimum: centres the values near 0
+                    const uint16_t mn = core::f32_to_fp16(-0.2f);
+                    std::memcpy(buf->data() + off + 2, &mn, 2);
+                }
             }
         }
         model::TensorRef t;

@@ -2,6 +2,8 @@
 // weights are decoded into registers once and multiplied with every token's 32 activations.
 #include <cuda_fp16.h>
 
+#include <algorithm>
+
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/gemv_quant.h"
 
@@ -29,6 +31,30 @@ struct Q4_0 {
         }
     }
 };
+
+struct Q4_1 {
+    static constexpr int kBytes = 20;
+    __device__ static void decode(const uint8_t* blk, float* v) {
+        const float d = __half2float(__ushort_as_half(uint16_t(blk[0] | (blk[1] << 8))));
+        const float mn = __half2float(__ushort_as_half(uint16_t(blk[2] | (blk[3] << 8))));
+        for (int i = 0; i < 16; ++i) {
+            const uint8_t q = blk[4 + i];
+            v[i] = __fadd_rn(__fmul_rn(float(q & 15), d), mn);  // q * d + m, no FMA: the reference's rounding
+            v[i + 16] = __fadd_rn(__fmul_rn(float(q >> 4), d), mn);
+        }
+    }
+};
+
+// One thread per 32-element block: its values in f32, as kernels/ref dequantize_row computes them.
+template <class B>
+__global__ void dequant_kernel(const uint8_t* w, int64_t num_blocks, float* out) {
+    for (int64_t b = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; b < num_blocks;
+         b += int64_t(gridDim.x) * blockDim.x) {
+        float v[32];
+        B::decode(w + b * B::kBytes, v);
+        for (int i = 0; i < 32; ++i) out[b * 32 + i] = v[i];
+    }
+}
 
 template <class B, int M>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
@@ -92,10 +118,41 @@ core::Status gemv_blocks(core::DType type, const void* w, int64_t n, int64_t k, 
             return launch<Q8_0>(w, n, k, x, m, y, stream);
         case core::DType::kQ4_0:
             return launch<Q4_0>(w, n, k, x, m, y, stream);
+        case core::DType::kQ4_1:
+            return launch<Q4_1>(w, n, k, x, m, y, stream);
         default:
             return core::error(core::StatusCode::kUnsupported)
-                   << "gemv_blocks: weight type " << core::dtype_name(type) << " (q8_0 and q4_0 are built)";
+                   << "gemv_blocks: weight type " << core::dtype_name(type) << " (q8_0, q4_0 and q4_1 are built)";
     }
+}
+
+bool gemv_blocks_supports(core::DType type) {
+    return type == core::DType::kQ8_0 || type == core::DType::kQ4_0 || type == core::DType::kQ4_1;
+}
+
+core::Status dequantize_blocks(core::DType type, const void* w, int64_t num_elements, float* out, cudaStream_t stream) {
+    if (num_elements < 0 || num_elements % 32 != 0)
+        return core::error(core::StatusCode::kInvalidArgument) << "dequantize_blocks: " << num_elements << " elements";
+    if (num_elements == 0) return core::Status::ok();
+    if (!w || !out) return core::error(core::StatusCode::kInvalidArgument) << "dequantize_blocks: null pointer";
+    const int64_t nb = num_elements / 32;
+    const unsigned blocks = unsigned(std::min<int64_t>((nb + 255) / 256, 65535));
+    const uint8_t* wb = static_cast<const uint8_t*>(w);
+    switch (type) {
+        case core::DType::kQ8_0:
+            dequant_kernel<Q8_0><<<blocks, 256, 0, stream>>>(wb, nb, out);
+            break;
+        case core::DType::kQ4_0:
+            dequant_kernel<Q4_0><<<blocks, 256, 0, stream>>>(wb, nb, out);
+            break;
+        case core::DType::kQ4_1:
+            dequant_kernel<Q4_1><<<blocks, 256, 0, stream>>>(wb, nb, out);
+            break;
+        default:
+            return core::error(core::StatusCode::kUnsupported)
+                   << "dequantize_blocks: weight type " << core::dtype_name(type) << " (q8_0, q4_0 and q4_1 are built)";
+    }
+    return launch_status("dequant_kernel");
 }
 
 }  // namespace kiln::kernels::cuda

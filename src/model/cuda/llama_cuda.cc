@@ -15,6 +15,7 @@
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemv_quant.h"
 #include "kernels/cuda/kv_write.h"
 #include "kernels/cuda/norm.h"
 #include "kernels/cuda/prefill_attention.h"
@@ -29,8 +30,8 @@ using core::Status;
 using core::StatusCode;
 using namespace cuda_detail;
 
-// out [m, w.rows] = in @ w^T where the input is already in place: `in` (f32) for f32 weights, x16
-// (rounded to the weight's type) for 16-bit ones.
+// out [m, w.rows] = in @ w^T where the input is already in place: `in` (f32) for f32 and block
+// weights, x16 (rounded to the weight's type) for 16-bit ones.
 Status CudaLlamaModel::Impl::gemm_prepared(const DevMatrix& w, const float* in, int64_t m, float* out) {
     cudaStream_t s = stream.get();
     switch (w.type) {
@@ -41,6 +42,18 @@ Status CudaLlamaModel::Impl::gemm_prepared(const DevMatrix& w, const float* in, 
                              s);
         case WType::kF16:
             return gemm->run(static_cast<const __half*>(x16), w.buf.as<__half>(), out, m, w.rows, w.cols, s);
+        case WType::kBlocks:
+            // Up to 8 tokens: the dequantizing GEMV reads the blocks once. More: one decoded f32 copy
+            // of the matrix and an f32 GEMM; a matrix larger than that copy (the output matrix) takes
+            // the GEMV 8 tokens at a time.
+            if (m > kc::kGemvMaxTokens && w.rows * w.cols <= decoded_floats) {
+                KILN_RETURN_IF_ERROR(kc::dequantize_blocks(w.blocks, w.buf.data(), w.rows * w.cols, decoded, s));
+                return gemm->run(in, decoded, out, m, w.rows, w.cols, s);
+            }
+            for (int64_t t0 = 0; t0 < m; t0 += kc::kGemvMaxTokens)
+                KILN_RETURN_IF_ERROR(kc::gemv_blocks(w.blocks, w.buf.data(), w.rows, w.cols, in + t0 * w.cols,
+                                                     std::min(kc::kGemvMaxTokens, m - t0), out + t0 * w.rows, s));
+            return Status::ok();
     }
     return core::error(StatusCode::kInternal) << "gemm: unknown weight type";
 }

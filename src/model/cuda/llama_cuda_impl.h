@@ -21,17 +21,22 @@ namespace kiln::model {
 namespace kc = kernels::cuda;
 
 namespace cuda_detail {
-enum class WType { kF32, kBf16, kF16 };
-
-inline const char* wtype_name(WType t) {
-    return t == WType::kF32 ? "f32" : t == WType::kBf16 ? "bf16" : "f16";
-}
+// kBlocks: GGML blocks as the checkpoint stores them (DevMatrix::blocks: Q8_0, Q4_0 or Q4_1).
+enum class WType { kF32, kBf16, kF16, kBlocks };
 
 struct DevMatrix {
     kc::DeviceBuffer buf;  // [rows, cols] of `type`
     WType type = WType::kF32;
+    core::DType blocks = core::DType::kF32;  // with kBlocks
     int64_t rows = 0, cols = 0;
 };
+
+inline std::string wtype_name(const DevMatrix& m) {
+    return m.type == WType::kF32    ? "f32"
+           : m.type == WType::kBf16 ? "bf16"
+           : m.type == WType::kF16  ? "f16"
+                                    : std::string(core::dtype_name(m.blocks));
+}
 
 inline const float* fptr(const kc::DeviceBuffer& b) {
     return b.bytes() ? b.as<float>() : nullptr;
@@ -83,6 +88,8 @@ struct CudaLlamaModel::Impl {
     kc::DeviceBuffer arena;
     float *x = nullptr, *xn = nullptr, *qkv = nullptr, *q = nullptr, *att = nullptr, *o = nullptr;
     float *gate_up = nullptr, *act = nullptr, *logits = nullptr, *attn_ws = nullptr;
+    float* decoded = nullptr;  // a block-quantized layer matrix decoded to f32, for steps of > 8 tokens
+    int64_t decoded_floats = 0;
     void* x16 = nullptr;  // activations rounded to a 16-bit weight type before its GEMM
     int32_t* ids = nullptr;
     uint8_t* stage_dev = nullptr;

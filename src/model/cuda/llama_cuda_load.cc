@@ -5,6 +5,7 @@
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/gemv_quant.h"
 #include "kernels/cuda/prefill_attention.h"
 #include "kernels/ref/dequant.h"
 #include "kernels/ref/transformer.h"
@@ -26,39 +27,54 @@ struct Upload {
     }
 };
 
-// bf16 / f16 only when every part is stored so (one GEMM type per stacked matrix); else f32.
-// The embedding table has no f16 lookup: f16 tables become f32 (allow_f16 false).
-WType device_type(std::span<const TensorRef* const> parts, bool allow_f16 = true) {
-    bool bf16 = true, f16 = true;
-    for (const TensorRef* t : parts) {
-        bf16 = bf16 && t->dtype == core::DType::kBF16;
-        f16 = f16 && t->dtype == core::DType::kF16;
-    }
-    return bf16 ? WType::kBf16 : f16 && allow_f16 ? WType::kF16 : WType::kF32;
+// What a stacked matrix becomes on the device: bf16 / f16 when every part is stored so (one GEMM
+// type per matrix); Q8_0 / Q4_0 / Q4_1 blocks as stored when every part has that type and blocks
+// are allowed (the GEMV reads them); else f32 decoded on the host. The embedding table has neither
+// an f16 nor a block lookup (allow false: f32).
+struct DeviceType {
+    WType type = WType::kF32;
+    core::DType blocks = core::DType::kF32;
+};
+
+DeviceType device_type(std::span<const TensorRef* const> parts, bool allow = true, bool blocks = true) {
+    bool same = true;
+    for (const TensorRef* t : parts) same = same && t->dtype == parts[0]->dtype;
+    const core::DType d = parts[0]->dtype;
+    if (same && d == core::DType::kBF16) return {WType::kBf16, d};
+    if (same && allow && d == core::DType::kF16) return {WType::kF16, d};
+    if (same && allow && blocks && kc::gemv_blocks_supports(d) && !parts[0]->row_scale) return {WType::kBlocks, d};
+    return {};
 }
 
-uint64_t device_bytes(std::span<const TensorRef* const> parts, bool allow_f16 = true) {
-    uint64_t n = 0;
-    for (const TensorRef* t : parts) n += t->num_elements();
-    return n * (device_type(parts, allow_f16) == WType::kF32 ? 4 : 2);
+uint64_t device_bytes(std::span<const TensorRef* const> parts, bool allow = true, bool blocks = true) {
+    uint64_t n = 0, bytes = 0;
+    for (const TensorRef* t : parts) {
+        n += t->num_elements();
+        bytes += t->num_bytes;
+    }
+    const WType type = device_type(parts, allow, blocks).type;
+    return type == WType::kF32 ? n * 4 : type == WType::kBlocks ? bytes : n * 2;
 }
 
 // The parts stacked by rows into one device matrix (shapes were checked by check_checkpoint_tensors:
-// equal column counts). 16-bit parts are copied as stored; the rest decoded row by row to f32.
-core::Result<DevMatrix> upload_matrix(std::span<const TensorRef* const> parts, Upload& up, bool allow_f16 = true) {
+// equal column counts). 16-bit and block parts are copied as stored; the rest decoded row by row
+// to f32.
+core::Result<DevMatrix> upload_matrix(std::span<const TensorRef* const> parts, Upload& up, bool allow = true,
+                                      bool blocks = true) {
     DevMatrix m;
-    m.type = device_type(parts, allow_f16);
+    const DeviceType dt = device_type(parts, allow, blocks);
+    m.type = dt.type;
+    m.blocks = dt.blocks;
     m.cols = int64_t(parts[0]->shape[1]);
     for (const TensorRef* t : parts) m.rows += int64_t(t->shape[0]);
-    const size_t elem = m.type == WType::kF32 ? 4 : 2;
-    KILN_ASSIGN_OR_RETURN(m.buf, kc::DeviceBuffer::allocate(size_t(m.rows * m.cols) * elem));
+    KILN_ASSIGN_OR_RETURN(m.buf, kc::DeviceBuffer::allocate(size_t(device_bytes(parts, allow, blocks))));
     uint8_t* dst = m.buf.as<uint8_t>();
     constexpr size_t kChunk = size_t(32) << 20;  // bytes per copy (progress granularity)
     std::vector<float> rows;
     for (const TensorRef* t : parts) {
         const int64_t num_rows = int64_t(t->shape[0]);
-        if (m.type != WType::kF32) {
-            const size_t n = size_t(num_rows * m.cols) * elem;
+        if (m.type != WType::kF32) {  // as stored
+            const size_t n = size_t(t->num_bytes);
             for (size_t off = 0; off < n; off += kChunk) {
                 const size_t len = std::min(kChunk, n - off);
                 KILN_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst + off, t->data + off, len, cudaMemcpyHostToDevice));
@@ -123,8 +139,9 @@ Status CudaLlamaModel::Impl::plan_arena() {
                              size_t(T * 2 * F),
                              size_t(T * F),
                              size_t(NL * V),
-                             attn_ws_rows * size_t(head_floats)};
-    float** ptrs[] = {&x, &xn, &qkv, &q, &att, &o, &gate_up, &act, &logits, &attn_ws};
+                             attn_ws_rows * size_t(head_floats),
+                             size_t(decoded_floats)};
+    float** ptrs[] = {&x, &xn, &qkv, &q, &att, &o, &gate_up, &act, &logits, &attn_ws, &decoded};
     size_t total = 0;
     for (size_t n : floats) total += align256(n * 4);
     const size_t x16_bytes = align256(size_t(std::max(std::max(T, NL) * std::max({H, Q, F}), int64_t(1))) * 2);
@@ -212,9 +229,9 @@ std::string CudaLlamaModel::describe() const {
     std::ostringstream os;
     os.precision(3);
     os << "cuda:" << m.options.device << " " << m.device_name << ": weights " << gib(double(m.weight_bytes)) << " GiB ("
-       << wtype_name(m.layers.empty() ? m.embed.type : m.layers[0].wqkv.type) << "), KV cache "
-       << gib(double(m.kv.bytes())) << " GiB (" << (m.options.kv_f16 ? "f16" : "f32") << ", " << m.options.num_kv_blocks
-       << " blocks of " << m.options.block_size << " tokens), activations " << gib(double(m.arena.bytes())) << " GiB";
+       << wtype_name(m.layers.empty() ? m.embed : m.layers[0].wqkv) << "), KV cache " << gib(double(m.kv.bytes()))
+       << " GiB (" << (m.options.kv_f16 ? "f16" : "f32") << ", " << m.options.num_kv_blocks << " blocks of "
+       << m.options.block_size << " tokens), activations " << gib(double(m.arena.bytes())) << " GiB";
     if (m.options.cuda_graphs)
         os << (m.graphs_off ? "; CUDA graphs off: " + m.graph_error : "; decode steps in CUDA graphs");
     return os.str();
@@ -280,22 +297,23 @@ core::Result<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::create(const Check
     }
     Upload up;
     up.progress = &o.progress;
-    up.total = device_bytes(groups[0], /*allow_f16=*/false);
-    for (size_t i = 1; i < groups.size(); ++i) up.total += device_bytes(groups[i]);
+    const bool blocks = o.quantized_weights;
+    up.total = device_bytes(groups[0], /*allow=*/false);
+    for (size_t i = 1; i < groups.size(); ++i) up.total += device_bytes(groups[i], true, blocks);
     // The embedding table: bf16 rows as stored, anything else in f32 (the lookup kernel's types).
-    KILN_ASSIGN_OR_RETURN(m->embed, upload_matrix(groups[0], up, /*allow_f16=*/false));
+    KILN_ASSIGN_OR_RETURN(m->embed, upload_matrix(groups[0], up, /*allow=*/false));
     size_t g = 1;
     if (!c.tie_word_embeddings) {
-        KILN_ASSIGN_OR_RETURN(m->output, upload_matrix(groups[g++], up));
+        KILN_ASSIGN_OR_RETURN(m->output, upload_matrix(groups[g++], up, true, blocks));
     }
     KILN_ASSIGN_OR_RETURN(m->output_norm, upload_vectors(ck, std::vector<std::string>{"output_norm.weight"}));
     for (int64_t l = 0; l < c.num_layers; ++l) {
         const std::string p = "blk." + std::to_string(l) + ".";
         Impl::Layer L;
-        KILN_ASSIGN_OR_RETURN(L.wqkv, upload_matrix(groups[g++], up));
-        KILN_ASSIGN_OR_RETURN(L.wo, upload_matrix(groups[g++], up));
-        KILN_ASSIGN_OR_RETURN(L.w_gate_up, upload_matrix(groups[g++], up));
-        KILN_ASSIGN_OR_RETURN(L.w_down, upload_matrix(groups[g++], up));
+        KILN_ASSIGN_OR_RETURN(L.wqkv, upload_matrix(groups[g++], up, true, blocks));
+        KILN_ASSIGN_OR_RETURN(L.wo, upload_matrix(groups[g++], up, true, blocks));
+        KILN_ASSIGN_OR_RETURN(L.w_gate_up, upload_matrix(groups[g++], up, true, blocks));
+        KILN_ASSIGN_OR_RETURN(L.w_down, upload_matrix(groups[g++], up, true, blocks));
         KILN_ASSIGN_OR_RETURN(L.attn_norm, upload_vectors(ck, std::vector<std::string>{p + "attn_norm.weight"}));
         KILN_ASSIGN_OR_RETURN(L.ffn_norm, upload_vectors(ck, std::vector<std::string>{p + "ffn_norm.weight"}));
         if (c.attention_bias) {
@@ -313,6 +331,12 @@ core::Result<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::create(const Check
         m->layers.push_back(std::move(L));
     }
     m->weight_bytes = up.total;
+    // Steps of more than 8 tokens multiply a block-quantized layer matrix decoded to f32, one at a time.
+    if (o.max_batch_tokens > kc::kGemvMaxTokens) {
+        for (const Impl::Layer& L : m->layers)
+            for (const DevMatrix* w : {&L.wqkv, &L.wo, &L.w_gate_up, &L.w_down})
+                if (w->type == WType::kBlocks) m->decoded_floats = std::max(m->decoded_floats, w->rows * w->cols);
+    }
     KILN_RETURN_IF_ERROR(m->plan_arena());
     KILN_RETURN_IF_ERROR(m->plan_kv());
     const int64_t largest = std::min({o.max_seqs, o.max_batch_tokens, o.max_logits});
