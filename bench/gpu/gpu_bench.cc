@@ -38,7 +38,7 @@ kiln::core::Result<kc::DeviceBuffer> zeros(size_t bytes) {
 }
 
 Status bench_gemv() {
-    for (kiln::core::DType type : {kiln::core::DType::kQ8_0, kiln::core::DType::kQ4_0}) {
+    for (kiln::core::DType type : {kiln::core::DType::kQ8_0, kiln::core::DType::kQ4_0, kiln::core::DType::kQ4_1}) {
         for (int64_t n : {4096, 14336}) {
             const int64_t k = 4096;
             const size_t wbytes = size_t(n * k / 32) * kiln::core::dtype_info(type).block_bytes;
