@@ -4,11 +4,21 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
 #include <vector>
 
 #include "kernels/cuda/device.h"
 
 namespace kiln::kernels::cuda::test {
+
+// n normal values (mean 0, sd `scale`), the same for the same seed.
+inline std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> d(0.0f, scale);
+    std::vector<float> v(n);
+    for (float& x : v) x = d(rng);
+    return v;
+}
 
 template <class T>
 DeviceBuffer upload(const std::vector<T>& v) {

@@ -25,15 +25,8 @@ namespace kiln::kernels::cuda {
 namespace {
 
 using test::download;
+using test::randn;
 using test::upload;
-
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> d(0.0f, scale);
-    std::vector<float> v(n);
-    for (float& x : v) x = d(rng);
-    return v;
-}
 
 TEST(CudaStepKernels, ArgumentChecksWithoutLaunching) {
     const auto bad = core::StatusCode::kInvalidArgument;

@@ -169,6 +169,21 @@ protected:
         }
     }
 
+    // A K/V pool the test owns (f32), as a model with its own pool (PagedModel) would hold it.
+    void own_pool(int64_t num_blocks, int64_t block_size, std::unique_ptr<kv::KvStorage>& storage,
+                  model::KvLayers& layers) const {
+        const model::ModelConfig& mc = model_->config();
+        auto created = kv::KvStorage::create(mc.num_layers, num_blocks, block_size, mc.kv_dim());
+        ASSERT_TRUE(created.is_ok()) << created.status().to_string();
+        storage = std::move(*created);
+        for (int64_t l = 0; l < mc.num_layers; ++l) {
+            layers.k.push_back(storage->k(l));
+            layers.v.push_back(storage->v(l));
+        }
+        layers.block_size = block_size;
+        layers.num_slots = num_blocks * block_size;
+    }
+
     model::Checkpoint ck_;
     std::unique_ptr<tokenizer::Tokenizer> tok_;
     std::unique_ptr<core::ThreadPool> pool_;
@@ -219,15 +234,9 @@ TEST_P(EngineBatch, PagedModelRunsLikeTheEnginesOwnPool) {
     const auto alone = run_alone(specs);
     const model::ModelConfig& mc = model_->config();
     const int64_t num_blocks = small_ ? 24 : 12, block_size = 8;  // as the "tiny KV budget" case
-    auto storage = kv::KvStorage::create(mc.num_layers, num_blocks, block_size, mc.kv_dim());
-    ASSERT_TRUE(storage.is_ok()) << storage.status().to_string();
+    std::unique_ptr<kv::KvStorage> storage;
     model::KvLayers layers;
-    for (int64_t l = 0; l < mc.num_layers; ++l) {
-        layers.k.push_back((*storage)->k(l));
-        layers.v.push_back((*storage)->v(l));
-    }
-    layers.block_size = block_size;
-    layers.num_slots = num_blocks * block_size;
+    ASSERT_NO_FATAL_FAILURE(own_pool(num_blocks, block_size, storage, layers));
     PagedModel pm;
     pm.config = &mc;
     pm.num_kv_blocks = num_blocks;
@@ -282,15 +291,9 @@ TEST_P(EngineBatch, PlainGreedyStepsTakeTheModelsGreedyPath) {
     const auto alone = run_alone(specs);
     const model::ModelConfig& mc = model_->config();
     const int64_t num_blocks = 64, block_size = 16;
-    auto storage = kv::KvStorage::create(mc.num_layers, num_blocks, block_size, mc.kv_dim());
-    ASSERT_TRUE(storage.is_ok()) << storage.status().to_string();
+    std::unique_ptr<kv::KvStorage> storage;
     model::KvLayers layers;
-    for (int64_t l = 0; l < mc.num_layers; ++l) {
-        layers.k.push_back((*storage)->k(l));
-        layers.v.push_back((*storage)->v(l));
-    }
-    layers.block_size = block_size;
-    layers.num_slots = num_blocks * block_size;
+    ASSERT_NO_FATAL_FAILURE(own_pool(num_blocks, block_size, storage, layers));
     int64_t logit_steps = 0, greedy_steps = 0;
     PagedModel pm;
     pm.config = &mc;
