@@ -47,6 +47,7 @@ core::Result<std::unique_ptr<GpuSequence>> open_gpu_sequence(const model::Checkp
     co.max_logits = o.max_tokens;
     co.max_seqs = 1;
     co.kv_f16 = false;
+    if (o.max_seq_len > 0) co.num_kv_blocks = (o.max_seq_len + co.block_size - 1) / co.block_size;  // one sequence
     co.progress = print_upload_progress;
     KILN_ASSIGN_OR_RETURN(std::unique_ptr<model::CudaLlamaModel> m, model::CudaLlamaModel::create(ck, co));
     return std::unique_ptr<GpuSequence>(new CudaSequence(std::move(m)));

@@ -246,6 +246,21 @@ bool EngineCore::step() {
         fail_batch(batch, forwarded);
         return true;
     }
+    // One id (or logits row) per sampled sequence, ids in the vocabulary: anything else is the
+    // model's bug, reported as the batch's error rather than read out of bounds.
+    int64_t num_sampled = 0;
+    for (const sched::ScheduledSeq& s : batch.seqs) num_sampled += s.sample ? 1 : 0;
+    const int64_t V = model_.config->vocab_size;
+    const size_t got = plain_greedy ? sampled_.size() : logits_.size();
+    bool sane = got == size_t(plain_greedy ? num_sampled : num_sampled * V);
+    if (plain_greedy)
+        for (int32_t id : sampled_) sane = sane && id >= 0 && id < V;
+    if (!sane) {
+        fail_batch(batch, core::error(core::StatusCode::kInternal)
+                              << "the model returned " << got << " values (or an id outside the vocabulary) for "
+                              << num_sampled << " sampled sequences");
+        return true;
+    }
     const auto t2 = Clock::now();
     stats_.forward_seconds += std::chrono::duration<double>(t2 - t1).count();
     const int64_t vocab = model_.config->vocab_size;

@@ -339,6 +339,20 @@ TEST_P(EngineBatch, PlainGreedyStepsTakeTheModelsGreedyPath) {
     }
     EXPECT_GT(logit_steps, 0) << "a sampling request's steps must take the logits path";
     for (const auto& [id, want] : alone) EXPECT_EQ(tokens[id], want.tokens) << "request " << id;
+    // Greedy and sampling requests together: the steps they share take the logits path (were the
+    // greedy path taken, the sampling request would get argmax tokens, not its seeded draws).
+    for (int64_t k : {int64_t(0), int64_t(specs.size() - 1), int64_t(1)}) {
+        Request q;
+        q.prompt = specs[size_t(k)].prompt;
+        q.params = specs[size_t(k)].params;
+        std::vector<int32_t>* dst = &tokens[100 + k];
+        q.on_output = [dst](const StepOutput& o) { dst->insert(dst->end(), o.token_ids.begin(), o.token_ids.end()); };
+        ASSERT_TRUE((*core)->add(100 + k, std::move(q)).is_ok());
+    }
+    while ((*core)->step()) {
+    }
+    for (int64_t k : {int64_t(0), int64_t(specs.size() - 1), int64_t(1)})
+        EXPECT_EQ(tokens[100 + k], alone.at(k).tokens) << "request " << k << " beside the others";
 }
 
 TEST_P(EngineBatch, F16KvCacheIsBatchInvariantAndCloseToF32) {

@@ -43,10 +43,15 @@ Status CudaLlamaModel::Impl::gemm_prepared(const DevMatrix& w, const float* in, 
         case WType::kF16:
             return gemm->run(static_cast<const __half*>(x16), w.buf.as<__half>(), out, m, w.rows, w.cols, s);
         case WType::kBlocks:
-            // Up to 8 tokens: the dequantizing GEMV reads the blocks once. More: one decoded f32 copy
-            // of the matrix and an f32 GEMM; a matrix larger than that copy (the output matrix) takes
-            // the GEMV 8 tokens at a time.
-            if (m > kc::kGemvMaxTokens && w.rows * w.cols <= decoded_floats) {
+            // The dequantizing GEMV, 8 tokens per pass over the blocks; for long steps one decoded f32
+            // copy of the matrix and an f32 GEMM (a matrix larger than that copy, the output matrix,
+            // stays on the GEMV).
+            // The GEMV reads the blocks once per 8 tokens; the decoded copy costs the blocks plus 8
+            // bytes a weight (written, read): the GEMV while that is cheaper (m <= 64 for Q8_0,
+            // <= 120 for the 4-bit blocks), so decode batches stay on it.
+            if (m > kc::kGemvMaxTokens && w.rows * w.cols <= decoded_floats &&
+                double((m + kc::kGemvMaxTokens - 1) / kc::kGemvMaxTokens - 1) * double(w.buf.bytes()) >=
+                    8.0 * double(w.rows * w.cols)) {
                 KILN_RETURN_IF_ERROR(kc::dequantize_blocks(w.blocks, w.buf.data(), w.rows * w.cols, decoded, s));
                 return gemm->run(in, decoded, out, m, w.rows, w.cols, s);
             }

@@ -295,6 +295,12 @@ core::Result<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::create(const Check
         groups.push_back({t(p + "ffn_gate.weight"), t(p + "ffn_up.weight")});
         groups.push_back({t(p + "ffn_down.weight")});
     }
+    for (const auto& parts : groups)  // whole blocks per row (the CPU's matrix() check)
+        for (const TensorRef* t : parts)
+            if (t->shape.size() != 2 || !core::dtype_bytes(t->dtype, t->shape[1]) || !matrix_dtype_supported(*t))
+                return core::error(StatusCode::kUnsupported)
+                       << ck.path << ": tensor '" << t->name << "' of type " << core::dtype_name(t->dtype)
+                       << " cannot be used as a matrix";
     Upload up;
     up.progress = &o.progress;
     const bool blocks = o.quantized_weights;
