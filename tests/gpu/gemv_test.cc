@@ -1,4 +1,5 @@
-// kernels/cuda gemv_blocks (Q8_0 / Q4_0 / Q4_1 weights as stored, f32 activations) against kernels/ref
+// kernels/cuda gemv_blocks (Q8_0 / Q4_0 / Q4_1 / Q4_K / Q5_K / Q6_K weights as stored, f32 activations)
+// against kernels/ref
 // matmul on the same blocks: decode batches of 1-8 tokens, rows from 1 to 2048, k from one block to
 // 5632; within 1e-4 of sum |x w| (another summation order); output rows past the batch untouched.
 // Without a device only the argument checks run.
@@ -28,12 +29,14 @@ TEST(CudaGemv, ArgumentChecks) {
     EXPECT_EQ(gemv_blocks(DType::kQ8_0, p, 8, 48, p, 1, y).code(), core::StatusCode::kInvalidArgument);  // k % 32
     EXPECT_EQ(gemv_blocks(DType::kQ8_0, p, 8, 64, p, 9, y).code(), core::StatusCode::kInvalidArgument);  // m > 8
     EXPECT_EQ(gemv_blocks(DType::kQ8_0, nullptr, 8, 64, p, 1, y).code(), core::StatusCode::kInvalidArgument);
-    EXPECT_EQ(gemv_blocks(DType::kQ4_K, p, 8, 256, p, 1, y).code(), core::StatusCode::kUnsupported);
+    EXPECT_EQ(gemv_blocks(DType::kQ2_K, p, 8, 256, p, 1, y).code(), core::StatusCode::kUnsupported);
     EXPECT_TRUE(gemv_blocks(DType::kQ8_0, p, 8, 64, p, 0, y).is_ok());
     EXPECT_EQ(dequantize_blocks(DType::kQ8_0, p, 48, y).code(), core::StatusCode::kInvalidArgument);
     EXPECT_EQ(dequantize_blocks(DType::kQ5_0, p, 64, y).code(), core::StatusCode::kUnsupported);
     EXPECT_TRUE(gemv_blocks_supports(DType::kQ4_1));
-    EXPECT_FALSE(gemv_blocks_supports(DType::kQ4_K));
+    EXPECT_TRUE(gemv_blocks_supports(DType::kQ6_K));
+    EXPECT_FALSE(gemv_blocks_supports(DType::kQ2_K));
+    EXPECT_EQ(gemv_blocks(DType::kQ4_K, p, 8, 96, p, 1, y).code(), core::StatusCode::kInvalidArgument);  // k % 256
 }
 
 TEST(CudaGemv, MatchesReference) {
@@ -43,18 +46,26 @@ TEST(CudaGemv, MatchesReference) {
     struct Shape {
         int64_t n, k;
     };
-    for (DType type : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1}) {
+    for (DType type : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
         const size_t block_bytes = core::dtype_info(type).block_bytes;
-        for (const Shape s : {Shape{1, 32}, Shape{37, 64}, Shape{2048, 2048}, Shape{100, 5632}}) {
-            std::vector<uint8_t> w(size_t(s.n * s.k / 32) * block_bytes);
+        const int64_t block_elems = int64_t(core::dtype_info(type).block_size);
+        for (const Shape s : {Shape{1, 32}, Shape{37, 64}, Shape{3, 256}, Shape{2048, 2048}, Shape{100, 5632}}) {
+            if (s.k % block_elems != 0) continue;
+            std::vector<uint8_t> w(size_t(s.n * s.k / block_elems) * block_bytes);
             for (uint8_t& b : w) b = uint8_t(rng());
-            for (size_t off = 0; off < w.size(); off += block_bytes) {
+            for (size_t off = 0; off < w.size(); off += block_bytes) {  // finite, small fp16 scales
                 const uint16_t d = core::f32_to_fp16(0.01f * (1.0f + std::fabs(dist(rng))));
-                std::memcpy(&w[off], &d, 2);
-                if (type == DType::kQ4_1) {  // the block's minimum
-                    const uint16_t mn = core::f32_to_fp16(-0.08f * std::fabs(dist(rng)));
-                    std::memcpy(&w[off + 2], &mn, 2);
+                const uint16_t mn = core::f32_to_fp16(0.08f * std::fabs(dist(rng)));
+                if (type == DType::kQ6_K) {
+                    std::memcpy(&w[off + 208], &d, 2);  // ql, qh, scales, then d
+                    continue;
                 }
+                std::memcpy(&w[off], &d, 2);
+                if (type == DType::kQ4_1) {  // the block's minimum (added)
+                    const uint16_t neg = core::f32_to_fp16(-0.08f * std::fabs(dist(rng)));
+                    std::memcpy(&w[off + 2], &neg, 2);
+                }
+                if (type == DType::kQ4_K || type == DType::kQ5_K) std::memcpy(&w[off + 2], &mn, 2);  // dmin
             }
             std::vector<float> wf(size_t(s.n * s.k));
             ASSERT_TRUE(ref::dequantize_row(type, w.data(), wf.data(), s.n * s.k).is_ok());

@@ -12,8 +12,17 @@ namespace {
 
 constexpr int kWarpsPerBlock = 4;
 
+// Each format: kBytes per block of kElems (32, or 256 for the K-quants) and decode_group(row, g, v):
+// the 32 values of group g (elements 32g .. 32g+31) of a row of whole blocks, as kernels/ref
+// dequantize_row computes them (same operations in the same order, no FMA contraction).
+template <class B>
+__device__ __forceinline__ void decode_small(const uint8_t* row, int64_t g, float* v) {
+    B::decode(row + g * B::kBytes, v);
+}
+
 struct Q8_0 {
-    static constexpr int kBytes = 34;
+    static constexpr int kBytes = 34, kElems = 32;
+    __device__ static void decode_group(const uint8_t* row, int64_t g, float* v) { decode_small<Q8_0>(row, g, v); }
     __device__ static void decode(const uint8_t* blk, float* v) {  // v[32]
         const float d = __half2float(__ushort_as_half(uint16_t(blk[0] | (blk[1] << 8))));
         for (int i = 0; i < 32; ++i) v[i] = d * float(int8_t(blk[2 + i]));
@@ -21,7 +30,8 @@ struct Q8_0 {
 };
 
 struct Q4_0 {
-    static constexpr int kBytes = 18;
+    static constexpr int kBytes = 18, kElems = 32;
+    __device__ static void decode_group(const uint8_t* row, int64_t g, float* v) { decode_small<Q4_0>(row, g, v); }
     __device__ static void decode(const uint8_t* blk, float* v) {
         const float d = __half2float(__ushort_as_half(uint16_t(blk[0] | (blk[1] << 8))));
         for (int i = 0; i < 16; ++i) {
@@ -33,7 +43,8 @@ struct Q4_0 {
 };
 
 struct Q4_1 {
-    static constexpr int kBytes = 20;
+    static constexpr int kBytes = 20, kElems = 32;
+    __device__ static void decode_group(const uint8_t* row, int64_t g, float* v) { decode_small<Q4_1>(row, g, v); }
     __device__ static void decode(const uint8_t* blk, float* v) {
         const float d = __half2float(__ushort_as_half(uint16_t(blk[0] | (blk[1] << 8))));
         const float mn = __half2float(__ushort_as_half(uint16_t(blk[2] | (blk[3] << 8))));
@@ -45,13 +56,79 @@ struct Q4_1 {
     }
 };
 
-// One thread per 32-element block: its values in f32, as kernels/ref dequantize_row computes them.
+__device__ __forceinline__ float half_at(const uint8_t* p) {
+    return __half2float(__ushort_as_half(uint16_t(p[0] | (p[1] << 8))));
+}
+
+// Q4_K / Q5_K sub-block j's 6-bit scale and min from the 12 packed bytes (kernels/ref k4_scale_min).
+__device__ __forceinline__ void k4_scale_min(const uint8_t* q, int j, int* sc, int* m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+// Q4_K: d, dmin (f16), scales[12], qs[128]; sub-block j: x = (d * sc) * q - dmin * m.
+struct Q4_K {
+    static constexpr int kBytes = 144, kElems = 256;
+    __device__ static void decode_group(const uint8_t* row, int64_t g, float* v) {
+        const uint8_t* b = row + (g / 8) * kBytes;
+        const int j = int(g % 8), pair = j / 2, nib = j % 2;
+        int sc, m;
+        k4_scale_min(b + 4, j, &sc, &m);
+        const float dl = __fmul_rn(half_at(b), float(sc)), ml = __fmul_rn(half_at(b + 2), float(m));
+        const uint8_t* q = b + 16 + 32 * pair;
+        for (int l = 0; l < 32; ++l) v[l] = __fsub_rn(__fmul_rn(dl, float((q[l] >> (4 * nib)) & 0x0f)), ml);
+    }
+};
+
+// Q5_K: d, dmin, scales[12], qh[32], qs[128]; element l of sub-block j has bit 4 at bit j of qh[l].
+struct Q5_K {
+    static constexpr int kBytes = 176, kElems = 256;
+    __device__ static void decode_group(const uint8_t* row, int64_t g, float* v) {
+        const uint8_t* b = row + (g / 8) * kBytes;
+        const int j = int(g % 8), pair = j / 2, nib = j % 2;
+        int sc, m;
+        k4_scale_min(b + 4, j, &sc, &m);
+        const float dl = __fmul_rn(half_at(b), float(sc)), ml = __fmul_rn(half_at(b + 2), float(m));
+        const uint8_t* qh = b + 16;
+        const uint8_t* q = b + 48 + 32 * pair;
+        for (int l = 0; l < 32; ++l) {
+            const int x = ((q[l] >> (4 * nib)) & 0x0f) | (((qh[l] >> j) & 1) << 4);
+            v[l] = __fsub_rn(__fmul_rn(dl, float(x)), ml);
+        }
+    }
+};
+
+// Q6_K: ql[128], qh[64], scales[16] (int8), d (f16); group g of a super-block = half g / 4, s = g % 4:
+// x = (d * scales[2s + l / 16]) * (q - 32).
+struct Q6_K {
+    static constexpr int kBytes = 210, kElems = 256;
+    __device__ static void decode_group(const uint8_t* row, int64_t g, float* v) {
+        const uint8_t* b = row + (g / 8) * kBytes;
+        const int grp = int(g % 8), half = grp / 4, s = grp % 4;
+        const uint8_t* ql = b + 64 * half;
+        const uint8_t* qh = b + 128 + 32 * half;
+        const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192) + 8 * half;
+        const float d = half_at(b + 208);
+        for (int l = 0; l < 32; ++l) {
+            const int low = (ql[l + 32 * (s & 1)] >> (4 * (s >> 1))) & 0x0f;
+            const int high = (qh[l] >> (2 * s)) & 3;
+            v[l] = __fmul_rn(__fmul_rn(d, float(sc[2 * s + l / 16])), float((low | high << 4) - 32));
+        }
+    }
+};
+
+// One thread per 32-element group: its values in f32, as kernels/ref dequantize_row computes them.
 template <class B>
 __global__ void dequant_kernel(const uint8_t* w, int64_t num_blocks, float* out) {
     for (int64_t b = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; b < num_blocks;
          b += int64_t(gridDim.x) * blockDim.x) {
         float v[32];
-        B::decode(w + b * B::kBytes, v);
+        B::decode_group(w, b, v);
         for (int i = 0; i < 32; ++i) out[b * 32 + i] = v[i];
     }
 }
@@ -62,13 +139,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     if (row >= n) return;
-    const int64_t nb = k / 32;
-    const uint8_t* wr = w + row * nb * B::kBytes;
+    const int64_t nb = k / 32;  // groups of 32 per row
+    const uint8_t* wr = w + row * (k / B::kElems) * B::kBytes;
     float acc[M];
     for (int t = 0; t < M; ++t) acc[t] = 0.0f;
     for (int64_t b = lane; b < nb; b += 32) {
         float v[32];
-        B::decode(wr + b * B::kBytes, v);
+        B::decode_group(wr, b, v);
 #pragma unroll
         for (int t = 0; t < M; ++t) {
             if (t >= m) break;
@@ -120,14 +197,24 @@ core::Status gemv_blocks(core::DType type, const void* w, int64_t n, int64_t k, 
             return launch<Q4_0>(w, n, k, x, m, y, stream);
         case core::DType::kQ4_1:
             return launch<Q4_1>(w, n, k, x, m, y, stream);
+        case core::DType::kQ4_K:
+        case core::DType::kQ5_K:
+        case core::DType::kQ6_K:
+            if (k % 256 != 0)
+                return core::error(core::StatusCode::kInvalidArgument) << "gemv_blocks: k " << k << " for a K-quant";
+            return type == core::DType::kQ4_K   ? launch<Q4_K>(w, n, k, x, m, y, stream)
+                   : type == core::DType::kQ5_K ? launch<Q5_K>(w, n, k, x, m, y, stream)
+                                                : launch<Q6_K>(w, n, k, x, m, y, stream);
         default:
-            return core::error(core::StatusCode::kUnsupported)
-                   << "gemv_blocks: weight type " << core::dtype_name(type) << " (q8_0, q4_0 and q4_1 are built)";
+            return core::error(core::StatusCode::kUnsupported) << "gemv_blocks: weight type " << core::dtype_name(type)
+                                                               << " (q8_0, q4_0, q4_1, q4_k, q5_k and q6_k are built)";
     }
 }
 
 bool gemv_blocks_supports(core::DType type) {
-    return type == core::DType::kQ8_0 || type == core::DType::kQ4_0 || type == core::DType::kQ4_1;
+    using core::DType;
+    return type == DType::kQ8_0 || type == DType::kQ4_0 || type == DType::kQ4_1 || type == DType::kQ4_K ||
+           type == DType::kQ5_K || type == DType::kQ6_K;
 }
 
 core::Status dequantize_blocks(core::DType type, const void* w, int64_t num_elements, float* out, cudaStream_t stream) {
@@ -148,9 +235,20 @@ core::Status dequantize_blocks(core::DType type, const void* w, int64_t num_elem
         case core::DType::kQ4_1:
             dequant_kernel<Q4_1><<<blocks, 256, 0, stream>>>(wb, nb, out);
             break;
+        case core::DType::kQ4_K:
+        case core::DType::kQ5_K:
+        case core::DType::kQ6_K:
+            if (num_elements % 256 != 0)
+                return core::error(core::StatusCode::kInvalidArgument)
+                       << "dequantize_blocks: " << num_elements << " elements of a K-quant";
+            if (type == core::DType::kQ4_K) dequant_kernel<Q4_K><<<blocks, 256, 0, stream>>>(wb, nb, out);
+            if (type == core::DType::kQ5_K) dequant_kernel<Q5_K><<<blocks, 256, 0, stream>>>(wb, nb, out);
+            if (type == core::DType::kQ6_K) dequant_kernel<Q6_K><<<blocks, 256, 0, stream>>>(wb, nb, out);
+            break;
         default:
             return core::error(core::StatusCode::kUnsupported)
-                   << "dequantize_blocks: weight type " << core::dtype_name(type) << " (q8_0, q4_0 and q4_1 are built)";
+                   << "dequantize_blocks: weight type " << core::dtype_name(type)
+                   << " (q8_0, q4_0, q4_1, q4_k, q5_k and q6_k are built)";
     }
     return launch_status("dequant_kernel");
 }
