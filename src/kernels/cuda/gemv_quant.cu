@@ -60,48 +60,44 @@ __device__ __forceinline__ float half_at(const uint8_t* p) {
     return __half2float(__ushort_as_half(uint16_t(p[0] | (p[1] << 8))));
 }
 
-// Q4_K / Q5_K sub-block j's 6-bit scale and min from the 12 packed bytes (kernels/ref k4_scale_min).
-__device__ __forceinline__ void k4_scale_min(const uint8_t* q, int j, int* sc, int* m) {
+// Q4_K / Q5_K super-block b's sub-block j: its scale d * sc and offset dmin * m (the 6-bit sc, m
+// unpacked from the 12 bytes at b + 4 as kernels/ref k4_scale_min does), each one f32 product.
+__device__ __forceinline__ void k4_scale_offset(const uint8_t* b, int j, float* dl, float* ml) {
+    const uint8_t* q = b + 4;
+    int sc, m;
     if (j < 4) {
-        *sc = q[j] & 63;
-        *m = q[j + 4] & 63;
+        sc = q[j] & 63;
+        m = q[j + 4] & 63;
     } else {
-        *sc = (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4);
-        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+        sc = (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4);
+        m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
     }
+    *dl = __fmul_rn(half_at(b), float(sc));
+    *ml = __fmul_rn(half_at(b + 2), float(m));
 }
 
-// Q4_K: d, dmin (f16), scales[12], qs[128]; sub-block j: x = (d * sc) * q - dmin * m.
-struct Q4_K {
-    static constexpr int kBytes = 144, kElems = 256;
+// Q4_K (144 bytes: d, dmin, scales[12], qs[128]) and Q5_K (176: d, dmin, scales[12], qh[32],
+// qs[128]): sub-block j = 2 pair + nib holds the low (nib 0) or high nibbles of qs[32 pair ..];
+// Q5_K's element l has bit 4 at bit j of qh[l]. x = (d * sc) * q - dmin * m, no FMA.
+template <bool kFifthBit>
+struct QK4 {
+    static constexpr int kBytes = kFifthBit ? 176 : 144, kElems = 256;
     __device__ static void decode_group(const uint8_t* row, int64_t g, float* v) {
         const uint8_t* b = row + (g / 8) * kBytes;
         const int j = int(g % 8), pair = j / 2, nib = j % 2;
-        int sc, m;
-        k4_scale_min(b + 4, j, &sc, &m);
-        const float dl = __fmul_rn(half_at(b), float(sc)), ml = __fmul_rn(half_at(b + 2), float(m));
-        const uint8_t* q = b + 16 + 32 * pair;
-        for (int l = 0; l < 32; ++l) v[l] = __fsub_rn(__fmul_rn(dl, float((q[l] >> (4 * nib)) & 0x0f)), ml);
-    }
-};
-
-// Q5_K: d, dmin, scales[12], qh[32], qs[128]; element l of sub-block j has bit 4 at bit j of qh[l].
-struct Q5_K {
-    static constexpr int kBytes = 176, kElems = 256;
-    __device__ static void decode_group(const uint8_t* row, int64_t g, float* v) {
-        const uint8_t* b = row + (g / 8) * kBytes;
-        const int j = int(g % 8), pair = j / 2, nib = j % 2;
-        int sc, m;
-        k4_scale_min(b + 4, j, &sc, &m);
-        const float dl = __fmul_rn(half_at(b), float(sc)), ml = __fmul_rn(half_at(b + 2), float(m));
+        float dl, ml;
+        k4_scale_offset(b, j, &dl, &ml);
         const uint8_t* qh = b + 16;
-        const uint8_t* q = b + 48 + 32 * pair;
+        const uint8_t* q = b + (kFifthBit ? 48 : 16) + 32 * pair;
         for (int l = 0; l < 32; ++l) {
-            const int x = ((q[l] >> (4 * nib)) & 0x0f) | (((qh[l] >> j) & 1) << 4);
+            int x = (q[l] >> (4 * nib)) & 0x0f;
+            if (kFifthBit) x |= ((qh[l] >> j) & 1) << 4;
             v[l] = __fsub_rn(__fmul_rn(dl, float(x)), ml);
         }
     }
 };
+using Q4_K = QK4<false>;
+using Q5_K = QK4<true>;
 
 // Q6_K: ql[128], qh[64], scales[16] (int8), d (f16); group g of a super-block = half g / 4, s = g % 4:
 // x = (d * scales[2s + l / 16]) * (q - 32).
