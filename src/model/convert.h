@@ -33,6 +33,10 @@ struct ConvertOptions {
     std::optional<core::DType> dtype;  // kF32, kF16 or kBF16; nullopt keeps each tensor's dtype
     std::string tokenizer_path;        // llama2.c tokenizer .bin to embed (replaces tokenizer.* metadata)
     bool progress = false;             // per-tensor progress lines on stderr
+    // > 0: keep only the first num_layers layers (blk.0 .. blk.N-1 and every non-layer tensor), the
+    // config saying so: a small model with real trained weights for tests (must be below the
+    // source's layer count).
+    int64_t num_layers = 0;
 };
 
 // kInvalidArgument unless `to` is gguf or safetensors and `dtype` (if set) is f32, f16 or bf16.

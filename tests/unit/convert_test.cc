@@ -183,6 +183,37 @@ TEST(Convert, BinToSafetensorsDirectly) {
     expect_same_tensors(bin, single);
 }
 
+// --layers N keeps the first N layers' tensors and every other tensor, bit for bit, and says N in the
+// config; N at or above the source's count is an error.
+TEST(Convert, FirstLayersOnly) {
+    if (!test::file_exists(stories())) GTEST_SKIP() << "test data missing";
+    const std::string dir = test::temp_dir("convert_layers");
+    Checkpoint bin = load_ok(stories());
+    ConvertOptions o = to("gguf");
+    o.num_layers = 2;
+    ASSERT_LT(o.num_layers, bin.config.num_layers);
+    ASSERT_TRUE(convert_checkpoint(stories(), dir + "/two.gguf", o).is_ok());
+    Checkpoint two = load_ok(dir + "/two.gguf");
+    EXPECT_EQ(two.config.num_layers, 2);
+    size_t kept = 0;
+    for (const TensorRef& t : bin.tensors) {
+        const bool layer = t.name.starts_with("blk.");
+        const bool keep = !layer || std::stoi(t.name.substr(4)) < 2;
+        const TensorRef* u = two.find(t.name);
+        if (!keep) {
+            EXPECT_EQ(u, nullptr) << t.name;
+            continue;
+        }
+        ASSERT_NE(u, nullptr) << t.name;
+        ASSERT_EQ(u->num_bytes, t.num_bytes) << t.name;
+        EXPECT_EQ(std::memcmp(u->data, t.data, t.num_bytes), 0) << t.name;
+        ++kept;
+    }
+    EXPECT_EQ(two.tensors.size(), kept);
+    o.num_layers = bin.config.num_layers;
+    EXPECT_EQ(convert_checkpoint(stories(), dir + "/all.gguf", o).code(), core::StatusCode::kInvalidArgument);
+}
+
 TEST(Convert, PythonReferencePermutationAgrees) {
     if (!test::file_exists(stories())) GTEST_SKIP() << "test data missing";
     if (std::system("python3 -c 'import safetensors, numpy' >/dev/null 2>&1") != 0)
