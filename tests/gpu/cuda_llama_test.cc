@@ -341,52 +341,44 @@ TEST(CudaLlama, DecodeGraphsMatchEager) {
     EXPECT_EQ((*with)->describe().find("graphs off"), std::string::npos) << (*with)->describe();
 }
 
+// A real checkpoint with its own tokenizer: greedy tokens and logits of the GPU model against the CPU's.
+void expect_checkpoint_greedy_equal(const std::string& path, const std::string& text, int n, const std::string& what,
+                                    const CudaModelOptions& options = small_options(), double tol = 1e-3) {
+    auto ck = load_checkpoint(path);
+    ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
+    auto tok = find_tokenizer(*ck, "");
+    ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
+    const std::vector<int32_t> prompt = (*tok)->encode(text);
+    const GreedyRun cpu = run_cpu(*ck, prompt, n);
+    const GreedyRun gpu = run_gpu(*ck, prompt, n, options);
+    expect_same_run(gpu, cpu, tol, true, what);
+}
+
 TEST(CudaLlama, Stories260KGreedyEqualsCpu) {
     const std::string path = test::testdata("models/stories260K/stories260K.bin");
     if (!test::file_exists(path)) GTEST_SKIP() << "no test data";
     if (!have_device()) GTEST_SKIP() << "no CUDA device";
-    auto ck = load_checkpoint(path);
-    ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
-    auto tok = find_tokenizer(*ck, "");
-    ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
-    const std::vector<int32_t> prompt = (*tok)->encode("Once upon a time, there was a little");
-    const GreedyRun cpu = run_cpu(*ck, prompt, 100);
     CudaModelOptions o = small_options();
     o.num_kv_blocks = 0;  // sized from device memory, as the tools do
     o.gpu_memory_utilization = 0.5;
-    const GreedyRun gpu = run_gpu(*ck, prompt, 100, o);
-    expect_same_run(gpu, cpu, 1e-4, true, "stories260K");
+    expect_checkpoint_greedy_equal(path, "Once upon a time, there was a little", 100, "stories260K", o, 1e-4);
 }
 
 // SmolLM2's first two layers (`kiln convert --layers 2`, made by scripts/device-deps because the
 // whole model cannot travel to the device machine): real Q4_1 weights, head_dim 64, 3 KV heads for
-// 9 query heads, on the GPU's block GEMV and decoded-copy paths.
+// 9 query heads, on the GPU's block GEMV path.
 TEST(CudaLlama, SmolLM2TwoLayersGreedyEqualsCpu) {
     const std::string path = test::testdata("models/smollm2-2layers.gguf");
     if (!test::file_exists(path)) GTEST_SKIP() << "no " << path << " (scripts/device-deps makes it)";
     if (!have_device()) GTEST_SKIP() << "no CUDA device";
-    auto ck = load_checkpoint(path);
-    ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
-    auto tok = find_tokenizer(*ck, "");
-    ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
-    const std::vector<int32_t> prompt = (*tok)->encode("The capital of France is");
-    const GreedyRun cpu = run_cpu(*ck, prompt, 40);
-    const GreedyRun gpu = run_gpu(*ck, prompt, 40, small_options());
-    expect_same_run(gpu, cpu, 1e-3, true, "SmolLM2, 2 layers");
+    expect_checkpoint_greedy_equal(path, "The capital of France is", 40, "SmolLM2, 2 layers");
 }
 
 TEST(CudaLlama, SmolLM2GreedyEqualsCpu) {
     const std::string path = test::smollm2_path();
     if (!test::file_exists(path)) GTEST_SKIP() << "no SmolLM2 (scripts/setup)";
     if (!have_device()) GTEST_SKIP() << "no CUDA device";
-    auto ck = load_checkpoint(path);
-    ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
-    auto tok = find_tokenizer(*ck, "");
-    ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
-    const std::vector<int32_t> prompt = (*tok)->encode("The capital of France is");
-    const GreedyRun cpu = run_cpu(*ck, prompt, 40);
-    const GreedyRun gpu = run_gpu(*ck, prompt, 40, small_options());
-    expect_same_run(gpu, cpu, 1e-3, true, "SmolLM2");
+    expect_checkpoint_greedy_equal(path, "The capital of France is", 40, "SmolLM2");
 }
 
 }  // namespace
