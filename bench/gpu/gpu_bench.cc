@@ -37,6 +37,12 @@ kiln::core::Result<kc::DeviceBuffer> zeros(size_t bytes) {
     return b;
 }
 
+kiln::core::Result<kc::DeviceBuffer> upload_ints(const std::vector<int32_t>& v) {
+    KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer b, kc::DeviceBuffer::allocate(v.size() * 4));
+    KILN_RETURN_IF_ERROR(b.copy_from_host(v.data(), v.size() * 4));
+    return b;
+}
+
 Status bench_gemv() {
     for (kiln::core::DType type : {kiln::core::DType::kQ8_0, kiln::core::DType::kQ4_0, kiln::core::DType::kQ4_1}) {
         for (int64_t n : {4096, 14336}) {
@@ -84,10 +90,8 @@ Status bench_decode_attention() {
         std::vector<int32_t> table = std::vector<int32_t>(size_t(num_blocks));
         const std::vector<int32_t> lens = std::vector<int32_t>(size_t(seqs), int32_t(kv_len));
         for (int64_t i = 0; i < num_blocks; ++i) table[size_t(i)] = int32_t(i);
-        KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer dt, kc::DeviceBuffer::allocate(table.size() * 4));
-        KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer dl, kc::DeviceBuffer::allocate(lens.size() * 4));
-        KILN_RETURN_IF_ERROR(dt.copy_from_host(table.data(), table.size() * 4));
-        KILN_RETURN_IF_ERROR(dl.copy_from_host(lens.data(), lens.size() * 4));
+        KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer dt, upload_ints(table));
+        KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer dl, upload_ints(lens));
         kc::DecodeAttentionBatch b;
         b.k = k.data();
         b.v = v.data();
@@ -128,12 +132,9 @@ Status bench_prefill_attention() {
         for (int64_t i = 0; i < blocks; ++i) table[size_t(i)] = int32_t(i);
         for (int64_t t = 0; t < T; ++t) lens[size_t(t)] = int32_t(t + 1);
         const std::vector<int32_t> rows = std::vector<int32_t>(size_t(T), 0);
-        KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer dt, kc::DeviceBuffer::allocate(table.size() * 4));
-        KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer dl, kc::DeviceBuffer::allocate(lens.size() * 4));
-        KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer dr, kc::DeviceBuffer::allocate(rows.size() * 4));
-        KILN_RETURN_IF_ERROR(dt.copy_from_host(table.data(), table.size() * 4));
-        KILN_RETURN_IF_ERROR(dl.copy_from_host(lens.data(), lens.size() * 4));
-        KILN_RETURN_IF_ERROR(dr.copy_from_host(rows.data(), rows.size() * 4));
+        KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer dt, upload_ints(table));
+        KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer dl, upload_ints(lens));
+        KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer dr, upload_ints(rows));
         kc::DecodeAttentionBatch b;
         b.k = k.data();
         b.v = v.data();

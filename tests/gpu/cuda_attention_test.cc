@@ -24,6 +24,19 @@ namespace {
 
 using test::upload;
 
+// decode_attention on `b` over q (device), out filled with NaN first; the output downloaded
+// (n floats), or empty after a test failure.
+std::vector<float> run_decode(const DecodeAttentionBatch& b, const DeviceBuffer& dq, size_t n) {
+    DeviceBuffer ws = upload(std::vector<float>(decode_attention_workspace_floats(b)));
+    DeviceBuffer dout = upload(std::vector<float>(n, NAN));
+    const core::Status st = decode_attention(dq.as<float>(), b, dout.as<float>(), ws.as<float>());
+    EXPECT_TRUE(st.is_ok()) << st.to_string();
+    if (!st.is_ok()) return {};
+    std::vector<float> got(n);
+    EXPECT_TRUE(dout.copy_to_host(got.data(), n * 4).is_ok());
+    return got;
+}
+
 TEST(CudaAttention, ArgumentChecks) {
     DecodeAttentionBatch b;
     b.num_seqs = 1;
@@ -105,12 +118,8 @@ TEST(CudaAttention, DecodeMatchesReference) {
                 b.head_dim = h.dim;
                 b.window = window;
                 b.max_kv_len = 1000;
-                DeviceBuffer ws = upload(std::vector<float>(decode_attention_workspace_floats(b)));
-                DeviceBuffer dout = upload(std::vector<float>(q.size(), NAN));
-                const core::Status st = decode_attention(dq.as<float>(), b, dout.as<float>(), ws.as<float>());
-                ASSERT_TRUE(st.is_ok()) << st.to_string();
-                std::vector<float> got(q.size());
-                ASSERT_TRUE(dout.copy_to_host(got.data(), got.size() * 4).is_ok());
+                const std::vector<float> got = run_decode(b, dq, q.size());
+                ASSERT_EQ(got.size(), q.size());
                 for (size_t i = 0; i < got.size(); ++i)
                     ASSERT_NEAR(got[i], want[i], 1e-4f * (1.0f + std::fabs(want[i])))
                         << "heads " << h.heads << "/" << h.kv_heads << " dim " << h.dim << " f16 " << f16 << " window "
@@ -174,12 +183,8 @@ TEST(CudaAttention, PromptChunksAsQueriesPerToken) {
     b.num_kv_heads = kv_heads;
     b.head_dim = dim;
     b.max_kv_len = 590;
-    DeviceBuffer ws = upload(std::vector<float>(decode_attention_workspace_floats(b)));
-    DeviceBuffer dout = upload(std::vector<float>(q.size(), NAN));
-    const core::Status st = decode_attention(dq.as<float>(), b, dout.as<float>(), ws.as<float>());
-    ASSERT_TRUE(st.is_ok()) << st.to_string();
-    std::vector<float> got(q.size());
-    ASSERT_TRUE(dout.copy_to_host(got.data(), got.size() * 4).is_ok());
+    const std::vector<float> got = run_decode(b, dq, q.size());
+    ASSERT_EQ(got.size(), q.size());
     for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-4f * (1.0f + std::fabs(want[i]))) << i;
 }
 
@@ -222,12 +227,8 @@ TEST(CudaAttention, DecodeReadsAndWritesQueryRows) {
     b.num_kv_heads = kv_heads;
     b.head_dim = dim;
     b.max_kv_len = 128;
-    DeviceBuffer ws = upload(std::vector<float>(decode_attention_workspace_floats(b)));
-    DeviceBuffer dout = upload(std::vector<float>(q.size(), NAN));
-    const core::Status st = decode_attention(dq.as<float>(), b, dout.as<float>(), ws.as<float>());
-    ASSERT_TRUE(st.is_ok()) << st.to_string();
-    std::vector<float> got(q.size());
-    ASSERT_TRUE(dout.copy_to_host(got.data(), got.size() * 4).is_ok());
+    const std::vector<float> got = run_decode(b, dq, q.size());
+    ASSERT_EQ(got.size(), q.size());
     for (size_t i = 0; i < got.size(); ++i) {
         if (std::isnan(want[i])) {
             ASSERT_TRUE(std::isnan(got[i])) << "row " << i / size_t(width) << " is no query's, yet written";
