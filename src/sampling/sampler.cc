@@ -171,6 +171,46 @@ bool Sampler::build_candidates(std::span<float> logits) {
     return true;
 }
 
+void Sampler::plan_row(std::span<const int32_t> ids, kernels::ref::SampleRow& row,
+                       std::vector<kernels::ref::LogitAdjustment>& adjust) {
+    row = kernels::ref::SampleRow{};
+    row.temperature = params_.temperature;
+    row.top_k = params_.top_k;
+    row.top_p = params_.top_p;
+    row.min_p = params_.min_p;
+    row.repetition_penalty = params_.repetition_penalty;
+    row.frequency_penalty = params_.frequency_penalty;
+    row.presence_penalty = params_.presence_penalty;
+    const size_t first = adjust.size();
+    auto in_range = [&](int32_t id) { return id >= 0 && id < vocab_size_; };
+    for (const auto& [id, bias] : params_.logit_bias) adjust.push_back({id, bias, 0, 0});
+    const bool repetition = params_.repetition_penalty != 1.0f;
+    if (repetition || params_.frequency_penalty != 0.0f || params_.presence_penalty != 0.0f) {
+        if (counts_.empty()) counts_.assign(size_t(vocab_size_), 0);
+        if (seen_.empty()) seen_.assign(size_t(vocab_size_), 0);
+        for (int32_t id : ids.subspan(std::min(ids.size(), size_t(num_prompt_tokens_))))
+            if (in_range(id)) ++counts_[size_t(id)];
+        for (int32_t id : ids) {  // one entry per distinct id, in first-seen order
+            if (!in_range(id) || seen_[size_t(id)]) continue;
+            seen_[size_t(id)] = 1;
+            const int32_t generated = counts_[size_t(id)];
+            if (repetition || generated > 0) adjust.push_back({id, 0.0f, repetition ? 1 : 0, generated});
+        }
+        for (int32_t id : ids) {  // back to all zero
+            if (!in_range(id)) continue;
+            seen_[size_t(id)] = 0;
+            counts_[size_t(id)] = 0;
+        }
+    }
+    // Entries of one id adjacent (biases first, in their order), as the kernel requires.
+    std::stable_sort(
+        adjust.begin() + std::ptrdiff_t(first), adjust.end(),
+        [](const kernels::ref::LogitAdjustment& a, const kernels::ref::LogitAdjustment& b) { return a.id < b.id; });
+    row.adjust_begin = int32_t(first);
+    row.adjust_count = int32_t(adjust.size() - first);
+    row.u = is_greedy() ? 0.0 : uniform01();
+}
+
 std::vector<TokenProb> Sampler::distribution(std::span<float> logits, std::span<const int32_t> ids) {
     KILN_CHECK(logits.size() == size_t(vocab_size_)) << logits.size() << " vs vocab " << vocab_size_;
     apply_bias_and_penalties(logits, ids);

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "kernels/ref/sample.h"
 #include "sampling/sampling_params.h"
 
 namespace kiln::sampling {
@@ -52,6 +53,13 @@ public:
     // Order: descending prob (ties by id) when top-k or top-p ran, otherwise ascending id.
     // Consumes no randomness; for tests and logprobs.
     std::vector<TokenProb> distribution(std::span<float> logits, std::span<const int32_t> prompt_and_generated_ids);
+
+    // For a device that samples (kernels/ref/sample.h, kernels/cuda/sample.h): this row's knobs in
+    // `row`, its bias and penalty entries appended to `adjust` (ids ascending; row.adjust_begin /
+    // adjust_count say where), and for a non-greedy row the draw u from this sampler's generator (one
+    // per call, as sample() takes; sample() takes none for a row that is all -inf, this does).
+    void plan_row(std::span<const int32_t> prompt_and_generated_ids, kernels::ref::SampleRow& row,
+                  std::vector<kernels::ref::LogitAdjustment>& adjust);
 
     bool is_greedy() const { return params_.temperature < kGreedyTemperature; }
     const SamplingParams& params() const { return params_; }

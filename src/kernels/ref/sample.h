@@ -1,0 +1,76 @@
+// Row sampling as the GPU does it (kernels/cuda/sample.h): the plain structs a step hands the
+// device and the scalar reference of the kernel, its test oracle.
+//
+// The pipeline is sampling::Sampler's (sampling/sampler.h: logit bias, repetition penalty,
+// frequency/presence penalties, temperature, top-k, top-p, min-p, a draw) with three differences
+// that make it a one-pass-per-step GPU algorithm:
+// - the history enters as a sparse list of LogitAdjustment entries built on the host
+//   (Sampler::plan_row), not as the token ids;
+// - the uniform draw `u` is taken on the host before the step (Sampler::plan_row draws it for every
+//   non-greedy row, also for a row that turns out to be all -inf, where the Sampler draws nothing);
+// - the draw walks the kept tokens' cumulative probability in ascending id order (the Sampler walks
+//   them by descending probability when top-k or top-p ran): the same distribution, so seeded
+//   requests are reproducible on one device but draw different tokens on the CPU and the GPU.
+// Top-p compares masses in fixed point (each probability truncated to a multiple of 2^-40: within
+// 2^-40 * vocab of the Sampler's double sums, far inside its 1e-6 slack).
+// Ties are broken as the Sampler breaks them: equal logits (top-k) or probabilities (top-p) keep the
+// lower ids; -0 and +0 are equal.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace kiln::kernels::ref {
+
+// One row's knobs, as validated sampling::SamplingParams carry them. Plain data, the same layout on
+// host and device.
+struct SampleRow {
+    float temperature = 0.0f;  // below kSampleGreedyTemperature: the argmax (lowest id on ties), no draw
+    int32_t top_k = 0;         // <= 0 or >= vocab: off
+    float top_p = 1.0f;        // >= 1: off
+    float min_p = 0.0f;        // <= 0: off
+    float repetition_penalty = 1.0f;
+    float frequency_penalty = 0.0f, presence_penalty = 0.0f;
+    int32_t adjust_begin = 0, adjust_count = 0;  // this row's entries in the step's LogitAdjustment list
+    double u = 0.0;                              // the draw, in [0, 1)
+};
+
+// The logit of `id` is changed by the entries naming it, adjacent in a row's list (ids in any
+// order): every entry's bias is added in list order, then, once, the repetition penalty if an entry
+// has in_history, then the frequency / presence penalty of the entries' summed `generated` count
+// (the Sampler's order: bias, repetition, frequency / presence). Ids outside [0, vocab) are ignored.
+struct LogitAdjustment {
+    int32_t id = 0;
+    float bias = 0.0f;       // OpenAI logit_bias
+    int32_t in_history = 0;  // 1: the token is in prompt + generated (repetition penalty)
+    int32_t generated = 0;   // its occurrences among the generated tokens (frequency, presence)
+};
+
+inline constexpr float kSampleGreedyTemperature = 1e-5f;    // sampling::kGreedyTemperature
+inline constexpr double kTopPSlack = 1e-6;                  // sampling::Sampler's
+inline constexpr double kTopPFixedScale = 1099511627776.0;  // 2^40: top-p masses in fixed point
+
+// Top-p's masses in fixed point (constexpr: the CUDA kernel calls them too): a probability
+// truncated to a multiple of 2^-40, and the target (top_p - slack) * 2^40, at least 1 (one token).
+constexpr uint64_t top_p_mass(float p) {
+    return uint64_t(double(p) * kTopPFixedScale);
+}
+constexpr uint64_t top_p_target(float top_p) {
+    const double t = (double(top_p) - kTopPSlack) * kTopPFixedScale;
+    return t < 1.0 ? 1 : uint64_t(t);
+}
+
+// Applies a row's adjustments (biases and penalties) to logits [vocab] in place.
+void apply_adjustments(std::span<float> logits, const SampleRow& row, std::span<const LogitAdjustment> adjust);
+
+// The pipeline up to the draw on logits [vocab] (scratch). Returns the token when no draw is needed
+// (greedy, or every logit -inf or NaN: the Sampler's lowest-id fallback); otherwise -1, with
+// logits[i] = token i's probability after top-k, top-p and min-p (0 for the dropped ones; not yet
+// renormalized) and *kept_mass = their sum.
+int32_t sample_row_filter(std::span<float> logits, const SampleRow& row, std::span<const LogitAdjustment> adjust,
+                          double* kept_mass);
+
+// The whole pipeline: the sampled token. logits [vocab] is scratch.
+int32_t sample_row(std::span<float> logits, const SampleRow& row, std::span<const LogitAdjustment> adjust);
+
+}  // namespace kiln::kernels::ref
