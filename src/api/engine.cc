@@ -206,6 +206,11 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o, Status* status) {
                          std::vector<float>& logits) { return g->forward_batch(tokens, seqs, logits); };
         pm.forward_greedy = [g](std::span<const int32_t> tokens, std::span<const model::BatchSeq> seqs,
                                 std::vector<int32_t>& ids) { return g->forward_batch_greedy(tokens, seqs, ids); };
+        pm.forward_sample = [g](std::span<const int32_t> tokens, std::span<const model::BatchSeq> seqs,
+                                std::span<const kernels::ref::SampleRow> rows,
+                                std::span<const kernels::ref::LogitAdjustment> adjust, std::vector<int32_t>& ids) {
+            return g->forward_batch_sample(tokens, seqs, rows, adjust, ids);
+        };
         ecore = engine::EngineCore::create(std::move(pm), impl->tokenizer.get(), ec);
 #else
         return fail(core::error(core::StatusCode::kUnsupported)

@@ -229,19 +229,34 @@ bool EngineCore::step() {
     }
     const auto t1 = Clock::now();
     stats_.schedule_seconds += std::chrono::duration<double>(t1 - t0).count();
-    // Plain greedy rows need only their argmax: the model's greedy step, when it has one.
-    bool plain_greedy = bool(model_.forward_greedy);
+    // Where the sampled rows are decided: plain greedy rows need only their argmax (the model's
+    // greedy step, when it has one); rows that need no logprobs or raw logits can be sampled by the
+    // model (forward_sample); otherwise the logits come back and the host samples.
+    bool plain_greedy = bool(model_.forward_greedy), device_sample = bool(model_.forward_sample);
     for (const sched::ScheduledSeq& s : batch.seqs) {
-        if (!plain_greedy) break;
         if (!s.sample) continue;
         const Live& live = requests_.at(s.id);
         const sampling::SamplingParams& p = live.request.params;
-        plain_greedy = live.sampler->is_greedy() && p.logit_bias.empty() && p.repetition_penalty == 1.0f &&
-                       p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f && p.logprobs < 0 &&
-                       !live.request.return_logits;
+        const bool wants_logits = p.logprobs >= 0 || live.request.return_logits;
+        plain_greedy = plain_greedy && !wants_logits && live.sampler->is_greedy() && p.logit_bias.empty() &&
+                       p.repetition_penalty == 1.0f && p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f;
+        device_sample = device_sample && !wants_logits;
     }
-    const core::Status forwarded =
-        plain_greedy ? model_.forward_greedy(tokens_, seqs_, sampled_) : model_.forward(tokens_, seqs_, logits_);
+    device_sample = device_sample && !plain_greedy;
+    if (device_sample) {
+        sample_rows_.clear();
+        sample_adjust_.clear();
+        for (const sched::ScheduledSeq& s : batch.seqs) {
+            if (!s.sample) continue;
+            sample_rows_.emplace_back();
+            requests_.at(s.id).sampler->plan_row(scheduler_->tokens(s.id), sample_rows_.back(), sample_adjust_);
+        }
+    }
+    const bool ids_back = plain_greedy || device_sample;
+    const core::Status forwarded = plain_greedy ? model_.forward_greedy(tokens_, seqs_, sampled_)
+                                   : device_sample
+                                       ? model_.forward_sample(tokens_, seqs_, sample_rows_, sample_adjust_, sampled_)
+                                       : model_.forward(tokens_, seqs_, logits_);
     if (!forwarded.is_ok()) {
         fail_batch(batch, forwarded);
         return true;
@@ -251,9 +266,9 @@ bool EngineCore::step() {
     int64_t num_sampled = 0;
     for (const sched::ScheduledSeq& s : batch.seqs) num_sampled += s.sample ? 1 : 0;
     const int64_t V = model_.config->vocab_size;
-    const size_t got = plain_greedy ? sampled_.size() : logits_.size();
-    bool sane = got == size_t(plain_greedy ? num_sampled : num_sampled * V);
-    if (plain_greedy)
+    const size_t got = ids_back ? sampled_.size() : logits_.size();
+    bool sane = got == size_t(ids_back ? num_sampled : num_sampled * V);
+    if (ids_back)
         for (int32_t id : sampled_) sane = sane && id >= 0 && id < V;
     if (!sane) {
         fail_batch(batch, core::error(core::StatusCode::kInternal)
@@ -264,12 +279,12 @@ bool EngineCore::step() {
     const auto t2 = Clock::now();
     stats_.forward_seconds += std::chrono::duration<double>(t2 - t1).count();
     const int64_t vocab = model_.config->vocab_size;
-    if (!plain_greedy) sampled_.clear();
+    if (!ids_back) sampled_.clear();
     std::vector<std::pair<size_t, std::vector<float>>> raw;       // (index into sampled_, logits) when asked
     std::vector<std::pair<size_t, sampling::TokenLogprobs>> lps;  // (index into sampled_, logprobs) when asked
     size_t row = 0;
     for (const sched::ScheduledSeq& s : batch.seqs) {
-        if (!s.sample || plain_greedy) continue;  // plain greedy: sampled_ holds the ids already
+        if (!s.sample || ids_back) continue;  // sampled by the model: sampled_ holds the ids already
         Live& live = requests_.at(s.id);
         std::span<float> logits(logits_.data() + row * size_t(vocab), size_t(vocab));
         if (live.request.return_logits)

@@ -3,7 +3,8 @@
 // SmolLM2": the same greedy tokens, and logits within fp32 rounding of another summation order.
 // Random tiny models cover the architectures' variants (Qwen2 biases, Qwen3 q/k norms with the
 // o_proj bias, Mistral's sliding window, Llama-3 RoPE scaling, quantized and bf16 weights), ragged
-// batches over shuffled block tables against each sequence alone, and prompts in chunks. Without a
+// batches over shuffled block tables against each sequence alone (argmax and device-sampled ids
+// against the host on the same logits), and prompts in chunks. Without a
 // device only the error path runs.
 #include <gtest/gtest.h>
 
@@ -15,6 +16,7 @@
 
 #include "core/thread_pool.h"
 #include "kernels/cuda/device.h"
+#include "kernels/ref/sample.h"
 #include "model/checkpoint.h"
 #include "model/checkpoint_tokenizer.h"
 #include "model/cuda/llama_cuda.h"
@@ -245,6 +247,37 @@ TEST(CudaLlama, RaggedBatchEqualsEachSequenceAlone) {
         const std::vector<float> row = rows(r, 1);
         EXPECT_EQ(ids[size_t(r)], sampling::argmax_lowest_id(row)) << r;
     }
+    // sampled on the device: kernels/ref/sample_row over the same logits gives the same tokens
+    using kernels::ref::LogitAdjustment;
+    using kernels::ref::SampleRow;
+    std::vector<SampleRow> srows(5);
+    const std::vector<LogitAdjustment> adjust = {{3, 4.0f, 0, 0}, {9, 0.0f, 1, 2}, {11, -1.0f, 1, 1}};
+    srows[0].adjust_count = 1;  // greedy with a bias
+    srows[1].temperature = 0.8f;
+    srows[1].top_k = 3;
+    srows[1].u = 0.5;
+    srows[2].temperature = 1.0f;
+    srows[2].top_p = 0.9f;
+    srows[2].u = 0.3;
+    srows[3].temperature = 1.2f;
+    srows[3].min_p = 0.1f;
+    srows[3].u = 0.77;
+    srows[4].temperature = 0.7f;
+    srows[4].repetition_penalty = 1.3f;
+    srows[4].frequency_penalty = 0.5f;
+    srows[4].adjust_begin = 1;
+    srows[4].adjust_count = 2;
+    srows[4].u = 0.9;
+    ASSERT_TRUE((*m)->forward_batch_sample(tokens, seqs, srows, adjust, ids).is_ok());
+    ASSERT_EQ(ids.size(), size_t(5));
+    for (int64_t r = 0; r < 5; ++r) {
+        std::vector<float> row = rows(r, 1);
+        EXPECT_EQ(ids[size_t(r)], kernels::ref::sample_row(row, srows[size_t(r)], adjust)) << "sampled row " << r;
+    }
+    EXPECT_EQ((*m)->forward_batch_sample(tokens, seqs, std::span(srows).subspan(1), adjust, ids).code(),
+              core::StatusCode::kInvalidArgument);  // a row short
+    srows[4].adjust_count = 3;                      // past the entries
+    EXPECT_EQ((*m)->forward_batch_sample(tokens, seqs, srows, adjust, ids).code(), core::StatusCode::kInvalidArgument);
     // over the create-time limits, bad block ids: errors, and the model still runs
     std::vector<int32_t> many(300, 5);
     const BatchSeq big{0, 300, blocks, 1};

@@ -355,6 +355,90 @@ TEST_P(EngineBatch, PlainGreedyStepsTakeTheModelsGreedyPath) {
         EXPECT_EQ(tokens[100 + k], alone.at(k).tokens) << "request " << k << " beside the others";
 }
 
+// A PagedModel that samples on its side (forward_sample, as the GPU model does with
+// kernels/cuda/sample_rows; here kernels/ref/sample_row on the CPU's logits): steps without
+// logprobs or raw logits take it. Rows whose token does not depend on the draw (greedy with
+// penalties and bias, top-k 1 with a penalty) give the host sampler's tokens; seeded draws repeat
+// from run to run; a logprobs request brings the logits path back.
+TEST_P(EngineBatch, StepsSampleOnTheModelsSide) {
+    std::vector<Spec> specs = make_specs(9, 17);
+    for (size_t i = 0; i < specs.size(); ++i) {
+        sampling::SamplingParams& p = specs[i].params;
+        if (i % 3 == 0) {
+            p.temperature = 0.0f;
+            p.repetition_penalty = 1.3f;
+            p.frequency_penalty = 0.4f;
+            p.logit_bias = {{5, 1.5f}, {7, -2.0f}};
+        } else if (i % 3 == 1) {
+            p.temperature = 1.0f;
+            p.top_k = 1;
+            p.presence_penalty = 0.6f;
+        }  // i % 3 == 2: seeded sampling as made
+    }
+    const auto alone = run_alone(specs);
+    const model::ModelConfig& mc = model_->config();
+    int64_t logit_steps = 0, sample_steps = 0;
+    auto run = [&](const std::vector<Spec>& run_specs, bool logprobs_last) {
+        std::unique_ptr<kv::KvStorage> storage;
+        model::KvLayers layers;
+        own_pool(64, 16, storage, layers);
+        PagedModel pm;
+        pm.config = &mc;
+        pm.num_kv_blocks = 64;
+        pm.block_size = 16;
+        pm.forward = [&, lp = &layers](std::span<const int32_t> t, std::span<const model::BatchSeq> q,
+                                       std::vector<float>& logits) {
+            ++logit_steps;
+            return model_->forward_batch(t, q, *lp, logits);
+        };
+        pm.forward_sample = [&, lp = &layers](std::span<const int32_t> t, std::span<const model::BatchSeq> q,
+                                              std::span<const kernels::ref::SampleRow> rows,
+                                              std::span<const kernels::ref::LogitAdjustment> adjust,
+                                              std::vector<int32_t>& ids) {
+            ++sample_steps;
+            std::vector<float> logits;
+            KILN_RETURN_IF_ERROR(model_->forward_batch(t, q, *lp, logits));
+            const size_t V = size_t(mc.vocab_size);
+            EXPECT_EQ(rows.size() * V, logits.size());
+            ids.clear();
+            for (size_t r = 0; r < rows.size(); ++r) {
+                std::vector<float> row(logits.begin() + std::ptrdiff_t(r * V),
+                                       logits.begin() + std::ptrdiff_t((r + 1) * V));
+                ids.push_back(kernels::ref::sample_row(row, rows[r], adjust));
+            }
+            return core::Status::ok();
+        };
+        auto core = EngineCore::create(std::move(pm), tok_.get(), EngineConfig{});
+        EXPECT_TRUE(core.is_ok()) << core.status().to_string();
+        std::map<int64_t, std::vector<int32_t>> tokens;
+        for (size_t i = 0; i < run_specs.size(); ++i) {
+            Request r;
+            r.prompt = run_specs[i].prompt;
+            r.params = run_specs[i].params;
+            if (logprobs_last && i + 1 == run_specs.size()) r.params.logprobs = 2;
+            std::vector<int32_t>* out = &tokens[int64_t(i)];
+            r.on_output = [out](const StepOutput& o) {
+                out->insert(out->end(), o.token_ids.begin(), o.token_ids.end());
+            };
+            EXPECT_TRUE((*core)->add(int64_t(i), std::move(r)).is_ok());
+        }
+        while ((*core)->step()) {
+        }
+        return tokens;
+    };
+    const auto first = run(specs, false);
+    EXPECT_GT(sample_steps, 0);
+    EXPECT_EQ(logit_steps, 0) << "steps without logprobs or raw logits took the logits path";
+    for (size_t i = 0; i < specs.size(); ++i)
+        if (i % 3 != 2) EXPECT_EQ(first.at(int64_t(i)), alone.at(int64_t(i)).tokens) << "request " << i;
+    EXPECT_EQ(run(specs, false), first) << "seeded requests sampled on the model's side must repeat";
+    logit_steps = 0;
+    const std::vector<Spec> two = {specs[0], specs[2]};
+    const auto with_logprobs = run(two, true);
+    EXPECT_GT(logit_steps, 0) << "a logprobs request needs the logits path";
+    EXPECT_EQ(with_logprobs.at(0), first.at(0));
+}
+
 TEST_P(EngineBatch, F16KvCacheIsBatchInvariantAndCloseToF32) {
     const std::vector<Spec> specs = make_specs(8, 13);
     const auto alone = run_alone(specs, /*kv_f16=*/true);

@@ -19,6 +19,7 @@
 #include "kernels/cuda/kv_write.h"
 #include "kernels/cuda/norm.h"
 #include "kernels/cuda/prefill_attention.h"
+#include "kernels/cuda/sample.h"
 #include "kernels/ref/dequant.h"
 #include "kernels/ref/transformer.h"
 #include "model/cuda/llama_cuda_impl.h"
@@ -179,7 +180,8 @@ Status CudaLlamaModel::Impl::attention(int64_t l, const Step& st) {
 }
 
 Status CudaLlamaModel::Impl::run(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs,
-                                 std::vector<float>* logits_out, std::vector<int32_t>* ids_out) {
+                                 std::vector<float>* logits_out, std::vector<int32_t>* ids_out,
+                                 const SamplePlan* sample) {
     const ModelConfig& c = config;
     const int64_t bs = options.block_size;
     KILN_RETURN_IF_ERROR(check_forward_batch(c, tokens, seqs, bs, options.num_kv_blocks * bs));
@@ -199,9 +201,20 @@ Status CudaLlamaModel::Impl::run(std::span<const int32_t> tokens, std::span<cons
     if (S > options.max_seqs) return over("sequences", S, options.max_seqs);
     if (NL > options.max_logits) return over("rows of logits", NL, options.max_logits);
     if (longest > options.max_seq_len) return over("tokens of one sequence", longest, options.max_seq_len);
+    if (sample && int64_t(sample->rows.size()) != NL)
+        return core::error(StatusCode::kInvalidArgument)
+               << "forward: " << sample->rows.size() << " sampling rows for " << NL << " rows of logits";
+    if (sample)
+        for (const kernels::ref::SampleRow& r : sample->rows)
+            if (r.adjust_begin < 0 || r.adjust_count < 0 ||
+                int64_t(r.adjust_begin) + r.adjust_count > int64_t(sample->adjust.size()))
+                return core::error(StatusCode::kInvalidArgument)
+                       << "forward: a sampling row's entries [" << r.adjust_begin << ", +" << r.adjust_count
+                       << ") are outside the " << sample->adjust.size() << " given";
 
     // The step's indices, built in pinned memory; a decode step of a graph bucket is padded to it.
-    const bool greedy = ids_out != nullptr;
+    // A sampled step runs the logits step (its graphs too), then samples.
+    const bool greedy = ids_out != nullptr && sample == nullptr;
     const int64_t bucket = graph_bucket(seqs);
     uint8_t* const host = static_cast<uint8_t*>(stage_host.data());
     Step st;
@@ -242,7 +255,11 @@ Status CudaLlamaModel::Impl::run(std::span<const int32_t> tokens, std::span<cons
         KILN_RETURN_IF_ERROR(enqueue(st, greedy));
     }
     const int64_t V = c.vocab_size;
-    if (greedy) {
+    if (sample) {
+        KILN_RETURN_IF_ERROR(sample_on_device(*sample, NL));
+        ids_out->resize(size_t(NL));
+        std::memcpy(ids_out->data(), ids_host.data(), size_t(NL) * 4);
+    } else if (greedy) {
         KILN_RETURN_IF_ERROR(stream.synchronize());
         ids_out->resize(size_t(NL));
         std::memcpy(ids_out->data(), ids_host.data(), size_t(NL) * 4);  // the real rows come first
@@ -255,6 +272,32 @@ Status CudaLlamaModel::Impl::run(std::span<const int32_t> tokens, std::span<cons
         KILN_RETURN_IF_ERROR(stream.synchronize());
     }
     return Status::ok();
+}
+
+// After the logits step: the rows and entries to the device (one copy), sample_rows over the
+// logits in place, the ids back to ids_host; waits for them.
+Status CudaLlamaModel::Impl::sample_on_device(const SamplePlan& plan, int64_t num_logits) {
+    if (num_logits == 0) return Status::ok();
+    const size_t rows_bytes = align16(plan.rows.size_bytes()), bytes = rows_bytes + plan.adjust.size_bytes();
+    if (sample_host.bytes() < bytes || sample_dev.bytes() < bytes) {  // nothing of the last step is in flight
+        const size_t grown = std::max(bytes, 2 * sample_dev.bytes());
+        sample_host = kc::PinnedBuffer();
+        sample_dev = kc::DeviceBuffer();
+        KILN_ASSIGN_OR_RETURN(sample_host, kc::PinnedBuffer::allocate(grown));
+        KILN_ASSIGN_OR_RETURN(sample_dev, kc::DeviceBuffer::allocate(grown));
+    }
+    uint8_t* host = static_cast<uint8_t*>(sample_host.data());
+    std::memcpy(host, plan.rows.data(), plan.rows.size_bytes());
+    if (!plan.adjust.empty()) std::memcpy(host + rows_bytes, plan.adjust.data(), plan.adjust.size_bytes());
+    cudaStream_t s = stream.get();
+    KILN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sample_dev.data(), host, bytes, cudaMemcpyHostToDevice, s));
+    const uint8_t* dev = sample_dev.as<uint8_t>();
+    KILN_RETURN_IF_ERROR(kc::sample_rows(
+        logits, num_logits, config.vocab_size, reinterpret_cast<const kernels::ref::SampleRow*>(dev),
+        plan.adjust.empty() ? nullptr : reinterpret_cast<const kernels::ref::LogitAdjustment*>(dev + rows_bytes),
+        int64_t(plan.adjust.size()), ids, s));
+    KILN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ids_host.data(), ids, size_t(num_logits) * 4, cudaMemcpyDeviceToHost, s));
+    return stream.synchronize();
 }
 
 Status CudaLlamaModel::Impl::enqueue(const Step& st, bool greedy) {
@@ -327,6 +370,14 @@ core::Status CudaLlamaModel::forward_batch(std::span<const int32_t> tokens, std:
 core::Status CudaLlamaModel::forward_batch_greedy(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs,
                                                   std::vector<int32_t>& ids) {
     return impl_->run(tokens, seqs, nullptr, &ids);
+}
+
+core::Status CudaLlamaModel::forward_batch_sample(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs,
+                                                  std::span<const kernels::ref::SampleRow> rows,
+                                                  std::span<const kernels::ref::LogitAdjustment> adjust,
+                                                  std::vector<int32_t>& ids) {
+    const Impl::SamplePlan plan{rows, adjust};
+    return impl_->run(tokens, seqs, nullptr, &ids, &plan);
 }
 
 core::Status CudaLlamaModel::forward(std::span<const int32_t> tokens, int64_t start, bool all_logits,

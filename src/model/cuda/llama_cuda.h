@@ -8,11 +8,11 @@
 // sequences, max_logits rows of logits): a step allocates nothing on the device. The paged KV pool lives on the device
 // ([num_blocks, block_size, num_kv_heads, head_dim] per layer for K and V, f16 by default), sized from the memory left
 // after weights and arena under gpu_memory_utilization of the device's total. A step copies its indices to the device
-// in one transfer from pinned memory and waits once, for the logits (or with forward_batch_greedy only the sampled ids)
-// coming back. Attention: decode tokens through kernels/cuda decode_attention (split-KV), prompt chunks through
-// prefill_attention (tensor cores) when the pool is f16, else as one split-KV query per token. The
-// step's indices come from model/step_indices.h. Built only with KILN_CUDA; unverified on hardware
-// until a device check has run it (docs/cuda.md).
+// in one transfer from pinned memory and waits once, for the logits (or with forward_batch_greedy only the argmax ids,
+// with forward_batch_sample the ids it samples on the device). Attention: decode tokens through kernels/cuda
+// decode_attention (split-KV), prompt chunks through prefill_attention (tensor cores) when the pool is f16, else as one
+// split-KV query per token. The step's indices come from model/step_indices.h. Built only with KILN_CUDA; unverified on
+// hardware until a device check has run it (docs/cuda.md).
 #pragma once
 
 #include <cstdint>
@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "kernels/ref/sample.h"
 #include "model/checkpoint.h"
 #include "model/llama.h"
 
@@ -83,6 +84,14 @@ public:
     // sampling::argmax_lowest_id's rule), ids resized to [sum of num_logits].
     core::Status forward_batch_greedy(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs,
                                       std::vector<int32_t>& ids);
+
+    // The same, but each logits row is sampled on the device (kernels/cuda/sample.h) by the row
+    // of `rows` at its index (rows.size() == sum of num_logits; Sampler::plan_row builds them, with
+    // their bias / penalty entries in `adjust`): ids resized to [sum of num_logits]. The rows and
+    // entries go to the device after the forward pass (a buffer that grows when a step needs more).
+    core::Status forward_batch_sample(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs,
+                                      std::span<const kernels::ref::SampleRow> rows,
+                                      std::span<const kernels::ref::LogitAdjustment> adjust, std::vector<int32_t>& ids);
 
     // One sequence kept in blocks 0, 1, 2, ... of the pool (the single-prompt tools): `tokens` at
     // positions start ..; longer inputs run in chunks of max_batch_tokens. logits: [num_tokens, vocab]

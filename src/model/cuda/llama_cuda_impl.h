@@ -96,6 +96,9 @@ struct CudaLlamaModel::Impl {
     int64_t tile_queries = 0;  // prefill_attention's tile when prompt chunks can take it (f16 K/V), else 0
     size_t attn_ws_rows = 0;   // of num_heads * (head_dim + 1) floats
     kc::PinnedBuffer stage_host, ids_host;
+    // forward_batch_sample's rows and entries: pinned staging and its device copy, grown on demand.
+    kc::PinnedBuffer sample_host;
+    kc::DeviceBuffer sample_dev;
     std::vector<int32_t> own_table;  // 0, 1, 2, ...: forward()'s one sequence
 
     // CUDA graphs of decode steps (every sequence one new token and its logits), one per batch-size
@@ -126,8 +129,16 @@ struct CudaLlamaModel::Impl {
     core::Status enqueue(const Step& st, bool greedy);
     int64_t graph_bucket(std::span<const BatchSeq> seqs) const;
     core::Result<cudaGraphExec_t> graph_for(int64_t bucket, bool greedy, const Step& st);
+    // A step's device sampling: its rows (one per logits row) and their entries.
+    struct SamplePlan {
+        std::span<const kernels::ref::SampleRow> rows;
+        std::span<const kernels::ref::LogitAdjustment> adjust;
+    };
+    core::Status sample_on_device(const SamplePlan& plan, int64_t num_logits);
+    // Exactly one of logits_out and ids_out; ids come from argmax_rows, or with `sample` from
+    // sample_rows.
     core::Status run(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs, std::vector<float>* logits_out,
-                     std::vector<int32_t>* ids_out);
+                     std::vector<int32_t>* ids_out, const SamplePlan* sample = nullptr);
 };
 
 }  // namespace kiln::model

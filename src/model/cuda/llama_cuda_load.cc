@@ -159,6 +159,12 @@ Status CudaLlamaModel::Impl::plan_arena() {
     stage_dev = p;
     KILN_ASSIGN_OR_RETURN(stage_host, kc::PinnedBuffer::allocate(stage.end));
     KILN_ASSIGN_OR_RETURN(ids_host, kc::PinnedBuffer::allocate(ids_bytes));
+    // Device sampling: room for every row and 64 bias / penalty entries each (grown when a step
+    // needs more: long histories with penalties).
+    const size_t sample_bytes =
+        size_t(NL) * (sizeof(kernels::ref::SampleRow) + 64 * sizeof(kernels::ref::LogitAdjustment));
+    KILN_ASSIGN_OR_RETURN(sample_host, kc::PinnedBuffer::allocate(sample_bytes));
+    KILN_ASSIGN_OR_RETURN(sample_dev, kc::DeviceBuffer::allocate(sample_bytes));
     return Status::ok();
 }
 
