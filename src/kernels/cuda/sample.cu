@@ -130,6 +130,27 @@ struct Selected {
 // The largest key K such that the weight of the elements with key >= K reaches target (> 0), over
 // the elements kw(i, key, weight) describes (weight 0: not counted). Four passes of 8 bits from the
 // top, each a shared histogram of the elements still matching the digits chosen so far.
+// Adds `w` to hist[bin] for every lane with bin < 256, one atomic per distinct bin of the warp (the
+// lanes of one bin sum their weights with two 32-bit warp reductions: weights are below 2^41).
+// Called by whole warps.
+__device__ __forceinline__ void warp_hist_add(ull* hist, unsigned bin, ull w) {
+    const int lane = threadIdx.x & 31;
+    unsigned todo = __ballot_sync(0xffffffffu, bin < 256u);
+    while (todo) {
+        const int src = __ffs(todo) - 1;
+        const unsigned b = __shfl_sync(0xffffffffu, bin, src);
+        const bool mine = bin == b;
+        const unsigned lo = __reduce_add_sync(0xffffffffu, mine ? unsigned(w & 0xfffffu) : 0u);
+        const unsigned hi = __reduce_add_sync(0xffffffffu, mine ? unsigned(w >> 20) : 0u);
+        if (lane == src) atomicAdd(&hist[b], (ull(hi) << 20) + lo);
+        todo &= ~__ballot_sync(0xffffffffu, mine);
+    }
+}
+
+// The largest key K such that the weight of the elements with key >= K reaches target (> 0), over
+// the elements kw(i, key, weight) describes (weight 0: not counted). Four passes of 8 bits from the
+// top, each a shared histogram of the elements still matching the digits chosen so far; warp 0
+// finds the digit (lane l holds the bins 255 - 8l .. 248 - 8l).
 template <class KeyWeight>
 __device__ Selected radix_select(int n, ull target, KeyWeight kw, Smem& sm) {
     Selected r;
@@ -138,24 +159,39 @@ __device__ Selected radix_select(int n, ull target, KeyWeight kw, Smem& sm) {
         __syncthreads();
         for (int b = threadIdx.x; b < 256; b += kThreads) sm.hist[b] = 0;
         __syncthreads();
-        for (int i = threadIdx.x; i < n; i += kThreads) {
-            uint32_t key;
-            ull w;
-            kw(i, key, w);
-            if (w != 0 && (key & mask) == prefix) atomicAdd(&sm.hist[(key >> shift) & 255u], w);
+        for (int base = 0; base < n; base += kThreads) {  // uniform trip count: whole warps below
+            const int i = base + int(threadIdx.x);
+            uint32_t key = 0;
+            ull w = 0;
+            if (i < n) kw(i, key, w);
+            const bool counted = w != 0 && (key & mask) == prefix;
+            warp_hist_add(sm.hist, counted ? (key >> shift) & 255u : 256u, w);
         }
         __syncthreads();
-        if (threadIdx.x == 0) {
-            ull cum = r.above;
-            int b = 255;
-            for (; b >= 0; --b) {
-                if (cum + sm.hist[b] >= target) break;
-                cum += sm.hist[b];
+        if (threadIdx.x < 32) {
+            const int lane = int(threadIdx.x);
+            ull h[8], mine = 0;
+            for (int j = 0; j < 8; ++j) {
+                h[j] = sm.hist[255 - 8 * lane - j];
+                mine += h[j];
             }
-            sm.found = b >= 0;
-            sm.bin = b;
-            sm.above = cum;
-            sm.bin_weight = b >= 0 ? sm.hist[b] : 0;
+            ull incl = mine;  // the weight of the bins of lanes 0 .. lane (the top bins first)
+            for (int o = 1; o < 32; o <<= 1) {
+                const ull up = __shfl_up_sync(0xffffffffu, incl, o);
+                if (lane >= o) incl += up;
+            }
+            const unsigned reach = __ballot_sync(0xffffffffu, r.above + incl >= target);
+            if (reach == 0) {
+                if (lane == 0) sm.found = 0;
+            } else if (lane == __ffs(reach) - 1) {
+                ull cum = r.above + incl - mine;
+                int j = 0;
+                while (j < 7 && cum + h[j] < target) cum += h[j++];
+                sm.found = 1;
+                sm.bin = 255 - 8 * lane - j;
+                sm.above = cum;
+                sm.bin_weight = h[j];
+            }
         }
         __syncthreads();
         if (!sm.found) return r;  // the same for every thread: the total is below target
@@ -306,7 +342,7 @@ __global__ void __launch_bounds__(kThreads)
     double mine = 0.0;
     for (int i = lo; i < hi; ++i) mine += double(x[i] * inv_kept);
     const double before = block_exclusive_scan(mine, sm);
-    const int32_t owner = block_min_int(hi > lo && row.u < before + mine ? int32_t(threadIdx.x) : INT_MAX, sm);
+    const int32_t owner = block_min_int(mine > 0.0 && row.u < before + mine ? int32_t(threadIdx.x) : INT_MAX, sm);
     int32_t last = -1;
     if (owner == INT_MAX) {  // u past the rounded total: the last kept token
         for (int i = threadIdx.x; i < vocab; i += kThreads)
@@ -321,12 +357,12 @@ __global__ void __launch_bounds__(kThreads)
         const float q = x[i] * inv_kept;
         if (q > 0.0f) last = i;
         cum += q;
-        if (row.u < cum) {
+        if (q > 0.0f && row.u < cum) {  // never a dropped token, whatever the rounding of `before`
             ids[blockIdx.x] = i;
             return;
         }
     }
-    ids[blockIdx.x] = last < 0 ? lo : last;  // rounding of the run's sum: its last kept token
+    ids[blockIdx.x] = last;  // rounding of the run's sum: its last kept token (mine > 0: there is one)
 }
 
 }  // namespace

@@ -37,10 +37,10 @@ void apply_adjustments(std::span<float> logits, const SampleRow& row, std::span<
             float l = logits[size_t(id)];
             bool in_history = false;
             int64_t generated = 0;
-            for (size_t k = j; k < end; ++k) {
-                if (entries[k].bias != 0.0f) l += entries[k].bias;
-                in_history = in_history || entries[k].in_history != 0;
-                generated += entries[k].generated;
+            for (const LogitAdjustment& e : entries.subspan(j, end - j)) {
+                if (e.bias != 0.0f) l += e.bias;
+                in_history = in_history || e.in_history != 0;
+                generated += e.generated;
             }
             if (in_history && rp != 1.0f) l = l > 0.0f ? l / rp : l * rp;
             if (generated > 0 && (fp != 0.0f || pp != 0.0f)) l -= fp * float(generated) + pp;

@@ -14,7 +14,9 @@
 // Top-p compares masses in fixed point (each probability truncated to a multiple of 2^-40: within
 // 2^-40 * vocab of the Sampler's double sums, far inside its 1e-6 slack).
 // Ties are broken as the Sampler breaks them: equal logits (top-k) or probabilities (top-p) keep the
-// lower ids; -0 and +0 are equal.
+// lower ids; -0 and +0 are equal. Logits are finite, -inf or NaN (NaN counts as -inf); a +inf logit
+// (which no model emits and validated biases cannot make) has no defined result here, as in the
+// Sampler.
 #pragma once
 
 #include <cstdint>
@@ -53,7 +55,7 @@ inline constexpr double kTopPFixedScale = 1099511627776.0;  // 2^40: top-p masse
 // Top-p's masses in fixed point (constexpr: the CUDA kernel calls them too): a probability
 // truncated to a multiple of 2^-40, and the target (top_p - slack) * 2^40, at least 1 (one token).
 constexpr uint64_t top_p_mass(float p) {
-    return uint64_t(double(p) * kTopPFixedScale);
+    return p > 0.0f ? uint64_t(double(p) * kTopPFixedScale) : 0;  // NaN: 0
 }
 constexpr uint64_t top_p_target(float top_p) {
     const double t = (double(top_p) - kTopPSlack) * kTopPFixedScale;
