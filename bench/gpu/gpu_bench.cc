@@ -1,7 +1,8 @@
 // kiln's GPU benchmarks for the device check (issue "CUDA backend"; scripts/device-check runs it): the
 // device's memory read bandwidth, measured first, then each kernel at llama-3-8b shapes as GB/s
 // against that bandwidth (decode: quantized GEMV, bf16 GEMM at m = 1, split-KV attention) or TFLOP/s
-// (prefill GEMM, m = 2048; prefill attention, beside scripts/sdpa_bench.py's PyTorch figures). Buffers are zero-filled
+// (prefill GEMM, m = 2048; the block GEMM at 512 / 2048 tokens; prefill attention, beside
+// scripts/sdpa_bench.py's PyTorch figures), and device sampling's time per step. Buffers are zero-filled
 // (timing does not depend on the values). One JSON object per line on stdout, a table on stderr. Not a test: nothing
 // here is registered with CTest.
 #include <cstdint>
@@ -13,7 +14,9 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemm_quant.h"
 #include "kernels/cuda/gemv_quant.h"
+#include "kernels/cuda/sample.h"
 #include "kernels/cuda/timing.h"
 
 namespace kc = kiln::kernels::cuda;
@@ -77,6 +80,59 @@ Status bench_gemm() {
                    double(n * k + m * k + m * n) * 2, 2.0 * double(m * n * k));
         }
     }
+    return Status::ok();
+}
+
+// The block GEMM of prompt-sized steps (tensor cores, f16 activations) at 512 and 2048 tokens.
+Status bench_gemm_blocks() {
+    for (kiln::core::DType type : {kiln::core::DType::kQ8_0, kiln::core::DType::kQ4_0, kiln::core::DType::kQ4_1}) {
+        for (int64_t m : {512, 2048}) {
+            const int64_t n = 14336, k = 4096;
+            const size_t wbytes = size_t(n * k / 32) * kiln::core::dtype_info(type).block_bytes;
+            KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer w, zeros(wbytes));
+            KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer x, zeros(size_t(m * k) * 2));
+            KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer y, zeros(size_t(m * n) * 4));
+            KILN_ASSIGN_OR_RETURN(const double ms, kc::median_ms([&] {
+                                      return kc::gemm_blocks(type, w.data(), n, k, x.as<__half>(), m, y.as<float>());
+                                  }));
+            report("gemm_" + std::string(kiln::core::dtype_name(type)) + "/m:" + std::to_string(m) + "/14336x4096", ms,
+                   double(wbytes) + double(m * k) * 2 + double(m * n) * 4, 2.0 * double(m * n * k));
+        }
+    }
+    return Status::ok();
+}
+
+// Sampling 64 rows of a 128256-token vocabulary (llama-3) with top-p 0.9 (and top-k 50 on half the
+// rows): the cost per decode step of a batch of 64 sampling requests.
+Status bench_sample() {
+    const int64_t rows = 64, vocab = 128256;
+    std::vector<float> logits = std::vector<float>(size_t(rows * vocab));
+    uint32_t state = 1;
+    for (float& l : logits) {  // a spread of logits (the selections' cost depends on the values)
+        state = state * 1664525u + 1013904223u;
+        l = float(state >> 8) * (8.0f / 16777216.0f);
+    }
+    auto params = std::vector<kiln::kernels::ref::SampleRow>(size_t(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+        params[size_t(r)].temperature = 0.8f;
+        params[size_t(r)].top_p = 0.9f;
+        params[size_t(r)].top_k = r % 2 ? 50 : 0;
+        params[size_t(r)].u = 0.5;
+    }
+    KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer src, kc::DeviceBuffer::allocate(logits.size() * 4));
+    KILN_RETURN_IF_ERROR(src.copy_from_host(logits.data(), logits.size() * 4));
+    KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer work, zeros(logits.size() * 4));
+    KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer dp, kc::DeviceBuffer::allocate(params.size() * sizeof(params[0])));
+    KILN_RETURN_IF_ERROR(dp.copy_from_host(params.data(), params.size() * sizeof(params[0])));
+    KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer ids, zeros(size_t(rows) * 4));
+    KILN_ASSIGN_OR_RETURN(const double ms, kc::median_ms([&]() -> Status {  // the kernel works in place
+                              KILN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(work.data(), src.data(), logits.size() * 4,
+                                                                        cudaMemcpyDeviceToDevice));
+                              return kc::sample_rows(work.as<float>(), rows, vocab,
+                                                     dp.as<kiln::kernels::ref::SampleRow>(), nullptr, 0,
+                                                     ids.as<int32_t>());
+                          }));
+    report("sample/top_p:0.9/rows:64/vocab:128256 (incl. copy)", ms, 2.0 * double(logits.size()) * 4, 0.0);
     return Status::ok();
 }
 
@@ -185,7 +241,8 @@ int main() {
                  info->name.c_str(), info->sm_major, info->sm_minor, info->num_sms, g_read_gbps);
     std::fprintf(stderr, "| %-44s | %9s | %8s | %6s | %7s |\n|---|---|---|---|---|\n", "bench", "ms", "GB/s", "% bw",
                  "TFLOP/s");
-    for (Status (*b)() : {bench_gemv, bench_gemm, bench_decode_attention, bench_prefill_attention}) {
+    for (Status (*b)() :
+         {bench_gemv, bench_gemm, bench_gemm_blocks, bench_decode_attention, bench_prefill_attention, bench_sample}) {
         const Status st = b();
         if (!st.is_ok()) {
             std::fprintf(stderr, "gpu_bench: %s\n", st.to_string().c_str());

@@ -41,6 +41,7 @@ CudaModelOptions small_options() {
     o.max_logits = 256;
     o.num_kv_blocks = 64;  // 1024 tokens: the tests' sequences, without sizing from device memory
     o.kv_f16 = false;      // as the CPU's KvCache: f32 K/V
+    o.quantized_gemm = false;  // block weights in long steps: the exact f32 path
     return o;
 }
 
@@ -374,7 +375,27 @@ TEST(CudaLlama, DecodeGraphsMatchEager) {
     EXPECT_EQ((*with)->describe().find("graphs off"), std::string::npos) << (*with)->describe();
 }
 
-// A real checkpoint with its own tokenizer: greedy tokens and logits of the GPU model against the CPU's.
+// Block weights in prompt-sized steps on tensor cores (kernels/cuda/gemm_blocks, f16 activations)
+// against the exact path (decoded f32 copy, f32 GEMM): close, not equal.
+TEST(CudaLlama, QuantizedGemmIsCloseToExact) {
+    if (!have_device()) GTEST_SKIP() << "no CUDA device";
+    ModelConfig c = test::tiny_config("llama");
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 40; ++i) prompt.push_back(int32_t((i * 13 + 5) % c.vocab_size));
+    for (DType type : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0}) {
+        test::RandomCheckpoint b;
+        b.build(c, type, DType::kF32);
+        CudaModelOptions o = small_options();
+        const GreedyRun exact = run_gpu(b.ck, prompt, 4, o);
+        o.quantized_gemm = true;
+        const GreedyRun tc = run_gpu(b.ck, prompt, 4, o);
+        expect_same_run(tc, exact, 2e-2, false, "tensor-core block GEMM, " + std::string(core::dtype_name(type)));
+        EXPECT_GT(max_rel_diff(tc.prefill, exact.prefill), 0.0) << "the f16 path did not run";
+    }
+}
+
+// A real checkpoint with its own tokenizer: greedy tokens (below tolerance 1e-2) and logits of the GPU
+// model against the CPU's.
 void expect_checkpoint_greedy_equal(const std::string& path, const std::string& text, int n, const std::string& what,
                                     const CudaModelOptions& options = small_options(), double tol = 1e-3) {
     auto ck = load_checkpoint(path);
@@ -384,7 +405,7 @@ void expect_checkpoint_greedy_equal(const std::string& path, const std::string& 
     const std::vector<int32_t> prompt = (*tok)->encode(text);
     const GreedyRun cpu = run_cpu(*ck, prompt, n);
     const GreedyRun gpu = run_gpu(*ck, prompt, n, options);
-    expect_same_run(gpu, cpu, tol, true, what);
+    expect_same_run(gpu, cpu, tol, /*same_tokens=*/tol < 1e-2, what);
 }
 
 TEST(CudaLlama, Stories260KGreedyEqualsCpu) {
@@ -405,6 +426,10 @@ TEST(CudaLlama, SmolLM2TwoLayersGreedyEqualsCpu) {
     if (!test::file_exists(path)) GTEST_SKIP() << "no " << path << " (scripts/device-deps makes it)";
     if (!have_device()) GTEST_SKIP() << "no CUDA device";
     expect_checkpoint_greedy_equal(path, "The capital of France is", 40, "SmolLM2, 2 layers");
+    CudaModelOptions o = small_options();  // the prompt's GEMMs on tensor cores: logits close
+    o.quantized_gemm = true;
+    expect_checkpoint_greedy_equal(path, "The capital of France is, as everyone knows,", 8,
+                                   "SmolLM2, 2 layers, tensor-core block GEMM", o, 2e-2);
 }
 
 TEST(CudaLlama, SmolLM2GreedyEqualsCpu) {

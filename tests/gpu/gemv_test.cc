@@ -1,7 +1,10 @@
-// kernels/cuda gemv_blocks (Q8_0 / Q4_0 / Q4_1 / Q4_K / Q5_K / Q6_K weights as stored, f32 activations)
+// kernels/cuda gemv_blocks (Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 and the K-quants Q2_K - Q6_K as stored,
+// f32 activations)
 // against kernels/ref
 // matmul on the same blocks: decode batches of 1-8 tokens, rows from 1 to 2048, k from one block to
 // 5632; within 1e-4 of sum |x w| (another summation order); output rows past the batch untouched.
+// gemm_blocks (the tensor-core GEMM for prompt-sized steps, f16 activations) against a double
+// product of the same f16 operands over shapes that straddle its tiles.
 // Without a device only the argument checks run.
 #include <gtest/gtest.h>
 
@@ -12,6 +15,7 @@
 
 #include "core/numeric.h"
 #include "gpu/gpu_test_util.h"
+#include "kernels/cuda/gemm_quant.h"
 #include "kernels/cuda/gemv_quant.h"
 #include "kernels/ref/dequant.h"
 #include "kernels/ref/transformer.h"
@@ -23,19 +27,53 @@ using core::DType;
 using test::download;
 using test::upload;
 
+constexpr DType kTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
+                            DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+
+// n rows of k weights in `type`'s blocks: random quants, finite small fp16 scales (Q4_1's minimum
+// negative, the K-quants' dmin positive).
+std::vector<uint8_t> random_blocks(DType type, int64_t n, int64_t k, std::mt19937& rng) {
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    const size_t block_bytes = core::dtype_info(type).block_bytes;
+    const int64_t block_elems = int64_t(core::dtype_info(type).block_size);
+    std::vector<uint8_t> w(size_t(n * k / block_elems) * block_bytes);
+    for (uint8_t& b : w) b = uint8_t(rng());
+    for (size_t off = 0; off < w.size(); off += block_bytes) {  // finite, small fp16 scales
+        const uint16_t d = core::f32_to_fp16(0.01f * (1.0f + std::fabs(dist(rng))));
+        const uint16_t mn = core::f32_to_fp16(0.08f * std::fabs(dist(rng)));
+        const uint16_t neg = core::f32_to_fp16(-0.08f * std::fabs(dist(rng)));
+        if (type == DType::kQ6_K || type == DType::kQ3_K) {  // quants and scales, then d
+            std::memcpy(&w[off + (type == DType::kQ6_K ? 208 : 108)], &d, 2);
+            continue;
+        }
+        if (type == DType::kQ2_K) {  // scales, qs, then d and dmin
+            std::memcpy(&w[off + 80], &d, 2);
+            std::memcpy(&w[off + 82], &mn, 2);
+            continue;
+        }
+        std::memcpy(&w[off], &d, 2);
+        if (type == DType::kQ4_1 || type == DType::kQ5_1) std::memcpy(&w[off + 2], &neg, 2);  // the minimum (added)
+        if (type == DType::kQ4_K || type == DType::kQ5_K) std::memcpy(&w[off + 2], &mn, 2);   // dmin
+    }
+    return w;
+}
+
 TEST(CudaGemv, ArgumentChecks) {
     const float* p = reinterpret_cast<const float*>(16);  // never dereferenced
     float* y = reinterpret_cast<float*>(16);
     EXPECT_EQ(gemv_blocks(DType::kQ8_0, p, 8, 48, p, 1, y).code(), core::StatusCode::kInvalidArgument);  // k % 32
     EXPECT_EQ(gemv_blocks(DType::kQ8_0, p, 8, 64, p, 9, y).code(), core::StatusCode::kInvalidArgument);  // m > 8
     EXPECT_EQ(gemv_blocks(DType::kQ8_0, nullptr, 8, 64, p, 1, y).code(), core::StatusCode::kInvalidArgument);
-    EXPECT_EQ(gemv_blocks(DType::kQ2_K, p, 8, 256, p, 1, y).code(), core::StatusCode::kUnsupported);
+    EXPECT_EQ(gemv_blocks(DType::kBF16, p, 8, 256, p, 1, y).code(), core::StatusCode::kUnsupported);
     EXPECT_TRUE(gemv_blocks(DType::kQ8_0, p, 8, 64, p, 0, y).is_ok());
     EXPECT_EQ(dequantize_blocks(DType::kQ8_0, p, 48, y).code(), core::StatusCode::kInvalidArgument);
-    EXPECT_EQ(dequantize_blocks(DType::kQ5_0, p, 64, y).code(), core::StatusCode::kUnsupported);
+    EXPECT_EQ(dequantize_blocks(DType::kMxfp4, p, 64, y).code(), core::StatusCode::kUnsupported);
+    EXPECT_EQ(dequantize_blocks(DType::kQ3_K, p, 64, y).code(), core::StatusCode::kInvalidArgument);  // % 256
     EXPECT_TRUE(gemv_blocks_supports(DType::kQ4_1));
     EXPECT_TRUE(gemv_blocks_supports(DType::kQ6_K));
-    EXPECT_FALSE(gemv_blocks_supports(DType::kQ2_K));
+    EXPECT_TRUE(gemv_blocks_supports(DType::kQ2_K));
+    EXPECT_TRUE(gemv_blocks_supports(DType::kQ5_1));
+    EXPECT_FALSE(gemv_blocks_supports(DType::kBF16));
     EXPECT_EQ(gemv_blocks(DType::kQ4_K, p, 8, 96, p, 1, y).code(), core::StatusCode::kInvalidArgument);  // k % 256
 }
 
@@ -46,27 +84,11 @@ TEST(CudaGemv, MatchesReference) {
     struct Shape {
         int64_t n, k;
     };
-    for (DType type : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
-        const size_t block_bytes = core::dtype_info(type).block_bytes;
+    for (DType type : kTypes) {
         const int64_t block_elems = int64_t(core::dtype_info(type).block_size);
         for (const Shape s : {Shape{1, 32}, Shape{37, 64}, Shape{3, 256}, Shape{2048, 2048}, Shape{100, 5632}}) {
             if (s.k % block_elems != 0) continue;
-            std::vector<uint8_t> w(size_t(s.n * s.k / block_elems) * block_bytes);
-            for (uint8_t& b : w) b = uint8_t(rng());
-            for (size_t off = 0; off < w.size(); off += block_bytes) {  // finite, small fp16 scales
-                const uint16_t d = core::f32_to_fp16(0.01f * (1.0f + std::fabs(dist(rng))));
-                const uint16_t mn = core::f32_to_fp16(0.08f * std::fabs(dist(rng)));
-                if (type == DType::kQ6_K) {
-                    std::memcpy(&w[off + 208], &d, 2);  // ql, qh, scales, then d
-                    continue;
-                }
-                std::memcpy(&w[off], &d, 2);
-                if (type == DType::kQ4_1) {  // the block's minimum (added)
-                    const uint16_t neg = core::f32_to_fp16(-0.08f * std::fabs(dist(rng)));
-                    std::memcpy(&w[off + 2], &neg, 2);
-                }
-                if (type == DType::kQ4_K || type == DType::kQ5_K) std::memcpy(&w[off + 2], &mn, 2);  // dmin
-            }
+            const std::vector<uint8_t> w = random_blocks(type, s.n, s.k, rng);
             std::vector<float> wf(size_t(s.n * s.k));
             ASSERT_TRUE(ref::dequantize_row(type, w.data(), wf.data(), s.n * s.k).is_ok());
             const ref::WeightView view = ref::make_weight_view(w.data(), type, s.n, s.k);
@@ -99,6 +121,68 @@ TEST(CudaGemv, MatchesReference) {
                         ASSERT_NEAR(g, want[size_t(t * s.n + r)], 1e-4 * mag + 1e-6)
                             << core::dtype_name(type) << " n " << s.n << " k " << s.k << " m " << m << " at " << t
                             << "," << r;
+                    }
+                }
+            }
+        }
+    }
+}
+
+TEST(CudaGemmBlocks, ArgumentChecks) {
+    const __half* x = reinterpret_cast<const __half*>(16);  // never dereferenced
+    float* y = reinterpret_cast<float*>(16);
+    const auto bad = core::StatusCode::kInvalidArgument;
+    EXPECT_EQ(gemm_blocks(DType::kQ4_0, x, 8, 48, x, 4, y).code(), bad);  // k % 32
+    EXPECT_EQ(gemm_blocks(DType::kQ4_K, x, 8, 96, x, 4, y).code(), bad);  // k % 256
+    EXPECT_EQ(gemm_blocks(DType::kQ4_0, nullptr, 8, 64, x, 4, y).code(), bad);
+    EXPECT_EQ(gemm_blocks(DType::kQ4_0, x, 8, 64, x + 1, 4, y).code(), bad);  // x not 16-byte aligned
+    EXPECT_EQ(gemm_blocks(DType::kQ4_0, x, 0, 64, x, 4, y).code(), bad);
+    EXPECT_EQ(gemm_blocks(DType::kF32, x, 8, 256, x, 4, y).code(), core::StatusCode::kUnsupported);
+    EXPECT_TRUE(gemm_blocks(DType::kQ4_0, x, 8, 64, x, 0, y).is_ok());
+}
+
+// The tensor-core GEMM against a double-precision product of the same f16 operands (x as given,
+// each weight the reference's decoded value rounded to f16): only the f32 accumulation differs.
+// Shapes straddle the 64 x 128 tiles; the row past m stays untouched.
+TEST(CudaGemmBlocks, MatchesF16Reference) {
+    if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    std::mt19937 rng(8);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    struct Shape {
+        int64_t n, k;
+    };
+    for (DType type : kTypes) {
+        const int64_t block_elems = int64_t(core::dtype_info(type).block_size);
+        for (const Shape s : {Shape{1, 32}, Shape{100, 64}, Shape{128, 256}, Shape{300, 512}, Shape{129, 2048}}) {
+            if (s.k % block_elems != 0) continue;
+            const std::vector<uint8_t> w = random_blocks(type, s.n, s.k, rng);
+            std::vector<float> wf(size_t(s.n * s.k));
+            ASSERT_TRUE(ref::dequantize_row(type, w.data(), wf.data(), s.n * s.k).is_ok());
+            for (float& v : wf) v = core::fp16_to_f32(core::f32_to_fp16(v));
+            DeviceBuffer dw = upload(w);
+            for (int64_t m : {1, 17, 64, 65, 130}) {
+                std::vector<uint16_t> xh(size_t(m * s.k));
+                for (uint16_t& v : xh) v = core::f32_to_fp16(dist(rng));
+                DeviceBuffer dx = upload(xh), dy = upload(std::vector<float>(size_t((m + 1) * s.n), NAN));
+                const core::Status st = gemm_blocks(type, dw.data(), s.n, s.k, dx.as<__half>(), m, dy.as<float>());
+                ASSERT_TRUE(st.is_ok()) << st.to_string();
+                const std::vector<float> got = download<float>(dy, size_t((m + 1) * s.n));
+                for (int64_t t = 0; t <= m; ++t) {
+                    for (int64_t r = 0; r < s.n; ++r) {
+                        const float g = got[size_t(t * s.n + r)];
+                        if (t == m) {
+                            ASSERT_TRUE(std::isnan(g)) << "row " << t << " past the batch was written";
+                            continue;
+                        }
+                        double want = 0, mag = 0;
+                        for (int64_t i = 0; i < s.k; ++i) {
+                            const double p =
+                                double(core::fp16_to_f32(xh[size_t(t * s.k + i)])) * wf[size_t(r * s.k + i)];
+                            want += p;
+                            mag += std::fabs(p);
+                        }
+                        ASSERT_NEAR(g, want, 2e-5 * mag + 1e-6) << core::dtype_name(type) << " n " << s.n << " k "
+                                                                << s.k << " m " << m << " at " << t << "," << r;
                     }
                 }
             }

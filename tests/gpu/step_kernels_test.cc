@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -62,6 +63,20 @@ TEST(CudaStepKernels, ConvertGatherBiasEmbedding) {
     for (size_t i = 0; i < x.size(); ++i) {
         ASSERT_EQ(b[i], core::f32_to_bf16(x[i])) << i;
         ASSERT_EQ(h[i], core::f32_to_fp16(x[i])) << i;
+    }
+    {  // saturating f16: beyond +-65504 clamps, NaN stays, everything else as convert
+        std::vector<float> sx = x;
+        sx[4] = -1e30f;
+        sx[5] = std::numeric_limits<float>::quiet_NaN();
+        sx[6] = 65519.0f;  // rounds to inf in plain conversion
+        DeviceBuffer dsx = upload(sx), dsh = upload(std::vector<uint16_t>(sx.size()));
+        ASSERT_TRUE(convert_saturating(dsx.as<float>(), dsh.as<__half>(), int64_t(sx.size())).is_ok());
+        const std::vector<uint16_t> sh = download<uint16_t>(dsh, sx.size());
+        EXPECT_EQ(sh[3], core::f32_to_fp16(65504.0f));
+        EXPECT_EQ(sh[4], core::f32_to_fp16(-65504.0f));
+        EXPECT_TRUE(std::isnan(core::fp16_to_f32(sh[5])));
+        EXPECT_EQ(sh[6], core::f32_to_fp16(65504.0f));
+        for (size_t i = 7; i < sx.size(); ++i) ASSERT_EQ(sh[i], core::f32_to_fp16(sx[i])) << i;
     }
     // gather rows 3, 0, 3 of a [10, 100] matrix; then add a bias to each row
     const std::vector<int32_t> ids = {3, 0, 3};

@@ -2,14 +2,25 @@
 // elements (32, or 256 for the K-quants) and decode_group(row, g, v), the 32 values of group g
 // (elements 32g .. 32g+31) of a row of whole blocks in f32, exactly as kernels/ref dequantize_row
 // computes them (same operations in the same order, no FMA contraction). Used by gemv_quant.cu
-// (decode-sized GEMV, dequantize_blocks) and gemm_quant.cu (tensor-core GEMM).
+// (decode-sized GEMV, dequantize_blocks) and gemm_quant.cu (tensor-core GEMM); with_decoder picks
+// one at run time.
 #pragma once
 
 #include <cuda_fp16.h>
 
 #include <cstdint>
 
+#include "core/dtype.h"
+#include "core/status.h"
+
 namespace kiln::kernels::cuda::blocks {
+
+// The GGUF block types with a decoder here (host and device).
+__host__ __device__ constexpr bool decodes(core::DType t) {
+    using core::DType;
+    return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ5_1 ||
+           t == DType::kQ2_K || t == DType::kQ3_K || t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
+}
 
 template <class B>
 __device__ __forceinline__ void decode_small(const uint8_t* row, int64_t g, float* v) {
@@ -113,5 +124,114 @@ struct Q6_K {
         }
     }
 };
+
+// Q5_0 (22 bytes: d, qh[4], qs[16]) and Q5_1 (24: d, m, qh[4], qs[16]): q = the nibble of Q4_0's
+// layout with bit 4 of element j at bit j of the little-endian qh; Q5_0 x = (q - 16) d, Q5_1
+// x = q d + m (no FMA).
+template <bool kMin>
+struct Q5 {
+    static constexpr int kBytes = kMin ? 24 : 22, kElems = 32;
+    __device__ static void decode_group(const uint8_t* row, int64_t g, float* v) {
+        const uint8_t* blk = row + g * kBytes;
+        const float d = half_at(blk);
+        const float mn = kMin ? half_at(blk + 2) : 0.0f;
+        const uint8_t* h = blk + (kMin ? 4 : 2);
+        const uint32_t qh = uint32_t(h[0]) | uint32_t(h[1]) << 8 | uint32_t(h[2]) << 16 | uint32_t(h[3]) << 24;
+        const uint8_t* qs = h + 4;
+        for (int j = 0; j < 16; ++j) {
+            const int q0 = (qs[j] & 0x0f) | int((qh >> j) & 1) << 4, q1 = (qs[j] >> 4) | int((qh >> (j + 16)) & 1) << 4;
+            if (kMin) {
+                v[j] = __fadd_rn(__fmul_rn(float(q0), d), mn);
+                v[j + 16] = __fadd_rn(__fmul_rn(float(q1), d), mn);
+            } else {
+                v[j] = float(q0 - 16) * d;
+                v[j + 16] = float(q1 - 16) * d;
+            }
+        }
+    }
+};
+using Q5_0 = Q5<false>;
+using Q5_1 = Q5<true>;
+
+// Q2_K (84 bytes: scales[16], qs[64], d, dmin) and Q3_K (110: hmask[32], qs[64], scales[12], d):
+// group g = 4 half + s of a super-block is 2-bit plane s of the half's 32 qs bytes, elements 0-15
+// and 16-31 being sub-blocks 8 half + 2 s and + 1. Q2_K x = (d * (sc & 15)) q - dmin * (sc >> 4);
+// Q3_K x = (d * scale) (q - (the hmask bit 4 half + s ? 0 : 4)), scale 6 bits signed (- 32).
+struct Q2_K {
+    static constexpr int kBytes = 84, kElems = 256;
+    __device__ static void decode_group(const uint8_t* row, int64_t g, float* v) {
+        const uint8_t* b = row + (g / 8) * kBytes;
+        const int half = int(g % 8) / 4, s = int(g % 4);
+        const uint8_t* q = b + 16 + 32 * half;
+        const float d = half_at(b + 80), dmin = half_at(b + 82);
+        for (int part = 0; part < 2; ++part) {
+            const uint8_t sc = b[8 * half + 2 * s + part];
+            const float dl = __fmul_rn(d, float(sc & 0x0f)), ml = __fmul_rn(dmin, float(sc >> 4));
+            for (int l = 0; l < 16; ++l)
+                v[16 * part + l] = __fsub_rn(__fmul_rn(dl, float((q[16 * part + l] >> (2 * s)) & 3)), ml);
+        }
+    }
+};
+
+struct Q3_K {
+    static constexpr int kBytes = 110, kElems = 256;
+    __device__ static void decode_group(const uint8_t* row, int64_t g, float* v) {
+        const uint8_t* b = row + (g / 8) * kBytes;
+        const int half = int(g % 8) / 4, s = int(g % 4);
+        const uint8_t* hmask = b;
+        const uint8_t* q = b + 32 + 32 * half;
+        const uint8_t* scales = b + 96;
+        const float d = half_at(b + 108);
+        const uint8_t hbit = uint8_t(1u << (4 * half + s));
+        for (int part = 0; part < 2; ++part) {
+            const int i = 8 * half + 2 * s + part;
+            const int sc =
+                (((scales[i % 8] >> (4 * (i / 8))) & 0x0f) | ((scales[8 + i % 4] >> (2 * (i / 4))) & 3) << 4) - 32;
+            const float dl = __fmul_rn(d, float(sc));
+            for (int l = 16 * part; l < 16 * part + 16; ++l) {
+                const int low = (q[l] >> (2 * s)) & 3;
+                v[l] = __fmul_rn(dl, float(low - ((hmask[l] & hbit) ? 0 : 4)));
+            }
+        }
+    }
+};
+
+// Calls f(B{}) with the decoder of `type` and returns its Status; kUnsupported for a type without
+// one, kInvalidArgument when k is not a whole number of the type's blocks. Host code.
+template <class F>
+core::Status with_decoder(core::DType type, int64_t k, const char* what, F&& f) {
+    using core::DType;
+    const bool super = type == DType::kQ2_K || type == DType::kQ3_K || type == DType::kQ4_K || type == DType::kQ5_K ||
+                       type == DType::kQ6_K;
+    if (decodes(type) && k % (super ? 256 : 32) != 0)
+        return core::error(core::StatusCode::kInvalidArgument)
+               << what << ": " << k << " elements per row are not whole " << core::dtype_name(type) << " blocks";
+    switch (type) {
+        case DType::kQ8_0:
+            return f(Q8_0{});
+        case DType::kQ4_0:
+            return f(Q4_0{});
+        case DType::kQ4_1:
+            return f(Q4_1{});
+        case DType::kQ5_0:
+            return f(Q5_0{});
+        case DType::kQ5_1:
+            return f(Q5_1{});
+        case DType::kQ2_K:
+            return f(Q2_K{});
+        case DType::kQ3_K:
+            return f(Q3_K{});
+        case DType::kQ4_K:
+            return f(Q4_K{});
+        case DType::kQ5_K:
+            return f(Q5_K{});
+        case DType::kQ6_K:
+            return f(Q6_K{});
+        default:
+            return core::error(core::StatusCode::kUnsupported)
+                   << what << ": weight type " << core::dtype_name(type)
+                   << " (q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k and q6_k are built)";
+    }
+}
 
 }  // namespace kiln::kernels::cuda::blocks

@@ -14,10 +14,13 @@ __device__ __forceinline__ void store(__half* p, float v) {
     *p = __float2half_rn(v);
 }
 
-template <class T>
+template <class T, bool kSaturate = false>
 __global__ void convert_kernel(const float* x, T* y, int64_t n) {
-    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-        store(y + i, x[i]);
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+        float v = x[i];
+        if (kSaturate && !isnan(v)) v = fminf(fmaxf(v, -65504.0f), 65504.0f);  // half's largest finite
+        store(y + i, v);
+    }
 }
 
 __global__ void add_bias_kernel(float* y, const float* bias, int64_t total, int64_t n) {
@@ -35,12 +38,12 @@ unsigned grid_for(int64_t n) {
     return unsigned(std::min<int64_t>((n + 255) / 256, 65535));
 }
 
-template <class T>
+template <class T, bool kSaturate = false>
 core::Status launch_convert(const float* x, T* y, int64_t n, cudaStream_t stream) {
     if (n < 0) return core::error(core::StatusCode::kInvalidArgument) << "convert: n " << n;
     if (n == 0) return core::Status::ok();
     if (!x || !y) return core::error(core::StatusCode::kInvalidArgument) << "convert: null pointer";
-    convert_kernel<T><<<grid_for(n), 256, 0, stream>>>(x, y, n);
+    convert_kernel<T, kSaturate><<<grid_for(n), 256, 0, stream>>>(x, y, n);
     return launch_status("convert_kernel");
 }
 
@@ -52,6 +55,10 @@ core::Status convert(const float* x, __nv_bfloat16* y, int64_t n, cudaStream_t s
 
 core::Status convert(const float* x, __half* y, int64_t n, cudaStream_t stream) {
     return launch_convert(x, y, n, stream);
+}
+
+core::Status convert_saturating(const float* x, __half* y, int64_t n, cudaStream_t stream) {
+    return launch_convert<__half, true>(x, y, n, stream);
 }
 
 core::Status add_bias_rows(float* y, const float* bias, int64_t rows, int64_t n, cudaStream_t stream) {

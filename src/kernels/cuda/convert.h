@@ -17,6 +17,9 @@ namespace kiln::kernels::cuda {
 // y[i] = round(x[i]) for n elements (device pointers). kInvalidArgument for n < 0 or null pointers.
 core::Status convert(const float* x, __nv_bfloat16* y, int64_t n, cudaStream_t stream = nullptr);
 core::Status convert(const float* x, __half* y, int64_t n, cudaStream_t stream = nullptr);
+// The same to f16, finite values past half's range clamped to +-65504 instead of becoming inf (NaN
+// stays NaN): activations for a GEMM whose f32 path had no such limit (gemm_blocks).
+core::Status convert_saturating(const float* x, __half* y, int64_t n, cudaStream_t stream = nullptr);
 
 // y [rows, n] += bias [n] on every row.
 core::Status add_bias_rows(float* y, const float* bias, int64_t rows, int64_t n, cudaStream_t stream = nullptr);

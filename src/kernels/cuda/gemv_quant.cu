@@ -83,31 +83,11 @@ core::Status gemv_blocks(core::DType type, const void* w, int64_t n, int64_t k, 
         return core::error(core::StatusCode::kInvalidArgument) << "gemv_blocks: n " << n << ", k " << k << ", m " << m;
     if (m == 0) return core::Status::ok();
     if (!w || !x || !y) return core::error(core::StatusCode::kInvalidArgument) << "gemv_blocks: null pointer";
-    switch (type) {
-        case core::DType::kQ8_0:
-            return launch<Q8_0>(w, n, k, x, m, y, stream);
-        case core::DType::kQ4_0:
-            return launch<Q4_0>(w, n, k, x, m, y, stream);
-        case core::DType::kQ4_1:
-            return launch<Q4_1>(w, n, k, x, m, y, stream);
-        case core::DType::kQ4_K:
-        case core::DType::kQ5_K:
-        case core::DType::kQ6_K:
-            if (k % 256 != 0)
-                return core::error(core::StatusCode::kInvalidArgument) << "gemv_blocks: k " << k << " for a K-quant";
-            return type == core::DType::kQ4_K   ? launch<Q4_K>(w, n, k, x, m, y, stream)
-                   : type == core::DType::kQ5_K ? launch<Q5_K>(w, n, k, x, m, y, stream)
-                                                : launch<Q6_K>(w, n, k, x, m, y, stream);
-        default:
-            return core::error(core::StatusCode::kUnsupported) << "gemv_blocks: weight type " << core::dtype_name(type)
-                                                               << " (q8_0, q4_0, q4_1, q4_k, q5_k and q6_k are built)";
-    }
+    return with_decoder(type, k, "gemv_blocks", [&](auto b) { return launch<decltype(b)>(w, n, k, x, m, y, stream); });
 }
 
 bool gemv_blocks_supports(core::DType type) {
-    using core::DType;
-    return type == DType::kQ8_0 || type == DType::kQ4_0 || type == DType::kQ4_1 || type == DType::kQ4_K ||
-           type == DType::kQ5_K || type == DType::kQ6_K;
+    return decodes(type);
 }
 
 core::Status dequantize_blocks(core::DType type, const void* w, int64_t num_elements, float* out, cudaStream_t stream) {
@@ -118,32 +98,10 @@ core::Status dequantize_blocks(core::DType type, const void* w, int64_t num_elem
     const int64_t nb = num_elements / 32;
     const unsigned blocks = unsigned(std::min<int64_t>((nb + 255) / 256, 65535));
     const uint8_t* wb = static_cast<const uint8_t*>(w);
-    switch (type) {
-        case core::DType::kQ8_0:
-            dequant_kernel<Q8_0><<<blocks, 256, 0, stream>>>(wb, nb, out);
-            break;
-        case core::DType::kQ4_0:
-            dequant_kernel<Q4_0><<<blocks, 256, 0, stream>>>(wb, nb, out);
-            break;
-        case core::DType::kQ4_1:
-            dequant_kernel<Q4_1><<<blocks, 256, 0, stream>>>(wb, nb, out);
-            break;
-        case core::DType::kQ4_K:
-        case core::DType::kQ5_K:
-        case core::DType::kQ6_K:
-            if (num_elements % 256 != 0)
-                return core::error(core::StatusCode::kInvalidArgument)
-                       << "dequantize_blocks: " << num_elements << " elements of a K-quant";
-            if (type == core::DType::kQ4_K) dequant_kernel<Q4_K><<<blocks, 256, 0, stream>>>(wb, nb, out);
-            if (type == core::DType::kQ5_K) dequant_kernel<Q5_K><<<blocks, 256, 0, stream>>>(wb, nb, out);
-            if (type == core::DType::kQ6_K) dequant_kernel<Q6_K><<<blocks, 256, 0, stream>>>(wb, nb, out);
-            break;
-        default:
-            return core::error(core::StatusCode::kUnsupported)
-                   << "dequantize_blocks: weight type " << core::dtype_name(type)
-                   << " (q8_0, q4_0, q4_1, q4_k, q5_k and q6_k are built)";
-    }
-    return launch_status("dequant_kernel");
+    return with_decoder(type, num_elements, "dequantize_blocks", [&](auto b) {
+        dequant_kernel<decltype(b)><<<blocks, 256, 0, stream>>>(wb, nb, out);
+        return launch_status("dequant_kernel");
+    });
 }
 
 }  // namespace kiln::kernels::cuda

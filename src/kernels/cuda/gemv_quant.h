@@ -1,5 +1,5 @@
 // Dequantizing GEMV for GGML block weights on the GPU (decode: a few tokens), the weight-only path
-// for Q8_0, Q4_0, Q4_1 and the K-quants Q4_K, Q5_K, Q6_K (issue "CUDA backend": own kernels for 8-
+// for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and the K-quants Q2_K - Q6_K (issue "CUDA backend": own kernels for 8-
 // and 4-bit weights): y [m, n] =
 // x [m, k] @ W^T with W [n, k] in the checkpoint's own blocks (Q8_0: fp16 d + 32 int8, x = d q;
 // Q4_0: fp16 d + 16 bytes of nibbles, element j low nibble of byte j, element j + 16 high, x =
@@ -21,7 +21,7 @@ namespace kiln::kernels::cuda {
 
 inline constexpr int64_t kGemvMaxTokens = 8;
 
-// w: n rows of blocks of `type` (kQ8_0, kQ4_0, kQ4_1; kQ4_K, kQ5_K, kQ6_K with k a multiple of 256;
+// w: n rows of blocks of `type` (kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1; kQ2_K - kQ6_K with k a multiple of 256;
 // else kUnsupported); x [m, k], y [m, n] f32;
 // device pointers. k a multiple of 32, 1 <= m <= kGemvMaxTokens (m = 0: nothing), else
 // kInvalidArgument.

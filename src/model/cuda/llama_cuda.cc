@@ -15,6 +15,7 @@
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemm_quant.h"
 #include "kernels/cuda/gemv_quant.h"
 #include "kernels/cuda/kv_write.h"
 #include "kernels/cuda/norm.h"
@@ -44,6 +45,11 @@ Status CudaLlamaModel::Impl::gemm_prepared(const DevMatrix& w, const float* in, 
         case WType::kF16:
             return gemm->run(static_cast<const __half*>(x16), w.buf.as<__half>(), out, m, w.rows, w.cols, s);
         case WType::kBlocks:
+            if (m > kc::kGemvMaxTokens && options.quantized_gemm) {  // tensor cores, f16 activations
+                KILN_RETURN_IF_ERROR(kc::convert_saturating(in, static_cast<__half*>(x16), m * w.cols, s));
+                return kc::gemm_blocks(w.blocks, w.buf.data(), w.rows, w.cols, static_cast<const __half*>(x16), m, out,
+                                       s);
+            }
             // The dequantizing GEMV, 8 tokens per pass over the blocks; for long steps one decoded f32
             // copy of the matrix and an f32 GEMM (a matrix larger than that copy, the output matrix,
             // stays on the GEMV).

@@ -1,11 +1,12 @@
 // CudaLlamaModel: the Llama-family forward pass (model/llama.h's LlamaModel, same architectures and
 // arithmetic order) on one CUDA device, for issue "CUDA backend". Weights are uploaded once at
 // create: bf16 and f16 matrices as stored (cuBLASLt GEMMs on tensor cores, f32 accumulation); Q8_0,
-// Q4_0 and Q4_1 blocks as stored (a dequantizing GEMV for decode steps, a decoded f32 copy of one
-// matrix at a time for longer ones); every other type dequantized to f32 (an f32 GEMM without TF32:
-// the CPU's f32 numerics, for the greedy comparisons with the CPU). Q/K/V and gate/up are each one stacked matrix.
-// Activations are f32 in one arena allocated at create for the largest step (max_batch_tokens tokens, max_seqs
-// sequences, max_logits rows of logits): a step allocates nothing on the device. The paged KV pool lives on the device
+// Q4_0, Q4_1 and Q4_K / Q5_K / Q6_K blocks as stored (a dequantizing GEMV for decode steps, a
+// dequantizing tensor-core GEMM with f16 activations for longer ones); every other type dequantized to f32 (an f32 GEMM
+// without TF32: the CPU's f32 numerics, for the greedy comparisons with the CPU). Q/K/V and gate/up are each one
+// stacked matrix. Activations are f32 in one arena allocated at create for the largest step (max_batch_tokens tokens,
+// max_seqs sequences, max_logits rows of logits): a step allocates nothing on the device. The paged KV pool lives on
+// the device
 // ([num_blocks, block_size, num_kv_heads, head_dim] per layer for K and V, f16 by default), sized from the memory left
 // after weights and arena under gpu_memory_utilization of the device's total. A step copies its indices to the device
 // in one transfer from pinned memory and waits once, for the logits (or with forward_batch_greedy only the argmax ids,
@@ -47,10 +48,15 @@ struct CudaModelOptions {
     // on a bucket's second step (the first runs eagerly); a failed capture turns them off and the
     // step runs eagerly.
     bool cuda_graphs = true;
-    // Q8_0 / Q4_0 / Q4_1 matrices stay in their blocks on the device (kernels/cuda gemv_blocks for
-    // steps of up to 8 tokens; longer steps decode one matrix at a time to f32 for an f32 GEMM);
+    // Q8_0 / Q4_0 / Q4_1 / Q4_K / Q5_K / Q6_K matrices stay in their blocks on the device
+    // (kernels/cuda gemv_blocks for steps of up to 8 tokens, longer ones as quantized_gemm says);
     // false: every such matrix is decoded to f32 at load (4-7x the memory).
     bool quantized_weights = true;
+    // Steps of more than 8 tokens multiply block weights on tensor cores (kernels/cuda/gemm_blocks:
+    // activations rounded to f16, W4A16 / W8A16; values past f16's range clamp to +-65504, where
+    // the f32 path would keep them); false: one decoded f32 copy of the matrix at a
+    // time and an f32 GEMM (the exact path: the CPU's --f32-activations numerics, for comparisons).
+    bool quantized_gemm = true;
     // Called during the upload with the bytes uploaded so far and the total (weights only).
     std::function<void(uint64_t done, uint64_t total)> progress;
 };

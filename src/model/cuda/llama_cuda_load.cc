@@ -28,8 +28,8 @@ struct Upload {
 };
 
 // What a stacked matrix becomes on the device: bf16 / f16 when every part is stored so (one GEMM
-// type per matrix); Q8_0 / Q4_0 / Q4_1 blocks as stored when every part has that type and blocks
-// are allowed (the GEMV reads them); else f32 decoded on the host. The embedding table has neither
+// type per matrix); GGUF blocks kernels/cuda decodes (gemv_blocks_supports) as stored when every
+// part has that type and blocks are allowed; else f32 decoded on the host. The embedding table has neither
 // an f16 nor a block lookup (allow false: f32).
 struct DeviceType {
     WType type = WType::kF32;
@@ -343,11 +343,13 @@ core::Result<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::create(const Check
         m->layers.push_back(std::move(L));
     }
     m->weight_bytes = up.total;
-    // Steps of more than 8 tokens multiply a block-quantized layer matrix decoded to f32, one at a time.
+    // Without quantized_gemm, steps of more than 8 tokens multiply a block-quantized layer matrix
+    // decoded to f32, one at a time.
     if (o.max_batch_tokens > kc::kGemvMaxTokens) {
         for (const Impl::Layer& L : m->layers)
             for (const DevMatrix* w : {&L.wqkv, &L.wo, &L.w_gate_up, &L.w_down})
-                if (w->type == WType::kBlocks) m->decoded_floats = std::max(m->decoded_floats, w->rows * w->cols);
+                if (w->type == WType::kBlocks && !o.quantized_gemm)  // the exact path's decoded copy
+                    m->decoded_floats = std::max(m->decoded_floats, w->rows * w->cols);
     }
     KILN_RETURN_IF_ERROR(m->plan_arena());
     KILN_RETURN_IF_ERROR(m->plan_kv());
