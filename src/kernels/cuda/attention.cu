@@ -1,6 +1,7 @@
 // attention.h: split-KV decode attention. Kernel 1: grid (splits, kv heads, sequences), 4 warps per
 // block; each warp walks keys j = j0 + warp, j0 + warp + 4, ... of its split, computes the dot
-// products of all G query heads of the KV head (lanes hold elements lane + 32 e of q, K, V) and
+// products of all G query heads of the KV head (lane l holds elements [l D/32, (l + 1) D/32) of q,
+// K, V: one 8-byte load per K or V row of f16 at head_dim 128) and
 // keeps an online softmax per head; the warps' states are combined in shared memory into the
 // split's normalized output and log-sum-exp. Kernel 2: grid (sequences, heads), one thread per
 // element, combines the splits by their log-sum-exp.
@@ -17,11 +18,32 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kMaxGroup = 16;
 
-__device__ __forceinline__ float load(const float* p) {
-    return *p;
+// out[e] = p[e] for e < E, one load of E consecutive elements (p aligned to E elements).
+template <int E>
+__device__ __forceinline__ void load_run(const float* p, float (&out)[E]) {
+    if constexpr (E == 4) {
+        const float4 v = *reinterpret_cast<const float4*>(p);
+        out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
+    } else if constexpr (E == 2) {
+        const float2 v = *reinterpret_cast<const float2*>(p);
+        out[0] = v.x, out[1] = v.y;
+    } else {
+        for (int e = 0; e < E; ++e) out[e] = p[e];
+    }
 }
-__device__ __forceinline__ float load(const __half* p) {
-    return __half2float(*p);
+template <int E>
+__device__ __forceinline__ void load_run(const __half* p, float (&out)[E]) {
+    if constexpr (E == 4) {
+        const uint2 v = *reinterpret_cast<const uint2*>(p);
+        const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&v.x));
+        const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&v.y));
+        out[0] = a.x, out[1] = a.y, out[2] = b.x, out[3] = b.y;
+    } else if constexpr (E == 2) {
+        const float2 a = __half22float2(*reinterpret_cast<const __half2*>(p));
+        out[0] = a.x, out[1] = a.y;
+    } else {
+        for (int e = 0; e < E; ++e) out[e] = __half2float(p[e]);
+    }
 }
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -37,9 +59,14 @@ __global__ void __launch_bounds__(kWarps * 32) decode_split_kernel(const float* 
                                                                    int64_t splits, float* part_o, float* part_lse) {
     constexpr int kG = G > 0 ? G : kMaxGroup;  // state arrays
     if constexpr (G > 0) group = G;
-    constexpr int E = (D + 31) / 32;  // elements per lane; lanes >= D hold zeros when D < 32
+    // Lane l holds elements [c0, c0 + E) of q, K, V rows: one wide load per row (8 bytes of f16 at
+    // head_dim 128); when D < 32, element l on lanes l < D and zeros on the others.
+    constexpr bool kWide = D >= 32;
+    constexpr int E = kWide ? D / 32 : 1;
     const int64_t split = blockIdx.x, kvh = blockIdx.y, seq = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const bool lane_in = kWide || lane < D;
+    const int c0 = kWide ? lane * E : lane;
     const int64_t kv_len = b.kv_lens[seq], pos = kv_len - 1;
     const int64_t lo = b.window > 0 && pos - b.window + 1 > 0 ? pos - b.window + 1 : 0;
     const int64_t per = (kv_len + splits - 1) / splits;
@@ -61,7 +88,7 @@ __global__ void __launch_bounds__(kWarps * 32) decode_split_kernel(const float* 
 #pragma unroll
     for (int g = 0; g < (G > 0 ? G : group); ++g) {
         for (int e = 0; e < E; ++e) {
-            qr[g][e] = lane + 32 * e < D ? qs[g * D + lane + 32 * e] * scale : 0.0f;
+            qr[g][e] = lane_in ? qs[g * D + c0 + e] * scale : 0.0f;
             acc[g][e] = 0.0f;
         }
         m[g] = -INFINITY;
@@ -74,10 +101,11 @@ __global__ void __launch_bounds__(kWarps * 32) decode_split_kernel(const float* 
         const int64_t slot = int64_t(table[j / b.block_size]) * b.block_size + j % b.block_size;
         const int64_t row = (slot * b.num_kv_heads + kvh) * D;
         float kr[E], vr[E];
-        for (int e = 0; e < E; ++e) {
-            const bool in = lane + 32 * e < D;
-            kr[e] = in ? load(K + row + lane + 32 * e) : 0.0f;
-            vr[e] = in ? load(V + row + lane + 32 * e) : 0.0f;
+        if (lane_in) {
+            load_run<E>(K + row + c0, kr);
+            load_run<E>(V + row + c0, vr);
+        } else {
+            for (int e = 0; e < E; ++e) kr[e] = vr[e] = 0.0f;
         }
 #pragma unroll
         for (int g = 0; g < (G > 0 ? G : group); ++g) {
@@ -98,7 +126,7 @@ __global__ void __launch_bounds__(kWarps * 32) decode_split_kernel(const float* 
             l_w[warp][g] = l[g];
         }
         for (int e = 0; e < E; ++e)
-            if (lane + 32 * e < D) acc_w[warp][g][lane + 32 * e] = acc[g][e];
+            if (lane_in) acc_w[warp][g][c0 + e] = acc[g][e];
     }
     __syncthreads();
     for (int idx = threadIdx.x; idx < group * D; idx += kWarps * 32) {

@@ -6,7 +6,9 @@
 //   C (16x8, f32):                   c0,c1 (row g, cols 2t, 2t+1), c2,c3 (row g+8, same cols)
 // S = Q K^T takes B[k = d][n = key] = K[key][d]: two consecutive halves of a K row in shared memory.
 // The C fragments of two adjacent 8-key tiles of S are, element for element, the A fragment of P for
-// those 16 keys (FlashAttention-2's register reuse). P V takes B[k = key][n = d] = V[key][d].
+// those 16 keys (FlashAttention-2's register reuse). P V takes B[k = key][n = d] = V[key][d], read
+// with ldmatrix.trans. K and V come in as separate cp.async groups: V's copy overlaps S and the
+// softmax.
 // Shared rows are padded by 8 halves so the 8 rows a warp reads at once fall in distinct banks.
 #include <cuda_fp16.h>
 
@@ -70,21 +72,23 @@ __global__ void __launch_bounds__(kWarps * 32)
     const __half* V = static_cast<const __half*>(b.v);
     for (int kb = (lo / kTileN) * kTileN; kb < hi; kb += kTileN) {
         __syncthreads();  // every warp is done with the previous tile
-        for (int idx = threadIdx.x; idx < kTileN * kChunks; idx += kWarps * 32) {
-            const int r = idx / kChunks, chunk = idx % kChunks, j = kb + r;
-            __half* kd = ks + r * kStride + chunk * 8;
-            __half* vd = vs + r * kStride + chunk * 8;
-            if (j < hi) {
-                const int64_t slot = int64_t(table[j / b.block_size]) * b.block_size + j % b.block_size;
-                const int64_t off = (slot * NKV + kvh) * D + chunk * 8;
-                cp_async16(kd, K + off);
-                cp_async16(vd, V + off);
-            } else {
-                *reinterpret_cast<uint4*>(kd) = make_uint4(0, 0, 0, 0);
-                *reinterpret_cast<uint4*>(vd) = make_uint4(0, 0, 0, 0);
+        // K then V as two cp.async groups: S = Q K^T and the softmax run while V is in flight.
+        for (int pass = 0; pass < 2; ++pass) {
+            const __half* src = pass == 0 ? K : V;
+            __half* dst = pass == 0 ? ks : vs;
+            for (int idx = threadIdx.x; idx < kTileN * kChunks; idx += kWarps * 32) {
+                const int r = idx / kChunks, chunk = idx % kChunks, j = kb + r;
+                __half* d = dst + r * kStride + chunk * 8;
+                if (j < hi) {
+                    const int64_t slot = int64_t(table[j / b.block_size]) * b.block_size + j % b.block_size;
+                    cp_async16(d, src + (slot * NKV + kvh) * D + chunk * 8);
+                } else {
+                    *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
+                }
             }
+            cp_async_commit();
         }
-        cp_async_wait_all();
+        cp_async_wait<1>();  // this thread's K copies have landed
         __syncthreads();
 
         float s[kTileN / 8][4];
@@ -142,19 +146,24 @@ __global__ void __launch_bounds__(kWarps * 32)
             o[dt][2] *= corr[1];
             o[dt][3] *= corr[1];
         }
-        // O += P V, 16 keys per step.
+        cp_async_wait<0>();  // V
+        __syncthreads();
+        // O += P V, 16 keys per step. The B fragments of two 8-wide column tiles come from one
+        // transposed ldmatrix: matrices (keys +0, cols +0), (+8, +0), (+0, +8), (+8, +8), this lane
+        // addressing row lane % 8 of matrix lane / 8.
+        const int v_row = (lane & 7) + 8 * ((lane >> 3) & 1), v_col = 8 * (lane >> 4);
 #pragma unroll
         for (int kstep = 0; kstep < kTileN / 16; ++kstep) {
             const int n0 = 2 * kstep, n1 = n0 + 1;
             const uint32_t a[4] = {pack_half2(s[n0][0], s[n0][1]), pack_half2(s[n0][2], s[n0][3]),
                                    pack_half2(s[n1][0], s[n1][1]), pack_half2(s[n1][2], s[n1][3])};
-            const __half* v0 = vs + (kstep * 16 + 2 * t) * kStride + g;  // rows 2t, 2t+1, 2t+8, 2t+9
+            const __half* vrow = vs + (kstep * 16 + v_row) * kStride + v_col;
 #pragma unroll
-            for (int dt = 0; dt < D / 8; ++dt) {
-                const __half* vc = v0 + dt * 8;
-                const uint32_t b0 = pack_halves(vc[0], vc[kStride]);
-                const uint32_t b1 = pack_halves(vc[8 * kStride], vc[9 * kStride]);
-                mma_16816(o[dt], a, b0, b1);
+            for (int dt = 0; dt < D / 8; dt += 2) {
+                uint32_t bv[4];
+                ldmatrix_x4_trans(bv, vrow + dt * 8);
+                mma_16816(o[dt], a, bv[0], bv[1]);
+                mma_16816(o[dt + 1], a, bv[2], bv[3]);
             }
         }
     }
