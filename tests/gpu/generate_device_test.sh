@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `kiln generate --device cuda`, the whole path on a GPU (kiln::Engine -> EngineCore over the
 # PagedModel -> CudaLlamaModel, CUDA graphs for the decode steps), against `--device cpu` on
-# stories260K: greedy, f32 K/V on both, so the texts must be equal; then seeded sampling with the
+# stories260K: greedy, f32 K/V on both, so the texts must be equal, also with repetition /
+# frequency / presence penalties (applied by the GPU's sampling kernel); then seeded sampling with the
 # same --seed twice on the GPU gives the same text; `kiln perplexity --device cuda` on the
 # TinyStories excerpt equals the CPU's within 1e-4 (f32 weights and K/V on both).
 # Exit 77 (CTest: skipped) without a CUDA device or test data.
@@ -30,6 +31,17 @@ if ! cmp -s "$T/cpu.txt" "$T/gpu.txt"; then
 fi
 # the load line (describe() at load) says the decode steps run as CUDA graphs by default
 grep -q "decode steps in CUDA graphs" "$T/gpu.err" || { echo "CUDA graphs not enabled by default:"; cat "$T/gpu.err"; exit 1; }
+# greedy with penalties: the GPU samples on the device (kernels/cuda/sample_rows, penalty entries
+# from the host), the CPU on the host; the argmax after the same penalties must agree
+pen=(-n 120 --repeat-penalty 1.3 --frequency-penalty 0.4 --presence-penalty 0.2)
+run "${pen[@]}" --device cpu -t 2 2> /dev/null > "$T/cpu_pen.txt"
+run "${pen[@]}" --device cuda 2> /dev/null > "$T/gpu_pen.txt"
+if ! cmp -s "$T/cpu_pen.txt" "$T/gpu_pen.txt"; then
+    echo "greedy text with penalties differs between --device cpu and --device cuda:"
+    diff "$T/cpu_pen.txt" "$T/gpu_pen.txt" || true
+    exit 1
+fi
+cmp -s "$T/cpu.txt" "$T/cpu_pen.txt" && { echo "the penalties changed nothing: not a test"; exit 1; }
 run -n 64 --device cuda --temp 0.9 --top-k 40 --top-p 0.95 --seed 7 2> /dev/null > "$T/s1.txt"
 run -n 64 --device cuda --temp 0.9 --top-k 40 --top-p 0.95 --seed 7 2> /dev/null > "$T/s2.txt"
 cmp -s "$T/s1.txt" "$T/s2.txt" || { echo "the same --seed gave different texts on the GPU"; exit 1; }
@@ -42,4 +54,4 @@ if [ -f "$E" ]; then
         { echo "perplexity: CPU $cpu_ppl, GPU $gpu_ppl"; exit 1; }
     echo "perplexity: CPU $cpu_ppl, GPU $gpu_ppl"
 fi
-echo "greedy: $(wc -c < "$T/gpu.txt") bytes equal on CPU and GPU; seeded sampling repeatable"
+echo "greedy: $(wc -c < "$T/gpu.txt") bytes equal on CPU and GPU (also with penalties); seeded sampling repeatable"
