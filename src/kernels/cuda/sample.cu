@@ -36,32 +36,27 @@ __device__ __forceinline__ uint32_t logit_key(float v) {
 
 // Block-wide reductions, every thread gets the result. Each starts with a barrier, so that the
 // previous user of the shared slots is done, and combines the warps' partials in warp order.
-__device__ double block_sum(double v, Smem& sm) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+template <class T, class Op>
+__device__ T block_reduce(T v, Op op, T* slots) {  // slots: kWarps
+    for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
     __syncthreads();
-    if ((threadIdx.x & 31) == 0) sm.d[threadIdx.x >> 5] = v;
+    if ((threadIdx.x & 31) == 0) slots[threadIdx.x >> 5] = v;
     __syncthreads();
-    double t = 0.0;
-    for (int w = 0; w < kWarps; ++w) t += sm.d[w];
+    T t = slots[0];
+    for (int w = 1; w < kWarps; ++w) t = op(t, slots[w]);
     return t;
+}
+__device__ double block_sum(double v, Smem& sm) {
+    return block_reduce(
+        v, [](double a, double b) { return a + b; }, sm.d);
 }
 __device__ float block_max(float v, Smem& sm) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0) sm.f[threadIdx.x >> 5] = v;
-    __syncthreads();
-    float t = sm.f[0];
-    for (int w = 1; w < kWarps; ++w) t = fmaxf(t, sm.f[w]);
-    return t;
+    return block_reduce(
+        v, [](float a, float b) { return fmaxf(a, b); }, sm.f);
 }
 __device__ int32_t block_min_int(int32_t v, Smem& sm) {
-    for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0) sm.i[threadIdx.x >> 5] = v;
-    __syncthreads();
-    int32_t t = sm.i[0];
-    for (int w = 1; w < kWarps; ++w) t = min(t, sm.i[w]);
-    return t;
+    return block_reduce(
+        v, [](int32_t a, int32_t b) { return min(a, b); }, sm.i);
 }
 __device__ int32_t block_max_int(int32_t v, Smem& sm) {
     return -block_min_int(-v, sm);
