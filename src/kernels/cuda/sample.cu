@@ -166,6 +166,7 @@ __device__ Selected radix_select(int n, ull target, KeyWeight kw, Smem& sm) {
         if (threadIdx.x < 32) {
             const int lane = int(threadIdx.x);
             ull h[8], mine = 0;
+#pragma unroll
             for (int j = 0; j < 8; ++j) {
                 h[j] = sm.hist[255 - 8 * lane - j];
                 mine += h[j];
@@ -179,13 +180,24 @@ __device__ Selected radix_select(int n, ull target, KeyWeight kw, Smem& sm) {
             if (reach == 0) {
                 if (lane == 0) sm.found = 0;
             } else if (lane == __ffs(reach) - 1) {
-                ull cum = r.above + incl - mine;
+                ull cum = r.above + incl - mine, w = 0;
                 int j = 0;
-                while (j < 7 && cum + h[j] < target) cum += h[j++];
+                bool hit = false;
+#pragma unroll
+                for (int jj = 0; jj < 8; ++jj) {  // unrolled: h stays in registers
+                    if (hit) continue;
+                    if (jj == 7 || cum + h[jj] >= target) {
+                        hit = true;
+                        j = jj;
+                        w = h[jj];
+                    } else {
+                        cum += h[jj];
+                    }
+                }
                 sm.found = 1;
                 sm.bin = 255 - 8 * lane - j;
                 sm.above = cum;
-                sm.bin_weight = h[j];
+                sm.bin_weight = w;
             }
         }
         __syncthreads();
