@@ -1,5 +1,5 @@
-// kernels/cuda gemv_blocks (Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 and the K-quants Q2_K - Q6_K as stored,
-// f32 activations)
+// kernels/cuda gemv_blocks (Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1, the K-quants Q2_K - Q6_K and kiln's
+// MXFP4 / NVFP4 / E4M3_B32 / MXFP8 blocks as stored, f32 activations)
 // against kernels/ref
 // matmul on the same blocks: decode batches of 1-8 tokens, rows from 1 to 2048, k from one block to
 // 5632; within 1e-4 of sum |x w| (another summation order); output rows past the batch untouched.
@@ -27,8 +27,9 @@ using core::DType;
 using test::download;
 using test::upload;
 
-constexpr DType kTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
-                            DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+constexpr DType kTypes[] = {DType::kQ8_0,  DType::kQ4_0,  DType::kQ4_1,    DType::kQ5_0, DType::kQ5_1,
+                            DType::kQ2_K,  DType::kQ3_K,  DType::kQ4_K,    DType::kQ5_K, DType::kQ6_K,
+                            DType::kMxfp4, DType::kNvfp4, DType::kE4m3B32, DType::kMxfp8};
 
 // n rows of k weights in `type`'s blocks: random quants, finite small fp16 scales (Q4_1's minimum
 // negative, the K-quants' dmin positive).
@@ -42,6 +43,19 @@ std::vector<uint8_t> random_blocks(DType type, int64_t n, int64_t k, std::mt1993
         const uint16_t d = core::f32_to_fp16(0.01f * (1.0f + std::fabs(dist(rng))));
         const uint16_t mn = core::f32_to_fp16(0.08f * std::fabs(dist(rng)));
         const uint16_t neg = core::f32_to_fp16(-0.08f * std::fabs(dist(rng)));
+        if (type == DType::kMxfp4 || type == DType::kMxfp8) {  // E8M0 scale 2^-9 .. 2^-2
+            w[off] = uint8_t(118 + rng() % 8);
+        } else if (type == DType::kE4m3B32) {
+            const float f = 0.002f * (1.0f + std::fabs(dist(rng)));
+            std::memcpy(&w[off], &f, 4);
+        } else if (type == DType::kNvfp4) {
+            std::memcpy(&w[off], &d, 2);
+        }
+        if (type == DType::kE4m3B32 || type == DType::kMxfp8)  // no NaN codes
+            for (size_t i = off + (type == DType::kMxfp8 ? 1 : 4); i < off + block_bytes; ++i)
+                if ((w[i] & 0x7f) == 0x7f) w[i] = 0;
+        if (type == DType::kMxfp4 || type == DType::kNvfp4 || type == DType::kE4m3B32 || type == DType::kMxfp8)
+            continue;
         if (type == DType::kQ6_K || type == DType::kQ3_K) {  // quants and scales, then d
             std::memcpy(&w[off + (type == DType::kQ6_K ? 208 : 108)], &d, 2);
             continue;
@@ -67,7 +81,7 @@ TEST(CudaGemv, ArgumentChecks) {
     EXPECT_EQ(gemv_blocks(DType::kBF16, p, 8, 256, p, 1, y).code(), core::StatusCode::kUnsupported);
     EXPECT_TRUE(gemv_blocks(DType::kQ8_0, p, 8, 64, p, 0, y).is_ok());
     EXPECT_EQ(dequantize_blocks(DType::kQ8_0, p, 48, y).code(), core::StatusCode::kInvalidArgument);
-    EXPECT_EQ(dequantize_blocks(DType::kMxfp4, p, 64, y).code(), core::StatusCode::kUnsupported);
+    EXPECT_EQ(dequantize_blocks(DType::kF16, p, 64, y).code(), core::StatusCode::kUnsupported);
     EXPECT_EQ(dequantize_blocks(DType::kQ3_K, p, 64, y).code(), core::StatusCode::kInvalidArgument);  // % 256
     EXPECT_TRUE(gemv_blocks_supports(DType::kQ4_1));
     EXPECT_TRUE(gemv_blocks_supports(DType::kQ6_K));

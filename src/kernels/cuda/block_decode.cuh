@@ -1,9 +1,9 @@
-// GGML block decoders for the CUDA kernels (nvcc only): each format's kBytes per block of kElems
-// elements (32, or 256 for the K-quants) and decode_group(row, g, v), the 32 values of group g
-// (elements 32g .. 32g+31) of a row of whole blocks in f32, exactly as kernels/ref dequantize_row
-// computes them (same operations in the same order, no FMA contraction). Used by gemv_quant.cu
-// (decode-sized GEMV, dequantize_blocks) and gemm_quant.cu (tensor-core GEMM); with_decoder picks
-// one at run time.
+// Block decoders for the CUDA kernels (nvcc only), GGML's and kiln's FP4 / FP8 blocks: each
+// format's kBytes per block of kElems elements (32; 256 for the K-quants, 16 for NVFP4) and
+// decode_group(row, g, v), the 32 values of group g (elements 32g .. 32g+31) of a row of whole
+// blocks in f32, exactly as kernels/ref dequantize_row computes them (same operations in the same
+// order, no FMA contraction). Used by gemv_quant.cu (decode-sized GEMV, dequantize_blocks) and
+// gemm_quant.cu (tensor-core GEMM); with_decoder picks one at run time.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -15,11 +15,12 @@
 
 namespace kiln::kernels::cuda::blocks {
 
-// The GGUF block types with a decoder here (host and device).
+// The block types with a decoder here (host and device): GGUF's and kiln's FP4 / FP8 blocks.
 __host__ __device__ constexpr bool decodes(core::DType t) {
     using core::DType;
     return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ5_1 ||
-           t == DType::kQ2_K || t == DType::kQ3_K || t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
+           t == DType::kQ2_K || t == DType::kQ3_K || t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K ||
+           t == DType::kMxfp4 || t == DType::kNvfp4 || t == DType::kE4m3B32 || t == DType::kMxfp8;
 }
 
 template <class B>
@@ -196,6 +197,68 @@ struct Q3_K {
     }
 };
 
+// kiln's FP4 / FP8 blocks (core/dtype.h, kernels/ref/dequant.cc): E2M1 and E4M3 elements times an
+// E8M0 (2^(e - 127); 0xFF NaN), fp16 or fp32 scale, each x one f32 product as in the reference.
+__device__ __forceinline__ float e8m0(uint8_t e) {
+    return e == 0xff ? __int_as_float(0x7fc00000) : __int_as_float(e == 0 ? 0x00400000 : int(e) << 23);
+}
+__device__ __forceinline__ float e2m1(int code) {  // sign bit 3, exponent bits 2..1, mantissa bit 0
+    constexpr float kMag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    const float m = kMag[code & 7];
+    return code & 8 ? -m : m;
+}
+__device__ __forceinline__ float e4m3(uint8_t v) {  // OCP FN: 0x7F / 0xFF NaN, no infinities
+    const int exp = (v >> 3) & 0xf, man = v & 7;
+    if (exp == 0xf && man == 7) return __int_as_float(0x7fc00000);
+    const float r = exp == 0 ? ldexpf(float(man), -9) : ldexpf(1.0f + float(man) / 8.0f, exp - 7);
+    return v & 0x80 ? -r : r;
+}
+
+// MXFP4 (17 bytes: e, qs[16]; element j low nibble of qs[j], j + 16 high).
+struct Mxfp4 {
+    static constexpr int kBytes = 17, kElems = 32;
+    __device__ static void decode_group(const uint8_t* row, int64_t g, float* v) {
+        const uint8_t* b = row + g * kBytes;
+        const float d = e8m0(b[0]);
+        for (int j = 0; j < 16; ++j) {
+            v[j] = e2m1(b[1 + j] & 0x0f) * d;
+            v[j + 16] = e2m1(b[1 + j] >> 4) * d;
+        }
+    }
+};
+
+// NVFP4 (10 bytes per 16 elements: fp16 d, qs[8]; element j low nibble of qs[j], j + 8 high): a
+// group of 32 is two blocks.
+struct Nvfp4 {
+    static constexpr int kBytes = 10, kElems = 16;
+    __device__ static void decode_group(const uint8_t* row, int64_t g, float* v) {
+        for (int half = 0; half < 2; ++half) {
+            const uint8_t* b = row + (2 * g + half) * kBytes;
+            const float d = half_at(b);
+            for (int j = 0; j < 8; ++j) {
+                v[16 * half + j] = e2m1(b[2 + j] & 0x0f) * d;
+                v[16 * half + j + 8] = e2m1(b[2 + j] >> 4) * d;
+            }
+        }
+    }
+};
+
+// E4M3_B32 (36 bytes: fp32 d, qs[32]) and MXFP8 (33 bytes: e, qs[32]).
+template <bool kMx>
+struct Fp8Block {
+    static constexpr int kBytes = kMx ? 33 : 36, kElems = 32;
+    __device__ static void decode_group(const uint8_t* row, int64_t g, float* v) {
+        const uint8_t* b = row + g * kBytes;
+        const float d = kMx ? e8m0(b[0])
+                            : __int_as_float(int(uint32_t(b[0]) | uint32_t(b[1]) << 8 | uint32_t(b[2]) << 16 |
+                                                 uint32_t(b[3]) << 24));
+        const uint8_t* q = b + (kMx ? 1 : 4);
+        for (int j = 0; j < 32; ++j) v[j] = e4m3(q[j]) * d;
+    }
+};
+using E4m3B32 = Fp8Block<false>;
+using Mxfp8 = Fp8Block<true>;
+
 // Calls f(B{}) with the decoder of `type` and returns its Status; kUnsupported for a type without
 // one, kInvalidArgument when k is not a whole number of the type's blocks. Host code.
 template <class F>
@@ -227,10 +290,18 @@ core::Status with_decoder(core::DType type, int64_t k, const char* what, F&& f) 
             return f(Q5_K{});
         case DType::kQ6_K:
             return f(Q6_K{});
+        case DType::kMxfp4:
+            return f(Mxfp4{});
+        case DType::kNvfp4:
+            return f(Nvfp4{});
+        case DType::kE4m3B32:
+            return f(E4m3B32{});
+        case DType::kMxfp8:
+            return f(Mxfp8{});
         default:
             return core::error(core::StatusCode::kUnsupported)
                    << what << ": weight type " << core::dtype_name(type)
-                   << " (q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k and q6_k are built)";
+                   << " (q8_0, q4_0, q4_1, q5_0, q5_1, q2_k - q6_k, mxfp4, nvfp4, e4m3_b32 and mxfp8 are built)";
     }
 }
 

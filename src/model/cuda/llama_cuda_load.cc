@@ -28,8 +28,9 @@ struct Upload {
 };
 
 // What a stacked matrix becomes on the device: bf16 / f16 when every part is stored so (one GEMM
-// type per matrix); GGUF blocks kernels/cuda decodes (gemv_blocks_supports) as stored when every
-// part has that type and blocks are allowed; else f32 decoded on the host. The embedding table has neither
+// type per matrix); blocks kernels/cuda decodes (gemv_blocks_supports: GGUF's, kiln's FP4 / FP8)
+// as stored when every part has that type, rows are whole 32-element groups and blocks are
+// allowed; else f32 decoded on the host. The embedding table has neither
 // an f16 nor a block lookup (allow false: f32).
 struct DeviceType {
     WType type = WType::kF32;
@@ -42,7 +43,8 @@ DeviceType device_type(std::span<const TensorRef* const> parts, bool allow = tru
     const core::DType d = parts[0]->dtype;
     if (same && d == core::DType::kBF16) return {WType::kBf16, d};
     if (same && allow && d == core::DType::kF16) return {WType::kF16, d};
-    if (same && allow && blocks && kc::gemv_blocks_supports(d) && !parts[0]->row_scale) return {WType::kBlocks, d};
+    if (same && allow && blocks && kc::gemv_blocks_supports(d) && !parts[0]->row_scale && parts[0]->shape[1] % 32 == 0)
+        return {WType::kBlocks, d};
     return {};
 }
 
