@@ -9,7 +9,8 @@
 //           tokens/s and GB/s with bytes/token = every weight a step reads (CudaLlamaModel::
 //           step_weight_bytes: the layers' matrices, the output matrix, one embedding row) + the K/V
 //           read at the mean context; % of the measured bandwidth;
-//   b<b>:   b sequences of 128 prompt tokens decoding together, n steps; output tokens/s.
+//   b<b>:   b sequences of 128 prompt tokens decoding together, n steps; output tokens/s; then the
+//           same sampled on the device (b<b>x<n>-sampled: top-p 0.9, a repetition penalty).
 // Each test runs once as a warm-up, then REPS times; the median is reported. Only in a build with the
 // CUDA backend; elsewhere --device cuda says so.
 #include <algorithm>
@@ -209,16 +210,31 @@ int cmd_bench_cuda(int argc, char** argv) {
         r.pct_of_bw = 100.0 * r.gbps / *bw;
         results.push_back(r);
     }
-    if (b > 1) {  // b sequences decoding together after 128-token prompts
+    // b sequences decoding together after 128-token prompts: greedy (argmax ids back), then sampled
+    // on the device (temperature 0.8, top-p 0.9, a repetition penalty over 16 history tokens).
+    auto batch_run = [&](bool sampled) -> core::Status {
         Result r;
         r.test = "b" + std::to_string(b) + "x" + std::to_string(n);
+        if (sampled) r.test += "-sampled";
         for (int64_t s = 0; s < b; ++s) {
             const std::vector<int32_t> prompt = bench_ids(kBatchPrompt, V, s + 1);
             const model::BatchSeq seq{0, kBatchPrompt, seq_table(s), 1};
-            if (!(st = g.forward_batch_greedy(prompt, std::span(&seq, 1), ids)).is_ok()) return fail(st);
+            KILN_RETURN_IF_ERROR(g.forward_batch_greedy(prompt, std::span(&seq, 1), ids));
         }
         std::vector<model::BatchSeq> seqs = std::vector<model::BatchSeq>(size_t(b));
         std::vector<int32_t> toks = std::vector<int32_t>(size_t(b));
+        std::vector<kernels::ref::SampleRow> rows = std::vector<kernels::ref::SampleRow>(size_t(b));
+        std::vector<kernels::ref::LogitAdjustment> adjust;
+        for (int64_t s = 0; s < b; ++s) {
+            kernels::ref::SampleRow& row = rows[size_t(s)];
+            row.temperature = 0.8f;
+            row.top_p = 0.9f;
+            row.repetition_penalty = 1.1f;
+            row.adjust_begin = int32_t(adjust.size());
+            row.adjust_count = 16;
+            for (int32_t j = 0; j < 16; ++j) adjust.push_back({int32_t((s * 16 + j) % V), 0.0f, 1, 0});
+            row.u = double(s) / double(b);
+        }
         for (int64_t i = 0; i <= reps; ++i) {
             const auto t0 = Clock::now();
             for (int64_t step = 0; step < n; ++step) {
@@ -226,12 +242,18 @@ int cmd_bench_cuda(int argc, char** argv) {
                     seqs[size_t(s)] = {kBatchPrompt + step, 1, seq_table(s), 1};
                     toks[size_t(s)] = int32_t((s * 131 + step * 17 + 3) % V);
                 }
-                if (!(st = g.forward_batch_greedy(toks, seqs, ids)).is_ok()) return fail(st);
+                KILN_RETURN_IF_ERROR(sampled ? g.forward_batch_sample(toks, seqs, rows, adjust, ids)
+                                             : g.forward_batch_greedy(toks, seqs, ids));
             }
             if (i > 0) r.samples.push_back(double(b * n) / seconds_since(t0));
         }
         r.tokens_per_s = median(r.samples);
         results.push_back(r);
+        return core::Status::ok();
+    };
+    if (b > 1) {
+        for (bool sampled : {false, true})
+            if (!(st = batch_run(sampled)).is_ok()) return fail(st);
     }
     if (args.has("--json")) {
         ordered_json out = ordered_json::array();
@@ -256,10 +278,10 @@ int cmd_bench_cuda(int argc, char** argv) {
         std::FILE* f = args.has("--json") ? stderr : stdout;
         std::fprintf(f, "model: %s on %s\nmeasured read bandwidth: %.0f GB/s\n\n", ck->path.c_str(),
                      g.describe().c_str(), *bw);
-        std::fprintf(f, "| %-12s | %12s | %9s | %8s | %8s |\n", "test", "tokens/s", "GB/s", "% bw", "TFLOP/s");
-        std::fprintf(f, "|--------------|--------------|-----------|----------|----------|\n");
+        std::fprintf(f, "| %-16s | %12s | %9s | %8s | %8s |\n", "test", "tokens/s", "GB/s", "% bw", "TFLOP/s");
+        std::fprintf(f, "|------------------|--------------|-----------|----------|----------|\n");
         for (const Result& r : results)
-            std::fprintf(f, "| %-12s | %12.1f | %9.1f | %7.1f%% | %8.1f |\n", r.test.c_str(), r.tokens_per_s, r.gbps,
+            std::fprintf(f, "| %-16s | %12.1f | %9.1f | %7.1f%% | %8.1f |\n", r.test.c_str(), r.tokens_per_s, r.gbps,
                          r.pct_of_bw, r.tflops);
     }
     return 0;
