@@ -214,8 +214,8 @@ int cmd_bench_cuda(int argc, char** argv) {
     // on the device (temperature 0.8, top-p 0.9, a repetition penalty over 16 history tokens).
     auto batch_run = [&](bool sampled) -> core::Status {
         Result r;
-        r.test = "b" + std::to_string(b) + "x" + std::to_string(n);
-        if (sampled) r.test += "-sampled";
+        r.test = std::string("b").append(std::to_string(b)).append("x").append(std::to_string(n));
+        if (sampled) r.test.append("-sampled");
         for (int64_t s = 0; s < b; ++s) {
             const std::vector<int32_t> prompt = bench_ids(kBatchPrompt, V, s + 1);
             const model::BatchSeq seq{0, kBatchPrompt, seq_table(s), 1};

@@ -142,6 +142,45 @@ TEST(CudaGemv, MatchesReference) {
     }
 }
 
+// The FP4 / FP8 decoders on their special codes, bit for bit (any NaN equal to any NaN): E2M1 -0
+// (code 8), E8M0 scale 2^-127 (e = 0) and NaN (e = 0xFF), E4M3 subnormals and NaN codes.
+TEST(CudaGemv, SpecialCodesDecodeLikeTheReference) {
+    if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    for (DType type : {DType::kMxfp4, DType::kNvfp4, DType::kE4m3B32, DType::kMxfp8}) {
+        const size_t bb = core::dtype_info(type).block_bytes;
+        const int64_t be = int64_t(core::dtype_info(type).block_size), blocks = 64 / be;
+        std::vector<uint8_t> w(size_t(blocks) * bb);
+        for (size_t i = 0; i < w.size(); ++i) w[i] = uint8_t(i * 37 + 11);  // every code appears
+        for (int64_t b = 0; b < blocks; ++b) {
+            uint8_t* blk = w.data() + b * int64_t(bb);
+            if (type == DType::kMxfp4 || type == DType::kMxfp8) blk[0] = b == 0 ? 0 : 0xff;
+            if (type == DType::kNvfp4) {
+                const uint16_t d = core::f32_to_fp16(b == 0 ? 1.0f : -0.25f);
+                std::memcpy(blk, &d, 2);
+            }
+            if (type == DType::kE4m3B32) {
+                const float d = b == 0 ? 1.0f : 3.0f;
+                std::memcpy(blk, &d, 4);
+            }
+        }
+        std::vector<float> want(64);
+        ASSERT_TRUE(ref::dequantize_row(type, w.data(), want.data(), 64).is_ok());
+        DeviceBuffer dw = upload(w), dd = upload(std::vector<float>(64, 7.0f));
+        ASSERT_TRUE(dequantize_blocks(type, dw.data(), 64, dd.as<float>()).is_ok());
+        const std::vector<float> got = download<float>(dd, 64);
+        for (size_t i = 0; i < 64; ++i) {
+            if (std::isnan(want[i])) {
+                EXPECT_TRUE(std::isnan(got[i])) << core::dtype_name(type) << " " << i;
+                continue;
+            }
+            uint32_t a, b;
+            std::memcpy(&a, &got[i], 4);
+            std::memcpy(&b, &want[i], 4);
+            EXPECT_EQ(a, b) << core::dtype_name(type) << " " << i << ": " << got[i] << " vs " << want[i];
+        }
+    }
+}
+
 TEST(CudaGemmBlocks, ArgumentChecks) {
     const __half* x = reinterpret_cast<const __half*>(16);  // never dereferenced
     float* y = reinterpret_cast<float*>(16);
