@@ -1,8 +1,11 @@
 // CudaLlamaModel::create (see llama_cuda.h): checks, the weights' upload, the activation arena and
 // the KV pool; and the model's accessors.
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <sstream>
 
+#include "core/numeric.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/gemv_quant.h"
@@ -37,14 +40,28 @@ struct DeviceType {
     core::DType blocks = core::DType::kF32;
 };
 
+// INT8 rows with f32 row scales (W8A8 checkpoints) whose scales fp16 holds: repacked as Q8_0 blocks
+// (d = fp16(row scale)), exact up to that rounding (relative 2^-11), a quarter of an f32 copy.
+bool int8_rows_as_q8_0(const TensorRef& t) {
+    if (t.dtype != core::DType::kI8 || !t.row_scale || t.shape[1] % 32 != 0) return false;
+    for (uint64_t r = 0; r < t.shape[0]; ++r)
+        if (!(std::fabs(t.row_scale[r]) <= 65504.0f)) return false;
+    return true;
+}
+
 DeviceType device_type(std::span<const TensorRef* const> parts, bool allow = true, bool blocks = true) {
-    bool same = true;
-    for (const TensorRef* t : parts) same = same && t->dtype == parts[0]->dtype;
+    bool same = true, int8_rows = true;
+    for (const TensorRef* t : parts) {
+        same = same && t->dtype == parts[0]->dtype;
+        int8_rows = int8_rows && int8_rows_as_q8_0(*t);
+    }
     const core::DType d = parts[0]->dtype;
     if (same && d == core::DType::kBF16) return {WType::kBf16, d};
     if (same && allow && d == core::DType::kF16) return {WType::kF16, d};
-    if (same && allow && blocks && kc::gemv_blocks_supports(d) && !parts[0]->row_scale && parts[0]->shape[1] % 32 == 0)
+    if (!allow || !blocks) return {};
+    if (same && kc::gemv_blocks_supports(d) && !parts[0]->row_scale && parts[0]->shape[1] % 32 == 0)
         return {WType::kBlocks, d};
+    if (int8_rows) return {WType::kBlocks, core::DType::kQ8_0};
     return {};
 }
 
@@ -52,10 +69,25 @@ uint64_t device_bytes(std::span<const TensorRef* const> parts, bool allow = true
     uint64_t n = 0, bytes = 0;
     for (const TensorRef* t : parts) {
         n += t->num_elements();
-        bytes += t->num_bytes;
+        bytes += t->dtype == core::DType::kI8 ? t->num_elements() / 32 * 34 : t->num_bytes;  // I8 as Q8_0
     }
     const WType type = device_type(parts, allow, blocks).type;
     return type == WType::kF32 ? n * 4 : type == WType::kBlocks ? bytes : n * 2;
+}
+
+// Rows [r0, r0 + n) of INT8 weights with row scales as Q8_0 blocks into out.
+void int8_rows_to_q8_0(const TensorRef& t, int64_t r0, int64_t n, std::vector<uint8_t>& out) {
+    const int64_t cols = int64_t(t.shape[1]), nb = cols / 32;
+    out.resize(size_t(n * nb * 34));
+    const int8_t* q = reinterpret_cast<const int8_t*>(t.data);
+    for (int64_t r = 0; r < n; ++r) {
+        const uint16_t d = core::f32_to_fp16(t.row_scale[r0 + r]);
+        for (int64_t b = 0; b < nb; ++b) {
+            uint8_t* blk = out.data() + (r * nb + b) * 34;
+            std::memcpy(blk, &d, 2);
+            std::memcpy(blk + 2, q + (r0 + r) * cols + b * 32, 32);
+        }
+    }
 }
 
 // The parts stacked by rows into one device matrix (shapes were checked by check_checkpoint_tensors:
@@ -75,6 +107,18 @@ core::Result<DevMatrix> upload_matrix(std::span<const TensorRef* const> parts, U
     std::vector<float> rows;
     for (const TensorRef* t : parts) {
         const int64_t num_rows = int64_t(t->shape[0]);
+        if (m.type == WType::kBlocks && t->dtype == core::DType::kI8) {  // repacked as Q8_0
+            const int64_t chunk_rows = std::max<int64_t>(1, int64_t(kChunk) / m.cols);
+            std::vector<uint8_t> packed;
+            for (int64_t r0 = 0; r0 < num_rows; r0 += chunk_rows) {
+                const int64_t n = std::min(chunk_rows, num_rows - r0);
+                int8_rows_to_q8_0(*t, r0, n, packed);
+                KILN_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, packed.data(), packed.size(), cudaMemcpyHostToDevice));
+                dst += packed.size();
+                up.advance(packed.size());
+            }
+            continue;
+        }
         if (m.type != WType::kF32) {  // as stored
             const size_t n = size_t(t->num_bytes);
             for (size_t off = 0; off < n; off += kChunk) {
