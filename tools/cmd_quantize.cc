@@ -28,15 +28,17 @@ constexpr const char* kUsage =
     "  --format F        int8       INT8 weights per output channel (activations int8 at run time)\n"
     "                    w4-gN      INT4 weight-only, groups of N = 32, 64 or 128 (symmetric)\n"
     "                    awq-w4-gN  the same with AWQ activation-aware scales (needs --calib; zero points)\n"
+    "                    gptq-w4-gN INT4 with GPTQ's error-compensating rounding (needs --calib)\n"
+    "                    awq-gptq-w4-gN  AWQ's scales and clipping, then GPTQ (needs --calib; zero points)\n"
     "                    fp8        FP8 E4M3 per output channel      fp8-block  FP8 with 128x128 block scales\n"
     "                    mxfp8      OCP MXFP8 (E4M3, 32-blocks)      mxfp4      OCP MXFP4 (E2M1, 32-blocks)\n"
     "                    nvfp4      NVFP4 (E2M1, 16-blocks with E4M3 scales, fp32 tensor scale)\n"
-    "  --calib FILE      calibration text (AWQ, SmoothQuant)\n"
+    "  --calib FILE      calibration text (AWQ, GPTQ, SmoothQuant)\n"
     "  --calib-tokens N  calibration tokens read from FILE (default 8192)\n"
     "  --skip NAMES      comma-separated projections kept in f32: full HF module names\n"
     "                    (model.layers.0.mlp.down_proj) or their ends (down_proj = every down_proj);\n"
     "                    may be repeated\n"
-    "  --zero-point      INT4 with zero points (asymmetric; default for awq-w4-gN)\n"
+    "  --zero-point      INT4 with zero points (asymmetric; default for awq-w4-gN, awq-gptq-w4-gN)\n"
     "  --no-zero-point   symmetric INT4 (default for w4-gN)\n"
     "  --awq-loss L      what the AWQ scale search minimizes: attn (default: q/k/v by the attention\n"
     "                    block's output, the other groups by their own outputs), linear (every group by\n"
@@ -102,11 +104,16 @@ int cmd_quantize(int argc, char** argv) {
         o.scheme.zero_point = true;
         format = format.substr(4);
     }
+    if (format.starts_with("gptq-")) {
+        o.gptq = true;
+        format = format.substr(5);
+    }
     auto scheme = model::parse_quant_scheme(format);
-    if (!scheme.is_ok() || (o.awq && scheme->format != model::QuantFormat::kW4)) {
+    if (!scheme.is_ok() || ((o.awq || o.gptq) && scheme->format != model::QuantFormat::kW4)) {
         std::fprintf(stderr, "kiln quantize: --format: %s\n",
-                     scheme.is_ok() ? "AWQ applies to w4-gN only (awq-w4-g32, awq-w4-g64, awq-w4-g128)"
-                                    : scheme.status().message().c_str());
+                     scheme.is_ok()
+                         ? "AWQ and GPTQ apply to w4-gN only (awq-w4-g32, gptq-w4-g128, awq-gptq-w4-g64, ...)"
+                         : scheme.status().message().c_str());
         return 2;
     }
     const bool zp = o.awq ? !args.has("--no-zero-point") : args.has("--zero-point");
@@ -150,7 +157,7 @@ int cmd_quantize(int argc, char** argv) {
         }
         o.smoothquant_alpha = alpha;
     }
-    if (o.awq && !args.get("--calib")) {
+    if ((o.awq || o.gptq) && !args.get("--calib")) {
         std::fprintf(stderr, "kiln quantize: %s needs --calib FILE (calibration text)\n",
                      args.get("--format")->c_str());
         return 2;
@@ -182,7 +189,7 @@ int cmd_quantize(int argc, char** argv) {
     };
     auto ck = model::load_checkpoint(in);
     if (!ck.is_ok()) return fail(ck.status());
-    if (o.awq || o.smoothquant_alpha >= 0) {
+    if (o.awq || o.gptq || o.smoothquant_alpha >= 0) {
         auto tok = model::find_tokenizer(*ck, o.tokenizer_path);
         if (!tok.is_ok()) return fail(tok.status());
         std::ifstream f(*args.get("--calib"), std::ios::binary);
@@ -211,8 +218,12 @@ int cmd_quantize(int argc, char** argv) {
                      report->awq.size(), rtn, awq, rtn > 0 ? 100 * awq / rtn : 100.0);
     }
     std::fprintf(stderr, "kiln quantize: %s: %lld projections quantized (%s%s), %lld kept f32, in %.1f s\n",
-                 out.c_str(), (long long)report->quantized, o.awq ? "awq-" : "", o.scheme.name().c_str(),
-                 (long long)report->kept, secs);
+                 out.c_str(), (long long)report->quantized,
+                 o.awq && o.gptq ? "awq-gptq-"
+                 : o.awq         ? "awq-"
+                 : o.gptq        ? "gptq-"
+                                 : "",
+                 o.scheme.name().c_str(), (long long)report->kept, secs);
     return 0;
 }
 

@@ -38,6 +38,7 @@
 #include "core/status.h"
 #include "formats/safetensors.h"
 #include "model/checkpoint.h"
+#include "quant/int_quant.h"
 
 namespace kiln::model {
 
@@ -60,6 +61,12 @@ std::string quantization_config_json(const QuantScheme& scheme, const std::vecto
 core::Status compress_weight(const QuantScheme& scheme, const std::string& module, std::span<const float> w,
                              int64_t rows, int64_t cols, std::vector<formats::SafetensorsTensorIn>* out,
                              std::vector<std::shared_ptr<const void>>* owners);
+
+// Appends the tensors of Linear `module` already quantized to INT4 (pack-quantized; zero points
+// with kAsymmetric), e.g. by GPTQ (quant/gptq.h).
+core::Status write_int4_weight(const quant::Int4Matrix& q, const std::string& module,
+                               std::vector<formats::SafetensorsTensorIn>* out,
+                               std::vector<std::shared_ptr<const void>>* owners);
 
 // ---- loading ----
 struct CompressedConfig {

@@ -158,6 +158,33 @@ std::string quantization_config_json(const QuantScheme& s, const std::vector<std
     return j.dump();
 }
 
+core::Status write_int4_weight(const quant::Int4Matrix& q, const std::string& m,
+                               std::vector<formats::SafetensorsTensorIn>* out,
+                               std::vector<std::shared_ptr<const void>>* owners) {
+    const int64_t rows = q.rows, cols = q.cols;
+    const uint64_t R = uint64_t(rows);
+    const int64_t words = (cols + 7) / 8, groups = q.groups_per_row();
+    std::vector<int32_t> packed(size_t(rows * words), 0);
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c)
+            packed[size_t(r * words + c / 8)] =
+                int32_t(uint32_t(packed[size_t(r * words + c / 8)]) | (stored_nibble(q, r, c) << (4 * (c % 8))));
+    add(out, owners, m + ".weight_packed", DType::kI32, {R, uint64_t(words)}, std::move(packed));
+    add(out, owners, m + ".weight_scale", DType::kF32, {R, uint64_t(groups)}, std::vector<float>(q.scales));
+    add(out, owners, m + ".weight_shape", DType::kI64, {2}, std::vector<int64_t>{rows, cols});
+    if (q.mode == quant::Int4Mode::kAsymmetric) {
+        std::vector<int32_t> zp(size_t((rows + 7) / 8 * groups), 0);
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t g = 0; g < groups; ++g) {
+                const uint32_t z = q.zeros[size_t(r * groups + g)];  // (zero - 8) + 8
+                int32_t& word = zp[size_t(r / 8 * groups + g)];
+                word = int32_t(uint32_t(word) | (z << (4 * (r % 8))));
+            }
+        add(out, owners, m + ".weight_zero_point", DType::kI32, {(R + 7) / 8, uint64_t(groups)}, std::move(zp));
+    }
+    return core::Status::ok();
+}
+
 core::Status compress_weight(const QuantScheme& s, const std::string& m, std::span<const float> w, int64_t rows,
                              int64_t cols, std::vector<formats::SafetensorsTensorIn>* out,
                              std::vector<std::shared_ptr<const void>>* owners) {
@@ -172,26 +199,7 @@ core::Status compress_weight(const QuantScheme& s, const std::string& m, std::sp
         case QuantFormat::kW4: {
             const auto mode = s.zero_point ? quant::Int4Mode::kAsymmetric : quant::Int4Mode::kSymmetric;
             KILN_ASSIGN_OR_RETURN(quant::Int4Matrix q, quant::quantize_int4(w, rows, cols, s.group_size, mode));
-            const int64_t words = (cols + 7) / 8, groups = q.groups_per_row();
-            std::vector<int32_t> packed(size_t(rows * words), 0);
-            for (int64_t r = 0; r < rows; ++r)
-                for (int64_t c = 0; c < cols; ++c)
-                    packed[size_t(r * words + c / 8)] = int32_t(uint32_t(packed[size_t(r * words + c / 8)]) |
-                                                                (stored_nibble(q, r, c) << (4 * (c % 8))));
-            add(out, owners, m + ".weight_packed", DType::kI32, {R, uint64_t(words)}, std::move(packed));
-            add(out, owners, m + ".weight_scale", DType::kF32, {R, uint64_t(groups)}, std::move(q.scales));
-            add(out, owners, m + ".weight_shape", DType::kI64, {2}, std::vector<int64_t>{rows, cols});
-            if (s.zero_point) {
-                std::vector<int32_t> zp(size_t((rows + 7) / 8 * groups), 0);
-                for (int64_t r = 0; r < rows; ++r)
-                    for (int64_t g = 0; g < groups; ++g) {
-                        const uint32_t z = q.zeros[size_t(r * groups + g)];  // (zero - 8) + 8
-                        int32_t& word = zp[size_t(r / 8 * groups + g)];
-                        word = int32_t(uint32_t(word) | (z << (4 * (r % 8))));
-                    }
-                add(out, owners, m + ".weight_zero_point", DType::kI32, {(R + 7) / 8, uint64_t(groups)}, std::move(zp));
-            }
-            return core::Status::ok();
+            return write_int4_weight(q, m, out, owners);
         }
         case QuantFormat::kFp8:
         case QuantFormat::kFp8Block: {

@@ -1,4 +1,5 @@
-// quantize_checkpoint: f32 copy -> (AWQ: calibrate, search scales, fold, clip) -> write with compress_weight.
+// quantize_checkpoint: f32 copy -> (AWQ: calibrate, search scales, fold, clip) -> (GPTQ: calibrate,
+// quantize column by column) -> write with compress_weight (or GPTQ's codes).
 #include "model/quantize.h"
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include "model/weight_names.h"
 #include "quant/awq.h"
 #include "quant/awq_clip.h"
+#include "quant/gptq.h"
 #include "quant/smoothquant.h"
 
 namespace kiln::model {
@@ -292,6 +294,46 @@ core::Status run_smoothquant(Checkpoint& ck, const QuantizeOptions& o, core::Thr
     return core::Status::ok();
 }
 
+// GPTQ for the INT4 formats (quant/gptq.h): the Hessian of every projection's input on the
+// calibration text, taken from the model as it stands (after AWQ's scales and clipping when both
+// run), keyed by HF module name; the writer quantizes each weight under its Hessian (in the HF row
+// order it writes: rows are independent in GPTQ, columns are not reordered). Not sequential: every
+// layer's inputs come from the unquantized model.
+using Hessians = std::map<std::string, std::shared_ptr<const std::vector<double>>>;
+
+core::Result<Hessians> gptq_hessians(const Checkpoint& ck, const QuantizeOptions& o, core::ThreadPool* pool) {
+    const ModelConfig& c = ck.config;
+    if (o.calib_tokens.empty()) return core::error(StatusCode::kInvalidArgument) << "GPTQ needs calibration text";
+    auto progress = [&](int64_t d, int64_t t) {
+        if (o.progress) o.progress("calibrate", d, t);
+    };
+    CalibrationOptions co = o.calibration;
+    co.max_samples = o.gptq_samples;
+    co.max_seq_tokens = 0;
+    KILN_ASSIGN_OR_RETURN(std::vector<LayerActivations> acts,
+                          collect_activations(ck, o.calib_tokens, pool, co, progress));
+    const std::pair<LinearInput, std::vector<const char*>> groups[] = {
+        {LinearInput::kQkv, {"attn_q", "attn_k", "attn_v"}},
+        {LinearInput::kAttnOut, {"attn_output"}},
+        {LinearInput::kGateUp, {"ffn_gate", "ffn_up"}},
+        {LinearInput::kDown, {"ffn_down"}}};
+    Hessians out;
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+        const LayerActivations& a = acts[size_t(l)];
+        for (const auto& [input, members] : groups) {
+            const size_t k = size_t(input);
+            if (a.rows[k] == 0) continue;
+            auto h =
+                std::make_shared<const std::vector<double>>(quant::gptq_hessian(a.x[k], a.rows[k], a.cols[k], pool));
+            for (const char* member : members) {
+                const std::string name = "blk." + std::to_string(l) + "." + member + ".weight";
+                out[projection_module(gguf_to_hf_name(name).value_or(name))] = h;
+            }
+        }
+    }
+    return out;
+}
+
 // llama.c checkpoints carry no tokenizer: embed tok512.bin / tokenizer.bin (or the given one).
 core::Status embed_llama2c_tokenizer(Checkpoint& ck, const std::string& explicit_path) {
     std::string path = explicit_path;
@@ -319,6 +361,8 @@ core::Result<QuantizeReport> quantize_checkpoint(const Checkpoint& source, const
                                                  const QuantizeOptions& o, core::ThreadPool* pool) {
     if (o.awq && o.scheme.format != QuantFormat::kW4)
         return core::error(StatusCode::kInvalidArgument) << "AWQ applies to the INT4 formats (awq-w4-gN) only";
+    if (o.gptq && o.scheme.format != QuantFormat::kW4)
+        return core::error(StatusCode::kInvalidArgument) << "GPTQ applies to the INT4 formats (gptq-w4-gN) only";
     if (o.smoothquant_alpha >= 0 && o.scheme.format != QuantFormat::kInt8)
         return core::error(StatusCode::kInvalidArgument) << "SmoothQuant applies to int8 only";
     KILN_ASSIGN_OR_RETURN(Checkpoint ck, to_f32_checkpoint(source));
@@ -326,6 +370,13 @@ core::Result<QuantizeReport> quantize_checkpoint(const Checkpoint& source, const
     QuantizeReport report;
     if (o.awq) KILN_RETURN_IF_ERROR(run_awq(ck, o, pool, &report));
     if (o.smoothquant_alpha >= 0) KILN_RETURN_IF_ERROR(run_smoothquant(ck, o, pool));
+    Hessians hessians;
+    if (o.gptq) {
+        KILN_ASSIGN_OR_RETURN(hessians, gptq_hessians(ck, o, pool));
+    }
+    quant::GptqOptions go;
+    go.group_size = o.scheme.group_size;
+    go.mode = o.scheme.zero_point ? quant::Int4Mode::kAsymmetric : quant::Int4Mode::kSymmetric;
 
     std::vector<std::string> ignore = {"lm_head"};
     int64_t total = 0;
@@ -354,7 +405,13 @@ core::Result<QuantizeReport> quantize_checkpoint(const Checkpoint& source, const
             return core::error(StatusCode::kInternal) << "'" << t.name << "' is not an f32 matrix";
         const int64_t rows = int64_t(t.shape[0]), cols = int64_t(t.shape[1]);
         std::span<const float> w(static_cast<const float*>(t.data), size_t(rows * cols));
-        core::Status st = compress_weight(o.scheme, module, w, rows, cols, out, owners);
+        core::Status st;
+        if (const auto h = hessians.find(module); h != hessians.end()) {
+            auto q = quant::gptq_quantize_int4(w, rows, cols, *h->second, go, pool);
+            st = q.is_ok() ? write_int4_weight(*q, module, out, owners) : q.status();
+        } else {
+            st = compress_weight(o.scheme, module, w, rows, cols, out, owners);
+        }
         if (!st.is_ok()) return core::error(st.code()) << module << ": " << st.message();
         ++report.quantized;
         if (o.progress) o.progress("write", report.quantized, total);

@@ -39,6 +39,8 @@ struct QuantizeOptions {
     bool awq_mlp_loss = false;          // gate/up scales by the MLP's output error (measured worse at g32)
     int64_t awq_attn_tokens = 2048;     // calibration rows of whole sequences for awq_attn_loss
     double smoothquant_alpha = -1;      // kInt8 only, needs calib_tokens: SmoothQuant with this alpha (< 0: off)
+    bool gptq = false;                  // kW4 only; needs calib_tokens: GPTQ codes (quant/gptq.h), after AWQ if both
+    int64_t gptq_samples = 4096;        // calibration rows per projection input for GPTQ's Hessians
     std::vector<int32_t> calib_tokens;  // calibration text, tokenized
     CalibrationOptions calibration;
     std::vector<std::string> skip;  // HF module names kept in f32 (e.g. model.layers.0.mlp.down_proj)

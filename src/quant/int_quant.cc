@@ -15,12 +15,9 @@ float round_clamp(float v, float lo, float hi) {
     return std::clamp(std::nearbyint(v), lo, hi);
 }
 
-struct GroupParams {
-    float scale;
-    uint8_t zero;
-};
+}  // namespace
 
-GroupParams int4_params(std::span<const float> g, Int4Mode mode) {
+Int4Group int4_group_params(std::span<const float> g, Int4Mode mode) {
     if (mode == Int4Mode::kSymmetric) {
         float amax = 0;
         for (float v : g) amax = std::max(amax, std::fabs(v));
@@ -37,7 +34,17 @@ GroupParams int4_params(std::span<const float> g, Int4Mode mode) {
     return {scale, uint8_t(round_clamp(-lo / scale, 0, 15))};
 }
 
-}  // namespace
+uint8_t int4_code(float v, const Int4Group& p, Int4Mode mode) {
+    const float x = v / p.scale;
+    const int q = mode == Int4Mode::kSymmetric ? int(round_clamp(x, -7, 7))
+                                               : int(std::clamp(std::nearbyint(x) + p.zero, 0.0f, 15.0f));
+    return uint8_t(q & 0x0F);
+}
+
+float int4_value(uint8_t code, const Int4Group& p, Int4Mode mode) {
+    const int q = mode == Int4Mode::kSymmetric ? (code >= 8 ? code - 16 : code) : code - int(p.zero);
+    return float(q) * p.scale;
+}
 
 core::Result<Int8Matrix> quantize_int8_rows(std::span<const float> x, int64_t rows, int64_t cols) {
     KILN_RETURN_IF_ERROR(check_matrix(x, rows, cols, "quantize_int8_rows", /*require_finite=*/true));
@@ -96,15 +103,10 @@ core::Result<Int4Matrix> quantize_int4(std::span<const float> x, int64_t rows, i
             const int64_t begin = g * group_size;
             const int64_t end = std::min(cols, begin + group_size);
             const std::span<const float> group = x.subspan(size_t(r * cols + begin), size_t(end - begin));
-            const GroupParams p = int4_params(group, mode);
+            const Int4Group p = int4_group_params(group, mode);
             m.scales[size_t(r * num_groups + g)] = p.scale;
             if (mode == Int4Mode::kAsymmetric) m.zeros[size_t(r * num_groups + g)] = p.zero;
-            for (int64_t c = begin; c < end; ++c) {
-                const float v = group[size_t(c - begin)] / p.scale;
-                const int q = mode == Int4Mode::kSymmetric ? int(round_clamp(v, -7, 7))
-                                                           : int(std::clamp(std::nearbyint(v) + p.zero, 0.0f, 15.0f));
-                set_nibble(out, c, uint8_t(q & 0x0F));
-            }
+            for (int64_t c = begin; c < end; ++c) set_nibble(out, c, int4_code(group[size_t(c - begin)], p, mode));
         }
     }
     return m;
@@ -120,9 +122,8 @@ std::vector<float> dequantize(const Int4Matrix& m) {
         const std::span<const uint8_t> in(m.data.data() + r * m.row_bytes, size_t(m.row_bytes));
         for (int64_t c = 0; c < m.cols; ++c) {
             const size_t gi = size_t(r * num_groups + c / m.group_size);
-            const int code = get_nibble(in, c);
-            const int q = m.mode == Int4Mode::kSymmetric ? (code >= 8 ? code - 16 : code) : code - int(m.zeros[gi]);
-            y[size_t(r * m.cols + c)] = float(q) * m.scales[gi];
+            const Int4Group p{m.scales[gi], m.mode == Int4Mode::kAsymmetric ? m.zeros[gi] : uint8_t(0)};
+            y[size_t(r * m.cols + c)] = int4_value(get_nibble(in, c), p, m.mode);
         }
     }
     return y;

@@ -57,6 +57,17 @@ struct Int4Matrix {
 
 core::Result<Int4Matrix> quantize_int4(std::span<const float> x, int64_t rows, int64_t cols, int64_t group_size,
                                        Int4Mode mode);
+
+// One INT4 group as quantize_int4 quantizes it, for algorithms that quantize a group at a time
+// (quant/gptq.h): its scale and zero point (0 for kSymmetric), each value's stored nibble, and a
+// nibble's dequantized value.
+struct Int4Group {
+    float scale = 1.0f;
+    uint8_t zero = 0;
+};
+Int4Group int4_group_params(std::span<const float> group, Int4Mode mode);
+uint8_t int4_code(float v, const Int4Group& p, Int4Mode mode);
+float int4_value(uint8_t code, const Int4Group& p, Int4Mode mode);
 std::vector<float> dequantize(const Int4Matrix& m);
 
 }  // namespace kiln::quant

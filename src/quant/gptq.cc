@@ -1,0 +1,158 @@
+// GPTQ for groupwise INT4 (see gptq.h). Dense double-precision Cholesky factorizations of the
+// [cols, cols] Hessian: O(cols^3) once per matrix group, then O(rows * cols^2) for the columns.
+#include "quant/gptq.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "quant/common.h"
+
+namespace kiln::quant {
+namespace {
+
+// a [n, n] symmetric -> its lower Cholesky factor in place (the upper triangle is left as is);
+// false when a pivot is not positive.
+bool cholesky_lower(std::vector<double>& a, int64_t n) {
+    for (int64_t j = 0; j < n; ++j) {
+        double d = a[size_t(j * n + j)];
+        for (int64_t k = 0; k < j; ++k) d -= a[size_t(j * n + k)] * a[size_t(j * n + k)];
+        if (!(d > 0.0)) return false;
+        const double ljj = std::sqrt(d);
+        a[size_t(j * n + j)] = ljj;
+        for (int64_t i = j + 1; i < n; ++i) {
+            double v = a[size_t(i * n + j)];
+            for (int64_t k = 0; k < j; ++k) v -= a[size_t(i * n + k)] * a[size_t(j * n + k)];
+            a[size_t(i * n + j)] = v / ljj;
+        }
+    }
+    return true;
+}
+
+// The upper factor U of H^-1 = U^T U, from H's lower Cholesky factor L (H = L L^T):
+// H^-1 = L^-T L^-1, then U = chol(H^-1)^T. Returns false when H^-1 is not positive definite.
+bool inverse_upper_factor(const std::vector<double>& l, int64_t n, std::vector<double>& u) {
+    std::vector<double> inv = std::vector<double>(size_t(n * n), 0.0);  // L^-1, lower triangular, row by row
+    for (int64_t i = 0; i < n; ++i) {
+        inv[size_t(i * n + i)] = 1.0 / l[size_t(i * n + i)];
+        for (int64_t j = 0; j < i; ++j) {
+            double v = 0.0;
+            for (int64_t k = j; k < i; ++k) v += l[size_t(i * n + k)] * inv[size_t(k * n + j)];
+            inv[size_t(i * n + j)] = -v / l[size_t(i * n + i)];
+        }
+    }
+    std::vector<double> hinv =
+        std::vector<double>(size_t(n * n));  // (L^-1)^T L^-1: entry (i, j) = sum_k inv[k][i] inv[k][j]
+    for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j <= i; ++j) {
+            double v = 0.0;
+            for (int64_t k = i; k < n; ++k) v += inv[size_t(k * n + i)] * inv[size_t(k * n + j)];
+            hinv[size_t(i * n + j)] = hinv[size_t(j * n + i)] = v;
+        }
+    if (!cholesky_lower(hinv, n)) return false;
+    u.assign(size_t(n * n), 0.0);
+    for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = i; j < n; ++j) u[size_t(i * n + j)] = hinv[size_t(j * n + i)];
+    return true;
+}
+
+}  // namespace
+
+std::vector<double> gptq_hessian(std::span<const float> x, int64_t n, int64_t cols, core::ThreadPool* pool) {
+    std::vector<double> h = std::vector<double>(size_t(cols * cols), 0.0);
+    if (n <= 0) return h;
+    auto rows = [&](int64_t begin, int64_t end) {  // rows i of H, each summed over the samples in order
+        for (int64_t i = begin; i < end; ++i)
+            for (int64_t t = 0; t < n; ++t) {
+                const double xi = x[size_t(t * cols + i)];
+                if (xi == 0.0) continue;
+                const float* xt = x.data() + t * cols;
+                double* hi = h.data() + i * cols;
+                for (int64_t j = 0; j < cols; ++j) hi[j] += xi * double(xt[j]);
+            }
+    };
+    if (pool) {
+        pool->parallel_for(cols, rows);
+    } else {
+        rows(0, cols);
+    }
+    for (double& v : h) v /= double(n);
+    return h;
+}
+
+core::Result<Int4Matrix> gptq_quantize_int4(std::span<const float> w, int64_t rows, int64_t cols,
+                                            std::span<const double> hessian, const GptqOptions& o,
+                                            core::ThreadPool* pool) {
+    const int64_t g = o.group_size;
+    if (g != 32 && g != 64 && g != 128)
+        return core::error(core::StatusCode::kInvalidArgument) << "gptq: group size " << g << " (32, 64 or 128)";
+    KILN_RETURN_IF_ERROR(check_matrix(w, rows, cols, "gptq", /*require_finite=*/true));
+    if (int64_t(hessian.size()) != cols * cols)
+        return core::error(core::StatusCode::kInvalidArgument)
+               << "gptq: Hessian of " << hessian.size() << " values for " << cols << " columns";
+    // Dead columns (no calibration signal) are zeroed and get H_ii = 1; then the damping.
+    std::vector<double> h(hessian.begin(), hessian.end());
+    std::vector<uint8_t> dead = std::vector<uint8_t>(size_t(cols), 0);
+    double mean_diag = 0.0;
+    for (int64_t i = 0; i < cols; ++i) {
+        double& d = h[size_t(i * cols + i)];
+        if (!(d > 0.0)) {
+            dead[size_t(i)] = 1;
+            for (int64_t j = 0; j < cols; ++j) h[size_t(i * cols + j)] = h[size_t(j * cols + i)] = 0.0;
+            d = 1.0;
+        }
+        mean_diag += d;
+    }
+    mean_diag /= double(cols);
+    std::vector<double> u;
+    bool factored = false;
+    for (int attempt = 0; attempt < 4 && !factored; ++attempt) {
+        std::vector<double> l = h;
+        const double damp = o.damp * std::pow(10.0, attempt) * mean_diag;
+        for (int64_t i = 0; i < cols; ++i) l[size_t(i * cols + i)] += damp;
+        factored = cholesky_lower(l, cols) && inverse_upper_factor(l, cols, u);
+    }
+    if (!factored)
+        return core::error(core::StatusCode::kInternal) << "gptq: the Hessian stays indefinite after damping";
+
+    Int4Matrix m;
+    m.mode = o.mode;
+    m.rows = rows;
+    m.cols = cols;
+    m.group_size = g;
+    m.row_bytes = ceil_div(cols, 2);
+    m.data.assign(size_t(rows * m.row_bytes), 0);
+    const int64_t num_groups = m.groups_per_row();
+    m.scales.resize(size_t(rows * num_groups));
+    if (o.mode == Int4Mode::kAsymmetric) m.zeros.resize(size_t(rows * num_groups));
+    auto run = [&](int64_t begin, int64_t end) {
+        std::vector<double> row = std::vector<double>(size_t(cols));
+        std::vector<float> group = std::vector<float>(size_t(g));
+        for (int64_t r = begin; r < end; ++r) {
+            for (int64_t c = 0; c < cols; ++c) row[size_t(c)] = dead[size_t(c)] ? 0.0 : double(w[size_t(r * cols + c)]);
+            const std::span<uint8_t> out(m.data.data() + r * m.row_bytes, size_t(m.row_bytes));
+            Int4Group p;
+            for (int64_t i = 0; i < cols; ++i) {
+                if (i % g == 0) {  // the group's parameters from its current weights
+                    const int64_t n = std::min(g, cols - i);
+                    for (int64_t k = 0; k < n; ++k) group[size_t(k)] = float(row[size_t(i + k)]);
+                    p = int4_group_params(std::span<const float>(group.data(), size_t(n)), o.mode);
+                    m.scales[size_t(r * num_groups + i / g)] = p.scale;
+                    if (o.mode == Int4Mode::kAsymmetric) m.zeros[size_t(r * num_groups + i / g)] = p.zero;
+                }
+                const uint8_t code = int4_code(float(row[size_t(i)]), p, o.mode);
+                set_nibble(out, i, code);
+                const double err = (row[size_t(i)] - double(int4_value(code, p, o.mode))) / u[size_t(i * cols + i)];
+                const double* ui = u.data() + i * cols;
+                for (int64_t j = i + 1; j < cols; ++j) row[size_t(j)] -= err * ui[j];
+            }
+        }
+    };
+    if (pool) {
+        pool->parallel_for(rows, run);
+    } else {
+        run(0, rows);
+    }
+    return m;
+}
+
+}  // namespace kiln::quant
