@@ -28,7 +28,7 @@ constexpr const char* kUsage =
     "  --format F        int8       INT8 weights per output channel (activations int8 at run time)\n"
     "                    w4-gN      INT4 weight-only, groups of N = 32, 64 or 128 (symmetric)\n"
     "                    awq-w4-gN  the same with AWQ activation-aware scales (needs --calib; zero points)\n"
-    "                    gptq-w4-gN INT4 with GPTQ's error-compensating rounding (needs --calib)\n"
+    "                    gptq-w4-gN INT4 with GPTQ's error-compensating rounding (needs --calib; zero points)\n"
     "                    awq-gptq-w4-gN  AWQ's scales and clipping, then GPTQ (needs --calib; zero points)\n"
     "                    fp8        FP8 E4M3 per output channel      fp8-block  FP8 with 128x128 block scales\n"
     "                    mxfp8      OCP MXFP8 (E4M3, 32-blocks)      mxfp4      OCP MXFP4 (E2M1, 32-blocks)\n"
@@ -38,7 +38,7 @@ constexpr const char* kUsage =
     "  --skip NAMES      comma-separated projections kept in f32: full HF module names\n"
     "                    (model.layers.0.mlp.down_proj) or their ends (down_proj = every down_proj);\n"
     "                    may be repeated\n"
-    "  --zero-point      INT4 with zero points (asymmetric; default for awq-w4-gN, awq-gptq-w4-gN)\n"
+    "  --zero-point      INT4 with zero points (asymmetric; default for the awq- and gptq- formats)\n"
     "  --no-zero-point   symmetric INT4 (default for w4-gN)\n"
     "  --awq-loss L      what the AWQ scale search minimizes: attn (default: q/k/v by the attention\n"
     "                    block's output, the other groups by their own outputs), linear (every group by\n"
@@ -98,15 +98,21 @@ int cmd_quantize(int argc, char** argv) {
         return 2;
     }
     model::QuantizeOptions o;
-    std::string format = *args.get("--format");
+    const std::string format_arg = args.get("--format").value_or("");
+    std::string_view format = format_arg;
     if (format.starts_with("awq-")) {
         o.awq = true;
         o.scheme.zero_point = true;
-        format = format.substr(4);
+        format.remove_prefix(4);
     }
     if (format.starts_with("gptq-")) {
         o.gptq = true;
-        format = format.substr(5);
+        o.scheme.zero_point = true;
+        format.remove_prefix(5);
+    }
+    if (format.starts_with("awq-")) {
+        std::fprintf(stderr, "kiln quantize: --format: AWQ comes first: awq-gptq-w4-gN\n");
+        return 2;
     }
     auto scheme = model::parse_quant_scheme(format);
     if (!scheme.is_ok() || ((o.awq || o.gptq) && scheme->format != model::QuantFormat::kW4)) {
@@ -116,7 +122,7 @@ int cmd_quantize(int argc, char** argv) {
                          : scheme.status().message().c_str());
         return 2;
     }
-    const bool zp = o.awq ? !args.has("--no-zero-point") : args.has("--zero-point");
+    const bool zp = o.awq || o.gptq ? !args.has("--no-zero-point") : args.has("--zero-point");
     o.scheme = *scheme;
     if (args.has("--zero-point") && args.has("--no-zero-point")) {
         std::fprintf(stderr, "kiln quantize: --zero-point and --no-zero-point exclude each other\n");

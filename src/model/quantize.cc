@@ -294,14 +294,15 @@ core::Status run_smoothquant(Checkpoint& ck, const QuantizeOptions& o, core::Thr
     return core::Status::ok();
 }
 
-// GPTQ for the INT4 formats (quant/gptq.h): the Hessian of every projection's input on the
-// calibration text, taken from the model as it stands (after AWQ's scales and clipping when both
-// run), keyed by HF module name; the writer quantizes each weight under its Hessian (in the HF row
-// order it writes: rows are independent in GPTQ, columns are not reordered). Not sequential: every
-// layer's inputs come from the unquantized model.
-using Hessians = std::map<std::string, std::shared_ptr<const std::vector<double>>>;
+// GPTQ for the INT4 formats (quant/gptq.h): the factor of the Hessian of every projection input on
+// the calibration text (one per input, shared by q/k/v and by gate/up), taken from the model as it
+// stands (after AWQ's scales and clipping when both run), keyed by HF module name; the writer
+// quantizes each weight under its input's factor, in the HF row order it writes (rows are
+// independent in GPTQ; no columns are reordered). Not sequential: every layer's inputs come from
+// the unquantized model. Memory: one [in, in] double factor per projection input and layer.
+using GptqFactors = std::map<std::string, std::shared_ptr<const quant::GptqFactor>>;
 
-core::Result<Hessians> gptq_hessians(const Checkpoint& ck, const QuantizeOptions& o, core::ThreadPool* pool) {
+core::Result<GptqFactors> gptq_factors(const Checkpoint& ck, const QuantizeOptions& o, core::ThreadPool* pool) {
     const ModelConfig& c = ck.config;
     if (o.calib_tokens.empty()) return core::error(StatusCode::kInvalidArgument) << "GPTQ needs calibration text";
     auto progress = [&](int64_t d, int64_t t) {
@@ -317,19 +318,23 @@ core::Result<Hessians> gptq_hessians(const Checkpoint& ck, const QuantizeOptions
         {LinearInput::kAttnOut, {"attn_output"}},
         {LinearInput::kGateUp, {"ffn_gate", "ffn_up"}},
         {LinearInput::kDown, {"ffn_down"}}};
-    Hessians out;
+    GptqFactors out;
     for (int64_t l = 0; l < c.num_layers; ++l) {
-        const LayerActivations& a = acts[size_t(l)];
+        LayerActivations& a = acts[size_t(l)];
         for (const auto& [input, members] : groups) {
             const size_t k = size_t(input);
-            if (a.rows[k] == 0) continue;
-            auto h =
-                std::make_shared<const std::vector<double>>(quant::gptq_hessian(a.x[k], a.rows[k], a.cols[k], pool));
+            if (a.rows[k] == 0)
+                return core::error(StatusCode::kInvalidArgument) << "GPTQ: no calibration rows for layer " << l;
+            const std::vector<double> h = quant::gptq_hessian(a.x[k], a.rows[k], a.cols[k], pool);  // [in, in]
+            KILN_ASSIGN_OR_RETURN(quant::GptqFactor f, quant::gptq_factor(h, a.cols[k]));
+            auto shared = std::make_shared<const quant::GptqFactor>(std::move(f));
             for (const char* member : members) {
                 const std::string name = "blk." + std::to_string(l) + "." + member + ".weight";
-                out[projection_module(gguf_to_hf_name(name).value_or(name))] = h;
+                out[projection_module(gguf_to_hf_name(name).value_or(name))] = shared;
             }
+            a.x[k] = std::vector<float>();  // the samples are done with
         }
+        if (o.progress) o.progress("gptq", l + 1, c.num_layers);
     }
     return out;
 }
@@ -370,9 +375,9 @@ core::Result<QuantizeReport> quantize_checkpoint(const Checkpoint& source, const
     QuantizeReport report;
     if (o.awq) KILN_RETURN_IF_ERROR(run_awq(ck, o, pool, &report));
     if (o.smoothquant_alpha >= 0) KILN_RETURN_IF_ERROR(run_smoothquant(ck, o, pool));
-    Hessians hessians;
+    GptqFactors factors;
     if (o.gptq) {
-        KILN_ASSIGN_OR_RETURN(hessians, gptq_hessians(ck, o, pool));
+        KILN_ASSIGN_OR_RETURN(factors, gptq_factors(ck, o, pool));
     }
     quant::GptqOptions go;
     go.group_size = o.scheme.group_size;
@@ -406,8 +411,8 @@ core::Result<QuantizeReport> quantize_checkpoint(const Checkpoint& source, const
         const int64_t rows = int64_t(t.shape[0]), cols = int64_t(t.shape[1]);
         std::span<const float> w(static_cast<const float*>(t.data), size_t(rows * cols));
         core::Status st;
-        if (const auto h = hessians.find(module); h != hessians.end()) {
-            auto q = quant::gptq_quantize_int4(w, rows, cols, *h->second, go, pool);
+        if (const auto f = factors.find(module); f != factors.end()) {
+            auto q = quant::gptq_quantize_int4(w, rows, cols, *f->second, go, pool);
             st = q.is_ok() ? write_int4_weight(*q, module, out, owners) : q.status();
         } else {
             st = compress_weight(o.scheme, module, w, rows, cols, out, owners);

@@ -1,10 +1,11 @@
 // GPTQ for groupwise INT4 (see gptq.h). Dense double-precision Cholesky factorizations of the
-// [cols, cols] Hessian: O(cols^3) once per matrix group, then O(rows * cols^2) for the columns.
+// [cols, cols] Hessian: O(cols^3) once per input (gptq_factor), then O(rows * cols^2) per matrix.
 #include "quant/gptq.h"
 
 #include <algorithm>
 #include <cmath>
 
+#include "core/check.h"
 #include "quant/common.h"
 
 namespace kiln::quant {
@@ -58,8 +59,9 @@ bool inverse_upper_factor(const std::vector<double>& l, int64_t n, std::vector<d
 }  // namespace
 
 std::vector<double> gptq_hessian(std::span<const float> x, int64_t n, int64_t cols, core::ThreadPool* pool) {
+    KILN_CHECK(n >= 0 && cols >= 0 && int64_t(x.size()) >= n * cols) << "gptq_hessian: " << n << " x " << cols;
     std::vector<double> h = std::vector<double>(size_t(cols * cols), 0.0);
-    if (n <= 0) return h;
+    if (n == 0) return h;
     auto rows = [&](int64_t begin, int64_t end) {  // rows i of H, each summed over the samples in order
         for (int64_t i = begin; i < end; ++i)
             for (int64_t t = 0; t < n; ++t) {
@@ -79,56 +81,51 @@ std::vector<double> gptq_hessian(std::span<const float> x, int64_t n, int64_t co
     return h;
 }
 
-core::Result<Int4Matrix> gptq_quantize_int4(std::span<const float> w, int64_t rows, int64_t cols,
-                                            std::span<const double> hessian, const GptqOptions& o,
-                                            core::ThreadPool* pool) {
-    const int64_t g = o.group_size;
-    if (g != 32 && g != 64 && g != 128)
-        return core::error(core::StatusCode::kInvalidArgument) << "gptq: group size " << g << " (32, 64 or 128)";
-    KILN_RETURN_IF_ERROR(check_matrix(w, rows, cols, "gptq", /*require_finite=*/true));
-    if (int64_t(hessian.size()) != cols * cols)
+core::Result<GptqFactor> gptq_factor(std::span<const double> hessian, int64_t cols, double damp) {
+    if (cols <= 0 || int64_t(hessian.size()) != cols * cols)
         return core::error(core::StatusCode::kInvalidArgument)
                << "gptq: Hessian of " << hessian.size() << " values for " << cols << " columns";
-    // Dead columns (no calibration signal) are zeroed and get H_ii = 1; then the damping.
+    // Dead columns (no calibration signal) get H_ii = 1 (their weights are zeroed); then the damping.
+    GptqFactor f;
+    f.cols = cols;
+    f.dead.assign(size_t(cols), 0);
     std::vector<double> h(hessian.begin(), hessian.end());
-    std::vector<uint8_t> dead = std::vector<uint8_t>(size_t(cols), 0);
     double mean_diag = 0.0;
     for (int64_t i = 0; i < cols; ++i) {
         double& d = h[size_t(i * cols + i)];
         if (!(d > 0.0)) {
-            dead[size_t(i)] = 1;
+            f.dead[size_t(i)] = 1;
             for (int64_t j = 0; j < cols; ++j) h[size_t(i * cols + j)] = h[size_t(j * cols + i)] = 0.0;
             d = 1.0;
         }
         mean_diag += d;
     }
     mean_diag /= double(cols);
-    std::vector<double> u;
-    bool factored = false;
-    for (int attempt = 0; attempt < 4 && !factored; ++attempt) {
+    for (int attempt = 0; attempt < 4; ++attempt) {
         std::vector<double> l = h;
-        const double damp = o.damp * std::pow(10.0, attempt) * mean_diag;
-        for (int64_t i = 0; i < cols; ++i) l[size_t(i * cols + i)] += damp;
-        factored = cholesky_lower(l, cols) && inverse_upper_factor(l, cols, u);
+        for (int64_t i = 0; i < cols; ++i) l[size_t(i * cols + i)] += damp * std::pow(10.0, attempt) * mean_diag;
+        if (cholesky_lower(l, cols) && inverse_upper_factor(l, cols, f.u)) return f;
     }
-    if (!factored)
-        return core::error(core::StatusCode::kInternal) << "gptq: the Hessian stays indefinite after damping";
+    return core::error(core::StatusCode::kInternal) << "gptq: the Hessian stays indefinite after damping";
+}
 
-    Int4Matrix m;
-    m.mode = o.mode;
-    m.rows = rows;
-    m.cols = cols;
-    m.group_size = g;
-    m.row_bytes = ceil_div(cols, 2);
-    m.data.assign(size_t(rows * m.row_bytes), 0);
+core::Result<Int4Matrix> gptq_quantize_int4(std::span<const float> w, int64_t rows, int64_t cols, const GptqFactor& f,
+                                            const GptqOptions& o, core::ThreadPool* pool) {
+    const int64_t g = o.group_size;
+    if (g != 32 && g != 64 && g != 128)
+        return core::error(core::StatusCode::kInvalidArgument) << "gptq: group size " << g << " (32, 64 or 128)";
+    KILN_RETURN_IF_ERROR(check_matrix(w, rows, cols, "gptq", /*require_finite=*/true));
+    if (f.cols != cols || int64_t(f.u.size()) != cols * cols || int64_t(f.dead.size()) != cols)
+        return core::error(core::StatusCode::kInvalidArgument)
+               << "gptq: a factor for " << f.cols << " columns, weights of " << cols;
+    Int4Matrix m = empty_int4(rows, cols, g, o.mode);
     const int64_t num_groups = m.groups_per_row();
-    m.scales.resize(size_t(rows * num_groups));
-    if (o.mode == Int4Mode::kAsymmetric) m.zeros.resize(size_t(rows * num_groups));
     auto run = [&](int64_t begin, int64_t end) {
         std::vector<double> row = std::vector<double>(size_t(cols));
         std::vector<float> group = std::vector<float>(size_t(g));
         for (int64_t r = begin; r < end; ++r) {
-            for (int64_t c = 0; c < cols; ++c) row[size_t(c)] = dead[size_t(c)] ? 0.0 : double(w[size_t(r * cols + c)]);
+            for (int64_t c = 0; c < cols; ++c)
+                row[size_t(c)] = f.dead[size_t(c)] ? 0.0 : double(w[size_t(r * cols + c)]);
             const std::span<uint8_t> out(m.data.data() + r * m.row_bytes, size_t(m.row_bytes));
             Int4Group p;
             for (int64_t i = 0; i < cols; ++i) {
@@ -141,8 +138,8 @@ core::Result<Int4Matrix> gptq_quantize_int4(std::span<const float> w, int64_t ro
                 }
                 const uint8_t code = int4_code(float(row[size_t(i)]), p, o.mode);
                 set_nibble(out, i, code);
-                const double err = (row[size_t(i)] - double(int4_value(code, p, o.mode))) / u[size_t(i * cols + i)];
-                const double* ui = u.data() + i * cols;
+                const double err = (row[size_t(i)] - double(int4_value(code, p, o.mode))) / f.u[size_t(i * cols + i)];
+                const double* ui = f.u.data() + i * cols;
                 for (int64_t j = i + 1; j < cols; ++j) row[size_t(j)] -= err * ui[j];
             }
         }

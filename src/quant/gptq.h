@@ -9,9 +9,12 @@
 // Steps (gptq.py, without act-order, static_groups off): dead columns (H_ii = 0) get H_ii = 1 and
 // W[:, i] = 0; H += damp * mean(diag H) * I; U = the upper Cholesky factor of H^-1 (H^-1 = U^T U);
 // for each column i in order: at a group's first column its parameters come from the group's
-// current (already updated) weights; q = quantize(w_i); err = (w_i - q) / U_ii; w_j -= err * U_ij for
-// j > i. Rows are independent (one row per task, deterministic for any thread count). H and U in
-// double. With H = I (U = I) it is exactly round-to-nearest.
+// current (already updated) weights (gptq.py, which updates lazily in blocks of 128 columns, reads
+// them from the block's start for g < 128: a group inside a block does not see that block's earlier
+// updates there); q = quantize(w_i); err = (w_i - q) / U_ii; w_j -= err * U_ij for j > i. Rows are
+// independent (deterministic for any thread count). H and U in double, damp = 0.01 (times
+// mean(diag H); tenfold, up to three times, when H is not numerically positive definite). With
+// H = I (U = I / sqrt(1.01)) it is exactly round-to-nearest.
 #pragma once
 
 #include <cstdint>
@@ -27,17 +30,26 @@ namespace kiln::quant {
 struct GptqOptions {
     int64_t group_size = 128;  // 32, 64 or 128
     Int4Mode mode = Int4Mode::kSymmetric;
-    double damp = 0.01;  // times the mean of diag(H), added to the diagonal (raised tenfold, up to 3 times,
-                         // when H is not numerically positive definite)
 };
 
-// H [cols, cols] = sum over the n rows of x [n, cols] of x^T x, divided by n.
+// H [cols, cols] = sum over the n rows of x [n, cols] of x^T x, divided by n (x holds n * cols values).
 std::vector<double> gptq_hessian(std::span<const float> x, int64_t n, int64_t cols, core::ThreadPool* pool);
 
-// W [rows, cols] quantized with GPTQ under H [cols, cols]. kInvalidArgument for bad sizes, a bad
-// group size or non-finite weights; kInternal when H stays indefinite after the damping retries.
+// What GPTQ needs of a Hessian, computed once for every weight that reads the same input: the dead
+// columns and U [cols, cols], the upper Cholesky factor of the damped H^-1.
+struct GptqFactor {
+    int64_t cols = 0;
+    std::vector<uint8_t> dead;  // [cols]: no calibration signal (H_ii = 0): weights zeroed
+    std::vector<double> u;      // [cols, cols], upper triangular
+};
+// kInvalidArgument for a Hessian of the wrong size; kInternal when it stays indefinite after the
+// damping retries.
+core::Result<GptqFactor> gptq_factor(std::span<const double> hessian, int64_t cols, double damp = 0.01);
+
+// W [rows, cols] quantized with GPTQ under a factor of its input's Hessian. kInvalidArgument for bad
+// sizes, a bad group size or non-finite weights.
 core::Result<Int4Matrix> gptq_quantize_int4(std::span<const float> w, int64_t rows, int64_t cols,
-                                            std::span<const double> hessian, const GptqOptions& options,
+                                            const GptqFactor& factor, const GptqOptions& options,
                                             core::ThreadPool* pool);
 
 }  // namespace kiln::quant

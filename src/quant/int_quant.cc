@@ -17,6 +17,19 @@ float round_clamp(float v, float lo, float hi) {
 
 }  // namespace
 
+Int4Matrix empty_int4(int64_t rows, int64_t cols, int64_t group_size, Int4Mode mode) {
+    Int4Matrix m;
+    m.mode = mode;
+    m.rows = rows;
+    m.cols = cols;
+    m.group_size = group_size;
+    m.row_bytes = ceil_div(cols, 2);
+    m.data.assign(size_t(rows * m.row_bytes), 0);
+    m.scales.resize(size_t(rows * m.groups_per_row()));
+    if (mode == Int4Mode::kAsymmetric) m.zeros.resize(size_t(rows * m.groups_per_row()));
+    return m;
+}
+
 Int4Group int4_group_params(std::span<const float> g, Int4Mode mode) {
     if (mode == Int4Mode::kSymmetric) {
         float amax = 0;
@@ -86,16 +99,8 @@ core::Result<Int4Matrix> quantize_int4(std::span<const float> x, int64_t rows, i
                << "quantize_int4: group size " << group_size << " (expected 32, 64 or 128)";
     }
     KILN_RETURN_IF_ERROR(check_matrix(x, rows, cols, "quantize_int4", /*require_finite=*/true));
-    Int4Matrix m;
-    m.mode = mode;
-    m.rows = rows;
-    m.cols = cols;
-    m.group_size = group_size;
-    m.row_bytes = ceil_div(cols, 2);
-    m.data.assign(size_t(rows * m.row_bytes), 0);
+    Int4Matrix m = empty_int4(rows, cols, group_size, mode);
     const int64_t num_groups = m.groups_per_row();
-    m.scales.resize(size_t(rows * num_groups));
-    if (mode == Int4Mode::kAsymmetric) m.zeros.resize(size_t(rows * num_groups));
 
     for (int64_t r = 0; r < rows; ++r) {
         const std::span<uint8_t> out(m.data.data() + r * m.row_bytes, size_t(m.row_bytes));

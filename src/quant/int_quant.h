@@ -65,6 +65,8 @@ struct Int4Group {
     float scale = 1.0f;
     uint8_t zero = 0;
 };
+// A zero-filled matrix of that shape (data, scales, and zeros when kAsymmetric, sized).
+Int4Matrix empty_int4(int64_t rows, int64_t cols, int64_t group_size, Int4Mode mode);
 Int4Group int4_group_params(std::span<const float> group, Int4Mode mode);
 uint8_t int4_code(float v, const Int4Group& p, Int4Mode mode);
 float int4_value(uint8_t code, const Int4Group& p, Int4Mode mode);

@@ -1,6 +1,6 @@
 // quant/gptq.h: with H = I it is exactly round-to-nearest (quantize_int4); on correlated
-// calibration inputs its output error is well below round-to-nearest's; the result does not depend on
-// the thread count; dead columns come out as zeros; bad arguments are errors.
+// calibration inputs its output error is well below round-to-nearest's; the Hessian and the codes do
+// not depend on the thread count; dead columns come out as zeros; bad arguments are errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -47,17 +47,23 @@ double output_error(const std::vector<float>& x, int64_t n, const std::vector<fl
     return e;
 }
 
+core::Result<Int4Matrix> gptq(const std::vector<float>& w, int64_t rows, int64_t cols, const std::vector<double>& h,
+                              const GptqOptions& o, core::ThreadPool* pool) {
+    KILN_ASSIGN_OR_RETURN(GptqFactor f, gptq_factor(h, cols));
+    return gptq_quantize_int4(w, rows, cols, f, o, pool);
+}
+
 TEST(Gptq, IdentityHessianIsRoundToNearest) {
     for (Int4Mode mode : {Int4Mode::kSymmetric, Int4Mode::kAsymmetric})
         for (int64_t g : {32, 64, 128}) {
-            const int64_t rows = 7, cols = 100;  // a short last group
+            const int64_t rows = 7, cols = 99;  // a short last group, an odd row of nibbles
             const std::vector<float> w = normal(size_t(rows * cols), uint64_t(g));
             std::vector<double> h(size_t(cols * cols), 0.0);
             for (int64_t i = 0; i < cols; ++i) h[size_t(i * cols + i)] = 1.0;
             GptqOptions o;
             o.group_size = g;
             o.mode = mode;
-            auto got = gptq_quantize_int4(w, rows, cols, h, o, nullptr);
+            auto got = gptq(w, rows, cols, h, o, nullptr);
             ASSERT_TRUE(got.is_ok()) << got.status().to_string();
             auto want = quantize_int4(w, rows, cols, g, mode);
             ASSERT_TRUE(want.is_ok());
@@ -76,17 +82,18 @@ TEST(Gptq, BeatsRoundToNearestOnCorrelatedInputs) {
         GptqOptions o;
         o.group_size = 32;
         o.mode = mode;
-        auto g1 = gptq_quantize_int4(w, rows, cols, h, o, &pool);
+        auto g1 = gptq(w, rows, cols, h, o, &pool);
         ASSERT_TRUE(g1.is_ok()) << g1.status().to_string();
         auto rtn = quantize_int4(w, rows, cols, 32, mode);
         ASSERT_TRUE(rtn.is_ok());
         const double e_gptq = output_error(x, n, w, dequantize(*g1), rows, cols);
         const double e_rtn = output_error(x, n, w, dequantize(*rtn), rows, cols);
         EXPECT_LT(e_gptq, 0.8 * e_rtn) << "GPTQ " << e_gptq << " vs RTN " << e_rtn;
-        auto inline_run = gptq_quantize_int4(w, rows, cols, h, o, nullptr);  // any thread count: the same
+        auto inline_run = gptq(w, rows, cols, gptq_hessian(x, n, cols, nullptr), o, nullptr);  // any thread count
         ASSERT_TRUE(inline_run.is_ok());
         EXPECT_EQ(inline_run->data, g1->data);
         EXPECT_EQ(inline_run->scales, g1->scales);
+        EXPECT_EQ(inline_run->zeros, g1->zeros);
     }
     // the Hessian: symmetric, X^T X / n
     EXPECT_NEAR(h[size_t(3 * cols + 5)], h[size_t(5 * cols + 3)], 1e-12);
@@ -104,7 +111,7 @@ TEST(Gptq, DeadColumnsAreZero) {
     GptqOptions o;
     o.group_size = 32;
     o.mode = Int4Mode::kAsymmetric;
-    auto q = gptq_quantize_int4(w, rows, cols, h, o, nullptr);
+    auto q = gptq(w, rows, cols, h, o, nullptr);
     ASSERT_TRUE(q.is_ok()) << q.status().to_string();
     const std::vector<float> d = dequantize(*q);
     for (int64_t r = 0; r < rows; ++r) EXPECT_EQ(d[size_t(r * cols + 10)], 0.0f) << r;
@@ -113,16 +120,21 @@ TEST(Gptq, DeadColumnsAreZero) {
 TEST(Gptq, BadArguments) {
     const std::vector<float> w(64, 0.5f);
     const std::vector<double> h(64 * 64, 0.0), small(10, 1.0);
+    EXPECT_EQ(gptq_factor(small, 64).status().code(), core::StatusCode::kInvalidArgument);
+    auto f = gptq_factor(h, 64);  // every column dead: a valid factor, zeros out
+    ASSERT_TRUE(f.is_ok()) << f.status().to_string();
     GptqOptions o;
-    o.group_size = 32;
-    EXPECT_EQ(gptq_quantize_int4(w, 1, 64, small, o, nullptr).status().code(), core::StatusCode::kInvalidArgument);
     o.group_size = 48;
-    EXPECT_EQ(gptq_quantize_int4(w, 1, 64, h, o, nullptr).status().code(), core::StatusCode::kInvalidArgument);
+    EXPECT_EQ(gptq_quantize_int4(w, 1, 64, *f, o, nullptr).status().code(), core::StatusCode::kInvalidArgument);
     o.group_size = 32;
     std::vector<float> nan = w;
     nan[3] = std::nanf("");
-    EXPECT_EQ(gptq_quantize_int4(nan, 1, 64, h, o, nullptr).status().code(), core::StatusCode::kInvalidArgument);
-    EXPECT_TRUE(gptq_quantize_int4(w, 1, 64, h, o, nullptr).is_ok());  // all columns dead: zeros, no error
+    EXPECT_EQ(gptq_quantize_int4(nan, 1, 64, *f, o, nullptr).status().code(), core::StatusCode::kInvalidArgument);
+    EXPECT_EQ(gptq_quantize_int4(std::vector<float>(62, 0.5f), 1, 62, *f, o, nullptr).status().code(),
+              core::StatusCode::kInvalidArgument);  // the factor is for 64 columns
+    auto zeros = gptq_quantize_int4(w, 1, 64, *f, o, nullptr);
+    ASSERT_TRUE(zeros.is_ok());
+    for (float v : dequantize(*zeros)) EXPECT_EQ(v, 0.0f);
 }
 
 }  // namespace
