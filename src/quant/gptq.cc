@@ -32,21 +32,24 @@ bool cholesky_lower(std::vector<double>& a, int64_t n) {
 // The upper factor U of H^-1 = U^T U, from H's lower Cholesky factor L (H = L L^T):
 // H^-1 = L^-T L^-1, then U = chol(H^-1)^T. Returns false when H^-1 is not positive definite.
 bool inverse_upper_factor(const std::vector<double>& l, int64_t n, std::vector<double>& u) {
-    std::vector<double> inv = std::vector<double>(size_t(n * n), 0.0);  // L^-1, lower triangular, row by row
+    // t = (L^-1)^T, upper triangular: t[j][k] = (L^-1)[k][j], so every sum below runs along a row.
+    std::vector<double> t = std::vector<double>(size_t(n * n), 0.0);
     for (int64_t i = 0; i < n; ++i) {
-        inv[size_t(i * n + i)] = 1.0 / l[size_t(i * n + i)];
-        for (int64_t j = 0; j < i; ++j) {
+        const double* li = l.data() + i * n;
+        t[size_t(i * n + i)] = 1.0 / li[i];
+        for (int64_t j = 0; j < i; ++j) {  // (L^-1)[i][j] = -sum_{k=j}^{i-1} L[i][k] (L^-1)[k][j] / L[i][i]
+            const double* tj = t.data() + j * n;
             double v = 0.0;
-            for (int64_t k = j; k < i; ++k) v += l[size_t(i * n + k)] * inv[size_t(k * n + j)];
-            inv[size_t(i * n + j)] = -v / l[size_t(i * n + i)];
+            for (int64_t k = j; k < i; ++k) v += li[k] * tj[k];
+            t[size_t(j * n + i)] = -v / li[i];
         }
     }
-    std::vector<double> hinv =
-        std::vector<double>(size_t(n * n));  // (L^-1)^T L^-1: entry (i, j) = sum_k inv[k][i] inv[k][j]
+    std::vector<double> hinv = std::vector<double>(size_t(n * n));  // (L^-1)^T L^-1
     for (int64_t i = 0; i < n; ++i)
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = 0; j <= i; ++j) {  // sum_{k>=i} (L^-1)[k][i] (L^-1)[k][j]
+            const double *ti = t.data() + i * n, *tj = t.data() + j * n;
             double v = 0.0;
-            for (int64_t k = i; k < n; ++k) v += inv[size_t(k * n + i)] * inv[size_t(k * n + j)];
+            for (int64_t k = i; k < n; ++k) v += ti[k] * tj[k];
             hinv[size_t(i * n + j)] = hinv[size_t(j * n + i)] = v;
         }
     if (!cholesky_lower(hinv, n)) return false;
