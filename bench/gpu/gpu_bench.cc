@@ -16,6 +16,7 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gemm_quant.h"
 #include "kernels/cuda/gemv_quant.h"
+#include "kernels/cuda/prefill_attention.h"
 #include "kernels/cuda/sample.h"
 #include "kernels/cuda/timing.h"
 
@@ -136,6 +137,26 @@ Status bench_sample() {
     return Status::ok();
 }
 
+// A split-KV batch over an f16 pool of llama-3-8b heads (32 query heads over 8 KV heads of 128).
+kc::DecodeAttentionBatch f16_batch(const kc::DeviceBuffer& k, const kc::DeviceBuffer& v, int64_t block,
+                                   const kc::DeviceBuffer& table, int64_t blocks_per_seq, const kc::DeviceBuffer& lens,
+                                   int64_t num_seqs, int64_t max_kv_len) {
+    kc::DecodeAttentionBatch b;
+    b.k = k.data();
+    b.v = v.data();
+    b.f16 = true;
+    b.block_size = block;
+    b.block_tables = table.as<int32_t>();
+    b.max_blocks_per_seq = blocks_per_seq;
+    b.kv_lens = lens.as<int32_t>();
+    b.num_seqs = num_seqs;
+    b.num_heads = 32;
+    b.num_kv_heads = 8;
+    b.head_dim = 128;
+    b.max_kv_len = max_kv_len;
+    return b;
+}
+
 Status bench_decode_attention() {
     const int64_t heads = 32, kv_heads = 8, dim = 128, kv_len = 4096, block = 16;
     for (int64_t seqs : {1, 64}) {
@@ -148,19 +169,7 @@ Status bench_decode_attention() {
         for (int64_t i = 0; i < num_blocks; ++i) table[size_t(i)] = int32_t(i);
         KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer dt, upload_ints(table));
         KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer dl, upload_ints(lens));
-        kc::DecodeAttentionBatch b;
-        b.k = k.data();
-        b.v = v.data();
-        b.f16 = true;
-        b.block_size = block;
-        b.block_tables = dt.as<int32_t>();
-        b.max_blocks_per_seq = blocks_per_seq;
-        b.kv_lens = dl.as<int32_t>();
-        b.num_seqs = seqs;
-        b.num_heads = heads;
-        b.num_kv_heads = kv_heads;
-        b.head_dim = dim;
-        b.max_kv_len = kv_len;
+        const kc::DecodeAttentionBatch b = f16_batch(k, v, block, dt, blocks_per_seq, dl, seqs, kv_len);
         KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer q, zeros(size_t(seqs * heads * dim) * 4));
         KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer out, zeros(size_t(seqs * heads * dim) * 4));
         KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer ws, zeros(kc::decode_attention_workspace_floats(b) * 4));
@@ -173,10 +182,11 @@ Status bench_decode_attention() {
     return Status::ok();
 }
 
-// Prefill attention as the GPU model runs it for now (model/cuda/llama_cuda.cc): one query per prompt
-// token through decode_attention with table_rows, a causal prompt of T tokens of one sequence at
-// llama-3-8b heads. FLOPs counted as the useful causal work, 4 * heads * dim * T (T + 1) / 2, the
-// count scripts/sdpa_bench.py uses for PyTorch's scaled_dot_product_attention on the same shapes.
+// Prefill attention, a causal prompt of T tokens of one sequence at llama-3-8b heads, both ways the
+// model runs it (model/cuda/llama_cuda.cc): the tensor-core kernel (f16 pools, the default) and the
+// fallback of one split-KV query per prompt token (decode_attention with table_rows). FLOPs counted as the useful
+// causal work, 4 * heads * dim * T (T + 1) / 2, the count scripts/sdpa_bench.py uses for PyTorch's
+// scaled_dot_product_attention on the same shapes.
 Status bench_prefill_attention() {
     const int64_t heads = 32, kv_heads = 8, dim = 128, block = 16;
     for (int64_t T : {512, 2048}) {
@@ -191,28 +201,44 @@ Status bench_prefill_attention() {
         KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer dt, upload_ints(table));
         KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer dl, upload_ints(lens));
         KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer dr, upload_ints(rows));
-        kc::DecodeAttentionBatch b;
-        b.k = k.data();
-        b.v = v.data();
-        b.f16 = true;
-        b.block_size = block;
-        b.block_tables = dt.as<int32_t>();
-        b.max_blocks_per_seq = blocks;
-        b.kv_lens = dl.as<int32_t>();
+        kc::DecodeAttentionBatch b = f16_batch(k, v, block, dt, blocks, dl, T, T);
         b.table_rows = dr.as<int32_t>();
-        b.num_seqs = T;
-        b.num_heads = heads;
-        b.num_kv_heads = kv_heads;
-        b.head_dim = dim;
-        b.max_kv_len = T;
         KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer q, zeros(size_t(T * heads * dim) * 4));
         KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer out, zeros(size_t(T * heads * dim) * 4));
         KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer ws, zeros(kc::decode_attention_workspace_floats(b) * 4));
+        const double flops = 4.0 * double(heads * dim) * double(T) * double(T + 1) / 2.0;
         KILN_ASSIGN_OR_RETURN(const double ms, kc::median_ms([&] {
                                   return kc::decode_attention(q.as<float>(), b, out.as<float>(), ws.as<float>());
                               }));
-        report("prefill_attention_f16/32x8x128/causal/T:" + std::to_string(T), ms, 2.0 * double(pool_bytes),
-               4.0 * double(heads * dim) * double(T) * double(T + 1) / 2.0);
+        report("prefill_attention_splitkv_f16/32x8x128/causal/T:" + std::to_string(T), ms, 2.0 * double(pool_bytes),
+               flops);
+        // The tensor-core kernel the model runs on f16 pools: one sequence in tiles of 64 queries.
+        const int64_t tiles = T / kc::kPrefillTileQueries;
+        std::vector<int32_t> tile_q0 = std::vector<int32_t>(size_t(tiles));
+        for (int64_t i = 0; i < tiles; ++i) tile_q0[size_t(i)] = int32_t(i * kc::kPrefillTileQueries);
+        KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer dq0, upload_ints(tile_q0));
+        KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer dseq, upload_ints(std::vector<int32_t>(size_t(tiles), 0)));
+        KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer dzero, upload_ints({0}));
+        KILN_ASSIGN_OR_RETURN(kc::DeviceBuffer dnq, upload_ints({int32_t(T)}));
+        kc::PrefillAttentionBatch p;
+        p.k = k.data();
+        p.v = v.data();
+        p.block_size = block;
+        p.block_tables = dt.as<int32_t>();
+        p.max_blocks_per_seq = blocks;
+        p.q_starts = dzero.as<int32_t>();
+        p.positions0 = dzero.as<int32_t>();
+        p.num_queries = dnq.as<int32_t>();
+        p.tile_seqs = dseq.as<int32_t>();
+        p.tile_q0 = dq0.as<int32_t>();
+        p.num_tiles = tiles;
+        p.num_heads = heads;
+        p.num_kv_heads = kv_heads;
+        p.head_dim = dim;
+        KILN_ASSIGN_OR_RETURN(const double tc_ms,
+                              kc::median_ms([&] { return kc::prefill_attention(q.as<float>(), p, out.as<float>()); }));
+        report("prefill_attention_tc_f16/32x8x128/causal/T:" + std::to_string(T), tc_ms, 2.0 * double(pool_bytes),
+               flops);
     }
     return Status::ok();
 }
