@@ -18,7 +18,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: kiln quantize IN OUT --format F [--calib FILE] [--calib-tokens N] [--skip NAMES]\n"
     "                     [--zero-point | --no-zero-point] [--awq-loss L] [--smoothquant ALPHA]\n"
-    "                     [--tokenizer FILE] [-t N] [--quiet]\n"
+    "                     [--gptq-one-pass] [--tokenizer FILE] [-t N] [--quiet]\n"
     "\n"
     "Quantizes the q/k/v/o and gate/up/down projections of IN (any model kiln loads; quantized GGUF\n"
     "weights are dequantized first) and writes OUT, a folder in the compressed-tensors layout\n"
@@ -43,6 +43,8 @@ constexpr const char* kUsage =
     "  --awq-loss L      what the AWQ scale search minimizes: attn (default: q/k/v by the attention\n"
     "                    block's output, the other groups by their own outputs), linear (every group by\n"
     "                    its own outputs), attn-mlp (attn, and gate/up by the MLP's output)\n"
+    "  --gptq-one-pass   GPTQ's Hessians from one pass of the unquantized model (faster) instead of\n"
+    "                    layer by layer with the earlier layers already quantized (the default)\n"
     "  --smoothquant A   int8 only (needs --calib): SmoothQuant with migration strength A in [0, 1]\n"
     "                    (0.5 in the paper), folded into the attention and FFN norms\n"
     "  --tokenizer FILE  tokenizer for --calib and for llama2.c inputs (default: the model's own or the\n"
@@ -83,8 +85,9 @@ private:
 }  // namespace
 
 int cmd_quantize(int argc, char** argv) {
-    Args args({"--help", "-h", "--quiet", "--zero-point", "--no-zero-point"},
-              {"--format", "--calib", "--calib-tokens", "--skip", "--tokenizer", "-t", "--threads", "--awq-loss", "--smoothquant"});
+    Args args({"--help", "-h", "--quiet", "--zero-point", "--no-zero-point", "--gptq-one-pass"},
+              {"--format", "--calib", "--calib-tokens", "--skip", "--tokenizer", "-t", "--threads", "--awq-loss",
+               "--smoothquant"});
     if (!args.parse(argc, argv, 2)) {
         std::fprintf(stderr, "kiln quantize: %s\n%s", args.error().c_str(), kUsage);
         return 2;
@@ -181,6 +184,13 @@ int cmd_quantize(int argc, char** argv) {
     for (const std::string& v : args.get_all("--skip")) {  // repeatable: the lists add up
         const std::vector<std::string> names = split_commas(v);
         o.skip.insert(o.skip.end(), names.begin(), names.end());
+    }
+    if (args.has("--gptq-one-pass")) {
+        if (!o.gptq) {
+            std::fprintf(stderr, "kiln quantize: --gptq-one-pass applies to the gptq- formats only\n");
+            return 2;
+        }
+        o.gptq_sequential = false;
     }
     o.tokenizer_path = args.get("--tokenizer").value_or("");
     ProgressBar bar(!args.has("--quiet"));

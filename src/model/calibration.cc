@@ -19,6 +19,9 @@ core::Result<std::vector<LayerActivations>> collect_activations(const Checkpoint
         return core::error(core::StatusCode::kInvalidArgument)
                << "max_samples and chunk_tokens must be > 0, max_seq_tokens >= 0";
     KILN_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, LlamaModel::create(checkpoint, pool));
+    if (options.layer < -1 || options.layer >= model->config().num_layers)
+        return core::error(core::StatusCode::kInvalidArgument)
+               << "calibration layer " << options.layer << " is not a layer of the model";
     const int64_t total = int64_t(tokens.size());
     const int64_t chunk = std::min<int64_t>(options.chunk_tokens, model->config().max_seq_len);
     const int64_t stride = std::max<int64_t>(1, (total + options.max_samples - 1) / options.max_samples);
@@ -34,13 +37,15 @@ core::Result<std::vector<LayerActivations>> collect_activations(const Checkpoint
     int64_t chunk_start = 0;  // global index of the current chunk's first token
     model->set_linear_input_hook(
         [&](int64_t layer, LinearInput which, std::span<const float> x, int64_t rows, int64_t cols) {
+            if (options.layer >= 0 && layer != options.layer) return;
             LayerActivations& a = acts[size_t(layer)];
             const size_t k = size_t(which);
             a.cols[k] = cols;
             std::vector<float>& m = a.abs_max[k];
             if (m.empty()) m.assign(size_t(cols), 0.0f);
             for (int64_t r = 0; r < rows; ++r)
-                for (int64_t j = 0; j < cols; ++j) m[size_t(j)] = std::max(m[size_t(j)], std::fabs(x[size_t(r * cols + j)]));
+                for (int64_t j = 0; j < cols; ++j)
+                    m[size_t(j)] = std::max(m[size_t(j)], std::fabs(x[size_t(r * cols + j)]));
             // Rows whose global index is a multiple of the stride.
             for (int64_t r = (stride - chunk_start % stride) % stride; r < rows; r += stride) {
                 a.x[k].insert(a.x[k].end(), x.begin() + r * cols, x.begin() + (r + 1) * cols);

@@ -23,6 +23,7 @@ struct CalibrationOptions {
     int64_t max_samples = 512;   // token rows kept per projection input
     int64_t chunk_tokens = 512;  // tokens per forward pass (each chunk starts a fresh context)
     int64_t max_seq_tokens = 0;  // q/k/v input rows of whole sequences kept per layer (0 = none)
+    int64_t layer = -1;          // keep only this layer's inputs (the others stay empty); -1 = every layer
 };
 
 // Per layer: for each LinearInput (kQkv, kAttnOut, kGateUp, kDown in that order) a [rows, cols] sample.

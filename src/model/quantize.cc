@@ -8,6 +8,7 @@
 
 #include "model/awq_block.h"
 #include "model/convert.h"
+#include "model/gptq_calibrate.h"
 #include "model/llama.h"
 #include "model/weight_names.h"
 #include "quant/awq.h"
@@ -294,51 +295,6 @@ core::Status run_smoothquant(Checkpoint& ck, const QuantizeOptions& o, core::Thr
     return core::Status::ok();
 }
 
-// GPTQ for the INT4 formats (quant/gptq.h): the factor of the Hessian of every projection input on
-// the calibration text (one per input, shared by q/k/v and by gate/up), taken from the model as it
-// stands (after AWQ's scales and clipping when both run), keyed by HF module name; the writer
-// quantizes each weight under its input's factor, in the HF row order it writes (rows are
-// independent in GPTQ; no columns are reordered). Not sequential: every layer's inputs come from
-// the unquantized model. Memory: one [in, in] double factor per projection input and layer.
-using GptqFactors = std::map<std::string, std::shared_ptr<const quant::GptqFactor>>;
-
-core::Result<GptqFactors> gptq_factors(const Checkpoint& ck, const QuantizeOptions& o, core::ThreadPool* pool) {
-    const ModelConfig& c = ck.config;
-    if (o.calib_tokens.empty()) return core::error(StatusCode::kInvalidArgument) << "GPTQ needs calibration text";
-    auto progress = [&](int64_t d, int64_t t) {
-        if (o.progress) o.progress("calibrate", d, t);
-    };
-    CalibrationOptions co = o.calibration;
-    co.max_samples = o.gptq_samples;
-    co.max_seq_tokens = 0;
-    KILN_ASSIGN_OR_RETURN(std::vector<LayerActivations> acts,
-                          collect_activations(ck, o.calib_tokens, pool, co, progress));
-    const std::pair<LinearInput, std::vector<const char*>> groups[] = {
-        {LinearInput::kQkv, {"attn_q", "attn_k", "attn_v"}},
-        {LinearInput::kAttnOut, {"attn_output"}},
-        {LinearInput::kGateUp, {"ffn_gate", "ffn_up"}},
-        {LinearInput::kDown, {"ffn_down"}}};
-    GptqFactors out;
-    for (int64_t l = 0; l < c.num_layers; ++l) {
-        LayerActivations& a = acts[size_t(l)];
-        for (const auto& [input, members] : groups) {
-            const size_t k = size_t(input);
-            if (a.rows[k] == 0)
-                return core::error(StatusCode::kInvalidArgument) << "GPTQ: no calibration rows for layer " << l;
-            const std::vector<double> h = quant::gptq_hessian(a.x[k], a.rows[k], a.cols[k], pool);  // [in, in]
-            KILN_ASSIGN_OR_RETURN(quant::GptqFactor f, quant::gptq_factor(h, a.cols[k]));
-            auto shared = std::make_shared<const quant::GptqFactor>(std::move(f));
-            for (const char* member : members) {
-                const std::string name = "blk." + std::to_string(l) + "." + member + ".weight";
-                out[projection_module(gguf_to_hf_name(name).value_or(name))] = shared;
-            }
-            a.x[k] = std::vector<float>();  // the samples are done with
-        }
-        if (o.progress) o.progress("gptq", l + 1, c.num_layers);
-    }
-    return out;
-}
-
 // llama.c checkpoints carry no tokenizer: embed tok512.bin / tokenizer.bin (or the given one).
 core::Status embed_llama2c_tokenizer(Checkpoint& ck, const std::string& explicit_path) {
     std::string path = explicit_path;
@@ -375,13 +331,21 @@ core::Result<QuantizeReport> quantize_checkpoint(const Checkpoint& source, const
     QuantizeReport report;
     if (o.awq) KILN_RETURN_IF_ERROR(run_awq(ck, o, pool, &report));
     if (o.smoothquant_alpha >= 0) KILN_RETURN_IF_ERROR(run_smoothquant(ck, o, pool));
-    GptqFactors factors;
-    if (o.gptq) {
-        KILN_ASSIGN_OR_RETURN(factors, gptq_factors(ck, o, pool));
-    }
     quant::GptqOptions go;
     go.group_size = o.scheme.group_size;
     go.mode = o.scheme.zero_point ? quant::Int4Mode::kAsymmetric : quant::Int4Mode::kSymmetric;
+    std::map<std::string, std::shared_ptr<const quant::GptqFactor>> factors;  // by HF module
+    if (o.gptq) {
+        GptqCalibrateOptions gc;
+        gc.gptq = go;
+        gc.calibration = o.calibration;
+        gc.calibration.max_samples = o.gptq_samples;
+        gc.sequential = o.gptq_sequential;
+        gc.skipped = [&](const std::string& name) { return member_skipped(name, o); };
+        gc.progress = o.progress;
+        KILN_ASSIGN_OR_RETURN(GptqFactors by_name, gptq_calibrate(ck, o.calib_tokens, gc, pool));
+        for (auto& [name, f] : by_name) factors[projection_module(gguf_to_hf_name(name).value_or(name))] = f;
+    }
 
     std::vector<std::string> ignore = {"lm_head"};
     int64_t total = 0;

@@ -41,6 +41,7 @@ struct QuantizeOptions {
     double smoothquant_alpha = -1;      // kInt8 only, needs calib_tokens: SmoothQuant with this alpha (< 0: off)
     bool gptq = false;                  // kW4 only; needs calib_tokens: GPTQ codes (quant/gptq.h), after AWQ if both
     int64_t gptq_samples = 4096;        // calibration rows per projection input for GPTQ's Hessians
+    bool gptq_sequential = true;        // layer l's Hessians with layers < l already GPTQ-quantized
     std::vector<int32_t> calib_tokens;  // calibration text, tokenized
     CalibrationOptions calibration;
     std::vector<std::string> skip;  // HF module names kept in f32 (e.g. model.layers.0.mlp.down_proj)

@@ -1,0 +1,43 @@
+// GPTQ's calibration for `kiln quantize` (quant/gptq.h): the factor of the Hessian H = X^T X / n of
+// every projection input of every layer on calibration text (one per input: q/k/v share one, gate/up
+// another), for the writer to quantize each weight under its input's factor.
+//
+// Sequential (gptq.py's default, and the default here): layer l's inputs come from the model with
+// layers 0 .. l-1 already replaced by their GPTQ weights (quantized under their own factors and
+// dequantized back to f32), so each layer's rounding compensates for what the earlier layers' rounding
+// did to its inputs; one calibration pass per layer (collect_activations with `layer` = l). Otherwise
+// one pass of the unquantized model gives every layer's inputs. Weights for which `skipped` is true
+// stay f32 in the passes (they are not quantized in the output either).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "model/calibration.h"
+#include "model/checkpoint.h"
+#include "quant/gptq.h"
+
+namespace kiln::model {
+
+// Keyed by kiln weight name ("blk.3.attn_q.weight"); weights of one input share the factor.
+using GptqFactors = std::map<std::string, std::shared_ptr<const quant::GptqFactor>>;
+
+struct GptqCalibrateOptions {
+    quant::GptqOptions gptq;         // group size and mode the passes quantize with
+    CalibrationOptions calibration;  // max_samples: the Hessians' rows per input
+    bool sequential = true;
+    std::function<bool(const std::string& kiln_name)> skipped;  // null: none
+    std::function<void(const char* stage, int64_t done, int64_t total)> progress;
+};
+
+// `checkpoint` holds f32 weights (to_f32_checkpoint); tokens are the calibration text's ids.
+// kInvalidArgument when a layer's input got no calibration rows or the options are bad.
+core::Result<GptqFactors> gptq_calibrate(const Checkpoint& checkpoint, const std::vector<int32_t>& tokens,
+                                         const GptqCalibrateOptions& options, core::ThreadPool* pool);
+
+}  // namespace kiln::model
