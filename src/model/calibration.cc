@@ -35,6 +35,8 @@ core::Result<std::vector<LayerActivations>> collect_activations(const Checkpoint
     int64_t next_seq = 0;     // the next of the num_seqs sequences to keep
     int64_t keep_rows = 0;    // rows of the current chunk kept as a sequence (0: none)
     int64_t chunk_start = 0;  // global index of the current chunk's first token
+    // The inputs are all it keeps: no output layer, and no layer after the one kept.
+    model->set_last_layer(options.layer >= 0 ? options.layer : model->config().num_layers - 1);
     model->set_linear_input_hook(
         [&](int64_t layer, LinearInput which, std::span<const float> x, int64_t rows, int64_t cols) {
             if (options.layer >= 0 && layer != options.layer) return;

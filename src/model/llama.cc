@@ -393,7 +393,12 @@ Status LlamaModel::forward_batch(std::span<const int32_t> tokens, std::span<cons
     pool_->parallel_for(T, [&](int64_t b, int64_t e) {
         for (int64_t t = b; t < e; ++t) kernels::ref::weight_row(embed_, tokens[size_t(t)], x + t * H);
     });
-    for (int64_t l = 0; l < c.num_layers; ++l) KILN_RETURN_IF_ERROR(layer_forward(l, T, kv));
+    const int64_t num_layers = last_layer_ >= 0 ? std::min(last_layer_ + 1, c.num_layers) : c.num_layers;
+    for (int64_t l = 0; l < num_layers; ++l) KILN_RETURN_IF_ERROR(layer_forward(l, T, kv));
+    if (last_layer_ >= 0) {  // calibration: the layers' inputs were all it wanted
+        logits.clear();
+        return Status::ok();
+    }
     for (int64_t i = 0; i < T * H; ++i) x[i] += w.o[size_t(i)];  // the last layer's FFN output
 
     // The rows that want logits, gathered [num_logits, H], normed, projected.

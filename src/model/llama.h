@@ -118,6 +118,9 @@ public:
     // Called (on the calling thread) with the input of every projection group during forward passes;
     // an empty function turns it off.
     void set_linear_input_hook(LinearInputHook hook) { hook_ = std::move(hook); }
+    // Calibration only: forward passes stop after layer `last` (0-based) and return no logits (the
+    // K/V of later layers stay unwritten); -1 (the default) runs the whole model.
+    void set_last_layer(int64_t last) { last_layer_ = last; }
 
 private:
     struct Layer {
@@ -155,6 +158,7 @@ private:
     std::vector<double> inv_freq_;  // [head_dim / 2]
     kernels::cpu::Isa isa_ = kernels::cpu::Isa::kRef;  // attention's kernel: LinearOptions::isa
     LinearInputHook hook_;
+    int64_t last_layer_ = -1;
 };
 
 // Where a model's weights live while it runs.

@@ -2,7 +2,8 @@
 // with q/k RMSNorm and an output bias, Mistral-like with a sliding window, a Llama with q8_0/q4_0
 // weights and a q8_0 embedding): a batched prefill must give the same logits (1e-4) as feeding the
 // same tokens one at a time, and as a prefill split in two, which catches KV-cache, position and
-// masking bugs. Also: errors for unsupported architectures, bad ids and a full cache.
+// masking bugs. Also: set_last_layer stops a pass after a layer (calibration); errors for
+// unsupported architectures, bad ids and a full cache.
 #include "model/llama.h"
 
 #include <gtest/gtest.h>
@@ -99,6 +100,39 @@ TEST(LlamaModel, QuantizedLlama3PrefillMatchesDecode) {
     RandomCheckpoint b;
     b.build(c, DType::kQ4_0, DType::kQ8_0);
     expect_prefill_matches_decode(b.ck, 3);
+}
+
+// set_last_layer (calibration): the pass stops after that layer, returns no logits, and the layers
+// it ran saw the same inputs as in a whole pass; -1 runs the whole model again, the same logits.
+TEST(LlamaModel, LastLayerStopsThePass) {
+    core::ThreadPool pool(2);
+    ModelConfig c = tiny_config("llama");
+    ASSERT_GE(c.num_layers, 2);
+    RandomCheckpoint b;
+    b.build(c);
+    auto model = LlamaModel::create(b.ck, &pool);
+    ASSERT_TRUE(model.is_ok()) << model.status().to_string();
+    std::vector<std::vector<float>> seen(size_t(c.num_layers));  // the kDown inputs per layer
+    (*model)->set_linear_input_hook([&](int64_t l, LinearInput which, std::span<const float> x, int64_t, int64_t) {
+        if (which == LinearInput::kDown) seen[size_t(l)].assign(x.begin(), x.end());
+    });
+    KvCache whole(c, 64);
+    auto full = (*model)->forward(prompt(), whole, true);
+    ASSERT_TRUE(full.is_ok());
+    const std::vector<std::vector<float>> full_seen = seen;
+    for (auto& v : seen) v.clear();
+    (*model)->set_last_layer(0);
+    KvCache part(c, 64);
+    auto cut = (*model)->forward(prompt(), part, true);
+    ASSERT_TRUE(cut.is_ok());
+    EXPECT_TRUE(cut->empty());
+    EXPECT_EQ(seen[0], full_seen[0]);
+    for (size_t l = 1; l < seen.size(); ++l) EXPECT_TRUE(seen[l].empty()) << l;
+    (*model)->set_last_layer(-1);
+    KvCache again(c, 64);
+    auto full2 = (*model)->forward(prompt(), again, true);
+    ASSERT_TRUE(full2.is_ok());
+    EXPECT_EQ(*full2, *full);
 }
 
 TEST(LlamaModel, Errors) {
