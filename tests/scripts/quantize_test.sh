@@ -126,6 +126,7 @@ expect_fail 2 "$KILN_BIN" quantize "$M" "$T/x" --format gptq-fp8 --calib "$T/cal
 expect_fail 2 "$KILN_BIN" quantize "$M" "$T/x" --format fp8 --zero-point
 expect_fail 2 "$KILN_BIN" quantize "$M" "$T/x" --format awq-w4-g32 --calib "$T/calib.txt" --awq-loss mse
 expect_fail 2 "$KILN_BIN" quantize "$M" "$T/x" --format int8 --awq-loss linear
+expect_fail 2 "$KILN_BIN" quantize "$M" "$T/x" --format awq-w4-g32 --calib "$T/calib.txt" --gptq-one-pass
 expect_fail 2 "$KILN_BIN" quantize "$M" "$T/x" --format int8 --smoothquant 0.5
 expect_fail 2 "$KILN_BIN" quantize "$M" "$T/x" --format int8 --calib "$T/calib.txt" --smoothquant 1.5
 expect_fail 2 "$KILN_BIN" quantize "$M" "$T/x" --format fp8 --calib "$T/calib.txt" --smoothquant 0.5
