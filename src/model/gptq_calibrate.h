@@ -7,7 +7,14 @@
 // dequantized back to f32), so each layer's rounding compensates for what the earlier layers' rounding
 // did to its inputs; one calibration pass per layer (collect_activations with `layer` = l). Otherwise
 // one pass of the unquantized model gives every layer's inputs. Weights for which `skipped` is true
-// stay f32 in the passes (they are not quantized in the output either).
+// stay f32 in the passes (they are not quantized in the output either). This is gptq.py's
+// sequential mode without --true-sequential (AutoGPTQ's default also re-runs the layer between
+// q/k/v, o, gate/up and down, so that o sees quantized q/k/v, and so on).
+// Cost: one calibration pass per layer, the pass for layer l running layers 0..l (each pass
+// builds the whole model anew, packing included); each weight is GPTQ-quantized here and again by
+// the writer. Memory: besides the factors (one [in, in] double matrix per input and layer, held
+// until the write), sequential mode holds an f32 copy of every quantized projection of the layers
+// done, about one more f32 copy of the model's projections at the end.
 #pragma once
 
 #include <functional>

@@ -118,8 +118,9 @@ public:
     // Called (on the calling thread) with the input of every projection group during forward passes;
     // an empty function turns it off.
     void set_linear_input_hook(LinearInputHook hook) { hook_ = std::move(hook); }
-    // Calibration only: forward passes stop after layer `last` (0-based) and return no logits (the
-    // K/V of later layers stay unwritten); -1 (the default) runs the whole model.
+    // Calibration only: forward passes stop after layer `last` (0-based) and return no logits; the
+    // cache still counts the tokens while the K/V of later layers stay unwritten, so a cache used
+    // that way is good for nothing else. -1 (the default) runs the whole model.
     void set_last_layer(int64_t last) { last_layer_ = last; }
 
 private:

@@ -328,6 +328,20 @@ core::Result<QuantizeReport> quantize_checkpoint(const Checkpoint& source, const
         return core::error(StatusCode::kInvalidArgument) << "SmoothQuant applies to int8 only";
     KILN_ASSIGN_OR_RETURN(Checkpoint ck, to_f32_checkpoint(source));
     if (ck.format == "llama2c") KILN_RETURN_IF_ERROR(embed_llama2c_tokenizer(ck, o.tokenizer_path));
+    // --skip names are checked before any calibration runs.
+    std::vector<std::string> ignore = {"lm_head"};
+    int64_t total = 0;
+    for (const TensorRef& t : ck.tensors) {
+        const std::string module = projection_module(gguf_to_hf_name(t.name).value_or(t.name));
+        if (module.empty()) continue;
+        if (is_skipped(module, o.skip))
+            ignore.push_back(module);
+        else
+            ++total;
+    }
+    for (const std::string& s : o.skip)
+        if (std::none_of(ignore.begin(), ignore.end(), [&](const std::string& m) { return is_skipped(m, {s}); }))
+            return core::error(StatusCode::kInvalidArgument) << "--skip " << s << " names no projection of the model";
     QuantizeReport report;
     if (o.awq) KILN_RETURN_IF_ERROR(run_awq(ck, o, pool, &report));
     if (o.smoothquant_alpha >= 0) KILN_RETURN_IF_ERROR(run_smoothquant(ck, o, pool));
@@ -347,19 +361,6 @@ core::Result<QuantizeReport> quantize_checkpoint(const Checkpoint& source, const
         for (auto& [name, f] : by_name) factors[projection_module(gguf_to_hf_name(name).value_or(name))] = f;
     }
 
-    std::vector<std::string> ignore = {"lm_head"};
-    int64_t total = 0;
-    for (const TensorRef& t : ck.tensors) {
-        const std::string module = projection_module(gguf_to_hf_name(t.name).value_or(t.name));
-        if (module.empty()) continue;
-        if (is_skipped(module, o.skip))
-            ignore.push_back(module);
-        else
-            ++total;
-    }
-    for (const std::string& s : o.skip)
-        if (std::none_of(ignore.begin(), ignore.end(), [&](const std::string& m) { return is_skipped(m, {s}); }))
-            return core::error(StatusCode::kInvalidArgument) << "--skip " << s << " names no projection of the model";
     HfWriteExtras extras;
     extras.quantization_config = quantization_config_json(o.scheme, ignore);
     extras.transform = [&](const formats::SafetensorsTensorIn& t, std::vector<formats::SafetensorsTensorIn>* out,

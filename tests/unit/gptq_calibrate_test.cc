@@ -1,5 +1,5 @@
 // model/gptq_calibrate.h on stories260K: layer 0's factors are the same sequential or not (both from
-// the f32 model's inputs); a later layer's sequential factor equals one recomputed here from the
+// the f32 model's inputs); every later layer's sequential factor equals one recomputed here from the
 // model with the earlier layers replaced by their GPTQ weights (gptq_quantize_int4 under the
 // returned factors, dequantized; a skipped weight left f32), and differs from the one-pass factor,
 // which equals the factor of the unmodified model's inputs; q/k/v share one factor. Calibration
@@ -62,8 +62,9 @@ bool load(Fixture* f) {
 
 // The factor of layer l's input `which`, from `ck` with every weight of layers < l except `skip`
 // replaced by its GPTQ weights under `factors`.
-quant::GptqFactor reference_factor(const Fixture& f, const GptqFactors& factors, int64_t l, LinearInput which,
-                                   const std::set<std::string>& skip, core::ThreadPool* pool) {
+core::Result<quant::GptqFactor> reference_factor(const Fixture& f, const GptqFactors& factors, int64_t l,
+                                                 LinearInput which, const std::set<std::string>& skip,
+                                                 core::ThreadPool* pool) {
     Checkpoint run = f.ck;
     for (TensorRef& t : run.tensors) {
         const auto it = factors.find(t.name);
@@ -72,22 +73,19 @@ quant::GptqFactor reference_factor(const Fixture& f, const GptqFactors& factors,
             layer >= l)
             continue;
         const int64_t cols = it->second->cols, rows = int64_t(t.num_elements()) / cols;
-        auto q = quant::gptq_quantize_int4(
-            std::span<const float>(reinterpret_cast<const float*>(t.data), size_t(rows * cols)), rows, cols,
-            *it->second, f.options.gptq, pool);
-        EXPECT_TRUE(q.is_ok());
-        auto deq = std::make_shared<std::vector<float>>(quant::dequantize(*q));
+        KILN_ASSIGN_OR_RETURN(quant::Int4Matrix q,
+                              quant::gptq_quantize_int4(
+                                  std::span<const float>(reinterpret_cast<const float*>(t.data), size_t(rows * cols)),
+                                  rows, cols, *it->second, f.options.gptq, pool));
+        auto deq = std::make_shared<std::vector<float>>(quant::dequantize(q));
         t.data = reinterpret_cast<const uint8_t*>(deq->data());
         run.owners.push_back(deq);
     }
-    CalibrationOptions co = f.options.calibration;
-    auto acts = collect_activations(run, f.tokens, pool, co);
-    EXPECT_TRUE(acts.is_ok());
-    const LayerActivations& a = (*acts)[size_t(l)];
+    KILN_ASSIGN_OR_RETURN(std::vector<LayerActivations> acts,
+                          collect_activations(run, f.tokens, pool, f.options.calibration));
+    const LayerActivations& a = acts[size_t(l)];
     const size_t k = size_t(which);
-    auto factor = quant::gptq_factor(quant::gptq_hessian(a.x[k], a.rows[k], a.cols[k], pool), a.cols[k]);
-    EXPECT_TRUE(factor.is_ok());
-    return *factor;
+    return quant::gptq_factor(quant::gptq_hessian(a.x[k], a.rows[k], a.cols[k], pool), a.cols[k]);
 }
 
 TEST(GptqCalibrate, SequentialFactorsComeFromTheQuantizedEarlierLayers) {
@@ -110,13 +108,17 @@ TEST(GptqCalibrate, SequentialFactorsComeFromTheQuantizedEarlierLayers) {
     for (const char* m : kMembers) {
         // Layer 0 reads the embeddings in both modes.
         EXPECT_EQ(seq->at(weight(0, m))->u, one->at(weight(0, m))->u) << m;
-        // Layer 2: the sequential factor is the one of the model whose layers 0 and 1 are GPTQ'd,
-        // the one-pass factor that of the f32 model.
-        const quant::GptqFactor ref = reference_factor(f, *seq, 2, input_of(m), {}, &pool);
-        EXPECT_EQ(seq->at(weight(2, m))->u, ref.u) << m;
-        EXPECT_EQ(seq->at(weight(2, m))->dead, ref.dead) << m;
         EXPECT_NE(seq->at(weight(2, m))->u, one->at(weight(2, m))->u) << m;
     }
+    // Every later layer: the sequential factor is the one of the model whose earlier layers are
+    // GPTQ'd (the one-pass factor is that of the f32 model, below).
+    for (int64_t l = 1; l < layers; ++l)
+        for (const char* m : {"attn_q", "attn_output", "ffn_up", "ffn_down"}) {
+            auto ref = reference_factor(f, *seq, l, input_of(m), {}, &pool);
+            ASSERT_TRUE(ref.is_ok()) << ref.status().to_string();
+            EXPECT_EQ(seq->at(weight(l, m))->u, ref->u) << l << " " << m;
+            EXPECT_EQ(seq->at(weight(l, m))->dead, ref->dead) << l << " " << m;
+        }
     // The one-pass factors of a later layer: the f32 model's inputs.
     auto acts = collect_activations(f.ck, f.tokens, &pool, f.options.calibration);
     ASSERT_TRUE(acts.is_ok());
@@ -135,8 +137,11 @@ TEST(GptqCalibrate, SkippedWeightsStayF32InThePasses) {
     f.options.skipped = [&](const std::string& name) { return name == skipped; };
     auto seq = gptq_calibrate(f.ck, f.tokens, f.options, &pool);
     ASSERT_TRUE(seq.is_ok()) << seq.status().to_string();
-    EXPECT_EQ(seq->at(weight(1, "attn_q"))->u, reference_factor(f, *seq, 1, LinearInput::kQkv, {skipped}, &pool).u);
-    EXPECT_NE(seq->at(weight(1, "attn_q"))->u, reference_factor(f, *seq, 1, LinearInput::kQkv, {}, &pool).u);
+    auto with_skip = reference_factor(f, *seq, 1, LinearInput::kQkv, {skipped}, &pool);
+    auto without = reference_factor(f, *seq, 1, LinearInput::kQkv, {}, &pool);
+    ASSERT_TRUE(with_skip.is_ok() && without.is_ok());
+    EXPECT_EQ(seq->at(weight(1, "attn_q"))->u, with_skip->u);
+    EXPECT_NE(seq->at(weight(1, "attn_q"))->u, without->u);
 }
 
 TEST(GptqCalibrate, CalibrationOfOneLayer) {
