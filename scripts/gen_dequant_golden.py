@@ -43,6 +43,20 @@ def quant_record(rng, qtype):
     return raw, dequantize(raw, qtype).reshape(-1), num_blocks * block_size
 
 
+def mxfp4_record(rng):
+    """MXFP4 blocks {u8 e (E8M0); qs[16]}. Exponents stay below 0xFF, which OCP MX defines as NaN (kiln)
+    and ggml decodes as 2^127; the first two blocks take the extremes 0 and 252 (the largest whose codes all stay finite), the rest realistic
+    weight scales. Every E2M1 code appears, 8 (OCP's -0, ggml's 0) included."""
+    num_blocks = 8
+    _, type_size = GGML_QUANT_SIZES[T.MXFP4]
+    raw = rng.integers(0, 256, size=(num_blocks, type_size), dtype=np.uint8)
+    raw[:, 0] = rng.integers(110, 140, size=num_blocks, dtype=np.uint8)
+    raw[0, 0], raw[1, 0] = 0, 252
+    raw[2, 1:] = np.arange(16, dtype=np.uint8) * 0x11  # codes 0..15 in both nibbles
+    raw = raw.reshape(-1)
+    return raw, dequantize(raw, T.MXFP4).reshape(-1), num_blocks * 32
+
+
 def plain_record(rng, qtype):
     n = 96
     specials = {
@@ -70,6 +84,7 @@ def main():
         records.append((qtype, *plain_record(rng, qtype)))
     for qtype in FP16_FIELDS:
         records.append((qtype, *quant_record(rng, qtype)))
+    records.append((T.MXFP4, *mxfp4_record(rng)))  # last: the records above keep their bytes
     blob = bytearray(b"KDQG" + struct.pack("<II", 1, len(records)))
     for qtype, raw, values, n in records:
         values = np.ascontiguousarray(values, dtype="<f4")

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "engine/engine_core.h"
 #include "model/checkpoint.h"
 #include "model/checkpoint_tokenizer.h"
 #include "model/llama.h"
@@ -158,6 +159,41 @@ TEST_P(SmolLM2, Greedy64MatchesFloat64) {
         next = {best};
     }
     EXPECT_EQ(got, want) << "kiln: " << tok_->decode(got) << "\nfloat64: " << tok_->decode(want);
+}
+
+// The same golden through the serving engine's path (EngineCore: scheduler, paged KV cache,
+// forward_batch, sampler) with f32 activations and f32 K/V: 16-token blocks with the whole prompt in one
+// step, and 7-token blocks with prefill chunks of 24 tokens, so blocks and chunks end mid-prompt.
+TEST_P(SmolLM2, Greedy64ThroughTheEngineMatchesFloat64) {
+    std::vector<int32_t> want = parse_id_line(test::read_text(golden("f64_greedy64_" + GetParam() + ".txt")));
+    ASSERT_EQ(want.size(), 64u);
+    const std::vector<int32_t> prompt = tok_->encode(prompt_);
+    for (const auto [block_size, max_batch_tokens] : {std::pair{16, 512}, std::pair{7, 24}}) {
+        engine::EngineConfig c;
+        c.block_size = block_size;
+        c.max_batch_tokens = max_batch_tokens;
+        c.kv_f16 = false;
+        c.num_kv_blocks = 64;
+        auto core = engine::EngineCore::create(model_, tok_, c);
+        ASSERT_TRUE(core.is_ok()) << core.status().to_string();
+        std::vector<int32_t> got;
+        engine::FinishReason reason = engine::FinishReason::kNone;
+        engine::Request r;
+        r.prompt = prompt;
+        r.params.temperature = 0.0f;
+        r.params.max_tokens = 64;
+        r.params.ignore_eos = true;
+        r.on_output = [&](const engine::StepOutput& o) {
+            got.insert(got.end(), o.token_ids.begin(), o.token_ids.end());
+            if (o.finished) reason = o.finish_reason;
+        };
+        ASSERT_TRUE((*core)->add(1, std::move(r)).is_ok());
+        while ((*core)->step()) {
+        }
+        EXPECT_EQ(reason, engine::FinishReason::kLength) << "block size " << block_size;
+        EXPECT_EQ(got, want) << "block size " << block_size << "\nkiln: " << tok_->decode(got)
+                             << "\nfloat64: " << tok_->decode(want);
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Prompts, SmolLM2, ::testing::Values("capital", "chat", "code"),

@@ -43,7 +43,7 @@ std::vector<int32_t> parse_ids(const std::string& text) {
 class Stories260K : public ::testing::TestWithParam<std::string> {
 protected:
     void SetUp() override {
-        if (!test::file_exists(dir() + "/stories260K.bin")) GTEST_SKIP() << "no test data";
+        if (!test::file_exists(dir() + "/stories260K.bin")) KILN_SKIP_MISSING() << "no test data";
         std::string path = dir() + "/stories260K.bin";
         if (GetParam() != "llama2c") {
             std::string out = test::temp_dir("stories260k_golden_" + GetParam());

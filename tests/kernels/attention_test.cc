@@ -175,7 +175,7 @@ std::vector<float> run_split(AttentionFn fn, const Data& d) {
 void check_isa(Isa isa) {
     if (!isa_supported(isa)) GTEST_SKIP() << isa_name(isa) << " not supported by this CPU";
     const AttentionFn fn = find_attention_kernel(isa);
-    if (!fn) GTEST_SKIP() << isa_name(isa) << " not built";
+    if (!fn) GTEST_FAIL() << "this CPU runs " << isa_name(isa) << " but its kernel was not built";
     const int64_t heads[][2] = {{1, 1}, {4, 4}, {8, 2}, {9, 3}, {6, 1}};
     uint32_t seed = 1000;
     for (const auto& hk : heads) {
@@ -382,7 +382,7 @@ void for_each_paged_case(Fn fn) {
 void check_paged_isa(Isa isa) {
     if (!isa_supported(isa)) GTEST_SKIP() << isa_name(isa) << " not supported by this CPU";
     const AttentionFn fn = find_attention_kernel(isa);
-    if (!fn) GTEST_SKIP() << isa_name(isa) << " not built";
+    if (!fn) GTEST_FAIL() << "this CPU runs " << isa_name(isa) << " but its kernel was not built";
     for_each_paged_case([&](const Data& d, const PagedCache& paged, float q_scale, const std::string& case_what) {
         const std::string what = std::string(isa_name(isa)) + " " + case_what;
         const float tol = q_scale > 1.0f ? 1e-4f : 1e-5f;
@@ -455,7 +455,7 @@ namespace {
 void check_f16_cache(Isa isa) {
     if (!isa_supported(isa)) GTEST_SKIP() << isa_name(isa) << " not supported by this CPU";
     const AttentionFn fn = find_attention_kernel(isa);
-    if (!fn) GTEST_SKIP() << isa_name(isa) << " not built";
+    if (!fn) GTEST_FAIL() << "this CPU runs " << isa_name(isa) << " but its kernel was not built";
     for_each_paged_case([&](const Data& d0, const PagedCache& paged0, float, const std::string& case_what) {
         const std::string what = std::string(isa_name(isa)) + " f16 " + case_what;
         auto round_half = [](std::vector<float> v) {

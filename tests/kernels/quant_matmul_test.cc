@@ -21,6 +21,8 @@
 #include <vector>
 
 #include "core/numeric.h"
+#include "kernels/cpu/activation.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quant_blocks.h"
 #include "kernels/ref/dequant.h"
@@ -174,7 +176,7 @@ std::vector<int64_t> ks_for(DType t) {
 
 void check_isa(Isa isa) {
     if (!isa_supported(isa)) GTEST_SKIP() << isa_name(isa) << " not supported by this CPU";
-    if (find_matmul_kernel(DType::kQ8_0, isa) == nullptr) GTEST_SKIP() << "no " << isa_name(isa) << " kernels built";
+    if (find_matmul_kernel(DType::kQ8_0, isa) == nullptr) GTEST_FAIL() << "this CPU runs " << isa_name(isa) << " but its kernels were not built";
     uint32_t seed = 100;
     for (DType t : kTypes) {
         const MatmulKernel* kern = find_matmul_kernel(t, isa);
@@ -219,6 +221,18 @@ void check_isa(Isa isa) {
                                           << ") got " << got[size_t(max_idx)] << " want " << want[size_t(max_idx)];
             }
         }
+    }
+}
+
+// A CPU that runs an ISA gets that ISA's kernels: a build that left them out would otherwise show up
+// only as the per-ISA loops of the kernel tests silently running fewer ISAs.
+TEST(QuantMatmul, EveryIsaThisCpuRunsHasItsKernels) {
+    for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
+        if (!isa_supported(isa)) continue;
+        EXPECT_NE(find_matmul_kernel(DType::kQ8_0, isa), nullptr) << isa_name(isa);
+        EXPECT_NE(find_matmul_kernel(DType::kF32, isa), nullptr) << isa_name(isa);
+        EXPECT_NE(find_attention_kernel(isa), nullptr) << isa_name(isa);
+        EXPECT_NE(find_silu_mul_kernel(isa), nullptr) << isa_name(isa);
     }
 }
 

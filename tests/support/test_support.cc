@@ -95,4 +95,9 @@ std::vector<int32_t> parse_input_ids(const std::string& text) {
 
 std::string kiln_binary() { return std::string(KILN_BINARY_DIR) + "/bin/kiln"; }
 
+bool strict() {
+    const char* env = std::getenv("KILN_TEST_STRICT");
+    return env && std::string(env) == "1";
+}
+
 }  // namespace kiln::test

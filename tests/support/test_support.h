@@ -8,7 +8,7 @@
 
 namespace kiln::test {
 
-// ../shared/testdata (or $KILN_TESTDATA). Tests that need it call GTEST_SKIP only if it is absent.
+// ../shared/testdata (or $KILN_TESTDATA). Tests that need it use KILN_SKIP_MISSING when it is absent.
 std::string testdata_dir();
 std::string testdata(const std::string& rel);  // testdata_dir() + "/" + rel
 bool file_exists(const std::string& path);
@@ -36,4 +36,18 @@ std::vector<int32_t> parse_input_ids(const std::string& text);
 // has not been built.
 std::string kiln_binary();
 
+// KILN_TEST_STRICT=1 (scripts/test sets it): a missing test input is a failure, not a skip.
+bool strict();
+
 }  // namespace kiln::test
+
+// For a test that cannot run because an input is missing (../shared/testdata, the default model, a
+// Python module scripts/setup installs, a binary not built): GTEST_SKIP, or GTEST_FAIL under
+// KILN_TEST_STRICT=1, where a missing input means a broken setup. Streams a reason like GTEST_SKIP:
+//   if (!test::file_exists(path)) KILN_SKIP_MISSING() << "no " << path;
+// Not for skips that depend on the machine (an ISA the CPU lacks, no GPU): those stay GTEST_SKIP.
+#define KILN_SKIP_MISSING()                                                                       \
+    return GTEST_MESSAGE_AT_(__FILE__, __LINE__,                                                  \
+                             ::kiln::test::strict() ? "KILN_TEST_STRICT=1: missing input" : "Skipped", \
+                             ::kiln::test::strict() ? ::testing::TestPartResult::kFatalFailure         \
+                                                    : ::testing::TestPartResult::kSkip)

@@ -426,7 +426,7 @@ TEST(AwqBlock, RejectsBadArguments) {
 // two copies are the same activations.
 TEST(AwqBlock, CalibrationKeepsWholeSequences) {
     const std::string path = test::testdata("models/stories260K/stories260K.bin");
-    if (!test::file_exists(path)) GTEST_SKIP() << "no " << path;
+    if (!test::file_exists(path)) KILN_SKIP_MISSING() << "no " << path;
     auto src = load_checkpoint(path);
     ASSERT_TRUE(src.is_ok()) << src.status().to_string();
     auto ck = to_f32_checkpoint(*src);
@@ -475,7 +475,7 @@ std::span<const float> f32_tensor(const Checkpoint& ck, const std::string& name)
 // The attention block as awq_block computes it (RoPE order and frequencies, GQA, positions from 0 in
 // each kept sequence) reproduces the model's own o_proj input (kAttnOut) for the same tokens.
 void expect_attention_matches_model(const std::string& path) {
-    if (!test::file_exists(path)) GTEST_SKIP() << "no " << path;
+    if (!test::file_exists(path)) KILN_SKIP_MISSING() << "no " << path;
     auto src = load_checkpoint(path);
     ASSERT_TRUE(src.is_ok()) << src.status().to_string();
     auto ck = to_f32_checkpoint(*src);

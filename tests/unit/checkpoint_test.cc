@@ -210,7 +210,7 @@ std::pair<int, std::string> run(const std::string& cmd) {
 // GGUF strings are not validated as UTF-8; inspect used to die in nlohmann's dump() on them.
 TEST(Checkpoint, InspectPrintsStringsThatAreNotUtf8) {
     const std::string kiln = test::kiln_binary();
-    if (!test::file_exists(kiln)) GTEST_SKIP() << kiln << " not built";
+    if (!test::file_exists(kiln)) KILN_SKIP_MISSING() << kiln << " not built";
     const std::string dir = test::temp_dir("inspect_utf8");
     test::write_file(dir + "/loadable.gguf", tiny_gguf(tiny_config("llama"), [](formats::GgufWriter& w) {
                          w.set("general.name", formats::gguf_string("bad \xff name"));

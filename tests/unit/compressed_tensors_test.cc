@@ -1,18 +1,26 @@
-// compressed-tensors round trip (compress_weight -> decompress_weight) for every scheme, against the
-// scheme's own error bound, plus the loader's checks: wrong shapes and dtypes are kCorrupt, configs
+// compressed-tensors round trip (compress_weight -> decompress_weight) for every scheme, bit for bit
+// against the quant:: quantizer's own values (the same weights quantized and dequantized by
+// quant::dequantize, or, for INT4 rows kiln repacks into GGML blocks, those blocks decoded by
+// kernels::ref), plus the loader's checks: wrong shapes and dtypes are kCorrupt, configs
 // kiln cannot run are kUnsupported, never a crash.
 #include "model/compressed_tensors.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <fstream>
 #include <random>
 
 #include "kernels/ref/dequant.h"
 #include "model/checkpoint.h"
+#include "quant/fp4_blocks.h"
+#include "quant/fp8.h"
+#include "quant/ggml_blocks.h"
 #include "quant/int_quant.h"
+#include "quant/mx.h"
+#include "quant/nvfp4.h"
 
 namespace kiln::model {
 namespace {
@@ -46,8 +54,8 @@ std::vector<float> to_f32(const TensorRef& t) {
     return out;
 }
 
-// Relative RMS error bound of each scheme on Gaussian weights (generous: the quantizers' own tests
-// check the exact rounding; this checks the packing, the shapes and the runtime conversion).
+// Relative RMS error bound of each scheme on Gaussian weights: a sanity check of the quantizers
+// themselves (their own tests check the rounding); the round trip is checked bit for bit below.
 double bound(const QuantScheme& s) {
     switch (s.format) {
         case QuantFormat::kInt8:
@@ -59,6 +67,64 @@ double bound(const QuantScheme& s) {
         default:
             return 0.2;
     }
+}
+
+// What the loaded weight must hold: the quant:: quantizer's output for `w` under scheme s, decoded.
+// INT4 and NVFP4 rows of whole 32-blocks run as blocks with fp16 scales (quant/ggml_blocks.h,
+// quant/fp4_blocks.h), so their reference is the quantizer's output repacked by quant::to_q4_0 / to_q4_1
+// / to_nvfp4_blocks and decoded by kernels::ref.
+std::vector<float> reference_values(const QuantScheme& s, const std::vector<float>& w, int64_t rows, int64_t cols) {
+    auto value = [](auto r) {
+        EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+        return quant::dequantize(*r);
+    };
+    switch (s.format) {
+        case QuantFormat::kInt8:
+            return value(quant::quantize_int8_rows(w, rows, cols));
+        case QuantFormat::kW4: {
+            const auto mode = s.zero_point ? quant::Int4Mode::kAsymmetric : quant::Int4Mode::kSymmetric;
+            auto q = quant::quantize_int4(w, rows, cols, s.group_size, mode);
+            EXPECT_TRUE(q.is_ok());
+            if (cols % 32 != 0) return quant::dequantize(*q);
+            auto blocks = s.zero_point ? quant::to_q4_1(*q) : quant::to_q4_0(*q);
+            EXPECT_TRUE(blocks.is_ok());
+            std::vector<float> out(w.size());
+            const auto type = s.zero_point ? core::DType::kQ4_1 : core::DType::kQ4_0;
+            EXPECT_TRUE(kernels::ref::dequantize_row(type, blocks->data(), out.data(), rows * cols).is_ok());
+            return out;
+        }
+        case QuantFormat::kFp8:
+            return value(quant::quantize_fp8(w, rows, cols, quant::Fp8Granularity::kPerChannel));
+        case QuantFormat::kFp8Block:
+            return value(quant::quantize_fp8(w, rows, cols, quant::Fp8Granularity::kBlock128));
+        case QuantFormat::kMxfp8:
+            return value(quant::quantize_mxfp8(w, rows, cols));
+        case QuantFormat::kMxfp4:
+            return value(quant::quantize_mxfp4(w, rows, cols));
+        case QuantFormat::kNvfp4: {
+            auto q = quant::quantize_nvfp4(w, rows, cols);
+            EXPECT_TRUE(q.is_ok());
+            // The file holds the reciprocal of the tensor scale (compressed-tensors' global scale).
+            q->tensor_scale = 1.0f / (1.0f / q->tensor_scale);
+            if (cols % 32 != 0) return quant::dequantize(*q);
+            auto blocks = quant::to_nvfp4_blocks(*q);
+            EXPECT_TRUE(blocks.is_ok());
+            std::vector<float> out(w.size());
+            EXPECT_TRUE(
+                kernels::ref::dequantize_row(core::DType::kNvfp4, blocks->data(), out.data(), rows * cols).is_ok());
+            return out;
+        }
+    }
+    ADD_FAILURE() << "unhandled scheme " << s.name();
+    return {};
+}
+
+// The index and the two values of the first element where a and b differ in their bits; -1 if none.
+int64_t first_bit_difference(const std::vector<float>& a, const std::vector<float>& b) {
+    if (a.size() != b.size()) return 0;
+    for (size_t i = 0; i < a.size(); ++i)
+        if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) return int64_t(i);
+    return -1;
 }
 
 TEST(CompressedTensors, EverySchemeRoundTrips) {
@@ -96,11 +162,12 @@ TEST(CompressedTensors, EverySchemeRoundTrips) {
                 else
                     EXPECT_EQ(t->dtype, core::DType::kF32) << s->name();
                 const std::vector<float> got = to_f32(*t);
-                if (s->format == QuantFormat::kInt8) {  // exactly the quant:: reference values
-                    auto q = quant::quantize_int8_rows(w, rows, cols);
-                    ASSERT_TRUE(q.is_ok());
-                    EXPECT_EQ(got, quant::dequantize(*q)) << "cols " << cols;
-                }
+                const std::vector<float> want = reference_values(*s, w, rows, cols);
+                ASSERT_EQ(got.size(), want.size());
+                const int64_t bad = first_bit_difference(got, want);
+                EXPECT_EQ(bad, -1) << s->name() << " cols " << cols << ": element " << bad << " (row "
+                                   << bad / cols << ", col " << bad % cols << ") loads as " << got[size_t(bad)]
+                                   << ", the quantizer's value is " << want[size_t(bad)];
                 double err = 0, ref = 0;
                 for (size_t i = 0; i < w.size(); ++i) err += (got[i] - w[i]) * (got[i] - w[i]), ref += w[i] * w[i];
                 EXPECT_LT(std::sqrt(err / ref), bound(*s)) << s->name() << " cols " << cols;

@@ -95,7 +95,7 @@ std::vector<uint8_t> hf_permute_reference(const uint8_t* w, uint64_t rows, uint6
 }
 
 TEST(Convert, BinToGgufToSafetensorsToGgufIsBitExact) {
-    if (!test::file_exists(stories())) GTEST_SKIP() << "test data missing";
+    if (!test::file_exists(stories())) KILN_SKIP_MISSING() << "test data missing";
     const std::string dir = test::temp_dir("convert_chain");
     Checkpoint bin = load_ok(stories());
 
@@ -165,7 +165,7 @@ TEST(Convert, BinToGgufToSafetensorsToGgufIsBitExact) {
 }
 
 TEST(Convert, BinToSafetensorsDirectly) {
-    if (!test::file_exists(stories())) GTEST_SKIP() << "test data missing";
+    if (!test::file_exists(stories())) KILN_SKIP_MISSING() << "test data missing";
     const std::string dir = test::temp_dir("convert_bin_st");
     Checkpoint bin = load_ok(stories());
     ASSERT_TRUE(convert_checkpoint(stories(), dir + "/hf", to("safetensors")).is_ok());
@@ -186,7 +186,7 @@ TEST(Convert, BinToSafetensorsDirectly) {
 // --layers N keeps the first N layers' tensors and every other tensor, bit for bit, and says N in the
 // config; N at or above the source's count is an error.
 TEST(Convert, FirstLayersOnly) {
-    if (!test::file_exists(stories())) GTEST_SKIP() << "test data missing";
+    if (!test::file_exists(stories())) KILN_SKIP_MISSING() << "test data missing";
     const std::string dir = test::temp_dir("convert_layers");
     Checkpoint bin = load_ok(stories());
     ConvertOptions o = to("gguf");
@@ -215,9 +215,9 @@ TEST(Convert, FirstLayersOnly) {
 }
 
 TEST(Convert, PythonReferencePermutationAgrees) {
-    if (!test::file_exists(stories())) GTEST_SKIP() << "test data missing";
+    if (!test::file_exists(stories())) KILN_SKIP_MISSING() << "test data missing";
     if (std::system("python3 -c 'import safetensors, numpy' >/dev/null 2>&1") != 0)
-        GTEST_SKIP() << "python3 with safetensors + numpy not installed";
+        KILN_SKIP_MISSING() << "python3 with safetensors + numpy not installed";
     const std::string dir = test::temp_dir("convert_python");
     ASSERT_TRUE(convert_checkpoint(stories(), dir, to("safetensors")).is_ok());
     // transformers' convert_llama_weights_to_hf.py permute, applied to the .bin's wq/wk with numpy.
@@ -271,7 +271,7 @@ TEST(Convert, RopePermutationRoundTripOnOddShapes) {
 }
 
 TEST(Convert, DtypeF16AndBf16RoundLikeCoreNumeric) {
-    if (!test::file_exists(stories())) GTEST_SKIP() << "test data missing";
+    if (!test::file_exists(stories())) KILN_SKIP_MISSING() << "test data missing";
     const std::string dir = test::temp_dir("convert_dtype");
     Checkpoint bin = load_ok(stories());
     ASSERT_TRUE(convert_checkpoint(stories(), dir + "/f16.gguf", to("gguf", DType::kF16)).is_ok());
@@ -311,7 +311,7 @@ TEST(Convert, DtypeF16AndBf16RoundLikeCoreNumeric) {
 }
 
 TEST(Convert, QuantizedTensorsKeptInGgufAndRefusedBySafetensors) {
-    if (!test::file_exists(stories())) GTEST_SKIP() << "test data missing";
+    if (!test::file_exists(stories())) KILN_SKIP_MISSING() << "test data missing";
     const std::string dir = test::temp_dir("convert_quant");
     Checkpoint bin = load_ok(stories());
     formats::GgufWriter w;

@@ -1,7 +1,9 @@
 // Cross-checks kernels::ref::dequantize_row against gguf-py (an independent implementation) on the
 // seeded random blocks in tests/golden/data/dequant_golden.bin (scripts/gen_dequant_golden.py
 // documents the format and regenerates it). Comparison is bit-exact: gguf-py computes in fp32 in
-// ggml's operation order, as the reference does.
+// ggml's operation order, as the reference does. One deliberate difference: MXFP4's E2M1 code 8 is
+// -0 in the OCP MX spec, which kiln follows, and 0 in ggml's int8 table (kvalues_mxfp4), so there
+// -0.0 against +0.0 is accepted (equal as numbers) and counted; every other bit must match.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -50,8 +52,13 @@ TEST(DequantGolden, MatchesGgufPyBitExactly) {
         off += nbytes + size_t(n) * 4;
 
         ASSERT_TRUE(kernels::ref::dequantize_row(*dtype, src, got.data(), n).is_ok());
-        int mismatches = 0;
+        int mismatches = 0, signed_zeros = 0;
         for (uint32_t i = 0; i < n; ++i) {
+            if (*dtype == core::DType::kMxfp4 && core::f32_bits(got[i]) == 0x80000000u &&
+                core::f32_bits(expected[i]) == 0) {
+                ++signed_zeros;
+                continue;
+            }
             if (core::f32_bits(got[i]) != core::f32_bits(expected[i])) {
                 if (++mismatches <= 5) {
                     ADD_FAILURE() << core::dtype_name(*dtype) << " element " << i << ": got " << got[i] << " (0x"
@@ -61,14 +68,18 @@ TEST(DequantGolden, MatchesGgufPyBitExactly) {
             }
         }
         EXPECT_EQ(mismatches, 0) << core::dtype_name(*dtype);
+        if (*dtype == core::DType::kMxfp4) {
+            EXPECT_GT(signed_zeros, 0) << "the MXFP4 record should hold code 8";
+        }
         seen.insert(*dtype);
     }
     EXPECT_EQ(off, blob.size());
-    // Every type gguf-py can decode is covered (q8_1 and q8_k it cannot: dequant_test covers them).
+    // Every type gguf-py decodes that kiln reads is covered (q8_1 and q8_k it cannot: dequant_test covers
+    // them; gguf-py's NVFP4 is ggml's block layout, not kiln's kNvfp4, which no GGUF file carries).
     for (core::DType t :
          {core::DType::kF32, core::DType::kF16, core::DType::kBF16, core::DType::kQ4_0, core::DType::kQ4_1,
           core::DType::kQ5_0, core::DType::kQ5_1, core::DType::kQ8_0, core::DType::kQ2_K, core::DType::kQ3_K,
-          core::DType::kQ4_K, core::DType::kQ5_K, core::DType::kQ6_K}) {
+          core::DType::kQ4_K, core::DType::kQ5_K, core::DType::kQ6_K, core::DType::kMxfp4}) {
         EXPECT_TRUE(seen.count(t)) << core::dtype_name(t) << " missing from " << golden_path();
     }
 }

@@ -49,7 +49,7 @@ Request make(Track& t, int max_tokens, const std::string& prompt) {
 
 TEST(EngineApi, RequestsJoinARunningOneAndAbortWorks) {
     const std::string model = test::testdata("models/stories260K/stories260K.bin");
-    if (!test::file_exists(model)) GTEST_SKIP() << "no test data";
+    if (!test::file_exists(model)) KILN_SKIP_MISSING() << "no test data";
     EngineOptions o;
     o.model = model;
     o.threads = 2;
@@ -101,7 +101,7 @@ namespace {
 // sampled from (Request::return_logits), and describe the model, not the sampling temperature.
 TEST(EngineApi, LogprobsAreTheRawLogSoftmax) {
     const std::string model = test::testdata("models/stories260K/stories260K.bin");
-    if (!test::file_exists(model)) GTEST_SKIP() << "no test data";
+    if (!test::file_exists(model)) KILN_SKIP_MISSING() << "no test data";
     EngineOptions o;
     o.model = model;
     o.threads = 2;

@@ -48,13 +48,13 @@ protected:
         std::string path;
         if (GetParam() == "stories260k") {
             path = test::testdata("models/stories260K/stories260K.bin");
-            if (!test::file_exists(path)) GTEST_SKIP() << "no test data";
+            if (!test::file_exists(path)) KILN_SKIP_MISSING() << "no test data";
         } else {
 #if defined(__SANITIZE_ADDRESS__)
             GTEST_SKIP() << "SmolLM2 runs in the optimized build; the sanitizer pass covers stories260K";
 #endif
             path = test::smollm2_path();
-            if (!test::file_exists(path)) GTEST_SKIP() << "SmolLM2 not installed (scripts/setup)";
+            if (!test::file_exists(path)) KILN_SKIP_MISSING() << "SmolLM2 not installed (scripts/setup)";
         }
         auto ck = model::load_checkpoint(path);
         ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();

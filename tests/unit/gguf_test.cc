@@ -249,7 +249,7 @@ class GgufVocab : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(GgufVocab, OpensAndReserializesExactly) {
     const std::string path = test::testdata(std::string("vocab/ggml-vocab-") + GetParam() + ".gguf");
-    if (!test::file_exists(path)) GTEST_SKIP() << path << " missing";
+    if (!test::file_exists(path)) KILN_SKIP_MISSING() << path << " missing";
     core::Result<GgufFile> r = GgufFile::open(path);
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
     const GgufFile& g = *r;

@@ -90,7 +90,7 @@ core::Result<quant::GptqFactor> reference_factor(const Fixture& f, const GptqFac
 
 TEST(GptqCalibrate, SequentialFactorsComeFromTheQuantizedEarlierLayers) {
     Fixture f;
-    if (!load(&f)) GTEST_SKIP() << "no stories260K";
+    if (!load(&f)) KILN_SKIP_MISSING() << "no stories260K";
     core::ThreadPool pool(2);
     auto seq = gptq_calibrate(f.ck, f.tokens, f.options, &pool);
     ASSERT_TRUE(seq.is_ok()) << seq.status().to_string();
@@ -131,7 +131,7 @@ TEST(GptqCalibrate, SequentialFactorsComeFromTheQuantizedEarlierLayers) {
 
 TEST(GptqCalibrate, SkippedWeightsStayF32InThePasses) {
     Fixture f;
-    if (!load(&f)) GTEST_SKIP() << "no stories260K";
+    if (!load(&f)) KILN_SKIP_MISSING() << "no stories260K";
     core::ThreadPool pool(2);
     const std::string skipped = weight(0, "ffn_down");
     f.options.skipped = [&](const std::string& name) { return name == skipped; };
@@ -146,7 +146,7 @@ TEST(GptqCalibrate, SkippedWeightsStayF32InThePasses) {
 
 TEST(GptqCalibrate, CalibrationOfOneLayer) {
     Fixture f;
-    if (!load(&f)) GTEST_SKIP() << "no stories260K";
+    if (!load(&f)) KILN_SKIP_MISSING() << "no stories260K";
     core::ThreadPool pool(2);
     CalibrationOptions co = f.options.calibration;
     co.max_seq_tokens = 64;

@@ -41,7 +41,7 @@ std::vector<uint8_t> tiny_model(int32_t dim, int32_t hidden, int32_t layers, int
 }
 
 TEST(Llama2c, Stories260KHeaderAndArrays) {
-    if (!test::file_exists(stories_path())) GTEST_SKIP() << "test data missing";
+    if (!test::file_exists(stories_path())) KILN_SKIP_MISSING() << "test data missing";
     auto f = Llama2cFile::open(stories_path());
     ASSERT_TRUE(f.is_ok()) << f.status().to_string();
     const Llama2cHeader& h = f->header();
@@ -63,7 +63,7 @@ TEST(Llama2c, Stories260KHeaderAndArrays) {
 }
 
 TEST(Llama2c, Stories260KAsCheckpoint) {
-    if (!test::file_exists(stories_path())) GTEST_SKIP() << "test data missing";
+    if (!test::file_exists(stories_path())) KILN_SKIP_MISSING() << "test data missing";
     auto ck = model::load_checkpoint(stories_path());
     ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
     EXPECT_EQ(ck->format, "llama2c");
@@ -148,7 +148,7 @@ TEST(Llama2c, ShortHeaderAndVersionedExport) {
 }
 
 TEST(Llama2c, TruncationNamesTheArray) {
-    if (!test::file_exists(stories_path())) GTEST_SKIP() << "test data missing";
+    if (!test::file_exists(stories_path())) KILN_SKIP_MISSING() << "test data missing";
     std::vector<uint8_t> full = test::read_file(stories_path());
     auto expect_cut = [&](size_t len, const std::string& array) {
         auto f = Llama2cFile::parse(full.data(), len, "cut.bin");

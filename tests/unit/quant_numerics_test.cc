@@ -59,7 +59,7 @@ NumericsReport measure(const Fixture& fx, const std::string& name, bool with_act
 
 TEST(QuantNumerics, FiguresPerTensorAndFormatOrdering) {
     const Fixture* fx = stories();
-    if (!fx) GTEST_SKIP() << "stories260K not in testdata";
+    if (!fx) KILN_SKIP_MISSING() << "stories260K not in testdata";
     const char* names[] = {"int8", "fp8", "fp8-block", "mxfp8", "w4-g32", "w4-g128", "mxfp4", "nvfp4"};
     std::map<std::string, double> mean;
     for (const char* n : names) {
@@ -94,8 +94,8 @@ TEST(QuantNumerics, FiguresPerTensorAndFormatOrdering) {
 
 TEST(QuantNumerics, OutputErrorOnCalibration) {
     const Fixture* fx = stories();
-    if (!fx) GTEST_SKIP() << "stories260K not in testdata";
-    if (fx->acts.empty()) GTEST_SKIP() << "eval/tinystories_excerpt.txt not in testdata";
+    if (!fx) KILN_SKIP_MISSING() << "stories260K not in testdata";
+    if (fx->acts.empty()) KILN_SKIP_MISSING() << "eval/tinystories_excerpt.txt not in testdata";
     for (const char* n : {"int8", "fp8", "w4-g32", "mxfp4", "nvfp4"}) {
         const NumericsReport r = measure(*fx, n, true);
         ASSERT_FALSE(r.tensors.empty()) << n;
@@ -115,7 +115,7 @@ TEST(QuantNumerics, OutputErrorOnCalibration) {
 // which are written in HF order and permuted back on load; fp8-block's 128x128 tiles span rows).
 TEST(QuantNumerics, MatchesAQuantizedCheckpoint) {
     const Fixture* fx = stories();
-    if (!fx) GTEST_SKIP() << "stories260K not in testdata";
+    if (!fx) KILN_SKIP_MISSING() << "stories260K not in testdata";
     auto src = load_checkpoint(test::testdata("models/stories260K/stories260K.bin"));
     ASSERT_TRUE(src.is_ok());
     for (const char* n : {"int8", "w4-g32", "fp8-block", "nvfp4"}) {
@@ -152,7 +152,7 @@ TEST(QuantNumerics, Errors) {
     EXPECT_FALSE(parse_quant_scheme("int3").is_ok());
     EXPECT_FALSE(parse_quant_scheme("w4-g48").is_ok());
     const Fixture* fx = stories();
-    if (!fx) GTEST_SKIP() << "stories260K not in testdata";
+    if (!fx) KILN_SKIP_MISSING() << "stories260K not in testdata";
     // Quantized (non-f32) projections are refused: the reference must be float.
     auto raw = load_checkpoint(test::testdata("models/stories260K/stories260K.bin"));
     ASSERT_TRUE(raw.is_ok());

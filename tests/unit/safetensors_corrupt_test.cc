@@ -2,8 +2,14 @@
 // problem and, where there is one, the tensor.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <vector>
 
 #include "formats/safetensors.h"
 #include "support/test_support.h"
@@ -149,17 +155,29 @@ TEST(SafetensorsCorrupt, DeeplyNestedValuesInErrorsDoNotRecurse) {
 }
 
 // A directory that cannot be listed is an I/O error, not an exception out of directory_iterator.
-TEST(SafetensorsCorrupt, UnreadableDirectoryIsAnError) {
-    std::string dir = test::temp_dir("safetensors_unreadable");
-    std::filesystem::permissions(dir, std::filesystem::perms::none);
-    std::error_code ec;
-    bool readable = std::filesystem::directory_iterator(dir, ec) != std::filesystem::directory_iterator() || !ec;
-    if (readable) {
-        std::filesystem::permissions(dir, std::filesystem::perms::owner_all);
-        GTEST_SKIP() << "running as root: permissions do not stop listing a directory";
+// Listing takes a file descriptor, so with none left opendir fails (EMFILE) for root too, where
+// permissions would not stop it: the soft RLIMIT_NOFILE is lowered and every descriptor under it used.
+TEST(SafetensorsCorrupt, UnlistableDirectoryIsAnError) {
+    std::string dir = test::temp_dir("safetensors_unlistable");
+    rlimit old{};
+    ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &old), 0);
+    rlimit low = old;
+    low.rlim_cur = std::min<rlim_t>(old.rlim_cur, 256);
+    ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+    std::vector<int> fds;
+    int last_errno = 0;
+    for (;;) {
+        const int fd = ::dup(2);
+        if (fd < 0) {
+            last_errno = errno;
+            break;
+        }
+        fds.push_back(fd);
     }
     auto set = SafetensorsSet::open(dir);
-    std::filesystem::permissions(dir, std::filesystem::perms::owner_all);
+    for (int fd : fds) ::close(fd);
+    ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &old), 0);
+    ASSERT_EQ(last_errno, EMFILE);
     ASSERT_FALSE(set.is_ok());
     EXPECT_EQ(set.status().code(), StatusCode::kIo) << set.status().to_string();
     EXPECT_NE(set.status().message().find("cannot list"), std::string::npos) << set.status().message();

@@ -213,7 +213,7 @@ bool python_safetensors_available() {
 }
 
 TEST(Safetensors, ReadsFileWrittenByPythonSafetensors) {
-    if (!python_safetensors_available()) GTEST_SKIP() << "python3 with safetensors + numpy not installed";
+    if (!python_safetensors_available()) KILN_SKIP_MISSING() << "python3 with safetensors + numpy not installed";
     std::string path = test::temp_dir("safetensors_python") + "/py.safetensors";
     std::string cmd =
         "python3 -c \"import numpy as np; from safetensors.numpy import save_file; "
@@ -240,7 +240,7 @@ TEST(Safetensors, ReadsFileWrittenByPythonSafetensors) {
 }
 
 TEST(Safetensors, PythonSafetensorsReadsOurFile) {
-    if (!python_safetensors_available()) GTEST_SKIP() << "python3 with safetensors + numpy not installed";
+    if (!python_safetensors_available()) KILN_SKIP_MISSING() << "python3 with safetensors + numpy not installed";
     std::vector<Owned> owned = {
         {"a", DType::kF32, {2, 2}, {}},
         {"c", DType::kI8, {3}, {1, 0xfe, 3}},

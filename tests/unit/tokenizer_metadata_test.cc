@@ -59,7 +59,7 @@ class GgufMetadataTest : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(GgufMetadataTest, CopiedKeyListGivesSameTokenizer) {
     const std::string path = test::testdata(std::string("vocab/ggml-vocab-") + GetParam() + ".gguf");
-    if (!test::file_exists(path)) GTEST_SKIP() << "missing " << path;
+    if (!test::file_exists(path)) KILN_SKIP_MISSING() << "missing " << path;
     auto gguf = GgufFile::open(path);
     ASSERT_TRUE(gguf.is_ok()) << gguf.status().to_string();
     auto from_file = Tokenizer::from_gguf(*gguf);

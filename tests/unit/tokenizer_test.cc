@@ -39,7 +39,7 @@ std::shared_ptr<const Tokenizer> load_or_skip(const std::string& rel) {
 
 #define LOAD_OR_SKIP(var, rel)    \
     auto var = load_or_skip(rel); \
-    if (!var) GTEST_SKIP() << "missing test data " << rel
+    if (!var) KILN_SKIP_MISSING() << "missing test data " << rel
 
 std::string read_text(const std::string& path) {
     std::vector<uint8_t> b = test::read_file(path);
@@ -367,7 +367,7 @@ TEST(TokenizerErrors, CorruptTokenizerJson) {
 TEST(TokenizerErrors, CorruptLlama2cBin) {
     const std::string dir = test::temp_dir("tokenizer_llama2c_corrupt");
     std::vector<uint8_t> good = test::read_file(test::testdata("models/stories260K/tok512.bin"));
-    if (good.empty()) GTEST_SKIP() << "missing tok512.bin";
+    if (good.empty()) KILN_SKIP_MISSING() << "missing tok512.bin";
     test::write_file(dir + "/truncated.bin", std::vector<uint8_t>(good.begin(), good.begin() + 1001));
     auto r = Tokenizer::from_llama2c(dir + "/truncated.bin");
     ASSERT_FALSE(r.is_ok());

@@ -68,7 +68,7 @@ class VocabTest : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(VocabTest, MatchesLlamaCppVectors) {
     const std::string base = test::testdata(std::string("vocab/ggml-vocab-") + GetParam() + ".gguf");
-    if (!test::file_exists(base)) GTEST_SKIP() << "missing " << base;
+    if (!test::file_exists(base)) KILN_SKIP_MISSING() << "missing " << base;
     auto gguf = formats::GgufFile::open(base);
     ASSERT_TRUE(gguf.is_ok()) << gguf.status().to_string();
     auto tok = Tokenizer::from_gguf(*gguf);

@@ -52,7 +52,7 @@ class WeightMemoryModel : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(WeightMemoryModel, PackedOnlyMatricesStayMappedAndLogitsMatch) {
     const std::string src = test::testdata("models/stories260K/stories260K.bin");
-    if (!test::file_exists(src)) GTEST_SKIP() << "no test data";
+    if (!test::file_exists(src)) KILN_SKIP_MISSING() << "no test data";
     std::string path = test::temp_dir("weight_memory_" + GetParam()) + (GetParam() == "gguf" ? "/m.gguf" : "/hf");
     if (GetParam() == "w4-g32") {  // a compressed-tensors folder: every matrix decompressed at load
         auto source = load_checkpoint(src);
