@@ -12,7 +12,8 @@ f64_greedy64_<name>.txt (64 argmax continuation ids, ties to the lowest id) for 
 
 With --q8-activations it instead writes f64q8_logits_top5_<name>.txt, where every weight matmul's
 input is first rounded as llama.cpp does (8-bit blocks of 32, scale amax/127 stored as fp16): the
-size of that effect is what justifies the tolerance against llama.cpp's own logits.
+size of that effect is what justifies the tolerance against llama.cpp's own logits. That mode is an
+analysis tool: its files are not committed and no test reads them.
 
 Conventions of a llama.cpp GGUF: Q/K rows are stored for interleaved-pair RoPE (pairs (2i, 2i+1)
 of each head); hyper-parameters come from the llama.* metadata keys.

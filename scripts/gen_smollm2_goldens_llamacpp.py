@@ -10,10 +10,10 @@ For each prompt it writes
   llamacpp_logits_top5_<name>.txt  teacher-forced top-5 logits at every prompt position, in the format of
                           testdata/models/stories260K/logits_top5_once_upon_a_time.txt
                           ("POS INPUT_ID ID:LOGIT ..."; the '#' line lists the input ids)
-  llamacpp_greedy64_<name>.txt     the 64 greedy (argmax) continuation ids, one line, space separated
 Prompts are tokenized by llama.cpp with special tokens parsed and no BOS added (the model's GGUF has
-add_bos_token = false), so the files also pin the tokenization. Greedy is argmax over llama.cpp's
-logits (ties to the lowest id), one token per eval, so no llama.cpp sampler is involved.
+add_bos_token = false), so the files also pin the tokenization. No greedy continuation is written:
+int8 activation rounding makes greedy runs chaotic between implementations (tests/golden/smollm2_test.cc
+explains why only logits are compared with llama.cpp).
 llama.cpp computes Q4_1 x Q8_1 products with activations quantized to 8 bits per block of 32; kiln
 compares with a tolerance that covers that (see tests/golden/smollm2_test.cc); the tight check is
 against scripts/gen_smollm2_goldens_f64.py, which reads the prompt ids from these files.
@@ -31,7 +31,6 @@ PROMPTS = {
     "code": "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
 }
 TOP = 5
-GREEDY = 64
 
 
 def main():
@@ -54,16 +53,7 @@ def main():
                 row = scores[pos]
                 order = sorted(range(len(row)), key=lambda i: (-row[i], i))[:TOP]
                 f.write(f"{pos} {tok} " + " ".join(f"{i}:{row[i]:.6f}" for i in order) + "\n")
-        out = []
-        last = scores[len(ids) - 1]
-        for _ in range(GREEDY):
-            nxt = int(np.argmax(last))  # first maximum = lowest id on ties
-            out.append(nxt)
-            llm.eval([nxt])
-            last = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float64)
-        with open(os.path.join(out_dir, f"llamacpp_greedy64_{name}.txt"), "w") as f:
-            f.write(" ".join(map(str, out)) + "\n")
-        print(name, len(ids), "prompt tokens ->", repr(llm.detokenize(out).decode("utf-8", "replace")))
+        print(name, len(ids), "prompt tokens")
 
 
 if __name__ == "__main__":

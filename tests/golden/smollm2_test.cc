@@ -8,8 +8,8 @@
 //    and the top-5 logits of both kiln paths (f32 activations, and the default int8 activations
 //    with the best ISA's kernels) within kLlamaCppTol. llama.cpp multiplies Q4_1/Q8_0 weights with
 //    activations rounded to 8 bits per block of 32 (and keeps the KV cache in f16). Rounding the
-//    activations that way in the float64 reference alone (f64q8_logits_top5_*.txt, from
-//    gen_smollm2_goldens_f64.py --q8-activations) moves these logits by up to 1.57 (chat prompt,
+//    activations that way in the float64 reference alone (gen_smollm2_goldens_f64.py
+//    --q8-activations, measured once, not committed) moves these logits by up to 1.57 (chat prompt,
 //    position 19); llama.cpp's measured distance from kiln's f32 path is up to 1.26 there and
 //    0.72 / 0.61 on the other prompts, from kiln's int8 path 0.75 - 0.89 (it moves with the
 //    kernels' summation order). The rounding of 8-bit activations is chaotic over 30 layers (a

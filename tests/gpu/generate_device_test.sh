@@ -9,7 +9,8 @@
 set -euo pipefail
 : "${KILN_BIN:?}" "${KILN_TESTDATA:?}"
 M="$KILN_TESTDATA/models/stories260K/stories260K.bin"
-[ -f "$M" ] || { echo "no test data: skipped"; exit 77; }
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/skip.sh"
+[ -f "$M" ] || skip_test "no test data ($M)"
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 if ! "$KILN_BIN" generate -m "$M" -p "Once upon a time" -n 4 --device cuda 2> "$T/probe.err" > /dev/null; then

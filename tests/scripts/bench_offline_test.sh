@@ -7,7 +7,8 @@
 set -euo pipefail
 : "${KILN_BIN:?}" "${KILN_TESTDATA:?}"
 M="$KILN_TESTDATA/models/stories260K/stories260K.bin"
-[ -f "$M" ] || { echo "no test data: skipped"; exit 0; }
+source "$(dirname "${BASH_SOURCE[0]}")/skip.sh"
+[ -f "$M" ] || skip_test "no test data ($M)"
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 run() { "$KILN_BIN" bench offline -m "$M" -t 2 --json "$@"; }

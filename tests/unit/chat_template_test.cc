@@ -1,5 +1,6 @@
 // render_chat_template against Python jinja2 (as HF apply_chat_template configures it): the goldens in
-// tests/golden/data/chat_templates.json come from scripts/gen_chat_template_goldens.py. Also checks
+// tests/golden/data/chat_templates.json come from scripts/gen_chat_template_goldens.py, some with
+// `extra` variables (tools, date_string, overridden bos_token / add_generation_prompt). Also checks
 // whitespace control, scoping, errors for unsupported or malformed templates, and the resource caps.
 #include "tokenizer/chat_template.h"
 
@@ -14,7 +15,7 @@
 namespace kiln::tokenizer {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;  // keeps the key order of the tools objects
 
 json load_goldens() {
     std::string path = std::string(__FILE__);
@@ -24,6 +25,23 @@ json load_goldens() {
     std::stringstream ss;
     ss << f.rdbuf();
     return json::parse(ss.str());
+}
+
+// A JSON value as a template value (objects keep the file's key order, which tojson prints).
+jinja::Value to_value(const json& j) {
+    if (j.is_null()) return jinja::Value::none();
+    if (j.is_boolean()) return jinja::Value::boolean(j.get<bool>());
+    if (j.is_number_integer()) return jinja::Value::integer(j.get<int64_t>());
+    if (j.is_number()) return jinja::Value::number(j.get<double>());
+    if (j.is_string()) return jinja::Value::str(j.get<std::string>());
+    if (j.is_array()) {
+        jinja::List l;
+        for (const auto& e : j) l.push_back(to_value(e));
+        return jinja::Value::make_list(std::move(l));
+    }
+    jinja::Dict d;
+    for (const auto& [k, v] : j.items()) d.emplace_back(k, to_value(v));
+    return jinja::Value::make_dict(std::move(d));
 }
 
 std::string render(const std::string& tmpl, std::vector<ChatMessage> msgs = {{"user", "hi"}}, bool agp = false) {
@@ -42,10 +60,13 @@ TEST(ChatTemplate, MatchesJinja2Goldens) {
         std::vector<ChatMessage> msgs;
         for (const auto& m : g["conversations"][c["conversation"].get<std::string>()])
             msgs.push_back({m["role"], m["content"]});
+        jinja::Dict extra;
+        if (c.contains("extra")) extra = *to_value(g["extras"][c["extra"].get<std::string>()]).dict;
         auto r = render_chat_template(g["templates"][name], msgs, c["add_generation_prompt"], g["bos_token"],
-                                      g["eos_token"]);
+                                      g["eos_token"], extra);
         std::string what = name + " / " + c["conversation"].get<std::string>() +
-                           (c["add_generation_prompt"].get<bool>() ? " / gen" : "");
+                           (c["add_generation_prompt"].get<bool>() ? " / gen" : "") +
+                           (c.contains("extra") ? " / extra " + c["extra"].get<std::string>() : "");
         ++total[name];
         if (c.contains("error")) {
             EXPECT_FALSE(r.is_ok()) << what;
@@ -66,6 +87,24 @@ TEST(ChatTemplate, MatchesJinja2Goldens) {
         if (r.value() == c["expected"].get<std::string>()) ++passed[name];
     }
     for (const auto& [name, n] : total) std::printf("%-45s %d/%d\n", name.c_str(), passed[name], n);
+}
+
+// `extra` adds variables and overrides the built-in ones; later entries win.
+TEST(ChatTemplate, ExtraVariables) {
+    const std::vector<ChatMessage> m = {{"user", "hi"}};
+    auto r = render_chat_template("{{ bos_token }}{{ date_string }}{{ tools | length }}{{ add_generation_prompt }}", m,
+                                  false, "<s>", "</s>",
+                                  {{"date_string", jinja::Value::str("today")},
+                                   {"tools", jinja::Value::make_list({jinja::Value::integer(1), jinja::Value::none()})},
+                                   {"bos_token", jinja::Value::str("[B]")},
+                                   {"add_generation_prompt", jinja::Value::boolean(true)}});
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    EXPECT_EQ(*r, "[B]today2True");
+    r = render_chat_template("{{ x }}{{ messages | length }}", m, false, "<s>", "</s>",
+                             {{"x", jinja::Value::integer(1)}, {"x", jinja::Value::integer(2)}});
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    EXPECT_EQ(*r, "21");
+    EXPECT_EQ(render("{{ 'y' if tools is defined else 'n' }}"), "n");  // no extra: undefined
 }
 
 TEST(ChatTemplate, WhitespaceControl) {

@@ -5,12 +5,10 @@
 // Status; awq_search_loss tries RTN first, then the grid, and keeps the first best. Duo scaling follows its formula
 // computed directly here. The clipping search (quant/awq_clip.h) never increases its searched error, cuts it on
 // heavy-tailed weights, reports what a direct recomputation from the clamped weights gives, and rejects bad arguments.
-// DISABLED_SmolLM2SizedTiming prints the time of SmolLM2-135M-sized calls (no assertion on time; run it with
-// --gtest_also_run_disabled_tests in a release build).
+// The time of SmolLM2-135M-sized searches is a benchmark (bench/awq_bench.cc), not a test.
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -480,38 +478,6 @@ TEST(QuantAwqClip, RejectsBadArguments) {
     std::swap(swapped.lo[0], swapped.hi[0]);
     ASSERT_GT(swapped.lo[0], swapped.hi[0]);
     EXPECT_FALSE(apply_awq_clip(c, rows, in, swapped).is_ok());
-}
-
-// SmolLM2-135M shapes (hidden 576, intermediate 1536, 9 query / 3 KV heads of 64): the three AWQ groups
-// of a decoder layer, 512 calibration rows, grid 20. Prints seconds per call; asserts nothing on time.
-TEST(QuantAwq, DISABLED_SmolLM2SizedTiming) {
-    struct Group {
-        const char* name;
-        int64_t in;
-        std::vector<int64_t> rows;
-    };
-    const Group groups[] = {{"qkv", 576, {576, 192, 192}}, {"gate_up", 576, {1536, 1536}}, {"down", 1536, {576}}};
-    const int64_t n = 512;
-    core::ThreadPool pool(core::ThreadPool::default_num_threads());
-    for (core::ThreadPool* p : {static_cast<core::ThreadPool*>(nullptr), &pool}) {
-        double total = 0;
-        for (const Group& g : groups) {
-            std::vector<std::vector<float>> ws;
-            for (int64_t r : g.rows) ws.push_back(gaussian(r * g.in, uint32_t(r), 0.02f));
-            const std::vector<float> x = outlier_inputs(n, g.in, {7, 300}, 20.0f, 5);
-            const auto t0 = std::chrono::steady_clock::now();
-            auto r = search(ws, g.rows, g.in, x, n, AwqOptions{}, p);
-            const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            ASSERT_TRUE(r.is_ok());
-            int64_t total_rows = 0;
-            for (int64_t rr : g.rows) total_rows += rr;
-            const double gmac = double(total_rows) * double(g.in) * double(n) * 20 * 1e-9;
-            std::printf("%-8s threads %d: %.2f s (%.1f GMAC, %.2f GMAC/s) alpha %.2f awq/rtn %.3f\n", g.name,
-                        p ? p->num_threads() : 1, sec, gmac, gmac / sec, r->best_alpha, r->awq_error / r->rtn_error);
-            total += sec;
-        }
-        std::printf("per layer: %.2f s; 30 layers: %.1f s\n", total, 30 * total);
-    }
 }
 
 }  // namespace
