@@ -8,11 +8,13 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <thread>
 
 #include "server/server_state.h"
 
@@ -259,13 +261,26 @@ int HttpServer::port() const {
     return state_->port;
 }
 
+// httplib's stop() does nothing until listen_after_bind() has marked the server running, so a stop()
+// that came first (a model that fails to load at once) used to leave serve() listening forever.
+// serve() returns at once when stop() came before it; a stop() that finds serve() entered waits
+// for httplib to run (or for serve() to return) before stopping it. The two flags are the Dekker
+// pattern on sequentially consistent atomics: at least one side sees the other's write.
 bool HttpServer::serve() {
-    return state_->http.listen_after_bind();
+    State& s = *state_;
+    s.serve_started = true;
+    bool ok = true;
+    if (!s.stopping) ok = s.http.listen_after_bind();
+    s.serve_done = true;
+    return ok;
 }
 
 void HttpServer::stop() {
-    state_->stopping = true;  // handlers abort their engine requests within one poll
-    state_->http.stop();
+    State& s = *state_;
+    if (s.stopping.exchange(true)) return;  // handlers abort their engine requests within one poll
+    if (!s.serve_started) return;           // serve() will see `stopping`
+    while (!s.serve_done && !s.http.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (s.http.is_running()) s.http.stop();
 }
 
 }  // namespace kiln::server

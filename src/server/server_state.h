@@ -29,6 +29,7 @@ struct HttpServer::State {
     Metrics metrics;
     std::atomic<int64_t> in_flight{0};  // engine requests the handlers wait on
     std::atomic<bool> stopping{false};
+    std::atomic<bool> serve_started{false}, serve_done{false};  // serve() entered / returned
     std::atomic<uint64_t> next_id{0};
     uint64_t id_salt = 0;
     int port = 0;

@@ -227,7 +227,9 @@ TEST(AttentionKernel, EmptyKeyRangeGivesZerosAndMinusInfLse) {
         if (!isa_supported(isa)) continue;
         // Tokens at positions 10, 11 with window 3 see keys 8..11 only: [0, 8) is empty for both.
         AttentionTask task{1, 0, 2, 0, 8};
-        find_attention_kernel(isa)(d.q.data(), d.kv(), s, task, out.data(), lse.data(), scratch.data());
+        const AttentionFn fn = find_attention_kernel(isa);
+        ASSERT_NE(fn, nullptr) << isa_name(isa);
+        fn(d.q.data(), d.kv(), s, task, out.data(), lse.data(), scratch.data());
         for (int64_t t = 0; t < 2; ++t) {
             for (int64_t h = 2; h < 4; ++h) {
                 EXPECT_EQ(lse[size_t(t * 4 + h)], -INFINITY) << isa_name(isa);

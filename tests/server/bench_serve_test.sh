@@ -3,14 +3,15 @@
 # a closed loop, Poisson arrivals, a --duration run and the chat endpoint must complete every request
 # with exactly requests x output-len generated tokens and sane figures (positive, p50 <= p99); a
 # request the server rejects counts as failed (exit 1); an unreachable URL exits non-zero with a
-# clear message; bad flags exit 2; the server exits 0 on SIGTERM. Skips without the test data.
+# clear message; bad flags exit 2; the server exits 0 on SIGTERM. Skips (exit 77, a failure under
+# KILN_TEST_STRICT=1) without the test data.
 set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+source "$here/../scripts/skip.sh"
+source "$here/start_server.sh"
 : "${KILN_BIN:?KILN_BIN must point at the kiln binary}" "${KILN_TESTDATA:?KILN_TESTDATA must be set}"
 model="$KILN_TESTDATA/models/stories260K/stories260K.bin"
-if [ ! -f "$model" ]; then
-    echo "bench_serve_test: no test data ($model), skipping"
-    exit 0
-fi
+[ -f "$model" ] || skip_test "bench_serve_test: no test data ($model)"
 tmp="$(mktemp -d /tmp/kiln_bench_serve_test.XXXXXX)"
 server_pid=""
 cleanup() {
@@ -23,22 +24,10 @@ fail() {
     echo "FAIL: $*"
     failures=$((failures + 1))
 }
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
-port="$(free_port)"
-url="http://127.0.0.1:$port"
 printf '%s' "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}" >"$tmp/tmpl.jinja"
-"$KILN_BIN" serve -m "$model" -t 2 --port "$port" --chat-template "$tmp/tmpl.jinja" >"$tmp/serve.log" 2>&1 &
-server_pid=$!
-for _ in $(seq 1 600); do
-    if ! kill -0 "$server_pid" 2>/dev/null; then
-        cat "$tmp/serve.log"
-        echo "FAIL: kiln serve exited early"
-        exit 1
-    fi
-    if python3 -c "import urllib.request as u; u.urlopen('$url/health', timeout=1)" 2>/dev/null; then break; fi
-    sleep 0.1
-done
+start_server "$tmp/serve.log" -m "$model" -t 2 --chat-template "$tmp/tmpl.jinja"
+url="http://127.0.0.1:$port"
 
 # check_json FILE REQUESTS OUTPUT_LEN INPUT_LEN|-: every request completed, token counts exact, figures sane.
 check_json() {
@@ -115,10 +104,16 @@ sys.exit(0 if j['failed'] == 3 and j['completed'] == 0 and 'HTTP 404' in j['erro
     grep -q "3 of 3 requests failed" "$tmp/rejected.err" || fail "no failure summary on stderr"
 fi
 
-# An unreachable server: non-zero exit and a message that says so.
-dead_port="$(free_port)"
+# An unreachable server: non-zero exit and a message that says so. The port is held bound (never
+# listening) while the client runs, so connections are refused and no other process can listen there.
 rc=0
-"$KILN_BIN" bench serve --url "http://127.0.0.1:$dead_port" --requests 2 >/dev/null 2>"$tmp/dead.err" || rc=$?
+python3 -c '
+import socket, subprocess, sys
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+url = "http://127.0.0.1:%d" % s.getsockname()[1]
+sys.exit(subprocess.call([sys.argv[1], "bench", "serve", "--url", url, "--requests", "2"], stdout=subprocess.DEVNULL))
+' "$KILN_BIN" 2>"$tmp/dead.err" || rc=$?
 [ "$rc" != 0 ] || fail "an unreachable URL exited 0"
 grep -q "not reachable" "$tmp/dead.err" || fail "unreachable URL message: $(cat "$tmp/dead.err")"
 

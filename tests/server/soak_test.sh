@@ -5,14 +5,17 @@
 # below 1.10 x its RSS after warm-up (the largest sample between 12.5% and 21% of the run: 15-25 s
 # of the default 120), and the server exits 0 on SIGTERM. Prints the figures (requests, req/s,
 # tok/s, RSS warm-up / end / growth) quoted in docs/server.md.
-# Needs KILN_BIN and KILN_TESTDATA; skips without the test data.
+# Needs KILN_BIN and KILN_TESTDATA; skips (exit 77, a failure under KILN_TEST_STRICT=1) without the
+# test data.
+# Labelled `slow`: not run by scripts/test, but before releases with `ctest --preset cpu-release -L slow`
+# (a shorter run for trying it by hand: KILN_SOAK_SECONDS=20).
 set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+source "$here/../scripts/skip.sh"
+source "$here/start_server.sh"
 : "${KILN_BIN:?KILN_BIN must point at the kiln binary}" "${KILN_TESTDATA:?KILN_TESTDATA must be set}"
 model="$KILN_TESTDATA/models/stories260K/stories260K.bin"
-if [ ! -f "$model" ]; then
-    echo "soak_test: no test data ($model), skipping"
-    exit 0
-fi
+[ -f "$model" ] || skip_test "soak_test: no test data ($model)"
 seconds="${KILN_SOAK_SECONDS:-120}"
 tmp="$(mktemp -d /tmp/kiln_soak_test.XXXXXX)"
 server_pid=""
@@ -25,19 +28,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+start_server "$tmp/serve.log" -m "$model" -t 2
 url="http://127.0.0.1:$port"
-"$KILN_BIN" serve -m "$model" -t 2 --port "$port" >"$tmp/serve.log" 2>&1 &
-server_pid=$!
-for _ in $(seq 1 600); do
-    if ! kill -0 "$server_pid" 2>/dev/null; then
-        cat "$tmp/serve.log"
-        echo "FAIL: kiln serve exited early"
-        exit 1
-    fi
-    if python3 -c "import urllib.request as u; u.urlopen('$url/health', timeout=1)" 2>/dev/null; then break; fi
-    sleep 0.1
-done
 
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$server_pid/status"; }
 
