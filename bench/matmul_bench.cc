@@ -136,7 +136,7 @@ void set_counters(benchmark::State& st, double bytes, double ops) {
 // The kernel's gemm on one thread, rows [0, rows), n activation rows quantized once up front.
 void bm_gemm(benchmark::State& st, DType t, cpu::Isa isa, int64_t rows, int64_t k, int64_t n) {
     if (!cpu::isa_supported(isa)) return st.SkipWithError("ISA not supported by this CPU");
-    const cpu::MatmulKernel* kern = cpu::find_matmul_kernel(t, isa);
+    const kiln::kernels::MatmulKernel* kern = cpu::find_matmul_kernel(t, isa);
     if (kern == nullptr) return st.SkipWithError("no kernel for this type and ISA");
     const Weights w = make_weights(t, rows, k);
     const std::vector<float> x = random_floats(size_t(n * k), 2);

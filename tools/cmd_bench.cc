@@ -141,7 +141,7 @@ ComputePath compute_path(const model::Checkpoint& ck, const ops::LinearOptions& 
     if (!core::dtype_bytes(t->dtype, t->shape[1])) return {"unknown", false};
     auto lin = ops::plan_linear(model::weight_view_of(*t), options);  // reads no weight bytes
     if (!lin || !lin->kernel) return {"f32 reference (kernels/ref)", false, false, false};
-    using kernels::cpu::ActFormat;
+    using kernels::ActFormat;
     const ActFormat act = lin->kernel->act;
     const bool int8 = act == ActFormat::kQ8 || act == ActFormat::kQ8K || act == ActFormat::kI8Row;
     const bool vnni_isa = lin->isa == kernels::cpu::Isa::kAvx512Vnni;

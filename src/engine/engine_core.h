@@ -99,8 +99,8 @@ struct PagedModel {
     // kernels/cuda/sample_rows) from the rows Sampler::plan_row builds, one per sampled sequence in
     // order; used when no sequence sampled in the step asks for logprobs or raw logits.
     std::function<core::Status(std::span<const int32_t> tokens, std::span<const model::BatchSeq> seqs,
-                               std::span<const kernels::ref::SampleRow> rows,
-                               std::span<const kernels::ref::LogitAdjustment> adjust, std::vector<int32_t>& ids)>
+                               std::span<const kernels::SampleRow> rows,
+                               std::span<const kernels::LogitAdjustment> adjust, std::vector<int32_t>& ids)>
         forward_sample;
 };
 
@@ -154,8 +154,8 @@ private:
     std::vector<model::BatchSeq> seqs_;
     std::vector<float> logits_;
     std::vector<int32_t> sampled_;
-    std::vector<kernels::ref::SampleRow> sample_rows_;  // forward_sample's rows and entries
-    std::vector<kernels::ref::LogitAdjustment> sample_adjust_;
+    std::vector<kernels::SampleRow> sample_rows_;  // forward_sample's rows and entries
+    std::vector<kernels::LogitAdjustment> sample_adjust_;
     std::vector<float> row_copy_;  // a logits row kept raw for logprobs (the sampler scribbles on its input)
     EngineStats stats_;
 };

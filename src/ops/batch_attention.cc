@@ -35,7 +35,7 @@ core::Status invalid(const char* what) {
     return core::error(core::StatusCode::kInvalidArgument) << "batch_attention: " << what;
 }
 
-kernels::ref::AttentionShape shape_of(const AttentionSeq& s, const AttentionHeads& h) {
+kernels::AttentionShape shape_of(const AttentionSeq& s, const AttentionHeads& h) {
     return {s.num_tokens, h.num_heads, h.num_kv_heads, h.head_dim, h.window};
 }
 
@@ -134,7 +134,7 @@ core::Status batch_attention(core::ThreadPool& pool, const float* q, int64_t num
     if (!kernel) kernel = kc::find_attention_kernel(kc::Isa::kRef);  // a build without that level's kernel
     int64_t max_tile = 1;
     for (const AttentionSeq& s : seqs) max_tile = std::max(max_tile, std::min(s.num_tokens, kTokenTile));
-    const kernels::ref::AttentionShape widest{max_tile, h.num_heads, h.num_kv_heads, hd, h.window};
+    const kernels::AttentionShape widest{max_tile, h.num_heads, h.num_kv_heads, hd, h.window};
     const size_t scratch_floats = kc::attention_scratch_floats(widest, max_tile);
     const size_t tile_floats = size_t(max_tile * h.num_heads * (hd + 2));  // partial o, its lse, the running lse
 
@@ -155,7 +155,7 @@ core::Status batch_attention(core::ThreadPool& pool, const float* q, int64_t num
         for (int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < num_tasks;) {
             const Task& t = task_list[i];
             const AttentionSeq& s = seqs[size_t(t.seq)];
-            const kernels::ref::AttentionShape shape = shape_of(s, h);
+            const kernels::AttentionShape shape = shape_of(s, h);
             const float* qs = q + s.q_start * row_floats;
             kc::AttentionTask kt{t.kv_head, t.t0, t.t1, 0, 0};
             if (t.split >= 0) {  // one split of a decode sequence: [num_tokens, num_heads] rows of (hd) and lse

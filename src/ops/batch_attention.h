@@ -1,6 +1,6 @@
 // Causal GQA attention for a ragged batch of sequences in one call: each sequence has its own new
 // query tokens (a contiguous run of the batch's rows) and its own K/V cache (contiguous, or paged
-// through a block table: kernels::ref::KvSpan). Serves prefill of new tokens on top of a cached
+// through a block table: kernels::KvSpan). Serves prefill of new tokens on top of a cached
 // prefix, chunked prefill and decode alike.
 //
 // Batch invariance (what the serving engine's "a request's output does not depend on its batch"
@@ -29,7 +29,7 @@ inline constexpr int64_t kAttentionSplitKeys = 256;  // keys per split (a multip
 
 // One sequence of the batch.
 struct AttentionSeq {
-    kernels::ref::KvSpan kv;  // its cache, the new tokens' K/V already written; kv.kv_len >= num_tokens
+    kernels::KvSpan kv;  // its cache, the new tokens' K/V already written; kv.kv_len >= num_tokens
     int64_t q_start = 0;      // first row of the sequence in q / out
     int64_t num_tokens = 0;   // new tokens, at positions kv.kv_len - num_tokens .. kv.kv_len - 1
 };

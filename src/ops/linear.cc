@@ -34,7 +34,7 @@ core::Result<LinearPlan> plan_linear(const kernels::ref::WeightView& w, const Li
     if (w.dtype == core::DType::kI8 && !w.row_scale)
         return core::error(core::StatusCode::kInvalidArgument) << "matmul: I8 weights need row scales";
     LinearPlan plan;
-    const cpu::MatmulKernel* k = cpu::find_matmul_kernel(w.dtype, options.isa);
+    const kernels::MatmulKernel* k = cpu::find_matmul_kernel(w.dtype, options.isa);
     cpu::Isa isa = options.isa;
     if (!k) {  // this ISA has no kernel for the type: the scalar one does the same arithmetic
         k = cpu::find_matmul_kernel(w.dtype, cpu::Isa::kRef);
@@ -42,14 +42,14 @@ core::Result<LinearPlan> plan_linear(const kernels::ref::WeightView& w, const Li
     }
     // Quantized activations come in whole blocks of 32 (ActQ8) or 256 (ActQ8K); a row length that is
     // a whole number of weight blocks but not of activation blocks (NVFP4's 16) takes the f32 path.
-    const int64_t act_block = !k ? 1 : k->act == cpu::ActFormat::kQ8 ? 32 : k->act == cpu::ActFormat::kQ8K ? 256 : 1;
+    const int64_t act_block = !k ? 1 : k->act == kernels::ActFormat::kQ8 ? 32 : k->act == kernels::ActFormat::kQ8K ? 256 : 1;
     if (k && w.cols % act_block != 0) k = nullptr;
     // I8 rows: the int32 dot of a longer row could overflow; such rows take the f32 path.
-    if (k && k->act == cpu::ActFormat::kI8Row && w.cols > cpu::kI8MaxK) k = nullptr;
-    if (k && (k->act == cpu::ActFormat::kF32 || !options.f32_activations)) {
+    if (k && k->act == kernels::ActFormat::kI8Row && w.cols > kernels::kI8MaxK) k = nullptr;
+    if (k && (k->act == kernels::ActFormat::kF32 || !options.f32_activations)) {
         plan.kernel = k;
         plan.isa = isa;
-        const cpu::PackedMatmulKernel* pk = options.pack ? cpu::find_packed_matmul_kernel(w.dtype, isa) : nullptr;
+        const kernels::PackedMatmulKernel* pk = options.pack ? cpu::find_packed_matmul_kernel(w.dtype, isa) : nullptr;
         if (pk && w.rows > 0) {
             plan.packed_kernel = pk;
             plan.packed_bytes = pk->packed_bytes(w.rows, w.cols);
@@ -113,17 +113,17 @@ core::Result<std::optional<Linear>> fuse_linears(std::span<const kernels::ref::W
     return std::optional<Linear>(std::move(l));
 }
 
-const char* act_format_name(kernels::cpu::ActFormat f) {
+const char* act_format_name(kernels::ActFormat f) {
     switch (f) {
-        case cpu::ActFormat::kF32:
+        case kernels::ActFormat::kF32:
             return "f32";
-        case cpu::ActFormat::kBF16:
+        case kernels::ActFormat::kBF16:
             return "bf16";
-        case cpu::ActFormat::kQ8:
+        case kernels::ActFormat::kQ8:
             return "int8 per 32";
-        case cpu::ActFormat::kQ8K:
+        case kernels::ActFormat::kQ8K:
             return "int8 per 256";
-        case cpu::ActFormat::kI8Row:
+        case kernels::ActFormat::kI8Row:
             return "int8 per token";
     }
     return "?";
@@ -160,17 +160,17 @@ namespace {
 // x quantized once per activation format the parts use: act[f] / act_bytes[f] (per token row) for
 // f = [kF32] (x itself), [kQ8], [kQ8K], [kBF16], [kI8Row], the quantized ones in scratch.
 struct GroupInputs {
-    const uint8_t* act[cpu::kNumActFormats] = {};
-    size_t act_bytes[cpu::kNumActFormats] = {};
+    const uint8_t* act[kernels::kNumActFormats] = {};
+    size_t act_bytes[kernels::kNumActFormats] = {};
 };
 
 GroupInputs quantize_inputs(core::ThreadPool& pool, const float* x, int64_t m, int64_t K,
                             std::span<const LinearPart> parts, std::vector<uint8_t>& scratch) {
-    constexpr int kFormats = cpu::kNumActFormats;
+    constexpr int kFormats = kernels::kNumActFormats;
     GroupInputs in;
     in.act[0] = reinterpret_cast<const uint8_t*>(x);
     in.act_bytes[0] = size_t(K) * sizeof(float);
-    const cpu::MatmulKernel* quantizer[kFormats] = {};
+    const kernels::MatmulKernel* quantizer[kFormats] = {};
     size_t need = 0;
     for (const LinearPart& p : parts) {
         const int f = int(p.linear->kernel->act);
@@ -185,7 +185,7 @@ GroupInputs quantize_inputs(core::ThreadPool& pool, const float* x, int64_t m, i
         if (!quantizer[f]) continue;
         uint8_t* dst = scratch.data() + offset;
         offset += size_t(m) * in.act_bytes[f];
-        const cpu::MatmulKernel* q = quantizer[f];
+        const kernels::MatmulKernel* q = quantizer[f];
         const size_t arb = in.act_bytes[f];
         pool.parallel_for(m, [&](int64_t b, int64_t e) {
             for (int64_t t = b; t < e; ++t) q->quantize_row(x + t * K, dst + size_t(t) * arb, K);
@@ -200,7 +200,7 @@ GroupInputs quantize_inputs(core::ThreadPool& pool, const float* x, int64_t m, i
 void part_slice(const LinearPart& part, const GroupInputs& in, int64_t K, int64_t t0, int64_t t1, int64_t r0,
                 int64_t r1, float* y, int64_t ld, int64_t col) {
     const Linear& l = *part.linear;
-    const cpu::MatmulKernel& k = *l.kernel;
+    const kernels::MatmulKernel& k = *l.kernel;
     const int f = int(k.act);
     float* out = y + t0 * ld + col;  // column `col` of row t0
     const uint8_t* a = in.act[f] + size_t(t0) * in.act_bytes[f];

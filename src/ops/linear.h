@@ -37,18 +37,18 @@ struct LinearOptions {
 
 struct Linear {
     kernels::ref::WeightView w;                          // [rows, cols] as stored; data null when packed
-    const kernels::cpu::MatmulKernel* kernel = nullptr;  // nullptr: the f32 reference path
+    const kernels::MatmulKernel* kernel = nullptr;  // nullptr: the f32 reference path
     kernels::cpu::Isa isa = kernels::cpu::Isa::kRef;     // the ISA of `kernel`
-    const kernels::cpu::PackedMatmulKernel* packed_kernel = nullptr;  // with `packed`: used instead of kernel->gemm
+    const kernels::PackedMatmulKernel* packed_kernel = nullptr;  // with `packed`: used instead of kernel->gemm
     std::shared_ptr<const uint8_t> packed;                            // the repacked weights, or null
 };
 
 // What make_linear would build, without building it: the kernel (nullptr: the f32 reference path),
 // its ISA, and the packed kernel and bytes when the weights are repacked at load.
 struct LinearPlan {
-    const kernels::cpu::MatmulKernel* kernel = nullptr;
+    const kernels::MatmulKernel* kernel = nullptr;
     kernels::cpu::Isa isa = kernels::cpu::Isa::kRef;
-    const kernels::cpu::PackedMatmulKernel* packed_kernel = nullptr;
+    const kernels::PackedMatmulKernel* packed_kernel = nullptr;
     size_t packed_bytes = 0;
 };
 core::Result<LinearPlan> plan_linear(const kernels::ref::WeightView& w, const LinearOptions& options);
@@ -70,7 +70,7 @@ core::Result<std::optional<Linear>> fuse_linears(std::span<const kernels::ref::W
                                                  const LinearOptions& options);
 
 // "f32", "bf16", "int8 per 32", "int8 per 256", "int8 per token".
-const char* act_format_name(kernels::cpu::ActFormat f);
+const char* act_format_name(kernels::ActFormat f);
 
 // y [m, l.w.rows] = x [m, l.w.cols] @ W^T (+ bias [l.w.rows]). scratch holds the quantized
 // activations; it grows to the largest m seen and is reused, so steady-state decode allocates nothing.

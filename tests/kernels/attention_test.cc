@@ -22,6 +22,7 @@
 // private buffer of exactly its rows (an out-of-range write fails under ASan) and copy it back.
 // ISAs the CPU lacks are skipped.
 #include "kernels/cpu/attention.h"
+#include "kernels/ref/transformer.h"
 
 #include <gtest/gtest.h>
 

@@ -24,7 +24,7 @@
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/matmul.h"
-#include "kernels/cpu/quant_blocks.h"
+#include "kernels/block_layouts.h"
 #include "kernels/ref/dequant.h"
 #include "kernels/ref/transformer.h"
 

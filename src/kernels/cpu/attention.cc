@@ -18,14 +18,14 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // head_dim elements of a K or V array from element `offset`, as f32: the array itself for an f32
 // cache, else widened into buf.
-const float* kv_vec(const ref::KvSpan& kv, const void* base, int64_t offset, int64_t hd, float* buf) {
+const float* kv_vec(const KvSpan& kv, const void* base, int64_t offset, int64_t hd, float* buf) {
     if (!kv.f16) return static_cast<const float*>(base) + offset;
     const uint16_t* h = static_cast<const uint16_t*>(base) + offset;
     for (int64_t d = 0; d < hd; ++d) buf[d] = core::fp16_to_f32(h[d]);
     return buf;
 }
 
-void ref_attention_task(const float* q, const ref::KvSpan& kv, const ref::AttentionShape& s, const AttentionTask& task,
+void ref_attention_task(const float* q, const KvSpan& kv, const AttentionShape& s, const AttentionTask& task,
                         float* out, float* lse, float* scratch) {
     const int64_t hd = s.head_dim, num_heads = s.num_heads, group = s.num_heads / s.num_kv_heads;
     const int64_t kv_stride = s.num_kv_heads * hd;  // floats per cache row
@@ -40,10 +40,10 @@ void ref_attention_task(const float* q, const ref::KvSpan& kv, const ref::Attent
     float* vbuf = kbuf + hd;                    // [head_dim]: one value
     // Key / value j of kv_head as f32: in place for an f32 cache, widened into kbuf / vbuf for f16.
     auto key = [&](int64_t j) {
-        return kv_vec(kv, kv.k, ref::kv_row(kv, j) * kv_stride + task.kv_head * hd, hd, kbuf);
+        return kv_vec(kv, kv.k, kv_row(kv, j) * kv_stride + task.kv_head * hd, hd, kbuf);
     };
     auto value = [&](int64_t j) {
-        return kv_vec(kv, kv.v, ref::kv_row(kv, j) * kv_stride + task.kv_head * hd, hd, vbuf);
+        return kv_vec(kv, kv.v, kv_row(kv, j) * kv_stride + task.kv_head * hd, hd, vbuf);
     };
     // out / lse rows are relative to the task's first token (attention.h).
     auto out_idx = [&](int64_t t, int64_t hh) { return (t - task.t0) * num_heads + task.kv_head * group + hh; };
@@ -107,7 +107,7 @@ void ref_attention_task(const float* q, const ref::KvSpan& kv, const ref::Attent
 
 }  // namespace
 
-size_t attention_scratch_floats(const ref::AttentionShape& s, int64_t max_task_tokens) {
+size_t attention_scratch_floats(const AttentionShape& s, int64_t max_task_tokens) {
     const int64_t group = s.num_kv_heads > 0 ? s.num_heads / s.num_kv_heads : 0;
     // m and l per row, scores of up to kAttentionMaxRows rows (a register block), each with slack for
     // 8-wide stores, and one block of keys and values widened to f32 (f16 caches).

@@ -1,5 +1,5 @@
 // Fast CPU attention for ops::attention: causal GQA attention over one sequence's f32 KV cache
-// (kernels/ref KvSpan, contiguous or paged), tiled with an online softmax (FlashAttention-2, Dao
+// (kernels::KvSpan, contiguous or paged), tiled with an online softmax (FlashAttention-2, Dao
 // 2023; online normalizer, Milakov & Gimelshein 2018), compiled once per ISA and picked at run time.
 // Keys and values are located only through kv_row, and the arithmetic never depends on where a
 // row lives, so a paged cache gives results bit-identical to the same tokens stored contiguously.
@@ -30,7 +30,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/matmul.h"
-#include "kernels/ref/transformer.h"
+#include "kernels/kernel_params.h"
 
 namespace kiln::kernels::cpu {
 
@@ -56,11 +56,11 @@ struct AttentionTask {
 // tasks with disjoint (kv_head, tokens) may share a buffer.
 // q must not overlap out (out rows are cleared before q is read);
 // scratch: attention_scratch_floats(s, t1 - t0) floats.
-using AttentionFn = void (*)(const float* q, const ref::KvSpan& kv, const ref::AttentionShape& s,
+using AttentionFn = void (*)(const float* q, const KvSpan& kv, const AttentionShape& s,
                              const AttentionTask& task, float* out, float* lse, float* scratch);
 
 // Scratch floats one task of at most max_task_tokens tokens needs.
-size_t attention_scratch_floats(const ref::AttentionShape& s, int64_t max_task_tokens);
+size_t attention_scratch_floats(const AttentionShape& s, int64_t max_task_tokens);
 
 // Kernel compiled for `isa`; nullptr when this build has none. Does not check isa_supported.
 AttentionFn find_attention_kernel(Isa isa);

@@ -47,6 +47,7 @@
 #include <string_view>
 
 #include "core/dtype.h"
+#include "kernels/kernel_params.h"
 
 namespace kiln::kernels::cpu {
 
@@ -58,89 +59,6 @@ std::optional<Isa> parse_isa(std::string_view name);
 bool isa_supported(Isa isa);
 // The best ISA this CPU supports among those this build has kernels for.
 Isa best_isa();
-
-// Activation block for the legacy 32-element weight formats. x[i] ~= d * q[i]; s = d * sum(q)
-// (lets a weight format with a min, x = d_w * q_w + m_w, add m_w * s per block).
-struct ActQ8 {
-    float d;
-    float s;
-    int8_t q[32];
-};
-static_assert(sizeof(ActQ8) == 40);
-
-// Activation block for the K-quants (256 elements). x[i] ~= d * q[i];
-// bsums[j] = sum(q[16 j .. 16 j + 15]) (for the mins of Q2_K/Q4_K/Q5_K and the offsets of Q3_K
-// (-4) and Q6_K (-32), applied in integers).
-struct ActQ8K {
-    float d;
-    int16_t bsums[16];
-    int8_t q[256];
-};
-static_assert(sizeof(ActQ8K) == 292);
-
-// Header of a kI8Row activation row (per-token INT8): x[i] ~= d * q[i]; sum = sum(q) (kernels that
-// feed vpdpbusd the weights + 128 subtract 128 * sum).
-struct ActI8Row {
-    float d;
-    int32_t sum;
-};
-static_assert(sizeof(ActI8Row) == 8);
-// q elements stored per kI8Row row: k rounded up to a multiple of 32.
-inline constexpr int64_t i8_row_padded(int64_t k) {
-    return (k + 31) / 32 * 32;
-}
-// The longest row the I8 kernels take: their int32 sums (with the +128 weight offset of vpdpbusd)
-// stay exact up to k * 255 * 127 < 2^31. Longer rows take the f32 reference path (ops::make_linear).
-inline constexpr int64_t kI8MaxK = 65536;
-
-enum class ActFormat { kF32, kQ8, kQ8K, kBF16, kI8Row };
-inline constexpr int kNumActFormats = 5;
-
-struct MatmulKernel {
-    ActFormat act;
-    // Bytes of one activation row of k elements (k a multiple of the weight block size).
-    size_t (*act_row_bytes)(int64_t k);
-    // x [k] -> dst [act_row_bytes(k)]. dst needs no alignment.
-    void (*quantize_row)(const float* x, void* dst, int64_t k);
-    // y[t * ldy + r] = dot(weight row r, activation row t) for t in [0, n), r in [r0, r1).
-    // w: the weight matrix, row r at w + r * w_row_bytes; act: n rows, row t at act + t * act_row_bytes.
-    // Strides may exceed the dense row sizes (padding). k: elements per row (a multiple of the weight
-    // block size). Pointers need no alignment. Only y[t * ldy + r] for r in [r0, r1) is written, so
-    // threads given disjoint row ranges may share y.
-    void (*gemm)(const void* w, size_t w_row_bytes, const void* act, size_t act_row_bytes, int64_t n, int64_t k,
-                 float* y, int64_t ldy, int64_t r0, int64_t r1);
-};
-
-// Weights repacked at load for the legacy formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0; SIMD ISAs only):
-// rows in groups of 8, and per group and 32-element block {fp16 d[8]; fp16 m[8] (Q4_1, Q5_1 only);
-// the 8 rows' payloads (the ggml block without its fp16 fields: qs, or qh then qs)}; a group's blocks
-// contiguous, groups in row order; the last group's missing rows repeat its last row. The same bytes
-// as the ggml layout (8 blocks per group-block); what it saves is the 8 scalar inserts that gather
-// the 8 rows' scales per block, and one stream per 8 rows instead of 8. Same arithmetic as
-// MatmulKernel::gemm on the unpacked rows, so the results are bit-identical. At kAvx512Vnni, Q8_0,
-// MXFP4 and NVFP4 use that level's own layout (groups of 16 rows, 4 elements of the 16 rows per
-// 512-bit vpdpbusd, kernels/cpu/simd_vnni_kernels.h; r0 a multiple of 16) and Q4_0 and Q4_1 a 32-row
-// one (rows i and i + 16 share each byte, kernels/cpu/simd_vnni_q4.h; r0 a multiple of 32), the same
-// bytes padded to 16 or 32 rows and the same bit-identity; I8 rows are packed at
-// kAvx512Vnni only (kernels/cpu/simd_i8_kernels.h: w + 128, 4 elements x 8 rows per vector; r0 a
-// multiple of 8 as well); Q4_K, Q5_K and Q6_K in 16-row groups at kAvx512Vnni only
-// (kernels/cpu/simd_vnni_kquant.h: within rounding of the row kernels, not their bits). F32, F16,
-// E4M3_B32 and MXFP8 rows (and BF16 at kAvx512Vnni) are packed
-// at the AVX-512 levels in 16-row k-major panels for an outer-product GEMM
-// (kernels/cpu/simd_float_packed.h: r0 a multiple of 16; batch invariant, but another summation
-// order than the row kernel, so not its bits). A packed buffer is only valid for the ISA whose
-// kernel packed it.
-struct PackedMatmulKernel {
-    size_t (*packed_bytes)(int64_t rows, int64_t k);
-    // w: rows x k in the ggml layout (row stride w_row_bytes) -> dst [packed_bytes(rows, k)].
-    void (*pack)(const void* w, size_t w_row_bytes, int64_t rows, int64_t k, void* dst);
-    // As MatmulKernel::gemm, over the packed matrix; r0 must be a multiple of 8 (16 for the
-    // avx512-vnni 16-row groups and the float panels, 32 for its Q4_0 / Q4_1 groups; ops::linear
-    // starts slices at multiples of 32).
-    void (*gemm)(const void* packed, const void* act, size_t act_row_bytes, int64_t n, int64_t k, float* y,
-                 int64_t ldy, int64_t r0, int64_t r1);
-    const char* layout = "";  // the packed layout in a few words, for kiln inspect
-};
 
 // The packed kernel for `weight_type` at `isa` (same activations as find_matmul_kernel's); nullptr
 // when there is none (kRef never packs). Does not check isa_supported.

@@ -12,7 +12,7 @@
 //    below -87 (masked keys, underflow) give exactly 0;
 //  - P V: output chunks (up to 64 floats for one row, 32 for a pair) stay in registers across one
 //    block of keys;
-//  - K/V rows (contiguous or paged, see ref::KvSpan) are located once per block of keys into arrays
+//  - K/V rows (contiguous or paged, see KvSpan) are located once per block of keys into arrays
 //    of row pointers that the inner loops index: the loads and the arithmetic are the same for
 //    either layout, so a paged cache gives bit-identical results.
 //  - K/V rows of >= 2 KiB, and every row in decode tasks, are prefetched ahead (f32: block_scores;
@@ -21,7 +21,7 @@
 // Measured (SmolLM2 shape, 9 heads / 3 KV heads / head_dim 64, EPYC Zen 3, one core): prefill 512
 // ~43 GFLOP/s = ~43% of the FMA peak; decode with a cache-resident KV ~35 GFLOP/s.
 // Everything here has internal linkage (include ONLY from those TUs), and no std:: templates
-// or inline library functions are used (not even ref::kv_row: cache_rows below repeats it): an
+// or inline library functions are used (not even kv_row: cache_rows below repeats it): an
 // out-of-line copy compiled with AVX2 flags could be merged into generic code by the linker and
 // run on a CPU without AVX2.
 #pragma once
@@ -245,12 +245,12 @@ inline void widen_f16(const uint16_t* h, float* f, int64_t n) {
 }
 
 // krow[i] / vrow[i] = start of key / value j_begin + i of the task's KV head (element offset
-// head_off), j_begin <= j < j_end, with ref::kv_row's arithmetic walked slot by slot (divides once per
+// head_off), j_begin <= j < j_end, with kv_row's arithmetic walked slot by slot (divides once per
 // call, never per key). f32 caches: pointers into the cache; f16 caches: the rows widened to f32 into
 // kbuf / vbuf ([j_end - j_begin, hd] each), slot i at kbuf + i * hd.
 // f16 caches: prefetch_bytes (0: none) of the rows kF16Ahead keys ahead are prefetched while one is
 // widened (the same strided walk as block_scores' prefetch; simd_attention_task picks the size).
-void cache_rows(const ref::KvSpan& kv, int64_t head_off, int64_t kv_stride, int64_t hd, int64_t j_begin, int64_t j_end,
+void cache_rows(const KvSpan& kv, int64_t head_off, int64_t kv_stride, int64_t hd, int64_t j_begin, int64_t j_end,
                 int64_t prefetch_bytes, const float** krow, const float** vrow, float* kbuf, float* vbuf) {
     int64_t block_idx = kv.block_table ? j_begin / kv.block_size : 0,
             slot = kv.block_table ? j_begin % kv.block_size : 0;
@@ -293,7 +293,7 @@ void cache_rows(const ref::KvSpan& kv, int64_t head_off, int64_t kv_stride, int6
     }
 }
 
-void simd_attention_task(const float* q, const ref::KvSpan& kv, const ref::AttentionShape& s, const AttentionTask& task,
+void simd_attention_task(const float* q, const KvSpan& kv, const AttentionShape& s, const AttentionTask& task,
                          float* out, float* lse, float* scratch) {
     const int64_t hd = s.head_dim, num_heads = s.num_heads, group = s.num_heads / s.num_kv_heads;
     const int64_t kv_stride = s.num_kv_heads * hd;  // floats per cache row

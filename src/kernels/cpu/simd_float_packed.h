@@ -39,7 +39,7 @@
 #include <vector>
 
 #include "kernels/cpu/matmul.h"
-#include "kernels/cpu/quant_blocks.h"
+#include "kernels/block_layouts.h"
 
 #if !defined(__AVX512F__)
 #error "simd_float_packed.h needs -mavx512f"

@@ -19,7 +19,7 @@
 #include <immintrin.h>
 
 #include "kernels/cpu/matmul.h"
-#include "kernels/cpu/quant_blocks.h"
+#include "kernels/block_layouts.h"
 #include "kernels/cpu/simd_avx2.h"
 #include "kernels/cpu/simd_legacy_kernels.h"
 

@@ -7,14 +7,12 @@
 
 #include "core/check.h"
 #include "core/numeric.h"
-#include "kernels/cpu/quant_blocks.h"
+#include "kernels/block_layouts.h"
 
 namespace kiln::kernels::ref {
 namespace {
 
-using cpu::ActQ8;
-using cpu::ActQ8K;
-namespace blk = cpu::blocks;
+namespace blk = blocks;
 
 float half_at(const uint8_t* p) {
     uint16_t h;
@@ -318,7 +316,7 @@ float fp8_row_dot(const uint8_t* w, const uint8_t* act, int64_t k) {
 
 // I8 weights (plain int8 rows) x a kI8Row activation row: the exact integer dot, times d_x.
 float i8_row_dot(const uint8_t* w, const uint8_t* act, int64_t k) {
-    cpu::ActI8Row h;
+    ActI8Row h;
     std::memcpy(&h, act, sizeof(h));
     const int8_t* q = reinterpret_cast<const int8_t*>(act + sizeof(h));
     int64_t sum = 0;
@@ -373,7 +371,7 @@ void quantize_bf16(const float* x, void* dst, int64_t k) {
     }
 }
 size_t i8row_row_bytes(int64_t k) {
-    return sizeof(cpu::ActI8Row) + size_t(cpu::i8_row_padded(k));
+    return sizeof(ActI8Row) + size_t(i8_row_padded(k));
 }
 void quantize_q8_void(const float* x, void* dst, int64_t k) {
     // dst may be unaligned: quantize block by block through an aligned temporary.
@@ -405,31 +403,31 @@ int8_t round_q(float v) {
     return int8_t(r);
 }
 
-constexpr cpu::MatmulKernel kF32Kernel{cpu::ActFormat::kF32, f32_row_bytes, copy_row, gemm<core::DType::kF32>};
-constexpr cpu::MatmulKernel kF16Kernel{cpu::ActFormat::kF32, f32_row_bytes, copy_row, gemm<core::DType::kF16>};
-constexpr cpu::MatmulKernel kBF16Kernel{cpu::ActFormat::kBF16, bf16_row_bytes, quantize_bf16, gemm<core::DType::kBF16>};
-constexpr cpu::MatmulKernel kQ4_0Kernel{cpu::ActFormat::kQ8, q8_row_bytes, quantize_q8_void, gemm<core::DType::kQ4_0>};
-constexpr cpu::MatmulKernel kQ4_1Kernel{cpu::ActFormat::kQ8, q8_row_bytes, quantize_q8_void, gemm<core::DType::kQ4_1>};
-constexpr cpu::MatmulKernel kQ5_0Kernel{cpu::ActFormat::kQ8, q8_row_bytes, quantize_q8_void, gemm<core::DType::kQ5_0>};
-constexpr cpu::MatmulKernel kQ5_1Kernel{cpu::ActFormat::kQ8, q8_row_bytes, quantize_q8_void, gemm<core::DType::kQ5_1>};
-constexpr cpu::MatmulKernel kQ8_0Kernel{cpu::ActFormat::kQ8, q8_row_bytes, quantize_q8_void, gemm<core::DType::kQ8_0>};
-constexpr cpu::MatmulKernel kMxfp4Kernel{cpu::ActFormat::kQ8, q8_row_bytes, quantize_q8_void,
+constexpr MatmulKernel kF32Kernel{ActFormat::kF32, f32_row_bytes, copy_row, gemm<core::DType::kF32>};
+constexpr MatmulKernel kF16Kernel{ActFormat::kF32, f32_row_bytes, copy_row, gemm<core::DType::kF16>};
+constexpr MatmulKernel kBF16Kernel{ActFormat::kBF16, bf16_row_bytes, quantize_bf16, gemm<core::DType::kBF16>};
+constexpr MatmulKernel kQ4_0Kernel{ActFormat::kQ8, q8_row_bytes, quantize_q8_void, gemm<core::DType::kQ4_0>};
+constexpr MatmulKernel kQ4_1Kernel{ActFormat::kQ8, q8_row_bytes, quantize_q8_void, gemm<core::DType::kQ4_1>};
+constexpr MatmulKernel kQ5_0Kernel{ActFormat::kQ8, q8_row_bytes, quantize_q8_void, gemm<core::DType::kQ5_0>};
+constexpr MatmulKernel kQ5_1Kernel{ActFormat::kQ8, q8_row_bytes, quantize_q8_void, gemm<core::DType::kQ5_1>};
+constexpr MatmulKernel kQ8_0Kernel{ActFormat::kQ8, q8_row_bytes, quantize_q8_void, gemm<core::DType::kQ8_0>};
+constexpr MatmulKernel kMxfp4Kernel{ActFormat::kQ8, q8_row_bytes, quantize_q8_void,
                                          gemm<core::DType::kMxfp4>};
-constexpr cpu::MatmulKernel kNvfp4Kernel{cpu::ActFormat::kQ8, q8_row_bytes, quantize_q8_void,
+constexpr MatmulKernel kNvfp4Kernel{ActFormat::kQ8, q8_row_bytes, quantize_q8_void,
                                          gemm<core::DType::kNvfp4>};
-constexpr cpu::MatmulKernel kE4m3B32Kernel{cpu::ActFormat::kF32, f32_row_bytes, copy_row,
+constexpr MatmulKernel kE4m3B32Kernel{ActFormat::kF32, f32_row_bytes, copy_row,
                                            gemm<core::DType::kE4m3B32>};
-constexpr cpu::MatmulKernel kMxfp8Kernel{cpu::ActFormat::kF32, f32_row_bytes, copy_row, gemm<core::DType::kMxfp8>};
-constexpr cpu::MatmulKernel kI8Kernel{cpu::ActFormat::kI8Row, i8row_row_bytes, quantize_row_i8row, gemm<core::DType::kI8>};
-constexpr cpu::MatmulKernel kQ2_KKernel{cpu::ActFormat::kQ8K, q8k_row_bytes, quantize_q8k_void,
+constexpr MatmulKernel kMxfp8Kernel{ActFormat::kF32, f32_row_bytes, copy_row, gemm<core::DType::kMxfp8>};
+constexpr MatmulKernel kI8Kernel{ActFormat::kI8Row, i8row_row_bytes, quantize_row_i8row, gemm<core::DType::kI8>};
+constexpr MatmulKernel kQ2_KKernel{ActFormat::kQ8K, q8k_row_bytes, quantize_q8k_void,
                                         gemm<core::DType::kQ2_K>};
-constexpr cpu::MatmulKernel kQ3_KKernel{cpu::ActFormat::kQ8K, q8k_row_bytes, quantize_q8k_void,
+constexpr MatmulKernel kQ3_KKernel{ActFormat::kQ8K, q8k_row_bytes, quantize_q8k_void,
                                         gemm<core::DType::kQ3_K>};
-constexpr cpu::MatmulKernel kQ4_KKernel{cpu::ActFormat::kQ8K, q8k_row_bytes, quantize_q8k_void,
+constexpr MatmulKernel kQ4_KKernel{ActFormat::kQ8K, q8k_row_bytes, quantize_q8k_void,
                                         gemm<core::DType::kQ4_K>};
-constexpr cpu::MatmulKernel kQ5_KKernel{cpu::ActFormat::kQ8K, q8k_row_bytes, quantize_q8k_void,
+constexpr MatmulKernel kQ5_KKernel{ActFormat::kQ8K, q8k_row_bytes, quantize_q8k_void,
                                         gemm<core::DType::kQ5_K>};
-constexpr cpu::MatmulKernel kQ6_KKernel{cpu::ActFormat::kQ8K, q8k_row_bytes, quantize_q8k_void,
+constexpr MatmulKernel kQ6_KKernel{ActFormat::kQ8K, q8k_row_bytes, quantize_q8k_void,
                                         gemm<core::DType::kQ6_K>};
 
 }  // namespace
@@ -472,18 +470,18 @@ void quantize_row_i8row(const float* x, void* dst, int64_t k) {
     float amax = 0;
     for (int64_t j = 0; j < k; ++j) amax = std::fmax(amax, std::fabs(x[j]));
     const float d = amax / 127.0f == 0 ? 1.0f : amax / 127.0f;  // as quant::quantize_int8_rows
-    int8_t* q = reinterpret_cast<int8_t*>(static_cast<uint8_t*>(dst) + sizeof(cpu::ActI8Row));
+    int8_t* q = reinterpret_cast<int8_t*>(static_cast<uint8_t*>(dst) + sizeof(ActI8Row));
     int32_t sum = 0;
     for (int64_t j = 0; j < k; ++j) {
         q[j] = round_q(x[j] / d);
         sum += q[j];
     }
-    for (int64_t j = k; j < cpu::i8_row_padded(k); ++j) q[j] = 0;
-    const cpu::ActI8Row h{d, sum};
+    for (int64_t j = k; j < i8_row_padded(k); ++j) q[j] = 0;
+    const ActI8Row h{d, sum};
     std::memcpy(dst, &h, sizeof(h));
 }
 
-const cpu::MatmulKernel* ref_matmul_kernel(core::DType weight_type) {
+const MatmulKernel* ref_matmul_kernel(core::DType weight_type) {
     switch (weight_type) {
         case core::DType::kF32:
             return &kF32Kernel;

@@ -12,14 +12,14 @@
 #include <cstdint>
 
 #include "core/dtype.h"
-#include "kernels/cpu/matmul.h"
+#include "kernels/kernel_params.h"
 
 namespace kiln::kernels::ref {
 
 // x [k] -> k / 32 ActQ8 blocks. k a multiple of 32.
-void quantize_row_q8(const float* x, cpu::ActQ8* dst, int64_t k);
+void quantize_row_q8(const float* x, ActQ8* dst, int64_t k);
 // x [k] -> k / 256 ActQ8K blocks. k a multiple of 256.
-void quantize_row_q8k(const float* x, cpu::ActQ8K* dst, int64_t k);
+void quantize_row_q8k(const float* x, ActQ8K* dst, int64_t k);
 
 // x [k] -> one kI8Row activation row (matmul.h): ActI8Row header, then i8_row_padded(k) int8.
 // dst needs no alignment.
@@ -28,6 +28,6 @@ void quantize_row_i8row(const float* x, void* dst, int64_t k);
 // The kRef kernel for weight_type (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K,
 // Q5_K, Q6_K, MXFP4, NVFP4, E4M3_B32, MXFP8, I8); nullptr for other types. Q8 kernels need k % 32 == 0 (NVFP4 too: two of
 // its 16-element blocks per activation block; ops::make_linear checks this).
-const cpu::MatmulKernel* ref_matmul_kernel(core::DType weight_type);
+const MatmulKernel* ref_matmul_kernel(core::DType weight_type);
 
 }  // namespace kiln::kernels::ref

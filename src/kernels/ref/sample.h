@@ -22,31 +22,12 @@
 #include <cstdint>
 #include <span>
 
+#include "kernels/kernel_params.h"
+
 namespace kiln::kernels::ref {
 
-// One row's knobs, as validated sampling::SamplingParams carry them. Plain data, the same layout on
-// host and device.
-struct SampleRow {
-    float temperature = 0.0f;  // below kSampleGreedyTemperature: the argmax (lowest id on ties), no draw
-    int32_t top_k = 0;         // <= 0 or >= vocab: off
-    float top_p = 1.0f;        // >= 1: off
-    float min_p = 0.0f;        // <= 0: off
-    float repetition_penalty = 1.0f;
-    float frequency_penalty = 0.0f, presence_penalty = 0.0f;
-    int32_t adjust_begin = 0, adjust_count = 0;  // this row's entries in the step's LogitAdjustment list
-    double u = 0.0;                              // the draw, in [0, 1)
-};
-
-// The logit of `id` is changed by the entries naming it, adjacent in a row's list (ids in any
-// order): every entry's bias is added in list order, then, once, the repetition penalty if an entry
-// has in_history, then the frequency / presence penalty of the entries' summed `generated` count
-// (the Sampler's order: bias, repetition, frequency / presence). Ids outside [0, vocab) are ignored.
-struct LogitAdjustment {
-    int32_t id = 0;
-    float bias = 0.0f;       // OpenAI logit_bias
-    int32_t in_history = 0;  // 1: the token is in prompt + generated (repetition penalty)
-    int32_t generated = 0;   // its occurrences among the generated tokens (frequency, presence)
-};
+using kernels::LogitAdjustment;  // the shared structs live in the neutral kernels header
+using kernels::SampleRow;
 
 inline constexpr float kSampleGreedyTemperature = 1e-5f;    // sampling::kGreedyTemperature
 inline constexpr double kTopPSlack = 1e-6;                  // sampling::Sampler's

@@ -3,11 +3,13 @@
 // kernels/ref/dequant.cc). Offsets, not structs: weight rows carry no alignment promise, so kernels read fields with
 // memcpy / unaligned loads. Constants only, on purpose: this header is included by ISA-specific TUs (-mavx2 ...), and
 // an inline function here could be ODR-merged into generic code compiled with those flags.
+// A neutral kernels header (scripts/lint_layers.py): kernels/ref, kernels/cpu and kernels/cuda may all
+// include it; it includes no kernels.
 #pragma once
 
 #include <cstddef>
 
-namespace kiln::kernels::cpu::blocks {
+namespace kiln::kernels::blocks {
 
 constexpr int kQK = 32;     // elements per legacy block
 constexpr int kQK_K = 256;  // elements per K-quant super-block
@@ -56,4 +58,4 @@ constexpr signed char kE2M1x2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4,
 constexpr size_t kActQ8Bytes = 40, kActQ8D = 0, kActQ8S = 4, kActQ8Q = 8;
 constexpr size_t kActQ8KBytes = 292, kActQ8KD = 0, kActQ8KBsums = 4, kActQ8KQ = 36;
 
-}  // namespace kiln::kernels::cpu::blocks
+}  // namespace kiln::kernels::blocks
