@@ -29,19 +29,9 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench_common import ROOT, default_kiln  # noqa: E402 (bench/ is on sys.path)
 SMOL = os.path.expanduser("~/.cache/kiln/SmolLM2-135M-Instruct.Q4_1.gguf")
 LISTENING = re.compile(rb"^kiln serve: listening on http://.*:(\d+), loading ", re.M)
-
-
-def default_kiln():
-    if os.environ.get("KILN_BIN"):
-        return os.environ["KILN_BIN"]
-    for preset in ["cpu-release", "cpu-debug"]:
-        p = os.path.join(ROOT, "build", preset, "bin", "kiln")
-        if os.path.exists(p):
-            return p
-    return "kiln"
 
 
 def default_model():

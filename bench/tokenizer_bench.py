@@ -21,17 +21,7 @@ import time
 os.environ["RAYON_NUM_THREADS"] = "1"  # before tokenizers is imported
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def default_kiln():
-    if os.environ.get("KILN_BIN"):
-        return os.environ["KILN_BIN"]
-    for preset in ["cpu-release", "cpu-debug"]:
-        p = os.path.join(ROOT, "build", preset, "bin", "kiln")
-        if os.path.exists(p):
-            return p
-    return "kiln"
+from bench_common import ROOT, default_kiln  # noqa: E402 (bench/ is on sys.path)
 
 
 def bench_kiln(kiln, model, path, runs, cpu, per_line=False):
