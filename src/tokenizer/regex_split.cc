@@ -1,6 +1,10 @@
 // PCRE2-backed Splitter and the llama.cpp pre-tokenizer table (see regex_split.h). The regex
 // strings for GGUF names are the ones llama.cpp's llm_tokenizer_bpe uses (llama-vocab.cpp), where
 // "(?i:'s|...)" is spelled "(?:'[sS]|...)" so that Unicode case folding (e.g. U+017F) cannot widen it.
+// Code points whose NFC form is another character (U+1F7D, U+1FBE, U+1FD3, U+1FDB, U+2126, U+212A in
+// deepseek-llm's letter class) are written as \x{...}: an editor or tool that normalizes this file
+// would otherwise turn them into U+03CE, U+03B9, U+0390, U+038A, U+03A9, 'K', which made ranges
+// run backwards (PCRE2: "range out of order") or, for "K-ℭ", silently span U+004B..U+212D.
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "tokenizer/regex_split.h"
 
@@ -88,7 +92,7 @@ std::vector<std::string> family_regexes(PreFamily f) {
             return {"[\r\n]",
                     "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-"
                     "ᵷᵹ-"
-                    "ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-"
+                    "ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-\\x{1F7D}ᾀ-ᾴᾶ-ᾼ\\x{1FBE}ῂ-ῄῆ-ῌῐ-\\x{1FD3}ῖ-\\x{1FDB}ῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤ\\x{2126}ℨ\\x{212A}-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-"
                     "ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-"
                     "𞥃]"
                     "+",
