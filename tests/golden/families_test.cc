@@ -1,0 +1,135 @@
+// Every Llama-family architecture kiln runs (Llama, Llama with llama3 RoPE scaling, Mistral with a
+// sliding window, Qwen2 with q/k/v biases, Qwen3 with q/k RMSNorm) against Hugging Face transformers:
+// tiny random-weight models built by AutoModelForCausalLM.from_config and their float32 eager logits
+// (scripts/gen_family_goldens.py; tests/golden/data/families/<name>/). kiln loads each safetensors
+// folder, and its GGUF conversion (model::convert_checkpoint, f32), runs the f32-activation path, and
+// must give every logit at every position of three prompts within 1e-4 of that prompt's logit range
+// (max - min over its logits), and the same 32 greedy tokens.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "model/checkpoint.h"
+#include "model/convert.h"
+#include "model/llama.h"
+#include "support/test_support.h"
+
+namespace kiln::model {
+namespace {
+
+constexpr double kRelTol = 1e-4;  // of the logit range of the prompt
+
+std::string family_dir(const std::string& name) {
+    const std::string here = __FILE__;
+    return here.substr(0, here.rfind('/')) + "/data/families/" + name;
+}
+
+struct Golden {
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<std::vector<float>> logits;  // per prompt [len, vocab]
+    int64_t vocab = 0;
+    size_t greedy_prompt = 0;
+    std::vector<int32_t> greedy;
+};
+
+bool load_golden(const std::string& dir, Golden* g) {
+    const nlohmann::json j = nlohmann::json::parse(test::read_text(dir + "/golden.json"), nullptr, false);
+    if (j.is_discarded()) return false;
+    const std::vector<uint8_t> raw = test::read_file(dir + "/logits.f32");
+    size_t off = 0;
+    for (size_t p = 0; p < j["prompts"].size(); ++p) {
+        g->prompts.push_back(j["prompts"][p].get<std::vector<int32_t>>());
+        const auto shape = j["logits_shapes"][p].get<std::vector<int64_t>>();
+        g->vocab = shape[1];
+        std::vector<float> l(size_t(shape[0] * shape[1]));
+        if (off + l.size() * 4 > raw.size()) return false;
+        std::memcpy(l.data(), raw.data() + off, l.size() * 4);
+        off += l.size() * 4;
+        g->logits.push_back(std::move(l));
+    }
+    g->greedy_prompt = j["greedy_prompt"].get<size_t>();
+    g->greedy = j["greedy"].get<std::vector<int32_t>>();
+    return off == raw.size();
+}
+
+// Teacher-forced logits at every position and the greedy continuation, compared with the golden.
+void check_model(const Checkpoint& ck, const Golden& g, const std::string& what) {
+    core::ThreadPool pool(2);
+    ops::LinearOptions f32;
+    f32.f32_activations = true;
+    auto model = LlamaModel::create(ck, &pool, f32);
+    ASSERT_TRUE(model.is_ok()) << what << ": " << model.status().to_string();
+    const int64_t V = (*model)->config().vocab_size;
+    ASSERT_EQ(V, g.vocab) << what;
+    for (size_t p = 0; p < g.prompts.size(); ++p) {
+        const std::vector<int32_t>& ids = g.prompts[p];
+        KvCache cache((*model)->config(), int64_t(ids.size()));
+        auto logits = (*model)->forward(ids, cache, /*all_logits=*/true);  // [len, V]
+        ASSERT_TRUE(logits.is_ok()) << what << ": " << logits.status().to_string();
+        const std::vector<float>& want = g.logits[p];
+        ASSERT_EQ(logits->size(), want.size()) << what;
+        const auto [lo, hi] = std::minmax_element(want.begin(), want.end());
+        const double tol = kRelTol * (double(*hi) - double(*lo));
+        double worst = 0;
+        size_t worst_i = 0;
+        for (size_t i = 0; i < want.size(); ++i) {
+            const double err = std::abs(double((*logits)[i]) - double(want[i]));
+            if (err > worst) worst = err, worst_i = i;
+        }
+        EXPECT_LE(worst, tol) << what << " prompt " << p << ": position " << worst_i / size_t(V) << " id "
+                              << worst_i % size_t(V) << ": kiln " << (*logits)[worst_i] << ", transformers "
+                              << want[worst_i];
+        std::printf("[ %s ] prompt %zu (%zu tokens): max |diff| %.3g, tolerance %.3g\n", what.c_str(), p, ids.size(),
+                    worst, tol);
+    }
+    const std::vector<int32_t>& prompt = g.prompts[g.greedy_prompt];
+    KvCache cache((*model)->config(), int64_t(prompt.size() + g.greedy.size()));
+    std::vector<int32_t> next = prompt, got;
+    for (size_t step = 0; step < g.greedy.size(); ++step) {
+        auto logits = (*model)->forward(next, cache, false);
+        ASSERT_TRUE(logits.is_ok()) << what << ": " << logits.status().to_string();
+        const int32_t best = int32_t(std::max_element(logits->begin(), logits->begin() + V) - logits->begin());
+        got.push_back(best);
+        next = {best};
+    }
+    EXPECT_EQ(got, g.greedy) << what << ": greedy continuation";
+}
+
+class Families : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Families, MatchTransformersFromSafetensorsAndGguf) {
+    const std::string dir = family_dir(GetParam());
+    Golden g;
+    ASSERT_TRUE(load_golden(dir, &g)) << dir;
+    ASSERT_EQ(g.prompts.size(), 3u);
+    auto ck = load_checkpoint(dir);
+    ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
+    check_model(*ck, g, GetParam() + " (safetensors)");
+
+    const std::string gguf = test::temp_dir("families_" + GetParam()) + "/model.gguf";
+    ConvertOptions o;
+    o.to = "gguf";
+    o.dtype = core::DType::kF32;
+    const core::Status st = convert_checkpoint(dir, gguf, o);
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    auto ck2 = load_checkpoint(gguf);
+    ASSERT_TRUE(ck2.is_ok()) << ck2.status().to_string();
+    check_model(*ck2, g, GetParam() + " (gguf)");
+}
+
+INSTANTIATE_TEST_SUITE_P(Transformers, Families,
+                         ::testing::Values("llama", "llama3-rope", "mistral", "qwen2", "qwen3"),
+                         [](const auto& info) {
+                             std::string n = info.param;
+                             std::replace(n.begin(), n.end(), '-', '_');
+                             return n;
+                         });
+
+}  // namespace
+}  // namespace kiln::model
