@@ -30,8 +30,8 @@ import sys
 # Lower rank = lower layer. Keep in step with DESIGN.md "Layout" and docs/layout.md.
 RANK = {
     "core": 0, "kernels": 1, "ops": 2, "formats": 2, "quant": 2, "dist": 2,
-    "tokenizer": 3, "model": 4, "kv": 4, "sched": 5, "sampling": 5, "engine": 6,
-    "kiln": 7, "api": 7, "server": 8, "tools": 9, "bench": 9, "tests": 9,
+    "tokenizer": 3, "loader": 4, "kv": 4, "model": 5, "quant_tools": 6, "sched": 6, "sampling": 6,
+    "engine": 7, "kiln": 8, "api": 8, "server": 9, "tools": 10, "bench": 10, "tests": 10,
 }
 # Sub-layers of kernels ("" = the neutral headers directly in src/kernels).
 KERNEL_RANK = {"": 0, "ref": 1, "cpu": 2, "cuda": 2, "roofline": 2}

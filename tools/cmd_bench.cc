@@ -48,7 +48,7 @@
 #include "model_session.h"
 #include "core/thread_pool.h"
 #include "kernels/roofline/roofline.h"
-#include "model/checkpoint.h"
+#include "loader/checkpoint.h"
 #include "model/llama.h"
 #include "ops/linear.h"
 
@@ -106,12 +106,12 @@ struct Traffic {
     std::string dtype;
 };
 
-Traffic count_traffic(const model::Checkpoint& ck) {
-    const model::ModelConfig& c = ck.config;
+Traffic count_traffic(const loader::Checkpoint& ck) {
+    const loader::ModelConfig& c = ck.config;
     Traffic tr;
     tr.params = ck.num_params();
     tr.kv_position_bytes = uint64_t(2 * c.num_layers * c.kv_dim()) * sizeof(float);
-    for (const model::TensorRef& t : ck.tensors) {
+    for (const loader::TensorRef& t : ck.tensors) {
         const bool layer = t.name.rfind("blk.", 0) == 0;
         if (layer) tr.weight_bytes += t.num_bytes + (t.row_scale ? 4 * t.shape[0] : 0);  // I8: + row scales
         if (layer && t.shape.size() == 2) tr.layer_mm_params += t.num_elements();
@@ -135,11 +135,11 @@ struct ComputePath {
     bool bf16 = false;   // bf16 activations times BF16 weights by vdpbf16ps (avx512-vnni): the BF16 peak
 };
 
-ComputePath compute_path(const model::Checkpoint& ck, const ops::LinearOptions& options) {
-    const model::TensorRef* t = ck.find("blk.0.attn_q.weight");
+ComputePath compute_path(const loader::Checkpoint& ck, const ops::LinearOptions& options) {
+    const loader::TensorRef* t = ck.find("blk.0.attn_q.weight");
     if (!t || t->shape.size() != 2) return {"unknown", false};
     if (!core::dtype_bytes(t->dtype, t->shape[1])) return {"unknown", false};
-    auto lin = ops::plan_linear(model::weight_view_of(*t), options);  // reads no weight bytes
+    auto lin = ops::plan_linear(loader::weight_view_of(*t), options);  // reads no weight bytes
     if (!lin || !lin->kernel) return {"f32 reference (kernels/ref)", false, false, false};
     using kernels::ActFormat;
     const ActFormat act = lin->kernel->act;
@@ -192,7 +192,7 @@ std::vector<int32_t> bench_tokens(int64_t n, int64_t vocab) {
 // after an untimed forward of `depth` tokens into the same cache.
 core::Result<RunTimes> run_once(model::LlamaModel& m, bool prefill, int64_t count, int64_t depth,
                                 const kernels::roofline::ReadProbe* probe = nullptr, core::ThreadPool* pool = nullptr) {
-    const model::ModelConfig& c = m.config();
+    const loader::ModelConfig& c = m.config();
     model::KvCache cache(c, std::max<int64_t>(depth + count, 1));
     if (depth > 0) {
         KILN_ASSIGN_OR_RETURN(auto context, m.forward(bench_tokens(depth, c.vocab_size), cache, false));
@@ -277,9 +277,9 @@ double peak_of(const kernels::roofline::Roofline& roof, const ComputePath& path)
     return path.int8 ? roof.int8_gops : roof.fma_f32_gflops;
 }
 
-ordered_json result_json(const TestResult& r, const model::Checkpoint& ck, const Traffic& tr,
+ordered_json result_json(const TestResult& r, const loader::Checkpoint& ck, const Traffic& tr,
                          const kernels::roofline::Roofline& roof, const ComputePath& path, int reps, bool mmapped) {
-    const model::ModelConfig& c = ck.config;
+    const loader::ModelConfig& c = ck.config;
     const double gbps = r.bytes_per_token * r.tokens_per_s / 1e9;
     const double gops = r.ops_per_token * r.tokens_per_s / 1e9;
     const double peak = peak_of(roof, path);
@@ -328,9 +328,9 @@ double resident_mib() {
     return ok ? double(resident) * double(sysconf(_SC_PAGESIZE)) / double(1 << 20) : -1;
 }
 
-void print_table(const std::vector<TestResult>& results, const model::Checkpoint& ck, const Traffic& tr,
+void print_table(const std::vector<TestResult>& results, const loader::Checkpoint& ck, const Traffic& tr,
                  const kernels::roofline::Roofline& roof, const ComputePath& path, bool mmapped, double loaded_mib) {
-    const model::ModelConfig& c = ck.config;
+    const loader::ModelConfig& c = ck.config;
     auto opt = [](const std::optional<double>& v) {
         return v ? std::to_string(int64_t(*v)) : std::string("unsupported");
     };
@@ -413,7 +413,7 @@ int cmd_bench(int argc, char** argv) {
         std::fprintf(stderr, "kiln bench: -p 0 and -n 0 leave nothing to measure\n");
         return 2;
     }
-    auto ck = model::load_checkpoint(*model_path);
+    auto ck = loader::load_checkpoint(*model_path);
     if (!ck) {
         std::fprintf(stderr, "kiln bench: %s\n", ck.status().to_string().c_str());
         return 1;

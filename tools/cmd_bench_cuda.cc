@@ -26,7 +26,7 @@
 #include "commands.h"
 #include "engine_options.h"
 #include "gpu_session.h"
-#include "model/checkpoint.h"
+#include "loader/checkpoint.h"
 
 #ifdef KILN_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -128,12 +128,12 @@ int cmd_bench_cuda(int argc, char** argv) {
         std::fprintf(stderr, "kiln bench: %s\n", bw.status().to_string().c_str());
         return 1;
     }
-    auto ck = model::load_checkpoint(*model_path);
+    auto ck = loader::load_checkpoint(*model_path);
     if (!ck) {
         std::fprintf(stderr, "kiln bench: %s\n", ck.status().to_string().c_str());
         return 1;
     }
-    const model::ModelConfig& c = ck->config;
+    const loader::ModelConfig& c = ck->config;
     constexpr int64_t kBatchPrompt = 128;
     o.max_batch_tokens = std::max(p, kBatchPrompt);
     o.max_seqs = std::max<int64_t>(b, 1);

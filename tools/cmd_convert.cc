@@ -1,11 +1,11 @@
 // `kiln convert IN OUT --to gguf|safetensors [--dtype f32|f16|bf16] [--tokenizer TOKENIZER.bin] [--layers N]
-// [--quiet]`: a thin main over model/convert.h.
+// [--quiet]`: a thin main over loader/convert.h.
 #include <cstdio>
 
 #include "args.h"
 #include "commands.h"
 #include "core/dtype.h"
-#include "model/convert.h"
+#include "loader/convert.h"
 
 namespace kiln::tools {
 namespace {
@@ -37,7 +37,7 @@ int cmd_convert(int argc, char** argv) {
         std::fputs(kUsage, stderr);
         return 2;
     }
-    model::ConvertOptions opts;
+    loader::ConvertOptions opts;
     opts.to = *args.get("--to");
     if (auto d = args.get("--dtype")) {
         opts.dtype = core::dtype_from_name(*d);
@@ -53,13 +53,13 @@ int cmd_convert(int argc, char** argv) {
         if (!n) return 2;
         opts.num_layers = *n;
     }
-    if (core::Status st = model::check_convert_options(opts); !st.is_ok()) {
+    if (core::Status st = loader::check_convert_options(opts); !st.is_ok()) {
         std::fprintf(stderr, "kiln %s\n", st.message().c_str());
         return 2;
     }
     const std::string& in = args.positional()[0];
     const std::string& out = args.positional()[1];
-    core::Status st = model::convert_checkpoint(in, out, opts);
+    core::Status st = loader::convert_checkpoint(in, out, opts);
     if (!st.is_ok()) {
         std::fprintf(stderr, "kiln convert: %s\n", st.to_string().c_str());
         return 1;

@@ -18,8 +18,8 @@
 #include "core/bytes.h"
 #include "formats/gguf.h"
 #include "kernels/cpu/matmul.h"
-#include "model/checkpoint.h"
-#include "model/checkpoint_tokenizer.h"
+#include "loader/checkpoint.h"
+#include "loader/checkpoint_tokenizer.h"
 #include "ops/linear.h"
 #include "tokenizer/tokenizer.h"
 
@@ -62,7 +62,7 @@ std::string human_count(uint64_t n) {
     return buf;
 }
 
-ordered_json config_json(const model::ModelConfig& c) {
+ordered_json config_json(const loader::ModelConfig& c) {
     ordered_json j;
     j["architecture"] = c.arch;
     if (!c.name.empty()) j["name"] = c.name;
@@ -90,8 +90,8 @@ ordered_json config_json(const model::ModelConfig& c) {
 }
 
 // The tokenizer the checkpoint carries: GGUF metadata, or tokenizer.json beside an HF checkpoint.
-ordered_json tokenizer_json(const model::Checkpoint& ck) {
-    auto tok = model::load_tokenizer(ck);
+ordered_json tokenizer_json(const loader::Checkpoint& ck) {
+    auto tok = loader::load_tokenizer(ck);
     if (!tok && tok.status().code() == core::StatusCode::kNotFound)
         return ordered_json{{"kind", "none"}, {"note", "no tokenizer in this file"}};
     if (!tok) return ordered_json{{"kind", "error"}, {"error", tok.status().to_string()}};
@@ -100,7 +100,7 @@ ordered_json tokenizer_json(const model::Checkpoint& ck) {
                         {"bos_id", t.bos_id()}, {"eos_id", t.eos_id()}, {"chat_template", !t.chat_template().empty()}};
 }
 
-ordered_json checkpoint_json(const model::Checkpoint& ck) {
+ordered_json checkpoint_json(const loader::Checkpoint& ck) {
     ordered_json j;
     j["path"] = ck.path;
     j["format"] = ck.format;
@@ -114,7 +114,7 @@ ordered_json checkpoint_json(const model::Checkpoint& ck) {
     uint64_t bytes = 0;
     std::map<std::string, uint64_t> by_type;
     ordered_json tensors = ordered_json::array();
-    for (const model::TensorRef& t : ck.tensors) {
+    for (const loader::TensorRef& t : ck.tensors) {
         // I8 weights (compressed-tensors INT8): the int8 rows plus one f32 scale per row
         const uint64_t n = t.num_bytes + (t.row_scale && !t.shape.empty() ? 4 * t.shape[0] : 0);
         tensors.push_back({{"name", t.name},
@@ -133,7 +133,7 @@ ordered_json checkpoint_json(const model::Checkpoint& ck) {
 
 // How the layers' weight matrices (and the output matrix) would run at `isa`, one entry per dtype:
 // what ops::make_linear picks, without repacking anything.
-ordered_json kernels_json(const model::Checkpoint& ck, kernels::cpu::Isa isa) {
+ordered_json kernels_json(const loader::Checkpoint& ck, kernels::cpu::Isa isa) {
     struct Entry {
         uint64_t matrices = 0, bytes = 0, packed_bytes = 0;
         std::string runs_as;
@@ -142,11 +142,11 @@ ordered_json kernels_json(const model::Checkpoint& ck, kernels::cpu::Isa isa) {
     const bool has_output = ck.find("output.weight") != nullptr;
     ops::LinearOptions lo;
     lo.isa = isa;
-    for (const model::TensorRef& t : ck.tensors) {
+    for (const loader::TensorRef& t : ck.tensors) {
         const bool matrix = t.shape.size() == 2 && (t.name.rfind("blk.", 0) == 0 || t.name == "output.weight" ||
                                                     (!has_output && t.name == "token_embd.weight"));
         if (!matrix || !core::dtype_bytes(t.dtype, t.shape[1])) continue;
-        const kernels::ref::WeightView w = model::weight_view_of(t);
+        const kernels::ref::WeightView w = loader::weight_view_of(t);
         Entry& e = by_type[std::string(core::dtype_name(t.dtype))];
         e.matrices += 1;
         e.bytes += t.num_bytes;
@@ -282,7 +282,7 @@ int cmd_inspect(int argc, char** argv) {
         isa = *parsed;
     }
     ordered_json j;
-    auto ck = model::load_checkpoint(path);
+    auto ck = loader::load_checkpoint(path);
     if (ck) {
         j = checkpoint_json(*ck);
         j["kernels"] = kernels_json(*ck, isa);

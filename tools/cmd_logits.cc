@@ -71,7 +71,7 @@ int cmd_logits(int argc, char** argv) {
         std::fprintf(stderr, "kiln logits: the prompt encodes to no tokens\n");
         return 1;
     }
-    const model::ModelConfig& c = s.model->config();
+    const loader::ModelConfig& c = s.model->config();
     model::KvCache cache(c, int64_t(ids.size()));
     auto logits = s.model->forward(ids, cache, /*all_logits=*/true);
     if (!logits) {

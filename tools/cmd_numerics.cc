@@ -1,5 +1,5 @@
 // `kiln numerics MODEL --format F [--calib FILE] [--calib-tokens N] [--json] [-t N]`: a thin main
-// over model/quant_numerics.h. Prints, per projection weight, the error `kiln quantize --format F`
+// over quant_tools/quant_numerics.h. Prints, per projection weight, the error `kiln quantize --format F`
 // would add (SQNR, relative and max error of the weight as kiln runs it) and, with calibration
 // text, the relative error of that projection's output on sampled real inputs; then a summary.
 // Nothing is written to disk.
@@ -12,10 +12,10 @@
 
 #include "args.h"
 #include "commands.h"
-#include "model/calibration.h"
-#include "model/checkpoint_tokenizer.h"
-#include "model/convert.h"
-#include "model/quant_numerics.h"
+#include "quant_tools/calibration.h"
+#include "loader/checkpoint_tokenizer.h"
+#include "loader/convert.h"
+#include "quant_tools/quant_numerics.h"
 #include "model_session.h"
 
 namespace kiln::tools {
@@ -67,13 +67,13 @@ ordered_json number(double v) {
     return std::isfinite(v) ? ordered_json(v) : ordered_json(nullptr);
 }
 
-ordered_json to_json(const model::NumericsReport& r, const std::string& path, int64_t calib_tokens) {
+ordered_json to_json(const quant_tools::NumericsReport& r, const std::string& path, int64_t calib_tokens) {
     ordered_json j;
     j["format"] = r.scheme.name();
     j["model"] = path;
     j["calib_tokens"] = calib_tokens;
     j["tensors"] = ordered_json::array();
-    for (const model::TensorNumerics& t : r.tensors)
+    for (const quant_tools::TensorNumerics& t : r.tensors)
         j["tensors"].push_back({{"name", t.name},
                                 {"rows", t.rows},
                                 {"cols", t.cols},
@@ -81,7 +81,7 @@ ordered_json to_json(const model::NumericsReport& r, const std::string& path, in
                                 {"rel_error", number(t.rel_error)},
                                 {"max_abs_error", number(t.max_abs_error)},
                                 {"output_rel_error", number(t.output_rel_error)}});
-    const model::NumericsSummary& s = r.summary;
+    const quant_tools::NumericsSummary& s = r.summary;
     j["summary"] = {{"num_tensors", s.num_tensors},
                     {"num_params", s.num_params},
                     {"mean_sqnr_db", number(s.mean_sqnr_db)},
@@ -95,16 +95,16 @@ ordered_json to_json(const model::NumericsReport& r, const std::string& path, in
     return j;
 }
 
-void print_table(const model::NumericsReport& r) {
+void print_table(const quant_tools::NumericsReport& r) {
     std::printf("%-28s %-11s %8s %9s %9s %11s\n", "tensor", "shape", "SQNR dB", "rel err", "max err", "out rel err");
-    for (const model::TensorNumerics& t : r.tensors) {
+    for (const quant_tools::TensorNumerics& t : r.tensors) {
         const std::string shape = std::to_string(t.rows) + "x" + std::to_string(t.cols);
         char out[32] = "-";
         if (!std::isnan(t.output_rel_error)) std::snprintf(out, sizeof out, "%.3e", t.output_rel_error);
         std::printf("%-28s %-11s %8.2f %9.3e %9.3e %11s\n", t.name.c_str(), shape.c_str(), t.sqnr_db, t.rel_error,
                     t.max_abs_error, out);
     }
-    const model::NumericsSummary& s = r.summary;
+    const quant_tools::NumericsSummary& s = r.summary;
     std::printf(
         "summary: %s, %lld tensors, %lld params: mean SQNR %.2f dB (parameter-weighted), all weights %.2f dB, "
         "worst %.2f dB (%s)",
@@ -117,19 +117,19 @@ void print_table(const model::NumericsReport& r) {
 }
 
 // The scheme named by --format (and --zero-point); prints the reason and returns nullopt when bad.
-std::optional<model::QuantScheme> scheme_from_args(const Args& args) {
+std::optional<loader::QuantScheme> scheme_from_args(const Args& args) {
     std::string format = *args.get("--format");
     bool zp = args.has("--zero-point");
     if (format.starts_with("w4-") && format.ends_with("-zp")) {
         format.resize(format.size() - 3);
         zp = true;
     }
-    auto scheme = model::parse_quant_scheme(format);
+    auto scheme = loader::parse_quant_scheme(format);
     if (!scheme.is_ok()) {
         std::fprintf(stderr, "kiln numerics: --format: %s\n", scheme.status().message().c_str());
         return std::nullopt;
     }
-    if (zp && scheme->format != model::QuantFormat::kW4) {
+    if (zp && scheme->format != loader::QuantFormat::kW4) {
         std::fprintf(stderr, "kiln numerics: --zero-point applies to the INT4 formats (w4-gN) only\n");
         return std::nullopt;
     }
@@ -155,7 +155,7 @@ int cmd_numerics(int argc, char** argv) {
                      args.positional().size() != 1 ? "expected one MODEL" : "--format F is required", kUsage);
         return 2;
     }
-    const std::optional<model::QuantScheme> scheme = scheme_from_args(args);
+    const std::optional<loader::QuantScheme> scheme = scheme_from_args(args);
     if (!scheme) return 2;
     int64_t max_tokens = 4096;
     if (auto v = args.get("--calib-tokens")) {
@@ -186,16 +186,16 @@ int cmd_numerics(int argc, char** argv) {
 
     const auto t0 = std::chrono::steady_clock::now();
     const std::string& path = args.positional()[0];
-    auto ck = model::load_checkpoint(path);
+    auto ck = loader::load_checkpoint(path);
     if (!ck.is_ok()) return fail(ck.status());
-    auto f32 = model::to_f32_checkpoint(*ck);
+    auto f32 = loader::to_f32_checkpoint(*ck);
     if (!f32.is_ok()) return fail(f32.status());
     core::ThreadPool pool(threads.value_or(core::ThreadPool::default_num_threads()));
 
-    std::vector<model::LayerActivations> acts;
+    std::vector<quant_tools::LayerActivations> acts;
     int64_t calib_tokens = 0;
     if (auto calib = args.get("--calib")) {
-        auto tok = model::find_tokenizer(*ck, args.get("--tokenizer").value_or(""));
+        auto tok = loader::find_tokenizer(*ck, args.get("--tokenizer").value_or(""));
         if (!tok.is_ok()) return fail(tok.status());
         std::ifstream f(*calib, std::ios::binary);
         if (!f) {
@@ -218,11 +218,11 @@ int cmd_numerics(int argc, char** argv) {
             if (done == total) std::fputc('\n', stderr);
             std::fflush(stderr);
         };
-        auto a = model::collect_activations(*f32, ids, &pool, model::CalibrationOptions{}, progress);
+        auto a = quant_tools::collect_activations(*f32, ids, &pool, quant_tools::CalibrationOptions{}, progress);
         if (!a.is_ok()) return fail(a.status());
         acts = std::move(*a);
     }
-    auto report = model::measure_quant_numerics(*f32, *scheme, args.get("--calib") ? &acts : nullptr, &pool);
+    auto report = quant_tools::measure_quant_numerics(*f32, *scheme, args.get("--calib") ? &acts : nullptr, &pool);
     if (!report.is_ok()) return fail(report.status());
     if (args.has("--json"))
         std::printf("%s\n", to_json(*report, path, calib_tokens).dump(2).c_str());

@@ -21,7 +21,7 @@
 #include "args.h"
 #include "commands.h"
 #include "gpu_session.h"
-#include "model/checkpoint_tokenizer.h"
+#include "loader/checkpoint_tokenizer.h"
 #include "model_session.h"
 
 namespace kiln::tools {
@@ -108,7 +108,7 @@ int cmd_perplexity(int argc, char** argv) {
     }
     // The CPU model (a ModelSession), or on a GPU the checkpoint, its tokenizer and a GpuSequence.
     std::unique_ptr<ModelSession> session;
-    model::Checkpoint checkpoint;
+    loader::Checkpoint checkpoint;
     std::unique_ptr<tokenizer::Tokenizer> gpu_tokenizer;
     std::unique_ptr<GpuSequence> gpu;
     if (*device < 0) {
@@ -120,20 +120,20 @@ int cmd_perplexity(int argc, char** argv) {
         session = std::move(*opened);
     } else {
         auto path = resolve_model_path(session_options.model);
-        auto ck = path ? model::load_checkpoint(*path) : core::Result<model::Checkpoint>(path.status());
+        auto ck = path ? loader::load_checkpoint(*path) : core::Result<loader::Checkpoint>(path.status());
         if (!ck) {
             std::fprintf(stderr, "kiln perplexity: %s\n", ck.status().to_string().c_str());
             return 1;
         }
         checkpoint = std::move(*ck);
-        auto tok = model::find_tokenizer(checkpoint, session_options.tokenizer);
+        auto tok = loader::find_tokenizer(checkpoint, session_options.tokenizer);
         if (!tok) {
             std::fprintf(stderr, "kiln perplexity: %s\n", tok.status().to_string().c_str());
             return 1;
         }
         gpu_tokenizer = std::move(*tok);
     }
-    const model::ModelConfig& c = session ? session->model->config() : checkpoint.config;
+    const loader::ModelConfig& c = session ? session->model->config() : checkpoint.config;
     const tokenizer::Tokenizer& tok = session ? *session->tokenizer : *gpu_tokenizer;
     if (c.max_seq_len > 0 && n_ctx > c.max_seq_len) {
         std::fprintf(stderr, "kiln perplexity: --ctx %d capped to the model's max_seq_len %lld\n", n_ctx,

@@ -1,5 +1,5 @@
 // `kiln quantize IN OUT --format F [--calib FILE] [--skip NAMES] ...`: a thin main over
-// model/quantize.h, with a progress bar on stderr and the elapsed time.
+// quant_tools/quantize.h, with a progress bar on stderr and the elapsed time.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -8,8 +8,8 @@
 
 #include "args.h"
 #include "commands.h"
-#include "model/checkpoint_tokenizer.h"
-#include "model/quantize.h"
+#include "loader/checkpoint_tokenizer.h"
+#include "quant_tools/quantize.h"
 #include "model_session.h"
 
 namespace kiln::tools {
@@ -100,7 +100,7 @@ int cmd_quantize(int argc, char** argv) {
         std::fputs(kUsage, stderr);
         return 2;
     }
-    model::QuantizeOptions o;
+    quant_tools::QuantizeOptions o;
     const std::string format_arg = args.get("--format").value_or("");
     std::string_view format = format_arg;
     if (format.starts_with("awq-")) {
@@ -117,8 +117,8 @@ int cmd_quantize(int argc, char** argv) {
         std::fprintf(stderr, "kiln quantize: --format: AWQ comes first: awq-gptq-w4-gN\n");
         return 2;
     }
-    auto scheme = model::parse_quant_scheme(format);
-    if (!scheme.is_ok() || ((o.awq || o.gptq) && scheme->format != model::QuantFormat::kW4)) {
+    auto scheme = loader::parse_quant_scheme(format);
+    if (!scheme.is_ok() || ((o.awq || o.gptq) && scheme->format != loader::QuantFormat::kW4)) {
         std::fprintf(stderr, "kiln quantize: --format: %s\n",
                      scheme.is_ok()
                          ? "AWQ and GPTQ apply to w4-gN only (awq-w4-g32, gptq-w4-g128, awq-gptq-w4-g64, ...)"
@@ -131,7 +131,7 @@ int cmd_quantize(int argc, char** argv) {
         std::fprintf(stderr, "kiln quantize: --zero-point and --no-zero-point exclude each other\n");
         return 2;
     }
-    if (o.scheme.format == model::QuantFormat::kW4)
+    if (o.scheme.format == loader::QuantFormat::kW4)
         o.scheme.zero_point = zp;
     else if (args.has("--zero-point") || args.has("--no-zero-point")) {
         std::fprintf(stderr, "kiln quantize: --zero-point applies to the INT4 formats only\n");
@@ -156,7 +156,7 @@ int cmd_quantize(int argc, char** argv) {
             std::fprintf(stderr, "kiln quantize: --smoothquant needs a number in [0, 1], got '%s'\n", a->c_str());
             return 2;
         }
-        if (o.scheme.format != model::QuantFormat::kInt8) {
+        if (o.scheme.format != loader::QuantFormat::kInt8) {
             std::fprintf(stderr, "kiln quantize: --smoothquant applies to --format int8 only\n");
             return 2;
         }
@@ -203,10 +203,10 @@ int cmd_quantize(int argc, char** argv) {
         std::fprintf(stderr, "kiln quantize: %s\n", st.message().c_str());
         return 1;
     };
-    auto ck = model::load_checkpoint(in);
+    auto ck = loader::load_checkpoint(in);
     if (!ck.is_ok()) return fail(ck.status());
     if (o.awq || o.gptq || o.smoothquant_alpha >= 0) {
-        auto tok = model::find_tokenizer(*ck, o.tokenizer_path);
+        auto tok = loader::find_tokenizer(*ck, o.tokenizer_path);
         if (!tok.is_ok()) return fail(tok.status());
         std::ifstream f(*args.get("--calib"), std::ios::binary);
         if (!f) {
@@ -223,12 +223,12 @@ int cmd_quantize(int argc, char** argv) {
         }
     }
     core::ThreadPool pool(threads.value_or(core::ThreadPool::default_num_threads()));
-    auto report = model::quantize_checkpoint(*ck, out, o, &pool);
+    auto report = quant_tools::quantize_checkpoint(*ck, out, o, &pool);
     if (!report.is_ok()) return fail(report.status());
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!report->awq.empty()) {
         double rtn = 0, awq = 0;
-        for (const model::AwqGroupReport& g : report->awq) rtn += g.rtn_error, awq += g.awq_error;
+        for (const quant_tools::AwqGroupReport& g : report->awq) rtn += g.rtn_error, awq += g.awq_error;
         std::fprintf(stderr,
                      "kiln quantize: AWQ over %zu projection groups: output error %.4g -> %.4g (%.1f%% of RTN)\n",
                      report->awq.size(), rtn, awq, rtn > 0 ? 100 * awq / rtn : 100.0);

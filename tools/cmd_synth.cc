@@ -69,10 +69,10 @@ void put_u64(std::vector<uint8_t>& b, uint64_t v) {
 }
 
 // Metadata (via GgufWriter) + tensor infos + padding up to the data section.
-core::Result<std::vector<uint8_t>> build_header(const model::ModelConfig& c, const std::vector<SynthTensor>& plan,
+core::Result<std::vector<uint8_t>> build_header(const loader::ModelConfig& c, const std::vector<SynthTensor>& plan,
                                                 core::DType dtype, const std::string& preset, uint64_t seed) {
     formats::GgufWriter w;
-    for (auto& [k, v] : model::config_to_gguf_metadata(c)) w.set(k, v);
+    for (auto& [k, v] : loader::config_to_gguf_metadata(c)) w.set(k, v);
     w.set("general.name", formats::gguf_string(c.name));
     w.set("general.description", formats::gguf_string("kiln synth: random weights at the shapes of " + preset +
                                                       ", seed " + std::to_string(seed) + "; not a trained model"));
@@ -253,7 +253,7 @@ int cmd_synth(int argc, char** argv) {
         }
         threads = int(*v);
     }
-    const model::ModelConfig config = synth_config(*preset, layers);
+    const loader::ModelConfig config = synth_config(*preset, layers);
     if (core::Status st = config.validate(); !st.is_ok()) {
         std::fprintf(stderr, "kiln synth: %s\n", st.to_string().c_str());
         return 1;

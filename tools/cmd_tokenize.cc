@@ -1,6 +1,6 @@
 // `kiln tokenize` and `kiln detokenize`: thin command-line wrappers over kiln::tokenizer.
 // MODEL may be a GGUF file, an HF tokenizer.json (or a directory holding one) or a llama2.c
-// tokenizer .bin, or a model folder whose checkpoint carries a tokenizer (model::load_tokenizer). Exit codes: 0 ok, 1 failure, 2 usage error.
+// tokenizer .bin, or a model folder whose checkpoint carries a tokenizer (loader::load_tokenizer). Exit codes: 0 ok, 1 failure, 2 usage error.
 #include <chrono>
 #include <climits>
 #include <cstdio>
@@ -13,7 +13,7 @@
 
 #include "args.h"
 #include "commands.h"
-#include "model/checkpoint_tokenizer.h"
+#include "loader/checkpoint_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kiln::tools {
@@ -134,7 +134,7 @@ int cmd_tokenize(int argc, char** argv) {
     if (args.positional().size() != 1)
         return usage_error("tokenize", "expected exactly one TEXT argument (or - for standard input)", kTokenizeUsage);
     const auto t_start = Clock::now();
-    auto tok = kiln::model::load_tokenizer(*model);
+    auto tok = kiln::loader::load_tokenizer(*model);
     if (!tok.is_ok()) {
         std::fprintf(stderr, "kiln tokenize: %s\n", tok.status().to_string().c_str());
         return 1;
@@ -182,7 +182,7 @@ int cmd_detokenize(int argc, char** argv) {
     for (const std::string& a : args.positional())
         if (!parse_ids(a == "-" ? read_stdin() : a, ids))
             return usage_error("detokenize", "not a list of token ids: '" + a + "'", kDetokenizeUsage);
-    auto tok = kiln::model::load_tokenizer(*model);
+    auto tok = kiln::loader::load_tokenizer(*model);
     if (!tok.is_ok()) {
         std::fprintf(stderr, "kiln detokenize: %s\n", tok.status().to_string().c_str());
         return 1;

@@ -38,7 +38,7 @@ private:
 
 }  // namespace
 
-core::Result<std::unique_ptr<GpuSequence>> open_gpu_sequence(const model::Checkpoint& ck, const GpuSequenceOptions& o) {
+core::Result<std::unique_ptr<GpuSequence>> open_gpu_sequence(const loader::Checkpoint& ck, const GpuSequenceOptions& o) {
     model::CudaModelOptions co;
     co.device = o.device;
     co.gpu_memory_utilization = o.gpu_memory_utilization;
@@ -55,7 +55,7 @@ core::Result<std::unique_ptr<GpuSequence>> open_gpu_sequence(const model::Checkp
 
 #else
 
-core::Result<std::unique_ptr<GpuSequence>> open_gpu_sequence(const model::Checkpoint&, const GpuSequenceOptions&) {
+core::Result<std::unique_ptr<GpuSequence>> open_gpu_sequence(const loader::Checkpoint&, const GpuSequenceOptions&) {
     return core::error(core::StatusCode::kUnsupported)
            << "this kiln was built without the CUDA backend: build it with the cuda-release preset (-DKILN_CUDA=ON)";
 }

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "model/checkpoint.h"
+#include "loader/checkpoint.h"
 
 namespace kiln::tools {
 
@@ -36,7 +36,7 @@ public:
 };
 
 // kUnsupported in a build without CUDA or without a device; the model's own errors otherwise.
-core::Result<std::unique_ptr<GpuSequence>> open_gpu_sequence(const model::Checkpoint& checkpoint,
+core::Result<std::unique_ptr<GpuSequence>> open_gpu_sequence(const loader::Checkpoint& checkpoint,
                                                              const GpuSequenceOptions& options);
 
 }  // namespace kiln::tools

@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "model/checkpoint_tokenizer.h"
+#include "loader/checkpoint_tokenizer.h"
 
 namespace kiln::tools {
 
@@ -89,8 +89,8 @@ bool parse_session_options(const Args& args, const char* cmd, SessionOptions& ou
 core::Result<std::unique_ptr<ModelSession>> open_model_session(const SessionOptions& o) {
     auto s = std::make_unique<ModelSession>();
     KILN_ASSIGN_OR_RETURN(std::string path, resolve_model_path(o.model));
-    KILN_ASSIGN_OR_RETURN(s->checkpoint, model::load_checkpoint(path));
-    KILN_ASSIGN_OR_RETURN(s->tokenizer, model::find_tokenizer(s->checkpoint, o.tokenizer));
+    KILN_ASSIGN_OR_RETURN(s->checkpoint, loader::load_checkpoint(path));
+    KILN_ASSIGN_OR_RETURN(s->tokenizer, loader::find_tokenizer(s->checkpoint, o.tokenizer));
     s->pool = std::make_unique<core::ThreadPool>(o.threads.value_or(core::ThreadPool::default_num_threads()));
     KILN_ASSIGN_OR_RETURN(s->model, model::create_model(s->checkpoint, s->pool.get(), o.linear,
                                                         model::WeightMemory::kFileMapping));

@@ -11,7 +11,7 @@
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "args.h"
-#include "model/checkpoint.h"
+#include "loader/checkpoint.h"
 #include "model/llama.h"
 #include "ops/linear.h"
 #include "tokenizer/tokenizer.h"
@@ -19,7 +19,7 @@
 namespace kiln::tools {
 
 struct ModelSession {
-    model::Checkpoint checkpoint;
+    loader::Checkpoint checkpoint;
     std::unique_ptr<tokenizer::Tokenizer> tokenizer;
     std::unique_ptr<core::ThreadPool> pool;
     std::unique_ptr<model::LlamaModel> model;

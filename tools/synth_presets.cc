@@ -218,8 +218,8 @@ std::string synth_preset_names() {
     return s;
 }
 
-model::ModelConfig synth_config(const SynthPreset& p, int64_t num_layers) {
-    model::ModelConfig c;
+loader::ModelConfig synth_config(const SynthPreset& p, int64_t num_layers) {
+    loader::ModelConfig c;
     c.arch = p.arch;
     c.name = std::string("synth-") + p.name;
     c.vocab_size = p.vocab_size;
@@ -256,7 +256,7 @@ uint64_t SynthTensor::row_bytes() const {
     return core::dtype_bytes(dtype, cols()).value_or(0);
 }
 
-std::vector<SynthTensor> synth_tensor_plan(const model::ModelConfig& c, core::DType w) {
+std::vector<SynthTensor> synth_tensor_plan(const loader::ModelConfig& c, core::DType w) {
     const uint64_t H = uint64_t(c.hidden_size), F = uint64_t(c.intermediate_size), V = uint64_t(c.vocab_size);
     const uint64_t Q = uint64_t(c.q_dim()), KV = uint64_t(c.kv_dim());
     const core::DType f32 = core::DType::kF32;
@@ -345,7 +345,7 @@ void quantize_row(core::DType type, const float* x, int64_t n, uint8_t* dst) {
     }
 }
 
-model::GgufMetadata synth_tokenizer(int64_t vocab_size) {
+loader::GgufMetadata synth_tokenizer(int64_t vocab_size) {
     std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
     std::vector<int32_t> types = {2, 3, 3};  // llama.cpp token types: unknown, control
     for (int b = 0; b < 256; ++b) {
@@ -383,7 +383,7 @@ model::GgufMetadata synth_tokenizer(int64_t vocab_size) {
     std::vector<float> scores(tokens.size(), 0.0f);
     for (size_t i = 259; i < scores.size(); ++i) scores[i] = -float(i - 259);
     using namespace formats;
-    return model::GgufMetadata{
+    return loader::GgufMetadata{
         {"tokenizer.ggml.model", gguf_string("llama")},     {"tokenizer.ggml.tokens", gguf_string_array(tokens)},
         {"tokenizer.ggml.scores", gguf_f32_array(scores)},  {"tokenizer.ggml.token_type", gguf_i32_array(types)},
         {"tokenizer.ggml.bos_token_id", gguf_u32(1)},       {"tokenizer.ggml.eos_token_id", gguf_u32(2)},

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "model/metadata_json.h"
-#include "model/model_config.h"
+#include "loader/metadata_json.h"
+#include "loader/model_config.h"
 
 namespace kiln::tools {
 
@@ -33,7 +33,7 @@ const SynthPreset* find_synth_preset(const std::string& name);  // nullptr if un
 std::string synth_preset_names();                               // "a, b, c" for messages
 
 // The preset's config; num_layers > 0 overrides the layer count.
-model::ModelConfig synth_config(const SynthPreset& p, int64_t num_layers);
+loader::ModelConfig synth_config(const SynthPreset& p, int64_t num_layers);
 
 // Weight dtypes `kiln synth` writes (f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q5_k, mxfp4).
 bool synth_dtype_supported(core::DType t);
@@ -52,7 +52,7 @@ struct SynthTensor {
 
 // Every tensor of the architecture in file order: matrices in `weight_dtype`, norms and biases f32
 // (as llama.cpp's quantized files keep them).
-std::vector<SynthTensor> synth_tensor_plan(const model::ModelConfig& c, core::DType weight_dtype);
+std::vector<SynthTensor> synth_tensor_plan(const loader::ModelConfig& c, core::DType weight_dtype);
 
 // Writes rows [row_begin, row_end) of tensor `tensor_idx` into dst (row_bytes each). `scratch`
 // holds cols floats.
@@ -65,6 +65,6 @@ void quantize_row(core::DType type, const float* x, int64_t n, uint8_t* dst);
 // A minimal SentencePiece ("llama") tokenizer of exactly vocab_size pieces (>= 259): <unk>, <s>,
 // </s>, the 256 byte tokens <0x00>..<0xFF>, then synthetic pieces ("▁a", "a", "▁b", ..., "▁aa", ...)
 // with descending scores. BOS 1, EOS 2, UNK 0.
-model::GgufMetadata synth_tokenizer(int64_t vocab_size);
+loader::GgufMetadata synth_tokenizer(int64_t vocab_size);
 
 }  // namespace kiln::tools

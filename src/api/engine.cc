@@ -17,8 +17,8 @@
 #include "core/thread_pool.h"
 #include "engine/engine_core.h"
 #include "kernels/cpu/matmul.h"
-#include "model/checkpoint.h"
-#include "model/checkpoint_tokenizer.h"
+#include "loader/checkpoint.h"
+#include "loader/checkpoint_tokenizer.h"
 #include "model/llama.h"
 #ifdef KILN_HAVE_CUDA
 #include "model/cuda/llama_cuda.h"
@@ -82,7 +82,7 @@ core::Result<int> parse_device(const std::string& d) {
 }  // namespace
 
 struct Engine::Impl {
-    model::Checkpoint checkpoint;
+    loader::Checkpoint checkpoint;
     std::unique_ptr<tokenizer::Tokenizer> tokenizer;
     std::unique_ptr<core::ThreadPool> pool;
     std::unique_ptr<model::LlamaModel> model;
@@ -145,10 +145,10 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o, Status* status) {
     if (o.threads < 0 || o.threads > 1024)
         return fail(core::error(core::StatusCode::kInvalidArgument)
                     << "threads must be in [1, 1024], got " << o.threads);
-    auto ck = model::load_checkpoint(o.model);
+    auto ck = loader::load_checkpoint(o.model);
     if (!ck) return fail(ck.status());
     impl->checkpoint = std::move(*ck);
-    auto tok = model::find_tokenizer(impl->checkpoint, o.tokenizer);
+    auto tok = loader::find_tokenizer(impl->checkpoint, o.tokenizer);
     if (!tok) return fail(tok.status());
     impl->tokenizer = std::move(*tok);
     const int threads = o.threads > 0 ? o.threads : core::ThreadPool::default_num_threads();
@@ -165,7 +165,7 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o, Status* status) {
     ec.max_seqs = o.max_seqs;
     ec.prefix_cache = o.prefix_cache;
     ec.max_model_len = o.max_model_len;
-    const model::ModelConfig* config = nullptr;
+    const loader::ModelConfig* config = nullptr;
     std::string device_text = "cpu";
     core::Result<std::unique_ptr<engine::EngineCore>> ecore = core::error(core::StatusCode::kInternal);
     if (*device < 0) {
@@ -221,7 +221,7 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o, Status* status) {
     }
     if (!ecore) return fail(ecore.status());
     impl->core = std::move(*ecore);
-    const model::ModelConfig& c = *config;
+    const loader::ModelConfig& c = *config;
     ModelInfo& info = impl->info;
     info.name = c.name;
     info.arch = c.arch;

@@ -52,7 +52,7 @@ int64_t default_kv_cache_bytes(int64_t bytes_per_token, int64_t max_seqs, int64_
 }
 
 // The options every model shares, resolved against the model's config (max_model_len).
-static core::Status check_config(const model::ModelConfig& mc, EngineConfig& c) {
+static core::Status check_config(const loader::ModelConfig& mc, EngineConfig& c) {
     auto bad = [] { return core::error(core::StatusCode::kInvalidArgument); };
     if (c.block_size <= 0 || c.block_size > 4096)
         return bad() << "--block-size must be in [1, 4096], got " << c.block_size;
@@ -70,7 +70,7 @@ core::Result<std::unique_ptr<EngineCore>> EngineCore::create(model::LlamaModel* 
                                                              const tokenizer::Tokenizer* tokenizer,
                                                              const EngineConfig& config) {
     KILN_CHECK(model && tokenizer) << "EngineCore needs a model and a tokenizer";
-    const model::ModelConfig& mc = model->config();
+    const loader::ModelConfig& mc = model->config();
     EngineConfig c = config;
     KILN_RETURN_IF_ERROR(check_config(mc, c));
     const int64_t elem_bytes = c.kv_f16 ? 2 : 4;
@@ -111,7 +111,7 @@ core::Result<std::unique_ptr<EngineCore>> EngineCore::create(model::LlamaModel* 
 core::Result<std::unique_ptr<EngineCore>> EngineCore::create(PagedModel model, const tokenizer::Tokenizer* tokenizer,
                                                              const EngineConfig& config) {
     KILN_CHECK(model.config && model.forward && tokenizer) << "EngineCore needs a model and a tokenizer";
-    const model::ModelConfig& mc = *model.config;
+    const loader::ModelConfig& mc = *model.config;
     EngineConfig c = config;
     c.num_kv_blocks = model.num_kv_blocks;  // the model's pool
     c.block_size = model.block_size;

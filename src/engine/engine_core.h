@@ -21,7 +21,7 @@
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "kv/kv_storage.h"
-#include "model/checkpoint.h"
+#include "loader/checkpoint.h"
 #include "model/llama.h"
 #include "sampling/logprobs.h"
 #include "sampling/sampler.h"
@@ -83,7 +83,7 @@ int64_t default_kv_cache_bytes(int64_t bytes_per_token, int64_t max_seqs, int64_
 // block ids in [0, num_kv_blocks) of that pool and calls `forward` once per step
 // (LlamaModel::forward_batch's contract, K/V inside the model).
 struct PagedModel {
-    const model::ModelConfig* config = nullptr;
+    const loader::ModelConfig* config = nullptr;
     int64_t num_kv_blocks = 0;
     int32_t block_size = 0;
     std::function<core::Status(std::span<const int32_t> tokens, std::span<const model::BatchSeq> seqs,

@@ -1,6 +1,6 @@
 // Hyper-parameter checks every model configuration must pass, whichever file it came from (HF
 // config.json, GGUF metadata, a llama2.c header). They live here, once, so that parse_hf_config and
-// model::ModelConfig::validate agree; errors spell each field the way the source does (config.json
+// loader::ModelConfig::validate agree; errors spell each field the way the source does (config.json
 // names for HF files, kiln's ModelConfig names otherwise).
 // Checks: every size positive and under a cap; num_heads a multiple of num_kv_heads; head_dim even
 // (RoPE rotates pairs); eps and theta positive and finite; sliding_window and max_window_layers not

@@ -16,6 +16,10 @@
 #include "ops/transformer_ops.h"
 
 namespace kiln::model {
+
+using loader::check_checkpoint_tensors;
+using loader::matrix_dtype_supported;
+using loader::weight_view_of;
 namespace {
 
 using core::Status;

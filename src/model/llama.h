@@ -19,11 +19,17 @@
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "kernels/ref/transformer.h"
-#include "model/checkpoint.h"
+#include "loader/checkpoint.h"
 #include "ops/batch_attention.h"
 #include "ops/linear.h"
 
 namespace kiln::model {
+
+// The loader's vocabulary the forward pass speaks: a model is built from a Checkpoint (its tensors as
+// TensorRefs) and its ModelConfig.
+using loader::Checkpoint;
+using loader::ModelConfig;
+using loader::TensorRef;
 
 // Where the K/V of a batch live, per layer: a paged pool [num_blocks, block_size, kv_dim] shared by
 // every sequence of the batch (each has a block table), or, with block_size 0, one sequence's

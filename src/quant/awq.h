@@ -68,7 +68,7 @@ core::Result<AwqResult> awq_search(std::span<const std::span<const float>> weigh
                                    core::ThreadPool* pool = nullptr);
 
 // The loss of one candidate s [in] for awq_search_loss: any non-negative measure of the output error
-// that quantizing the scaled weights causes (e.g. a whole block's output, model/awq_block.h); +inf
+// that quantizing the scaled weights causes (e.g. a whole block's output, quant_tools/awq_block.h); +inf
 // when the scaled weights cannot be quantized. It must be a pure function of s.
 using AwqLoss = std::function<double(std::span<const float> scales)>;
 

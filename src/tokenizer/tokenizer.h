@@ -40,7 +40,7 @@ struct TokenizerState;  // tokenizer_state.h
 // GGUF metadata by key: the value, or nullptr when the key is absent. The values must stay alive
 // for the duration of the from_gguf_metadata call only (the tokenizer copies what it keeps).
 using GgufLookup = std::function<const formats::GgufValue*(const std::string& key)>;
-// Metadata as an ordered key list (model::GgufMetadata has this type; the first entry of a key wins).
+// Metadata as an ordered key list (loader::GgufMetadata has this type; the first entry of a key wins).
 using GgufMetadataList = std::vector<std::pair<std::string, formats::GgufValue>>;
 
 class Tokenizer {

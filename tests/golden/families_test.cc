@@ -2,7 +2,7 @@
 // sliding window, Qwen2 with q/k/v biases, Qwen3 with q/k RMSNorm) against Hugging Face transformers:
 // tiny random-weight models built by AutoModelForCausalLM.from_config and their float32 eager logits
 // (scripts/gen_family_goldens.py; tests/golden/data/families/<name>/). kiln loads each safetensors
-// folder, and its GGUF conversion (model::convert_checkpoint, f32), runs the f32-activation path, and
+// folder, and its GGUF conversion (loader::convert_checkpoint, f32), runs the f32-activation path, and
 // must give every logit at every position of three prompts within 1e-4 of that prompt's logit range
 // (max - min over its logits), and the same 32 greedy tokens.
 #include <gtest/gtest.h>
@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "model/checkpoint.h"
-#include "model/convert.h"
+#include "loader/checkpoint.h"
+#include "loader/convert.h"
 #include "model/llama.h"
 #include "support/test_support.h"
 
@@ -108,17 +108,17 @@ TEST_P(Families, MatchTransformersFromSafetensorsAndGguf) {
     Golden g;
     ASSERT_TRUE(load_golden(dir, &g)) << dir;
     ASSERT_EQ(g.prompts.size(), 3u);
-    auto ck = load_checkpoint(dir);
+    auto ck = loader::load_checkpoint(dir);
     ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
     check_model(*ck, g, GetParam() + " (safetensors)");
 
     const std::string gguf = test::temp_dir("families_" + GetParam()) + "/model.gguf";
-    ConvertOptions o;
+    loader::ConvertOptions o;
     o.to = "gguf";
     o.dtype = core::DType::kF32;
-    const core::Status st = convert_checkpoint(dir, gguf, o);
+    const core::Status st = loader::convert_checkpoint(dir, gguf, o);
     ASSERT_TRUE(st.is_ok()) << st.to_string();
-    auto ck2 = load_checkpoint(gguf);
+    auto ck2 = loader::load_checkpoint(gguf);
     ASSERT_TRUE(ck2.is_ok()) << ck2.status().to_string();
     check_model(*ck2, g, GetParam() + " (gguf)");
 }

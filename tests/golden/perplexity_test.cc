@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "model/checkpoint.h"
+#include "loader/checkpoint.h"
 #include "model/llama.h"
 #include "support/test_support.h"
 #include "tokenizer/tokenizer.h"
@@ -58,7 +58,7 @@ TEST(Perplexity, Stories260KMatchesFp64Reference) {
     if (!test::file_exists(dir + "/stories260K.bin") || !test::file_exists(text_path)) KILN_SKIP_MISSING() << "no test data";
     PplGolden golden;
     ASSERT_TRUE(parse_golden(test::read_text(dir + "/ppl_golden.txt"), &golden)) << dir << "/ppl_golden.txt";
-    auto ck = load_checkpoint(dir + "/stories260K.bin");
+    auto ck = loader::load_checkpoint(dir + "/stories260K.bin");
     ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
     auto tok = tokenizer::Tokenizer::from_llama2c(dir + "/tok512.bin");
     ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();

@@ -32,8 +32,8 @@
 
 #include "core/thread_pool.h"
 #include "engine/engine_core.h"
-#include "model/checkpoint.h"
-#include "model/checkpoint_tokenizer.h"
+#include "loader/checkpoint.h"
+#include "loader/checkpoint_tokenizer.h"
 #include "model/llama.h"
 #include "support/test_support.h"
 #include "tokenizer/tokenizer.h"
@@ -62,10 +62,10 @@ protected:
     static void SetUpTestSuite() {
         const std::string path = test::smollm2_path();
         ASSERT_TRUE(test::file_exists(path)) << path << " is missing: run scripts/setup (or set KILN_SMOLLM2)";
-        auto ck = load_checkpoint(path);
+        auto ck = loader::load_checkpoint(path);
         ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
         ck_ = new Checkpoint(std::move(ck).value());
-        auto tok = load_tokenizer(*ck_);
+        auto tok = loader::load_tokenizer(*ck_);
         ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
         tok_ = std::move(tok).value().release();
         pool_ = new core::ThreadPool(2);

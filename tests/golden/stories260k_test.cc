@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "model/checkpoint.h"
-#include "model/convert.h"
+#include "loader/checkpoint.h"
+#include "loader/convert.h"
 #include "model/llama.h"
 #include "support/test_support.h"
 #include "tokenizer/tokenizer.h"
@@ -48,12 +48,12 @@ protected:
         if (GetParam() != "llama2c") {
             std::string out = test::temp_dir("stories260k_golden_" + GetParam());
             out += GetParam() == "gguf" ? "/m.gguf" : "/hf";
-            ConvertOptions o;
+            loader::ConvertOptions o;
             o.to = GetParam();
-            ASSERT_TRUE(convert_checkpoint(path, out, o).is_ok());
+            ASSERT_TRUE(loader::convert_checkpoint(path, out, o).is_ok());
             path = out;
         }
-        auto ck = load_checkpoint(path);
+        auto ck = loader::load_checkpoint(path);
         ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
         ck_ = std::move(ck).value();
         auto tok = tokenizer::Tokenizer::from_llama2c(dir() + "/tok512.bin");

@@ -17,11 +17,11 @@
 #include "core/thread_pool.h"
 #include "kernels/cuda/device.h"
 #include "kernels/ref/sample.h"
-#include "model/checkpoint.h"
-#include "model/checkpoint_tokenizer.h"
+#include "loader/checkpoint.h"
+#include "loader/checkpoint_tokenizer.h"
 #include "model/cuda/llama_cuda.h"
 #include "model/llama.h"
-#include "model/quantize.h"
+#include "quant_tools/quantize.h"
 #include "sampling/sampler.h"
 #include "support/random_model.h"
 #include "support/test_support.h"
@@ -399,9 +399,9 @@ TEST(CudaLlama, QuantizedGemmIsCloseToExact) {
 // model against the CPU's.
 void expect_checkpoint_greedy_equal(const std::string& path, const std::string& text, int n, const std::string& what,
                                     const CudaModelOptions& options = small_options(), double tol = 1e-3) {
-    auto ck = load_checkpoint(path);
+    auto ck = loader::load_checkpoint(path);
     ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
-    auto tok = find_tokenizer(*ck, "");
+    auto tok = loader::find_tokenizer(*ck, "");
     ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
     const std::vector<int32_t> prompt = (*tok)->encode(text);
     const GreedyRun cpu = run_cpu(*ck, prompt, n);
@@ -419,7 +419,7 @@ TEST(CudaLlama, Stories260KGreedyEqualsCpu) {
     expect_checkpoint_greedy_equal(path, "Once upon a time, there was a little", 100, "stories260K", o, 1e-4);
 }
 
-// stories260K through `kiln quantize`'s formats (model/quantize.h), loaded back: the blocks stay in
+// stories260K through `kiln quantize`'s formats (quant_tools/quantize.h), loaded back: the blocks stay in
 // their format on the GPU (INT8 rows repacked as Q8_0 with fp16 row scales) and the exact f32 path
 // for long steps keeps the CPU's --f32-activations numerics: the same greedy tokens and logits
 // within 1e-4, INT8 within its fp16 scale rounding (1e-2). FFN rows of 172 (not whole 32-element
@@ -428,22 +428,22 @@ TEST(CudaLlama, QuantizedCheckpointsMatchCpu) {
     const std::string path = test::testdata("models/stories260K/stories260K.bin");
     if (!test::file_exists(path)) GTEST_SKIP() << "no test data";
     if (!have_device()) GTEST_SKIP() << "no CUDA device";
-    auto src = load_checkpoint(path);
+    auto src = loader::load_checkpoint(path);
     ASSERT_TRUE(src.is_ok()) << src.status().to_string();
-    auto tok = find_tokenizer(*src, "");
+    auto tok = loader::find_tokenizer(*src, "");
     ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
     const std::vector<int32_t> prompt = (*tok)->encode("Once upon a time, there was a little");
     for (const char* format : {"w4-g32", "w4-g32-zp", "fp8", "mxfp8", "mxfp4", "nvfp4", "int8"}) {
         const std::string dir = test::temp_dir(std::string("cuda_quantized_") + format);
-        QuantizeOptions qo;
+        quant_tools::QuantizeOptions qo;
         const bool zp = std::string(format) == "w4-g32-zp";  // INT4 with zero points: Q4_1 on load
-        auto scheme = parse_quant_scheme(zp ? "w4-g32" : format);
+        auto scheme = loader::parse_quant_scheme(zp ? "w4-g32" : format);
         ASSERT_TRUE(scheme.is_ok()) << format;
         qo.scheme = *scheme;
         qo.scheme.zero_point = zp;
         core::ThreadPool pool(2);
-        ASSERT_TRUE(quantize_checkpoint(*src, dir, qo, &pool).is_ok()) << format;
-        auto ck = load_checkpoint(dir);
+        ASSERT_TRUE(quant_tools::quantize_checkpoint(*src, dir, qo, &pool).is_ok()) << format;
+        auto ck = loader::load_checkpoint(dir);
         ASSERT_TRUE(ck.is_ok()) << format << ": " << ck.status().to_string();
         const GreedyRun cpu = run_cpu(*ck, prompt, 30);
         const GreedyRun gpu = run_gpu(*ck, prompt, 30, small_options());

@@ -12,13 +12,13 @@
 
 #include "core/dtype.h"
 #include "core/numeric.h"
-#include "model/checkpoint.h"
+#include "loader/checkpoint.h"
 
 namespace kiln::test {
 
 using core::DType;
-using model::Checkpoint;
-using model::ModelConfig;
+using loader::Checkpoint;
+using loader::ModelConfig;
 
 struct RandomCheckpoint {
     Checkpoint ck;
@@ -52,7 +52,7 @@ struct RandomCheckpoint {
                 }
             }
         }
-        model::TensorRef t;
+        loader::TensorRef t;
         t.name = name;
         t.dtype = dtype;
         t.shape = shape;

@@ -1,4 +1,4 @@
-// Checks the AWQ block-output losses (model/awq_block.h): the MLP and attention-block errors equal a
+// Checks the AWQ block-output losses (quant_tools/awq_block.h): the MLP and attention-block errors equal a
 // direct double-precision recomputation (strided samples and query rows, odd sizes, short last groups, GQA, biases,
 // q/k norms, sliding window, several sequences with RoPE at their own positions); weights already on
 // the INT4 grid give exactly zero error; the search keeps RTN as its first candidate, never reports
@@ -6,7 +6,7 @@
 // bad arguments are kInvalidArgument. collect_activations keeps whole sequences from position 0 that
 // agree with its strided samples, and the attention output computed from them matches the model's own
 // o_proj input (stories260K; SmolLM2-135M when present, else skipped).
-#include "model/awq_block.h"
+#include "quant_tools/awq_block.h"
 
 #include <gtest/gtest.h>
 
@@ -18,15 +18,15 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "model/calibration.h"
-#include "model/checkpoint.h"
-#include "model/convert.h"
+#include "quant_tools/calibration.h"
+#include "loader/checkpoint.h"
+#include "loader/convert.h"
 #include "model/llama.h"
 #include "quant/awq.h"
 #include "quant/int_quant.h"
 #include "support/test_support.h"
 
-namespace kiln::model {
+namespace kiln::quant_tools {
 namespace {
 
 using quant::AwqOptions;
@@ -427,9 +427,9 @@ TEST(AwqBlock, RejectsBadArguments) {
 TEST(AwqBlock, CalibrationKeepsWholeSequences) {
     const std::string path = test::testdata("models/stories260K/stories260K.bin");
     if (!test::file_exists(path)) KILN_SKIP_MISSING() << "no " << path;
-    auto src = load_checkpoint(path);
+    auto src = loader::load_checkpoint(path);
     ASSERT_TRUE(src.is_ok()) << src.status().to_string();
-    auto ck = to_f32_checkpoint(*src);
+    auto ck = loader::to_f32_checkpoint(*src);
     ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
     std::vector<int32_t> tokens(300);
     for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t(1 + (i * 37) % 500);
@@ -476,9 +476,9 @@ std::span<const float> f32_tensor(const Checkpoint& ck, const std::string& name)
 // each kept sequence) reproduces the model's own o_proj input (kAttnOut) for the same tokens.
 void expect_attention_matches_model(const std::string& path) {
     if (!test::file_exists(path)) KILN_SKIP_MISSING() << "no " << path;
-    auto src = load_checkpoint(path);
+    auto src = loader::load_checkpoint(path);
     ASSERT_TRUE(src.is_ok()) << src.status().to_string();
-    auto ck = to_f32_checkpoint(*src);
+    auto ck = loader::to_f32_checkpoint(*src);
     ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
     const ModelConfig& c = ck->config;
     std::vector<int32_t> tokens(200);
@@ -535,4 +535,4 @@ TEST(AwqBlock, AttnOutputMatchesModelSmolLM2) {
 }
 
 }  // namespace
-}  // namespace kiln::model
+}  // namespace kiln::quant_tools

@@ -2,7 +2,7 @@
 // (llama.cpp's rope_freqs tensor, sliding windows, architecture names, token ids), the dtype checks
 // of check_checkpoint_tensors, the attention output bias, and `kiln inspect` on GGUF strings that are
 // not valid UTF-8.
-#include "model/checkpoint.h"
+#include "loader/checkpoint.h"
 
 #include <gtest/gtest.h>
 
@@ -15,7 +15,7 @@
 #include "formats/gguf_writer.h"
 #include "support/test_support.h"
 
-namespace kiln::model {
+namespace kiln::loader {
 namespace {
 
 using core::DType;
@@ -231,4 +231,4 @@ TEST(Checkpoint, InspectPrintsStringsThatAreNotUtf8) {
 }
 
 }  // namespace
-}  // namespace kiln::model
+}  // namespace kiln::loader

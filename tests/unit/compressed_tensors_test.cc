@@ -3,7 +3,7 @@
 // quant::dequantize, or, for INT4 rows kiln repacks into GGML blocks, those blocks decoded by
 // kernels::ref), plus the loader's checks: wrong shapes and dtypes are kCorrupt, configs
 // kiln cannot run are kUnsupported, never a crash.
-#include "model/compressed_tensors.h"
+#include "loader/compressed_tensors.h"
 
 #include <gtest/gtest.h>
 
@@ -14,7 +14,7 @@
 #include <random>
 
 #include "kernels/ref/dequant.h"
-#include "model/checkpoint.h"
+#include "loader/checkpoint.h"
 #include "quant/fp4_blocks.h"
 #include "quant/fp8.h"
 #include "quant/ggml_blocks.h"
@@ -22,7 +22,7 @@
 #include "quant/mx.h"
 #include "quant/nvfp4.h"
 
-namespace kiln::model {
+namespace kiln::loader {
 namespace {
 
 using formats::SafetensorsTensorIn;
@@ -261,4 +261,4 @@ TEST(CompressedTensors, ConfigsRoundTripAndUnsupportedOnesAreRefused) {
 }
 
 }  // namespace
-}  // namespace kiln::model
+}  // namespace kiln::loader

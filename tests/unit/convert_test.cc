@@ -1,7 +1,7 @@
 // Conversions between llama2.c, GGUF and HF safetensors: every tensor survives bit-exact, the HF
 // Q/K permutation is applied on write and undone on load, the GGUF tokenizer rides through
 // safetensors, --dtype rounds like core/numeric.h, and quantized tensors are kept or refused.
-#include "model/convert.h"
+#include "loader/convert.h"
 
 #include <gtest/gtest.h>
 
@@ -14,11 +14,11 @@
 #include "formats/gguf.h"
 #include "formats/gguf_writer.h"
 #include "formats/safetensors.h"
-#include "model/checkpoint.h"
-#include "model/weight_names.h"
+#include "loader/checkpoint.h"
+#include "loader/weight_names.h"
 #include "support/test_support.h"
 
-namespace kiln::model {
+namespace kiln::loader {
 namespace {
 
 using core::DType;
@@ -561,4 +561,4 @@ TEST(MetadataJson, RoundTripsAwkwardValues) {
 }
 
 }  // namespace
-}  // namespace kiln::model
+}  // namespace kiln::loader

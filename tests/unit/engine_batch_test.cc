@@ -20,8 +20,8 @@
 #include "core/thread_pool.h"
 #include "engine/engine_core.h"
 #include "kv/kv_storage.h"
-#include "model/checkpoint.h"
-#include "model/checkpoint_tokenizer.h"
+#include "loader/checkpoint.h"
+#include "loader/checkpoint_tokenizer.h"
 #include "model/llama.h"
 #include "support/test_support.h"
 #include "tokenizer/tokenizer.h"
@@ -56,10 +56,10 @@ protected:
             path = test::smollm2_path();
             if (!test::file_exists(path)) KILN_SKIP_MISSING() << "SmolLM2 not installed (scripts/setup)";
         }
-        auto ck = model::load_checkpoint(path);
+        auto ck = loader::load_checkpoint(path);
         ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
         ck_ = std::move(*ck);
-        auto tok = model::find_tokenizer(ck_, "");
+        auto tok = loader::find_tokenizer(ck_, "");
         ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
         tok_ = std::move(*tok);
         pool_ = std::make_unique<core::ThreadPool>(2);
@@ -172,7 +172,7 @@ protected:
     // A K/V pool the test owns (f32), as a model with its own pool (PagedModel) would hold it.
     void own_pool(int64_t num_blocks, int64_t block_size, std::unique_ptr<kv::KvStorage>& storage,
                   model::KvLayers& layers) const {
-        const model::ModelConfig& mc = model_->config();
+        const loader::ModelConfig& mc = model_->config();
         auto created = kv::KvStorage::create(mc.num_layers, num_blocks, block_size, mc.kv_dim());
         ASSERT_TRUE(created.is_ok()) << created.status().to_string();
         storage = std::move(*created);
@@ -184,7 +184,7 @@ protected:
         layers.num_slots = num_blocks * block_size;
     }
 
-    model::Checkpoint ck_;
+    loader::Checkpoint ck_;
     std::unique_ptr<tokenizer::Tokenizer> tok_;
     std::unique_ptr<core::ThreadPool> pool_;
     std::unique_ptr<model::LlamaModel> model_;
@@ -232,7 +232,7 @@ TEST_P(EngineBatch, BatchedEqualsAlone) {
 TEST_P(EngineBatch, PagedModelRunsLikeTheEnginesOwnPool) {
     const std::vector<Spec> specs = make_specs(12, 5);
     const auto alone = run_alone(specs);
-    const model::ModelConfig& mc = model_->config();
+    const loader::ModelConfig& mc = model_->config();
     const int64_t num_blocks = small_ ? 24 : 12, block_size = 8;  // as the "tiny KV budget" case
     std::unique_ptr<kv::KvStorage> storage;
     model::KvLayers layers;
@@ -289,7 +289,7 @@ TEST_P(EngineBatch, PlainGreedyStepsTakeTheModelsGreedyPath) {
         p.has_seed = false;
     }
     const auto alone = run_alone(specs);
-    const model::ModelConfig& mc = model_->config();
+    const loader::ModelConfig& mc = model_->config();
     const int64_t num_blocks = 64, block_size = 16;
     std::unique_ptr<kv::KvStorage> storage;
     model::KvLayers layers;
@@ -376,7 +376,7 @@ TEST_P(EngineBatch, StepsSampleOnTheModelsSide) {
         }  // i % 3 == 2: seeded sampling as made
     }
     const auto alone = run_alone(specs);
-    const model::ModelConfig& mc = model_->config();
+    const loader::ModelConfig& mc = model_->config();
     int64_t logit_steps = 0, sample_steps = 0;
     auto run = [&](const std::vector<Spec>& run_specs, bool logprobs_last) {
         std::unique_ptr<kv::KvStorage> storage;

@@ -1,11 +1,11 @@
-// model/gptq_calibrate.h on stories260K: layer 0's factors are the same sequential or not (both from
+// quant_tools/gptq_calibrate.h on stories260K: layer 0's factors are the same sequential or not (both from
 // the f32 model's inputs); every later layer's sequential factor equals one recomputed here from the
 // model with the earlier layers replaced by their GPTQ weights (gptq_quantize_int4 under the
 // returned factors, dequantized; a skipped weight left f32), and differs from the one-pass factor,
 // which equals the factor of the unmodified model's inputs; q/k/v share one factor. Calibration
 // with `layer` keeps that layer's inputs only, the same rows as a pass keeping every layer's; a
 // layer outside the model is kInvalidArgument.
-#include "model/gptq_calibrate.h"
+#include "quant_tools/gptq_calibrate.h"
 
 #include <gtest/gtest.h>
 
@@ -15,13 +15,13 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "model/calibration.h"
-#include "model/checkpoint.h"
-#include "model/convert.h"
+#include "quant_tools/calibration.h"
+#include "loader/checkpoint.h"
+#include "loader/convert.h"
 #include "model/llama.h"
 #include "support/test_support.h"
 
-namespace kiln::model {
+namespace kiln::quant_tools {
 namespace {
 
 constexpr const char* kMembers[] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
@@ -46,9 +46,9 @@ struct Fixture {
 bool load(Fixture* f) {
     const std::string path = test::testdata("models/stories260K/stories260K.bin");
     if (!test::file_exists(path)) return false;
-    auto src = load_checkpoint(path);
+    auto src = loader::load_checkpoint(path);
     EXPECT_TRUE(src.is_ok()) << src.status().to_string();
-    auto ck = to_f32_checkpoint(*src);
+    auto ck = loader::to_f32_checkpoint(*src);
     EXPECT_TRUE(ck.is_ok()) << ck.status().to_string();
     f->ck = std::move(*ck);
     f->tokens.resize(300);
@@ -182,4 +182,4 @@ TEST(GptqCalibrate, CalibrationOfOneLayer) {
 }
 
 }  // namespace
-}  // namespace kiln::model
+}  // namespace kiln::quant_tools

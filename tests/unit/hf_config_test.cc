@@ -3,8 +3,8 @@
 
 #include <gtest/gtest.h>
 
-#include "model/model_config.h"
-#include "model/weight_names.h"
+#include "loader/model_config.h"
+#include "loader/weight_names.h"
 
 namespace kiln::formats {
 namespace {
@@ -100,7 +100,7 @@ TEST(HfConfig, Qwen3ExplicitHeadDim) {
     EXPECT_EQ(c->head_dim, 128);  // != 1024 / 16
     EXPECT_FALSE(c->attention_bias);
     EXPECT_DOUBLE_EQ(c->rope_theta, 1e6);  // an integer in the JSON
-    auto m = model::config_from_hf(*c);
+    auto m = loader::config_from_hf(*c);
     ASSERT_TRUE(m.is_ok()) << m.status().to_string();
     EXPECT_TRUE(m->qk_norm);
     EXPECT_EQ(m->q_dim(), 2048);
@@ -203,12 +203,12 @@ TEST(GenerationConfig, ParsesSamplingFields) {
 TEST(HfConfig, ModelConfigRoundTripsThroughConfigJson) {
     auto hf = parse_hf_config(kLlama31, "llama");
     ASSERT_TRUE(hf.is_ok());
-    auto m = model::config_from_hf(*hf);
+    auto m = loader::config_from_hf(*hf);
     ASSERT_TRUE(m.is_ok()) << m.status().to_string();
-    std::string json = model::config_to_hf_json(*m);
+    std::string json = loader::config_to_hf_json(*m);
     auto hf2 = parse_hf_config(json, "written");
     ASSERT_TRUE(hf2.is_ok()) << hf2.status().to_string() << "\n" << json;
-    auto m2 = model::config_from_hf(*hf2);
+    auto m2 = loader::config_from_hf(*hf2);
     ASSERT_TRUE(m2.is_ok());
     EXPECT_EQ(m2->rope_scaling, m->rope_scaling);
     EXPECT_EQ(m2->eos_token_ids, m->eos_token_ids);
@@ -218,11 +218,11 @@ TEST(HfConfig, ModelConfigRoundTripsThroughConfigJson) {
     EXPECT_DOUBLE_EQ(m2->rope_theta, m->rope_theta);
 
     for (const char* src : {kQwen25, kQwen3, kMistral}) {
-        auto a = model::config_from_hf(*parse_hf_config(src, "a"));
+        auto a = loader::config_from_hf(*parse_hf_config(src, "a"));
         ASSERT_TRUE(a.is_ok());
-        auto b = parse_hf_config(model::config_to_hf_json(*a), "b");
+        auto b = parse_hf_config(loader::config_to_hf_json(*a), "b");
         ASSERT_TRUE(b.is_ok()) << b.status().to_string();
-        auto bm = model::config_from_hf(*b);
+        auto bm = loader::config_from_hf(*b);
         ASSERT_TRUE(bm.is_ok());
         EXPECT_EQ(bm->arch, a->arch);
         EXPECT_EQ(bm->attention_bias, a->attention_bias);
@@ -303,11 +303,11 @@ TEST(HfConfig, QwenSlidingWindowStartsAtMaxWindowLayers) {
     ASSERT_TRUE(c.is_ok()) << c.status().to_string();
     EXPECT_EQ(c->sliding_window, 32768);
     EXPECT_EQ(c->max_window_layers, 21);
-    auto m = model::config_from_hf(*c);
+    auto m = loader::config_from_hf(*c);
     ASSERT_TRUE(m.is_ok()) << m.status().to_string();
     EXPECT_EQ(m->window_for_layer(20), 0);
     EXPECT_EQ(m->window_for_layer(21), 32768);
-    auto back = parse_hf_config(model::config_to_hf_json(*m), "written");
+    auto back = parse_hf_config(loader::config_to_hf_json(*m), "written");
     ASSERT_TRUE(back.is_ok()) << back.status().to_string();
     EXPECT_EQ(back->sliding_window, 32768);
     EXPECT_EQ(back->max_window_layers, 21);
@@ -351,11 +351,11 @@ TEST(HfConfig, UnsupportedActivationAndMlpBias) {
 TEST(HfConfig, AttentionBiasCoversTheOutputProjectionExceptOnQwen2) {
     auto llama = parse_hf_config(with(kLlama31, "\"attention_bias\": false", "\"attention_bias\": true"), "l");
     ASSERT_TRUE(llama.is_ok());
-    auto lm = model::config_from_hf(*llama);
+    auto lm = loader::config_from_hf(*llama);
     ASSERT_TRUE(lm.is_ok()) << lm.status().to_string();
     EXPECT_TRUE(lm->attention_bias);
     EXPECT_TRUE(lm->has_output_bias());
-    auto qm = model::config_from_hf(*parse_hf_config(kQwen25, "q"));
+    auto qm = loader::config_from_hf(*parse_hf_config(kQwen25, "q"));
     ASSERT_TRUE(qm.is_ok());
     EXPECT_TRUE(qm->attention_bias);
     EXPECT_FALSE(qm->has_output_bias());
@@ -363,8 +363,8 @@ TEST(HfConfig, AttentionBiasCoversTheOutputProjectionExceptOnQwen2) {
     ASSERT_TRUE(mistral.is_ok());
     EXPECT_FALSE(mistral->attention_bias);
 
-    EXPECT_EQ(model::hf_to_gguf_name("model.layers.3.self_attn.o_proj.bias"), "blk.3.attn_output.bias");
-    EXPECT_EQ(model::gguf_to_hf_name("blk.3.attn_output.bias"), "model.layers.3.self_attn.o_proj.bias");
+    EXPECT_EQ(loader::hf_to_gguf_name("model.layers.3.self_attn.o_proj.bias"), "blk.3.attn_output.bias");
+    EXPECT_EQ(loader::gguf_to_hf_name("blk.3.attn_output.bias"), "model.layers.3.self_attn.o_proj.bias");
 }
 
 TEST(HfConfig, TokenIdsMustBeInsideTheVocabulary) {
@@ -377,7 +377,7 @@ TEST(HfConfig, TokenIdsMustBeInsideTheVocabulary) {
                        {"bos_token_id 32000", "vocab_size 32000"});
     expect_parse_error(with(kMistral, "\"eos_token_id\": 2", "\"eos_token_id\": [2, -1]"), StatusCode::kCorrupt,
                        {"eos_token_id -1"});
-    auto m = model::config_from_hf(*parse_hf_config(kMistral, "m"));
+    auto m = loader::config_from_hf(*parse_hf_config(kMistral, "m"));
     ASSERT_TRUE(m.is_ok());
     m->eos_token_ids = {2, 40000};
     core::Status st = m->validate();
@@ -403,7 +403,7 @@ TEST(HfConfig, RopeParametersAndLlama3ScalingAreChecked) {
                        {"low_freq_factor", "high_freq_factor"});
     expect_parse_error(with(kLlama31, "\"factor\": 8.0", "\"factor\": 0"), StatusCode::kCorrupt, {"factor"});
     // The same checks guard configs from other sources.
-    auto m = model::config_from_hf(*parse_hf_config(kLlama31, "l"));
+    auto m = loader::config_from_hf(*parse_hf_config(kLlama31, "l"));
     ASSERT_TRUE(m.is_ok());
     m->rope_scaling.low_freq_factor = m->rope_scaling.high_freq_factor;
     EXPECT_EQ(m->validate().code(), StatusCode::kCorrupt);

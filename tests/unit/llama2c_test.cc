@@ -5,7 +5,7 @@
 
 #include <cstring>
 
-#include "model/checkpoint.h"
+#include "loader/checkpoint.h"
 #include "support/test_support.h"
 
 namespace kiln::formats {
@@ -64,10 +64,10 @@ TEST(Llama2c, Stories260KHeaderAndArrays) {
 
 TEST(Llama2c, Stories260KAsCheckpoint) {
     if (!test::file_exists(stories_path())) KILN_SKIP_MISSING() << "test data missing";
-    auto ck = model::load_checkpoint(stories_path());
+    auto ck = loader::load_checkpoint(stories_path());
     ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
     EXPECT_EQ(ck->format, "llama2c");
-    const model::ModelConfig& c = ck->config;
+    const loader::ModelConfig& c = ck->config;
     EXPECT_EQ(c.arch, "llama");
     EXPECT_EQ(c.hidden_size, 64);
     EXPECT_EQ(c.intermediate_size, 172);
@@ -90,7 +90,7 @@ TEST(Llama2c, Stories260KAsCheckpoint) {
     // Layer slices point at the right rows: blk.1.attn_q is wq[1].
     auto raw = Llama2cFile::open(stories_path());
     const Llama2cArray* wq = raw->find("wq");
-    const model::TensorRef* q1 = ck->find("blk.1.attn_q.weight");
+    const loader::TensorRef* q1 = ck->find("blk.1.attn_q.weight");
     ASSERT_EQ(q1->num_bytes, 64u * 64 * 4);
     EXPECT_EQ(0, std::memcmp(q1->data, raw->array_data(*wq) + 64 * 64 * 4, q1->num_bytes));
     EXPECT_NE(0, std::memcmp(q1->data, raw->array_data(*wq), q1->num_bytes));
@@ -107,7 +107,7 @@ TEST(Llama2c, UntiedClassifierFollows) {
 
     std::string dir = test::temp_dir("llama2c_untied");
     test::write_file(dir + "/untied.bin", b);
-    auto ck = model::load_checkpoint(dir + "/untied.bin");
+    auto ck = loader::load_checkpoint(dir + "/untied.bin");
     ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
     EXPECT_FALSE(ck->config.tie_word_embeddings);
     ASSERT_NE(ck->find("output.weight"), nullptr);

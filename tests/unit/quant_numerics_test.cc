@@ -1,7 +1,7 @@
 // measure_quant_numerics on stories260K: per-tensor weight figures for every scheme, their ordering
 // as the formats' precision predicts (int8 with 7 magnitude bits per row; FP8 / MXFP8 with 3
 // mantissa bits; 4-bit formats), output errors on calibration activations, and argument errors.
-#include "model/quant_numerics.h"
+#include "quant_tools/quant_numerics.h"
 
 #include <gtest/gtest.h>
 
@@ -9,12 +9,12 @@
 #include <cstdio>
 #include <map>
 
-#include "model/checkpoint_tokenizer.h"
-#include "model/convert.h"
-#include "model/quantize.h"
+#include "loader/checkpoint_tokenizer.h"
+#include "loader/convert.h"
+#include "quant_tools/quantize.h"
 #include "support/test_support.h"
 
-namespace kiln::model {
+namespace kiln::quant_tools {
 namespace {
 
 struct Fixture {
@@ -27,15 +27,15 @@ const Fixture* stories() {
     static const Fixture* f = [] {
         const std::string path = test::testdata("models/stories260K/stories260K.bin");
         if (!test::file_exists(path)) return static_cast<Fixture*>(nullptr);
-        auto ck = load_checkpoint(path);
+        auto ck = loader::load_checkpoint(path);
         EXPECT_TRUE(ck.is_ok()) << ck.status().message();
         if (!ck.is_ok()) return static_cast<Fixture*>(nullptr);
-        auto f32 = to_f32_checkpoint(*ck);
+        auto f32 = loader::to_f32_checkpoint(*ck);
         EXPECT_TRUE(f32.is_ok()) << f32.status().message();
         if (!f32.is_ok()) return static_cast<Fixture*>(nullptr);
         auto* fx = new Fixture{std::move(*f32), {}};
         const std::string text = test::read_text(test::testdata("eval/tinystories_excerpt.txt"));
-        auto tok = find_tokenizer(fx->f32, "");
+        auto tok = loader::find_tokenizer(fx->f32, "");
         if (!text.empty() && tok.is_ok()) {
             std::vector<int32_t> ids = (*tok)->encode(text.substr(0, 8000));
             core::ThreadPool pool(2);
@@ -49,7 +49,7 @@ const Fixture* stories() {
 }
 
 NumericsReport measure(const Fixture& fx, const std::string& name, bool with_acts) {
-    auto scheme = parse_quant_scheme(name);
+    auto scheme = loader::parse_quant_scheme(name);
     EXPECT_TRUE(scheme.is_ok()) << name;
     core::ThreadPool pool(2);
     auto r = measure_quant_numerics(fx.f32, *scheme, with_acts && !fx.acts.empty() ? &fx.acts : nullptr, &pool);
@@ -116,18 +116,18 @@ TEST(QuantNumerics, OutputErrorOnCalibration) {
 TEST(QuantNumerics, MatchesAQuantizedCheckpoint) {
     const Fixture* fx = stories();
     if (!fx) KILN_SKIP_MISSING() << "stories260K not in testdata";
-    auto src = load_checkpoint(test::testdata("models/stories260K/stories260K.bin"));
+    auto src = loader::load_checkpoint(test::testdata("models/stories260K/stories260K.bin"));
     ASSERT_TRUE(src.is_ok());
     for (const char* n : {"int8", "w4-g32", "fp8-block", "nvfp4"}) {
         const NumericsReport r = measure(*fx, n, false);
         const std::string dir = test::temp_dir(std::string("quant_numerics_") + n);
         QuantizeOptions o;
-        o.scheme = *parse_quant_scheme(n);
+        o.scheme = *loader::parse_quant_scheme(n);
         core::ThreadPool pool(2);
         ASSERT_TRUE(quantize_checkpoint(*src, dir, o, &pool).is_ok()) << n;
-        auto loaded = load_checkpoint(dir);
+        auto loaded = loader::load_checkpoint(dir);
         ASSERT_TRUE(loaded.is_ok()) << n << ": " << loaded.status().message();
-        auto q = to_f32_checkpoint(*loaded);
+        auto q = loader::to_f32_checkpoint(*loaded);
         ASSERT_TRUE(q.is_ok()) << n;
         for (const TensorNumerics& t : r.tensors) {
             const TensorRef* a = fx->f32.find(t.name);
@@ -149,25 +149,25 @@ TEST(QuantNumerics, MatchesAQuantizedCheckpoint) {
 }
 
 TEST(QuantNumerics, Errors) {
-    EXPECT_FALSE(parse_quant_scheme("int3").is_ok());
-    EXPECT_FALSE(parse_quant_scheme("w4-g48").is_ok());
+    EXPECT_FALSE(loader::parse_quant_scheme("int3").is_ok());
+    EXPECT_FALSE(loader::parse_quant_scheme("w4-g48").is_ok());
     const Fixture* fx = stories();
     if (!fx) KILN_SKIP_MISSING() << "stories260K not in testdata";
     // Quantized (non-f32) projections are refused: the reference must be float.
-    auto raw = load_checkpoint(test::testdata("models/stories260K/stories260K.bin"));
+    auto raw = loader::load_checkpoint(test::testdata("models/stories260K/stories260K.bin"));
     ASSERT_TRUE(raw.is_ok());
     Checkpoint ck = *raw;
     for (TensorRef& t : ck.tensors)
         if (t.name == "blk.0.attn_q.weight") t.dtype = core::DType::kF16;
-    auto r = measure_quant_numerics(ck, QuantScheme{}, nullptr, nullptr);
+    auto r = measure_quant_numerics(ck, loader::QuantScheme{}, nullptr, nullptr);
     ASSERT_FALSE(r.is_ok());
     EXPECT_EQ(r.status().code(), core::StatusCode::kInvalidArgument);
     EXPECT_NE(r.status().message().find("blk.0.attn_q.weight"), std::string::npos) << r.status().message();
     // Activations for another number of layers.
     std::vector<LayerActivations> wrong(1);
-    EXPECT_EQ(measure_quant_numerics(fx->f32, QuantScheme{}, &wrong, nullptr).status().code(),
+    EXPECT_EQ(measure_quant_numerics(fx->f32, loader::QuantScheme{}, &wrong, nullptr).status().code(),
               core::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
-}  // namespace kiln::model
+}  // namespace kiln::quant_tools

@@ -16,11 +16,11 @@
 #include "core/mapped_file.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/matmul.h"
-#include "model/checkpoint.h"
-#include "model/convert.h"
-#include "model/compressed_tensors.h"
+#include "loader/checkpoint.h"
+#include "loader/convert.h"
+#include "loader/compressed_tensors.h"
 #include "model/llama.h"
-#include "model/quantize.h"
+#include "quant_tools/quantize.h"
 #include "support/test_support.h"
 
 namespace kiln::model {
@@ -55,20 +55,20 @@ TEST_P(WeightMemoryModel, PackedOnlyMatricesStayMappedAndLogitsMatch) {
     if (!test::file_exists(src)) KILN_SKIP_MISSING() << "no test data";
     std::string path = test::temp_dir("weight_memory_" + GetParam()) + (GetParam() == "gguf" ? "/m.gguf" : "/hf");
     if (GetParam() == "w4-g32") {  // a compressed-tensors folder: every matrix decompressed at load
-        auto source = load_checkpoint(src);
+        auto source = loader::load_checkpoint(src);
         ASSERT_TRUE(source.is_ok()) << source.status().to_string();
-        QuantizeOptions qo;
-        qo.scheme = *parse_quant_scheme("w4-g32");
+        quant_tools::QuantizeOptions qo;
+        qo.scheme = *loader::parse_quant_scheme("w4-g32");
         core::ThreadPool pool(2);
-        auto report = quantize_checkpoint(*source, path, qo, &pool);
+        auto report = quant_tools::quantize_checkpoint(*source, path, qo, &pool);
         ASSERT_TRUE(report.is_ok()) << report.status().to_string();
     } else {
-        ConvertOptions co;
+        loader::ConvertOptions co;
         co.to = GetParam();
-        const core::Status converted = convert_checkpoint(src, path, co);
+        const core::Status converted = loader::convert_checkpoint(src, path, co);
         ASSERT_TRUE(converted.is_ok()) << converted.to_string();
     }
-    auto ck = load_checkpoint(path), plain = load_checkpoint(path);
+    auto ck = loader::load_checkpoint(path), plain = loader::load_checkpoint(path);
     ASSERT_TRUE(ck.is_ok() && plain.is_ok()) << ck.status().to_string();
 
     const ops::LinearOptions lo;  // the best ISA, packing on

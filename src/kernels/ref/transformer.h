@@ -4,7 +4,7 @@
 // The range variants (matmul_tile, attention_rows) compute a sub-block with exactly the arithmetic
 // of the full op, so any split of the work across threads gives bit-identical results.
 // RoPE follows Meta's interleaved-pair convention (pairs (2i, 2i+1) of each head, kiln's canonical
-// Q/K order; see model/weight_names.h); llama3 frequency scaling follows transformers
+// Q/K order; see loader/weight_names.h); llama3 frequency scaling follows transformers
 // modeling_rope_utils._compute_llama3_parameters.
 #pragma once
 

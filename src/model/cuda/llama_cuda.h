@@ -25,7 +25,7 @@
 
 #include "core/status.h"
 #include "kernels/ref/sample.h"
-#include "model/checkpoint.h"
+#include "loader/checkpoint.h"
 #include "model/llama.h"
 
 namespace kiln::model {

@@ -1,22 +1,22 @@
 // quantize_checkpoint: f32 copy -> (AWQ: calibrate, search scales, fold, clip) -> (GPTQ: calibrate,
 // quantize column by column) -> write with compress_weight (or GPTQ's codes).
-#include "model/quantize.h"
+#include "quant_tools/quantize.h"
 
 #include <algorithm>
 #include <filesystem>
 #include <map>
 
-#include "model/awq_block.h"
-#include "model/convert.h"
-#include "model/gptq_calibrate.h"
+#include "quant_tools/awq_block.h"
+#include "loader/convert.h"
+#include "quant_tools/gptq_calibrate.h"
 #include "model/llama.h"
-#include "model/weight_names.h"
+#include "loader/weight_names.h"
 #include "quant/awq.h"
 #include "quant/awq_clip.h"
 #include "quant/gptq.h"
 #include "quant/smoothquant.h"
 
-namespace kiln::model {
+namespace kiln::quant_tools {
 namespace {
 
 namespace fs = std::filesystem;
@@ -120,7 +120,7 @@ core::Status clip_layer(Mutable& mut, const LayerActivations& a, const std::vect
         }
         for (const std::string& m : groups[gi].members) {
             if (m.find(".attn_q.") != std::string::npos || m.find(".attn_k.") != std::string::npos) continue;
-            if (is_skipped(projection_module(gguf_to_hf_name(m).value_or(m)), o.skip)) continue;
+            if (is_skipped(projection_module(loader::gguf_to_hf_name(m).value_or(m)), o.skip)) continue;
             KILN_ASSIGN_OR_RETURN(std::span<float> w, mut.get(m));
             const int64_t rows = int64_t(w.size()) / in;
             KILN_ASSIGN_OR_RETURN(quant::AwqClipResult r, quant::awq_clip_search(w, rows, in, x, n, co, pool));
@@ -132,10 +132,10 @@ core::Status clip_layer(Mutable& mut, const LayerActivations& a, const std::vect
 }
 
 bool member_skipped(const std::string& kiln_name, const QuantizeOptions& o) {
-    return is_skipped(projection_module(gguf_to_hf_name(kiln_name).value_or(kiln_name)), o.skip);
+    return is_skipped(projection_module(loader::gguf_to_hf_name(kiln_name).value_or(kiln_name)), o.skip);
 }
 
-// gate/up scales by the whole MLP's output error (model/awq_block.h), down in fp32.
+// gate/up scales by the whole MLP's output error (quant_tools/awq_block.h), down in fp32.
 core::Result<quant::AwqResult> search_mlp(Mutable& mut, const Group& g, int64_t l, const LayerActivations& a,
                                           const quant::AwqOptions& awq, const QuantizeOptions& o,
                                           core::ThreadPool* pool) {
@@ -229,7 +229,7 @@ core::Status run_awq(Checkpoint& ck, const QuantizeOptions& o, core::ThreadPool*
             std::vector<std::span<const float>> weights;
             std::vector<int64_t> out_rows;
             for (const std::string& m : g.members) {
-                if (is_skipped(projection_module(gguf_to_hf_name(m).value_or(m)), o.skip)) continue;
+                if (is_skipped(projection_module(loader::gguf_to_hf_name(m).value_or(m)), o.skip)) continue;
                 KILN_ASSIGN_OR_RETURN(std::span<float> w, mut.get(m));
                 weights.push_back(w);
                 out_rows.push_back(int64_t(w.size()) / in);
@@ -309,7 +309,7 @@ core::Status embed_llama2c_tokenizer(Checkpoint& ck, const std::string& explicit
     if (path.empty())
         return core::error(StatusCode::kNotFound)
                << ck.path << ": a llama2.c model needs its tokenizer (--tokenizer FILE, or tok512.bin beside it)";
-    KILN_ASSIGN_OR_RETURN(GgufMetadata tok, read_llama2c_tokenizer(path, ck.config.vocab_size));
+    KILN_ASSIGN_OR_RETURN(loader::GgufMetadata tok, loader::read_llama2c_tokenizer(path, ck.config.vocab_size));
     for (auto& kv : tok) ck.gguf_metadata.push_back(std::move(kv));
     ck.config.bos_token_id = 1;
     ck.config.eos_token_ids = {2};
@@ -320,19 +320,19 @@ core::Status embed_llama2c_tokenizer(Checkpoint& ck, const std::string& explicit
 
 core::Result<QuantizeReport> quantize_checkpoint(const Checkpoint& source, const std::string& out_dir,
                                                  const QuantizeOptions& o, core::ThreadPool* pool) {
-    if (o.awq && o.scheme.format != QuantFormat::kW4)
+    if (o.awq && o.scheme.format != loader::QuantFormat::kW4)
         return core::error(StatusCode::kInvalidArgument) << "AWQ applies to the INT4 formats (awq-w4-gN) only";
-    if (o.gptq && o.scheme.format != QuantFormat::kW4)
+    if (o.gptq && o.scheme.format != loader::QuantFormat::kW4)
         return core::error(StatusCode::kInvalidArgument) << "GPTQ applies to the INT4 formats (gptq-w4-gN) only";
-    if (o.smoothquant_alpha >= 0 && o.scheme.format != QuantFormat::kInt8)
+    if (o.smoothquant_alpha >= 0 && o.scheme.format != loader::QuantFormat::kInt8)
         return core::error(StatusCode::kInvalidArgument) << "SmoothQuant applies to int8 only";
-    KILN_ASSIGN_OR_RETURN(Checkpoint ck, to_f32_checkpoint(source));
+    KILN_ASSIGN_OR_RETURN(Checkpoint ck, loader::to_f32_checkpoint(source));
     if (ck.format == "llama2c") KILN_RETURN_IF_ERROR(embed_llama2c_tokenizer(ck, o.tokenizer_path));
     // --skip names are checked before any calibration runs.
     std::vector<std::string> ignore = {"lm_head"};
     int64_t total = 0;
     for (const TensorRef& t : ck.tensors) {
-        const std::string module = projection_module(gguf_to_hf_name(t.name).value_or(t.name));
+        const std::string module = projection_module(loader::gguf_to_hf_name(t.name).value_or(t.name));
         if (module.empty()) continue;
         if (is_skipped(module, o.skip))
             ignore.push_back(module);
@@ -358,11 +358,11 @@ core::Result<QuantizeReport> quantize_checkpoint(const Checkpoint& source, const
         gc.skipped = [&](const std::string& name) { return member_skipped(name, o); };
         gc.progress = o.progress;
         KILN_ASSIGN_OR_RETURN(GptqFactors by_name, gptq_calibrate(ck, o.calib_tokens, gc, pool));
-        for (auto& [name, f] : by_name) factors[projection_module(gguf_to_hf_name(name).value_or(name))] = f;
+        for (auto& [name, f] : by_name) factors[projection_module(loader::gguf_to_hf_name(name).value_or(name))] = f;
     }
 
-    HfWriteExtras extras;
-    extras.quantization_config = quantization_config_json(o.scheme, ignore);
+    loader::HfWriteExtras extras;
+    extras.quantization_config = loader::quantization_config_json(o.scheme, ignore);
     extras.transform = [&](const formats::SafetensorsTensorIn& t, std::vector<formats::SafetensorsTensorIn>* out,
                            std::vector<std::shared_ptr<const void>>* owners) -> core::Result<bool> {
         const std::string module = projection_module(t.name);
@@ -378,19 +378,19 @@ core::Result<QuantizeReport> quantize_checkpoint(const Checkpoint& source, const
         core::Status st;
         if (const auto f = factors.find(module); f != factors.end()) {
             auto q = quant::gptq_quantize_int4(w, rows, cols, *f->second, go, pool);
-            st = q.is_ok() ? write_int4_weight(*q, module, out, owners) : q.status();
+            st = q.is_ok() ? loader::write_int4_weight(*q, module, out, owners) : q.status();
         } else {
-            st = compress_weight(o.scheme, module, w, rows, cols, out, owners);
+            st = loader::compress_weight(o.scheme, module, w, rows, cols, out, owners);
         }
         if (!st.is_ok()) return core::error(st.code()) << module << ": " << st.message();
         ++report.quantized;
         if (o.progress) o.progress("write", report.quantized, total);
         return true;
     };
-    ConvertOptions copts;
+    loader::ConvertOptions copts;
     copts.to = "safetensors";
-    KILN_RETURN_IF_ERROR(write_hf_checkpoint(ck, out_dir, copts, &extras));
+    KILN_RETURN_IF_ERROR(loader::write_hf_checkpoint(ck, out_dir, copts, &extras));
     return report;
 }
 
-}  // namespace kiln::model
+}  // namespace kiln::quant_tools

@@ -1,5 +1,5 @@
 // ModelConfig construction from HF / GGUF / llama2.c and serialization back (see model_config.h).
-#include "model/model_config.h"
+#include "loader/model_config.h"
 
 #include <charconv>
 #include <cmath>
@@ -8,7 +8,7 @@
 
 #include "formats/architectures.h"
 
-namespace kiln::model {
+namespace kiln::loader {
 namespace {
 
 using core::StatusCode;
@@ -298,4 +298,4 @@ std::string config_to_hf_json(const ModelConfig& c, const std::string& torch_dty
     return j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
 
-}  // namespace kiln::model
+}  // namespace kiln::loader

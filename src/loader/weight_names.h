@@ -13,9 +13,9 @@
 #include <string>
 
 #include "core/status.h"
-#include "model/model_config.h"
+#include "loader/model_config.h"
 
-namespace kiln::model {
+namespace kiln::loader {
 
 // nullopt when the name is not one of the known per-architecture tensors.
 std::optional<std::string> hf_to_gguf_name(const std::string& hf_name);
@@ -36,4 +36,4 @@ enum class RopeOrder { kInterleaved, kRotateHalf };
 core::Status permute_rope_rows(const uint8_t* src, uint8_t* dst, uint64_t rows, uint64_t row_bytes, uint64_t num_heads,
                                RopeOrder to);
 
-}  // namespace kiln::model
+}  // namespace kiln::loader

@@ -15,11 +15,11 @@
 #include "core/status.h"
 #include "formats/gguf.h"
 
-namespace kiln::model {
+namespace kiln::loader {
 
 using GgufMetadata = std::vector<std::pair<std::string, formats::GgufValue>>;
 
 std::string gguf_metadata_to_json(const GgufMetadata& metadata);
 core::Result<GgufMetadata> gguf_metadata_from_json(const std::string& text, const std::string& where);
 
-}  // namespace kiln::model
+}  // namespace kiln::loader

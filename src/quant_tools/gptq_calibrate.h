@@ -25,11 +25,11 @@
 
 #include "core/status.h"
 #include "core/thread_pool.h"
-#include "model/calibration.h"
-#include "model/checkpoint.h"
+#include "quant_tools/calibration.h"
+#include "loader/checkpoint.h"
 #include "quant/gptq.h"
 
-namespace kiln::model {
+namespace kiln::quant_tools {
 
 // Keyed by kiln weight name ("blk.3.attn_q.weight"); weights of one input share the factor.
 using GptqFactors = std::map<std::string, std::shared_ptr<const quant::GptqFactor>>;
@@ -47,4 +47,4 @@ struct GptqCalibrateOptions {
 core::Result<GptqFactors> gptq_calibrate(const Checkpoint& checkpoint, const std::vector<int32_t>& tokens,
                                          const GptqCalibrateOptions& options, core::ThreadPool* pool);
 
-}  // namespace kiln::model
+}  // namespace kiln::quant_tools

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "model/compressed_tensors.h"
+#include "loader/compressed_tensors.h"
 #include "quant/fp4_blocks.h"
 #include "quant/fp8.h"
 #include "quant/fp8_blocks.h"
@@ -19,7 +19,7 @@
 #include "quant/mx.h"
 #include "quant/nvfp4.h"
 
-namespace kiln::model {
+namespace kiln::loader {
 namespace {
 
 using core::DType;
@@ -344,4 +344,4 @@ core::Result<TensorRef> decompress_weight(const CompressedConfig& config, const 
     return core::error(StatusCode::kInternal) << "unhandled quantization scheme";
 }
 
-}  // namespace kiln::model
+}  // namespace kiln::loader

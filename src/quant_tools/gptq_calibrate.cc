@@ -1,12 +1,12 @@
 // gptq_calibrate: per layer, the Hessians of its four projection inputs, factored once each; in
 // sequential mode the layer's weights are then GPTQ-quantized into the copy the next passes run.
-#include "model/gptq_calibrate.h"
+#include "quant_tools/gptq_calibrate.h"
 
 #include <utility>
 
 #include "model/llama.h"
 
-namespace kiln::model {
+namespace kiln::quant_tools {
 
 core::Result<GptqFactors> gptq_calibrate(const Checkpoint& checkpoint, const std::vector<int32_t>& tokens,
                                          const GptqCalibrateOptions& o, core::ThreadPool* pool) {
@@ -63,4 +63,4 @@ core::Result<GptqFactors> gptq_calibrate(const Checkpoint& checkpoint, const std
     return out;
 }
 
-}  // namespace kiln::model
+}  // namespace kiln::quant_tools

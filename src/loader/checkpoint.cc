@@ -1,5 +1,5 @@
 // Checkpoint loading for GGUF, HF safetensors and llama2.c (see checkpoint.h).
-#include "model/checkpoint.h"
+#include "loader/checkpoint.h"
 
 #include <algorithm>
 #include <cstring>
@@ -17,10 +17,10 @@
 #include "formats/llama2c.h"
 #include "formats/safetensors.h"
 #include "kernels/ref/dequant.h"
-#include "model/compressed_tensors.h"
-#include "model/weight_names.h"
+#include "loader/compressed_tensors.h"
+#include "loader/weight_names.h"
 
-namespace kiln::model {
+namespace kiln::loader {
 namespace {
 
 namespace fs = std::filesystem;
@@ -355,10 +355,10 @@ core::Status check_checkpoint_tensors(const Checkpoint& ck) {
     return core::Status::ok();
 }
 
-core::Status copy_to_anonymous(model::Checkpoint& ck, const std::vector<std::string>& keep) {
-    auto copied = [&](const model::TensorRef& t) { return std::find(keep.begin(), keep.end(), t.name) == keep.end(); };
+core::Status copy_to_anonymous(loader::Checkpoint& ck, const std::vector<std::string>& keep) {
+    auto copied = [&](const loader::TensorRef& t) { return std::find(keep.begin(), keep.end(), t.name) == keep.end(); };
     uint64_t total = 0;
-    for (const model::TensorRef& t : ck.tensors)
+    for (const loader::TensorRef& t : ck.tensors)
         if (copied(t)) total += (t.num_bytes + 63) / 64 * 64;
     if (total == 0) return core::Status::ok();
     auto mapped = core::map_huge_pages(size_t(total));  // 2 MiB aligned, huge pages advised
@@ -367,7 +367,7 @@ core::Status copy_to_anonymous(model::Checkpoint& ck, const std::vector<std::str
                << ck.path << ": cannot allocate " << total << " bytes for the weights";
     std::shared_ptr<void> owner = std::move(mapped).value();
     uint8_t* dst = static_cast<uint8_t*>(owner.get());
-    for (model::TensorRef& t : ck.tensors) {
+    for (loader::TensorRef& t : ck.tensors) {
         if (!copied(t)) continue;
         std::memcpy(dst, t.data, size_t(t.num_bytes));
         core::release_mapped_pages(t.data, size_t(t.num_bytes));
@@ -394,4 +394,4 @@ uint64_t release_tensor_bytes(Checkpoint& ck, const std::vector<std::string>& na
     return released;
 }
 
-}  // namespace kiln::model
+}  // namespace kiln::loader

@@ -9,7 +9,7 @@
 // Then (awq_clip) each layer's v, o, gate, up and down weights, as they will be quantized, are
 // clamped to per-group ranges searched on their (scaled) calibration inputs (quant/awq_clip.h).
 // The scale search's loss is per group: the Linears' own output error (quant/awq.h), or AutoAWQ's
-// block-output error (model/awq_block.h): the whole MLP's output for gate/up (awq_mlp_loss), the
+// block-output error (quant_tools/awq_block.h): the whole MLP's output for gate/up (awq_mlp_loss), the
 // whole attention block's output for q/k/v (awq_attn_loss, on whole calibration sequences). By
 // default q/k/v use the block loss and gate/up, o and down their own outputs (docs/quantization.md).
 // With smoothquant_alpha >= 0 (INT8 only), SmoothQuant scales (quant/smoothquant.h) from the
@@ -24,14 +24,14 @@
 
 #include "core/status.h"
 #include "core/thread_pool.h"
-#include "model/calibration.h"
-#include "model/checkpoint.h"
-#include "model/compressed_tensors.h"
+#include "quant_tools/calibration.h"
+#include "loader/checkpoint.h"
+#include "loader/compressed_tensors.h"
 
-namespace kiln::model {
+namespace kiln::quant_tools {
 
 struct QuantizeOptions {
-    QuantScheme scheme;
+    loader::QuantScheme scheme;
     bool awq = false;                   // kW4 only; needs calib_tokens
     bool awq_duo_scaling = false;       // AWQ scales from activations and weights (quant/awq.h)
     bool awq_clip = true;               // AWQ weight clipping search after the scales (quant/awq_clip.h)
@@ -71,4 +71,4 @@ struct QuantizeReport {
 core::Result<QuantizeReport> quantize_checkpoint(const Checkpoint& source, const std::string& out_dir,
                                                  const QuantizeOptions& options, core::ThreadPool* pool);
 
-}  // namespace kiln::model
+}  // namespace kiln::quant_tools

@@ -2,13 +2,13 @@
 // tensors (see compressed_tensors.h for the layouts).
 #include <nlohmann/json.hpp>
 
-#include "model/compressed_tensors.h"
+#include "loader/compressed_tensors.h"
 #include "quant/fp8.h"
 #include "quant/int_quant.h"
 #include "quant/mx.h"
 #include "quant/nvfp4.h"
 
-namespace kiln::model {
+namespace kiln::loader {
 namespace {
 
 using core::DType;
@@ -236,4 +236,4 @@ core::Status compress_weight(const QuantScheme& s, const std::string& m, std::sp
     return core::error(StatusCode::kInternal) << "unhandled quantization scheme";
 }
 
-}  // namespace kiln::model
+}  // namespace kiln::loader

@@ -31,10 +31,10 @@
 
 #include "core/status.h"
 #include "core/thread_pool.h"
-#include "model/model_config.h"
+#include "loader/model_config.h"
 #include "quant/awq.h"
 
-namespace kiln::model {
+namespace kiln::quant_tools {
 
 // A SwiGLU MLP: gate and up are searched (quantized when their flag is set; a skipped one stays fp32
 // in the loss), down is fp32.
@@ -88,6 +88,6 @@ core::Result<std::vector<float>> awq_attn_output(const AwqAttnBlock& block, std:
 
 // RoPE frequencies of a model as LlamaModel uses them (theta, linear / llama3 scaling);
 // kUnsupported for other scaling types.
-core::Result<std::vector<double>> awq_rope_inv_freq(const ModelConfig& config);
+core::Result<std::vector<double>> awq_rope_inv_freq(const loader::ModelConfig& config);
 
-}  // namespace kiln::model
+}  // namespace kiln::quant_tools

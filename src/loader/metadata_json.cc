@@ -1,11 +1,11 @@
 // GGUF metadata <-> JSON (see metadata_json.h).
-#include "model/metadata_json.h"
+#include "loader/metadata_json.h"
 
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
 
-namespace kiln::model {
+namespace kiln::loader {
 namespace {
 
 using core::StatusCode;
@@ -226,4 +226,4 @@ core::Result<GgufMetadata> gguf_metadata_from_json(const std::string& text, cons
     return out;
 }
 
-}  // namespace kiln::model
+}  // namespace kiln::loader

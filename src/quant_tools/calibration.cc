@@ -1,13 +1,13 @@
 // collect_activations: one LlamaModel (reference fp32 activations) over the calibration tokens in
 // chunks, with a linear-input hook that copies the sampled rows.
-#include "model/calibration.h"
+#include "quant_tools/calibration.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "model/llama.h"
 
-namespace kiln::model {
+namespace kiln::quant_tools {
 
 core::Result<std::vector<LayerActivations>> collect_activations(const Checkpoint& checkpoint,
                                                                 const std::vector<int32_t>& tokens,
@@ -74,4 +74,4 @@ core::Result<std::vector<LayerActivations>> collect_activations(const Checkpoint
     return acts;
 }
 
-}  // namespace kiln::model
+}  // namespace kiln::quant_tools

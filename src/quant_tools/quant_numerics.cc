@@ -2,7 +2,7 @@
 // weight error sums in double and, with calibration samples X, the output error through the f32
 // Linear kernels (X W^T and X (W - W')^T; the difference is formed on the weights, so no
 // cancellation between two nearly equal outputs).
-#include "model/quant_numerics.h"
+#include "quant_tools/quant_numerics.h"
 
 #include <algorithm>
 #include <cmath>
@@ -14,7 +14,7 @@
 #include "model/llama.h"
 #include "ops/linear.h"
 
-namespace kiln::model {
+namespace kiln::quant_tools {
 namespace {
 
 using core::StatusCode;
@@ -52,29 +52,29 @@ core::Result<std::vector<float>> written_order(const TensorRef& t, const ModelCo
         std::copy_n(src, n, w.data());
         return w;
     }
-    KILN_RETURN_IF_ERROR(permute_rope_rows(t.data, reinterpret_cast<uint8_t*>(w.data()), t.shape[0],
-                                           t.shape[1] * sizeof(float), uint64_t(heads), RopeOrder::kRotateHalf));
+    KILN_RETURN_IF_ERROR(loader::permute_rope_rows(t.data, reinterpret_cast<uint8_t*>(w.data()), t.shape[0],
+                                           t.shape[1] * sizeof(float), uint64_t(heads), loader::RopeOrder::kRotateHalf));
     return w;
 }
 
 // W' as kiln runs it: written with compress_weight, loaded with decompress_weight, decoded to f32.
-core::Result<std::vector<float>> round_trip(const QuantScheme& scheme, const std::string& module,
+core::Result<std::vector<float>> round_trip(const loader::QuantScheme& scheme, const std::string& module,
                                             const std::vector<float>& w, int64_t rows, int64_t cols) {
     std::vector<formats::SafetensorsTensorIn> written;
     std::vector<std::shared_ptr<const void>> owners;
-    KILN_RETURN_IF_ERROR(compress_weight(scheme, module, w, rows, cols, &written, &owners));
-    std::map<std::string, TensorPart> parts;
+    KILN_RETURN_IF_ERROR(loader::compress_weight(scheme, module, w, rows, cols, &written, &owners));
+    std::map<std::string, loader::TensorPart> parts;
     for (const formats::SafetensorsTensorIn& t : written) {
         if (!t.name.starts_with(module + "."))
-            return core::error(StatusCode::kInternal) << "compress_weight wrote '" << t.name << "'";
+            return core::error(StatusCode::kInternal) << "loader::compress_weight wrote '" << t.name << "'";
         parts[t.name.substr(module.size() + 1)] = {t.dtype, t.shape, static_cast<const uint8_t*>(t.data), t.num_bytes};
     }
-    const CompressedConfig config{scheme, {}};
-    KILN_ASSIGN_OR_RETURN(TensorRef runtime, decompress_weight(config, module, parts, &owners));
+    const loader::CompressedConfig config{scheme, {}};
+    KILN_ASSIGN_OR_RETURN(TensorRef runtime, loader::decompress_weight(config, module, parts, &owners));
     if (runtime.shape != std::vector<uint64_t>{uint64_t(rows), uint64_t(cols)})
-        return core::error(StatusCode::kInternal) << "decompress_weight returned another shape";
+        return core::error(StatusCode::kInternal) << "loader::decompress_weight returned another shape";
     std::vector<float> wq(w.size());
-    KILN_RETURN_IF_ERROR(dequantize_tensor_to(runtime, wq.data()));
+    KILN_RETURN_IF_ERROR(loader::dequantize_tensor_to(runtime, wq.data()));
     return wq;
 }
 
@@ -107,16 +107,16 @@ struct Sums {
     double signal = 0, noise = 0;
 };
 
-core::Result<TensorNumerics> measure_one(const Job& job, const ModelConfig& config, const QuantScheme& scheme,
+core::Result<TensorNumerics> measure_one(const Job& job, const ModelConfig& config, const loader::QuantScheme& scheme,
                                          const std::vector<LayerActivations>* acts, core::ThreadPool& pool,
                                          Sums* sums) {
     const TensorRef& t = *job.tensor;
     if (t.dtype != core::DType::kF32 || t.shape.size() != 2)
         return core::error(StatusCode::kInvalidArgument)
                << "'" << t.name << "' is " << core::dtype_name(t.dtype)
-               << "; measure_quant_numerics needs an f32 matrix (to_f32_checkpoint)";
+               << "; measure_quant_numerics needs an f32 matrix (loader::to_f32_checkpoint)";
     const int64_t rows = int64_t(t.shape[0]), cols = int64_t(t.shape[1]);
-    std::string module = gguf_to_hf_name(t.name).value_or(t.name);  // model.layers.N.self_attn.q_proj.weight
+    std::string module = loader::gguf_to_hf_name(t.name).value_or(t.name);  // model.layers.N.self_attn.q_proj.weight
     if (module.ends_with(".weight")) module.resize(module.size() - 7);
     KILN_ASSIGN_OR_RETURN(std::vector<float> w, written_order(t, config));
     auto wq = round_trip(scheme, module, w, rows, cols);
@@ -182,7 +182,7 @@ NumericsSummary summarize(const std::vector<TensorNumerics>& tensors, const std:
 
 }  // namespace
 
-core::Result<NumericsReport> measure_quant_numerics(const Checkpoint& checkpoint, const QuantScheme& scheme,
+core::Result<NumericsReport> measure_quant_numerics(const Checkpoint& checkpoint, const loader::QuantScheme& scheme,
                                                     const std::vector<LayerActivations>* activations,
                                                     core::ThreadPool* pool) {
     const ModelConfig& c = checkpoint.config;
@@ -224,4 +224,4 @@ core::Result<NumericsReport> measure_quant_numerics(const Checkpoint& checkpoint
     return report;
 }
 
-}  // namespace kiln::model
+}  // namespace kiln::quant_tools

@@ -4,7 +4,7 @@
 // The quantized weight W' is exactly the one kiln would run: W goes through compress_weight (what
 // `kiln quantize` writes), decompress_weight (what the loader builds: I8 rows with row scales for
 // int8, GGML blocks with fp16 scales for w4 when `in` is a multiple of 32, f32 otherwise) and
-// model::dequantize_tensor_to.
+// loader::dequantize_tensor_to.
 // Per tensor W [rows = out, cols = in] (sums over all elements, in double):
 //   SQNR_dB          = 10 log10(sum W^2 / sum (W - W')^2)   (+inf when W' == W)
 //   rel_error        = ||W - W'||_F / ||W||_F               (= 10^(-SQNR/20))
@@ -24,11 +24,11 @@
 
 #include "core/status.h"
 #include "core/thread_pool.h"
-#include "model/calibration.h"
-#include "model/checkpoint.h"
-#include "model/compressed_tensors.h"
+#include "quant_tools/calibration.h"
+#include "loader/checkpoint.h"
+#include "loader/compressed_tensors.h"
 
-namespace kiln::model {
+namespace kiln::quant_tools {
 
 struct TensorNumerics {
     std::string name;  // kiln canonical name, e.g. blk.0.attn_q.weight
@@ -52,7 +52,7 @@ struct NumericsSummary {
 };
 
 struct NumericsReport {
-    QuantScheme scheme;
+    loader::QuantScheme scheme;
     std::vector<TensorNumerics> tensors;  // layer by layer: q, k, v, o, gate, up, down
     NumericsSummary summary;
 };
@@ -61,8 +61,8 @@ struct NumericsReport {
 // `activations`: collect_activations over the same checkpoint (one entry per layer), or null for
 // weight figures only. Tensors are measured in parallel on `pool` (may be null: one thread).
 // Errors from compress_weight / decompress_weight come back naming the tensor.
-core::Result<NumericsReport> measure_quant_numerics(const Checkpoint& checkpoint, const QuantScheme& scheme,
+core::Result<NumericsReport> measure_quant_numerics(const Checkpoint& checkpoint, const loader::QuantScheme& scheme,
                                                     const std::vector<LayerActivations>* activations,
                                                     core::ThreadPool* pool);
 
-}  // namespace kiln::model
+}  // namespace kiln::quant_tools

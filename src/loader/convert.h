@@ -24,9 +24,9 @@
 #include "core/dtype.h"
 #include "core/status.h"
 #include "formats/safetensors.h"
-#include "model/checkpoint.h"
+#include "loader/checkpoint.h"
 
-namespace kiln::model {
+namespace kiln::loader {
 
 struct ConvertOptions {
     std::string to;                    // "gguf" or "safetensors"
@@ -79,4 +79,4 @@ core::Result<Checkpoint> to_f32_checkpoint(const Checkpoint& checkpoint);
 core::Result<TensorRef> cast_tensor(const TensorRef& t, core::DType to,
                                     std::vector<std::shared_ptr<const void>>* owners);
 
-}  // namespace kiln::model
+}  // namespace kiln::loader

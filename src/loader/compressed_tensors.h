@@ -37,10 +37,10 @@
 
 #include "core/status.h"
 #include "formats/safetensors.h"
-#include "model/checkpoint.h"
+#include "loader/checkpoint.h"
 #include "quant/int_quant.h"
 
-namespace kiln::model {
+namespace kiln::loader {
 
 enum class QuantFormat { kInt8, kW4, kFp8, kFp8Block, kMxfp8, kMxfp4, kNvfp4 };
 
@@ -93,4 +93,4 @@ core::Result<TensorRef> decompress_weight(const CompressedConfig& config, const 
                                           const std::map<std::string, TensorPart>& parts,
                                           std::vector<std::shared_ptr<const void>>* owners);
 
-}  // namespace kiln::model
+}  // namespace kiln::loader

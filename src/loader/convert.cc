@@ -1,5 +1,5 @@
 // Checkpoint conversion (see convert.h).
-#include "model/convert.h"
+#include "loader/convert.h"
 
 #include <cctype>
 #include <cstdio>
@@ -16,7 +16,7 @@
 #include "formats/safetensors.h"
 #include "kernels/ref/dequant.h"
 
-namespace kiln::model {
+namespace kiln::loader {
 namespace {
 
 namespace fs = std::filesystem;
@@ -360,4 +360,4 @@ core::Status convert_checkpoint(const std::string& in, const std::string& out, c
     return write_hf_checkpoint(ck, out, opts);
 }
 
-}  // namespace kiln::model
+}  // namespace kiln::loader

@@ -7,10 +7,10 @@
 #include <string>
 
 #include "core/status.h"
-#include "model/checkpoint.h"
+#include "loader/checkpoint.h"
 #include "tokenizer/tokenizer.h"
 
-namespace kiln::model {
+namespace kiln::loader {
 
 // kNotFound when the checkpoint carries no tokenizer.
 core::Result<std::unique_ptr<tokenizer::Tokenizer>> load_tokenizer(const Checkpoint& checkpoint);
@@ -24,4 +24,4 @@ core::Result<std::unique_ptr<tokenizer::Tokenizer>> load_tokenizer(const std::st
 core::Result<std::unique_ptr<tokenizer::Tokenizer>> find_tokenizer(const Checkpoint& checkpoint,
                                                                    const std::string& explicit_path);
 
-}  // namespace kiln::model
+}  // namespace kiln::loader

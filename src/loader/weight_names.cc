@@ -1,11 +1,11 @@
 // HF <-> GGUF tensor names and the RoPE row permutation (see weight_names.h).
-#include "model/weight_names.h"
+#include "loader/weight_names.h"
 
 #include <cstring>
 
 #include "core/bytes.h"
 
-namespace kiln::model {
+namespace kiln::loader {
 namespace {
 
 struct NamePair {
@@ -117,4 +117,4 @@ core::Status permute_rope_rows(const uint8_t* src, uint8_t* dst, uint64_t rows, 
     return core::Status::ok();
 }
 
-}  // namespace kiln::model
+}  // namespace kiln::loader

@@ -3,7 +3,7 @@
 // then the block runs token by token on the sampled inputs; the reference activations (h = silu(g) * u
 // for the MLP, the attention output for q/k/v) are computed once by the same code with the fp32
 // weights. SiLU and softmax run in double; RoPE and the q/k norms are kernels/ref's.
-#include "model/awq_block.h"
+#include "quant_tools/awq_block.h"
 
 #include <algorithm>
 #include <cmath>
@@ -14,7 +14,7 @@
 #include "kernels/ref/transformer.h"
 #include "model/llama.h"
 
-namespace kiln::model {
+namespace kiln::quant_tools {
 namespace {
 
 using core::StatusCode;
@@ -439,9 +439,9 @@ core::Result<std::vector<float>> awq_attn_output(const AwqAttnBlock& block, std:
     return std::move(p.att_ref);
 }
 
-core::Result<std::vector<double>> awq_rope_inv_freq(const ModelConfig& c) {
-    KILN_ASSIGN_OR_RETURN(kernels::ref::RopeParams p, rope_params(c, "awq"));
+core::Result<std::vector<double>> awq_rope_inv_freq(const loader::ModelConfig& c) {
+    KILN_ASSIGN_OR_RETURN(kernels::ref::RopeParams p, model::rope_params(c, "awq"));
     return kernels::ref::rope_inv_freqs(c.head_dim, p);
 }
 
-}  // namespace kiln::model
+}  // namespace kiln::quant_tools

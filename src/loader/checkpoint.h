@@ -24,11 +24,11 @@
 #include "formats/gguf.h"
 #include "formats/hf_config.h"
 #include "kernels/ref/transformer.h"
-#include "model/metadata_json.h"
-#include "model/model_config.h"
-#include "model/weight_names.h"
+#include "loader/metadata_json.h"
+#include "loader/model_config.h"
+#include "loader/weight_names.h"
 
-namespace kiln::model {
+namespace kiln::loader {
 
 struct TensorRef {
     std::string name;
@@ -108,4 +108,4 @@ core::Status dequantize_tensor_to(const TensorRef& t, float* dst);
 core::Result<TensorRef> permute_tensor(const TensorRef& t, int64_t num_heads, RopeOrder to,
                                        std::vector<std::shared_ptr<const void>>* owners);
 
-}  // namespace kiln::model
+}  // namespace kiln::loader

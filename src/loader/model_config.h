@@ -27,7 +27,7 @@
 #include "formats/hf_config.h"
 #include "formats/llama2c.h"
 
-namespace kiln::model {
+namespace kiln::loader {
 
 // The sizes, RoPE and token-id fields (formats::HyperParams, checked by check_hyper_params) plus
 // what decides the architecture's tensors.
@@ -75,4 +75,4 @@ std::vector<std::pair<std::string, formats::GgufValue>> config_to_gguf_metadata(
 // HF config.json text. `torch_dtype` overrides config.torch_dtype when non-empty.
 std::string config_to_hf_json(const ModelConfig& config, const std::string& torch_dtype = "");
 
-}  // namespace kiln::model
+}  // namespace kiln::loader

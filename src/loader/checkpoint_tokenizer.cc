@@ -1,9 +1,9 @@
 // load_tokenizer (see checkpoint_tokenizer.h).
-#include "model/checkpoint_tokenizer.h"
+#include "loader/checkpoint_tokenizer.h"
 
 #include <filesystem>
 
-namespace kiln::model {
+namespace kiln::loader {
 
 core::Result<std::unique_ptr<tokenizer::Tokenizer>> load_tokenizer(const Checkpoint& ck) {
     if (ck.gguf) return tokenizer::Tokenizer::from_gguf(*ck.gguf);
@@ -42,4 +42,4 @@ core::Result<std::unique_ptr<tokenizer::Tokenizer>> find_tokenizer(const Checkpo
            << "pass --tokenizer FILE";
 }
 
-}  // namespace kiln::model
+}  // namespace kiln::loader

@@ -3,7 +3,7 @@
 // in llama.h), e.g. for the AWQ scale search. Samples are token rows taken at an even stride over
 // all tokens, so every part of the text is represented; the same inputs serve every matrix of a
 // group (q/k/v share one input, gate/up another). For losses that need whole sequences (AWQ's
-// attention-block loss, model/awq_block.h) it also keeps the q/k/v input of a few whole chunks: the
+// attention-block loss, quant_tools/awq_block.h) it also keeps the q/k/v input of a few whole chunks: the
 // first tokens of chunks picked at an even stride, each a sequence starting at position 0 (every
 // chunk starts a fresh context), at most max_seq_tokens rows in all.
 #pragma once
@@ -15,9 +15,18 @@
 
 #include "core/status.h"
 #include "core/thread_pool.h"
-#include "model/checkpoint.h"
+#include "loader/checkpoint.h"
+#include "model/llama.h"
 
-namespace kiln::model {
+namespace kiln::quant_tools {
+
+// The pipelines run the model (model::LlamaModel) over checkpoints from the loader.
+using loader::Checkpoint;
+using loader::ModelConfig;
+using loader::TensorRef;
+using model::KvCache;
+using model::LinearInput;
+using model::LlamaModel;
 
 struct CalibrationOptions {
     int64_t max_samples = 512;   // token rows kept per projection input
@@ -46,4 +55,4 @@ core::Result<std::vector<LayerActivations>> collect_activations(
     const Checkpoint& checkpoint, const std::vector<int32_t>& tokens, core::ThreadPool* pool,
     const CalibrationOptions& options, const std::function<void(int64_t, int64_t)>& progress = {});
 
-}  // namespace kiln::model
+}  // namespace kiln::quant_tools
