@@ -18,6 +18,7 @@
 #include "formats/safetensors.h"
 #include "kernels/ref/dequant.h"
 #include "loader/compressed_tensors.h"
+#include "loader/layer_tensors.h"
 #include "loader/weight_names.h"
 
 namespace kiln::loader {
@@ -316,42 +317,12 @@ private:
     std::unordered_map<std::string, const TensorRef*> by_name_;
 };
 
-core::Status check_layer_tensors(const TensorChecker& check, const ModelConfig& c, int64_t layer_idx) {
-    const uint64_t hidden = uint64_t(c.hidden_size), inter = uint64_t(c.intermediate_size);
-    const uint64_t q = uint64_t(c.q_dim()), kv = uint64_t(c.kv_dim()), head_dim = uint64_t(c.head_dim);
-    const std::string p = "blk." + std::to_string(layer_idx) + ".";
-    KILN_RETURN_IF_ERROR(check.expect(p + "attn_norm.weight", {hidden}, Role::kVector));
-    KILN_RETURN_IF_ERROR(check.expect(p + "attn_q.weight", {q, hidden}, Role::kMatrix));
-    KILN_RETURN_IF_ERROR(check.expect(p + "attn_k.weight", {kv, hidden}, Role::kMatrix));
-    KILN_RETURN_IF_ERROR(check.expect(p + "attn_v.weight", {kv, hidden}, Role::kMatrix));
-    KILN_RETURN_IF_ERROR(check.expect(p + "attn_output.weight", {hidden, q}, Role::kMatrix));
-    KILN_RETURN_IF_ERROR(check.expect(p + "ffn_norm.weight", {hidden}, Role::kVector));
-    KILN_RETURN_IF_ERROR(check.expect(p + "ffn_gate.weight", {inter, hidden}, Role::kMatrix));
-    KILN_RETURN_IF_ERROR(check.expect(p + "ffn_up.weight", {inter, hidden}, Role::kMatrix));
-    KILN_RETURN_IF_ERROR(check.expect(p + "ffn_down.weight", {hidden, inter}, Role::kMatrix));
-    if (c.attention_bias) {
-        KILN_RETURN_IF_ERROR(check.expect(p + "attn_q.bias", {q}, Role::kVector));
-        KILN_RETURN_IF_ERROR(check.expect(p + "attn_k.bias", {kv}, Role::kVector));
-        KILN_RETURN_IF_ERROR(check.expect(p + "attn_v.bias", {kv}, Role::kVector));
-    }
-    if (c.has_output_bias()) KILN_RETURN_IF_ERROR(check.expect(p + "attn_output.bias", {hidden}, Role::kVector));
-    if (c.qk_norm) {
-        KILN_RETURN_IF_ERROR(check.expect(p + "attn_q_norm.weight", {head_dim}, Role::kVector));
-        KILN_RETURN_IF_ERROR(check.expect(p + "attn_k_norm.weight", {head_dim}, Role::kVector));
-    }
-    return core::Status::ok();
-}
-
 }  // namespace
 
 core::Status check_checkpoint_tensors(const Checkpoint& ck) {
-    const ModelConfig& c = ck.config;
-    const uint64_t hidden = uint64_t(c.hidden_size), vocab = uint64_t(c.vocab_size);
     TensorChecker check(ck);
-    KILN_RETURN_IF_ERROR(check.expect("token_embd.weight", {vocab, hidden}, Role::kMatrix));
-    KILN_RETURN_IF_ERROR(check.expect("output_norm.weight", {hidden}, Role::kVector));
-    if (!c.tie_word_embeddings) KILN_RETURN_IF_ERROR(check.expect("output.weight", {vocab, hidden}, Role::kMatrix));
-    for (int64_t l = 0; l < c.num_layers; ++l) KILN_RETURN_IF_ERROR(check_layer_tensors(check, c, l));
+    for (const TensorSpec& t : checkpoint_tensors(ck.config))
+        KILN_RETURN_IF_ERROR(check.expect(t.name, t.shape, t.matrix ? Role::kMatrix : Role::kVector));
     return core::Status::ok();
 }
 

@@ -13,12 +13,14 @@
 #include "core/check.h"
 #include "core/numeric.h"
 #include "kernels/ref/dequant.h"
+#include "loader/layer_tensors.h"
 #include "ops/transformer_ops.h"
 
 namespace kiln::model {
 
 using loader::check_checkpoint_tensors;
 using loader::matrix_dtype_supported;
+using loader::LayerTensor;
 using loader::weight_view_of;
 namespace {
 
@@ -97,10 +99,8 @@ static core::Result<ops::Linear> linear(const Checkpoint& ck, const std::string&
 std::vector<std::string> LlamaModel::packed_only_matrices(const Checkpoint& ck, const ops::LinearOptions& lo) {
     std::vector<std::string> names;
     if (!ck.config.tie_word_embeddings) names.push_back("output.weight");
-    static const char* const kLayerMatrices[] = {"attn_q.weight",  "attn_k.weight", "attn_v.weight", "attn_output.weight",
-                                                 "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"};
-    for (int64_t l = 0; l < ck.config.num_layers; ++l)
-        for (const char* m : kLayerMatrices) names.push_back("blk." + std::to_string(l) + "." + m);
+    for (const loader::TensorSpec& t : loader::checkpoint_tensors(ck.config))
+        if (t.matrix && t.name != "token_embd.weight" && t.name != "output.weight") names.push_back(t.name);
     std::erase_if(names, [&](const std::string& name) {
         const TensorRef* t = ck.find(name);
         if (!t || t->shape.size() != 2) return true;
@@ -142,13 +142,13 @@ core::Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const Checkpoint& c
     }
     KILN_ASSIGN_OR_RETURN(m->output_norm_, vec(ck, "output_norm.weight", H));
     for (int64_t l = 0; l < c.num_layers; ++l) {
-        const std::string p = "blk." + std::to_string(l) + ".";
+        const auto p = [l](LayerTensor t) { return loader::layer_tensor_name(l, t); };
         Layer L;
-        KILN_ASSIGN_OR_RETURN(const WeightView vq, matrix(ck, p + "attn_q.weight", Q, H));
-        KILN_ASSIGN_OR_RETURN(const WeightView vk, matrix(ck, p + "attn_k.weight", KV, H));
-        KILN_ASSIGN_OR_RETURN(const WeightView vv, matrix(ck, p + "attn_v.weight", KV, H));
-        KILN_ASSIGN_OR_RETURN(const WeightView vg, matrix(ck, p + "ffn_gate.weight", F, H));
-        KILN_ASSIGN_OR_RETURN(const WeightView vu, matrix(ck, p + "ffn_up.weight", F, H));
+        KILN_ASSIGN_OR_RETURN(const WeightView vq, matrix(ck, p(LayerTensor::kQ), Q, H));
+        KILN_ASSIGN_OR_RETURN(const WeightView vk, matrix(ck, p(LayerTensor::kK), KV, H));
+        KILN_ASSIGN_OR_RETURN(const WeightView vv, matrix(ck, p(LayerTensor::kV), KV, H));
+        KILN_ASSIGN_OR_RETURN(const WeightView vg, matrix(ck, p(LayerTensor::kGate), F, H));
+        KILN_ASSIGN_OR_RETURN(const WeightView vu, matrix(ck, p(LayerTensor::kUp), F, H));
         const WeightView qkv[] = {vq, vk, vv}, gate_up[] = {vg, vu};
         KILN_ASSIGN_OR_RETURN(std::optional<ops::Linear> fused_qkv, ops::fuse_linears(qkv, 0, lo));
         KILN_ASSIGN_OR_RETURN(std::optional<ops::Linear> fused_gu, ops::fuse_linears(gate_up, ops::kSwigluBlock, lo));
@@ -165,14 +165,14 @@ core::Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const Checkpoint& c
             KILN_ASSIGN_OR_RETURN(L.w_gate, ops::make_linear(vg, lo));
             KILN_ASSIGN_OR_RETURN(L.w_up, ops::make_linear(vu, lo));
         }
-        KILN_ASSIGN_OR_RETURN(L.wo, linear(ck, p + "attn_output.weight", H, Q, lo));
-        KILN_ASSIGN_OR_RETURN(L.w_down, linear(ck, p + "ffn_down.weight", H, F, lo));
-        KILN_ASSIGN_OR_RETURN(L.attn_norm, vec(ck, p + "attn_norm.weight", H));
-        KILN_ASSIGN_OR_RETURN(L.ffn_norm, vec(ck, p + "ffn_norm.weight", H));
+        KILN_ASSIGN_OR_RETURN(L.wo, linear(ck, p(LayerTensor::kO), H, Q, lo));
+        KILN_ASSIGN_OR_RETURN(L.w_down, linear(ck, p(LayerTensor::kDown), H, F, lo));
+        KILN_ASSIGN_OR_RETURN(L.attn_norm, vec(ck, p(LayerTensor::kAttnNorm), H));
+        KILN_ASSIGN_OR_RETURN(L.ffn_norm, vec(ck, p(LayerTensor::kFfnNorm), H));
         if (c.attention_bias) {
-            KILN_ASSIGN_OR_RETURN(L.bq, vec(ck, p + "attn_q.bias", Q));
-            KILN_ASSIGN_OR_RETURN(L.bk, vec(ck, p + "attn_k.bias", KV));
-            KILN_ASSIGN_OR_RETURN(L.bv, vec(ck, p + "attn_v.bias", KV));
+            KILN_ASSIGN_OR_RETURN(L.bq, vec(ck, p(LayerTensor::kQBias), Q));
+            KILN_ASSIGN_OR_RETURN(L.bk, vec(ck, p(LayerTensor::kKBias), KV));
+            KILN_ASSIGN_OR_RETURN(L.bv, vec(ck, p(LayerTensor::kVBias), KV));
             if (L.wqkv.packed) {
                 L.bqkv = L.bq;
                 L.bqkv.insert(L.bqkv.end(), L.bk.begin(), L.bk.end());
@@ -180,11 +180,11 @@ core::Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const Checkpoint& c
             }
         }
         if (c.has_output_bias()) {
-            KILN_ASSIGN_OR_RETURN(L.bo, vec(ck, p + "attn_output.bias", H));
+            KILN_ASSIGN_OR_RETURN(L.bo, vec(ck, p(LayerTensor::kOBias), H));
         }
         if (c.qk_norm) {
-            KILN_ASSIGN_OR_RETURN(L.q_norm, vec(ck, p + "attn_q_norm.weight", c.head_dim));
-            KILN_ASSIGN_OR_RETURN(L.k_norm, vec(ck, p + "attn_k_norm.weight", c.head_dim));
+            KILN_ASSIGN_OR_RETURN(L.q_norm, vec(ck, p(LayerTensor::kQNorm), c.head_dim));
+            KILN_ASSIGN_OR_RETURN(L.k_norm, vec(ck, p(LayerTensor::kKNorm), c.head_dim));
         }
         m->layers_.push_back(std::move(L));
     }

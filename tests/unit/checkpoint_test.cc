@@ -3,6 +3,7 @@
 // of check_checkpoint_tensors, the attention output bias, and `kiln inspect` on GGUF strings that are
 // not valid UTF-8.
 #include "loader/checkpoint.h"
+#include "loader/layer_tensors.h"
 
 #include <gtest/gtest.h>
 
@@ -58,6 +59,25 @@ std::vector<std::pair<std::string, std::vector<uint64_t>>> tensor_shapes(const M
         if (c.qk_norm) out.insert(out.end(), {{p + "attn_q_norm.weight", {hd}}, {p + "attn_k_norm.weight", {hd}}});
     }
     return out;
+}
+
+// loader::checkpoint_tensors (the one list the loader checks and both models bind by) names the same
+// tensors, shapes and order as the list above, which is spelled out independently, per family.
+TEST(Checkpoint, TensorListMatchesEachFamily) {
+    for (const char* arch : {"llama", "qwen2", "qwen3"}) {
+        for (bool tied : {true, false}) {
+            ModelConfig c = tiny_config(arch);
+            c.tie_word_embeddings = tied;
+            const auto want = tensor_shapes(c);
+            const std::vector<TensorSpec> got = checkpoint_tensors(c);
+            ASSERT_EQ(got.size(), want.size()) << arch << (tied ? " tied" : "");
+            for (size_t i = 0; i < got.size(); ++i) {
+                EXPECT_EQ(got[i].name, want[i].first) << arch << " #" << i;
+                EXPECT_EQ(got[i].shape, want[i].second) << got[i].name;
+                EXPECT_EQ(got[i].matrix, got[i].shape.size() == 2) << got[i].name;
+            }
+        }
+    }
 }
 
 // A complete zero-filled f32 GGUF image of `c`; `edit` may add keys or tensors before it is built.

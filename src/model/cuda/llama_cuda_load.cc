@@ -12,6 +12,7 @@
 #include "kernels/cuda/prefill_attention.h"
 #include "kernels/ref/dequant.h"
 #include "kernels/ref/transformer.h"
+#include "loader/layer_tensors.h"
 #include "model/cuda/llama_cuda_impl.h"
 
 namespace kiln::model {
@@ -19,6 +20,7 @@ namespace {
 
 using core::Status;
 using core::StatusCode;
+using loader::LayerTensor;
 using namespace cuda_detail;
 
 struct Upload {
@@ -341,11 +343,11 @@ core::Result<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::create(const Check
     groups.push_back({t("token_embd.weight")});
     if (!c.tie_word_embeddings) groups.push_back({t("output.weight")});
     for (int64_t l = 0; l < c.num_layers; ++l) {
-        const std::string p = "blk." + std::to_string(l) + ".";
-        groups.push_back({t(p + "attn_q.weight"), t(p + "attn_k.weight"), t(p + "attn_v.weight")});
-        groups.push_back({t(p + "attn_output.weight")});
-        groups.push_back({t(p + "ffn_gate.weight"), t(p + "ffn_up.weight")});
-        groups.push_back({t(p + "ffn_down.weight")});
+        const auto p = [l](LayerTensor t) { return loader::layer_tensor_name(l, t); };
+        groups.push_back({t(p(LayerTensor::kQ)), t(p(LayerTensor::kK)), t(p(LayerTensor::kV))});
+        groups.push_back({t(p(LayerTensor::kO))});
+        groups.push_back({t(p(LayerTensor::kGate)), t(p(LayerTensor::kUp))});
+        groups.push_back({t(p(LayerTensor::kDown))});
     }
     for (const auto& parts : groups)  // whole blocks per row (the CPU's matrix() check)
         for (const TensorRef* t : parts)
@@ -366,25 +368,25 @@ core::Result<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::create(const Check
     }
     KILN_ASSIGN_OR_RETURN(m->output_norm, upload_vectors(ck, std::vector<std::string>{"output_norm.weight"}));
     for (int64_t l = 0; l < c.num_layers; ++l) {
-        const std::string p = "blk." + std::to_string(l) + ".";
+        const auto p = [l](LayerTensor t) { return loader::layer_tensor_name(l, t); };
         Impl::Layer L;
         KILN_ASSIGN_OR_RETURN(L.wqkv, upload_matrix(groups[g++], up, true, blocks));
         KILN_ASSIGN_OR_RETURN(L.wo, upload_matrix(groups[g++], up, true, blocks));
         KILN_ASSIGN_OR_RETURN(L.w_gate_up, upload_matrix(groups[g++], up, true, blocks));
         KILN_ASSIGN_OR_RETURN(L.w_down, upload_matrix(groups[g++], up, true, blocks));
-        KILN_ASSIGN_OR_RETURN(L.attn_norm, upload_vectors(ck, std::vector<std::string>{p + "attn_norm.weight"}));
-        KILN_ASSIGN_OR_RETURN(L.ffn_norm, upload_vectors(ck, std::vector<std::string>{p + "ffn_norm.weight"}));
+        KILN_ASSIGN_OR_RETURN(L.attn_norm, upload_vectors(ck, std::vector<std::string>{p(LayerTensor::kAttnNorm)}));
+        KILN_ASSIGN_OR_RETURN(L.ffn_norm, upload_vectors(ck, std::vector<std::string>{p(LayerTensor::kFfnNorm)}));
         if (c.attention_bias) {
             KILN_ASSIGN_OR_RETURN(
                 L.bqkv,
-                upload_vectors(ck, std::vector<std::string>{p + "attn_q.bias", p + "attn_k.bias", p + "attn_v.bias"}));
+                upload_vectors(ck, std::vector<std::string>{p(LayerTensor::kQBias), p(LayerTensor::kKBias), p(LayerTensor::kVBias)}));
         }
         if (c.has_output_bias()) {
-            KILN_ASSIGN_OR_RETURN(L.bo, upload_vectors(ck, std::vector<std::string>{p + "attn_output.bias"}));
+            KILN_ASSIGN_OR_RETURN(L.bo, upload_vectors(ck, std::vector<std::string>{p(LayerTensor::kOBias)}));
         }
         if (c.qk_norm) {
-            KILN_ASSIGN_OR_RETURN(L.q_norm, upload_vectors(ck, std::vector<std::string>{p + "attn_q_norm.weight"}));
-            KILN_ASSIGN_OR_RETURN(L.k_norm, upload_vectors(ck, std::vector<std::string>{p + "attn_k_norm.weight"}));
+            KILN_ASSIGN_OR_RETURN(L.q_norm, upload_vectors(ck, std::vector<std::string>{p(LayerTensor::kQNorm)}));
+            KILN_ASSIGN_OR_RETURN(L.k_norm, upload_vectors(ck, std::vector<std::string>{p(LayerTensor::kKNorm)}));
         }
         m->layers.push_back(std::move(L));
     }
