@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "core/dtype.h"
 
@@ -121,6 +122,9 @@ struct RopeParams {
     double low_freq_factor = 1.0;
     double high_freq_factor = 4.0;
     int64_t original_max_position_embeddings = 0;
+    // Per-frequency divisors applied after the scaling above (llama.cpp's rope_freqs.weight); empty:
+    // none. Host-side: rope_inv_freqs folds them into the inverse frequencies every kernel reads.
+    std::vector<double> freq_factors;
 };
 // One sequence's cached keys and values for one layer. A row is num_kv_heads * head_dim floats.
 //  - contiguous (block_table null): row j holds the token at position j;

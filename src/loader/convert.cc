@@ -208,6 +208,11 @@ core::Status write_gguf_checkpoint(const Checkpoint& ck, const std::string& path
 
 core::Status write_hf_checkpoint(const Checkpoint& ck, const std::string& dir, const ConvertOptions& opts,
                                  const HfWriteExtras* extras) {
+    // transformers has no per-frequency RoPE factors: the folder would load, and run, unscaled.
+    if (!ck.config.rope_freq_factors.empty())
+        return core::error(StatusCode::kUnsupported)
+               << ck.path << ": rope_freqs.weight (llama.cpp's form of Llama-3 RoPE scaling) has no Hugging Face "
+               << "equivalent; keep this model in GGUF";
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) return core::error(StatusCode::kIo) << dir << ": cannot create directory: " << ec.message();

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "formats/architectures.h"
@@ -63,11 +64,18 @@ core::Status read_gguf_rope_scaling(const formats::GgufFile& g, const std::strin
         KILN_ASSIGN_OR_RETURN(double af, gguf_float(g, p + "attn_factor", 1.0));
         c->rope_scaling.attention_factor = af;
     }
-    // llama.cpp's Llama-3 files carry precomputed frequency factors instead of scaling keys.
-    if (!type && g.find_tensor("rope_freqs.weight"))
-        return core::error(StatusCode::kUnsupported)
-               << g.path() << ": tensor rope_freqs.weight holds RoPE frequency factors (llama.cpp's form of Llama-3 "
-               << "RoPE scaling), which kiln does not read, and there is no " << p << "type key to use instead";
+    // llama.cpp's Llama-3 files carry precomputed frequency factors instead of scaling keys (its
+    // convert_hf_to_gguf.py writes rope_freqs.weight; llama.cpp divides each RoPE frequency by its factor).
+    // With a scaling type as well, the keys are used (llama.cpp would apply both: no such file is known).
+    const formats::GgufTensorInfo* freqs = g.find_tensor("rope_freqs.weight");
+    if (!type && freqs) {
+        if (freqs->dtype != core::DType::kF32 || freqs->shape.size() != 1 || freqs->shape[0] > 65536)
+            return core::error(StatusCode::kCorrupt)
+                   << g.path() << ": tensor rope_freqs.weight must be a 1-D f32 vector (RoPE frequency factors), got "
+                   << core::dtype_name(freqs->dtype) << " with " << freqs->shape.size() << " dimensions";
+        c->rope_freq_factors.resize(size_t(freqs->shape[0]));
+        std::memcpy(c->rope_freq_factors.data(), g.tensor_data(*freqs), c->rope_freq_factors.size() * sizeof(float));
+    }
     return core::Status::ok();
 }
 
@@ -84,6 +92,15 @@ core::Result<int64_t> gguf_vocab_size(const formats::GgufFile& g, const std::str
 }  // namespace
 
 core::Status ModelConfig::validate() const {
+    if (!rope_freq_factors.empty()) {
+        if (int64_t(rope_freq_factors.size()) != head_dim / 2)
+            return core::error(StatusCode::kCorrupt) << "model config: rope_freqs.weight has " << rope_freq_factors.size()
+                                                     << " factors, head_dim " << head_dim << " needs " << head_dim / 2;
+        for (float f : rope_freq_factors)
+            if (!std::isfinite(f) || f <= 0)
+                return core::error(StatusCode::kCorrupt) << "model config: a rope_freqs.weight factor is " << f
+                                                         << " (must be finite and > 0)";
+    }
     if (!formats::find_arch_by_model_type(arch))
         return core::error(StatusCode::kUnsupported) << "model config: architecture '" << arch << "' is not supported";
     KILN_RETURN_IF_ERROR(formats::check_hyper_params(*this, formats::FieldNames::kKiln, "model config"));

@@ -8,8 +8,8 @@
 // high_freq_factor (Llama-3 RoPE scaling) and {arch}.attention.max_window_layers (Qwen2/Qwen3: the
 // first layer that uses the sliding window; absent means every layer, llama.cpp's meaning of
 // sliding_window). llama.cpp instead stores Llama-3 RoPE scaling as precomputed frequency factors in
-// a rope_freqs.weight tensor, which kiln does not read: a GGUF holding that tensor without a
-// {arch}.rope.scaling.type key is kUnsupported rather than silently run without its scaling.
+// a rope_freqs.weight tensor: without a {arch}.rope.scaling.type key kiln reads them into
+// rope_freq_factors (each RoPE frequency is divided by its factor, as llama.cpp does).
 // Invariants after validate(): the architecture is in formats/architectures.h and the checks of
 // formats/hyper_params.h hold (sizes positive and capped, num_heads a multiple of num_kv_heads,
 // head_dim even, eps and theta positive, RoPE scaling coherent, bos/eos ids inside the vocabulary);
@@ -44,6 +44,9 @@ struct ModelConfig : formats::HyperParams {
     bool attention_bias = false;        // attn_q/k/v have .bias (Qwen2), and attn_output too (has_output_bias)
     bool qk_norm = false;               // per-head RMSNorm of q and k before RoPE (Qwen3)
     std::string torch_dtype;            // from HF config; "" if unknown
+    // llama.cpp's rope_freqs.weight ([head_dim / 2] f32, how Llama 3.1 / 3.2 GGUF files carry their
+    // RoPE scaling): RoPE frequency i is divided by factor i. Empty when the file has none.
+    std::vector<float> rope_freq_factors;
 
     int64_t q_dim() const { return num_heads * head_dim; }
     int64_t kv_dim() const { return num_kv_heads * head_dim; }
@@ -58,8 +61,8 @@ struct ModelConfig : formats::HyperParams {
 
 core::Result<ModelConfig> config_from_hf(const formats::HfConfig& hf);
 // Reads general.architecture and the {arch}.* keys; tensor presence decides tied embeddings and
-// attention biases. Unknown architecture, or a rope_freqs.weight tensor without
-// {arch}.rope.scaling.type -> kUnsupported.
+// attention biases, rope_freqs.weight the frequency factors. Unknown architecture -> kUnsupported; a
+// rope_freqs.weight that is not [head_dim / 2] positive f32 factors -> kCorrupt.
 core::Result<ModelConfig> config_from_gguf(const formats::GgufFile& gguf);
 // llama2.c: RoPE theta 10000, RMSNorm eps 1e-5, BOS 1, EOS 2.
 core::Result<ModelConfig> config_from_llama2c(const formats::Llama2cHeader& header);

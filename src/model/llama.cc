@@ -61,6 +61,7 @@ core::Result<std::vector<float>> vec(const Checkpoint& ck, const std::string& na
 core::Result<kernels::ref::RopeParams> rope_params(const ModelConfig& c, const std::string& path) {
     kernels::ref::RopeParams p;
     p.theta = c.rope_theta;
+    p.freq_factors.assign(c.rope_freq_factors.begin(), c.rope_freq_factors.end());
     const auto& rs = c.rope_scaling;
     if (rs.type.empty()) return p;
     p.factor = rs.factor;

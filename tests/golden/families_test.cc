@@ -4,7 +4,9 @@
 // (scripts/gen_family_goldens.py; tests/golden/data/families/<name>/). kiln loads each safetensors
 // folder, and its GGUF conversion (loader::convert_checkpoint, f32), runs the f32-activation path, and
 // must give every logit at every position of three prompts within 1e-4 of that prompt's logit range
-// (max - min over its logits), and the same 32 greedy tokens.
+// (max - min over its logits), and the same 32 greedy tokens. The llama3-rope model also runs from the
+// GGUF form llama.cpp's convert_hf_to_gguf.py writes for Llama 3.1 / 3.2: no rope.scaling keys and a
+// rope_freqs.weight tensor of per-frequency factors, computed here with that script's formula.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +17,8 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "formats/gguf.h"
+#include "formats/gguf_writer.h"
 #include "loader/checkpoint.h"
 #include "loader/convert.h"
 #include "model/llama.h"
@@ -121,6 +125,75 @@ TEST_P(Families, MatchTransformersFromSafetensorsAndGguf) {
     auto ck2 = loader::load_checkpoint(gguf);
     ASSERT_TRUE(ck2.is_ok()) << ck2.status().to_string();
     check_model(*ck2, g, GetParam() + " (gguf)");
+}
+
+// llama.cpp's convert_hf_to_gguf.py (LlamaModel, rope_type llama3): one factor per RoPE frequency,
+// 1 for wavelengths below original_len / high_freq_factor, `factor` above original_len /
+// low_freq_factor, 1 / ((1 - smooth) / factor + smooth) between; stored as f32.
+std::vector<float> llamacpp_rope_factors(const ModelConfig& c) {
+    constexpr double kPi = 3.14159265358979323846;
+    const auto& rs = c.rope_scaling;
+    const double low_wavelen = double(rs.original_max_position_embeddings) / rs.low_freq_factor;
+    const double high_wavelen = double(rs.original_max_position_embeddings) / rs.high_freq_factor;
+    std::vector<float> out;
+    for (int64_t i = 0; i < c.head_dim / 2; ++i) {
+        const double freq = 1.0 / std::pow(c.rope_theta, double(2 * i) / double(c.head_dim));
+        const double wavelen = 2 * kPi / freq;
+        double f = 1.0;
+        if (wavelen > low_wavelen) {
+            f = rs.factor;
+        } else if (wavelen >= high_wavelen) {
+            const double smooth = (double(rs.original_max_position_embeddings) / wavelen - rs.low_freq_factor) /
+                                  (rs.high_freq_factor - rs.low_freq_factor);
+            f = 1.0 / ((1.0 - smooth) / rs.factor + smooth);
+        }
+        out.push_back(float(f));
+    }
+    return out;
+}
+
+TEST(Families, Llama3RopeFromAGgufWithRopeFreqs) {
+    const std::string dir = family_dir("llama3-rope");
+    Golden g;
+    ASSERT_TRUE(load_golden(dir, &g)) << dir;
+    const std::string tmp = test::temp_dir("families_rope_freqs");
+    loader::ConvertOptions o;
+    o.to = "gguf";
+    o.dtype = core::DType::kF32;
+    ASSERT_TRUE(loader::convert_checkpoint(dir, tmp + "/scaled.gguf", o).is_ok());
+    auto src = formats::GgufFile::open(tmp + "/scaled.gguf");
+    ASSERT_TRUE(src.is_ok()) << src.status().to_string();
+    auto src_ck = loader::load_checkpoint(tmp + "/scaled.gguf");
+    ASSERT_TRUE(src_ck.is_ok());
+    ASSERT_EQ(src_ck->config.rope_scaling.type, "llama3");
+    const std::vector<float> factors = llamacpp_rope_factors(src_ck->config);
+    formats::GgufWriter w;
+    int dropped = 0;
+    for (const std::string& key : src->keys()) {
+        if (key.rfind("llama.rope.scaling.", 0) == 0) {
+            ++dropped;
+            continue;
+        }
+        w.set(key, *src->find(key));
+    }
+    EXPECT_GE(dropped, 4);
+    for (const formats::GgufTensorInfo& t : src->tensors())
+        w.add_tensor(t.name, t.dtype, t.shape, src->tensor_data(t), t.num_bytes);
+    w.add_tensor("rope_freqs.weight", core::DType::kF32, {factors.size()}, factors.data(), factors.size() * 4);
+    ASSERT_TRUE(w.write(tmp + "/rope_freqs.gguf").is_ok());
+    auto ck = loader::load_checkpoint(tmp + "/rope_freqs.gguf");
+    ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
+    EXPECT_TRUE(ck->config.rope_scaling.type.empty());
+    EXPECT_EQ(ck->config.rope_freq_factors, factors);
+    check_model(*ck, g, "llama3-rope (gguf, rope_freqs.weight)");
+    // Converting keeps the factors in GGUF and refuses the Hugging Face layout, which has no place for them.
+    ASSERT_TRUE(loader::convert_checkpoint(tmp + "/rope_freqs.gguf", tmp + "/again.gguf", o).is_ok());
+    auto again = loader::load_checkpoint(tmp + "/again.gguf");
+    ASSERT_TRUE(again.is_ok()) << again.status().to_string();
+    EXPECT_EQ(again->config.rope_freq_factors, factors);
+    loader::ConvertOptions hf;
+    hf.to = "safetensors";
+    EXPECT_EQ(loader::convert_checkpoint(tmp + "/rope_freqs.gguf", tmp + "/hf", hf).code(), core::StatusCode::kUnsupported);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transformers, Families,

@@ -99,16 +99,18 @@ core::Result<ModelConfig> config_of(const std::vector<uint8_t>& bytes) {
     return config_from_gguf(g);
 }
 
-// llama.cpp stores Llama-3 RoPE scaling as a rope_freqs.weight tensor, which kiln does not read:
-// running such a file with unscaled RoPE would be silently wrong.
-TEST(Checkpoint, GgufRopeFreqsWithoutScalingKeysIsUnsupported) {
+// llama.cpp stores Llama-3 RoPE scaling as a rope_freqs.weight tensor (per-frequency divisors, no
+// rope.scaling keys): kiln reads it into rope_freq_factors (families_test runs such a file against
+// transformers). With scaling keys too, the keys are used. A wrong type, a wrong count or a
+// non-positive factor is kCorrupt at load.
+TEST(Checkpoint, GgufRopeFreqsAreRead) {
     static const float kFreqs[4] = {1, 1, 2, 8};
     auto with_freqs = [](formats::GgufWriter& w) { w.add_tensor("rope_freqs.weight", DType::kF32, {4}, kFreqs, 16); };
     auto r = config_of(tiny_gguf(tiny_config("llama"), with_freqs));
-    ASSERT_FALSE(r.is_ok());
-    EXPECT_EQ(r.status().code(), StatusCode::kUnsupported);
-    EXPECT_NE(r.status().message().find("rope_freqs.weight"), std::string::npos) << r.status().message();
-    EXPECT_NE(r.status().message().find("llama.rope.scaling.type"), std::string::npos) << r.status().message();
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    EXPECT_EQ(r->rope_freq_factors, (std::vector<float>{1, 1, 2, 8}));
+    EXPECT_TRUE(r->rope_scaling.type.empty());
+    EXPECT_TRUE(r->validate().is_ok());
 
     ModelConfig scaled = tiny_config("llama");
     scaled.rope_scaling.type = "llama3";
@@ -117,6 +119,27 @@ TEST(Checkpoint, GgufRopeFreqsWithoutScalingKeysIsUnsupported) {
     auto ok = config_of(tiny_gguf(scaled, with_freqs));
     ASSERT_TRUE(ok.is_ok()) << ok.status().to_string();
     EXPECT_EQ(ok->rope_scaling, scaled.rope_scaling);
+    EXPECT_TRUE(ok->rope_freq_factors.empty());
+
+    static const float kThree[3] = {1, 2, 3}, kBad[4] = {1, 0, 2, 3};
+    auto three = config_of(tiny_gguf(tiny_config("llama"), [](formats::GgufWriter& w) {
+        w.add_tensor("rope_freqs.weight", DType::kF32, {3}, kThree, 12);
+    }));
+    ASSERT_FALSE(three.is_ok());
+    EXPECT_EQ(three.status().code(), StatusCode::kCorrupt);
+    EXPECT_NE(three.status().message().find("head_dim 8 needs 4"), std::string::npos) << three.status().message();
+    auto zero = config_of(tiny_gguf(tiny_config("llama"), [](formats::GgufWriter& w) {
+        w.add_tensor("rope_freqs.weight", DType::kF32, {4}, kBad, 16);
+    }));
+    ASSERT_FALSE(zero.is_ok());
+    EXPECT_EQ(zero.status().code(), StatusCode::kCorrupt) << zero.status().to_string();
+    static const uint16_t kHalf[4] = {0x3c00, 0x3c00, 0x4000, 0x4800};
+    auto half = config_of(tiny_gguf(tiny_config("llama"), [](formats::GgufWriter& w) {
+        w.add_tensor("rope_freqs.weight", DType::kF16, {4}, kHalf, 8);
+    }));
+    ASSERT_FALSE(half.is_ok());
+    EXPECT_EQ(half.status().code(), StatusCode::kCorrupt);
+    EXPECT_NE(half.status().message().find("rope_freqs.weight"), std::string::npos) << half.status().message();
 }
 
 TEST(Checkpoint, GgufSlidingWindowsRoundTrip) {

@@ -63,6 +63,7 @@ void matmul(const float* x, const WeightView& w, const float* bias, float* y, in
 
 std::vector<double> rope_inv_freqs(int64_t head_dim, const RopeParams& p) {
     constexpr double kPi = 3.14159265358979323846;
+    KILN_CHECK(p.freq_factors.empty() || int64_t(p.freq_factors.size()) == head_dim / 2) << "freq_factors size";
     std::vector<double> inv(size_t(head_dim / 2));
     for (int64_t i = 0; i < head_dim / 2; ++i) {
         double f = 1.0 / std::pow(p.theta, double(2 * i) / double(head_dim));
@@ -81,6 +82,7 @@ std::vector<double> rope_inv_freqs(int64_t head_dim, const RopeParams& p) {
                 f = (1.0 - smooth) * f / p.factor + smooth * f;
             }
         }
+        if (!p.freq_factors.empty()) f /= p.freq_factors[size_t(i)];
         inv[size_t(i)] = f;
     }
     return inv;
