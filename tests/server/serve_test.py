@@ -550,7 +550,15 @@ def test_smollm2():
         s = socket.create_connection(("127.0.0.1", srv.port), timeout=60)
         data = json.dumps({"prompt": "Once", "max_tokens": 4000, "ignore_eos": True, "stream": True}).encode()
         s.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {len(data)}\r\n\r\n".encode() + data)
-        s.recv(100)
+        # SIGTERM only once a token event has arrived: the request is then running in the engine (a
+        # signal between the response headers and its admission would meet a request not yet started).
+        head = b""
+        while b"data: {" not in head:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            head += chunk
+        check(b"data: {" in head, f"the stream before SIGTERM sent no token: {head[:300]!r}")
     finally:
         srv.stop()
     rest = b""
