@@ -1,4 +1,5 @@
-// The canonical tensor list (see layer_tensors.h).
+// The canonical tensor list (see layer_tensors.h): one row per LayerTensor says its name, its shape in
+// terms of the config's sizes, and when it exists.
 #include "loader/layer_tensors.h"
 
 #include "core/check.h"
@@ -6,27 +7,56 @@
 namespace kiln::loader {
 namespace {
 
+enum class Dim { kNone, kHidden, kInter, kQ, kKv, kHeadDim };
+enum class When { kAlways, kAttentionBias, kOutputBias, kQkNorm };
+
 struct Row {
     LayerTensor t;
     const char* suffix;
-    bool matrix;
+    Dim rows, cols;  // cols kNone: a vector [rows]
+    When when;
 };
 // In LayerTensor order.
 constexpr Row kRows[] = {
-    {LayerTensor::kAttnNorm, "attn_norm.weight", false},    {LayerTensor::kQ, "attn_q.weight", true},
-    {LayerTensor::kK, "attn_k.weight", true},               {LayerTensor::kV, "attn_v.weight", true},
-    {LayerTensor::kO, "attn_output.weight", true},          {LayerTensor::kFfnNorm, "ffn_norm.weight", false},
-    {LayerTensor::kGate, "ffn_gate.weight", true},          {LayerTensor::kUp, "ffn_up.weight", true},
-    {LayerTensor::kDown, "ffn_down.weight", true},          {LayerTensor::kQBias, "attn_q.bias", false},
-    {LayerTensor::kKBias, "attn_k.bias", false},            {LayerTensor::kVBias, "attn_v.bias", false},
-    {LayerTensor::kOBias, "attn_output.bias", false},       {LayerTensor::kQNorm, "attn_q_norm.weight", false},
-    {LayerTensor::kKNorm, "attn_k_norm.weight", false},
+    {LayerTensor::kAttnNorm, "attn_norm.weight", Dim::kHidden, Dim::kNone, When::kAlways},
+    {LayerTensor::kQ, "attn_q.weight", Dim::kQ, Dim::kHidden, When::kAlways},
+    {LayerTensor::kK, "attn_k.weight", Dim::kKv, Dim::kHidden, When::kAlways},
+    {LayerTensor::kV, "attn_v.weight", Dim::kKv, Dim::kHidden, When::kAlways},
+    {LayerTensor::kO, "attn_output.weight", Dim::kHidden, Dim::kQ, When::kAlways},
+    {LayerTensor::kFfnNorm, "ffn_norm.weight", Dim::kHidden, Dim::kNone, When::kAlways},
+    {LayerTensor::kGate, "ffn_gate.weight", Dim::kInter, Dim::kHidden, When::kAlways},
+    {LayerTensor::kUp, "ffn_up.weight", Dim::kInter, Dim::kHidden, When::kAlways},
+    {LayerTensor::kDown, "ffn_down.weight", Dim::kHidden, Dim::kInter, When::kAlways},
+    {LayerTensor::kQBias, "attn_q.bias", Dim::kQ, Dim::kNone, When::kAttentionBias},
+    {LayerTensor::kKBias, "attn_k.bias", Dim::kKv, Dim::kNone, When::kAttentionBias},
+    {LayerTensor::kVBias, "attn_v.bias", Dim::kKv, Dim::kNone, When::kAttentionBias},
+    {LayerTensor::kOBias, "attn_output.bias", Dim::kHidden, Dim::kNone, When::kOutputBias},
+    {LayerTensor::kQNorm, "attn_q_norm.weight", Dim::kHeadDim, Dim::kNone, When::kQkNorm},
+    {LayerTensor::kKNorm, "attn_k_norm.weight", Dim::kHeadDim, Dim::kNone, When::kQkNorm},
 };
 
 const Row& row(LayerTensor t) {
     const Row& r = kRows[static_cast<int>(t)];
     KILN_CHECK(r.t == t) << "kRows out of LayerTensor order";
     return r;
+}
+
+uint64_t size_of(const ModelConfig& c, Dim d) {
+    switch (d) {
+        case Dim::kHidden:
+            return uint64_t(c.hidden_size);
+        case Dim::kInter:
+            return uint64_t(c.intermediate_size);
+        case Dim::kQ:
+            return uint64_t(c.q_dim());
+        case Dim::kKv:
+            return uint64_t(c.kv_dim());
+        case Dim::kHeadDim:
+            return uint64_t(c.head_dim);
+        case Dim::kNone:
+            break;
+    }
+    return 0;
 }
 
 }  // namespace
@@ -36,61 +66,23 @@ std::string layer_tensor_name(int64_t layer, LayerTensor t) {
 }
 
 bool layer_tensor_present(const ModelConfig& c, LayerTensor t) {
-    switch (t) {
-        case LayerTensor::kQBias:
-        case LayerTensor::kKBias:
-        case LayerTensor::kVBias:
+    switch (row(t).when) {
+        case When::kAttentionBias:
             return c.attention_bias;
-        case LayerTensor::kOBias:
+        case When::kOutputBias:
             return c.has_output_bias();
-        case LayerTensor::kQNorm:
-        case LayerTensor::kKNorm:
+        case When::kQkNorm:
             return c.qk_norm;
-        default:
-            return true;
+        case When::kAlways:
+            break;
     }
+    return true;
 }
 
 TensorSpec layer_tensor(const ModelConfig& c, int64_t layer, LayerTensor t) {
-    const uint64_t hidden = uint64_t(c.hidden_size), inter = uint64_t(c.intermediate_size);
-    const uint64_t q = uint64_t(c.q_dim()), kv = uint64_t(c.kv_dim()), head_dim = uint64_t(c.head_dim);
-    std::vector<uint64_t> shape;
-    switch (t) {
-        case LayerTensor::kAttnNorm:
-        case LayerTensor::kFfnNorm:
-        case LayerTensor::kOBias:
-            shape = {hidden};
-            break;
-        case LayerTensor::kQ:
-            shape = {q, hidden};
-            break;
-        case LayerTensor::kK:
-        case LayerTensor::kV:
-            shape = {kv, hidden};
-            break;
-        case LayerTensor::kO:
-            shape = {hidden, q};
-            break;
-        case LayerTensor::kGate:
-        case LayerTensor::kUp:
-            shape = {inter, hidden};
-            break;
-        case LayerTensor::kDown:
-            shape = {hidden, inter};
-            break;
-        case LayerTensor::kQBias:
-            shape = {q};
-            break;
-        case LayerTensor::kKBias:
-        case LayerTensor::kVBias:
-            shape = {kv};
-            break;
-        case LayerTensor::kQNorm:
-        case LayerTensor::kKNorm:
-            shape = {head_dim};
-            break;
-    }
-    return {layer_tensor_name(layer, t), std::move(shape), row(t).matrix};
+    const Row& r = row(t);
+    if (r.cols == Dim::kNone) return {layer_tensor_name(layer, t), {size_of(c, r.rows)}, false};
+    return {layer_tensor_name(layer, t), {size_of(c, r.rows), size_of(c, r.cols)}, true};
 }
 
 std::vector<TensorSpec> checkpoint_tensors(const ModelConfig& c) {

@@ -99,9 +99,8 @@ static core::Result<ops::Linear> linear(const Checkpoint& ck, const std::string&
 
 std::vector<std::string> LlamaModel::packed_only_matrices(const Checkpoint& ck, const ops::LinearOptions& lo) {
     std::vector<std::string> names;
-    if (!ck.config.tie_word_embeddings) names.push_back("output.weight");
-    for (const loader::TensorSpec& t : loader::checkpoint_tensors(ck.config))
-        if (t.matrix && t.name != "token_embd.weight" && t.name != "output.weight") names.push_back(t.name);
+    for (const loader::TensorSpec& t : loader::checkpoint_tensors(ck.config))  // output.weight (untied) first
+        if (t.matrix && t.name != "token_embd.weight") names.push_back(t.name);
     std::erase_if(names, [&](const std::string& name) {
         const TensorRef* t = ck.find(name);
         if (!t || t->shape.size() != 2) return true;

@@ -73,6 +73,16 @@ double bound(const QuantScheme& s) {
 // INT4 and NVFP4 rows of whole 32-blocks run as blocks with fp16 scales (quant/ggml_blocks.h,
 // quant/fp4_blocks.h), so their reference is the quantizer's output repacked by quant::to_q4_0 / to_q4_1
 // / to_nvfp4_blocks and decoded by kernels::ref.
+// n values of repacked blocks of `type`, as kernels::ref decodes them.
+std::vector<float> decode_blocks(core::DType type, const core::Result<std::vector<uint8_t>>& blocks, int64_t n) {
+    EXPECT_TRUE(blocks.is_ok());
+    std::vector<float> out(static_cast<size_t>(n));
+    if (blocks.is_ok()) {
+        EXPECT_TRUE(kernels::ref::dequantize_row(type, blocks->data(), out.data(), n).is_ok());
+    }
+    return out;
+}
+
 std::vector<float> reference_values(const QuantScheme& s, const std::vector<float>& w, int64_t rows, int64_t cols) {
     auto value = [](auto r) {
         EXPECT_TRUE(r.is_ok()) << r.status().to_string();
@@ -86,12 +96,8 @@ std::vector<float> reference_values(const QuantScheme& s, const std::vector<floa
             auto q = quant::quantize_int4(w, rows, cols, s.group_size, mode);
             EXPECT_TRUE(q.is_ok());
             if (cols % 32 != 0) return quant::dequantize(*q);
-            auto blocks = s.zero_point ? quant::to_q4_1(*q) : quant::to_q4_0(*q);
-            EXPECT_TRUE(blocks.is_ok());
-            std::vector<float> out(w.size());
-            const auto type = s.zero_point ? core::DType::kQ4_1 : core::DType::kQ4_0;
-            EXPECT_TRUE(kernels::ref::dequantize_row(type, blocks->data(), out.data(), rows * cols).is_ok());
-            return out;
+            if (s.zero_point) return decode_blocks(core::DType::kQ4_1, quant::to_q4_1(*q), rows * cols);
+            return decode_blocks(core::DType::kQ4_0, quant::to_q4_0(*q), rows * cols);
         }
         case QuantFormat::kFp8:
             return value(quant::quantize_fp8(w, rows, cols, quant::Fp8Granularity::kPerChannel));
@@ -107,12 +113,7 @@ std::vector<float> reference_values(const QuantScheme& s, const std::vector<floa
             // The file holds the reciprocal of the tensor scale (compressed-tensors' global scale).
             q->tensor_scale = 1.0f / (1.0f / q->tensor_scale);
             if (cols % 32 != 0) return quant::dequantize(*q);
-            auto blocks = quant::to_nvfp4_blocks(*q);
-            EXPECT_TRUE(blocks.is_ok());
-            std::vector<float> out(w.size());
-            EXPECT_TRUE(
-                kernels::ref::dequantize_row(core::DType::kNvfp4, blocks->data(), out.data(), rows * cols).is_ok());
-            return out;
+            return decode_blocks(core::DType::kNvfp4, quant::to_nvfp4_blocks(*q), rows * cols);
         }
     }
     ADD_FAILURE() << "unhandled scheme " << s.name();
