@@ -55,6 +55,23 @@ core::Result<std::vector<float>> vec(const Checkpoint& ck, const std::string& na
     return out;
 }
 
+const float* opt(const std::vector<float>& v) {
+    return v.empty() ? nullptr : v.data();
+}
+
+// Matrices that read the same input (Q, K, V; gate, up): one fused, repacked matrix when their
+// types allow (ops::fuse_linears, interleaved as it says), else the parts side by side.
+core::Result<std::unique_ptr<ops::CpuWeight>> fused_or_parts(std::span<const WeightView> parts, int64_t interleave,
+                                                             const ops::LinearOptions& lo) {
+    KILN_ASSIGN_OR_RETURN(std::optional<ops::Linear> fused, ops::fuse_linears(parts, interleave, lo));
+    if (fused) return ops::CpuWeight::of(std::move(*fused));
+    std::vector<ops::Linear> apart;
+    for (const WeightView& p : parts) {
+        KILN_ASSIGN_OR_RETURN(ops::Linear l, ops::make_linear(p, lo));
+        apart.push_back(std::move(l));
+    }
+    return ops::CpuWeight::of_parts(std::move(apart));
+}
 
 }  // namespace
 
@@ -129,16 +146,18 @@ core::Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const Checkpoint& c
     std::unique_ptr<LlamaModel> m(new LlamaModel());
     m->config_ = c;
     m->pool_ = pool;
-    m->isa_ = lo.isa;
+    m->backend_ = std::make_unique<ops::CpuBackend>(pool, lo.isa);
     KILN_ASSIGN_OR_RETURN(auto rope, rope_params(c, ck.path));
     m->inv_freq_ = kernels::ref::rope_inv_freqs(c.head_dim, rope);
     const int64_t H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), F = c.intermediate_size, V = c.vocab_size;
-    KILN_ASSIGN_OR_RETURN(m->embed_, matrix(ck, "token_embd.weight", V, H));
+    KILN_ASSIGN_OR_RETURN(const WeightView embed, matrix(ck, "token_embd.weight", V, H));
+    m->embed_ = ops::CpuWeight::table(embed);
     if (c.tie_word_embeddings) {
-        KILN_ASSIGN_OR_RETURN(m->output_, ops::make_linear(m->embed_, lo));
+        KILN_ASSIGN_OR_RETURN(ops::Linear out, ops::make_linear(embed, lo));
+        m->output_ = ops::CpuWeight::of(std::move(out));
     } else {
-        KILN_ASSIGN_OR_RETURN(auto out, matrix(ck, "output.weight", V, H));
-        KILN_ASSIGN_OR_RETURN(m->output_, ops::make_linear(out, lo));
+        KILN_ASSIGN_OR_RETURN(auto out, linear(ck, "output.weight", V, H, lo));
+        m->output_ = ops::CpuWeight::of(std::move(out));
     }
     KILN_ASSIGN_OR_RETURN(m->output_norm_, vec(ck, "output_norm.weight", H));
     for (int64_t l = 0; l < c.num_layers; ++l) {
@@ -150,34 +169,20 @@ core::Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const Checkpoint& c
         KILN_ASSIGN_OR_RETURN(const WeightView vg, matrix(ck, p(LayerTensor::kGate), F, H));
         KILN_ASSIGN_OR_RETURN(const WeightView vu, matrix(ck, p(LayerTensor::kUp), F, H));
         const WeightView qkv[] = {vq, vk, vv}, gate_up[] = {vg, vu};
-        KILN_ASSIGN_OR_RETURN(std::optional<ops::Linear> fused_qkv, ops::fuse_linears(qkv, 0, lo));
-        KILN_ASSIGN_OR_RETURN(std::optional<ops::Linear> fused_gu, ops::fuse_linears(gate_up, ops::kSwigluBlock, lo));
-        if (fused_qkv) {
-            L.wqkv = std::move(*fused_qkv);
-        } else {
-            KILN_ASSIGN_OR_RETURN(L.wq, ops::make_linear(vq, lo));
-            KILN_ASSIGN_OR_RETURN(L.wk, ops::make_linear(vk, lo));
-            KILN_ASSIGN_OR_RETURN(L.wv, ops::make_linear(vv, lo));
-        }
-        if (fused_gu) {
-            L.w_gate_up = std::move(*fused_gu);
-        } else {
-            KILN_ASSIGN_OR_RETURN(L.w_gate, ops::make_linear(vg, lo));
-            KILN_ASSIGN_OR_RETURN(L.w_up, ops::make_linear(vu, lo));
-        }
-        KILN_ASSIGN_OR_RETURN(L.wo, linear(ck, p(LayerTensor::kO), H, Q, lo));
-        KILN_ASSIGN_OR_RETURN(L.w_down, linear(ck, p(LayerTensor::kDown), H, F, lo));
+        KILN_ASSIGN_OR_RETURN(L.qkv, fused_or_parts(qkv, 0, lo));
+        KILN_ASSIGN_OR_RETURN(L.gate_up, fused_or_parts(gate_up, ops::kSwigluBlock, lo));
+        KILN_ASSIGN_OR_RETURN(ops::Linear wo, linear(ck, p(LayerTensor::kO), H, Q, lo));
+        KILN_ASSIGN_OR_RETURN(ops::Linear wd, linear(ck, p(LayerTensor::kDown), H, F, lo));
+        L.o = ops::CpuWeight::of(std::move(wo));
+        L.down = ops::CpuWeight::of(std::move(wd));
         KILN_ASSIGN_OR_RETURN(L.attn_norm, vec(ck, p(LayerTensor::kAttnNorm), H));
         KILN_ASSIGN_OR_RETURN(L.ffn_norm, vec(ck, p(LayerTensor::kFfnNorm), H));
         if (c.attention_bias) {
-            KILN_ASSIGN_OR_RETURN(L.bq, vec(ck, p(LayerTensor::kQBias), Q));
-            KILN_ASSIGN_OR_RETURN(L.bk, vec(ck, p(LayerTensor::kKBias), KV));
-            KILN_ASSIGN_OR_RETURN(L.bv, vec(ck, p(LayerTensor::kVBias), KV));
-            if (L.wqkv.packed) {
-                L.bqkv = L.bq;
-                L.bqkv.insert(L.bqkv.end(), L.bk.begin(), L.bk.end());
-                L.bqkv.insert(L.bqkv.end(), L.bv.begin(), L.bv.end());
-            }
+            KILN_ASSIGN_OR_RETURN(L.bqkv, vec(ck, p(LayerTensor::kQBias), Q));
+            KILN_ASSIGN_OR_RETURN(const std::vector<float> bk, vec(ck, p(LayerTensor::kKBias), KV));
+            KILN_ASSIGN_OR_RETURN(const std::vector<float> bv, vec(ck, p(LayerTensor::kVBias), KV));
+            L.bqkv.insert(L.bqkv.end(), bk.begin(), bk.end());
+            L.bqkv.insert(L.bqkv.end(), bv.begin(), bv.end());
         }
         if (c.has_output_bias()) {
             KILN_ASSIGN_OR_RETURN(L.bo, vec(ck, p(LayerTensor::kOBias), H));
@@ -187,6 +192,26 @@ core::Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const Checkpoint& c
             KILN_ASSIGN_OR_RETURN(L.k_norm, vec(ck, p(LayerTensor::kKNorm), c.head_dim));
         }
         m->layers_.push_back(std::move(L));
+    }
+    // The step's view of the weights (the vectors above no longer move).
+    ModelWeights& w = m->weights_;
+    w.embed = m->embed_.get();
+    w.lm_head = m->output_.get();
+    w.output_norm = m->output_norm_.data();
+    for (const Layer& L : m->layers_) {
+        LayerWeights lw;
+        lw.qkv = L.qkv.get();
+        lw.o = L.o.get();
+        lw.gate_up = L.gate_up.get();
+        lw.down = L.down.get();
+        lw.attn_norm = L.attn_norm.data();
+        lw.ffn_norm = L.ffn_norm.data();
+        lw.bqkv = opt(L.bqkv);
+        lw.bo = opt(L.bo);
+        lw.q_norm = opt(L.q_norm);
+        lw.k_norm = opt(L.k_norm);
+        lw.inv_freq = m->inv_freq_.data();
+        w.layers.push_back(lw);
     }
     return m;
 }
@@ -201,94 +226,6 @@ core::Result<std::unique_ptr<LlamaModel>> create_model(Checkpoint& ck, core::Thr
     malloc_trim(0);  // hand the freed conversion buffers back to the OS (glibc keeps them otherwise)
 #endif
     return m;
-}
-
-// n floats rounded to IEEE half (round to nearest even).
-static void store_f16(const float* x, uint16_t* h, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) h[i] = core::f32_to_fp16(x[i]);
-}
-
-static const float* opt(const std::vector<float>& v) {
-    return v.empty() ? nullptr : v.data();
-}
-
-Status LlamaModel::layer_forward(int64_t layer_idx, int64_t T, const KvLayers& kv) {
-    const ModelConfig& c = config_;
-    const Layer& L = layers_[size_t(layer_idx)];
-    core::ThreadPool& pool = *pool_;
-    const int64_t H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), F = c.intermediate_size, D = c.head_dim;
-    const float eps = float(c.rms_norm_eps);
-    Workspace& w = work_;
-    float* x = w.x.data();  // [T, H]
-    // The previous layer's FFN output (w.o) is added here, fused with this layer's norm.
-    if (layer_idx == 0) {
-        KILN_RETURN_IF_ERROR(ops::rmsnorm(pool, x, L.attn_norm.data(), w.xn.data(), T, H, eps));
-    } else {
-        KILN_RETURN_IF_ERROR(ops::add_rmsnorm(pool, x, w.o.data(), L.attn_norm.data(), w.xn.data(), T, H, eps));
-    }
-    // Q, K and V in one job: qkv [T, Q + 2 KV]. Then, per token in one pass: q to its own buffer,
-    // k and v straight to their cache slots, with the q/k norms (Qwen3) and RoPE applied in place
-    // there (RoPE fused with the KV-cache write).
-    auto observe = [&](LinearInput which, const float* in, int64_t cols) {
-        if (hook_) hook_(layer_idx, which, std::span<const float>(in, size_t(T * cols)), T, cols);
-    };
-    observe(LinearInput::kQkv, w.xn.data(), H);
-    if (L.wqkv.packed) {
-        KILN_RETURN_IF_ERROR(ops::linear(pool, w.xn.data(), T, L.wqkv, opt(L.bqkv), w.qkv.data(), scratch_));
-    } else {
-        const ops::LinearPart qkv_parts[] = {{&L.wq, opt(L.bq)}, {&L.wk, opt(L.bk)}, {&L.wv, opt(L.bv)}};
-        KILN_RETURN_IF_ERROR(ops::linear_group(pool, w.xn.data(), T, qkv_parts, w.qkv.data(), scratch_));
-    }
-    float* q = w.q.data();                     // [T, num_heads, head_dim]
-    void* const kc = kv.k[size_t(layer_idx)];  // [num_slots, num_kv_heads, head_dim]
-    void* const vc = kv.v[size_t(layer_idx)];  // [num_slots, num_kv_heads, head_dim]
-    pool.parallel_for(T, [&](int64_t b, int64_t e) {
-        for (int64_t t = b; t < e; ++t) {
-            float* row = w.qkv.data() + t * (Q + 2 * KV);  // [Q | KV | KV]
-            float* qt = q + t * Q;
-            const int64_t slot = w.slots[size_t(t)];
-            // an f16 cache's key is normed and rotated in place in its qkv row, then rounded once
-            float* kt = kv.f16 ? row + Q : static_cast<float*>(kc) + slot * KV;
-            std::copy_n(row, Q, qt);
-            if (!kv.f16) std::copy_n(row + Q, KV, kt);
-            if (kv.f16) {
-                store_f16(row + Q + KV, static_cast<uint16_t*>(vc) + slot * KV, KV);
-            } else {
-                std::copy_n(row + Q + KV, KV, static_cast<float*>(vc) + slot * KV);
-            }
-            if (c.qk_norm) {
-                for (int64_t h = 0; h < c.num_heads; ++h)
-                    kernels::ref::rmsnorm(qt + h * D, L.q_norm.data(), qt + h * D, D, eps);
-                for (int64_t h = 0; h < c.num_kv_heads; ++h)
-                    kernels::ref::rmsnorm(kt + h * D, L.k_norm.data(), kt + h * D, D, eps);
-            }
-            kernels::ref::rope(qt, 1, c.num_heads, D, &w.positions[size_t(t)], inv_freq_);
-            kernels::ref::rope(kt, 1, c.num_kv_heads, D, &w.positions[size_t(t)], inv_freq_);
-            if (kv.f16) store_f16(kt, static_cast<uint16_t*>(kc) + slot * KV, KV);
-        }
-    });
-    for (ops::AttentionSeq& a : w.attn) {
-        a.kv.k = kc;
-        a.kv.v = vc;
-    }
-    const ops::AttentionHeads heads{c.num_heads, c.num_kv_heads, D, c.window_for_layer(layer_idx)};
-    KILN_RETURN_IF_ERROR(ops::batch_attention(pool, q, T, w.attn, heads, w.att.data(), isa_));
-    observe(LinearInput::kAttnOut, w.att.data(), Q);
-    KILN_RETURN_IF_ERROR(ops::linear(pool, w.att.data(), T, L.wo, opt(L.bo), w.o.data(), scratch_));
-    // x += o, xn = rmsnorm(x): the residual add fused with the FFN's norm.
-    KILN_RETURN_IF_ERROR(ops::add_rmsnorm(pool, x, w.o.data(), L.ffn_norm.data(), w.xn.data(), T, H, eps));
-    // gate and up in one job, silu(gate) * up in its epilogue: gate_up [T, 2F] -> act [T, F].
-    observe(LinearInput::kGateUp, w.xn.data(), H);
-    if (L.w_gate_up.packed) {  // gate_up holds 32-column blocks of gate and up in turn
-        KILN_RETURN_IF_ERROR(
-            ops::linear_swiglu_fused(pool, w.xn.data(), T, L.w_gate_up, w.gate_up.data(), w.act.data(), scratch_));
-    } else {
-        KILN_RETURN_IF_ERROR(
-            ops::linear_swiglu(pool, w.xn.data(), T, L.w_gate, L.w_up, w.gate_up.data(), w.act.data(), scratch_));
-    }
-    // w.o = the FFN output, added to x by the next layer (or by forward_batch after the last).
-    observe(LinearInput::kDown, w.act.data(), F);
-    return ops::linear(pool, w.act.data(), T, L.w_down, nullptr, w.o.data(), scratch_);
 }
 
 void LlamaModel::Workspace::reserve(const ModelConfig& c, int64_t T) {
@@ -306,6 +243,7 @@ void LlamaModel::Workspace::reserve(const ModelConfig& c, int64_t T) {
     grow(act, T * F);
     grow(positions, T);
     grow(slots, T);
+    grow(logit_rows, T);
 }
 
 Status LlamaModel::check_batch(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs,
@@ -368,7 +306,7 @@ Status LlamaModel::forward_batch(std::span<const int32_t> tokens, std::span<cons
                                  std::vector<float>& logits) {
     KILN_RETURN_IF_ERROR(check_batch(tokens, seqs, kv));
     const ModelConfig& c = config_;
-    const int64_t T = int64_t(tokens.size()), H = c.hidden_size, V = c.vocab_size;
+    const int64_t T = int64_t(tokens.size()), V = c.vocab_size;
     Workspace& w = work_;
     w.reserve(c, T);
     w.attn.resize(seqs.size());
@@ -393,35 +331,28 @@ Status LlamaModel::forward_batch(std::span<const int32_t> tokens, std::span<cons
         row += s.num_tokens;
         num_logits += s.num_logits;
     }
-    float* x = w.x.data();  // [T, H]: the residual stream
-    pool_->parallel_for(T, [&](int64_t b, int64_t e) {
-        for (int64_t t = b; t < e; ++t) kernels::ref::weight_row(embed_, tokens[size_t(t)], x + t * H);
-    });
-    const int64_t num_layers = last_layer_ >= 0 ? std::min(last_layer_ + 1, c.num_layers) : c.num_layers;
-    for (int64_t l = 0; l < num_layers; ++l) KILN_RETURN_IF_ERROR(layer_forward(l, T, kv));
-    if (last_layer_ >= 0) {  // calibration: the layers' inputs were all it wanted
-        logits.clear();
-        return Status::ok();
-    }
-    for (int64_t i = 0; i < T * H; ++i) x[i] += w.o[size_t(i)];  // the last layer's FFN output
-
-    // The rows that want logits, gathered [num_logits, H], normed, projected.
-    std::vector<float>& gathered = w.o;  // [T, H], free now; holds [num_logits, H]
-    row = 0;
-    int64_t out_row = 0;
-    for (const BatchSeq& s : seqs) {
-        for (int64_t t = s.num_tokens - s.num_logits; t < s.num_tokens; ++t, ++out_row)
-            std::copy_n(x + (row + t) * H, H, gathered.data() + out_row * H);
-        row += s.num_tokens;
-    }
-    if (num_logits == 0) {
-        logits.clear();
-        return Status::ok();
-    }
-    KILN_RETURN_IF_ERROR(
-        ops::rmsnorm(*pool_, gathered.data(), output_norm_.data(), w.xn.data(), num_logits, H, float(c.rms_norm_eps)));
+    for (size_t i = 0, r = 0, k = 0; i < seqs.size(); r += size_t(seqs[i].num_tokens), ++i)
+        for (int64_t t = seqs[i].num_tokens - seqs[i].num_logits; t < seqs[i].num_tokens; ++t)
+            w.logit_rows[k++] = int64_t(r) + t;
+    ops::CpuBackend::Step step;
+    step.tokens = tokens;
+    step.positions = std::span<const int32_t>(w.positions.data(), size_t(T));
+    step.slots = std::span<const int64_t>(w.slots.data(), size_t(T));
+    step.seqs = w.attn;
+    step.k = kv.k;
+    step.v = kv.v;
+    step.kv_f16 = kv.f16;
+    step.logit_rows = std::span<const int64_t>(w.logit_rows.data(), size_t(num_logits));
+    backend_->set_step(step);
+    const bool calibrating = last_layer_ >= 0;  // the layers' inputs are all it wants: no logits
+    if (calibrating) num_logits = 0;
     logits.resize(size_t(num_logits * V));  // [num_logits, V]
-    return ops::linear(*pool_, w.xn.data(), num_logits, output_, nullptr, logits.data(), scratch_);
+    const StepBuffers b{w.x.data(), w.xn.data(),      w.qkv.data(), w.q.data(),     w.att.data(),
+                        w.o.data(), w.gate_up.data(), w.act.data(), logits.data()};
+    StepOptions options;
+    options.hook = &hook_;
+    options.num_layers = calibrating ? last_layer_ + 1 : -1;
+    return run_step(*backend_, c, weights_, b, T, num_logits, options);
 }
 
 core::Status LlamaModel::forward(std::span<const int32_t> tokens, KvCache& cache, bool all_logits,

@@ -1,12 +1,11 @@
-// LlamaModel: the forward pass of the Llama family (Llama 2/3, Mistral, Qwen2 with q/k/v biases,
-// Qwen3 with per-head q/k RMSNorm, SmolLM), configured entirely by ModelConfig. Weights are used as
-// stored in the Checkpoint (mmap'd, any dtype kernels::ref::dequantize_row reads, one row at a time);
+// LlamaModel: the Llama family (Llama 2/3, Mistral, Qwen2 with q/k/v biases, Qwen3 with per-head
+// q/k RMSNorm, SmolLM) on the CPU, configured entirely by ModelConfig: the runner of
+// model/transformer.h's step over an ops::CpuBackend. Weights are used as stored in the Checkpoint
+// (mmap'd, any dtype kernels::ref::dequantize_row reads, one row at a time) or repacked at load;
 // activations are fp32. Norm weights and biases (small) are copied to fp32 at load.
 // forward_batch runs a ragged batch (new tokens of many sequences: prompt chunks on top of a cached
 // prefix, decode tokens) as one matrix-matrix pass per weight, with K/V in a paged pool (the
 // serving engine) or one sequence's contiguous KvCache (forward, for the single-prompt tools).
-// Layer: x += o_proj(attn(rope(q_norm(q)), rope(k_norm(k)), v)); x += down(silu(gate) * up), each
-// branch on rmsnorm(x) (transformers modeling_llama / modeling_qwen3).
 #pragma once
 
 #include <cstdint>
@@ -20,7 +19,8 @@
 #include "core/thread_pool.h"
 #include "kernels/ref/transformer.h"
 #include "loader/checkpoint.h"
-#include "ops/batch_attention.h"
+#include "model/transformer.h"
+#include "ops/cpu_backend.h"
 #include "ops/linear.h"
 
 namespace kiln::model {
@@ -65,14 +65,6 @@ struct BatchSeq {
     std::span<const int32_t> block_table;  // paged: physical block of each logical block, >= start + num_tokens tokens
     int64_t num_logits = 0;                // logits wanted for its last num_logits new tokens (0..num_tokens)
 };
-
-// The inputs of each layer's projections, for calibration (kiln quantize): kQkv is the input of
-// q/k/v (the attention norm's output), kAttnOut of o_proj, kGateUp of gate/up (the FFN norm's
-// output), kDown of down_proj (silu(gate) * up).
-enum class LinearInput { kQkv, kAttnOut, kGateUp, kDown };
-// x: [rows, cols] row-major, valid only during the call.
-using LinearInputHook =
-    std::function<void(int64_t layer, LinearInput which, std::span<const float> x, int64_t rows, int64_t cols)>;
 
 // The checks every forward pass makes on a batch (kInvalidArgument naming the problem): tokens and
 // sequences agree, token ids lie in the vocabulary, num_logits fits; paged (block_size > 0): each
@@ -130,40 +122,36 @@ public:
     void set_last_layer(int64_t last) { last_layer_ = last; }
 
 private:
+    // One layer's weights (model/transformer.h LayerWeights points into them).
     struct Layer {
-        ops::Linear wq, wk, wv, wo, w_gate, w_up, w_down;
-        // Q/K/V and gate/up fused into one repacked matrix each (ops::fuse_linears) when their types
-        // allow; then wq/wk/wv (w_gate/w_up) stay empty. bqkv: [q_dim + 2 kv_dim] biases, if any.
-        ops::Linear wqkv, w_gate_up;
-        std::vector<float> bqkv;
+        // Q/K/V and gate/up: each one fused, repacked matrix (ops::fuse_linears) when their types
+        // allow, else the parts side by side.
+        std::unique_ptr<ops::CpuWeight> qkv, o, gate_up, down;
         std::vector<float> attn_norm, ffn_norm;  // [hidden]
-        std::vector<float> bq, bk, bv, bo;       // [q_dim], [kv_dim], [kv_dim], [hidden]; empty if none
+        std::vector<float> bqkv, bo;             // [q_dim + 2 kv_dim], [hidden]; empty if none
         std::vector<float> q_norm, k_norm;       // [head_dim]; empty if none
     };
     LlamaModel() = default;
-    // Runs layer layer_idx on work_.x; work_.positions / slots / attn describe the batch. On return
-    // work_.o holds the layer's FFN output, which the next layer (or forward_batch) adds to x.
-    core::Status layer_forward(int64_t layer_idx, int64_t num_tokens, const KvLayers& kv);
     core::Status check_batch(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs, const KvLayers& kv) const;
 
     ModelConfig config_;
     core::ThreadPool* pool_ = nullptr;
-    kernels::ref::WeightView embed_;  // [vocab, hidden]
-    ops::Linear output_;              // [vocab, hidden]
-    std::vector<uint8_t> scratch_;    // quantized activations, reused across calls
-    // Activation buffers of layer_forward, grown to the largest batch seen and reused.
+    std::unique_ptr<ops::CpuBackend> backend_;
+    std::unique_ptr<ops::CpuWeight> embed_, output_;  // [vocab, hidden] each
+    std::vector<float> output_norm_;                  // [hidden]
+    std::vector<Layer> layers_;
+    std::vector<double> inv_freq_;  // [head_dim / 2]
+    ModelWeights weights_;          // the step's view of all the above
+    // The step's buffers, grown to the largest batch seen and reused.
     struct Workspace {
         std::vector<float> x, xn, qkv, q, att, o, gate_up, act;  // x: the residual stream [T, H]
         std::vector<int32_t> positions;                          // [T]
         std::vector<int64_t> slots;                              // [T] K/V row of each new token
         std::vector<ops::AttentionSeq> attn;                     // [num seqs]
+        std::vector<int64_t> logit_rows;                         // [num logits]
         void reserve(const ModelConfig& c, int64_t num_tokens);
     };
     Workspace work_;
-    std::vector<float> output_norm_;  // [hidden]
-    std::vector<Layer> layers_;
-    std::vector<double> inv_freq_;  // [head_dim / 2]
-    kernels::cpu::Isa isa_ = kernels::cpu::Isa::kRef;  // attention's kernel: LinearOptions::isa
     LinearInputHook hook_;
     int64_t last_layer_ = -1;
 };

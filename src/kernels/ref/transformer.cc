@@ -89,7 +89,7 @@ std::vector<double> rope_inv_freqs(int64_t head_dim, const RopeParams& p) {
 }
 
 void rope(float* x, int64_t num_tokens, int64_t num_heads, int64_t head_dim, const int32_t* positions,
-          const std::vector<double>& inv_freq) {
+          std::span<const double> inv_freq) {
     KILN_CHECK(int64_t(inv_freq.size()) == head_dim / 2) << "inv_freq size";
     for (int64_t t = 0; t < num_tokens; ++t) {
         for (int64_t i = 0; i < head_dim / 2; ++i) {

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "core/dtype.h"
@@ -46,7 +47,7 @@ void matmul_tile(const float* x, const WeightView& w, const float* bias, float* 
 std::vector<double> rope_inv_freqs(int64_t head_dim, const RopeParams& p);
 // Rotates x [num_tokens, num_heads, head_dim] in place; token t is at position positions[t].
 void rope(float* x, int64_t num_tokens, int64_t num_heads, int64_t head_dim, const int32_t* positions,
-          const std::vector<double>& inv_freq);
+          std::span<const double> inv_freq);
 
 // out [n] = silu(gate [n]) * up [n] (SwiGLU). out may alias gate or up.
 void silu_mul(const float* gate, const float* up, float* out, int64_t n);

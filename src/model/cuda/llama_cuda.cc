@@ -1,8 +1,7 @@
-// CudaLlamaModel (see llama_cuda.h). Shapes: T = tokens in the step, S = its sequences, NL = rows of
+// CudaLlamaModel (see llama_cuda.h): the runner of model/transformer.h's step on a CUDA device, and
+// the ops::Backend it runs over. Shapes: T = tokens in the step, S = its sequences, NL = rows of
 // logits, H = hidden size, Q = num_heads * head_dim, KV = num_kv_heads * head_dim, F = intermediate
-// size, V = vocab. One layer: xn = add_rmsnorm(x, o) -> qkv GEMM -> bias, q/k norm, RoPE, K/V to the
-// pool -> attention -> o GEMM -> add_rmsnorm -> gate/up GEMM -> SiLU-mul -> down GEMM into o (added
-// to x by the next norm), as model/llama.cc.
+// size, V = vocab.
 #include <algorithm>
 #include <cstring>
 #include <sstream>
@@ -78,64 +77,113 @@ Status CudaLlamaModel::Impl::gemm_run(const DevMatrix& w, const float* in, int64
     return gemm_prepared(w, in, m, out);
 }
 
-// x += add (if any), then rmsnorm(x) * weight into the input of w's GEMM: xn for f32 weights, x16
-// for 16-bit ones (the norm writes the GEMM's input type: no separate conversion).
-Status CudaLlamaModel::Impl::norm_for(const DevMatrix& w, const float* add, const float* weight, int64_t T) {
-    cudaStream_t s = stream.get();
-    const int64_t H = config.hidden_size;
-    const float eps = float(config.rms_norm_eps);
-    if (w.type == WType::kBf16) return kc::add_rmsnorm(x, add, weight, static_cast<__nv_bfloat16*>(x16), T, H, eps, s);
-    if (w.type == WType::kF16) return kc::add_rmsnorm(x, add, weight, static_cast<__half*>(x16), T, H, eps, s);
-    return kc::add_rmsnorm(x, add, weight, xn, T, H, eps, s);
+void CudaLlamaModel::Impl::set_weights() {
+    weights.embed = &embed_table;
+    weights.lm_head = &lm_head();
+    weights.output_norm = fptr(output_norm);
+    weights.layers.clear();
+    for (const Layer& L : layers) {
+        LayerWeights w;
+        w.qkv = &L.wqkv;
+        w.o = &L.wo;
+        w.gate_up = &L.w_gate_up;
+        w.down = &L.w_down;
+        w.attn_norm = fptr(L.attn_norm);
+        w.ffn_norm = fptr(L.ffn_norm);
+        w.bqkv = fptr(L.bqkv);
+        w.bo = fptr(L.bo);
+        w.q_norm = fptr(L.q_norm);
+        w.k_norm = fptr(L.k_norm);
+        w.inv_freq = inv_freq.as<double>();
+        weights.layers.push_back(w);
+    }
 }
 
-Status CudaLlamaModel::Impl::layer(int64_t l, const Step& st) {
-    const ModelConfig& c = config;
-    const Layer& L = layers[size_t(l)];
+static const DevMatrix& dev(const ops::Weight& w) {
+    return static_cast<const DevMatrix&>(w);  // this backend only ever gets its own matrices
+}
+
+static bool is16(WType t) {
+    return t == WType::kBf16 || t == WType::kF16;
+}
+
+Status CudaLlamaModel::Impl::embed(const ops::Weight& table, float* out) {
+    const DevMatrix& e = dev(table);
+    const int32_t* d_tokens = step_->i32(step_->ix.layout.tokens);
+    const int64_t T = step_->ix.num_tokens;
+    if (e.type == WType::kBf16) return kc::embedding(e.buf.as<__nv_bfloat16>(), e.rows, e.cols, d_tokens, T, out, stream.get());
+    return kc::embedding(e.buf.as<float>(), e.rows, e.cols, d_tokens, T, out, stream.get());
+}
+
+// x += add (if any), then rmsnorm(x) * weight into y, or for a 16-bit reader into x16 (the norm
+// writes the GEMM's input type: no separate conversion).
+Status CudaLlamaModel::Impl::add_rmsnorm(float* x_, const float* add, const float* weight, float* y, int64_t rows,
+                                         int64_t n, float eps, const ops::Weight* next) {
     cudaStream_t s = stream.get();
-    const int64_t T = st.ix.num_tokens, H = c.hidden_size, F = c.intermediate_size, D = c.head_dim;
-    const float eps = float(c.rms_norm_eps);
-    // x += the previous layer's FFN output (none before layer 0), then rmsnorm(x) as the QKV input.
-    KILN_RETURN_IF_ERROR(norm_for(L.wqkv, l == 0 ? nullptr : o, fptr(L.attn_norm), T));
-    KILN_RETURN_IF_ERROR(gemm_prepared(L.wqkv, xn, T, qkv));  // [T, Q + 2 KV]
+    const WType t = next ? dev(*next).type : WType::kF32;
+    prepared_ = {};
+    if (!is16(t)) return kc::add_rmsnorm(x_, add, weight, y, rows, n, eps, s);
+    prepared_ = {y, t};
+    if (t == WType::kBf16) return kc::add_rmsnorm(x_, add, weight, static_cast<__nv_bfloat16*>(x16), rows, n, eps, s);
+    return kc::add_rmsnorm(x_, add, weight, static_cast<__half*>(x16), rows, n, eps, s);
+}
+
+Status CudaLlamaModel::Impl::linear(const ops::Weight& weight, const float* in, int64_t rows, const float* bias,
+                                    float* out) {
+    const DevMatrix& w = dev(weight);
+    const bool ready = is16(w.type) && prepared_.of == in && prepared_.type == w.type;
+    prepared_ = {};
+    KILN_RETURN_IF_ERROR(ready ? gemm_prepared(w, in, rows, out) : gemm_run(w, in, rows, out));
+    if (bias) return kc::add_bias_rows(out, bias, rows, w.rows, stream.get());
+    return Status::ok();
+}
+
+Status CudaLlamaModel::Impl::qkv_rope_kv_write(int64_t l, float* qkv_, float* q_out, const ops::QkvRope& p) {
     kc::QkvRopeKvWrite w;
-    w.qkv = qkv;
-    w.bias = fptr(L.bqkv);
-    w.q_norm = fptr(L.q_norm);
-    w.k_norm = fptr(L.k_norm);
-    w.eps = eps;
-    w.positions = st.i32(st.ix.layout.positions);
-    w.slots = reinterpret_cast<const int64_t*>(st.dev + st.ix.layout.slots);
-    w.inv_freq = inv_freq.as<double>();
-    w.q_out = q;
+    w.qkv = qkv_;
+    w.bias = nullptr;  // added by linear()
+    w.q_norm = p.q_norm;
+    w.k_norm = p.k_norm;
+    w.eps = p.eps;
+    w.positions = step_->i32(step_->ix.layout.positions);
+    w.slots = reinterpret_cast<const int64_t*>(step_->dev + step_->ix.layout.slots);
+    w.inv_freq = p.inv_freq;
+    w.q_out = q_out;
     w.k_cache = k[size_t(l)];
     w.v_cache = v[size_t(l)];
     w.f16 = options.kv_f16;
-    w.num_tokens = T;
-    w.num_heads = c.num_heads;
-    w.num_kv_heads = c.num_kv_heads;
-    w.head_dim = D;
-    KILN_RETURN_IF_ERROR(kc::qkv_rope_kv_write(w, s));
-    KILN_RETURN_IF_ERROR(attention(l, st));
-    KILN_RETURN_IF_ERROR(gemm_run(L.wo, att, T, o));  // [T, H]
-    if (L.bo.bytes()) {
-        KILN_RETURN_IF_ERROR(kc::add_bias_rows(o, fptr(L.bo), T, H, s));
-    }
-    KILN_RETURN_IF_ERROR(norm_for(L.w_gate_up, o, fptr(L.ffn_norm), T));
-    KILN_RETURN_IF_ERROR(gemm_prepared(L.w_gate_up, xn, T, gate_up));  // [T, 2F] = [gate | up]
-    // SiLU-mul writes the down projection's input type
-    if (L.w_down.type == WType::kBf16) {
-        KILN_RETURN_IF_ERROR(kc::silu_mul_rows(gate_up, static_cast<__nv_bfloat16*>(x16), T, F, s));
-    } else if (L.w_down.type == WType::kF16) {
-        KILN_RETURN_IF_ERROR(kc::silu_mul_rows(gate_up, static_cast<__half*>(x16), T, F, s));
-    } else {
-        KILN_RETURN_IF_ERROR(kc::silu_mul_rows(gate_up, act, T, F, s));
-    }
-    return gemm_prepared(L.w_down, act, T, o);  // [T, H]: added to x by the next norm
+    w.num_tokens = step_->ix.num_tokens;
+    w.num_heads = p.num_heads;
+    w.num_kv_heads = p.num_kv_heads;
+    w.head_dim = p.head_dim;
+    return kc::qkv_rope_kv_write(w, stream.get());
 }
 
-Status CudaLlamaModel::Impl::attention(int64_t l, const Step& st) {
-    const ModelConfig& c = config;
+Status CudaLlamaModel::Impl::gated_mlp_up(const ops::Weight& gate_up_w, const float* in, int64_t rows,
+                                          ops::GatedAct /*f: kSilu only*/, float* gate_up_out, float* act_out,
+                                          const ops::Weight* next) {
+    KILN_RETURN_IF_ERROR(linear(gate_up_w, in, rows, nullptr, gate_up_out));  // [T, 2F] = [gate | up]
+    cudaStream_t s = stream.get();
+    const int64_t F = gate_up_w.rows / 2;
+    const WType t = next ? dev(*next).type : WType::kF32;
+    // SiLU-mul writes the down projection's input type
+    if (t == WType::kBf16) {
+        prepared_ = {act_out, t};
+        return kc::silu_mul_rows(gate_up_out, static_cast<__nv_bfloat16*>(x16), rows, F, s);
+    }
+    if (t == WType::kF16) {
+        prepared_ = {act_out, t};
+        return kc::silu_mul_rows(gate_up_out, static_cast<__half*>(x16), rows, F, s);
+    }
+    return kc::silu_mul_rows(gate_up_out, act_out, rows, F, s);
+}
+
+Status CudaLlamaModel::Impl::gather_logit_rows(const float* x_, int64_t n, float* out) {
+    return kc::gather_rows(x_, n, step_->i32(step_->ix.layout.logit_rows), step_->ix.num_logits, out, stream.get());
+}
+
+Status CudaLlamaModel::Impl::attention(int64_t l, const float* q_in, float* out, const ops::AttentionParams& p) {
+    const Step& st = *step_;
     const StepIndices& ix = st.ix;
     const StepIndexLayout& lay = ix.layout;
     cudaStream_t s = stream.get();
@@ -156,33 +204,33 @@ Status CudaLlamaModel::Impl::attention(int64_t l, const Step& st) {
         b.table_rows = st.i32(lay.entry_seqs) + e0;
         b.q_rows = st.i32(lay.entry_rows) + e0;
         b.num_seqs = std::min(per_launch, ix.num_entries - e0);
-        b.num_heads = c.num_heads;
-        b.num_kv_heads = c.num_kv_heads;
-        b.head_dim = c.head_dim;
-        b.window = c.window_for_layer(l);
+        b.num_heads = p.num_heads;
+        b.num_kv_heads = p.num_kv_heads;
+        b.head_dim = p.head_dim;
+        b.window = p.window;
         b.max_kv_len = ix.max_kv_len;
         b.num_splits = st.num_splits;
-        KILN_RETURN_IF_ERROR(kc::decode_attention(q, b, att, attn_ws, s));
+        KILN_RETURN_IF_ERROR(kc::decode_attention(q_in, b, out, attn_ws, s));
     }
     if (ix.num_tiles == 0) return Status::ok();
     // Prompt chunks on tensor cores.
-    kc::PrefillAttentionBatch p;
-    p.k = k[size_t(l)];
-    p.v = v[size_t(l)];
-    p.block_size = options.block_size;
-    p.block_tables = st.i32(lay.tables);
-    p.max_blocks_per_seq = ix.blocks_per_seq;
-    p.q_starts = st.i32(lay.seq_q0);
-    p.positions0 = st.i32(lay.seq_pos0);
-    p.num_queries = st.i32(lay.seq_tokens);
-    p.tile_seqs = st.i32(lay.tile_seqs);
-    p.tile_q0 = st.i32(lay.tile_q0);
-    p.num_tiles = ix.num_tiles;
-    p.num_heads = c.num_heads;
-    p.num_kv_heads = c.num_kv_heads;
-    p.head_dim = c.head_dim;
-    p.window = c.window_for_layer(l);
-    return kc::prefill_attention(q, p, att, s);
+    kc::PrefillAttentionBatch pb;
+    pb.k = k[size_t(l)];
+    pb.v = v[size_t(l)];
+    pb.block_size = options.block_size;
+    pb.block_tables = st.i32(lay.tables);
+    pb.max_blocks_per_seq = ix.blocks_per_seq;
+    pb.q_starts = st.i32(lay.seq_q0);
+    pb.positions0 = st.i32(lay.seq_pos0);
+    pb.num_queries = st.i32(lay.seq_tokens);
+    pb.tile_seqs = st.i32(lay.tile_seqs);
+    pb.tile_q0 = st.i32(lay.tile_q0);
+    pb.num_tiles = ix.num_tiles;
+    pb.num_heads = p.num_heads;
+    pb.num_kv_heads = p.num_kv_heads;
+    pb.head_dim = p.head_dim;
+    pb.window = p.window;
+    return kc::prefill_attention(q_in, pb, out, s);
 }
 
 Status CudaLlamaModel::Impl::run(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs,
@@ -307,24 +355,17 @@ Status CudaLlamaModel::Impl::sample_on_device(const SamplePlan& plan, int64_t nu
 }
 
 Status CudaLlamaModel::Impl::enqueue(const Step& st, bool greedy) {
-    const ModelConfig& c = config;
     cudaStream_t s = stream.get();
-    const int64_t T = st.ix.num_tokens, NL = st.ix.num_logits, H = c.hidden_size, V = c.vocab_size;
+    const int64_t T = st.ix.num_tokens, NL = st.ix.num_logits, V = config.vocab_size;
     KILN_CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(stage_dev, stage_host.data(), st.ix.layout.end, cudaMemcpyHostToDevice, s));
-    const int32_t* d_tokens = st.i32(st.ix.layout.tokens);
-    if (embed.type == WType::kBf16) {
-        KILN_RETURN_IF_ERROR(kc::embedding(embed.buf.as<__nv_bfloat16>(), V, H, d_tokens, T, x, s));
-    } else {
-        KILN_RETURN_IF_ERROR(kc::embedding(embed.buf.as<float>(), V, H, d_tokens, T, x, s));
-    }
-    for (int64_t l = 0; l < c.num_layers; ++l) KILN_RETURN_IF_ERROR(layer(l, st));
-    if (NL == 0) return Status::ok();
-    // x += the last FFN output; the rows that want logits, normed, gathered, projected.
-    KILN_RETURN_IF_ERROR(kc::add_rmsnorm(x, o, fptr(output_norm), xn, T, H, float(c.rms_norm_eps), s));
-    KILN_RETURN_IF_ERROR(kc::gather_rows(xn, H, st.i32(st.ix.layout.logit_rows), NL, o, s));
-    KILN_RETURN_IF_ERROR(gemm_run(lm_head(), o, NL, logits));  // [NL, V]
-    if (!greedy) return Status::ok();
+    step_ = &st;
+    prepared_ = {};
+    const StepBuffers b{x, xn, qkv, q, att, o, gate_up, act, logits};
+    const Status done = run_step(*this, config, weights, b, T, NL);
+    step_ = nullptr;
+    KILN_RETURN_IF_ERROR(done);
+    if (!greedy || NL == 0) return Status::ok();
     KILN_RETURN_IF_ERROR(kc::argmax_rows(logits, NL, V, ids, s));
     KILN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ids_host.data(), ids, size_t(NL) * 4, cudaMemcpyDeviceToHost, s));
     return Status::ok();

@@ -15,6 +15,8 @@
 #include "kernels/cuda/gemm.h"
 #include "model/cuda/llama_cuda.h"
 #include "model/step_indices.h"
+#include "model/transformer.h"
+#include "ops/backend.h"
 
 namespace kiln::model {
 
@@ -24,11 +26,11 @@ namespace cuda_detail {
 // kBlocks: GGML blocks as the checkpoint stores them (DevMatrix::blocks: Q8_0, Q4_0 or Q4_1).
 enum class WType { kF32, kBf16, kF16, kBlocks };
 
-struct DevMatrix {
+// A matrix on the device (ops::Weight's rows and cols).
+struct DevMatrix : ops::Weight {
     kc::DeviceBuffer buf;  // [rows, cols] of `type`
     WType type = WType::kF32;
     core::DType blocks = core::DType::kF32;  // with kBlocks
-    int64_t rows = 0, cols = 0;
 };
 
 inline std::string wtype_name(const DevMatrix& m) {
@@ -56,7 +58,8 @@ constexpr size_t kAttnWorkspaceBudget = size_t(256) << 20;  // bytes; more keys 
 
 }  // namespace cuda_detail
 
-struct CudaLlamaModel::Impl {
+// The model's state and its ops::Backend: model/transformer.h's step runs over it (enqueue).
+struct CudaLlamaModel::Impl final : ops::Backend {
     struct Layer {
         cuda_detail::DevMatrix wqkv, wo, w_gate_up,
             w_down;                            // [Q + 2 KV, H], [H, Q], [2 F, H] (gate rows, then up), [H, F]
@@ -77,9 +80,10 @@ struct CudaLlamaModel::Impl {
     std::string device_name;
     kc::Stream stream;
     std::unique_ptr<kc::Gemm> gemm;
-    cuda_detail::DevMatrix embed, output;  // output empty when tied to embed
+    cuda_detail::DevMatrix embed_table, output;  // output empty when tied to embed_table
     kc::DeviceBuffer output_norm, inv_freq;
     std::vector<Layer> layers;
+    ModelWeights weights;  // the step's view of embed, output, output_norm, layers (set once at create)
     uint64_t weight_bytes = 0;
     kc::DeviceBuffer kv;  // per layer K then V: [num_blocks, block_size, KV] each
     std::vector<void*> k, v;
@@ -118,14 +122,30 @@ struct CudaLlamaModel::Impl {
         (void)cudaSetDevice(options.device);  // the members free their memory on that device
         for (auto& [key, exec] : graphs) (void)cudaGraphExecDestroy(exec);
     }
-    const cuda_detail::DevMatrix& lm_head() const { return output.rows ? output : embed; }
+    const cuda_detail::DevMatrix& lm_head() const { return output.rows ? output : embed_table; }
     core::Status plan_arena();
     core::Status plan_kv();
     core::Status gemm_prepared(const cuda_detail::DevMatrix& w, const float* in, int64_t m, float* out);
     core::Status gemm_run(const cuda_detail::DevMatrix& w, const float* in, int64_t m, float* out);
-    core::Status norm_for(const cuda_detail::DevMatrix& w, const float* add, const float* weight, int64_t T);
-    core::Status layer(int64_t l, const Step& s);
-    core::Status attention(int64_t l, const Step& s);
+    void set_weights();  // weights from embed, output, output_norm, layers
+
+    // ops::Backend over the step being enqueued (step_). A norm or activation whose reader is a
+    // 16-bit matrix writes x16 (rounded to that type) instead of its f32 output; the next linear()
+    // of that output and type reads x16 (prepared_).
+    core::Status embed(const ops::Weight& table, float* x) override;
+    core::Status add_rmsnorm(float* x, const float* add, const float* weight, float* y, int64_t rows, int64_t n,
+                             float eps, const ops::Weight* next) override;
+    core::Status linear(const ops::Weight& w, const float* in, int64_t rows, const float* bias, float* out) override;
+    core::Status qkv_rope_kv_write(int64_t layer, float* qkv, float* q_out, const ops::QkvRope& p) override;
+    core::Status attention(int64_t layer, const float* q, float* out, const ops::AttentionParams& p) override;
+    core::Status gated_mlp_up(const ops::Weight& gate_up, const float* in, int64_t rows, ops::GatedAct f,
+                              float* gate_up_out, float* act, const ops::Weight* next) override;
+    core::Status gather_logit_rows(const float* x, int64_t n, float* out) override;
+    const Step* step_ = nullptr;
+    struct Prepared {
+        const float* of = nullptr;  // the f32 output x16 stands for
+        cuda_detail::WType type = cuda_detail::WType::kF32;
+    } prepared_;
     core::Status enqueue(const Step& st, bool greedy);
     int64_t graph_bucket(std::span<const BatchSeq> seqs) const;
     core::Result<cudaGraphExec_t> graph_for(int64_t bucket, bool greedy, const Step& st);

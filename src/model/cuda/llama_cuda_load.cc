@@ -271,7 +271,7 @@ uint64_t CudaLlamaModel::weight_bytes() const {
 
 uint64_t CudaLlamaModel::step_weight_bytes() const {
     const Impl& m = *impl_;
-    uint64_t n = m.lm_head().buf.bytes() + m.embed.buf.bytes() / uint64_t(std::max<int64_t>(m.embed.rows, 1));
+    uint64_t n = m.lm_head().buf.bytes() + m.embed_table.buf.bytes() / uint64_t(std::max<int64_t>(m.embed_table.rows, 1));
     for (const Impl::Layer& L : m.layers)
         n += L.wqkv.buf.bytes() + L.wo.buf.bytes() + L.w_gate_up.buf.bytes() + L.w_down.buf.bytes();
     return n;
@@ -283,7 +283,7 @@ std::string CudaLlamaModel::describe() const {
     std::ostringstream os;
     os.precision(3);
     os << "cuda:" << m.options.device << " " << m.device_name << ": weights " << gib(double(m.weight_bytes)) << " GiB ("
-       << wtype_name(m.layers.empty() ? m.embed : m.layers[0].wqkv) << "), KV cache " << gib(double(m.kv.bytes()))
+       << wtype_name(m.layers.empty() ? m.embed_table : m.layers[0].wqkv) << "), KV cache " << gib(double(m.kv.bytes()))
        << " GiB (" << (m.options.kv_f16 ? "f16" : "f32") << ", " << m.options.num_kv_blocks << " blocks of "
        << m.options.block_size << " tokens), activations " << gib(double(m.arena.bytes())) << " GiB";
     if (m.options.cuda_graphs)
@@ -361,7 +361,7 @@ core::Result<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::create(const Check
     up.total = device_bytes(groups[0], /*allow=*/false);
     for (size_t i = 1; i < groups.size(); ++i) up.total += device_bytes(groups[i], true, blocks);
     // The embedding table: bf16 rows as stored, anything else in f32 (the lookup kernel's types).
-    KILN_ASSIGN_OR_RETURN(m->embed, upload_matrix(groups[0], up, /*allow=*/false));
+    KILN_ASSIGN_OR_RETURN(m->embed_table, upload_matrix(groups[0], up, /*allow=*/false));
     size_t g = 1;
     if (!c.tie_word_embeddings) {
         KILN_ASSIGN_OR_RETURN(m->output, upload_matrix(groups[g++], up, true, blocks));
@@ -390,6 +390,7 @@ core::Result<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::create(const Check
         }
         m->layers.push_back(std::move(L));
     }
+    m->set_weights();
     m->weight_bytes = up.total;
     // Without quantized_gemm, steps of more than 8 tokens multiply a block-quantized layer matrix
     // decoded to f32, one at a time.

@@ -1,0 +1,82 @@
+// The transformer step, written once: embedding, the layers (attention block, gated MLP), the final
+// norm and the logits of the rows that want them, as calls of an ops::Backend. The CPU model
+// (model/llama.h) and the CUDA model (model/cuda) are runners around it: each holds its weights and
+// activation buffers on its device, sets the step's batch on its backend and calls run_step.
+// Calibration observes the projections' inputs through the hook (CPU runner).
+//
+// Layer l (transformers modeling_llama / modeling_qwen3):
+//   xn = rmsnorm(x += o_prev)           (o_prev: the previous layer's MLP output, none for layer 0)
+//   q, k, v = split(xn @ Wqkv^T + bqkv); q, k = rope(q_norm(q)), rope(k_norm(k)); k, v -> cache
+//   o = attention(q, cache) @ Wo^T + bo
+//   xn = rmsnorm(x += o)
+//   o = (f(xn @ Wgate^T) * (xn @ Wup^T)) @ Wdown^T
+// then xn = rmsnorm(x += o) over the rows that want logits, logits = xn @ Wout^T.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "core/status.h"
+#include "loader/model_config.h"
+#include "ops/backend.h"
+
+namespace kiln::model {
+
+// One layer's weights on the backend's device; null when the model has none.
+struct LayerWeights {
+    const ops::Weight* qkv = nullptr;      // [Q + 2 KV, H]: q, k, v rows
+    const ops::Weight* o = nullptr;        // [H, Q]
+    const ops::Weight* gate_up = nullptr;  // [2 F, H]: gate and up (in the backend's order)
+    const ops::Weight* down = nullptr;     // [H, F]
+    const float* attn_norm = nullptr;      // [H]
+    const float* ffn_norm = nullptr;       // [H]
+    const float* bqkv = nullptr;           // [Q + 2 KV]
+    const float* bo = nullptr;             // [H]
+    const float* q_norm = nullptr;         // [head_dim]
+    const float* k_norm = nullptr;         // [head_dim]
+    const double* inv_freq = nullptr;      // [head_dim / 2] RoPE frequencies
+};
+
+struct ModelWeights {
+    const ops::Weight* embed = nullptr;    // [V, H] table
+    const ops::Weight* lm_head = nullptr;  // [V, H]
+    const float* output_norm = nullptr;    // [H]
+    std::vector<LayerWeights> layers;
+};
+
+// The step's activation buffers on the backend's device, each for the step's T tokens.
+struct StepBuffers {
+    float* x = nullptr;        // [T, H] the residual stream
+    float* xn = nullptr;       // [T, H]
+    float* qkv = nullptr;      // [T, Q + 2 KV]
+    float* q = nullptr;        // [T, Q]
+    float* att = nullptr;      // [T, Q]
+    float* o = nullptr;        // [T, H]
+    float* gate_up = nullptr;  // [T, 2 F]
+    float* act = nullptr;      // [T, F]
+    float* logits = nullptr;   // [num_logits, V]
+};
+
+// The inputs of each layer's projections, for calibration (kiln quantize): kQkv is the input of
+// q/k/v (the attention norm's output), kAttnOut of o_proj, kGateUp of gate/up (the MLP norm's
+// output), kDown of down_proj (f(gate) * up).
+enum class LinearInput { kQkv, kAttnOut, kGateUp, kDown };
+// x: [rows, cols] row-major in host memory, valid only during the call.
+using LinearInputHook =
+    std::function<void(int64_t layer, LinearInput which, std::span<const float> x, int64_t rows, int64_t cols)>;
+
+struct StepOptions {
+    const LinearInputHook* hook = nullptr;  // set: called with each projection's input (host backends only)
+    int64_t num_layers = -1;  // run only the first num_layers layers and no logits (calibration); -1: all
+};
+
+// Runs the step for `num_tokens` tokens of the batch the backend was given; `num_logits` rows of
+// logits (the backend's logit rows) into buffers.logits. With num_logits 0 no logits are made; the
+// K/V of every layer run are written either way.
+core::Status run_step(ops::Backend& backend, const loader::ModelConfig& config, const ModelWeights& weights,
+                      const StepBuffers& buffers, int64_t num_tokens, int64_t num_logits,
+                      const StepOptions& options = {});
+
+}  // namespace kiln::model

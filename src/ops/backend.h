@@ -1,0 +1,80 @@
+// The ops a transformer step is made of, as one interface every device implements: the model's step
+// (model/transformer.h) is written once over ops::Backend and runs unchanged on the CPU
+// (ops/cpu_backend.h) and on a CUDA device (model/cuda: CudaLlamaModel's backend). The model's
+// weights and activations live on the backend's device; a Backend's methods take pointers into that
+// device's memory and enqueue (CUDA) or run (CPU) the op.
+//
+// A backend is stateful per step: its runner sets the step's batch (tokens, positions, K/V slots,
+// block tables, the rows that want logits) before calling the step, so ops that need them (embed,
+// the K/V write, attention, the logit-row gather) take only the layer index.
+// Fusions are ops of their own (the residual add with the next norm, the gated activation with
+// the gate/up product, RoPE with the K/V write).
+#pragma once
+
+#include <cstdint>
+
+#include "core/status.h"
+
+namespace kiln::ops {
+
+// A weight matrix [rows, cols] as a backend stores it (repacked, fused, uploaded); the backend that
+// made it is the only one that reads it.
+class Weight {
+public:
+    Weight() = default;
+    Weight(const Weight&) = default;
+    Weight& operator=(const Weight&) = default;
+    virtual ~Weight() = default;
+    int64_t rows = 0, cols = 0;
+};
+
+// The activation of a gated MLP: act = f(gate) * up.
+enum class GatedAct {
+    kSilu,  // SwiGLU: silu(g) = g / (1 + e^-g)
+};
+
+// The K/V write of one layer: qkv [T, Q + 2 KV] (biases already added) is split into q (to q_out,
+// [T, Q]) and k, v (to the layer's cache slots of the step's tokens), with the per-head q/k RMSNorm
+// (when q_norm / k_norm are set) and RoPE at the step's positions applied to q and k.
+struct QkvRope {
+    int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
+    const float* q_norm = nullptr;  // [head_dim] or null
+    const float* k_norm = nullptr;  // [head_dim] or null
+    float eps = 1e-6f;              // of the q/k norms
+    const double* inv_freq = nullptr;  // [head_dim / 2] RoPE frequencies (kernels::ref::rope_inv_freqs)
+};
+
+// The attention of one layer over the step's sequences (their K/V from the backend's cache).
+struct AttentionParams {
+    int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
+    int64_t window = 0;  // sliding window (pos - window < j <= pos); 0 = full causal
+};
+
+class Backend {
+public:
+    virtual ~Backend() = default;
+
+    // x [T, table.cols] = the table's rows of the step's tokens.
+    virtual core::Status embed(const Weight& table, float* x) = 0;
+    // Row by row over [rows, n]: x += add (when add is set), then y = rmsnorm(x) * weight. `next` is
+    // the weight that reads y next (or null): a backend may write y in the form that weight's
+    // product wants (CUDA: rounded to its 16-bit type), so y is then only for next's linear.
+    virtual core::Status add_rmsnorm(float* x, const float* add, const float* weight, float* y, int64_t rows,
+                                     int64_t n, float eps, const Weight* next) = 0;
+    // out [rows, w.rows] = in [rows, w.cols] @ W^T (+ bias [w.rows] when set).
+    virtual core::Status linear(const Weight& w, const float* in, int64_t rows, const float* bias, float* out) = 0;
+    // See QkvRope; T = the step's tokens.
+    virtual core::Status qkv_rope_kv_write(int64_t layer, float* qkv, float* q_out, const QkvRope& p) = 0;
+    // out [T, num_heads * head_dim] = causal attention of q [T, num_heads * head_dim] over each
+    // sequence's cached keys and values of `layer`.
+    virtual core::Status attention(int64_t layer, const float* q, float* out, const AttentionParams& p) = 0;
+    // The gate and up products of a gated MLP and its activation: gate_up_out [rows, w.rows] holds
+    // both products (in the backend's order), act [rows, w.rows / 2] = f(gate) * up. `next` as for
+    // add_rmsnorm (act is then only for next's linear).
+    virtual core::Status gated_mlp_up(const Weight& gate_up, const float* in, int64_t rows, GatedAct f,
+                                      float* gate_up_out, float* act, const Weight* next) = 0;
+    // out [num_logit_rows, n] = the rows of x [T, n] that want logits, in the step's order.
+    virtual core::Status gather_logit_rows(const float* x, int64_t n, float* out) = 0;
+};
+
+}  // namespace kiln::ops

@@ -1,0 +1,138 @@
+// ops::Backend on the CPU (see cpu_backend.h).
+#include "ops/cpu_backend.h"
+
+#include <algorithm>
+
+#include "core/numeric.h"
+#include "kernels/ref/transformer.h"
+#include "ops/transformer_ops.h"
+
+namespace kiln::ops {
+
+using core::Status;
+using core::StatusCode;
+
+std::unique_ptr<CpuWeight> CpuWeight::of(Linear fused) {
+    auto w = std::make_unique<CpuWeight>();
+    w->rows = fused.w.rows;
+    w->cols = fused.w.cols;
+    w->parts.push_back(std::move(fused));
+    return w;
+}
+
+std::unique_ptr<CpuWeight> CpuWeight::of_parts(std::vector<Linear> parts) {
+    auto w = std::make_unique<CpuWeight>();
+    for (const Linear& p : parts) w->rows += p.w.rows;
+    w->cols = parts.empty() ? 0 : parts[0].w.cols;
+    w->parts = std::move(parts);
+    return w;
+}
+
+std::unique_ptr<CpuWeight> CpuWeight::table(const kernels::WeightView& rows) {
+    auto w = std::make_unique<CpuWeight>();
+    w->rows = rows.rows;
+    w->cols = rows.cols;
+    w->rows_view = rows;
+    return w;
+}
+
+static const CpuWeight& cpu(const Weight& w) {
+    return static_cast<const CpuWeight&>(w);  // a CpuBackend only ever gets CpuWeights
+}
+
+Status CpuBackend::embed(const Weight& table, float* x) {
+    const kernels::WeightView& t = cpu(table).rows_view;
+    if (!t.data) return core::error(StatusCode::kInternal) << "embed: the weight is not a table";
+    const std::span<const int32_t> tokens = step_.tokens;
+    pool_->parallel_for(int64_t(tokens.size()), [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) kernels::ref::weight_row(t, tokens[size_t(i)], x + i * t.cols);
+    });
+    return Status::ok();
+}
+
+Status CpuBackend::add_rmsnorm(float* x, const float* add, const float* weight, float* y, int64_t rows, int64_t n,
+                               float eps, const Weight* /*next*/) {
+    if (!add) return ops::rmsnorm(*pool_, x, weight, y, rows, n, eps);
+    return ops::add_rmsnorm(*pool_, x, add, weight, y, rows, n, eps);
+}
+
+Status CpuBackend::linear(const Weight& weight, const float* in, int64_t rows, const float* bias, float* out) {
+    const CpuWeight& w = cpu(weight);
+    if (w.parts.size() == 1) return ops::linear(*pool_, in, rows, w.parts[0], bias, out, scratch_);
+    // Parts side by side, each with its slice of the bias.
+    LinearPart parts[4];
+    if (w.parts.size() > 4) return core::error(StatusCode::kInternal) << "linear: more than 4 parts";
+    int64_t off = 0;
+    for (size_t i = 0; i < w.parts.size(); ++i) {
+        parts[i] = {&w.parts[i], bias ? bias + off : nullptr};
+        off += w.parts[i].w.rows;
+    }
+    return ops::linear_group(*pool_, in, rows, std::span<const LinearPart>(parts, w.parts.size()), out, scratch_);
+}
+
+// n floats rounded to IEEE half (round to nearest even).
+static void store_f16(const float* x, uint16_t* h, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) h[i] = core::f32_to_fp16(x[i]);
+}
+
+Status CpuBackend::qkv_rope_kv_write(int64_t layer, float* qkv, float* q_out, const QkvRope& p) {
+    const int64_t D = p.head_dim, Q = p.num_heads * D, KV = p.num_kv_heads * D;
+    const int64_t T = int64_t(step_.tokens.size());
+    void* const kc = step_.k[size_t(layer)];  // [num_slots, num_kv_heads, head_dim]
+    void* const vc = step_.v[size_t(layer)];
+    const bool f16 = step_.kv_f16;
+    const std::span<const double> inv_freq(p.inv_freq, size_t(D / 2));
+    // Per token in one pass: q to its own buffer, k and v straight to their cache slots, with the
+    // q/k norms and RoPE applied in place there (an f16 cache's key is normed and rotated in its
+    // qkv row, then rounded once).
+    pool_->parallel_for(T, [&](int64_t b, int64_t e) {
+        for (int64_t t = b; t < e; ++t) {
+            float* row = qkv + t * (Q + 2 * KV);  // [Q | KV | KV]
+            float* qt = q_out + t * Q;
+            const int64_t slot = step_.slots[size_t(t)];
+            float* kt = f16 ? row + Q : static_cast<float*>(kc) + slot * KV;
+            std::copy_n(row, Q, qt);
+            if (f16) {
+                store_f16(row + Q + KV, static_cast<uint16_t*>(vc) + slot * KV, KV);
+            } else {
+                std::copy_n(row + Q, KV, kt);
+                std::copy_n(row + Q + KV, KV, static_cast<float*>(vc) + slot * KV);
+            }
+            if (p.q_norm)
+                for (int64_t h = 0; h < p.num_heads; ++h) kernels::ref::rmsnorm(qt + h * D, p.q_norm, qt + h * D, D, p.eps);
+            if (p.k_norm)
+                for (int64_t h = 0; h < p.num_kv_heads; ++h)
+                    kernels::ref::rmsnorm(kt + h * D, p.k_norm, kt + h * D, D, p.eps);
+            kernels::ref::rope(qt, 1, p.num_heads, D, &step_.positions[size_t(t)], inv_freq);
+            kernels::ref::rope(kt, 1, p.num_kv_heads, D, &step_.positions[size_t(t)], inv_freq);
+            if (f16) store_f16(kt, static_cast<uint16_t*>(kc) + slot * KV, KV);
+        }
+    });
+    return Status::ok();
+}
+
+Status CpuBackend::attention(int64_t layer, const float* q, float* out, const AttentionParams& p) {
+    for (AttentionSeq& a : step_.seqs) {
+        a.kv.k = step_.k[size_t(layer)];
+        a.kv.v = step_.v[size_t(layer)];
+    }
+    const AttentionHeads heads{p.num_heads, p.num_kv_heads, p.head_dim, p.window};
+    return batch_attention(*pool_, q, int64_t(step_.tokens.size()), step_.seqs, heads, out, isa_);
+}
+
+Status CpuBackend::gated_mlp_up(const Weight& gate_up, const float* in, int64_t rows, GatedAct /*f: kSilu only*/,
+                                float* gate_up_out, float* act, const Weight* /*next*/) {
+    const CpuWeight& w = cpu(gate_up);
+    if (w.parts.size() == 1)  // fused: 32-column blocks of gate and up in turn
+        return linear_swiglu_fused(*pool_, in, rows, w.parts[0], gate_up_out, act, scratch_);
+    if (w.parts.size() != 2) return core::error(StatusCode::kInternal) << "gated_mlp_up: expected gate and up";
+    return linear_swiglu(*pool_, in, rows, w.parts[0], w.parts[1], gate_up_out, act, scratch_);
+}
+
+Status CpuBackend::gather_logit_rows(const float* x, int64_t n, float* out) {
+    for (size_t i = 0; i < step_.logit_rows.size(); ++i)
+        std::copy_n(x + step_.logit_rows[i] * n, n, out + int64_t(i) * n);
+    return Status::ok();
+}
+
+}  // namespace kiln::ops

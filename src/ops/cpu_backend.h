@@ -1,0 +1,71 @@
+// ops::Backend on the CPU: the threaded ops of ops/linear.h, ops/transformer_ops.h and
+// ops/batch_attention.h over host memory. Every op splits its work by shape only, so a step's
+// results are bit-identical for any thread count and every row's arithmetic is independent of the
+// rest of the batch (the engine's batch invariance).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "kernels/cpu/matmul.h"
+#include "ops/backend.h"
+#include "ops/batch_attention.h"
+#include "ops/linear.h"
+
+namespace kiln::ops {
+
+// A CPU weight: one Linear (possibly several matrices fused at load by fuse_linears), or parts whose
+// types kept them apart, multiplied side by side (linear_group; for a gated MLP, gate then up); or
+// a table whose rows embed() reads.
+class CpuWeight final : public Weight {
+public:
+    // One matrix, or parts fused by fuse_linears(.., interleave, ..) into `fused` (interleave: 0 or
+    // kSwigluBlock, as fused).
+    static std::unique_ptr<CpuWeight> of(Linear fused);
+    // Parts kept apart: out holds their products side by side.
+    static std::unique_ptr<CpuWeight> of_parts(std::vector<Linear> parts);
+    // An embedding table read row by row.
+    static std::unique_ptr<CpuWeight> table(const kernels::WeightView& rows);
+
+    std::vector<Linear> parts;  // one: a single (fused) matrix
+    kernels::WeightView rows_view;  // the table of embed()
+};
+
+class CpuBackend final : public Backend {
+public:
+    // attention_isa picks batch_attention's kernel (the Linears carry their own).
+    CpuBackend(core::ThreadPool* pool, kernels::cpu::Isa attention_isa) : pool_(pool), isa_(attention_isa) {}
+
+    // The step's batch, set by the runner before each step (the spans must stay valid through it).
+    struct Step {
+        std::span<const int32_t> tokens;     // [T]
+        std::span<const int32_t> positions;  // [T]
+        std::span<const int64_t> slots;      // [T] K/V row of each token in its layer's cache
+        std::span<AttentionSeq> seqs;        // per sequence; kv.k / kv.v set per layer by attention()
+        std::span<void* const> k, v;         // per layer: the K/V cache ([num_slots, kv_dim])
+        bool kv_f16 = false;                 // cache elements IEEE half (else f32)
+        std::span<const int64_t> logit_rows;  // the rows of x that want logits
+    };
+    void set_step(const Step& step) { step_ = step; }
+
+    core::Status embed(const Weight& table, float* x) override;
+    core::Status add_rmsnorm(float* x, const float* add, const float* weight, float* y, int64_t rows, int64_t n,
+                             float eps, const Weight* next) override;
+    core::Status linear(const Weight& w, const float* in, int64_t rows, const float* bias, float* out) override;
+    core::Status qkv_rope_kv_write(int64_t layer, float* qkv, float* q_out, const QkvRope& p) override;
+    core::Status attention(int64_t layer, const float* q, float* out, const AttentionParams& p) override;
+    core::Status gated_mlp_up(const Weight& gate_up, const float* in, int64_t rows, GatedAct f, float* gate_up_out,
+                              float* act, const Weight* next) override;
+    core::Status gather_logit_rows(const float* x, int64_t n, float* out) override;
+
+private:
+    core::ThreadPool* pool_;
+    kernels::cpu::Isa isa_;
+    Step step_;
+    std::vector<uint8_t> scratch_;  // quantized activations, reused across calls
+};
+
+}  // namespace kiln::ops
