@@ -59,20 +59,6 @@ const float* opt(const std::vector<float>& v) {
     return v.empty() ? nullptr : v.data();
 }
 
-// Matrices that read the same input (Q, K, V; gate, up): one fused, repacked matrix when their
-// types allow (ops::fuse_linears, interleaved as it says), else the parts side by side.
-core::Result<std::unique_ptr<ops::CpuWeight>> fused_or_parts(std::span<const WeightView> parts, int64_t interleave,
-                                                             const ops::LinearOptions& lo) {
-    KILN_ASSIGN_OR_RETURN(std::optional<ops::Linear> fused, ops::fuse_linears(parts, interleave, lo));
-    if (fused) return ops::CpuWeight::of(std::move(*fused));
-    std::vector<ops::Linear> apart;
-    for (const WeightView& p : parts) {
-        KILN_ASSIGN_OR_RETURN(ops::Linear l, ops::make_linear(p, lo));
-        apart.push_back(std::move(l));
-    }
-    return ops::CpuWeight::of_parts(std::move(apart));
-}
-
 }  // namespace
 
 core::Result<kernels::ref::RopeParams> rope_params(const ModelConfig& c, const std::string& path) {
@@ -169,8 +155,8 @@ core::Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const Checkpoint& c
         KILN_ASSIGN_OR_RETURN(const WeightView vg, matrix(ck, p(LayerTensor::kGate), F, H));
         KILN_ASSIGN_OR_RETURN(const WeightView vu, matrix(ck, p(LayerTensor::kUp), F, H));
         const WeightView qkv[] = {vq, vk, vv}, gate_up[] = {vg, vu};
-        KILN_ASSIGN_OR_RETURN(L.qkv, fused_or_parts(qkv, 0, lo));
-        KILN_ASSIGN_OR_RETURN(L.gate_up, fused_or_parts(gate_up, ops::kSwigluBlock, lo));
+        KILN_ASSIGN_OR_RETURN(L.qkv, ops::CpuWeight::fuse(qkv, 0, lo));
+        KILN_ASSIGN_OR_RETURN(L.gate_up, ops::CpuWeight::fuse(gate_up, ops::kSwigluBlock, lo));
         KILN_ASSIGN_OR_RETURN(ops::Linear wo, linear(ck, p(LayerTensor::kO), H, Q, lo));
         KILN_ASSIGN_OR_RETURN(ops::Linear wd, linear(ck, p(LayerTensor::kDown), H, F, lo));
         L.o = ops::CpuWeight::of(std::move(wo));

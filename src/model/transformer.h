@@ -72,6 +72,15 @@ struct StepOptions {
     int64_t num_layers = -1;  // run only the first num_layers layers and no logits (calibration); -1: all
 };
 
+// The blocks of a layer, for run_step and for whoever evaluates one block alone (the AWQ losses):
+// Layer l's attention heads: b.att [T, Q] from b.xn [T, H]: the q/k/v products (+ biases), the q/k
+// norms (eps) and RoPE (L.inv_freq) at the step's positions, the K/V write, causal attention (shape).
+core::Status attention_heads(ops::Backend& backend, const LayerWeights& L, int64_t layer,
+                             const ops::AttentionParams& shape, float eps, const StepBuffers& b, int64_t num_tokens);
+// The gated MLP's activations: b.act [T, F] = f(xn Wgate^T) * (xn Wup^T) from b.xn [T, H] (b.gate_up
+// holds the products).
+core::Status mlp_activations(ops::Backend& backend, const LayerWeights& L, const StepBuffers& b, int64_t num_tokens);
+
 // Runs the step for `num_tokens` tokens of the batch the backend was given; `num_logits` rows of
 // logits (the backend's logit rows) into buffers.logits. With num_logits 0 no logits are made; the
 // K/V of every layer run are written either way.

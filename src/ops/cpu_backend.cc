@@ -28,6 +28,18 @@ std::unique_ptr<CpuWeight> CpuWeight::of_parts(std::vector<Linear> parts) {
     return w;
 }
 
+core::Result<std::unique_ptr<CpuWeight>> CpuWeight::fuse(std::span<const kernels::WeightView> parts,
+                                                         int64_t interleave, const LinearOptions& options) {
+    KILN_ASSIGN_OR_RETURN(std::optional<Linear> fused, fuse_linears(parts, interleave, options));
+    if (fused) return of(std::move(*fused));
+    std::vector<Linear> apart;
+    for (const kernels::WeightView& p : parts) {
+        KILN_ASSIGN_OR_RETURN(Linear l, make_linear(p, options));
+        apart.push_back(std::move(l));
+    }
+    return of_parts(std::move(apart));
+}
+
 std::unique_ptr<CpuWeight> CpuWeight::table(const kernels::WeightView& rows) {
     auto w = std::make_unique<CpuWeight>();
     w->rows = rows.rows;

@@ -27,6 +27,10 @@ public:
     static std::unique_ptr<CpuWeight> of(Linear fused);
     // Parts kept apart: out holds their products side by side.
     static std::unique_ptr<CpuWeight> of_parts(std::vector<Linear> parts);
+    // Matrices that read the same input (Q, K, V; gate, up): one fused, repacked matrix when their
+    // types allow (fuse_linears, interleave as it says), else the parts side by side.
+    static core::Result<std::unique_ptr<CpuWeight>> fuse(std::span<const kernels::WeightView> parts,
+                                                         int64_t interleave, const LinearOptions& options);
     // An embedding table read row by row.
     static std::unique_ptr<CpuWeight> table(const kernels::WeightView& rows);
 

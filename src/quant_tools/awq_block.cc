@@ -1,8 +1,9 @@
 // AWQ block-output losses (see awq_block.h). Per candidate: the searched weights are quantized row
 // block by row block (W' = dequant(quant(W diag(s))) / s, each row's groups independent of the split),
-// then the block runs token by token on the sampled inputs; the reference activations (h = silu(g) * u
-// for the MLP, the attention output for q/k/v) are computed once by the same code with the fp32
-// weights. SiLU and softmax run in double; RoPE and the q/k norms are kernels/ref's.
+// then the block runs on the sampled inputs through the model's own step (model/transformer.h
+// attention_heads / mlp_activations over an ops::CpuBackend, f32 weights and activations); the
+// reference activations (f(gate) * up for the MLP, the attention output for q/k/v) are computed once
+// by the same code with the fp32 weights.
 #include "quant_tools/awq_block.h"
 
 #include <algorithm>
@@ -10,9 +11,12 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <memory>
 
 #include "kernels/ref/transformer.h"
 #include "model/llama.h"
+#include "model/transformer.h"
+#include "ops/cpu_backend.h"
 
 namespace kiln::quant_tools {
 namespace {
@@ -20,29 +24,6 @@ namespace {
 using core::StatusCode;
 
 constexpr int64_t kRowBlock = 16;  // weight rows quantized per task
-
-// Four floats in one SSE register (GCC/Clang vector extension; plain IEEE lane-wise + and *).
-using Float4 = float __attribute__((vector_size(16)));
-
-Float4 load4(const float* p) {
-    Float4 v;
-    std::memcpy(&v, p, sizeof(v));
-    return v;
-}
-
-// a . b for n floats: float products in 8 independent partial sums, finished in double.
-double dot(const float* a, const float* b, int64_t n) {
-    Float4 acc0 = {}, acc1 = {};
-    const int64_t main = n - n % 8;
-    for (int64_t j = 0; j < main; j += 8) {
-        acc0 += load4(a + j) * load4(b + j);
-        acc1 += load4(a + j + 4) * load4(b + j + 4);
-    }
-    double sum = 0;
-    for (int l = 0; l < 4; ++l) sum += double(acc0[l]) + double(acc1[l]);
-    for (int64_t j = main; j < n; ++j) sum += double(a[j]) * double(b[j]);
-    return sum;
-}
 
 void run(core::ThreadPool* pool, int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t chunk = 1) {
     if (n <= 0) return;
@@ -129,26 +110,84 @@ double mean_error(const std::vector<double>& token_err, int64_t outputs) {
     return sum / (double(token_err.size()) * double(outputs));
 }
 
+// The model's ops on the CPU: `pool`, or a one-thread pool of its own.
+struct Cpu {
+    std::unique_ptr<core::ThreadPool> own;
+    core::ThreadPool* pool = nullptr;
+    std::unique_ptr<ops::CpuBackend> be;
+    explicit Cpu(core::ThreadPool* p) {
+        if (p == nullptr) {
+            own = std::make_unique<core::ThreadPool>(1);
+            p = own.get();
+        }
+        pool = p;
+        be = std::make_unique<ops::CpuBackend>(pool, kernels::cpu::best_isa());
+    }
+};
+
+kernels::WeightView f32_view(const float* w, int64_t rows, int64_t cols) {
+    kernels::WeightView v;
+    v.data = w;
+    v.dtype = core::DType::kF32;
+    v.rows = rows;
+    v.cols = cols;
+    v.row_bytes = size_t(cols) * 4;
+    return v;
+}
+
+// The parts as one f32 CpuWeight (fused when fuse_linears can, else side by side).
+core::Result<std::unique_ptr<ops::CpuWeight>> f32_weight(std::initializer_list<kernels::WeightView> parts,
+                                                         int64_t interleave) {
+    return ops::CpuWeight::fuse(std::span<const kernels::WeightView>(parts.begin(), parts.size()), interleave, {});
+}
+
+// Per token (row of y [m, n]): the sum of its squares in double.
+std::vector<double> row_sq(const std::vector<float>& y, int64_t m, int64_t n) {
+    std::vector<double> e(size_t(m), 0.0);
+    for (int64_t i = 0; i < m; ++i)
+        for (int64_t r = 0; r < n; ++r) e[size_t(i)] += double(y[size_t(i * n + r)]) * double(y[size_t(i * n + r)]);
+    return e;
+}
+
+// The error of a block's last (fp32) projection w [out, in], linear in its input: per token
+// |W (ref - got)|^2 over the m rows of ref / got [m, in]; +inf when the backend fails.
+double projected_error(Cpu& cpu, const ops::Weight& w, const std::vector<float>& ref, const std::vector<float>& got,
+                       int64_t m) {
+    std::vector<float> d(ref.size()), y(size_t(m * w.rows));
+    for (size_t i = 0; i < d.size(); ++i) d[i] = ref[i] - got[i];
+    if (!cpu.be->linear(w, d.data(), m, nullptr, y.data()).is_ok()) return std::numeric_limits<double>::infinity();
+    return mean_error(row_sq(y, m, w.rows), w.rows);
+}
+
 // ---- MLP -------------------------------------------------------------------------------------------
 
 struct MlpProblem {
     const AwqMlpBlock* b = nullptr;
     std::vector<float> xs;     // [m, hidden] sampled rows
     std::vector<float> h_ref;  // [m, inter] silu(gate x) * up x with the fp32 weights
+    std::unique_ptr<ops::CpuWeight> down;
     int64_t m = 0;
 };
 
-// h [inter] = silu(gate x) * up x for one token.
-void mlp_hidden(const float* x, const float* gate, const float* up, int64_t hidden, int64_t inter, float* h) {
-    for (int64_t f = 0; f < inter; ++f) {
-        const double g = dot(x, gate + f * hidden, hidden);
-        const double u = dot(x, up + f * hidden, hidden);
-        h[f] = float(g / (1.0 + std::exp(-g)) * u);
-    }
+// h [m, inter] = silu(gate x) * up x for the sampled rows: the model's mlp_activations.
+core::Status mlp_hidden(Cpu& cpu, const MlpProblem& p, const float* gate, const float* up, std::vector<float>& h) {
+    const AwqMlpBlock& b = *p.b;
+    KILN_ASSIGN_OR_RETURN(const std::unique_ptr<ops::CpuWeight> gu,
+                          f32_weight({f32_view(gate, b.inter, b.hidden), f32_view(up, b.inter, b.hidden)},
+                                     ops::kSwigluBlock));
+    std::vector<float> xn = p.xs, gate_up(size_t(p.m * 2 * b.inter));
+    h.resize(size_t(p.m * b.inter));
+    model::LayerWeights L;
+    L.gate_up = gu.get();
+    model::StepBuffers buf;
+    buf.xn = xn.data();
+    buf.gate_up = gate_up.data();
+    buf.act = h.data();
+    return model::mlp_activations(*cpu.be, L, buf, p.m);
 }
 
-core::Result<MlpProblem> make_mlp(const AwqMlpBlock& b, std::span<const float> x, int64_t n, const quant::AwqOptions& o,
-                                  core::ThreadPool* pool) {
+core::Result<MlpProblem> make_mlp(Cpu& cpu, const AwqMlpBlock& b, std::span<const float> x, int64_t n,
+                                  const quant::AwqOptions& o) {
     KILN_RETURN_IF_ERROR(check_options(o));
     if (b.hidden < 1 || b.inter < 1 || n < 1) {
         return core::error(StatusCode::kInvalidArgument)
@@ -164,119 +203,91 @@ core::Result<MlpProblem> make_mlp(const AwqMlpBlock& b, std::span<const float> x
     p.xs.resize(size_t(p.m * b.hidden));
     for (int64_t i = 0; i < p.m; ++i)
         std::copy_n(x.begin() + (i * n / p.m) * b.hidden, b.hidden, p.xs.begin() + i * b.hidden);
-    p.h_ref.resize(size_t(p.m * b.inter));
-    run(pool, p.m, [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i)
-            mlp_hidden(p.xs.data() + i * b.hidden, b.gate.data(), b.up.data(), b.hidden, b.inter,
-                       p.h_ref.data() + i * b.inter);
-    });
+    KILN_ASSIGN_OR_RETURN(p.down, f32_weight({f32_view(b.down.data(), b.hidden, b.inter)}, 0));
+    KILN_RETURN_IF_ERROR(mlp_hidden(cpu, p, b.gate.data(), b.up.data(), p.h_ref));
     return p;
 }
 
-double mlp_error(const MlpProblem& p, std::span<const float> s, const quant::AwqOptions& o, core::ThreadPool* pool) {
+double mlp_error(Cpu& cpu, const MlpProblem& p, std::span<const float> s, const quant::AwqOptions& o) {
     const AwqMlpBlock& b = *p.b;
-    std::vector<float> gq, uq;
-    if (!fake_quant(b.gate, b.inter, b.hidden, s, b.quantize_gate, o, pool, gq) ||
-        !fake_quant(b.up, b.inter, b.hidden, s, b.quantize_up, o, pool, uq)) {
+    std::vector<float> gq, uq, h;
+    if (!fake_quant(b.gate, b.inter, b.hidden, s, b.quantize_gate, o, cpu.pool, gq) ||
+        !fake_quant(b.up, b.inter, b.hidden, s, b.quantize_up, o, cpu.pool, uq) ||
+        !mlp_hidden(cpu, p, gq.data(), uq.data(), h).is_ok()) {
         return std::numeric_limits<double>::infinity();
     }
-    std::vector<double> token_err(size_t(p.m), 0.0);
-    run(pool, p.m, [&](int64_t i0, int64_t i1) {
-        std::vector<float> d(size_t(b.inter));  // [inter] h_ref - h'
-        for (int64_t i = i0; i < i1; ++i) {
-            mlp_hidden(p.xs.data() + i * b.hidden, gq.data(), uq.data(), b.hidden, b.inter, d.data());
-            const float* hr = p.h_ref.data() + i * b.inter;
-            for (int64_t f = 0; f < b.inter; ++f) d[size_t(f)] = hr[f] - d[size_t(f)];
-            double e = 0;
-            for (int64_t r = 0; r < b.hidden; ++r) {
-                const double y = dot(b.down.data() + r * b.inter, d.data(), b.inter);
-                e += y * y;
-            }
-            token_err[size_t(i)] = e;
-        }
-    });
-    return mean_error(token_err, b.hidden);
+    return projected_error(cpu, *p.down, p.h_ref, h, p.m);
 }
 
 // ---- attention -------------------------------------------------------------------------------------
 
 struct AttnProblem {
     const AwqAttnBlock* b = nullptr;
-    std::span<const float> x;        // [T, hidden]
-    std::vector<int64_t> seq_begin;  // [T] first row of the token's sequence
-    std::vector<int32_t> pos;        // [T] position in its sequence
-    std::vector<int64_t> queries;    // [m] the tokens whose output error is measured (evenly strided)
-    std::vector<float> att_ref;      // [m, q_dim] their attention output with the fp32 weights
+    std::span<const float> x;      // [T, hidden]
+    std::vector<int64_t> seq_lens;  // the sequences of x, one after the other
+    std::vector<int64_t> queries;  // [m] the tokens whose output error is measured (evenly strided)
+    std::vector<float> att_ref;    // [m, q_dim] their attention output with the fp32 weights
+    std::vector<float> bqkv;       // [q_dim + 2 kv_dim] biases (zeros for absent ones), or empty
+    std::unique_ptr<ops::CpuWeight> o;
     int64_t tokens = 0, q_dim = 0, kv_dim = 0;
 };
 
-// k/v [T, kv_dim] for every token, q [m, q_dim] for the query tokens: projection (+ bias), per-head
-// norm, RoPE at the token's position.
-void project(const AttnProblem& p, const float* wq, const float* wk, const float* wv, core::ThreadPool* pool,
-             std::vector<float>& q, std::vector<float>& k, std::vector<float>& v) {
+// att [T, q_dim] of every token for the q/k/v weights: the model's attention_heads, one sequence
+// per step over a contiguous f32 cache (RoPE at positions 0.. of each sequence).
+core::Status attend_all(Cpu& cpu, const AttnProblem& p, const float* wq, const float* wk, const float* wv,
+                        std::vector<float>& att) {
     const AwqAttnBlock& b = *p.b;
-    const int64_t H = b.hidden, D = b.head_dim, m = int64_t(p.queries.size());
-    q.resize(size_t(m * p.q_dim));
-    k.resize(size_t(p.tokens * p.kv_dim));
-    v.resize(size_t(p.tokens * p.kv_dim));
-    auto proj = [&](const float* x, const float* w, std::span<const float> bias, int64_t rows, float* y) {
-        for (int64_t r = 0; r < rows; ++r) y[r] = float(dot(x, w + r * H, H) + (bias.empty() ? 0.0 : bias[size_t(r)]));
-    };
-    auto norm_rope = [&](float* y, int64_t heads, std::span<const float> norm, const int32_t* pos) {
-        if (!norm.empty())
-            for (int64_t h = 0; h < heads; ++h) kernels::ref::rmsnorm(y + h * D, norm.data(), y + h * D, D, b.norm_eps);
-        kernels::ref::rope(y, 1, heads, D, pos, b.inv_freq);
-    };
-    run(pool, p.tokens, [&](int64_t t0, int64_t t1) {
-        for (int64_t t = t0; t < t1; ++t) {
-            const float* x = p.x.data() + t * H;
-            float* kt = k.data() + t * p.kv_dim;
-            proj(x, wk, b.bk, p.kv_dim, kt);
-            proj(x, wv, b.bv, p.kv_dim, v.data() + t * p.kv_dim);
-            norm_rope(kt, b.num_kv_heads, b.k_norm, &p.pos[size_t(t)]);
-        }
-    });
-    run(pool, m, [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i) {
-            const int64_t t = p.queries[size_t(i)];
-            float* qi = q.data() + i * p.q_dim;
-            proj(p.x.data() + t * H, wq, b.bq, p.q_dim, qi);
-            norm_rope(qi, b.num_heads, b.q_norm, &p.pos[size_t(t)]);
-        }
-    });
+    const int64_t H = b.hidden, Q = p.q_dim, KV = p.kv_dim;
+    KILN_ASSIGN_OR_RETURN(
+        const std::unique_ptr<ops::CpuWeight> qkv,
+        f32_weight({f32_view(wq, Q, H), f32_view(wk, KV, H), f32_view(wv, KV, H)}, 0));
+    model::LayerWeights L;
+    L.qkv = qkv.get();
+    L.bqkv = p.bqkv.empty() ? nullptr : p.bqkv.data();
+    L.q_norm = b.q_norm.empty() ? nullptr : b.q_norm.data();
+    L.k_norm = b.k_norm.empty() ? nullptr : b.k_norm.data();
+    L.inv_freq = b.inv_freq.data();
+    const ops::AttentionParams shape{b.num_heads, b.num_kv_heads, b.head_dim, b.window};
+    att.resize(size_t(p.tokens * Q));
+    const int64_t longest = *std::max_element(p.seq_lens.begin(), p.seq_lens.end());
+    std::vector<float> xn(size_t(longest * H)), qkv_out(size_t(longest * (Q + 2 * KV))), q(size_t(longest * Q));
+    std::vector<float> k(size_t(longest * KV)), v(size_t(longest * KV));
+    std::vector<int32_t> tokens(static_cast<size_t>(longest), 0), positions(static_cast<size_t>(longest));
+    std::vector<int64_t> slots(static_cast<size_t>(longest));
+    for (int64_t i = 0; i < longest; ++i) positions[size_t(i)] = int32_t(slots[size_t(i)] = i);
+    void* const kp[] = {k.data()};
+    void* const vp[] = {v.data()};
+    int64_t begin = 0;
+    for (int64_t len : p.seq_lens) {
+        ops::AttentionSeq seq;
+        seq.kv.kv_len = len;
+        seq.num_tokens = len;
+        ops::CpuBackend::Step st;
+        st.tokens = std::span<const int32_t>(tokens.data(), size_t(len));  // only their count is read
+        st.positions = std::span<const int32_t>(positions.data(), size_t(len));
+        st.slots = std::span<const int64_t>(slots.data(), size_t(len));
+        st.seqs = std::span<ops::AttentionSeq>(&seq, 1);
+        st.k = kp;
+        st.v = vp;
+        cpu.be->set_step(st);
+        std::copy_n(p.x.begin() + begin * H, len * H, xn.begin());
+        model::StepBuffers buf;
+        buf.xn = xn.data();
+        buf.qkv = qkv_out.data();
+        buf.q = q.data();
+        buf.att = att.data() + begin * Q;
+        KILN_RETURN_IF_ERROR(model::attention_heads(*cpu.be, L, 0, shape, b.norm_eps, buf, len));
+        begin += len;
+    }
+    return core::Status::ok();
 }
 
-// out [q_dim] = causal softmax(q k^T / sqrt(D)) v for query i (token queries[i]) over its own
-// sequence (GQA, window).
-void attend(const AttnProblem& p, const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
-            int64_t i, std::vector<double>& scores, std::vector<double>& acc, float* out) {
-    const int64_t t = p.queries[size_t(i)];
-    const AwqAttnBlock& b = *p.b;
-    const int64_t D = b.head_dim, group = b.num_heads / b.num_kv_heads;
-    const int64_t base = p.seq_begin[size_t(t)], pos = p.pos[size_t(t)];
-    const int64_t j0 = b.window > 0 ? std::max<int64_t>(0, pos - b.window + 1) : 0;
-    const double scale = 1.0 / std::sqrt(double(D));
-    scores.resize(size_t(pos + 1 - j0));
-    acc.resize(size_t(D));
-    for (int64_t h = 0; h < b.num_heads; ++h) {
-        const int64_t kvh = h / group;
-        const float* qh = q.data() + i * p.q_dim + h * D;
-        double mx = -std::numeric_limits<double>::infinity();
-        for (int64_t j = j0; j <= pos; ++j) {
-            const double sc = dot(qh, k.data() + (base + j) * p.kv_dim + kvh * D, D) * scale;
-            scores[size_t(j - j0)] = sc;
-            mx = std::max(mx, sc);
-        }
-        double denom = 0;
-        for (double& sc : scores) denom += (sc = std::exp(sc - mx));
-        std::fill(acc.begin(), acc.end(), 0.0);
-        for (int64_t j = j0; j <= pos; ++j) {
-            const double w = scores[size_t(j - j0)] / denom;
-            const float* vj = v.data() + (base + j) * p.kv_dim + kvh * D;
-            for (int64_t d = 0; d < D; ++d) acc[size_t(d)] += w * double(vj[d]);
-        }
-        for (int64_t d = 0; d < D; ++d) out[h * D + d] = float(acc[size_t(d)]);
-    }
+// The rows of att [T, q_dim] at the problem's queries: [m, q_dim].
+std::vector<float> query_rows(const AttnProblem& p, const std::vector<float>& att) {
+    std::vector<float> out(p.queries.size() * size_t(p.q_dim));
+    for (size_t i = 0; i < p.queries.size(); ++i)
+        std::copy_n(att.begin() + p.queries[i] * p.q_dim, p.q_dim, out.begin() + int64_t(i) * p.q_dim);
+    return out;
 }
 
 core::Status check_attn(const AwqAttnBlock& b) {
@@ -300,8 +311,8 @@ core::Status check_attn(const AwqAttnBlock& b) {
     return core::Status::ok();
 }
 
-core::Result<AttnProblem> make_attn(const AwqAttnBlock& b, std::span<const float> x, std::span<const int64_t> seq_lens,
-                                    const quant::AwqOptions& o, core::ThreadPool* pool) {
+core::Result<AttnProblem> make_attn(Cpu& cpu, const AwqAttnBlock& b, std::span<const float> x,
+                                    std::span<const int64_t> seq_lens, const quant::AwqOptions& o) {
     KILN_RETURN_IF_ERROR(check_options(o));
     KILN_RETURN_IF_ERROR(check_attn(b));
     AttnProblem p;
@@ -312,55 +323,37 @@ core::Result<AttnProblem> make_attn(const AwqAttnBlock& b, std::span<const float
         if (len < 1 || len > std::numeric_limits<int32_t>::max()) {
             return core::error(StatusCode::kInvalidArgument) << "awq attention: sequence length " << len;
         }
-        for (int64_t i = 0; i < len; ++i) {
-            p.seq_begin.push_back(p.tokens);
-            p.pos.push_back(int32_t(i));
-        }
+        p.seq_lens.push_back(len);
         p.tokens += len;
     }
     if (p.tokens == 0) return core::error(StatusCode::kInvalidArgument) << "awq attention: no sequences";
     KILN_RETURN_IF_ERROR(check(x, p.tokens, b.hidden, "x"));
     p.x = x;
+    if (!b.bq.empty() || !b.bk.empty() || !b.bv.empty()) {
+        p.bqkv.assign(size_t(p.q_dim + 2 * p.kv_dim), 0.0f);
+        std::copy(b.bq.begin(), b.bq.end(), p.bqkv.begin());
+        std::copy(b.bk.begin(), b.bk.end(), p.bqkv.begin() + p.q_dim);
+        std::copy(b.bv.begin(), b.bv.end(), p.bqkv.begin() + p.q_dim + p.kv_dim);
+    }
+    KILN_ASSIGN_OR_RETURN(p.o, f32_weight({f32_view(b.o.data(), b.hidden, p.q_dim)}, 0));
     const int64_t m = std::min(p.tokens, o.max_samples);
     for (int64_t i = 0; i < m; ++i) p.queries.push_back(i * p.tokens / m);
-    std::vector<float> q, k, v;
-    project(p, b.q.data(), b.k.data(), b.v.data(), pool, q, k, v);
-    p.att_ref.resize(size_t(m * p.q_dim));
-    run(pool, m, [&](int64_t i0, int64_t i1) {
-        std::vector<double> scores, acc;
-        for (int64_t i = i0; i < i1; ++i) attend(p, q, k, v, i, scores, acc, p.att_ref.data() + i * p.q_dim);
-    });
+    std::vector<float> att;
+    KILN_RETURN_IF_ERROR(attend_all(cpu, p, b.q.data(), b.k.data(), b.v.data(), att));
+    p.att_ref = query_rows(p, att);
     return p;
 }
 
-double attn_error(const AttnProblem& p, std::span<const float> s, const quant::AwqOptions& o, core::ThreadPool* pool) {
+double attn_error(Cpu& cpu, const AttnProblem& p, std::span<const float> s, const quant::AwqOptions& o) {
     const AwqAttnBlock& b = *p.b;
-    std::vector<float> wq, wk, wv;
-    if (!fake_quant(b.q, p.q_dim, b.hidden, s, b.quantize_q, o, pool, wq) ||
-        !fake_quant(b.k, p.kv_dim, b.hidden, s, b.quantize_k, o, pool, wk) ||
-        !fake_quant(b.v, p.kv_dim, b.hidden, s, b.quantize_v, o, pool, wv)) {
+    std::vector<float> wq, wk, wv, att;
+    if (!fake_quant(b.q, p.q_dim, b.hidden, s, b.quantize_q, o, cpu.pool, wq) ||
+        !fake_quant(b.k, p.kv_dim, b.hidden, s, b.quantize_k, o, cpu.pool, wk) ||
+        !fake_quant(b.v, p.kv_dim, b.hidden, s, b.quantize_v, o, cpu.pool, wv) ||
+        !attend_all(cpu, p, wq.data(), wk.data(), wv.data(), att).is_ok()) {
         return std::numeric_limits<double>::infinity();
     }
-    std::vector<float> q, k, v;
-    project(p, wq.data(), wk.data(), wv.data(), pool, q, k, v);
-    const int64_t m = int64_t(p.queries.size());
-    std::vector<double> token_err(size_t(m), 0.0);
-    run(pool, m, [&](int64_t i0, int64_t i1) {
-        std::vector<double> scores, acc;
-        std::vector<float> d(size_t(p.q_dim));  // [q_dim] att_ref - att'
-        for (int64_t i = i0; i < i1; ++i) {
-            attend(p, q, k, v, i, scores, acc, d.data());
-            const float* ar = p.att_ref.data() + i * p.q_dim;
-            for (int64_t c = 0; c < p.q_dim; ++c) d[size_t(c)] = ar[c] - d[size_t(c)];
-            double e = 0;
-            for (int64_t r = 0; r < b.hidden; ++r) {
-                const double y = dot(b.o.data() + r * p.q_dim, d.data(), p.q_dim);
-                e += y * y;
-            }
-            token_err[size_t(i)] = e;
-        }
-    });
-    return mean_error(token_err, b.hidden);
+    return projected_error(cpu, *p.o, p.att_ref, query_rows(p, att), int64_t(p.queries.size()));
 }
 
 // AutoAWQ's duo statistic over the weights that are quantized (empty unless duo).
@@ -383,22 +376,24 @@ std::vector<float> weight_mean(std::initializer_list<std::pair<std::span<const f
 core::Result<double> awq_mlp_error(const AwqMlpBlock& block, std::span<const float> x, int64_t n,
                                    std::span<const float> scales, const quant::AwqOptions& options,
                                    core::ThreadPool* pool) {
-    KILN_ASSIGN_OR_RETURN(const MlpProblem p, make_mlp(block, x, n, options, pool));
+    Cpu cpu(pool);
+    KILN_ASSIGN_OR_RETURN(const MlpProblem p, make_mlp(cpu, block, x, n, options));
     KILN_RETURN_IF_ERROR(check_scales(scales, block.hidden));
-    const double e = mlp_error(p, scales, options, pool);
+    const double e = mlp_error(cpu, p, scales, options);
     if (!std::isfinite(e)) return core::error(StatusCode::kInvalidArgument) << "awq mlp: the error overflows";
     return e;
 }
 
 core::Result<quant::AwqResult> awq_search_mlp(const AwqMlpBlock& block, std::span<const float> x, int64_t n,
                                               const quant::AwqOptions& options, core::ThreadPool* pool) {
-    KILN_ASSIGN_OR_RETURN(const MlpProblem p, make_mlp(block, x, n, options, pool));
+    Cpu cpu(pool);
+    KILN_ASSIGN_OR_RETURN(const MlpProblem p, make_mlp(cpu, block, x, n, options));
     const std::vector<float> x_mean = quant::channel_mean_abs(x, n, block.hidden);
     const std::vector<float> w_mean =
         weight_mean({{block.gate, block.quantize_gate}, {block.up, block.quantize_up}}, block.hidden, options);
     KILN_ASSIGN_OR_RETURN(quant::AwqResult r,
                           quant::awq_search_loss(x_mean, w_mean, options, [&](std::span<const float> s) {
-                              return mlp_error(p, s, options, pool);
+                              return mlp_error(cpu, p, s, options);
                           }));
     r.num_samples = p.m;
     return r;
@@ -407,9 +402,10 @@ core::Result<quant::AwqResult> awq_search_mlp(const AwqMlpBlock& block, std::spa
 core::Result<double> awq_attn_error(const AwqAttnBlock& block, std::span<const float> x,
                                     std::span<const int64_t> seq_lens, std::span<const float> scales,
                                     const quant::AwqOptions& options, core::ThreadPool* pool) {
-    KILN_ASSIGN_OR_RETURN(const AttnProblem p, make_attn(block, x, seq_lens, options, pool));
+    Cpu cpu(pool);
+    KILN_ASSIGN_OR_RETURN(const AttnProblem p, make_attn(cpu, block, x, seq_lens, options));
     KILN_RETURN_IF_ERROR(check_scales(scales, block.hidden));
-    const double e = attn_error(p, scales, options, pool);
+    const double e = attn_error(cpu, p, scales, options);
     if (!std::isfinite(e)) return core::error(StatusCode::kInvalidArgument) << "awq attention: the error overflows";
     return e;
 }
@@ -417,7 +413,8 @@ core::Result<double> awq_attn_error(const AwqAttnBlock& block, std::span<const f
 core::Result<quant::AwqResult> awq_search_attn(const AwqAttnBlock& block, std::span<const float> x,
                                                std::span<const int64_t> seq_lens, std::span<const float> x_mean,
                                                const quant::AwqOptions& options, core::ThreadPool* pool) {
-    KILN_ASSIGN_OR_RETURN(const AttnProblem p, make_attn(block, x, seq_lens, options, pool));
+    Cpu cpu(pool);
+    KILN_ASSIGN_OR_RETURN(const AttnProblem p, make_attn(cpu, block, x, seq_lens, options));
     if (int64_t(x_mean.size()) != block.hidden) {
         return core::error(StatusCode::kInvalidArgument) << "awq attention: " << x_mean.size() << " x_mean values";
     }
@@ -425,7 +422,7 @@ core::Result<quant::AwqResult> awq_search_attn(const AwqAttnBlock& block, std::s
         {{block.q, block.quantize_q}, {block.k, block.quantize_k}, {block.v, block.quantize_v}}, block.hidden, options);
     KILN_ASSIGN_OR_RETURN(quant::AwqResult r,
                           quant::awq_search_loss(x_mean, w_mean, options, [&](std::span<const float> s) {
-                              return attn_error(p, s, options, pool);
+                              return attn_error(cpu, p, s, options);
                           }));
     r.num_samples = int64_t(p.queries.size());
     return r;
@@ -435,7 +432,8 @@ core::Result<std::vector<float>> awq_attn_output(const AwqAttnBlock& block, std:
                                                  std::span<const int64_t> seq_lens, core::ThreadPool* pool) {
     quant::AwqOptions o;
     o.max_samples = std::numeric_limits<int64_t>::max();  // every row a query
-    KILN_ASSIGN_OR_RETURN(AttnProblem p, make_attn(block, x, seq_lens, o, pool));
+    Cpu cpu(pool);
+    KILN_ASSIGN_OR_RETURN(AttnProblem p, make_attn(cpu, block, x, seq_lens, o));
     return std::move(p.att_ref);
 }
 

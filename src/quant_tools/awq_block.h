@@ -8,21 +8,24 @@
 // are those of quant/awq.h (awq_search_loss: plain RTN first, alpha = a / grid, first smallest error
 // wins), so only the loss differs. Folding is as in quant/awq.h.
 //
-// Error = mean over the used tokens and the block's hidden outputs of (y - y')^2, y the block output
-// with fp32 weights, y' with the quantized ones. Both outputs go through the same float code (dot
-// products in float with 8 partial sums, finished in double; SiLU, softmax and RoPE as noted in the
-// .cc), so zero weight error gives exactly zero. The error of down / o is linear in the difference of
-// their inputs and is computed as W_down (h - h') (no cancellation of two nearly equal outputs).
+// The blocks run through the model's own step code (model/transformer.h: attention_heads for q/k/v
+// with causal attention, RoPE, GQA, biases, q/k norms and window as the model has them;
+// mlp_activations for gate/up) on an ops::CpuBackend with f32 weights and activations, so the loss
+// measures what the model computes. Error = mean over the used tokens and the block's hidden outputs
+// of (y - y')^2, y the block output with fp32 weights, y' with the quantized ones. Both go through
+// the same code, so zero weight error gives exactly zero. The error of down / o is linear in the
+// difference of their inputs and is computed as W_down (h - h') (no cancellation of two nearly equal
+// outputs).
 //
 // Samples: the MLP uses min(n, max_samples) rows of x evenly strided (row i * n / m), as quant/awq.h.
-// The attention block computes keys and values for every row of the sequences it is given (so every
-// query sees its true causal context; calibration.h keeps at most max_seq_tokens rows) and measures
-// the output of m = min(T, max_samples) query rows, evenly strided over all T rows (row i * T / m).
-// Cost per candidate: MLP m * 3 * hidden * inter multiply-adds; attention T * 2 * kv_dim * hidden +
-// m * (2 * q_dim * hidden + mean context * 2 * q_dim).
+// The attention block computes every row of the sequences it is given (so every query sees its true
+// causal context; calibration.h keeps at most max_seq_tokens rows) and measures the output of
+// m = min(T, max_samples) query rows, evenly strided over all T rows (row i * T / m).
+// Cost per candidate: MLP m * 2 * hidden * inter multiply-adds (+ m * hidden * inter for the error);
+// attention T * (q_dim + 2 * kv_dim) * hidden + T * mean context * 2 * q_dim (+ m * q_dim * hidden).
 //
-// Invariants: deterministic for any thread count (each sampled token's error is its own double,
-// summed in order; work is split over weight rows and tokens only). Scalar reference code.
+// Invariants: deterministic for any thread count (the ops split work by shape only; each sampled
+// token's error is its own double, summed in order).
 #pragma once
 
 #include <cstdint>
