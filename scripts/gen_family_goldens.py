@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tiny random-weight models of every Llama-family architecture kiln runs, built by Hugging Face
+"""Tiny random-weight models of every architecture kiln runs (the Llama family and Gemma 3), built by Hugging Face
 transformers (AutoModelForCausalLM.from_config: the reference modeling code, an implementation
 independent of kiln), and their logits. Run once by hand with torch + transformers installed (they
 are not test dependencies):
@@ -44,6 +44,14 @@ FAMILIES = {
     "mistral": ("mistral", dict(tie_word_embeddings=False, sliding_window=8, head_dim=8)),
     "qwen2": ("qwen2", dict(tie_word_embeddings=True, rope_theta=1000000.0)),  # q/k/v biases
     "qwen3": ("qwen3", dict(tie_word_embeddings=True, head_dim=8, rope_theta=1000000.0)),  # q/k RMSNorm
+    # Gemma 3 text: GeGLU, (1 + w) norms before and after each block, q/k norms, embeddings times
+    # sqrt(hidden), a query_pre_attn_scalar other than head_dim, a sliding layer (window shorter than
+    # the prompts, base 10000) then a global one (base 1e6, linear scaling), head_dim * heads != hidden.
+    "gemma3": ("gemma3_text", dict(tie_word_embeddings=True, head_dim=16, query_pre_attn_scalar=12, sliding_window=8,
+                                   layer_types=["sliding_attention", "full_attention"],
+                                   rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                                    "full_attention": {"rope_type": "linear", "factor": 2.0,
+                                                                       "rope_theta": 1000000.0}})),
 }
 PROMPT_LENS = [1, 7, 19]
 GREEDY = 32

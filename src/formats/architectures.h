@@ -10,7 +10,7 @@
 namespace kiln::formats {
 
 struct ArchNames {
-    std::string_view model_type;  // "llama", "mistral", "qwen2", "qwen3"
+    std::string_view model_type;  // "llama", "mistral", "qwen2", "qwen3", "gemma3_text"
     std::string_view hf_class;    // config.json "architectures": "LlamaForCausalLM", ...
     std::string_view gguf_arch;   // GGUF general.architecture
     bool gguf_neox_rope;          // GGUF Q/K rows in rotate-half order
@@ -21,6 +21,7 @@ inline constexpr ArchNames kArchitectures[] = {
     {"mistral", "MistralForCausalLM", "llama", false},
     {"qwen2", "Qwen2ForCausalLM", "qwen2", true},
     {"qwen3", "Qwen3ForCausalLM", "qwen3", true},
+    {"gemma3_text", "Gemma3ForCausalLM", "gemma3", true},
 };
 
 // nullptr when kiln does not support it.

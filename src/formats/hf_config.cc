@@ -150,7 +150,68 @@ void parse_rope_scaling(Fields& parent, const char* key, const json& obj, RopeSc
     if (!f.status().is_ok()) parent.fail_msg(key + f.status().message());
 }
 
+// Gemma 3: rope_parameters holds one entry per layer type (transformers >= 5); older configs give
+// rope_theta, rope_local_base_freq and rope_scaling (which applies to the full-attention layers).
+core::Status parse_gemma_rope(Fields& f, const std::string& name, HfConfig* c) {
+    c->rope_theta = f.get_num("rope_theta").value_or(1000000.0);
+    c->rope_local_theta = f.get_num("rope_local_base_freq").value_or(10000.0);
+    if (const json* rs = f.raw("rope_scaling"); rs && rs->is_object()) parse_rope_scaling(f, "rope_scaling", *rs, &c->rope_scaling);
+    const json* rp = f.raw("rope_parameters");
+    if (!rp || rp->is_null()) return core::Status::ok();
+    if (!rp->is_object())
+        return core::error(StatusCode::kCorrupt) << name << ": \"rope_parameters\" should be an object, got " << json_brief(*rp);
+    for (const char* type : {"full_attention", "sliding_attention"}) {
+        auto it = rp->find(type);
+        if (it == rp->end() || it->is_null()) continue;
+        if (!it->is_object())
+            return core::error(StatusCode::kCorrupt) << name << ": rope_parameters." << type << " should be an object";
+        Fields pf(*it, name + ": rope_parameters." + type);
+        const bool full = std::string(type) == "full_attention";
+        if (auto theta = pf.get_num("rope_theta")) (full ? c->rope_theta : c->rope_local_theta) = *theta;
+        KILN_RETURN_IF_ERROR(pf.status());
+        RopeScaling rs;
+        parse_rope_scaling(f, "rope_parameters", *it, &rs);
+        if (full) {
+            c->rope_scaling = rs;
+        } else if (!rs.type.empty()) {
+            return core::error(StatusCode::kUnsupported)
+                   << name << ": RoPE scaling '" << rs.type << "' on the sliding-window layers is not supported";
+        }
+    }
+    return core::Status::ok();
+}
+
+// Gemma 3's sliding layers: layer_types, which must be "every Nth layer full attention", or
+// sliding_window_pattern N (default 6).
+core::Status parse_gemma_layers(Fields& f, const std::string& name, HfConfig* c) {
+    c->sliding_window = f.has("sliding_window") ? f.get_int("sliding_window").value_or(0) : 4096;
+    c->sliding_window_pattern = f.get_int("sliding_window_pattern").value_or(6);
+    const json* types = f.raw("layer_types");
+    if (!types || types->is_null()) return core::Status::ok();
+    const int64_t n = c->num_hidden_layers;
+    if (!types->is_array() || int64_t(types->size()) != n)
+        return core::error(StatusCode::kCorrupt) << name << ": \"layer_types\" should be a list of " << n
+                                                 << " strings, got " << json_brief(*types);
+    int64_t pattern = 0;  // the first full-attention layer + 1
+    for (int64_t i = 0; i < n && pattern == 0; ++i)
+        if ((*types)[size_t(i)] == "full_attention") pattern = i + 1;
+    if (pattern == 0) pattern = n + 1;  // every layer slides
+    for (int64_t i = 0; i < n; ++i) {
+        const json& t = (*types)[size_t(i)];
+        if (t != "full_attention" && t != "sliding_attention")
+            return core::error(StatusCode::kUnsupported) << name << ": layer_types[" << i << "] is " << json_brief(t)
+                                                         << " (supported: full_attention, sliding_attention)";
+        if ((t == "full_attention") != ((i + 1) % pattern == 0))
+            return core::error(StatusCode::kUnsupported)
+                   << name << ": layer_types is not \"every " << pattern
+                   << "th layer full attention\", the only arrangement kiln supports for gemma3_text";
+    }
+    c->sliding_window_pattern = pattern;
+    return core::Status::ok();
+}
+
 core::Status parse_rope(Fields& f, const std::string& name, HfConfig* c) {
+    if (c->model_type == "gemma3_text") return parse_gemma_rope(f, name, c);
     c->rope_theta = f.get_num("rope_theta").value_or(10000.0);
     for (const char* key : {"rope_scaling", "rope_parameters"}) {
         const json* rs = f.raw(key);
@@ -192,7 +253,9 @@ core::Result<int64_t> first_sliding_layer(const json& types, int64_t num_layers,
 
 // sliding_window / max_window_layers per architecture (see hf_config.h).
 core::Status parse_sliding_window(Fields& f, const std::string& name, HfConfig* c) {
-    if (c->model_type == "mistral") {
+    if (c->model_type == "gemma3_text") {
+        KILN_RETURN_IF_ERROR(parse_gemma_layers(f, name, c));
+    } else if (c->model_type == "mistral") {
         // Absent: MistralConfig's default 4096; null: full attention. Every layer slides.
         c->sliding_window = f.has("sliding_window") ? f.get_int("sliding_window").value_or(0) : 4096;
         c->max_window_layers = 0;
@@ -209,6 +272,19 @@ core::Status parse_sliding_window(Fields& f, const std::string& name, HfConfig* 
 }
 
 core::Status check_unsupported(Fields& f, const std::string& name, const HfConfig& c) {
+    if (c.model_type == "gemma3_text") {
+        if (c.hidden_act != "gelu_pytorch_tanh")
+            return core::error(StatusCode::kUnsupported)
+                   << name << ": hidden_activation \"" << c.hidden_act << "\" is not supported (only gelu_pytorch_tanh)";
+        for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"})
+            if (f.get_num(key))
+                return core::error(StatusCode::kUnsupported) << name << ": " << key << " (soft-capping) is not supported yet";
+        if (f.get_bool("use_bidirectional_attention").value_or(false))
+            return core::error(StatusCode::kUnsupported) << name << ": use_bidirectional_attention is not supported";
+        if (!(c.query_pre_attn_scalar > 0))
+            return core::error(StatusCode::kCorrupt) << name << ": query_pre_attn_scalar must be positive";
+        return core::Status::ok();
+    }
     if (c.hidden_act != "silu" && c.hidden_act != "swish")
         return core::error(StatusCode::kUnsupported)
                << name << ": hidden_act \"" << c.hidden_act << "\" is not supported (only silu / swish)";
@@ -223,25 +299,27 @@ core::Status parse_sizes(Fields& f, const std::string& name, HfConfig* c) {
     for (const char* key : kRequired)
         if (!f.raw(key)) return core::error(StatusCode::kCorrupt) << name << ": missing \"" << key << "\"";
     const bool is_qwen = c->model_type == "qwen2" || c->model_type == "qwen3";
+    const bool is_gemma = c->model_type == "gemma3_text";
     c->vocab_size = f.get_int("vocab_size").value_or(0);
     c->hidden_size = f.get_int("hidden_size").value_or(0);
     c->intermediate_size = f.get_int("intermediate_size").value_or(0);
     c->num_hidden_layers = f.get_int("num_hidden_layers").value_or(0);
     c->num_attention_heads = f.get_int("num_attention_heads").value_or(0);
     // Absent: the config class default (LlamaConfig: None -> num_attention_heads); null: num_attention_heads.
-    const int64_t kv_default = c->model_type == "mistral" ? 8 : is_qwen ? 32 : c->num_attention_heads;
+    const int64_t kv_default = c->model_type == "mistral" ? 8 : is_qwen ? 32 : is_gemma ? 4 : c->num_attention_heads;
     c->num_key_value_heads =
         f.has("num_key_value_heads") ? f.get_int("num_key_value_heads").value_or(c->num_attention_heads) : kv_default;
     const bool is_qwen3 = c->model_type == "qwen3";
     int64_t default_head_dim = is_qwen3                     ? 128
+                               : is_gemma                   ? 256
                                : c->num_attention_heads > 0 ? c->hidden_size / c->num_attention_heads
                                                             : 0;
-    if (!is_qwen3 && !f.raw("head_dim") && c->num_attention_heads > 0 && c->hidden_size % c->num_attention_heads != 0)
+    if (!is_qwen3 && !is_gemma && !f.raw("head_dim") && c->num_attention_heads > 0 && c->hidden_size % c->num_attention_heads != 0)
         return core::error(StatusCode::kCorrupt)
                << name << ": hidden_size " << c->hidden_size << " is not a multiple of num_attention_heads "
                << c->num_attention_heads << " and no head_dim is given";
     c->head_dim = f.get_int("head_dim").value_or(default_head_dim);
-    const int64_t max_pos_default = c->model_type == "mistral" ? 4096 * 32 : is_qwen ? 32768 : 2048;
+    const int64_t max_pos_default = c->model_type == "mistral" ? 4096 * 32 : is_qwen ? 32768 : is_gemma ? 131072 : 2048;
     c->max_position_embeddings = f.get_int("max_position_embeddings").value_or(max_pos_default);
     return core::Status::ok();
 }
@@ -287,12 +365,15 @@ core::Result<HfConfig> parse_hf_config(const std::string& json_text, const std::
     KILN_RETURN_IF_ERROR(parse_sizes(f, name, &c));
     c.rms_norm_eps = f.get_num("rms_norm_eps").value_or(1e-6);
     KILN_RETURN_IF_ERROR(parse_rope(f, name, &c));
-    c.tie_word_embeddings = f.get_bool("tie_word_embeddings").value_or(false);
+    const bool is_gemma = c.model_type == "gemma3_text";
+    c.tie_word_embeddings = f.get_bool("tie_word_embeddings").value_or(is_gemma);
     KILN_RETURN_IF_ERROR(parse_sliding_window(f, name, &c));
     // Qwen2 always has q/k/v biases; MistralAttention has none whatever the config says.
     c.attention_bias =
         c.model_type == "qwen2" || (c.model_type != "mistral" && f.get_bool("attention_bias").value_or(false));
-    c.hidden_act = f.get_str("hidden_act").value_or("silu");
+    c.hidden_act = is_gemma ? f.get_str("hidden_activation").value_or("gelu_pytorch_tanh")
+                            : f.get_str("hidden_act").value_or("silu");
+    if (is_gemma) c.query_pre_attn_scalar = f.get_num("query_pre_attn_scalar").value_or(256.0);
     c.torch_dtype = f.get_str("torch_dtype").value_or(f.get_str("dtype").value_or(""));
     c.bos_token_id = f.get_int("bos_token_id");
     c.eos_token_ids = f.get_int_list("eos_token_id");

@@ -7,7 +7,13 @@
 // (absent: 4096, null: none) to every layer; Qwen2/Qwen3 only with use_sliding_window, and only to
 // layers >= max_window_layers (default 28), or to the "sliding_attention" entries of layer_types when
 // given (kiln supports those only as a suffix of the layers); LlamaConfig has no sliding window.
-// Rejected as kUnsupported: hidden_act other than silu/swish, Llama's mlp_bias.
+// Gemma 3 text models (Gemma3ForCausalLM, model_type gemma3_text; Gemma3TextConfig's defaults): the
+// sliding layers come from layer_types (which must follow a pattern: every Nth layer full attention)
+// or sliding_window_pattern (default 6); RoPE from rope_parameters' full_attention / sliding_attention
+// entries (transformers >= 5) or rope_theta (default 1e6), rope_local_base_freq (default 1e4) and
+// rope_scaling (full-attention layers only); hidden_activation gelu_pytorch_tanh.
+// Rejected as kUnsupported: hidden_act other than silu/swish (gelu_pytorch_tanh for Gemma 3),
+// Llama's mlp_bias, Gemma's attention / final logit soft-capping and bidirectional attention.
 // Invariants after a successful parse: the checks of hyper_params.h hold, head_dim is set (explicit,
 // or hidden_size / num_heads), and eos_token_ids holds every end-of-sequence id (config files give
 // an int or a list).
@@ -41,7 +47,12 @@ struct HfConfig {
     int64_t sliding_window = 0;     // 0: full attention
     int64_t max_window_layers = 0;  // layers >= this use sliding_window (Qwen2/Qwen3); 0 for Mistral
     bool attention_bias = false;    // q/k/v (and, except on Qwen2, o_proj) biases; always on for Qwen2, off for Mistral
-    std::string hidden_act = "silu";
+    std::string hidden_act = "silu";  // Gemma 3: hidden_activation
+    // Gemma 3: layer l uses sliding_window unless (l + 1) % sliding_window_pattern == 0; sliding
+    // layers' RoPE base (without scaling); the attention scale is query_pre_attn_scalar^-0.5.
+    int64_t sliding_window_pattern = 0;
+    double rope_local_theta = 0;
+    double query_pre_attn_scalar = 0;
     std::string torch_dtype;  // "bfloat16", "float16", "float32", or ""
     std::optional<int64_t> bos_token_id;
     std::vector<int64_t> eos_token_ids;

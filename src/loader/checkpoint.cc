@@ -124,6 +124,24 @@ core::Result<TensorRef> permute_tensor(const TensorRef& t, int64_t num_heads, Ro
     return out;
 }
 
+// An f32 copy of a norm weight with 1 added to every element (Gemma's 1 + w).
+static core::Result<TensorRef> shift_norm_weight(const TensorRef& t, std::vector<std::shared_ptr<const void>>* owners) {
+    const uint64_t n = t.num_elements();
+    if (t.shape.size() != 1 || core::dtype_bytes(t.dtype, n) != t.num_bytes)
+        return core::error(StatusCode::kCorrupt) << "tensor '" << t.name << "' of shape " << shape_string(t.shape)
+                                                 << " is not a norm weight vector";
+    auto buf = std::make_shared<std::vector<float>>(size_t(n));
+    KILN_RETURN_IF_ERROR(kernels::ref::dequantize_row(t.dtype, t.data, buf->data(), int64_t(n)));
+    for (float& v : *buf) v += 1.0f;
+    TensorRef out = t;
+    out.dtype = core::DType::kF32;
+    out.data = reinterpret_cast<const uint8_t*>(buf->data());
+    out.num_bytes = n * 4;
+    out.storage.reset();
+    owners->push_back(std::move(buf));
+    return out;
+}
+
 core::Result<Checkpoint> load_gguf_checkpoint(const std::string& path) {
     KILN_ASSIGN_OR_RETURN(formats::GgufFile file, formats::GgufFile::open(path));
     auto gguf = std::make_shared<formats::GgufFile>(std::move(file));
@@ -203,9 +221,13 @@ core::Result<Checkpoint> load_hf_checkpoint(const std::string& path) {
                 for (const auto& [part_name, part] : mod->second) core::release_mapped_pages(part.data, size_t(part.num_bytes));
             }
         }
-        std::string name = hf_to_gguf_name(t.name).value_or(t.name);
+        std::string name = hf_to_gguf_name(t.name, ck.config.arch).value_or(t.name);
         if (name == "output.weight" && ck.config.tie_word_embeddings) continue;  // a saved copy of the embedding
         t.name = name;
+        if (ck.config.arch == "gemma3_text" && name.ends_with("norm.weight")) {
+            // Gemma's RMSNorm multiplies by (1 + w): stored with the 1 added, as llama.cpp does.
+            KILN_ASSIGN_OR_RETURN(t, shift_norm_weight(t, &ck.owners));
+        }
         int64_t heads = rope_permute_heads(name, ck.config);
         KILN_RETURN_IF_ERROR(add_tensor(&ck, &names, std::move(t), heads));
     }

@@ -213,6 +213,10 @@ core::Status write_hf_checkpoint(const Checkpoint& ck, const std::string& dir, c
         return core::error(StatusCode::kUnsupported)
                << ck.path << ": rope_freqs.weight (llama.cpp's form of Llama-3 RoPE scaling) has no Hugging Face "
                << "equivalent; keep this model in GGUF";
+    if (ck.config.arch == "gemma3_text")
+        return core::error(StatusCode::kUnsupported)
+               << ck.path << ": writing gemma3_text as safetensors is not supported yet (its norm weights would need "
+               << "Gemma's +1 taken off again); keep this model in GGUF";
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) return core::error(StatusCode::kIo) << dir << ": cannot create directory: " << ec.message();
@@ -232,7 +236,7 @@ core::Status write_hf_checkpoint(const Checkpoint& ck, const std::string& dir, c
         KILN_ASSIGN_OR_RETURN(TensorRef t, prepare_tensor(src, opts, rope_permute_heads(src.name, ck.config), &owners));
         if (t.shape.size() >= 2) bytes_by_dtype[t.dtype] += t.num_bytes;
         progress.tensor(i, t);
-        formats::SafetensorsTensorIn out{gguf_to_hf_name(t.name).value_or(t.name), t.dtype, t.shape, t.data,
+        formats::SafetensorsTensorIn out{gguf_to_hf_name(t.name, ck.config.arch).value_or(t.name), t.dtype, t.shape, t.data,
                                          t.num_bytes};
         if (extras && extras->transform) {
             KILN_ASSIGN_OR_RETURN(bool replaced, extras->transform(out, &tensors, &owners));

@@ -8,7 +8,7 @@ namespace kiln::loader {
 namespace {
 
 enum class Dim { kNone, kHidden, kInter, kQ, kKv, kHeadDim };
-enum class When { kAlways, kAttentionBias, kOutputBias, kQkNorm };
+enum class When { kAlways, kAttentionBias, kOutputBias, kQkNorm, kSandwichNorms };
 
 struct Row {
     LayerTensor t;
@@ -33,6 +33,8 @@ constexpr Row kRows[] = {
     {LayerTensor::kOBias, "attn_output.bias", Dim::kHidden, Dim::kNone, When::kOutputBias},
     {LayerTensor::kQNorm, "attn_q_norm.weight", Dim::kHeadDim, Dim::kNone, When::kQkNorm},
     {LayerTensor::kKNorm, "attn_k_norm.weight", Dim::kHeadDim, Dim::kNone, When::kQkNorm},
+    {LayerTensor::kPostAttnNorm, "post_attention_norm.weight", Dim::kHidden, Dim::kNone, When::kSandwichNorms},
+    {LayerTensor::kPostFfnNorm, "post_ffw_norm.weight", Dim::kHidden, Dim::kNone, When::kSandwichNorms},
 };
 
 const Row& row(LayerTensor t) {
@@ -73,6 +75,8 @@ bool layer_tensor_present(const ModelConfig& c, LayerTensor t) {
             return c.has_output_bias();
         case When::kQkNorm:
             return c.qk_norm;
+        case When::kSandwichNorms:
+            return c.sandwich_norms;
         case When::kAlways:
             break;
     }

@@ -14,10 +14,12 @@
 namespace kiln::loader {
 
 // One decoder layer's tensors. kQBias..kVBias exist with attention_bias, kOBias with
-// has_output_bias(), kQNorm / kKNorm with qk_norm; the others always.
+// has_output_bias(), kQNorm / kKNorm with qk_norm, kPostAttnNorm / kPostFfnNorm with sandwich_norms;
+// the others always.
 enum class LayerTensor {
     kAttnNorm, kQ, kK, kV, kO, kFfnNorm, kGate, kUp, kDown,  // every layer
     kQBias, kKBias, kVBias, kOBias, kQNorm, kKNorm,          // per family
+    kPostAttnNorm, kPostFfnNorm,                             // sandwich_norms (Gemma 3)
 };
 
 struct TensorSpec {

@@ -89,6 +89,14 @@ core::Result<int64_t> gguf_vocab_size(const formats::GgufFile& g, const std::str
     return core::error(StatusCode::kCorrupt) << g.path() << ": cannot tell the vocabulary size";
 }
 
+// What an architecture fixes about its blocks (model_config.h).
+void set_family_flags(ModelConfig* c) {
+    const bool gemma = c->arch == "gemma3_text";
+    c->gelu_mlp = gemma;
+    c->sandwich_norms = gemma;
+    c->scale_embeddings = gemma;
+}
+
 }  // namespace
 
 core::Status ModelConfig::validate() const {
@@ -111,6 +119,11 @@ core::Status ModelConfig::validate() const {
         return core::error(StatusCode::kUnsupported) << "model config: mistral has no attention biases";
     if (arch == "qwen2" && !attention_bias)
         return core::error(StatusCode::kCorrupt) << "model config: qwen2 always has q/k/v biases";
+    if (sliding_window_pattern < 0 || !(query_pre_attn_scalar >= 0) || !(rope_local_theta >= 0) ||
+        !std::isfinite(query_pre_attn_scalar) || !std::isfinite(rope_local_theta))
+        return core::error(StatusCode::kCorrupt)
+               << "model config: sliding_window_pattern " << sliding_window_pattern << ", query_pre_attn_scalar "
+               << query_pre_attn_scalar << ", rope_local_theta " << rope_local_theta << " (none may be negative)";
     return core::Status::ok();
 }
 
@@ -130,7 +143,11 @@ core::Result<ModelConfig> config_from_hf(const formats::HfConfig& hf) {
     c.rope_scaling = hf.rope_scaling;
     c.tie_word_embeddings = hf.tie_word_embeddings;
     c.attention_bias = hf.attention_bias;
-    c.qk_norm = hf.model_type == "qwen3";
+    c.qk_norm = hf.model_type == "qwen3" || hf.model_type == "gemma3_text";
+    set_family_flags(&c);
+    c.query_pre_attn_scalar = hf.query_pre_attn_scalar;
+    c.sliding_window_pattern = hf.sliding_window > 0 ? hf.sliding_window_pattern : 0;
+    c.rope_local_theta = hf.rope_local_theta;
     c.sliding_window = hf.sliding_window;
     c.max_window_layers = hf.max_window_layers;
     c.torch_dtype = hf.torch_dtype;
@@ -176,11 +193,21 @@ core::Result<ModelConfig> config_from_gguf(const formats::GgufFile& g) {
     KILN_ASSIGN_OR_RETURN(c.sliding_window, gguf_int(g, p + "attention.sliding_window", int64_t(0)));
     KILN_ASSIGN_OR_RETURN(c.max_window_layers, gguf_int(g, p + "attention.max_window_layers", int64_t(0)));
     if (c.arch == "llama" && c.sliding_window > 0) c.arch = "mistral";  // how kiln writes Mistral
+    set_family_flags(&c);
+    if (c.arch == "gemma3_text") {
+        // llama.cpp's gemma3: every 6th layer full attention, sliding layers at base 10000, scores
+        // scaled by 1/sqrt(head_dim); kiln's files may say otherwise (kiln keys, model_config.h).
+        KILN_ASSIGN_OR_RETURN(c.sliding_window_pattern, gguf_int(g, p + "attention.sliding_window_pattern", int64_t(6)));
+        if (c.sliding_window == 0) c.sliding_window_pattern = 0;
+        KILN_ASSIGN_OR_RETURN(c.rope_local_theta, gguf_float(g, p + "rope.local_freq_base", 10000.0));
+        KILN_ASSIGN_OR_RETURN(c.query_pre_attn_scalar,
+                              gguf_float(g, p + "attention.query_pre_attn_scalar", double(c.head_dim)));
+    }
     KILN_RETURN_IF_ERROR(read_gguf_rope_scaling(g, *arch, &c));
     KILN_ASSIGN_OR_RETURN(c.vocab_size, gguf_vocab_size(g, p));
     c.tie_word_embeddings = g.find_tensor("output.weight") == nullptr;
     c.attention_bias = *arch == "qwen2" || g.find_tensor("blk.0.attn_q.bias") != nullptr;
-    c.qk_norm = *arch == "qwen3" || g.find_tensor("blk.0.attn_q_norm.weight") != nullptr;
+    c.qk_norm = *arch == "qwen3" || *arch == "gemma3" || g.find_tensor("blk.0.attn_q_norm.weight") != nullptr;
     c.bos_token_id = g.get_int("tokenizer.ggml.bos_token_id");
     if (auto eos = g.get_int("tokenizer.ggml.eos_token_id")) c.eos_token_ids.push_back(*eos);
     KILN_RETURN_IF_ERROR(c.validate());
@@ -240,6 +267,11 @@ std::vector<std::pair<std::string, GgufValue>> config_to_gguf_metadata(const Mod
     if (c.sliding_window > 0) kv.emplace_back(p + "attention.sliding_window", gguf_u32(uint32_t(c.sliding_window)));
     if (c.sliding_window > 0 && c.max_window_layers > 0)
         kv.emplace_back(p + "attention.max_window_layers", gguf_u32(uint32_t(c.max_window_layers)));
+    if (c.sliding_window_pattern > 0)
+        kv.emplace_back(p + "attention.sliding_window_pattern", gguf_u32(uint32_t(c.sliding_window_pattern)));
+    if (c.rope_local_theta > 0) kv.emplace_back(p + "rope.local_freq_base", gguf_f32(float(c.rope_local_theta)));
+    if (c.query_pre_attn_scalar > 0)
+        kv.emplace_back(p + "attention.query_pre_attn_scalar", gguf_f32(float(c.query_pre_attn_scalar)));
     const formats::RopeScaling& rs = c.rope_scaling;
     if (!rs.type.empty()) {
         kv.emplace_back(p + "rope.scaling.type", gguf_string(rs.type));

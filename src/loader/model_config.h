@@ -9,7 +9,10 @@
 // first layer that uses the sliding window; absent means every layer, llama.cpp's meaning of
 // sliding_window). llama.cpp instead stores Llama-3 RoPE scaling as precomputed frequency factors in
 // a rope_freqs.weight tensor: without a {arch}.rope.scaling.type key kiln reads them into
-// rope_freq_factors (each RoPE frequency is divided by its factor, as llama.cpp does).
+// rope_freq_factors (each RoPE frequency is divided by its factor, as llama.cpp does). Gemma 3
+// (GGUF arch gemma3) adds three kiln keys, each defaulting to what llama.cpp hard-codes:
+// {arch}.attention.sliding_window_pattern (6), {arch}.rope.local_freq_base (10000) and
+// {arch}.attention.query_pre_attn_scalar (head_dim).
 // Invariants after validate(): the architecture is in formats/architectures.h and the checks of
 // formats/hyper_params.h hold (sizes positive and capped, num_heads a multiple of num_kv_heads,
 // head_dim even, eps and theta positive, RoPE scaling coherent, bos/eos ids inside the vocabulary);
@@ -36,7 +39,7 @@ struct ModelConfig : formats::HyperParams {
         rms_norm_eps = 1e-5;
         rope_theta = 10000.0;
     }
-    std::string arch = "llama";  // "llama", "mistral", "qwen2", "qwen3"
+    std::string arch = "llama";  // "llama", "mistral", "qwen2", "qwen3", "gemma3_text"
     std::string name;            // human-readable (general.name); may be empty
     // HyperParams notes: rope_scaling.type "" = none; sliding_window 0 = full attention;
     // layers >= max_window_layers use sliding_window (Qwen2/Qwen3); 0: all (Mistral).
@@ -47,6 +50,20 @@ struct ModelConfig : formats::HyperParams {
     // llama.cpp's rope_freqs.weight ([head_dim / 2] f32, how Llama 3.1 / 3.2 GGUF files carry their
     // RoPE scaling): RoPE frequency i is divided by factor i. Empty when the file has none.
     std::vector<float> rope_freq_factors;
+    // Gemma 3 (all off / 0 for the Llama family): the MLP's gate activation is GELU (tanh form)
+    // instead of SiLU; the attention and MLP outputs are RMS-normed before their residual add
+    // (post_attention_norm, post_ffw_norm: "sandwich" norms); the token embeddings are multiplied
+    // by sqrt(hidden_size); attention scores are scaled by query_pre_attn_scalar^-0.5 (0: head_dim);
+    // layer l slides unless (l + 1) % sliding_window_pattern == 0 (0: max_window_layers decides);
+    // sliding layers rotate with base rope_local_theta and no scaling (0: as the others).
+    // Norm weights are stored with Gemma's +1 already added (as llama.cpp's GGUF files hold them;
+    // the HF loader adds it), so every family's RMSNorm is x / rms(x) * w.
+    bool gelu_mlp = false;
+    bool sandwich_norms = false;
+    bool scale_embeddings = false;
+    double query_pre_attn_scalar = 0;
+    int64_t sliding_window_pattern = 0;
+    double rope_local_theta = 0;
 
     int64_t q_dim() const { return num_heads * head_dim; }
     int64_t kv_dim() const { return num_kv_heads * head_dim; }
@@ -54,7 +71,12 @@ struct ModelConfig : formats::HyperParams {
     bool has_output_bias() const { return attention_bias && arch != "qwen2"; }
     // The attention window of one layer; 0 for full attention.
     int64_t window_for_layer(int64_t layer_idx) const {
+        if (sliding_window_pattern > 0) return (layer_idx + 1) % sliding_window_pattern != 0 ? sliding_window : 0;
         return sliding_window > 0 && layer_idx >= max_window_layers ? sliding_window : 0;
+    }
+    // Whether layer l rotates with rope_local_theta (a sliding layer of a model that has one).
+    bool local_rope_layer(int64_t layer_idx) const {
+        return rope_local_theta > 0 && window_for_layer(layer_idx) > 0;
     }
     core::Status validate() const;
 };

@@ -38,6 +38,13 @@ constexpr NamePair kLayer[] = {
     {"mlp.down_proj.weight", "ffn_down.weight"},
 };
 
+// Gemma 3's norms around each block (checked before kLayer).
+constexpr NamePair kGemmaLayer[] = {
+    {"post_attention_layernorm.weight", "post_attention_norm.weight"},
+    {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
+    {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
+};
+
 constexpr uint64_t kMaxLayerIdx = 1000000;
 
 // Splits "<prefix>N.<rest>" into N and rest. N is decimal without leading zeros.
@@ -59,26 +66,29 @@ bool split_layer(const std::string& name, const char* prefix, uint64_t* layer_id
     return true;
 }
 
-std::optional<std::string> map_name(const std::string& name, bool from_hf) {
+std::optional<std::string> map_name(const std::string& name, bool from_hf, const std::string& model_type) {
     for (const NamePair& p : kGlobal)
         if (name == (from_hf ? p.hf : p.gguf)) return std::string(from_hf ? p.gguf : p.hf);
     uint64_t layer_idx = 0;
     std::string rest;
     if (!split_layer(name, from_hf ? "model.layers." : "blk.", &layer_idx, &rest)) return std::nullopt;
+    const std::string prefix = (from_hf ? "blk." : "model.layers.") + std::to_string(layer_idx) + ".";
+    if (model_type == "gemma3_text")
+        for (const NamePair& p : kGemmaLayer)
+            if (rest == (from_hf ? p.hf : p.gguf)) return prefix + (from_hf ? p.gguf : p.hf);
     for (const NamePair& p : kLayer)
-        if (rest == (from_hf ? p.hf : p.gguf))
-            return (from_hf ? "blk." : "model.layers.") + std::to_string(layer_idx) + "." + (from_hf ? p.gguf : p.hf);
+        if (rest == (from_hf ? p.hf : p.gguf)) return prefix + (from_hf ? p.gguf : p.hf);
     return std::nullopt;
 }
 
 }  // namespace
 
-std::optional<std::string> hf_to_gguf_name(const std::string& hf_name) {
-    return map_name(hf_name, true);
+std::optional<std::string> hf_to_gguf_name(const std::string& hf_name, const std::string& model_type) {
+    return map_name(hf_name, true, model_type);
 }
 
-std::optional<std::string> gguf_to_hf_name(const std::string& gguf_name) {
-    return map_name(gguf_name, false);
+std::optional<std::string> gguf_to_hf_name(const std::string& gguf_name, const std::string& model_type) {
+    return map_name(gguf_name, false, model_type);
 }
 
 bool is_hf_ignored_tensor(const std::string& hf_name) {

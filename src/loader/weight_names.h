@@ -17,9 +17,11 @@
 
 namespace kiln::loader {
 
-// nullopt when the name is not one of the known per-architecture tensors.
-std::optional<std::string> hf_to_gguf_name(const std::string& hf_name);
-std::optional<std::string> gguf_to_hf_name(const std::string& gguf_name);
+// nullopt when the name is not one of the known per-architecture tensors. model_type (ModelConfig::arch)
+// matters for Gemma 3, whose post_attention_layernorm is the attention output's norm
+// (post_attention_norm) and pre_feedforward_layernorm the MLP input's (ffn_norm); "" = Llama family.
+std::optional<std::string> hf_to_gguf_name(const std::string& hf_name, const std::string& model_type = "");
+std::optional<std::string> gguf_to_hf_name(const std::string& gguf_name, const std::string& model_type = "");
 // Buffers HF checkpoints sometimes save that are not weights (rotary_emb.inv_freq).
 bool is_hf_ignored_tensor(const std::string& hf_name);
 

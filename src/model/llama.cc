@@ -90,7 +90,7 @@ KvCache::KvCache(const ModelConfig& config, int64_t max_len)
       v_(size_t(config.num_layers)) {}
 
 const std::vector<std::string>& LlamaModel::supported_architectures() {
-    static const std::vector<std::string> kArchs = {"llama", "mistral", "qwen2", "qwen3"};
+    static const std::vector<std::string> kArchs = {"llama", "mistral", "qwen2", "qwen3", "gemma3_text"};
     return kArchs;
 }
 
@@ -135,6 +135,11 @@ core::Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const Checkpoint& c
     m->backend_ = std::make_unique<ops::CpuBackend>(pool, lo.isa);
     KILN_ASSIGN_OR_RETURN(auto rope, rope_params(c, ck.path));
     m->inv_freq_ = kernels::ref::rope_inv_freqs(c.head_dim, rope);
+    if (c.rope_local_theta > 0) {  // sliding layers: their own base, no scaling
+        kernels::ref::RopeParams local;
+        local.theta = c.rope_local_theta;
+        m->inv_freq_local_ = kernels::ref::rope_inv_freqs(c.head_dim, local);
+    }
     const int64_t H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), F = c.intermediate_size, V = c.vocab_size;
     KILN_ASSIGN_OR_RETURN(const WeightView embed, matrix(ck, "token_embd.weight", V, H));
     m->embed_ = ops::CpuWeight::table(embed);
@@ -177,6 +182,10 @@ core::Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const Checkpoint& c
             KILN_ASSIGN_OR_RETURN(L.q_norm, vec(ck, p(LayerTensor::kQNorm), c.head_dim));
             KILN_ASSIGN_OR_RETURN(L.k_norm, vec(ck, p(LayerTensor::kKNorm), c.head_dim));
         }
+        if (c.sandwich_norms) {
+            KILN_ASSIGN_OR_RETURN(L.post_attn_norm, vec(ck, p(LayerTensor::kPostAttnNorm), H));
+            KILN_ASSIGN_OR_RETURN(L.post_ffn_norm, vec(ck, p(LayerTensor::kPostFfnNorm), H));
+        }
         m->layers_.push_back(std::move(L));
     }
     // The step's view of the weights (the vectors above no longer move).
@@ -184,7 +193,8 @@ core::Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const Checkpoint& c
     w.embed = m->embed_.get();
     w.lm_head = m->output_.get();
     w.output_norm = m->output_norm_.data();
-    for (const Layer& L : m->layers_) {
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+        const Layer& L = m->layers_[size_t(l)];
         LayerWeights lw;
         lw.qkv = L.qkv.get();
         lw.o = L.o.get();
@@ -196,7 +206,9 @@ core::Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const Checkpoint& c
         lw.bo = opt(L.bo);
         lw.q_norm = opt(L.q_norm);
         lw.k_norm = opt(L.k_norm);
-        lw.inv_freq = m->inv_freq_.data();
+        lw.post_attn_norm = opt(L.post_attn_norm);
+        lw.post_ffn_norm = opt(L.post_ffn_norm);
+        lw.inv_freq = c.local_rope_layer(l) ? m->inv_freq_local_.data() : m->inv_freq_.data();
         w.layers.push_back(lw);
     }
     return m;

@@ -1,5 +1,6 @@
 // LlamaModel: the Llama family (Llama 2/3, Mistral, Qwen2 with q/k/v biases, Qwen3 with per-head
-// q/k RMSNorm, SmolLM) on the CPU, configured entirely by ModelConfig: the runner of
+// q/k RMSNorm, SmolLM) and Gemma 3 text models (GeGLU, sandwich norms, scaled embeddings,
+// alternating sliding / global layers) on the CPU, configured entirely by ModelConfig: the runner of
 // model/transformer.h's step over an ops::CpuBackend. Weights are used as stored in the Checkpoint
 // (mmap'd, any dtype kernels::ref::dequantize_row reads, one row at a time) or repacked at load;
 // activations are fp32. Norm weights and biases (small) are copied to fp32 at load.
@@ -130,6 +131,7 @@ private:
         std::vector<float> attn_norm, ffn_norm;  // [hidden]
         std::vector<float> bqkv, bo;             // [q_dim + 2 kv_dim], [hidden]; empty if none
         std::vector<float> q_norm, k_norm;       // [head_dim]; empty if none
+        std::vector<float> post_attn_norm, post_ffn_norm;  // [hidden] with sandwich_norms; else empty
     };
     LlamaModel() = default;
     core::Status check_batch(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs, const KvLayers& kv) const;
@@ -140,7 +142,8 @@ private:
     std::unique_ptr<ops::CpuWeight> embed_, output_;  // [vocab, hidden] each
     std::vector<float> output_norm_;                  // [hidden]
     std::vector<Layer> layers_;
-    std::vector<double> inv_freq_;  // [head_dim / 2]
+    std::vector<double> inv_freq_;        // [head_dim / 2]
+    std::vector<double> inv_freq_local_;  // [head_dim / 2] the sliding layers' (rope_local_theta), if any
     ModelWeights weights_;          // the step's view of all the above
     // The step's buffers, grown to the largest batch seen and reused.
     struct Workspace {

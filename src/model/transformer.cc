@@ -3,13 +3,14 @@
 #include "model/transformer.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace kiln::model {
 
 using core::Status;
 
 core::Status attention_heads(ops::Backend& be, const LayerWeights& L, int64_t layer, const ops::AttentionParams& shape,
-                             float eps, const StepBuffers& b, int64_t T) {
+                             float eps, float q_scale, const StepBuffers& b, int64_t T) {
     KILN_RETURN_IF_ERROR(be.linear(*L.qkv, b.xn, T, L.bqkv, b.qkv));  // [T, Q + 2 KV]
     ops::QkvRope rope;
     rope.num_heads = shape.num_heads;
@@ -19,12 +20,19 @@ core::Status attention_heads(ops::Backend& be, const LayerWeights& L, int64_t la
     rope.k_norm = L.k_norm;
     rope.eps = eps;
     rope.inv_freq = L.inv_freq;
+    rope.q_scale = q_scale;
     KILN_RETURN_IF_ERROR(be.qkv_rope_kv_write(layer, b.qkv, b.q, rope));
     return be.attention(layer, b.q, b.att, shape);
 }
 
-core::Status mlp_activations(ops::Backend& be, const LayerWeights& L, const StepBuffers& b, int64_t T) {
-    return be.gated_mlp_up(*L.gate_up, b.xn, T, ops::GatedAct::kSilu, b.gate_up, b.act, L.down);
+core::Status mlp_activations(ops::Backend& be, const LayerWeights& L, ops::GatedAct f, const StepBuffers& b,
+                             int64_t T) {
+    return be.gated_mlp_up(*L.gate_up, b.xn, T, f, b.gate_up, b.act, L.down);
+}
+
+float attention_q_scale(const loader::ModelConfig& c) {
+    if (!(c.query_pre_attn_scalar > 0) || c.query_pre_attn_scalar == double(c.head_dim)) return 1.0f;
+    return float(std::sqrt(double(c.head_dim) / c.query_pre_attn_scalar));
 }
 
 core::Status run_step(ops::Backend& be, const loader::ModelConfig& c, const ModelWeights& w, const StepBuffers& b,
@@ -35,7 +43,10 @@ core::Status run_step(ops::Backend& be, const loader::ModelConfig& c, const Mode
         if (options.hook && *options.hook)
             (*options.hook)(l, which, std::span<const float>(in, size_t(T * cols)), T, cols);
     };
-    KILN_RETURN_IF_ERROR(be.embed(*w.embed, b.x));
+    const float embed_scale = c.scale_embeddings ? float(std::sqrt(double(H))) : 1.0f;
+    const ops::GatedAct act = c.gelu_mlp ? ops::GatedAct::kGeluTanh : ops::GatedAct::kSilu;
+    const float q_scale = attention_q_scale(c);
+    KILN_RETURN_IF_ERROR(be.embed(*w.embed, embed_scale, b.x));
     const int64_t num_layers = options.num_layers >= 0 ? std::min(options.num_layers, c.num_layers) : c.num_layers;
     for (int64_t l = 0; l < num_layers; ++l) {
         const LayerWeights& L = w.layers[size_t(l)];
@@ -43,15 +54,17 @@ core::Status run_step(ops::Backend& be, const loader::ModelConfig& c, const Mode
         KILN_RETURN_IF_ERROR(be.add_rmsnorm(b.x, l == 0 ? nullptr : b.o, L.attn_norm, b.xn, T, H, eps, L.qkv));
         observe(l, LinearInput::kQkv, b.xn, H);
         const ops::AttentionParams shape{c.num_heads, c.num_kv_heads, c.head_dim, c.window_for_layer(l)};
-        KILN_RETURN_IF_ERROR(attention_heads(be, L, l, shape, eps, b, T));
+        KILN_RETURN_IF_ERROR(attention_heads(be, L, l, shape, eps, q_scale, b, T));
         observe(l, LinearInput::kAttnOut, b.att, Q);
         KILN_RETURN_IF_ERROR(be.linear(*L.o, b.att, T, L.bo, b.o));  // [T, H]
+        if (L.post_attn_norm) KILN_RETURN_IF_ERROR(be.add_rmsnorm(b.o, nullptr, L.post_attn_norm, b.o, T, H, eps, nullptr));
         KILN_RETURN_IF_ERROR(be.add_rmsnorm(b.x, b.o, L.ffn_norm, b.xn, T, H, eps, L.gate_up));
         observe(l, LinearInput::kGateUp, b.xn, H);
-        KILN_RETURN_IF_ERROR(mlp_activations(be, L, b, T));
+        KILN_RETURN_IF_ERROR(mlp_activations(be, L, act, b, T));
         observe(l, LinearInput::kDown, b.act, F);
         // b.o = the MLP output, added to x by the next layer's norm (or the final one).
         KILN_RETURN_IF_ERROR(be.linear(*L.down, b.act, T, nullptr, b.o));
+        if (L.post_ffn_norm) KILN_RETURN_IF_ERROR(be.add_rmsnorm(b.o, nullptr, L.post_ffn_norm, b.o, T, H, eps, nullptr));
     }
     if (num_layers < c.num_layers || num_logits == 0) return Status::ok();
     // x += the last MLP output, normed; the rows that want logits gathered into o and projected.

@@ -4,12 +4,14 @@
 // activation buffers on its device, sets the step's batch on its backend and calls run_step.
 // Calibration observes the projections' inputs through the hook (CPU runner).
 //
-// Layer l (transformers modeling_llama / modeling_qwen3):
+// x = embed(tokens) (times sqrt(H) with scale_embeddings), then layer l (transformers
+// modeling_llama / modeling_qwen3 / modeling_gemma3):
 //   xn = rmsnorm(x += o_prev)           (o_prev: the previous layer's MLP output, none for layer 0)
 //   q, k, v = split(xn @ Wqkv^T + bqkv); q, k = rope(q_norm(q)), rope(k_norm(k)); k, v -> cache
-//   o = attention(q, cache) @ Wo^T + bo
+//   o = attention(q, cache) @ Wo^T + bo          (o = rmsnorm(o) with sandwich_norms)
 //   xn = rmsnorm(x += o)
-//   o = (f(xn @ Wgate^T) * (xn @ Wup^T)) @ Wdown^T
+//   o = (f(xn @ Wgate^T) * (xn @ Wup^T)) @ Wdown^T   (f: SiLU, or GELU-tanh with gelu_mlp;
+//                                                    o = rmsnorm(o) with sandwich_norms)
 // then xn = rmsnorm(x += o) over the rows that want logits, logits = xn @ Wout^T.
 #pragma once
 
@@ -36,7 +38,9 @@ struct LayerWeights {
     const float* bo = nullptr;             // [H]
     const float* q_norm = nullptr;         // [head_dim]
     const float* k_norm = nullptr;         // [head_dim]
-    const double* inv_freq = nullptr;      // [head_dim / 2] RoPE frequencies
+    const float* post_attn_norm = nullptr;  // [H] sandwich_norms: the attention output's norm
+    const float* post_ffn_norm = nullptr;   // [H] sandwich_norms: the MLP output's norm
+    const double* inv_freq = nullptr;      // [head_dim / 2] RoPE frequencies of this layer
 };
 
 struct ModelWeights {
@@ -72,14 +76,21 @@ struct StepOptions {
     int64_t num_layers = -1;  // run only the first num_layers layers and no logits (calibration); -1: all
 };
 
+// The attention scale query_pre_attn_scalar^-0.5 as a multiplier of q on top of the kernels'
+// 1/sqrt(head_dim); 1 when the model has none.
+float attention_q_scale(const loader::ModelConfig& config);
+
 // The blocks of a layer, for run_step and for whoever evaluates one block alone (the AWQ losses):
 // Layer l's attention heads: b.att [T, Q] from b.xn [T, H]: the q/k/v products (+ biases), the q/k
 // norms (eps) and RoPE (L.inv_freq) at the step's positions, the K/V write, causal attention (shape).
+// q_scale multiplies q after RoPE (1: the usual 1/sqrt(head_dim) attention scale).
 core::Status attention_heads(ops::Backend& backend, const LayerWeights& L, int64_t layer,
-                             const ops::AttentionParams& shape, float eps, const StepBuffers& b, int64_t num_tokens);
+                             const ops::AttentionParams& shape, float eps, float q_scale, const StepBuffers& b,
+                             int64_t num_tokens);
 // The gated MLP's activations: b.act [T, F] = f(xn Wgate^T) * (xn Wup^T) from b.xn [T, H] (b.gate_up
 // holds the products).
-core::Status mlp_activations(ops::Backend& backend, const LayerWeights& L, const StepBuffers& b, int64_t num_tokens);
+core::Status mlp_activations(ops::Backend& backend, const LayerWeights& L, ops::GatedAct f, const StepBuffers& b,
+                             int64_t num_tokens);
 
 // Runs the step for `num_tokens` tokens of the batch the backend was given; `num_logits` rows of
 // logits (the backend's logit rows) into buffers.logits. With num_logits 0 no logits are made; the

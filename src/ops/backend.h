@@ -30,7 +30,8 @@ public:
 
 // The activation of a gated MLP: act = f(gate) * up.
 enum class GatedAct {
-    kSilu,  // SwiGLU: silu(g) = g / (1 + e^-g)
+    kSilu,      // SwiGLU: silu(g) = g / (1 + e^-g)
+    kGeluTanh,  // GeGLU (Gemma): gelu(g) = g / 2 * (1 + tanh(sqrt(2 / pi) * (g + 0.044715 g^3)))
 };
 
 // The K/V write of one layer: qkv [T, Q + 2 KV] (biases already added) is split into q (to q_out,
@@ -42,6 +43,7 @@ struct QkvRope {
     const float* k_norm = nullptr;  // [head_dim] or null
     float eps = 1e-6f;              // of the q/k norms
     const double* inv_freq = nullptr;  // [head_dim / 2] RoPE frequencies (kernels::ref::rope_inv_freqs)
+    float q_scale = 1.0f;              // q is multiplied by it after RoPE (an attention scale other than 1/sqrt(head_dim))
 };
 
 // The attention of one layer over the step's sequences (their K/V from the backend's cache).
@@ -54,8 +56,8 @@ class Backend {
 public:
     virtual ~Backend() = default;
 
-    // x [T, table.cols] = the table's rows of the step's tokens.
-    virtual core::Status embed(const Weight& table, float* x) = 0;
+    // x [T, table.cols] = the table's rows of the step's tokens, times scale.
+    virtual core::Status embed(const Weight& table, float scale, float* x) = 0;
     // Row by row over [rows, n]: x += add (when add is set), then y = rmsnorm(x) * weight. `next` is
     // the weight that reads y next (or null): a backend may write y in the form that weight's
     // product wants (CUDA: rounded to its 16-bit type), so y is then only for next's linear.

@@ -2,6 +2,7 @@
 #include "ops/cpu_backend.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/numeric.h"
 #include "kernels/ref/transformer.h"
@@ -52,12 +53,17 @@ static const CpuWeight& cpu(const Weight& w) {
     return static_cast<const CpuWeight&>(w);  // a CpuBackend only ever gets CpuWeights
 }
 
-Status CpuBackend::embed(const Weight& table, float* x) {
+Status CpuBackend::embed(const Weight& table, float scale, float* x) {
     const kernels::WeightView& t = cpu(table).rows_view;
     if (!t.data) return core::error(StatusCode::kInternal) << "embed: the weight is not a table";
     const std::span<const int32_t> tokens = step_.tokens;
     pool_->parallel_for(int64_t(tokens.size()), [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) kernels::ref::weight_row(t, tokens[size_t(i)], x + i * t.cols);
+        for (int64_t i = b; i < e; ++i) {
+            float* row = x + i * t.cols;
+            kernels::ref::weight_row(t, tokens[size_t(i)], row);
+            if (scale != 1.0f)
+                for (int64_t j = 0; j < t.cols; ++j) row[j] *= scale;
+        }
     });
     return Status::ok();
 }
@@ -116,6 +122,8 @@ Status CpuBackend::qkv_rope_kv_write(int64_t layer, float* qkv, float* q_out, co
                 for (int64_t h = 0; h < p.num_kv_heads; ++h)
                     kernels::ref::rmsnorm(kt + h * D, p.k_norm, kt + h * D, D, p.eps);
             kernels::ref::rope(qt, 1, p.num_heads, D, &step_.positions[size_t(t)], inv_freq);
+            if (p.q_scale != 1.0f)
+                for (int64_t i = 0; i < Q; ++i) qt[i] *= p.q_scale;
             kernels::ref::rope(kt, 1, p.num_kv_heads, D, &step_.positions[size_t(t)], inv_freq);
             if (f16) store_f16(kt, static_cast<uint16_t*>(kc) + slot * KV, KV);
         }
@@ -132,9 +140,33 @@ Status CpuBackend::attention(int64_t layer, const float* q, float* out, const At
     return batch_attention(*pool_, q, int64_t(step_.tokens.size()), step_.seqs, heads, out, isa_);
 }
 
-Status CpuBackend::gated_mlp_up(const Weight& gate_up, const float* in, int64_t rows, GatedAct /*f: kSilu only*/,
-                                float* gate_up_out, float* act, const Weight* /*next*/) {
+// gelu(g) * u in float, GELU's tanh form as torch's gelu(approximate="tanh") computes it.
+static float gelu_tanh_mul(float g, float u) {
+    constexpr float kBeta = 0.7978845608028654f;  // sqrt(2 / pi)
+    const float inner = kBeta * (g + 0.044715f * g * g * g);
+    return 0.5f * g * (1.0f + std::tanh(inner)) * u;
+}
+
+Status CpuBackend::gated_mlp_up(const Weight& gate_up, const float* in, int64_t rows, GatedAct f, float* gate_up_out,
+                                float* act, const Weight* /*next*/) {
     const CpuWeight& w = cpu(gate_up);
+    if (f == GatedAct::kGeluTanh) {
+        // The products, then the activation row by row: a fused matrix's output holds blocks of
+        // kSwigluBlock gate then up columns in turn, parts' [gate | up].
+        KILN_RETURN_IF_ERROR(linear(gate_up, in, rows, nullptr, gate_up_out));
+        const int64_t F = w.rows / 2, B = kSwigluBlock;
+        const bool interleaved = w.parts.size() == 1;
+        pool_->parallel_for(rows, [&](int64_t b, int64_t e) {
+            for (int64_t t = b; t < e; ++t) {
+                const float* row = gate_up_out + t * 2 * F;
+                for (int64_t i = 0; i < F; ++i) {
+                    const int64_t g = interleaved ? (i / B) * 2 * B + i % B : i;
+                    act[t * F + i] = gelu_tanh_mul(row[g], row[interleaved ? g + B : F + i]);
+                }
+            }
+        });
+        return Status::ok();
+    }
     if (w.parts.size() == 1)  // fused: 32-column blocks of gate and up in turn
         return linear_swiglu_fused(*pool_, in, rows, w.parts[0], gate_up_out, act, scratch_);
     if (w.parts.size() != 2) return core::error(StatusCode::kInternal) << "gated_mlp_up: expected gate and up";

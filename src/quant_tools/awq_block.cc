@@ -183,7 +183,7 @@ core::Status mlp_hidden(Cpu& cpu, const MlpProblem& p, const float* gate, const 
     buf.xn = xn.data();
     buf.gate_up = gate_up.data();
     buf.act = h.data();
-    return model::mlp_activations(*cpu.be, L, buf, p.m);
+    return model::mlp_activations(*cpu.be, L, b.gelu ? ops::GatedAct::kGeluTanh : ops::GatedAct::kSilu, buf, p.m);
 }
 
 core::Result<MlpProblem> make_mlp(Cpu& cpu, const AwqMlpBlock& b, std::span<const float> x, int64_t n,
@@ -276,7 +276,7 @@ core::Status attend_all(Cpu& cpu, const AttnProblem& p, const float* wq, const f
         buf.qkv = qkv_out.data();
         buf.q = q.data();
         buf.att = att.data() + begin * Q;
-        KILN_RETURN_IF_ERROR(model::attention_heads(*cpu.be, L, 0, shape, b.norm_eps, buf, len));
+        KILN_RETURN_IF_ERROR(model::attention_heads(*cpu.be, L, 0, shape, b.norm_eps, b.q_scale, buf, len));
         begin += len;
     }
     return core::Status::ok();

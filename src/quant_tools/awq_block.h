@@ -47,6 +47,7 @@ struct AwqMlpBlock {
     std::span<const float> down;  // [hidden, inter]
     int64_t hidden = 0, inter = 0;
     bool quantize_gate = true, quantize_up = true;
+    bool gelu = false;  // GeGLU (Gemma: gelu_tanh(gate x) * up x) instead of SwiGLU
 };
 
 // An attention block: q/k/v are searched (quantized when their flag is set), o_proj is fp32. Q/K rows
@@ -62,6 +63,7 @@ struct AwqAttnBlock {
     int64_t window = 0;            // sliding window (pos - window < j <= pos); 0 = full causal
     float norm_eps = 1e-6f;        // of q_norm / k_norm
     std::vector<double> inv_freq;  // [head_dim / 2] RoPE frequencies (kernels::ref::rope_inv_freqs)
+    float q_scale = 1.0f;          // q times this after RoPE (model/transformer.h: query_pre_attn_scalar)
     bool quantize_q = true, quantize_k = true, quantize_v = true;
 };
 

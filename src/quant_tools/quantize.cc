@@ -7,6 +7,8 @@
 #include <map>
 
 #include "quant_tools/awq_block.h"
+#include "kernels/ref/transformer.h"
+#include "model/transformer.h"
 #include "loader/convert.h"
 #include "quant_tools/gptq_calibrate.h"
 #include "model/llama.h"
@@ -46,6 +48,7 @@ class Mutable {
 public:
     explicit Mutable(Checkpoint& ck) : ck_(ck) {}
     bool has(const std::string& name) const { return ck_.find(name) != nullptr; }
+    const ModelConfig& config() const { return ck_.config; }
     core::Result<std::span<float>> get(const std::string& name) {
         auto it = bufs_.find(name);
         if (it != bufs_.end()) return std::span<float>(*it->second);
@@ -148,6 +151,7 @@ core::Result<quant::AwqResult> search_mlp(Mutable& mut, const Group& g, int64_t 
     b.inter = int64_t(b.gate.size()) / b.hidden;
     b.quantize_gate = !member_skipped(g.members[0], o);
     b.quantize_up = !member_skipped(g.members[1], o);
+    b.gelu = mut.config().gelu_mlp;
     return awq_search_mlp(b, a.x[k], a.rows[k], awq, pool);
 }
 
@@ -183,6 +187,12 @@ core::Result<quant::AwqResult> search_attn(Mutable& mut, const Group& g, int64_t
     b.window = c.window_for_layer(l);
     b.norm_eps = float(c.rms_norm_eps);
     b.inv_freq = inv_freq;
+    if (c.local_rope_layer(l)) {  // the sliding layers' own RoPE base (Gemma 3)
+        kernels::ref::RopeParams local;
+        local.theta = c.rope_local_theta;
+        b.inv_freq = kernels::ref::rope_inv_freqs(c.head_dim, local);
+    }
+    b.q_scale = model::attention_q_scale(c);
     b.quantize_q = !member_skipped(g.members[0], o);
     b.quantize_k = !member_skipped(g.members[1], o);
     b.quantize_v = !member_skipped(g.members[2], o);

@@ -197,7 +197,7 @@ TEST(Families, Llama3RopeFromAGgufWithRopeFreqs) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transformers, Families,
-                         ::testing::Values("llama", "llama3-rope", "mistral", "qwen2", "qwen3"),
+                         ::testing::Values("llama", "llama3-rope", "mistral", "qwen2", "qwen3", "gemma3"),
                          [](const auto& info) {
                              std::string n = info.param;
                              std::replace(n.begin(), n.end(), '-', '_');

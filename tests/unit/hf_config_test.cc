@@ -367,6 +367,68 @@ TEST(HfConfig, AttentionBiasCoversTheOutputProjectionExceptOnQwen2) {
     EXPECT_EQ(loader::gguf_to_hf_name("blk.3.attn_output.bias"), "model.layers.3.self_attn.o_proj.bias");
 }
 
+// google/gemma-3-1b-it config.json (transformers 4.50 form: rope_local_base_freq, sliding_window_pattern).
+constexpr const char* kGemma3 = R"({
+  "architectures": ["Gemma3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "attn_logit_softcapping": null, "bos_token_id": 2, "cache_implementation": "hybrid", "eos_token_id": [1, 106],
+  "final_logit_softcapping": null, "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 1152,
+  "initializer_range": 0.02, "intermediate_size": 6912, "max_position_embeddings": 32768,
+  "model_type": "gemma3_text", "num_attention_heads": 4, "num_hidden_layers": 26, "num_key_value_heads": 1,
+  "pad_token_id": 0, "query_pre_attn_scalar": 256, "rms_norm_eps": 1e-06, "rope_local_base_freq": 10000,
+  "rope_scaling": null, "rope_theta": 1000000, "sliding_window": 512, "sliding_window_pattern": 6,
+  "torch_dtype": "bfloat16", "transformers_version": "4.50.0.dev0", "use_cache": true, "vocab_size": 262144})";
+
+TEST(HfConfig, Gemma3TextBlocksAndLayerPattern) {
+    auto c = parse_hf_config(kGemma3, "gemma3");
+    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+    EXPECT_EQ(c->model_type, "gemma3_text");
+    EXPECT_EQ(c->head_dim, 256);
+    EXPECT_TRUE(c->tie_word_embeddings);  // Gemma3TextConfig's default
+    auto m = loader::config_from_hf(*c);
+    ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+    EXPECT_TRUE(m->gelu_mlp && m->sandwich_norms && m->scale_embeddings && m->qk_norm);
+    EXPECT_EQ(m->rope_theta, 1e6);
+    EXPECT_EQ(m->rope_local_theta, 1e4);
+    EXPECT_EQ(m->query_pre_attn_scalar, 256);
+    for (int64_t l : {0, 1, 4, 6, 25}) EXPECT_EQ(m->window_for_layer(l), 512) << l;
+    for (int64_t l : {5, 11, 23}) EXPECT_EQ(m->window_for_layer(l), 0) << l;
+    EXPECT_TRUE(m->local_rope_layer(0));
+    EXPECT_FALSE(m->local_rope_layer(5));
+    EXPECT_EQ(loader::hf_to_gguf_name("model.layers.2.post_attention_layernorm.weight", "gemma3_text"),
+              "blk.2.post_attention_norm.weight");
+    EXPECT_EQ(loader::hf_to_gguf_name("model.layers.2.pre_feedforward_layernorm.weight", "gemma3_text"),
+              "blk.2.ffn_norm.weight");
+    EXPECT_EQ(loader::hf_to_gguf_name("model.layers.2.post_feedforward_layernorm.weight", "gemma3_text"),
+              "blk.2.post_ffw_norm.weight");
+    EXPECT_EQ(loader::hf_to_gguf_name("model.layers.2.post_attention_layernorm.weight"), "blk.2.ffn_norm.weight");
+
+    // transformers >= 5: rope_parameters per layer type, layer_types instead of the pattern.
+    std::string v5 = with(kGemma3, "\"rope_local_base_freq\": 10000,", "");
+    v5 = with(v5, "\"rope_scaling\": null, \"rope_theta\": 1000000,",
+              "\"rope_parameters\": {\"sliding_attention\": {\"rope_type\": \"default\", \"rope_theta\": 20000}, "
+              "\"full_attention\": {\"rope_type\": \"linear\", \"factor\": 8.0, \"rope_theta\": 500000}},");
+    std::string types;
+    for (int i = 0; i < 26; ++i) types += std::string(i ? ", " : "") + (i % 3 == 2 ? "\"full_attention\"" : "\"sliding_attention\"");
+    auto c5 = parse_hf_config(with_last(v5, "layer_types", "[" + types + "]"), "gemma3 v5");
+    ASSERT_TRUE(c5.is_ok()) << c5.status().to_string();
+    EXPECT_EQ(c5->sliding_window_pattern, 3);
+    EXPECT_EQ(c5->rope_local_theta, 20000);
+    EXPECT_EQ(c5->rope_theta, 500000);
+    EXPECT_EQ(c5->rope_scaling.type, "linear");
+    EXPECT_EQ(c5->rope_scaling.factor, 8.0);
+
+    // What kiln does not run yet is refused by name.
+    expect_parse_error(with(kGemma3, "\"final_logit_softcapping\": null", "\"final_logit_softcapping\": 30.0"),
+                       StatusCode::kUnsupported, {"final_logit_softcapping"});
+    expect_parse_error(with(kGemma3, "\"attn_logit_softcapping\": null", "\"attn_logit_softcapping\": 50.0"),
+                       StatusCode::kUnsupported, {"attn_logit_softcapping"});
+    expect_parse_error(with(kGemma3, "\"gelu_pytorch_tanh\"", "\"silu\""), StatusCode::kUnsupported,
+                       {"hidden_activation", "silu"});
+    std::string odd = "\"full_attention\"";  // layer 0 full as well: no "every Nth layer" pattern
+    for (int i = 1; i < 26; ++i) odd += std::string(", ") + (i % 3 == 2 ? "\"full_attention\"" : "\"sliding_attention\"");
+    expect_parse_error(with_last(v5, "layer_types", "[" + odd + "]"), StatusCode::kUnsupported, {"layer_types"});
+}
+
 TEST(HfConfig, TokenIdsMustBeInsideTheVocabulary) {
     // 2^64 - 1 used to wrap to -1 inside a list.
     expect_parse_error(with(kMistral, "\"eos_token_id\": 2", "\"eos_token_id\": [2, 18446744073709551615]"),

@@ -107,7 +107,8 @@ static bool is16(WType t) {
     return t == WType::kBf16 || t == WType::kF16;
 }
 
-Status CudaLlamaModel::Impl::embed(const ops::Weight& table, float* out) {
+Status CudaLlamaModel::Impl::embed(const ops::Weight& table, float scale, float* out) {
+    if (scale != 1.0f) return core::error(StatusCode::kUnsupported) << "embed: scaled embeddings have no CUDA kernel yet";
     const DevMatrix& e = dev(table);
     const int32_t* d_tokens = step_->i32(step_->ix.layout.tokens);
     const int64_t T = step_->ix.num_tokens;
@@ -160,8 +161,9 @@ Status CudaLlamaModel::Impl::qkv_rope_kv_write(int64_t l, float* qkv_, float* q_
 }
 
 Status CudaLlamaModel::Impl::gated_mlp_up(const ops::Weight& gate_up_w, const float* in, int64_t rows,
-                                          ops::GatedAct /*f: kSilu only*/, float* gate_up_out, float* act_out,
+                                          ops::GatedAct f, float* gate_up_out, float* act_out,
                                           const ops::Weight* next) {
+    if (f != ops::GatedAct::kSilu) return core::error(StatusCode::kUnsupported) << "gated MLP: only SiLU on CUDA so far";
     KILN_RETURN_IF_ERROR(linear(gate_up_w, in, rows, nullptr, gate_up_out));  // [T, 2F] = [gate | up]
     cudaStream_t s = stream.get();
     const int64_t F = gate_up_w.rows / 2;

@@ -298,6 +298,10 @@ core::Result<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::create(const Check
     if (std::find(archs.begin(), archs.end(), c.arch) == archs.end())
         return core::error(StatusCode::kUnsupported)
                << ck.path << ": architecture '" << c.arch << "' is not supported on CUDA";
+    if (c.gelu_mlp || c.sandwich_norms || c.scale_embeddings)
+        return core::error(StatusCode::kUnsupported)
+               << ck.path << ": " << c.arch << " runs on the CPU only so far (GeGLU, the post-block norms and scaled "
+               << "embeddings have no CUDA kernels yet)";
     KILN_RETURN_IF_ERROR(c.validate());
     KILN_RETURN_IF_ERROR(check_checkpoint_tensors(ck));
     if (core::Status st = kc::decode_attention_supports(c.num_heads, c.num_kv_heads, c.head_dim); !st.is_ok())
