@@ -52,6 +52,18 @@ FAMILIES = {
                                    rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                                                     "full_attention": {"rope_type": "linear", "factor": 2.0,
                                                                        "rope_theta": 1000000.0}})),
+    # Phi-3: fused qkv_proj / gate_up_proj; LongRoPE's short factors with the attention factor
+    # transformers derives (max / original = 2), within the original context of 64.
+    "phi3": ("phi3", dict(tie_word_embeddings=False, rope_theta=10000.0, original_max_position_embeddings=64,
+                          rope_scaling={"rope_type": "longrope", "short_factor": [1.0, 1.3, 2.1, 3.7],
+                                        "long_factor": [1.5, 4.0, 9.0, 17.0]})),
+    # ... and its long factors: with an original context of 1 every prompt longer than one token is
+    # "long" for transformers, and position 0 rotates by angle 0 under either table, so kiln's
+    # per-position choice gives the same; an explicit attention_factor.
+    "phi3-long": ("phi3", dict(tie_word_embeddings=False, rope_theta=10000.0, original_max_position_embeddings=1,
+                               sliding_window=12,
+                               rope_scaling={"rope_type": "longrope", "short_factor": [1.0, 1.3, 2.1, 3.7],
+                                             "long_factor": [1.5, 4.0, 9.0, 17.0], "attention_factor": 1.25})),
 }
 PROMPT_LENS = [1, 7, 19]
 GREEDY = 32

@@ -22,6 +22,7 @@ inline constexpr ArchNames kArchitectures[] = {
     {"qwen2", "Qwen2ForCausalLM", "qwen2", true},
     {"qwen3", "Qwen3ForCausalLM", "qwen3", true},
     {"gemma3_text", "Gemma3ForCausalLM", "gemma3", true},
+    {"phi3", "Phi3ForCausalLM", "phi3", true},
 };
 
 // nullptr when kiln does not support it.

@@ -77,6 +77,24 @@ public:
         }
         return out;
     }
+    // A list of numbers (LongRoPE's factors).
+    std::vector<double> get_num_list(const char* key) {
+        const json* v = raw(key);
+        std::vector<double> out;
+        if (!v) return out;
+        if (!v->is_array() || v->size() > 65536) {
+            fail(key, "a list of numbers", *v);
+            return {};
+        }
+        for (const json& e : *v) {
+            if (!e.is_number()) {
+                fail(key, "a list of numbers", e);
+                return {};
+            }
+            out.push_back(e.get<double>());
+        }
+        return out;
+    }
     void fail_msg(const std::string& msg) {
         if (status_.is_ok()) status_ = core::error(StatusCode::kCorrupt) << where_ << ": " << msg;
     }
@@ -140,6 +158,7 @@ void parse_rope_scaling(Fields& parent, const char* key, const json& obj, RopeSc
     std::optional<std::string> type = f.get_str("rope_type");
     if (!type) type = f.get_str("type");
     out->type = type && *type != "default" ? *type : "";
+    if (out->type == "su") out->type = "longrope";  // Phi-3's first name for it (transformers renames it too)
     if (auto v = f.get_num("factor")) out->factor = *v;
     if (auto v = f.get_int("original_max_position_embeddings")) out->original_max_position_embeddings = *v;
     if (auto v = f.get_num("low_freq_factor")) out->low_freq_factor = *v;
@@ -147,8 +166,12 @@ void parse_rope_scaling(Fields& parent, const char* key, const json& obj, RopeSc
     if (auto v = f.get_num("beta_fast")) out->beta_fast = *v;
     if (auto v = f.get_num("beta_slow")) out->beta_slow = *v;
     out->attention_factor = f.get_num("attention_factor");
+    out->short_factor = f.get_num_list("short_factor");
+    out->long_factor = f.get_num_list("long_factor");
     if (!f.status().is_ok()) parent.fail_msg(key + f.status().message());
 }
+
+core::Status parse_plain_rope(Fields& f, const std::string& name, HfConfig* c);
 
 // Gemma 3: rope_parameters holds one entry per layer type (transformers >= 5); older configs give
 // rope_theta, rope_local_base_freq and rope_scaling (which applies to the full-attention layers).
@@ -212,6 +235,35 @@ core::Status parse_gemma_layers(Fields& f, const std::string& name, HfConfig* c)
 
 core::Status parse_rope(Fields& f, const std::string& name, HfConfig* c) {
     if (c->model_type == "gemma3_text") return parse_gemma_rope(f, name, c);
+    KILN_RETURN_IF_ERROR(parse_plain_rope(f, name, c));
+    // Phi-3 keeps LongRoPE's pretraining context at the top level (transformers >= 5 copies it into
+    // rope_parameters); only full rotary embeddings are supported.
+    if (c->rope_scaling.original_max_position_embeddings == 0)
+        c->rope_scaling.original_max_position_embeddings = f.get_int("original_max_position_embeddings").value_or(0);
+    std::optional<double> partial = f.get_num("partial_rotary_factor");
+    if (const json* rp = f.raw("rope_parameters"); rp && rp->is_object() && rp->contains("partial_rotary_factor")) {
+        Fields pf(*rp, name + ": rope_parameters");
+        partial = pf.get_num("partial_rotary_factor");
+        KILN_RETURN_IF_ERROR(pf.status());
+    }
+    if (partial && *partial != 1.0)
+        return core::error(StatusCode::kUnsupported)
+               << name << ": partial_rotary_factor " << *partial << " (partial RoPE) is not supported yet";
+    RopeScaling& rs = c->rope_scaling;
+    if (rs.type == "longrope" && !rs.attention_factor && rs.original_max_position_embeddings > 0) {
+        // transformers' _compute_longrope_parameters: without a factor, the context's growth.
+        bool has_factor = false;
+        for (const char* key : {"rope_scaling", "rope_parameters"})
+            if (const json* o = f.raw(key); o && o->is_object() && o->contains("factor") && !(*o)["factor"].is_null())
+                has_factor = true;
+        const double orig = double(rs.original_max_position_embeddings);
+        const double factor = has_factor ? rs.factor : double(c->max_position_embeddings) / orig;
+        rs.attention_factor = factor <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(factor) / std::log(orig));
+    }
+    return core::Status::ok();
+}
+
+core::Status parse_plain_rope(Fields& f, const std::string& name, HfConfig* c) {
     c->rope_theta = f.get_num("rope_theta").value_or(10000.0);
     for (const char* key : {"rope_scaling", "rope_parameters"}) {
         const json* rs = f.raw(key);
@@ -255,6 +307,10 @@ core::Result<int64_t> first_sliding_layer(const json& types, int64_t num_layers,
 core::Status parse_sliding_window(Fields& f, const std::string& name, HfConfig* c) {
     if (c->model_type == "gemma3_text") {
         KILN_RETURN_IF_ERROR(parse_gemma_layers(f, name, c));
+    } else if (c->model_type == "phi3") {
+        // Phi3Config: sliding_window (default None) applies to every layer.
+        c->sliding_window = f.get_int("sliding_window").value_or(0);
+        c->max_window_layers = 0;
     } else if (c->model_type == "mistral") {
         // Absent: MistralConfig's default 4096; null: full attention. Every layer slides.
         c->sliding_window = f.has("sliding_window") ? f.get_int("sliding_window").value_or(0) : 4096;
@@ -319,7 +375,11 @@ core::Status parse_sizes(Fields& f, const std::string& name, HfConfig* c) {
                << name << ": hidden_size " << c->hidden_size << " is not a multiple of num_attention_heads "
                << c->num_attention_heads << " and no head_dim is given";
     c->head_dim = f.get_int("head_dim").value_or(default_head_dim);
-    const int64_t max_pos_default = c->model_type == "mistral" ? 4096 * 32 : is_qwen ? 32768 : is_gemma ? 131072 : 2048;
+    const int64_t max_pos_default = c->model_type == "mistral" ? 4096 * 32
+                                    : is_qwen                   ? 32768
+                                    : is_gemma                  ? 131072
+                                    : c->model_type == "phi3"   ? 4096
+                                                                : 2048;
     c->max_position_embeddings = f.get_int("max_position_embeddings").value_or(max_pos_default);
     return core::Status::ok();
 }

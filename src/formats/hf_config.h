@@ -12,7 +12,12 @@
 // or sliding_window_pattern (default 6); RoPE from rope_parameters' full_attention / sliding_attention
 // entries (transformers >= 5) or rope_theta (default 1e6), rope_local_base_freq (default 1e4) and
 // rope_scaling (full-attention layers only); hidden_activation gelu_pytorch_tanh.
+// Phi-3 / Phi-3.5 (Phi3ForCausalLM): fused qkv_proj and gate_up_proj (the loader splits them),
+// sliding_window on every layer, LongRoPE ("longrope", or "su") with short_factor / long_factor and
+// original_max_position_embeddings (top level, or in rope_parameters); an absent attention_factor is
+// computed as transformers does (sqrt(1 + ln(factor) / ln(original)), factor = max / original).
 // Rejected as kUnsupported: hidden_act other than silu/swish (gelu_pytorch_tanh for Gemma 3),
+// partial_rotary_factor other than 1,
 // Llama's mlp_bias, Gemma's attention / final logit soft-capping and bidirectional attention.
 // Invariants after a successful parse: the checks of hyper_params.h hold, head_dim is set (explicit,
 // or hidden_size / num_heads), and eos_token_ids holds every end-of-sequence id (config files give

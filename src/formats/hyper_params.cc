@@ -49,10 +49,32 @@ bool positive(double v) {
     return v > 0 && std::isfinite(v);
 }
 
-core::Status check_rope_scaling(const RopeScaling& rs, const std::string& where) {
+// longrope: both factor lists hold head_dim / 2 positive numbers, a positive pretraining context.
+core::Status check_longrope(const RopeScaling& rs, int64_t head_dim, const std::string& where) {
+    for (const auto* list : {&rs.short_factor, &rs.long_factor}) {
+        if (int64_t(list->size()) != head_dim / 2)
+            return core::error(StatusCode::kCorrupt) << where << ": longrope " << (list == &rs.short_factor ? "short" : "long")
+                                                     << "_factor has " << list->size() << " values, head_dim " << head_dim
+                                                     << " needs " << head_dim / 2;
+        for (double v : *list)
+            if (!positive(v))
+                return core::error(StatusCode::kCorrupt) << where << ": a longrope factor is " << v << " (must be > 0)";
+    }
+    if (rs.original_max_position_embeddings <= 0)
+        return core::error(StatusCode::kCorrupt)
+               << where << ": longrope needs original_max_position_embeddings > 0, got "
+               << rs.original_max_position_embeddings;
+    if (rs.attention_factor && !positive(*rs.attention_factor))
+        return core::error(StatusCode::kCorrupt) << where << ": longrope attention_factor " << *rs.attention_factor
+                                                 << " is not a positive number";
+    return core::Status::ok();
+}
+
+core::Status check_rope_scaling(const RopeScaling& rs, int64_t head_dim, const std::string& where) {
     if (!positive(rs.factor))
         return core::error(StatusCode::kCorrupt)
                << where << ": rope_scaling factor " << rs.factor << " is not a positive number";
+    if (rs.type == "longrope") return check_longrope(rs, head_dim, where);
     if (rs.type != "llama3") return core::Status::ok();
     if (rs.original_max_position_embeddings <= 0)
         return core::error(StatusCode::kCorrupt)
@@ -99,7 +121,7 @@ core::Status check_hyper_params(const HyperParams& p, FieldNames names, const st
     if (p.sliding_window < 0 || p.max_window_layers < 0)
         return core::error(StatusCode::kCorrupt) << where << ": " << n[kWindow] << " " << p.sliding_window << " / "
                                                  << n[kWindowLayers] << " " << p.max_window_layers << " is negative";
-    KILN_RETURN_IF_ERROR(check_rope_scaling(p.rope_scaling, where));
+    KILN_RETURN_IF_ERROR(check_rope_scaling(p.rope_scaling, p.head_dim, where));
     auto check_id = [&](Field field, int64_t id) -> core::Status {
         if (id >= 0 && id < p.vocab_size) return core::Status::ok();
         return core::error(StatusCode::kCorrupt) << where << ": " << n[field] << " " << id << " is outside [0, "

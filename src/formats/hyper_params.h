@@ -27,7 +27,10 @@ struct RopeScaling {
     double high_freq_factor = 4.0;                 // llama3
     double beta_fast = 32.0;                       // yarn
     double beta_slow = 1.0;                        // yarn
-    std::optional<double> attention_factor;        // yarn (mscale of the attention logits)
+    std::optional<double> attention_factor;        // yarn, longrope (mscale of the attention logits)
+    // longrope (Phi-3): per-frequency divisors of the RoPE frequencies [head_dim / 2], short_factor
+    // for positions < original_max_position_embeddings, long_factor from there on.
+    std::vector<double> short_factor, long_factor;
     bool operator==(const RopeScaling&) const = default;
 };
 

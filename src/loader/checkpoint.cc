@@ -124,6 +124,44 @@ core::Result<TensorRef> permute_tensor(const TensorRef& t, int64_t num_heads, Ro
     return out;
 }
 
+// A fused projection as kiln's separate tensors: row ranges of the same bytes (no copy). Phi-3's
+// attn_qkv ([Q | KV | KV] rows) and its gate_up (HF) / llama.cpp's ffn_up of 2F rows ([gate | up]);
+// any other tensor comes back alone.
+static core::Result<std::vector<TensorRef>> split_fused(TensorRef t, const ModelConfig& c) {
+    const size_t dot = t.name.rfind('.', t.name.size() - 8);  // "blk.N." before "<what>.weight"
+    const std::string what = dot == std::string::npos ? "" : t.name.substr(dot + 1);
+    std::vector<std::pair<std::string, int64_t>> parts;  // name suffix, rows
+    const int64_t Q = c.q_dim(), KV = c.kv_dim(), F = c.intermediate_size;
+    if (what == "attn_qkv.weight") {
+        parts = {{"attn_q.weight", Q}, {"attn_k.weight", KV}, {"attn_v.weight", KV}};
+    } else if (what == "ffn_gate_up.weight" || (c.arch == "phi3" && what == "ffn_up.weight" && !t.shape.empty() &&
+                                                 t.shape[0] == uint64_t(2 * F))) {
+        parts = {{"ffn_gate.weight", F}, {"ffn_up.weight", F}};
+    } else {
+        return std::vector<TensorRef>{std::move(t)};
+    }
+    int64_t rows = 0;
+    for (const auto& p : parts) rows += p.second;
+    if (t.shape.size() != 2 || t.shape[0] != uint64_t(rows) || t.num_bytes % uint64_t(rows) != 0)
+        return core::error(StatusCode::kCorrupt) << "tensor '" << t.name << "' has shape " << shape_string(t.shape)
+                                                 << ", expected [" << rows << ", " << c.hidden_size << "] (fused)";
+    const uint64_t row_bytes = t.num_bytes / uint64_t(rows);
+    const std::string prefix = t.name.substr(0, dot + 1);
+    std::vector<TensorRef> out;
+    int64_t r0 = 0;
+    for (const auto& [suffix, n] : parts) {
+        TensorRef part = t;
+        part.name = prefix + suffix;
+        part.shape[0] = uint64_t(n);
+        part.data = t.data + uint64_t(r0) * row_bytes;
+        part.num_bytes = uint64_t(n) * row_bytes;
+        if (t.row_scale) part.row_scale = t.row_scale + r0;
+        out.push_back(std::move(part));
+        r0 += n;
+    }
+    return out;
+}
+
 // An f32 copy of a norm weight with 1 added to every element (Gemma's 1 + w).
 static core::Result<TensorRef> shift_norm_weight(const TensorRef& t, std::vector<std::shared_ptr<const void>>* owners) {
     const uint64_t n = t.num_elements();
@@ -156,8 +194,11 @@ core::Result<Checkpoint> load_gguf_checkpoint(const std::string& path) {
     std::set<std::string> names;
     for (const formats::GgufTensorInfo& info : gguf->tensors()) {
         TensorRef t{info.name, info.dtype, info.shape, gguf->tensor_data(info), info.num_bytes, nullptr, {}};
-        int64_t heads = neox ? rope_permute_heads(t.name, ck.config) : 0;
-        KILN_RETURN_IF_ERROR(add_tensor(&ck, &names, std::move(t), heads));
+        KILN_ASSIGN_OR_RETURN(std::vector<TensorRef> parts, split_fused(std::move(t), ck.config));
+        for (TensorRef& part : parts) {
+            const int64_t heads = neox ? rope_permute_heads(part.name, ck.config) : 0;
+            KILN_RETURN_IF_ERROR(add_tensor(&ck, &names, std::move(part), heads));
+        }
     }
     for (const std::string& key : gguf->keys()) {
         if (key == "general.architecture" || key == "general.alignment" || key.rfind(arch + ".", 0) == 0) continue;
@@ -228,8 +269,11 @@ core::Result<Checkpoint> load_hf_checkpoint(const std::string& path) {
             // Gemma's RMSNorm multiplies by (1 + w): stored with the 1 added, as llama.cpp does.
             KILN_ASSIGN_OR_RETURN(t, shift_norm_weight(t, &ck.owners));
         }
-        int64_t heads = rope_permute_heads(name, ck.config);
-        KILN_RETURN_IF_ERROR(add_tensor(&ck, &names, std::move(t), heads));
+        KILN_ASSIGN_OR_RETURN(std::vector<TensorRef> parts, split_fused(std::move(t), ck.config));
+        for (TensorRef& part : parts) {
+            const int64_t heads = rope_permute_heads(part.name, ck.config);
+            KILN_RETURN_IF_ERROR(add_tensor(&ck, &names, std::move(part), heads));
+        }
     }
     auto tok = st->metadata().find(kGgufTokenizerMetadataKey);
     if (tok != st->metadata().end()) {

@@ -213,10 +213,10 @@ core::Status write_hf_checkpoint(const Checkpoint& ck, const std::string& dir, c
         return core::error(StatusCode::kUnsupported)
                << ck.path << ": rope_freqs.weight (llama.cpp's form of Llama-3 RoPE scaling) has no Hugging Face "
                << "equivalent; keep this model in GGUF";
-    if (ck.config.arch == "gemma3_text")
+    if (ck.config.arch == "gemma3_text" || ck.config.arch == "phi3")
         return core::error(StatusCode::kUnsupported)
-               << ck.path << ": writing gemma3_text as safetensors is not supported yet (its norm weights would need "
-               << "Gemma's +1 taken off again); keep this model in GGUF";
+               << ck.path << ": writing " << ck.config.arch << " as safetensors is not supported yet (Gemma's norm "
+               << "weights would need their +1 taken off, Phi-3's projections fusing again); keep this model in GGUF";
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) return core::error(StatusCode::kIo) << dir << ": cannot create directory: " << ec.message();

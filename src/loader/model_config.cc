@@ -64,11 +64,25 @@ core::Status read_gguf_rope_scaling(const formats::GgufFile& g, const std::strin
         KILN_ASSIGN_OR_RETURN(double af, gguf_float(g, p + "attn_factor", 1.0));
         c->rope_scaling.attention_factor = af;
     }
+    // LongRoPE (Phi-3): kiln's files hold the factor lists as keys, llama.cpp's as two tensors.
+    for (const char* which : {"short", "long"}) {
+        std::vector<double>& out = std::string(which) == "short" ? c->rope_scaling.short_factor : c->rope_scaling.long_factor;
+        if (auto keys = g.get_float_array(p + which + "_factor")) {
+            out.assign(keys->begin(), keys->end());
+        } else if (const formats::GgufTensorInfo* t = g.find_tensor(std::string("rope_factors_") + which + ".weight")) {
+            if (t->dtype != core::DType::kF32 || t->shape.size() != 1 || t->shape[0] > 65536)
+                return core::error(StatusCode::kCorrupt) << g.path() << ": tensor rope_factors_" << which
+                                                         << ".weight must be a 1-D f32 vector";
+            const float* f = reinterpret_cast<const float*>(g.tensor_data(*t));
+            out.assign(f, f + t->shape[0]);
+            if (!type) c->rope_scaling.type = "longrope";
+        }
+    }
     // llama.cpp's Llama-3 files carry precomputed frequency factors instead of scaling keys (its
     // convert_hf_to_gguf.py writes rope_freqs.weight; llama.cpp divides each RoPE frequency by its factor).
     // With a scaling type as well, the keys are used (llama.cpp would apply both: no such file is known).
     const formats::GgufTensorInfo* freqs = g.find_tensor("rope_freqs.weight");
-    if (!type && freqs) {
+    if (!type && freqs && c->rope_scaling.type.empty()) {
         if (freqs->dtype != core::DType::kF32 || freqs->shape.size() != 1 || freqs->shape[0] > 65536)
             return core::error(StatusCode::kCorrupt)
                    << g.path() << ": tensor rope_freqs.weight must be a 1-D f32 vector (RoPE frequency factors), got "
@@ -288,6 +302,12 @@ std::vector<std::pair<std::string, GgufValue>> config_to_gguf_metadata(const Mod
             kv.emplace_back(p + "rope.scaling.yarn_beta_slow", gguf_f32(float(rs.beta_slow)));
         }
         if (rs.attention_factor) kv.emplace_back(p + "rope.scaling.attn_factor", gguf_f32(float(*rs.attention_factor)));
+        if (rs.type == "longrope") {
+            kv.emplace_back(p + "rope.scaling.short_factor",
+                            gguf_f32_array(std::vector<float>(rs.short_factor.begin(), rs.short_factor.end())));
+            kv.emplace_back(p + "rope.scaling.long_factor",
+                            gguf_f32_array(std::vector<float>(rs.long_factor.begin(), rs.long_factor.end())));
+        }
     }
     return kv;
 }
@@ -325,13 +345,17 @@ std::string config_to_hf_json(const ModelConfig& c, const std::string& torch_dty
             r["beta_slow"] = rs.beta_slow;
         }
         if (rs.attention_factor) r["attention_factor"] = *rs.attention_factor;
+        if (rs.type == "longrope") {
+            r["short_factor"] = rs.short_factor;
+            r["long_factor"] = rs.long_factor;
+        }
         j["rope_scaling"] = std::move(r);
     }
     j["tie_word_embeddings"] = c.tie_word_embeddings;
     if (c.arch != "qwen2") j["attention_bias"] = c.attention_bias;
     j["hidden_act"] = "silu";
     // LlamaConfig has no sliding window; Mistral's applies to every layer.
-    if (c.arch == "mistral") {
+    if (c.arch == "mistral" || c.arch == "phi3") {
         j["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nullptr;
     } else if (c.arch == "qwen2" || c.arch == "qwen3") {
         j["use_sliding_window"] = c.sliding_window > 0;

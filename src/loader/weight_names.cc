@@ -36,6 +36,9 @@ constexpr NamePair kLayer[] = {
     {"mlp.gate_proj.weight", "ffn_gate.weight"},
     {"mlp.up_proj.weight", "ffn_up.weight"},
     {"mlp.down_proj.weight", "ffn_down.weight"},
+    // Phi-3's fused projections (checkpoint.cc splits them into the q/k/v and gate/up tensors).
+    {"self_attn.qkv_proj.weight", "attn_qkv.weight"},
+    {"mlp.gate_up_proj.weight", "ffn_gate_up.weight"},
 };
 
 // Gemma 3's norms around each block (checked before kLayer).

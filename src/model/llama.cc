@@ -61,6 +61,13 @@ const float* opt(const std::vector<float>& v) {
 
 }  // namespace
 
+std::vector<double> longrope_inv_freq(const ModelConfig& c) {
+    kernels::ref::RopeParams p;
+    p.theta = c.rope_theta;
+    for (double f : c.rope_scaling.long_factor) p.freq_factors.push_back(double(float(f)));
+    return kernels::ref::rope_inv_freqs(c.head_dim, p);
+}
+
 core::Result<kernels::ref::RopeParams> rope_params(const ModelConfig& c, const std::string& path) {
     kernels::ref::RopeParams p;
     p.theta = c.rope_theta;
@@ -70,6 +77,12 @@ core::Result<kernels::ref::RopeParams> rope_params(const ModelConfig& c, const s
     p.factor = rs.factor;
     if (rs.type == "linear") {
         p.scaling = kernels::ref::RopeScalingKind::kLinear;
+    } else if (rs.type == "longrope") {
+        // Phi-3: the short factors divide the frequencies (longrope_inv_freq gives the long table);
+        // the attention factor is attention_q_scale's.
+        p.factor = 1.0;
+        p.freq_factors.clear();
+        for (double f : rs.short_factor) p.freq_factors.push_back(double(float(f)));  // float32, as transformers
     } else if (rs.type == "llama3") {
         p.scaling = kernels::ref::RopeScalingKind::kLlama3;
         p.low_freq_factor = rs.low_freq_factor;
@@ -77,7 +90,8 @@ core::Result<kernels::ref::RopeParams> rope_params(const ModelConfig& c, const s
         p.original_max_position_embeddings = rs.original_max_position_embeddings;
     } else {
         return core::error(StatusCode::kUnsupported)
-               << path << ": RoPE scaling '" << rs.type << "' is not supported yet (supported: none, linear, llama3)";
+               << path << ": RoPE scaling '" << rs.type
+               << "' is not supported yet (supported: none, linear, llama3, longrope)";
     }
     return p;
 }
@@ -90,7 +104,7 @@ KvCache::KvCache(const ModelConfig& config, int64_t max_len)
       v_(size_t(config.num_layers)) {}
 
 const std::vector<std::string>& LlamaModel::supported_architectures() {
-    static const std::vector<std::string> kArchs = {"llama", "mistral", "qwen2", "qwen3", "gemma3_text"};
+    static const std::vector<std::string> kArchs = {"llama", "mistral", "qwen2", "qwen3", "gemma3_text", "phi3"};
     return kArchs;
 }
 
@@ -135,6 +149,7 @@ core::Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const Checkpoint& c
     m->backend_ = std::make_unique<ops::CpuBackend>(pool, lo.isa);
     KILN_ASSIGN_OR_RETURN(auto rope, rope_params(c, ck.path));
     m->inv_freq_ = kernels::ref::rope_inv_freqs(c.head_dim, rope);
+    if (c.rope_scaling.type == "longrope") m->inv_freq_long_ = longrope_inv_freq(c);
     if (c.rope_local_theta > 0) {  // sliding layers: their own base, no scaling
         kernels::ref::RopeParams local;
         local.theta = c.rope_local_theta;
@@ -209,6 +224,10 @@ core::Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const Checkpoint& c
         lw.post_attn_norm = opt(L.post_attn_norm);
         lw.post_ffn_norm = opt(L.post_ffn_norm);
         lw.inv_freq = c.local_rope_layer(l) ? m->inv_freq_local_.data() : m->inv_freq_.data();
+        if (!m->inv_freq_long_.empty()) {
+            lw.inv_freq_long = m->inv_freq_long_.data();
+            lw.long_from = c.rope_scaling.original_max_position_embeddings;
+        }
         w.layers.push_back(lw);
     }
     return m;

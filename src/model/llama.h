@@ -77,6 +77,10 @@ core::Status check_forward_batch(const ModelConfig& config, std::span<const int3
 // The RoPE parameters of `config` (theta, and linear or llama3 scaling); kUnsupported for other
 // scaling types (`path` names the model in the message).
 core::Result<kernels::ref::RopeParams> rope_params(const ModelConfig& config, const std::string& path);
+// LongRoPE's second table (rope_scaling type longrope): the frequencies divided by long_factor, for
+// positions >= original_max_position_embeddings (each key and query rotated by its own position's
+// table, as vLLM does; transformers switches every position to it once a sequence is that long).
+std::vector<double> longrope_inv_freq(const ModelConfig& config);
 
 class LlamaModel {
 public:
@@ -144,6 +148,7 @@ private:
     std::vector<Layer> layers_;
     std::vector<double> inv_freq_;        // [head_dim / 2]
     std::vector<double> inv_freq_local_;  // [head_dim / 2] the sliding layers' (rope_local_theta), if any
+    std::vector<double> inv_freq_long_;   // [head_dim / 2] LongRoPE's long table, if any
     ModelWeights weights_;          // the step's view of all the above
     // The step's buffers, grown to the largest batch seen and reused.
     struct Workspace {

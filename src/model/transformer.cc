@@ -20,6 +20,8 @@ core::Status attention_heads(ops::Backend& be, const LayerWeights& L, int64_t la
     rope.k_norm = L.k_norm;
     rope.eps = eps;
     rope.inv_freq = L.inv_freq;
+    rope.inv_freq_long = L.inv_freq_long;
+    rope.long_from = L.long_from;
     rope.q_scale = q_scale;
     KILN_RETURN_IF_ERROR(be.qkv_rope_kv_write(layer, b.qkv, b.q, rope));
     return be.attention(layer, b.q, b.att, shape);
@@ -31,8 +33,12 @@ core::Status mlp_activations(ops::Backend& be, const LayerWeights& L, ops::Gated
 }
 
 float attention_q_scale(const loader::ModelConfig& c) {
-    if (!(c.query_pre_attn_scalar > 0) || c.query_pre_attn_scalar == double(c.head_dim)) return 1.0f;
-    return float(std::sqrt(double(c.head_dim) / c.query_pre_attn_scalar));
+    double s = 1.0;
+    if (c.query_pre_attn_scalar > 0 && c.query_pre_attn_scalar != double(c.head_dim))
+        s = std::sqrt(double(c.head_dim) / c.query_pre_attn_scalar);
+    if (c.rope_scaling.type == "longrope" && c.rope_scaling.attention_factor)
+        s *= *c.rope_scaling.attention_factor * *c.rope_scaling.attention_factor;
+    return float(s);
 }
 
 core::Status run_step(ops::Backend& be, const loader::ModelConfig& c, const ModelWeights& w, const StepBuffers& b,

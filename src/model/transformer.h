@@ -41,6 +41,8 @@ struct LayerWeights {
     const float* post_attn_norm = nullptr;  // [H] sandwich_norms: the attention output's norm
     const float* post_ffn_norm = nullptr;   // [H] sandwich_norms: the MLP output's norm
     const double* inv_freq = nullptr;      // [head_dim / 2] RoPE frequencies of this layer
+    const double* inv_freq_long = nullptr;  // [head_dim / 2] LongRoPE: the table from position long_from on
+    int64_t long_from = 0;
 };
 
 struct ModelWeights {
@@ -77,7 +79,8 @@ struct StepOptions {
 };
 
 // The attention scale query_pre_attn_scalar^-0.5 as a multiplier of q on top of the kernels'
-// 1/sqrt(head_dim); 1 when the model has none.
+// 1/sqrt(head_dim), times LongRoPE's attention factor squared (transformers scales cos and sin,
+// i.e. q and k, by it); 1 when the model has neither.
 float attention_q_scale(const loader::ModelConfig& config);
 
 // The blocks of a layer, for run_step and for whoever evaluates one block alone (the AWQ losses):

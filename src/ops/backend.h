@@ -43,6 +43,8 @@ struct QkvRope {
     const float* k_norm = nullptr;  // [head_dim] or null
     float eps = 1e-6f;              // of the q/k norms
     const double* inv_freq = nullptr;  // [head_dim / 2] RoPE frequencies (kernels::ref::rope_inv_freqs)
+    const double* inv_freq_long = nullptr;  // or null: the frequencies of positions >= long_from (LongRoPE)
+    int64_t long_from = 0;
     float q_scale = 1.0f;              // q is multiplied by it after RoPE (an attention scale other than 1/sqrt(head_dim))
 };
 

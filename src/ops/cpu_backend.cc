@@ -100,6 +100,7 @@ Status CpuBackend::qkv_rope_kv_write(int64_t layer, float* qkv, float* q_out, co
     void* const vc = step_.v[size_t(layer)];
     const bool f16 = step_.kv_f16;
     const std::span<const double> inv_freq(p.inv_freq, size_t(D / 2));
+    const std::span<const double> inv_freq_long(p.inv_freq_long ? p.inv_freq_long : p.inv_freq, size_t(D / 2));
     // Per token in one pass: q to its own buffer, k and v straight to their cache slots, with the
     // q/k norms and RoPE applied in place there (an f16 cache's key is normed and rotated in its
     // qkv row, then rounded once).
@@ -121,10 +122,12 @@ Status CpuBackend::qkv_rope_kv_write(int64_t layer, float* qkv, float* q_out, co
             if (p.k_norm)
                 for (int64_t h = 0; h < p.num_kv_heads; ++h)
                     kernels::ref::rmsnorm(kt + h * D, p.k_norm, kt + h * D, D, p.eps);
-            kernels::ref::rope(qt, 1, p.num_heads, D, &step_.positions[size_t(t)], inv_freq);
+            const int32_t* pos = &step_.positions[size_t(t)];
+            const std::span<const double> freqs = *pos >= p.long_from ? inv_freq_long : inv_freq;
+            kernels::ref::rope(qt, 1, p.num_heads, D, pos, freqs);
             if (p.q_scale != 1.0f)
                 for (int64_t i = 0; i < Q; ++i) qt[i] *= p.q_scale;
-            kernels::ref::rope(kt, 1, p.num_kv_heads, D, &step_.positions[size_t(t)], inv_freq);
+            kernels::ref::rope(kt, 1, p.num_kv_heads, D, pos, freqs);
             if (f16) store_f16(kt, static_cast<uint16_t*>(kc) + slot * KV, KV);
         }
     });

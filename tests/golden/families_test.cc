@@ -1,12 +1,14 @@
-// Every Llama-family architecture kiln runs (Llama, Llama with llama3 RoPE scaling, Mistral with a
-// sliding window, Qwen2 with q/k/v biases, Qwen3 with q/k RMSNorm) against Hugging Face transformers:
+// Every architecture kiln runs (Llama, Llama with llama3 RoPE scaling, Mistral with a sliding
+// window, Qwen2 with q/k/v biases, Qwen3 with q/k RMSNorm, Gemma 3 text, Phi-3 with LongRoPE's short
+// and long factors) against Hugging Face transformers:
 // tiny random-weight models built by AutoModelForCausalLM.from_config and their float32 eager logits
 // (scripts/gen_family_goldens.py; tests/golden/data/families/<name>/). kiln loads each safetensors
 // folder, and its GGUF conversion (loader::convert_checkpoint, f32), runs the f32-activation path, and
 // must give every logit at every position of three prompts within 1e-4 of that prompt's logit range
 // (max - min over its logits), and the same 32 greedy tokens. The llama3-rope model also runs from the
 // GGUF form llama.cpp's convert_hf_to_gguf.py writes for Llama 3.1 / 3.2: no rope.scaling keys and a
-// rope_freqs.weight tensor of per-frequency factors, computed here with that script's formula.
+// rope_freqs.weight tensor of per-frequency factors, computed here with that script's formula; the
+// phi3-long model from the layout that script gives Phi-3 (fused tensors, factor tensors).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -196,8 +198,86 @@ TEST(Families, Llama3RopeFromAGgufWithRopeFreqs) {
     EXPECT_EQ(loader::convert_checkpoint(tmp + "/rope_freqs.gguf", tmp + "/hf", hf).code(), core::StatusCode::kUnsupported);
 }
 
+// The layout llama.cpp's convert_hf_to_gguf.py gives Phi-3 (Phi3MiniModel): Q/K/V fused in
+// blk.N.attn_qkv, gate and up fused in blk.N.ffn_up (2F rows, gate first), LongRoPE's factors as the
+// tensors rope_factors_short / rope_factors_long (no scaling type key). kiln splits the fused tensors
+// at load and reads the factors from the tensors: the same logits as transformers.
+TEST(Families, Phi3FromALlamaCppStyleGguf) {
+    const std::string dir = family_dir("phi3-long");
+    Golden g;
+    ASSERT_TRUE(load_golden(dir, &g)) << dir;
+    const std::string tmp = test::temp_dir("families_phi3_fused");
+    loader::ConvertOptions o;
+    o.to = "gguf";
+    o.dtype = core::DType::kF32;
+    ASSERT_TRUE(loader::convert_checkpoint(dir, tmp + "/kiln.gguf", o).is_ok());
+    auto src = formats::GgufFile::open(tmp + "/kiln.gguf");
+    ASSERT_TRUE(src.is_ok()) << src.status().to_string();
+    formats::GgufWriter w;
+    std::vector<float> short_f, long_f;
+    for (const std::string& key : src->keys()) {
+        if (key == "phi3.rope.scaling.short_factor") short_f = *src->get_float_array(key);
+        if (key == "phi3.rope.scaling.long_factor") long_f = *src->get_float_array(key);
+        if (key == "phi3.rope.scaling.short_factor" || key == "phi3.rope.scaling.long_factor" ||
+            key == "phi3.rope.scaling.type")
+            continue;
+        w.set(key, *src->find(key));
+    }
+    ASSERT_EQ(short_f.size(), 4u);
+    ASSERT_EQ(long_f.size(), 4u);
+    std::vector<std::vector<uint8_t>> fused;  // kept alive until write
+    auto find = [&](const std::string& name) {
+        for (const formats::GgufTensorInfo& t : src->tensors())
+            if (t.name == name) return &t;
+        return static_cast<const formats::GgufTensorInfo*>(nullptr);
+    };
+    auto fuse = [&](const std::string& out, std::initializer_list<std::string> parts) {
+        std::vector<uint8_t> bytes;
+        uint64_t rows = 0, cols = 0;
+        for (const std::string& p : parts) {
+            const formats::GgufTensorInfo* t = find(p);
+            ASSERT_NE(t, nullptr) << p;
+            const uint8_t* d = src->tensor_data(*t);
+            bytes.insert(bytes.end(), d, d + t->num_bytes);
+            rows += t->shape[0];
+            cols = t->shape[1];
+        }
+        fused.push_back(std::move(bytes));
+        w.add_tensor(out, core::DType::kF32, {rows, cols}, fused.back().data(), fused.back().size());
+    };
+    fused.reserve(16);
+    for (const formats::GgufTensorInfo& t : src->tensors()) {
+        const std::string& n = t.name;
+        if (n.ends_with("attn_q.weight")) {
+            const std::string b = n.substr(0, n.size() - std::string("attn_q.weight").size());
+            fuse(b + "attn_qkv.weight", {b + "attn_q.weight", b + "attn_k.weight", b + "attn_v.weight"});
+        } else if (n.ends_with("ffn_gate.weight")) {
+            const std::string b = n.substr(0, n.size() - std::string("ffn_gate.weight").size());
+            fuse(b + "ffn_up.weight", {b + "ffn_gate.weight", b + "ffn_up.weight"});
+        } else if (!n.ends_with("attn_k.weight") && !n.ends_with("attn_v.weight") && !n.ends_with("ffn_up.weight")) {
+            w.add_tensor(n, t.dtype, t.shape, src->tensor_data(t), t.num_bytes);
+        }
+    }
+    w.add_tensor("rope_factors_short.weight", core::DType::kF32, {4}, short_f.data(), 16);
+    w.add_tensor("rope_factors_long.weight", core::DType::kF32, {4}, long_f.data(), 16);
+    ASSERT_TRUE(w.write(tmp + "/llamacpp.gguf").is_ok());
+    auto ck = loader::load_checkpoint(tmp + "/llamacpp.gguf");
+    ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
+    EXPECT_EQ(ck->config.rope_scaling.type, "longrope");
+    EXPECT_EQ(ck->find("blk.0.attn_qkv.weight"), nullptr);
+    ASSERT_NE(ck->find("blk.1.ffn_gate.weight"), nullptr);
+    check_model(*ck, g, "phi3-long (llama.cpp-style gguf)");
+    // Neither fused Phi-3 nor Gemma's shifted norms have a safetensors writer yet: refused by name.
+    loader::ConvertOptions hf;
+    hf.to = "safetensors";
+    EXPECT_EQ(loader::convert_checkpoint(tmp + "/llamacpp.gguf", tmp + "/hf", hf).code(), core::StatusCode::kUnsupported);
+    EXPECT_EQ(loader::convert_checkpoint(family_dir("gemma3"), tmp + "/hf2", hf).code(),
+              core::StatusCode::kUnsupported);
+}
+
 INSTANTIATE_TEST_SUITE_P(Transformers, Families,
-                         ::testing::Values("llama", "llama3-rope", "mistral", "qwen2", "qwen3", "gemma3"),
+                         ::testing::Values("llama", "llama3-rope", "mistral", "qwen2", "qwen3", "gemma3", "phi3",
+                                           "phi3-long"),
                          [](const auto& info) {
                              std::string n = info.param;
                              std::replace(n.begin(), n.end(), '-', '_');

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "loader/model_config.h"
 #include "loader/weight_names.h"
 
@@ -427,6 +429,51 @@ TEST(HfConfig, Gemma3TextBlocksAndLayerPattern) {
     std::string odd = "\"full_attention\"";  // layer 0 full as well: no "every Nth layer" pattern
     for (int i = 1; i < 26; ++i) odd += std::string(", ") + (i % 3 == 2 ? "\"full_attention\"" : "\"sliding_attention\"");
     expect_parse_error(with_last(v5, "layer_types", "[" + odd + "]"), StatusCode::kUnsupported, {"layer_types"});
+}
+
+// microsoft/Phi-3-mini-4k-instruct config.json (auto_map and dropout fields left out).
+constexpr const char* kPhi3 = R"({
+  "architectures": ["Phi3ForCausalLM"], "attention_bias": false, "bos_token_id": 1, "eos_token_id": 32000,
+  "hidden_act": "silu", "hidden_size": 3072, "initializer_range": 0.02, "intermediate_size": 8192,
+  "max_position_embeddings": 4096, "model_type": "phi3", "num_attention_heads": 32, "num_hidden_layers": 32,
+  "num_key_value_heads": 32, "original_max_position_embeddings": 4096, "pad_token_id": 32000,
+  "rms_norm_eps": 1e-05, "rope_scaling": null, "rope_theta": 10000.0, "sliding_window": 2047,
+  "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_cache": true, "vocab_size": 32064})";
+
+TEST(HfConfig, Phi3SlidingWindowAndLongRope) {
+    auto c = parse_hf_config(kPhi3, "phi3");
+    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+    auto m = loader::config_from_hf(*c);
+    ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+    EXPECT_EQ(m->arch, "phi3");
+    EXPECT_EQ(m->window_for_layer(0), 2047);
+    EXPECT_EQ(m->window_for_layer(31), 2047);
+    EXPECT_TRUE(m->rope_scaling.type.empty());
+    EXPECT_EQ(loader::hf_to_gguf_name("model.layers.7.self_attn.qkv_proj.weight"), "blk.7.attn_qkv.weight");
+    EXPECT_EQ(loader::hf_to_gguf_name("model.layers.7.mlp.gate_up_proj.weight"), "blk.7.ffn_gate_up.weight");
+
+    // Phi-3-mini-128k's form: "su" scaling, 48 factors each (head_dim 96), a longer context; the
+    // attention factor transformers derives: sqrt(1 + ln(131072 / 4096) / ln(4096)).
+    std::string list48;
+    for (int i = 0; i < 48; ++i) list48 += std::string(i ? ", " : "") + std::to_string(1.0 + 0.1 * i);
+    const std::string su = "{\"type\": \"su\", \"short_factor\": [" + list48 + "], \"long_factor\": [" + list48 + "]}";
+    std::string long_ctx = with(kPhi3, "\"max_position_embeddings\": 4096", "\"max_position_embeddings\": 131072");
+    long_ctx = with(long_ctx, "\"rope_scaling\": null", "\"rope_scaling\": " + su);
+    auto l = parse_hf_config(long_ctx, "phi3-128k");
+    ASSERT_TRUE(l.is_ok()) << l.status().to_string();
+    EXPECT_EQ(l->rope_scaling.type, "longrope");
+    EXPECT_EQ(l->rope_scaling.original_max_position_embeddings, 4096);
+    ASSERT_EQ(l->rope_scaling.short_factor.size(), 48u);
+    ASSERT_TRUE(l->rope_scaling.attention_factor.has_value());
+    EXPECT_NEAR(*l->rope_scaling.attention_factor, std::sqrt(1.0 + std::log(32.0) / std::log(4096.0)), 1e-12);
+    auto lm = loader::config_from_hf(*l);
+    ASSERT_TRUE(lm.is_ok()) << lm.status().to_string();
+
+    // Wrong factor counts are corrupt; partial RoPE is refused by name.
+    const std::string short47 = with(long_ctx, "\"short_factor\": [1.000000, ", "\"short_factor\": [");
+    expect_parse_error(short47, StatusCode::kCorrupt, {"short_factor", "47"});
+    expect_parse_error(with_last(kPhi3, "partial_rotary_factor", "0.75"), StatusCode::kUnsupported,
+                       {"partial_rotary_factor"});
 }
 
 TEST(HfConfig, TokenIdsMustBeInsideTheVocabulary) {

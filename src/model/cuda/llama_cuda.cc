@@ -140,6 +140,8 @@ Status CudaLlamaModel::Impl::linear(const ops::Weight& weight, const float* in, 
 }
 
 Status CudaLlamaModel::Impl::qkv_rope_kv_write(int64_t l, float* qkv_, float* q_out, const ops::QkvRope& p) {
+    if (p.q_scale != 1.0f || p.inv_freq_long)
+        return core::error(StatusCode::kUnsupported) << "qkv_rope_kv_write: q scaling and LongRoPE have no CUDA kernel yet";
     kc::QkvRopeKvWrite w;
     w.qkv = qkv_;
     w.bias = nullptr;  // added by linear()

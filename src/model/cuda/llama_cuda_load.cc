@@ -298,6 +298,9 @@ core::Result<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::create(const Check
     if (std::find(archs.begin(), archs.end(), c.arch) == archs.end())
         return core::error(StatusCode::kUnsupported)
                << ck.path << ": architecture '" << c.arch << "' is not supported on CUDA";
+    if (c.rope_scaling.type == "longrope")
+        return core::error(StatusCode::kUnsupported)
+               << ck.path << ": LongRoPE (Phi-3) runs on the CPU only so far (the CUDA RoPE kernel has one table)";
     if (c.gelu_mlp || c.sandwich_norms || c.scale_embeddings)
         return core::error(StatusCode::kUnsupported)
                << ck.path << ": " << c.arch << " runs on the CPU only so far (GeGLU, the post-block norms and scaled "
