@@ -7,7 +7,8 @@ are not test dependencies):
     python3 -m venv /tmp/refenv && /tmp/refenv/bin/pip install torch transformers
     /tmp/refenv/bin/python scripts/gen_family_goldens.py [OUT_DIR]
 
-OUT_DIR defaults to tests/golden/data/families. For each family it writes OUT_DIR/<name>/:
+OUT_DIR defaults to tests/golden/data/families. New families go at the end of FAMILIES (each
+family's seed and prompts follow from its position). For each family it writes OUT_DIR/<name>/:
   config.json, model.safetensors   save_pretrained of the seeded random model, float32
   golden.json                       the prompts (token ids), the shape of each prompt's logits in
                                     logits.f32, and 32 greedy continuation ids of the last prompt
@@ -64,6 +65,10 @@ FAMILIES = {
                                sliding_window=12,
                                rope_scaling={"rope_type": "longrope", "short_factor": [1.0, 1.3, 2.1, 3.7],
                                              "long_factor": [1.5, 4.0, 9.0, 17.0], "attention_factor": 1.25})),
+    # Gemma 2: Gemma 3's blocks without q/k norms or a local RoPE base, with soft-capping of the
+    # attention scores and the final logits small enough to bend them.
+    "gemma2": ("gemma2", dict(tie_word_embeddings=True, head_dim=16, query_pre_attn_scalar=12, sliding_window=8,
+                              attn_logit_softcapping=3.0, final_logit_softcapping=5.0, rope_theta=10000.0)),
 }
 PROMPT_LENS = [1, 7, 19]
 GREEDY = 32

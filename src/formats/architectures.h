@@ -10,7 +10,7 @@
 namespace kiln::formats {
 
 struct ArchNames {
-    std::string_view model_type;  // "llama", "mistral", "qwen2", "qwen3", "gemma3_text"
+    std::string_view model_type;  // "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3"
     std::string_view hf_class;    // config.json "architectures": "LlamaForCausalLM", ...
     std::string_view gguf_arch;   // GGUF general.architecture
     bool gguf_neox_rope;          // GGUF Q/K rows in rotate-half order
@@ -21,9 +21,16 @@ inline constexpr ArchNames kArchitectures[] = {
     {"mistral", "MistralForCausalLM", "llama", false},
     {"qwen2", "Qwen2ForCausalLM", "qwen2", true},
     {"qwen3", "Qwen3ForCausalLM", "qwen3", true},
+    {"gemma2", "Gemma2ForCausalLM", "gemma2", true},
     {"gemma3_text", "Gemma3ForCausalLM", "gemma3", true},
     {"phi3", "Phi3ForCausalLM", "phi3", true},
 };
+
+// Gemma 2 and 3: GeGLU, (1 + w) norms before and after each block, scaled embeddings, sliding and
+// global layers in a fixed pattern.
+constexpr bool is_gemma(std::string_view model_type) {
+    return model_type == "gemma2" || model_type == "gemma3_text";
+}
 
 // nullptr when kiln does not support it.
 constexpr const ArchNames* find_arch_by_model_type(std::string_view model_type) {

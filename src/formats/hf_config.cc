@@ -208,7 +208,8 @@ core::Status parse_gemma_rope(Fields& f, const std::string& name, HfConfig* c) {
 // sliding_window_pattern N (default 6).
 core::Status parse_gemma_layers(Fields& f, const std::string& name, HfConfig* c) {
     c->sliding_window = f.has("sliding_window") ? f.get_int("sliding_window").value_or(0) : 4096;
-    c->sliding_window_pattern = f.get_int("sliding_window_pattern").value_or(6);
+    // Gemma2Config: every other layer; Gemma3TextConfig: sliding_window_pattern, default 6.
+    c->sliding_window_pattern = c->model_type == "gemma2" ? 2 : f.get_int("sliding_window_pattern").value_or(6);
     const json* types = f.raw("layer_types");
     if (!types || types->is_null()) return core::Status::ok();
     const int64_t n = c->num_hidden_layers;
@@ -227,7 +228,7 @@ core::Status parse_gemma_layers(Fields& f, const std::string& name, HfConfig* c)
         if ((t == "full_attention") != ((i + 1) % pattern == 0))
             return core::error(StatusCode::kUnsupported)
                    << name << ": layer_types is not \"every " << pattern
-                   << "th layer full attention\", the only arrangement kiln supports for gemma3_text";
+                   << "th layer full attention\", the only arrangement kiln supports for " << c->model_type;
     }
     c->sliding_window_pattern = pattern;
     return core::Status::ok();
@@ -305,7 +306,7 @@ core::Result<int64_t> first_sliding_layer(const json& types, int64_t num_layers,
 
 // sliding_window / max_window_layers per architecture (see hf_config.h).
 core::Status parse_sliding_window(Fields& f, const std::string& name, HfConfig* c) {
-    if (c->model_type == "gemma3_text") {
+    if (is_gemma(c->model_type)) {
         KILN_RETURN_IF_ERROR(parse_gemma_layers(f, name, c));
     } else if (c->model_type == "phi3") {
         // Phi3Config: sliding_window (default None) applies to every layer.
@@ -328,13 +329,13 @@ core::Status parse_sliding_window(Fields& f, const std::string& name, HfConfig* 
 }
 
 core::Status check_unsupported(Fields& f, const std::string& name, const HfConfig& c) {
-    if (c.model_type == "gemma3_text") {
+    if (is_gemma(c.model_type)) {
         if (c.hidden_act != "gelu_pytorch_tanh")
             return core::error(StatusCode::kUnsupported)
                    << name << ": hidden_activation \"" << c.hidden_act << "\" is not supported (only gelu_pytorch_tanh)";
-        for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"})
-            if (f.get_num(key))
-                return core::error(StatusCode::kUnsupported) << name << ": " << key << " (soft-capping) is not supported yet";
+        if (!(c.attn_softcap >= 0) || !(c.final_softcap >= 0) || !std::isfinite(c.attn_softcap) ||
+            !std::isfinite(c.final_softcap))
+            return core::error(StatusCode::kCorrupt) << name << ": soft-capping values must be positive";
         if (f.get_bool("use_bidirectional_attention").value_or(false))
             return core::error(StatusCode::kUnsupported) << name << ": use_bidirectional_attention is not supported";
         if (!(c.query_pre_attn_scalar > 0))
@@ -355,29 +356,30 @@ core::Status parse_sizes(Fields& f, const std::string& name, HfConfig* c) {
     for (const char* key : kRequired)
         if (!f.raw(key)) return core::error(StatusCode::kCorrupt) << name << ": missing \"" << key << "\"";
     const bool is_qwen = c->model_type == "qwen2" || c->model_type == "qwen3";
-    const bool is_gemma = c->model_type == "gemma3_text";
+    const bool gemma = is_gemma(c->model_type);
     c->vocab_size = f.get_int("vocab_size").value_or(0);
     c->hidden_size = f.get_int("hidden_size").value_or(0);
     c->intermediate_size = f.get_int("intermediate_size").value_or(0);
     c->num_hidden_layers = f.get_int("num_hidden_layers").value_or(0);
     c->num_attention_heads = f.get_int("num_attention_heads").value_or(0);
     // Absent: the config class default (LlamaConfig: None -> num_attention_heads); null: num_attention_heads.
-    const int64_t kv_default = c->model_type == "mistral" ? 8 : is_qwen ? 32 : is_gemma ? 4 : c->num_attention_heads;
+    const int64_t kv_default = c->model_type == "mistral" ? 8 : is_qwen ? 32 : gemma ? 4 : c->num_attention_heads;
     c->num_key_value_heads =
         f.has("num_key_value_heads") ? f.get_int("num_key_value_heads").value_or(c->num_attention_heads) : kv_default;
     const bool is_qwen3 = c->model_type == "qwen3";
     int64_t default_head_dim = is_qwen3                     ? 128
-                               : is_gemma                   ? 256
+                               : gemma                      ? 256
                                : c->num_attention_heads > 0 ? c->hidden_size / c->num_attention_heads
                                                             : 0;
-    if (!is_qwen3 && !is_gemma && !f.raw("head_dim") && c->num_attention_heads > 0 && c->hidden_size % c->num_attention_heads != 0)
+    if (!is_qwen3 && !gemma && !f.raw("head_dim") && c->num_attention_heads > 0 && c->hidden_size % c->num_attention_heads != 0)
         return core::error(StatusCode::kCorrupt)
                << name << ": hidden_size " << c->hidden_size << " is not a multiple of num_attention_heads "
                << c->num_attention_heads << " and no head_dim is given";
     c->head_dim = f.get_int("head_dim").value_or(default_head_dim);
     const int64_t max_pos_default = c->model_type == "mistral" ? 4096 * 32
                                     : is_qwen                   ? 32768
-                                    : is_gemma                  ? 131072
+                                    : c->model_type == "gemma2" ? 8192
+                                    : gemma                     ? 131072
                                     : c->model_type == "phi3"   ? 4096
                                                                 : 2048;
     c->max_position_embeddings = f.get_int("max_position_embeddings").value_or(max_pos_default);
@@ -425,15 +427,21 @@ core::Result<HfConfig> parse_hf_config(const std::string& json_text, const std::
     KILN_RETURN_IF_ERROR(parse_sizes(f, name, &c));
     c.rms_norm_eps = f.get_num("rms_norm_eps").value_or(1e-6);
     KILN_RETURN_IF_ERROR(parse_rope(f, name, &c));
-    const bool is_gemma = c.model_type == "gemma3_text";
-    c.tie_word_embeddings = f.get_bool("tie_word_embeddings").value_or(is_gemma);
+    const bool gemma = is_gemma(c.model_type);
+    c.tie_word_embeddings = f.get_bool("tie_word_embeddings").value_or(gemma);
     KILN_RETURN_IF_ERROR(parse_sliding_window(f, name, &c));
     // Qwen2 always has q/k/v biases; MistralAttention has none whatever the config says.
     c.attention_bias =
         c.model_type == "qwen2" || (c.model_type != "mistral" && f.get_bool("attention_bias").value_or(false));
-    c.hidden_act = is_gemma ? f.get_str("hidden_activation").value_or("gelu_pytorch_tanh")
-                            : f.get_str("hidden_act").value_or("silu");
-    if (is_gemma) c.query_pre_attn_scalar = f.get_num("query_pre_attn_scalar").value_or(256.0);
+    c.hidden_act = gemma ? f.get_str("hidden_activation").value_or("gelu_pytorch_tanh")
+                         : f.get_str("hidden_act").value_or("silu");
+    if (gemma) {
+        c.query_pre_attn_scalar = f.get_num("query_pre_attn_scalar").value_or(256.0);
+        // Gemma2Config defaults to 50 / 30 (absent); null, and Gemma 3's default, is none.
+        const bool g2 = c.model_type == "gemma2";
+        c.attn_softcap = f.has("attn_logit_softcapping") ? f.get_num("attn_logit_softcapping").value_or(0.0) : g2 ? 50.0 : 0.0;
+        c.final_softcap = f.has("final_logit_softcapping") ? f.get_num("final_logit_softcapping").value_or(0.0) : g2 ? 30.0 : 0.0;
+    }
     c.torch_dtype = f.get_str("torch_dtype").value_or(f.get_str("dtype").value_or(""));
     c.bos_token_id = f.get_int("bos_token_id");
     c.eos_token_ids = f.get_int_list("eos_token_id");

@@ -7,6 +7,7 @@
 // (absent: 4096, null: none) to every layer; Qwen2/Qwen3 only with use_sliding_window, and only to
 // layers >= max_window_layers (default 28), or to the "sliding_attention" entries of layer_types when
 // given (kiln supports those only as a suffix of the layers); LlamaConfig has no sliding window.
+// Gemma 2 (Gemma2ForCausalLM: every other layer sliding, soft-capping 50 / 30 unless null) and
 // Gemma 3 text models (Gemma3ForCausalLM, model_type gemma3_text; Gemma3TextConfig's defaults): the
 // sliding layers come from layer_types (which must follow a pattern: every Nth layer full attention)
 // or sliding_window_pattern (default 6); RoPE from rope_parameters' full_attention / sliding_attention
@@ -18,7 +19,7 @@
 // computed as transformers does (sqrt(1 + ln(factor) / ln(original)), factor = max / original).
 // Rejected as kUnsupported: hidden_act other than silu/swish (gelu_pytorch_tanh for Gemma 3),
 // partial_rotary_factor other than 1,
-// Llama's mlp_bias, Gemma's attention / final logit soft-capping and bidirectional attention.
+// Llama's mlp_bias, Gemma's bidirectional attention.
 // Invariants after a successful parse: the checks of hyper_params.h hold, head_dim is set (explicit,
 // or hidden_size / num_heads), and eos_token_ids holds every end-of-sequence id (config files give
 // an int or a list).
@@ -58,6 +59,8 @@ struct HfConfig {
     int64_t sliding_window_pattern = 0;
     double rope_local_theta = 0;
     double query_pre_attn_scalar = 0;
+    // Gemma: attention-score and final-logit soft-capping (0: none).
+    double attn_softcap = 0, final_softcap = 0;
     std::string torch_dtype;  // "bfloat16", "float16", "float32", or ""
     std::optional<int64_t> bos_token_id;
     std::vector<int64_t> eos_token_ids;

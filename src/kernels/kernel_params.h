@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -155,7 +156,15 @@ struct AttentionShape {
     int64_t num_kv_heads = 0;  // num_heads is a multiple (GQA)
     int64_t head_dim = 0;
     int64_t window = 0;  // sliding window (token attends to pos - window < j <= pos); 0 = full
+    // Gemma 2's logit soft-capping: each scaled score s becomes softcap * tanh(s / softcap) before the
+    // softmax; 0 = none.
+    float softcap = 0.0f;
 };
+
+// The soft-capped score (AttentionShape::softcap), the same expression in every kernel.
+inline float softcap_score(float s, float cap) {
+    return cap * std::tanh(s / cap);
+}
 // ---- sampling rows (kernels/ref/sample.h) ----
 
 // One row's knobs, as validated sampling::SamplingParams carry them. Plain data, the same layout on

@@ -1,5 +1,6 @@
 // Checkpoint conversion (see convert.h).
 #include "loader/convert.h"
+#include "formats/architectures.h"
 
 #include <cctype>
 #include <cstdio>
@@ -213,7 +214,7 @@ core::Status write_hf_checkpoint(const Checkpoint& ck, const std::string& dir, c
         return core::error(StatusCode::kUnsupported)
                << ck.path << ": rope_freqs.weight (llama.cpp's form of Llama-3 RoPE scaling) has no Hugging Face "
                << "equivalent; keep this model in GGUF";
-    if (ck.config.arch == "gemma3_text" || ck.config.arch == "phi3")
+    if (formats::is_gemma(ck.config.arch) || ck.config.arch == "phi3")
         return core::error(StatusCode::kUnsupported)
                << ck.path << ": writing " << ck.config.arch << " as safetensors is not supported yet (Gemma's norm "
                << "weights would need their +1 taken off, Phi-3's projections fusing again); keep this model in GGUF";

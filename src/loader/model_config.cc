@@ -105,7 +105,7 @@ core::Result<int64_t> gguf_vocab_size(const formats::GgufFile& g, const std::str
 
 // What an architecture fixes about its blocks (model_config.h).
 void set_family_flags(ModelConfig* c) {
-    const bool gemma = c->arch == "gemma3_text";
+    const bool gemma = formats::is_gemma(c->arch);
     c->gelu_mlp = gemma;
     c->sandwich_norms = gemma;
     c->scale_embeddings = gemma;
@@ -134,10 +134,12 @@ core::Status ModelConfig::validate() const {
     if (arch == "qwen2" && !attention_bias)
         return core::error(StatusCode::kCorrupt) << "model config: qwen2 always has q/k/v biases";
     if (sliding_window_pattern < 0 || !(query_pre_attn_scalar >= 0) || !(rope_local_theta >= 0) ||
-        !std::isfinite(query_pre_attn_scalar) || !std::isfinite(rope_local_theta))
+        !std::isfinite(query_pre_attn_scalar) || !std::isfinite(rope_local_theta) || !(attn_softcap >= 0) ||
+        !(final_softcap >= 0) || !std::isfinite(attn_softcap) || !std::isfinite(final_softcap))
         return core::error(StatusCode::kCorrupt)
                << "model config: sliding_window_pattern " << sliding_window_pattern << ", query_pre_attn_scalar "
-               << query_pre_attn_scalar << ", rope_local_theta " << rope_local_theta << " (none may be negative)";
+               << query_pre_attn_scalar << ", rope_local_theta " << rope_local_theta << ", soft-capping "
+               << attn_softcap << " / " << final_softcap << " (none may be negative)";
     return core::Status::ok();
 }
 
@@ -158,6 +160,8 @@ core::Result<ModelConfig> config_from_hf(const formats::HfConfig& hf) {
     c.tie_word_embeddings = hf.tie_word_embeddings;
     c.attention_bias = hf.attention_bias;
     c.qk_norm = hf.model_type == "qwen3" || hf.model_type == "gemma3_text";
+    c.attn_softcap = hf.attn_softcap;
+    c.final_softcap = hf.final_softcap;
     set_family_flags(&c);
     c.query_pre_attn_scalar = hf.query_pre_attn_scalar;
     c.sliding_window_pattern = hf.sliding_window > 0 ? hf.sliding_window_pattern : 0;
@@ -208,12 +212,17 @@ core::Result<ModelConfig> config_from_gguf(const formats::GgufFile& g) {
     KILN_ASSIGN_OR_RETURN(c.max_window_layers, gguf_int(g, p + "attention.max_window_layers", int64_t(0)));
     if (c.arch == "llama" && c.sliding_window > 0) c.arch = "mistral";  // how kiln writes Mistral
     set_family_flags(&c);
-    if (c.arch == "gemma3_text") {
-        // llama.cpp's gemma3: every 6th layer full attention, sliding layers at base 10000, scores
-        // scaled by 1/sqrt(head_dim); kiln's files may say otherwise (kiln keys, model_config.h).
-        KILN_ASSIGN_OR_RETURN(c.sliding_window_pattern, gguf_int(g, p + "attention.sliding_window_pattern", int64_t(6)));
+    if (formats::is_gemma(c.arch)) {
+        // llama.cpp's gemma2 / gemma3: every 2nd / 6th layer full attention, gemma3's sliding layers
+        // at base 10000, scores scaled by 1/sqrt(head_dim), gemma2's soft-capping 50 / 30; kiln's
+        // files may say otherwise (kiln keys, model_config.h).
+        const bool g2 = c.arch == "gemma2";
+        KILN_ASSIGN_OR_RETURN(c.sliding_window_pattern,
+                              gguf_int(g, p + "attention.sliding_window_pattern", int64_t(g2 ? 2 : 6)));
         if (c.sliding_window == 0) c.sliding_window_pattern = 0;
-        KILN_ASSIGN_OR_RETURN(c.rope_local_theta, gguf_float(g, p + "rope.local_freq_base", 10000.0));
+        KILN_ASSIGN_OR_RETURN(c.rope_local_theta, gguf_float(g, p + "rope.local_freq_base", g2 ? 0.0 : 10000.0));
+        KILN_ASSIGN_OR_RETURN(c.attn_softcap, gguf_float(g, p + "attn_logit_softcapping", g2 ? 50.0 : 0.0));
+        KILN_ASSIGN_OR_RETURN(c.final_softcap, gguf_float(g, p + "final_logit_softcapping", g2 ? 30.0 : 0.0));
         KILN_ASSIGN_OR_RETURN(c.query_pre_attn_scalar,
                               gguf_float(g, p + "attention.query_pre_attn_scalar", double(c.head_dim)));
     }
@@ -286,6 +295,10 @@ std::vector<std::pair<std::string, GgufValue>> config_to_gguf_metadata(const Mod
     if (c.rope_local_theta > 0) kv.emplace_back(p + "rope.local_freq_base", gguf_f32(float(c.rope_local_theta)));
     if (c.query_pre_attn_scalar > 0)
         kv.emplace_back(p + "attention.query_pre_attn_scalar", gguf_f32(float(c.query_pre_attn_scalar)));
+    if (formats::is_gemma(c.arch)) {  // always: gemma2's defaults are not 0
+        kv.emplace_back(p + "attn_logit_softcapping", gguf_f32(float(c.attn_softcap)));
+        kv.emplace_back(p + "final_logit_softcapping", gguf_f32(float(c.final_softcap)));
+    }
     const formats::RopeScaling& rs = c.rope_scaling;
     if (!rs.type.empty()) {
         kv.emplace_back(p + "rope.scaling.type", gguf_string(rs.type));

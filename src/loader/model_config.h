@@ -64,6 +64,8 @@ struct ModelConfig : formats::HyperParams {
     double query_pre_attn_scalar = 0;
     int64_t sliding_window_pattern = 0;
     double rope_local_theta = 0;
+    // Gemma 2: attention scores and final logits soft-capped, x -> cap * tanh(x / cap); 0 = none.
+    double attn_softcap = 0, final_softcap = 0;
 
     int64_t q_dim() const { return num_heads * head_dim; }
     int64_t kv_dim() const { return num_kv_heads * head_dim; }

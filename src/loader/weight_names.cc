@@ -1,5 +1,6 @@
 // HF <-> GGUF tensor names and the RoPE row permutation (see weight_names.h).
 #include "loader/weight_names.h"
+#include "formats/architectures.h"
 
 #include <cstring>
 
@@ -76,7 +77,7 @@ std::optional<std::string> map_name(const std::string& name, bool from_hf, const
     std::string rest;
     if (!split_layer(name, from_hf ? "model.layers." : "blk.", &layer_idx, &rest)) return std::nullopt;
     const std::string prefix = (from_hf ? "blk." : "model.layers.") + std::to_string(layer_idx) + ".";
-    if (model_type == "gemma3_text")
+    if (formats::is_gemma(model_type))
         for (const NamePair& p : kGemmaLayer)
             if (rest == (from_hf ? p.hf : p.gguf)) return prefix + (from_hf ? p.gguf : p.hf);
     for (const NamePair& p : kLayer)

@@ -104,7 +104,7 @@ KvCache::KvCache(const ModelConfig& config, int64_t max_len)
       v_(size_t(config.num_layers)) {}
 
 const std::vector<std::string>& LlamaModel::supported_architectures() {
-    static const std::vector<std::string> kArchs = {"llama", "mistral", "qwen2", "qwen3", "gemma3_text", "phi3"};
+    static const std::vector<std::string> kArchs = {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3"};
     return kArchs;
 }
 

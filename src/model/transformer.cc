@@ -59,7 +59,8 @@ core::Status run_step(ops::Backend& be, const loader::ModelConfig& c, const Mode
         // The previous layer's MLP output (b.o) is added here, fused with this layer's norm.
         KILN_RETURN_IF_ERROR(be.add_rmsnorm(b.x, l == 0 ? nullptr : b.o, L.attn_norm, b.xn, T, H, eps, L.qkv));
         observe(l, LinearInput::kQkv, b.xn, H);
-        const ops::AttentionParams shape{c.num_heads, c.num_kv_heads, c.head_dim, c.window_for_layer(l)};
+        const ops::AttentionParams shape{c.num_heads, c.num_kv_heads, c.head_dim, c.window_for_layer(l),
+                                         float(c.attn_softcap)};
         KILN_RETURN_IF_ERROR(attention_heads(be, L, l, shape, eps, q_scale, b, T));
         observe(l, LinearInput::kAttnOut, b.att, Q);
         KILN_RETURN_IF_ERROR(be.linear(*L.o, b.att, T, L.bo, b.o));  // [T, H]
@@ -76,7 +77,9 @@ core::Status run_step(ops::Backend& be, const loader::ModelConfig& c, const Mode
     // x += the last MLP output, normed; the rows that want logits gathered into o and projected.
     KILN_RETURN_IF_ERROR(be.add_rmsnorm(b.x, b.o, w.output_norm, b.xn, T, H, eps, nullptr));
     KILN_RETURN_IF_ERROR(be.gather_logit_rows(b.xn, H, b.o));
-    return be.linear(*w.lm_head, b.o, num_logits, nullptr, b.logits);
+    KILN_RETURN_IF_ERROR(be.linear(*w.lm_head, b.o, num_logits, nullptr, b.logits));
+    if (c.final_softcap > 0) return be.softcap(b.logits, num_logits * c.vocab_size, float(c.final_softcap));
+    return Status::ok();
 }
 
 }  // namespace kiln::model

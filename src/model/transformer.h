@@ -12,7 +12,8 @@
 //   xn = rmsnorm(x += o)
 //   o = (f(xn @ Wgate^T) * (xn @ Wup^T)) @ Wdown^T   (f: SiLU, or GELU-tanh with gelu_mlp;
 //                                                    o = rmsnorm(o) with sandwich_norms)
-// then xn = rmsnorm(x += o) over the rows that want logits, logits = xn @ Wout^T.
+// then xn = rmsnorm(x += o) over the rows that want logits, logits = xn @ Wout^T (soft-capped with
+// final_softcap; attention scores with attn_softcap).
 #pragma once
 
 #include <cstdint>

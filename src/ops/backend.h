@@ -51,7 +51,8 @@ struct QkvRope {
 // The attention of one layer over the step's sequences (their K/V from the backend's cache).
 struct AttentionParams {
     int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
-    int64_t window = 0;  // sliding window (pos - window < j <= pos); 0 = full causal
+    int64_t window = 0;    // sliding window (pos - window < j <= pos); 0 = full causal
+    float softcap = 0.0f;  // scores soft-capped: cap * tanh(s / cap) (Gemma 2); 0 = none
 };
 
 class Backend {
@@ -79,6 +80,8 @@ public:
                                       float* gate_up_out, float* act, const Weight* next) = 0;
     // out [num_logit_rows, n] = the rows of x [T, n] that want logits, in the step's order.
     virtual core::Status gather_logit_rows(const float* x, int64_t n, float* out) = 0;
+    // x [n] = cap * tanh(x / cap) in place (Gemma 2's final logit soft-capping).
+    virtual core::Status softcap(float* x, int64_t n, float cap) = 0;
 };
 
 }  // namespace kiln::ops

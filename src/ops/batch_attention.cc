@@ -36,7 +36,7 @@ core::Status invalid(const char* what) {
 }
 
 kernels::AttentionShape shape_of(const AttentionSeq& s, const AttentionHeads& h) {
-    return {s.num_tokens, h.num_heads, h.num_kv_heads, h.head_dim, h.window};
+    return {s.num_tokens, h.num_heads, h.num_kv_heads, h.head_dim, h.window, h.softcap};
 }
 
 // First key any of the tokens [t0, t1) of `s` attends to.
@@ -65,7 +65,8 @@ core::Status batch_attention(core::ThreadPool& pool, const float* q, int64_t num
                              std::span<const AttentionSeq> seqs, const AttentionHeads& h, float* out, kc::Isa isa) {
     if (!kc::isa_supported(isa))
         return core::error(core::StatusCode::kUnsupported) << "attention: this CPU cannot run " << kc::isa_name(isa);
-    if (h.num_heads <= 0 || h.num_kv_heads <= 0 || h.head_dim <= 0 || h.window < 0) return invalid("bad shape");
+    if (h.num_heads <= 0 || h.num_kv_heads <= 0 || h.head_dim <= 0 || h.window < 0 || !(h.softcap >= 0))
+        return invalid("bad shape");
     if (h.num_heads % h.num_kv_heads) return invalid("num_heads must be a multiple of num_kv_heads");
     if (!q || !out) return invalid("null pointer");
     const int64_t row_floats = h.num_heads * h.head_dim;
@@ -134,7 +135,7 @@ core::Status batch_attention(core::ThreadPool& pool, const float* q, int64_t num
     if (!kernel) kernel = kc::find_attention_kernel(kc::Isa::kRef);  // a build without that level's kernel
     int64_t max_tile = 1;
     for (const AttentionSeq& s : seqs) max_tile = std::max(max_tile, std::min(s.num_tokens, kTokenTile));
-    const kernels::AttentionShape widest{max_tile, h.num_heads, h.num_kv_heads, hd, h.window};
+    const kernels::AttentionShape widest{max_tile, h.num_heads, h.num_kv_heads, hd, h.window, h.softcap};
     const size_t scratch_floats = kc::attention_scratch_floats(widest, max_tile);
     const size_t tile_floats = size_t(max_tile * h.num_heads * (hd + 2));  // partial o, its lse, the running lse
 

@@ -39,6 +39,7 @@ struct AttentionHeads {
     int64_t num_kv_heads = 0;  // num_heads is a multiple (GQA)
     int64_t head_dim = 0;
     int64_t window = 0;  // sliding window (pos - window < j <= pos); 0 = full causal
+    float softcap = 0.0f;  // score soft-capping (kernels::AttentionShape::softcap); 0 = none
 };
 
 // q, out [num_rows, num_heads, head_dim] (must not overlap); every sequence's rows

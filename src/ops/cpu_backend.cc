@@ -139,7 +139,7 @@ Status CpuBackend::attention(int64_t layer, const float* q, float* out, const At
         a.kv.k = step_.k[size_t(layer)];
         a.kv.v = step_.v[size_t(layer)];
     }
-    const AttentionHeads heads{p.num_heads, p.num_kv_heads, p.head_dim, p.window};
+    const AttentionHeads heads{p.num_heads, p.num_kv_heads, p.head_dim, p.window, p.softcap};
     return batch_attention(*pool_, q, int64_t(step_.tokens.size()), step_.seqs, heads, out, isa_);
 }
 
@@ -179,6 +179,13 @@ Status CpuBackend::gated_mlp_up(const Weight& gate_up, const float* in, int64_t 
 Status CpuBackend::gather_logit_rows(const float* x, int64_t n, float* out) {
     for (size_t i = 0; i < step_.logit_rows.size(); ++i)
         std::copy_n(x + step_.logit_rows[i] * n, n, out + int64_t(i) * n);
+    return Status::ok();
+}
+
+Status CpuBackend::softcap(float* x, int64_t n, float cap) {
+    pool_->parallel_for(n, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) x[i] = kernels::softcap_score(x[i], cap);
+    }, 4096);
     return Status::ok();
 }
 

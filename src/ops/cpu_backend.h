@@ -64,6 +64,7 @@ public:
     core::Status gated_mlp_up(const Weight& gate_up, const float* in, int64_t rows, GatedAct f, float* gate_up_out,
                               float* act, const Weight* next) override;
     core::Status gather_logit_rows(const float* x, int64_t n, float* out) override;
+    core::Status softcap(float* x, int64_t n, float cap) override;
 
 private:
     core::ThreadPool* pool_;

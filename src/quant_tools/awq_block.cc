@@ -247,7 +247,7 @@ core::Status attend_all(Cpu& cpu, const AttnProblem& p, const float* wq, const f
     L.q_norm = b.q_norm.empty() ? nullptr : b.q_norm.data();
     L.k_norm = b.k_norm.empty() ? nullptr : b.k_norm.data();
     L.inv_freq = b.inv_freq.data();
-    const ops::AttentionParams shape{b.num_heads, b.num_kv_heads, b.head_dim, b.window};
+    const ops::AttentionParams shape{b.num_heads, b.num_kv_heads, b.head_dim, b.window, b.softcap};
     att.resize(size_t(p.tokens * Q));
     const int64_t longest = *std::max_element(p.seq_lens.begin(), p.seq_lens.end());
     std::vector<float> xn(size_t(longest * H)), qkv_out(size_t(longest * (Q + 2 * KV))), q(size_t(longest * Q));

@@ -64,6 +64,7 @@ struct AwqAttnBlock {
     float norm_eps = 1e-6f;        // of q_norm / k_norm
     std::vector<double> inv_freq;  // [head_dim / 2] RoPE frequencies (kernels::ref::rope_inv_freqs)
     float q_scale = 1.0f;          // q times this after RoPE (model/transformer.h: query_pre_attn_scalar)
+    float softcap = 0.0f;          // attention-score soft-capping (Gemma 2); 0 = none
     bool quantize_q = true, quantize_k = true, quantize_v = true;
 };
 

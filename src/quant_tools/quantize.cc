@@ -193,6 +193,7 @@ core::Result<quant::AwqResult> search_attn(Mutable& mut, const Group& g, int64_t
         b.inv_freq = kernels::ref::rope_inv_freqs(c.head_dim, local);
     }
     b.q_scale = model::attention_q_scale(c);
+    b.softcap = float(c.attn_softcap);
     b.quantize_q = !member_skipped(g.members[0], o);
     b.quantize_k = !member_skipped(g.members[1], o);
     b.quantize_v = !member_skipped(g.members[2], o);

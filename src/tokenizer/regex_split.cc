@@ -1,10 +1,10 @@
-// PCRE2-backed Splitter and the llama.cpp pre-tokenizer table (see regex_split.h). The regex
-// strings for GGUF names are the ones llama.cpp's llm_tokenizer_bpe uses (llama-vocab.cpp), where
-// "(?i:'s|...)" is spelled "(?:'[sS]|...)" so that Unicode case folding (e.g. U+017F) cannot widen it.
-// Code points whose NFC form is another character (U+1F7D, U+1FBE, U+1FD3, U+1FDB, U+2126, U+212A in
-// deepseek-llm's letter class) are written as \x{...}: an editor or tool that normalizes this file
-// would otherwise turn them into U+03CE, U+03B9, U+0390, U+038A, U+03A9, 'K', which made ranges
-// run backwards (PCRE2: "range out of order") or, for "K-ℭ", silently span U+004B..U+212D.
+// PCRE2-backed Splitter (see regex_split.h); the GGUF pre-tokenizer table is gguf_pre_tokenizers.cc,
+// whose regexes spell "(?i:'s|...)" as "(?:'[sS]|...)" (as llama.cpp does) so that Unicode case
+// folding (e.g. U+017F) cannot widen it, and write every non-ASCII character as \x{...}: code points
+// whose NFC form is another character (U+1F7D, U+1FBE, U+1FD3, U+1FDB, U+2126, U+212A in
+// deepseek-llm's letter class, U+F900 in afmoe's) would otherwise turn, in an editor or tool that
+// normalizes text, into U+03CE, U+03B9, U+0390, U+038A, U+03A9, 'K', U+8C48, which made ranges run
+// backwards (PCRE2: "range out of order") or silently widened them ("K-ℭ": U+004B..U+212D).
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "tokenizer/regex_split.h"
 
@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <map>
 
 #include "core/check.h"
 
@@ -23,92 +22,6 @@ const char* const kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?
 namespace {
 
 constexpr size_t kMinMatchLimit = size_t(1) << 16;  // backtracking steps per match attempt, short texts
-
-constexpr const char* kLlama3Regex =
-    R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3})"
-    R"(| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-constexpr const char* kQwen2Regex =
-    R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N})"
-    R"(| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-constexpr const char* kGpt2Regex = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S))";
-
-enum class PreFamily { kDefault, kLlama3, kDbrx, kGpt2, kQwen2, kSmollm, kDeepseekLlm, kDeepseekCoder, kFalcon };
-
-const std::map<std::string, PreFamily>& pre_names() {
-    static const std::map<std::string, PreFamily> kNames = {
-        {"default", PreFamily::kDefault},
-        {"llama3", PreFamily::kLlama3},
-        {"llama-v3", PreFamily::kLlama3},
-        {"llama-bpe", PreFamily::kLlama3},
-        {"falcon3", PreFamily::kLlama3},
-        {"falcon-h1", PreFamily::kLlama3},
-        {"pixtral", PreFamily::kLlama3},
-        {"midm-2.0", PreFamily::kLlama3},
-        {"lfm2", PreFamily::kLlama3},
-        {"dbrx", PreFamily::kDbrx},
-        {"smaug-bpe", PreFamily::kDbrx},
-        {"gpt-2", PreFamily::kGpt2},
-        {"phi-2", PreFamily::kGpt2},
-        {"jina-es", PreFamily::kGpt2},
-        {"jina-de", PreFamily::kGpt2},
-        {"jina-v2-es", PreFamily::kGpt2},
-        {"jina-v2-de", PreFamily::kGpt2},
-        {"a.x-4.0", PreFamily::kGpt2},
-        {"mellum", PreFamily::kGpt2},
-        {"mpt", PreFamily::kGpt2},
-        {"olmo", PreFamily::kGpt2},
-        {"exaone4", PreFamily::kGpt2},
-        {"qwen2", PreFamily::kQwen2},
-        {"deepseek-r1-qwen", PreFamily::kQwen2},
-        {"kormo", PreFamily::kQwen2},
-        {"stablelm2", PreFamily::kQwen2},
-        {"megrez", PreFamily::kQwen2},
-        {"smollm", PreFamily::kSmollm},
-        {"starcoder", PreFamily::kSmollm},
-        {"refact", PreFamily::kSmollm},
-        {"command-r", PreFamily::kSmollm},
-        {"codeshell", PreFamily::kSmollm},
-        {"exaone", PreFamily::kSmollm},
-        {"minerva-7b", PreFamily::kSmollm},
-        {"deepseek-llm", PreFamily::kDeepseekLlm},
-        {"deepseek-coder", PreFamily::kDeepseekCoder},
-        {"falcon", PreFamily::kFalcon},
-    };
-    return kNames;
-}
-
-std::vector<std::string> family_regexes(PreFamily f) {
-    switch (f) {
-        case PreFamily::kLlama3:
-        case PreFamily::kDbrx:
-            return {kLlama3Regex};
-        case PreFamily::kGpt2:
-            return {kGpt2Regex};
-        case PreFamily::kQwen2:
-            return {kQwen2Regex};
-        case PreFamily::kSmollm:
-            return {R"(\p{N})", kGpt2Regex};
-        case PreFamily::kDeepseekLlm:
-            return {"[\r\n]",
-                    "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-"
-                    "ᵷᵹ-"
-                    "ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-\\x{1F7D}ᾀ-ᾴᾶ-ᾼ\\x{1FBE}ῂ-ῄῆ-ῌῐ-\\x{1FD3}ῖ-\\x{1FDB}ῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤ\\x{2126}ℨ\\x{212A}-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-"
-                    "ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-"
-                    "𞥃]"
-                    "+",
-                    "\\s?[!-/:-~！-／：-～‘-‟　-。]+",
-                    "\\s+$",
-                    "[一-龥ࠀ-一가-퟿]+",
-                    "\\p{N}+"};
-        case PreFamily::kDeepseekCoder:
-            return {"[\r\n]", R"(\s?\p{L}+)", R"(\s?\p{P}+)", "[一-龥ࠀ-一가-퟿]+", R"(\p{N})"};
-        case PreFamily::kFalcon:
-            return {R"([\p{P}\$\+<=>\^~\|`]+)", kGpt2Regex, "[0-9][0-9][0-9]"};
-        case PreFamily::kDefault:
-            break;
-    }
-    return {R"([\p{P}\$\+<=>\^~\|]+)", kGpt2Regex, R"(\p{N}+)", "[0-9][0-9][0-9]"};
-}
 
 }  // namespace
 
@@ -205,24 +118,6 @@ void Splitter::split_one(std::string_view text, Span span, void* match_data, voi
         pos = ov[1];
     }
     emit(uint32_t(pos), uint32_t(len), false);
-}
-
-core::Result<GgufPreTokenizer> gguf_pre_tokenizer(const std::string& name) {
-    auto it = pre_names().find(name);
-    if (it == pre_names().end())
-        return core::error(core::StatusCode::kUnsupported)
-               << "unknown pre-tokenizer '" << name << "' (tokenizer.ggml.pre); known: " << gguf_pre_tokenizer_names();
-    GgufPreTokenizer p;
-    p.regexes = family_regexes(it->second);
-    p.ignore_merges = it->second == PreFamily::kLlama3;
-    p.add_bos = it->second == PreFamily::kLlama3;
-    return p;
-}
-
-std::string gguf_pre_tokenizer_names() {
-    std::string s;
-    for (const auto& [name, family] : pre_names()) s += (s.empty() ? "" : ", ") + name;
-    return s;
 }
 
 }  // namespace kiln::tokenizer

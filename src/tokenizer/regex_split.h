@@ -61,7 +61,8 @@ struct GgufPreTokenizer {
     bool add_bos = false;
 };
 core::Result<GgufPreTokenizer> gguf_pre_tokenizer(const std::string& name);
-std::string gguf_pre_tokenizer_names();  // comma-separated, for error messages and --help
+std::string gguf_pre_tokenizer_names();  // comma-separated, for error messages and --help (supported only)
+std::vector<std::string> gguf_pre_tokenizer_list();  // every name llama.cpp knows, supported or not
 
 // HF ByteLevel's built-in GPT-2 pattern (use_regex = true).
 extern const char* const kGpt2Pattern;

@@ -276,7 +276,7 @@ TEST(Families, Phi3FromALlamaCppStyleGguf) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transformers, Families,
-                         ::testing::Values("llama", "llama3-rope", "mistral", "qwen2", "qwen3", "gemma3", "phi3",
+                         ::testing::Values("llama", "llama3-rope", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3",
                                            "phi3-long"),
                          [](const auto& info) {
                              std::string n = info.param;

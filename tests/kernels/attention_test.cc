@@ -1,6 +1,7 @@
 // CPU attention kernels (kernels/cpu/attention.h) against the oracle kernels::ref::attention, over a
 // grid of (num_heads, num_kv_heads) x head_dim (8, 64, 128, 72 = 9 vectors, 6 = scalar tail only)
-// x num_tokens (1, 2, 7, 65, 130) x cached past (0, 1, 63, 200) x window (0, 5, 64), with q scaled
+// x num_tokens (1, 2, 7, 65, 130) x cached past (0, 1, 63, 200) x window (0, 5, 64) (a quarter of the
+// cases with Gemma 2 soft-capping of the scores at 2.5), with q scaled
 // by 1 and by 30 (peaked softmax: the running max changes and rescales often). Each case runs:
 //  (a) one task per KV head over all tokens and keys;
 //  (b) token tiles of 7 and three key splits cut at block multiples, merged by attention_merge;
@@ -190,11 +191,13 @@ void check_isa(Isa isa) {
                             continue;
                         const float q_scale = (seed % 3 == 0) ? 30.0f : 1.0f;
                         seed += 7;
-                        const AttentionShape s{num_tokens, hk[0], hk[1], hd, window};
+                        AttentionShape s{num_tokens, hk[0], hk[1], hd, window};
+                        if (seed % 4 == 1) s.softcap = 2.5f;  // Gemma 2's soft-capped scores, on a quarter
                         const Data d = make_data(s, past, seed, q_scale);
                         const float tol = q_scale > 1.0f ? 1e-4f : 1e-5f;
                         const std::string what = std::string(isa_name(isa)) + " " + describe(d, seed) +
-                                                 " q_scale=" + std::to_string(q_scale);
+                                                 " q_scale=" + std::to_string(q_scale) +
+                                                 " softcap=" + std::to_string(s.softcap);
                         const std::vector<float> whole = run_whole(fn, d);
                         expect_close(whole, d.want, tol, what + " whole");
                         // A row's arithmetic must not depend on how tokens are tiled into tasks.

@@ -419,11 +419,14 @@ TEST(HfConfig, Gemma3TextBlocksAndLayerPattern) {
     EXPECT_EQ(c5->rope_scaling.type, "linear");
     EXPECT_EQ(c5->rope_scaling.factor, 8.0);
 
-    // What kiln does not run yet is refused by name.
-    expect_parse_error(with(kGemma3, "\"final_logit_softcapping\": null", "\"final_logit_softcapping\": 30.0"),
-                       StatusCode::kUnsupported, {"final_logit_softcapping"});
-    expect_parse_error(with(kGemma3, "\"attn_logit_softcapping\": null", "\"attn_logit_softcapping\": 50.0"),
-                       StatusCode::kUnsupported, {"attn_logit_softcapping"});
+    // Soft-capping (Gemma 2's, 0 = none in Gemma 3) is parsed; what kiln does not run is refused by name.
+    auto capped = parse_hf_config(with(kGemma3, "\"final_logit_softcapping\": null", "\"final_logit_softcapping\": 30.0"),
+                                  "gemma3 capped");
+    ASSERT_TRUE(capped.is_ok()) << capped.status().to_string();
+    EXPECT_EQ(capped->final_softcap, 30.0);
+    EXPECT_EQ(capped->attn_softcap, 0.0);
+    expect_parse_error(with(kGemma3, "\"attn_logit_softcapping\": null", "\"attn_logit_softcapping\": -5.0"),
+                       StatusCode::kCorrupt, {"soft-capping"});
     expect_parse_error(with(kGemma3, "\"gelu_pytorch_tanh\"", "\"silu\""), StatusCode::kUnsupported,
                        {"hidden_activation", "silu"});
     std::string odd = "\"full_attention\"";  // layer 0 full as well: no "every Nth layer" pattern
@@ -474,6 +477,34 @@ TEST(HfConfig, Phi3SlidingWindowAndLongRope) {
     expect_parse_error(short47, StatusCode::kCorrupt, {"short_factor", "47"});
     expect_parse_error(with_last(kPhi3, "partial_rotary_factor", "0.75"), StatusCode::kUnsupported,
                        {"partial_rotary_factor"});
+}
+
+// Gemma2Config's defaults: soft-capping 50 / 30 when absent (null: none), every other layer sliding,
+// one RoPE base, no q/k norms.
+TEST(HfConfig, Gemma2SoftCappingAndAlternatingLayers) {
+    std::string g2 = with(kGemma3, "\"Gemma3ForCausalLM\"", "\"Gemma2ForCausalLM\"");
+    g2 = with(g2, "\"gemma3_text\"", "\"gemma2\"");
+    g2 = with(g2, "\"attn_logit_softcapping\": null, ", "");
+    g2 = with(g2, "\"final_logit_softcapping\": null, ", "");
+    g2 = with(g2, "\"rope_theta\": 1000000", "\"rope_theta\": 10000");
+    auto c = parse_hf_config(g2, "gemma2");
+    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+    EXPECT_EQ(c->attn_softcap, 50.0);
+    EXPECT_EQ(c->final_softcap, 30.0);
+    auto m = loader::config_from_hf(*c);
+    ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+    EXPECT_FALSE(m->qk_norm);
+    EXPECT_TRUE(m->gelu_mlp && m->sandwich_norms && m->scale_embeddings);
+    EXPECT_EQ(m->window_for_layer(0), 512);
+    EXPECT_EQ(m->window_for_layer(1), 0);
+    EXPECT_EQ(m->window_for_layer(24), 512);
+    EXPECT_FALSE(m->local_rope_layer(0));  // one base for every layer
+    auto none = parse_hf_config(with_last(with_last(g2, "attn_logit_softcapping", "null"), "final_logit_softcapping",
+                                          "null"),
+                                "gemma2 uncapped");
+    ASSERT_TRUE(none.is_ok()) << none.status().to_string();
+    EXPECT_EQ(none->attn_softcap, 0.0);
+    EXPECT_EQ(none->final_softcap, 0.0);
 }
 
 TEST(HfConfig, TokenIdsMustBeInsideTheVocabulary) {

@@ -141,7 +141,7 @@ TEST(LlamaModel, Errors) {
     RandomCheckpoint b;
     b.build(c);
     Checkpoint other = b.ck;
-    other.config.arch = "gemma2";
+    other.config.arch = "bloom";
     auto bad = LlamaModel::create(other, &pool);
     ASSERT_FALSE(bad.is_ok());
     EXPECT_NE(bad.status().message().find("llama, mistral, qwen2, qwen3"), std::string::npos) << bad.status().message();

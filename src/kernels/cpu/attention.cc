@@ -72,7 +72,7 @@ void ref_attention_task(const float* q, const KvSpan& kv, const AttentionShape& 
                     const float* kj = key(j);
                     float dot = 0.0f;
                     for (int64_t d = 0; d < hd; ++d) dot += qr[d] * kj[d];
-                    p[j - ja] = dot * scale;
+                    p[j - ja] = s.softcap > 0 ? softcap_score(dot * scale, s.softcap) : dot * scale;
                     mx = std::max(mx, p[j - ja]);
                 }
                 const float m_new = std::max(m[r], mx);

@@ -224,9 +224,18 @@ void block_pv(float* const* o, const float* const* vptr, int64_t n, int64_t hd, 
 // ja + i at kptr[i] / vptr[i]).
 template <int R>
 void update_rows(const float* const* qr, float* const* o, const float* const* kptr, const float* const* vptr, int64_t n,
-                 int64_t hd, float scale, int64_t prefetch_bytes, float* const* p, float* m, float* l) {
+                 int64_t hd, float scale, float softcap, int64_t prefetch_bytes, float* const* p, float* m, float* l) {
     float mx[R], corr[R];
     block_scores<R>(qr, kptr, vptr, n, hd, scale, prefetch_bytes, p, mx);
+    if (softcap > 0) {  // Gemma 2: scalar, off the models' usual path
+        for (int r = 0; r < R; ++r) {
+            mx[r] = kNegInf;
+            for (int64_t i = 0; i < n; ++i) {
+                p[r][i] = softcap_score(p[r][i], softcap);
+                if (p[r][i] > mx[r]) mx[r] = p[r][i];
+            }
+        }
+    }
     for (int r = 0; r < R; ++r) {
         const float m_new = m[r] > mx[r] ? m[r] : mx[r];
         corr[r] = m[r] == kNegInf ? 0.0f : expf(m[r] - m_new);
@@ -376,10 +385,10 @@ void simd_attention_task(const float* q, const KvSpan& kv, const AttentionShape&
             const float* const* kj = krow + (ja - kb);  // [jb - ja] row pointers
             const float* const* vj = vrow + (ja - kb);
             if constexpr (kMaxRows >= 4) {
-                if (nr == 4) update_rows<4>(qr, o, kj, vj, jb - ja, hd, scale, f32_prefetch, p, m + r, l + r);
+                if (nr == 4) update_rows<4>(qr, o, kj, vj, jb - ja, hd, scale, s.softcap, f32_prefetch, p, m + r, l + r);
             }
-            if (nr == 2) update_rows<2>(qr, o, kj, vj, jb - ja, hd, scale, f32_prefetch, p, m + r, l + r);
-            if (nr == 1) update_rows<1>(qr, o, kj, vj, jb - ja, hd, scale, f32_prefetch, p, m + r, l + r);
+            if (nr == 2) update_rows<2>(qr, o, kj, vj, jb - ja, hd, scale, s.softcap, f32_prefetch, p, m + r, l + r);
+            if (nr == 1) update_rows<1>(qr, o, kj, vj, jb - ja, hd, scale, s.softcap, f32_prefetch, p, m + r, l + r);
             r += nr;
         }
     }

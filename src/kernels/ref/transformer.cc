@@ -145,7 +145,7 @@ void attention_rows(const float* q, const KvSpan& kv, const AttentionShape& s, f
             const int64_t kj = kv_row(kv, j) * kv_stride + kvh * hd;  // element offset of the key
             float dot = 0.0f;
             for (int64_t d = 0; d < hd; ++d) dot += qv[d] * kv_elem(kv, kv.k, kj + d);
-            scores[j - j_begin] = dot * scale;
+            scores[j - j_begin] = s.softcap > 0 ? softcap_score(dot * scale, s.softcap) : dot * scale;
         }
         softmax(scores, len);
         float* o = out + row * hd;  // [head_dim]

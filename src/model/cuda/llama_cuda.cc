@@ -186,7 +186,12 @@ Status CudaLlamaModel::Impl::gather_logit_rows(const float* x_, int64_t n, float
     return kc::gather_rows(x_, n, step_->i32(step_->ix.layout.logit_rows), step_->ix.num_logits, out, stream.get());
 }
 
+Status CudaLlamaModel::Impl::softcap(float*, int64_t, float) {
+    return core::error(StatusCode::kUnsupported) << "softcap: no CUDA kernel yet";
+}
+
 Status CudaLlamaModel::Impl::attention(int64_t l, const float* q_in, float* out, const ops::AttentionParams& p) {
+    if (p.softcap != 0.0f) return core::error(StatusCode::kUnsupported) << "attention: soft-capping has no CUDA kernel yet";
     const Step& st = *step_;
     const StepIndices& ix = st.ix;
     const StepIndexLayout& lay = ix.layout;

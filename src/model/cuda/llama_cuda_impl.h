@@ -141,6 +141,7 @@ struct CudaLlamaModel::Impl final : ops::Backend {
     core::Status gated_mlp_up(const ops::Weight& gate_up, const float* in, int64_t rows, ops::GatedAct f,
                               float* gate_up_out, float* act, const ops::Weight* next) override;
     core::Status gather_logit_rows(const float* x, int64_t n, float* out) override;
+    core::Status softcap(float* x, int64_t n, float cap) override;
     const Step* step_ = nullptr;
     struct Prepared {
         const float* of = nullptr;  // the f32 output x16 stands for
