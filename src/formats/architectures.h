@@ -1,5 +1,7 @@
-// The decoder-only architectures kiln runs and their names in each file format: the one table that
-// HF config parsing, GGUF reading, ModelConfig validation and the writers all consult.
+// The decoder-only architectures kiln runs, their names in each file format and how their blocks
+// differ: the one table that HF config parsing, GGUF reading, ModelConfig (its family flags), the
+// loader and the writers all consult. Every family runs the same step (model/transformer.h); a row's
+// block flags are what picks its variant of each block.
 // model_type is HF's config.json "model_type" and kiln's ModelConfig::arch. Mistral is stored in GGUF
 // as "llama", as llama.cpp does. llama.cpp's qwen2/qwen3 GGUF files keep HF's rotate-half (NEOX)
 // Q/K row order; its llama files hold Meta's interleaved-pair order.
@@ -13,21 +15,30 @@ struct ArchNames {
     std::string_view model_type;  // "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3"
     std::string_view hf_class;    // config.json "architectures": "LlamaForCausalLM", ...
     std::string_view gguf_arch;   // GGUF general.architecture
-    bool gguf_neox_rope;          // GGUF Q/K rows in rotate-half order
+    bool gguf_neox_rope = false;  // GGUF Q/K rows in rotate-half order
+    // The blocks (ModelConfig's flags of the same names; all off: Llama's).
+    bool qk_norm = false;           // per-head RMSNorm of q and k before RoPE
+    bool gelu_mlp = false;          // GeGLU (GELU-tanh gate) instead of SwiGLU
+    bool sandwich_norms = false;    // the attention and MLP outputs RMS-normed before the residual add
+    bool scale_embeddings = false;  // token embeddings times sqrt(hidden_size)
+    bool norm_plus_one = false;     // HF norm weights w mean (1 + w): the loader stores 1 + w
 };
 
 inline constexpr ArchNames kArchitectures[] = {
-    {"llama", "LlamaForCausalLM", "llama", false},
-    {"mistral", "MistralForCausalLM", "llama", false},
-    {"qwen2", "Qwen2ForCausalLM", "qwen2", true},
-    {"qwen3", "Qwen3ForCausalLM", "qwen3", true},
-    {"gemma2", "Gemma2ForCausalLM", "gemma2", true},
-    {"gemma3_text", "Gemma3ForCausalLM", "gemma3", true},
-    {"phi3", "Phi3ForCausalLM", "phi3", true},
+    {.model_type = "llama", .hf_class = "LlamaForCausalLM", .gguf_arch = "llama"},
+    {.model_type = "mistral", .hf_class = "MistralForCausalLM", .gguf_arch = "llama"},
+    {.model_type = "qwen2", .hf_class = "Qwen2ForCausalLM", .gguf_arch = "qwen2", .gguf_neox_rope = true},
+    {.model_type = "qwen3", .hf_class = "Qwen3ForCausalLM", .gguf_arch = "qwen3", .gguf_neox_rope = true,
+     .qk_norm = true},
+    {.model_type = "gemma2", .hf_class = "Gemma2ForCausalLM", .gguf_arch = "gemma2", .gguf_neox_rope = true,
+     .gelu_mlp = true, .sandwich_norms = true, .scale_embeddings = true, .norm_plus_one = true},
+    {.model_type = "gemma3_text", .hf_class = "Gemma3ForCausalLM", .gguf_arch = "gemma3", .gguf_neox_rope = true,
+     .qk_norm = true, .gelu_mlp = true, .sandwich_norms = true, .scale_embeddings = true, .norm_plus_one = true},
+    {.model_type = "phi3", .hf_class = "Phi3ForCausalLM", .gguf_arch = "phi3", .gguf_neox_rope = true},
 };
 
-// Gemma 2 and 3: GeGLU, (1 + w) norms before and after each block, scaled embeddings, sliding and
-// global layers in a fixed pattern.
+// Gemma 2 and 3 (their config.json fields: hidden_activation, query_pre_attn_scalar, soft-capping,
+// layer patterns).
 constexpr bool is_gemma(std::string_view model_type) {
     return model_type == "gemma2" || model_type == "gemma3_text";
 }

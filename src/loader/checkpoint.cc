@@ -266,7 +266,8 @@ core::Result<Checkpoint> load_hf_checkpoint(const std::string& path) {
         std::string name = hf_to_gguf_name(t.name, ck.config.arch).value_or(t.name);
         if (name == "output.weight" && ck.config.tie_word_embeddings) continue;  // a saved copy of the embedding
         t.name = name;
-        if (formats::is_gemma(ck.config.arch) && name.ends_with("norm.weight")) {
+        const formats::ArchNames* family = formats::find_arch_by_model_type(ck.config.arch);
+        if (family && family->norm_plus_one && name.ends_with("norm.weight")) {
             // Gemma's RMSNorm multiplies by (1 + w): stored with the 1 added, as llama.cpp does.
             KILN_ASSIGN_OR_RETURN(t, shift_norm_weight(t, &ck.owners));
         }

@@ -214,7 +214,8 @@ core::Status write_hf_checkpoint(const Checkpoint& ck, const std::string& dir, c
         return core::error(StatusCode::kUnsupported)
                << ck.path << ": rope_freqs.weight (llama.cpp's form of Llama-3 RoPE scaling) has no Hugging Face "
                << "equivalent; keep this model in GGUF";
-    if (formats::is_gemma(ck.config.arch) || ck.config.arch == "phi3")
+    const formats::ArchNames* family = formats::find_arch_by_model_type(ck.config.arch);
+    if ((family && family->norm_plus_one) || ck.config.arch == "phi3")
         return core::error(StatusCode::kUnsupported)
                << ck.path << ": writing " << ck.config.arch << " as safetensors is not supported yet (Gemma's norm "
                << "weights would need their +1 taken off, Phi-3's projections fusing again); keep this model in GGUF";

@@ -105,10 +105,12 @@ core::Result<int64_t> gguf_vocab_size(const formats::GgufFile& g, const std::str
 
 // What an architecture fixes about its blocks (model_config.h).
 void set_family_flags(ModelConfig* c) {
-    const bool gemma = formats::is_gemma(c->arch);
-    c->gelu_mlp = gemma;
-    c->sandwich_norms = gemma;
-    c->scale_embeddings = gemma;
+    const formats::ArchNames* a = formats::find_arch_by_model_type(c->arch);
+    if (!a) return;  // validate() reports it
+    c->qk_norm = c->qk_norm || a->qk_norm;
+    c->gelu_mlp = a->gelu_mlp;
+    c->sandwich_norms = a->sandwich_norms;
+    c->scale_embeddings = a->scale_embeddings;
 }
 
 }  // namespace
@@ -159,7 +161,6 @@ core::Result<ModelConfig> config_from_hf(const formats::HfConfig& hf) {
     c.rope_scaling = hf.rope_scaling;
     c.tie_word_embeddings = hf.tie_word_embeddings;
     c.attention_bias = hf.attention_bias;
-    c.qk_norm = hf.model_type == "qwen3" || hf.model_type == "gemma3_text";
     c.attn_softcap = hf.attn_softcap;
     c.final_softcap = hf.final_softcap;
     set_family_flags(&c);
@@ -230,7 +231,7 @@ core::Result<ModelConfig> config_from_gguf(const formats::GgufFile& g) {
     KILN_ASSIGN_OR_RETURN(c.vocab_size, gguf_vocab_size(g, p));
     c.tie_word_embeddings = g.find_tensor("output.weight") == nullptr;
     c.attention_bias = *arch == "qwen2" || g.find_tensor("blk.0.attn_q.bias") != nullptr;
-    c.qk_norm = *arch == "qwen3" || *arch == "gemma3" || g.find_tensor("blk.0.attn_q_norm.weight") != nullptr;
+    c.qk_norm = c.qk_norm || g.find_tensor("blk.0.attn_q_norm.weight") != nullptr;  // the family's, or present
     c.bos_token_id = g.get_int("tokenizer.ggml.bos_token_id");
     if (auto eos = g.get_int("tokenizer.ggml.eos_token_id")) c.eos_token_ids.push_back(*eos);
     KILN_RETURN_IF_ERROR(c.validate());
