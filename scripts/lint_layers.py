@@ -5,8 +5,9 @@ and tests/ of a tree:
 1. Project includes go down, never up or sideways. A file of layer L may include headers of L and of
    layers ranked below L; layers of the same rank may not include each other. Inside `kernels` the
    sub-layers are ranked too: the neutral headers (src/kernels/*.h: the structs every backend shares)
-   < `kernels/ref` (the scalar oracle) < `kernels/cpu`, `kernels/cuda`, `kernels/roofline`, which may
-   not include each other, so the oracle never depends on what it checks. include/kiln (the public
+   < `kernels/ref` (the scalar oracle), `kernels/cpu`, `kernels/cuda`, `kernels/roofline`, which may
+   not include each other (the oracle never depends on what it checks, nor a backend on the oracle)
+   < `kernels/select` (the run-time choice of a kernel by ISA, kRef being the oracle's). include/kiln (the public
    API) includes nothing from src/; src/api implements it. tools/, bench/ and tests/ sit on top: they
    may include any layer, but nothing includes them.
 2. The CMake link graph agrees: each src/<dir>/CMakeLists.txt `kiln_library(<dir> DEPS ...)` lists only
@@ -34,7 +35,7 @@ RANK = {
     "engine": 7, "kiln": 8, "api": 8, "server": 9, "tools": 10, "bench": 10, "tests": 10,
 }
 # Sub-layers of kernels ("" = the neutral headers directly in src/kernels).
-KERNEL_RANK = {"": 0, "ref": 1, "cpu": 2, "cuda": 2, "roofline": 2}
+KERNEL_RANK = {"": 0, "ref": 1, "cpu": 1, "cuda": 1, "roofline": 1, "select": 2}
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^">]+)[">]')
 SOURCES = (".h", ".cc", ".cu", ".cuh")
 

@@ -113,7 +113,7 @@ Status bench_sample() {
         state = state * 1664525u + 1013904223u;
         l = float(state >> 8) * (8.0f / 16777216.0f);
     }
-    auto params = std::vector<kiln::kernels::ref::SampleRow>(size_t(rows));
+    auto params = std::vector<kiln::kernels::SampleRow>(size_t(rows));
     for (int64_t r = 0; r < rows; ++r) {
         params[size_t(r)].temperature = 0.8f;
         params[size_t(r)].top_p = 0.9f;
@@ -130,7 +130,7 @@ Status bench_sample() {
                               KILN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(work.data(), src.data(), logits.size() * 4,
                                                                         cudaMemcpyDeviceToDevice));
                               return kc::sample_rows(work.as<float>(), rows, vocab,
-                                                     dp.as<kiln::kernels::ref::SampleRow>(), nullptr, 0,
+                                                     dp.as<kiln::kernels::SampleRow>(), nullptr, 0,
                                                      ids.as<int32_t>());
                           }));
     report("sample/top_p:0.9/rows:64/vocab:128256 (incl. copy)", ms, 2.0 * double(logits.size()) * 4, 0.0);

@@ -191,4 +191,19 @@ struct LogitAdjustment {
     int32_t generated = 0;   // its occurrences among the generated tokens (frequency, presence)
 };
 
+// The sampling contract's constants, shared by the host sampler (kernels/ref/sample.h) and the GPU's
+// (kernels/cuda/sample.h): a temperature below kSampleGreedyTemperature is greedy; top-p's masses
+// in fixed point (constexpr: the CUDA kernel calls them too), a probability truncated to a multiple
+// of 2^-40, and the target (top_p - slack) * 2^40, at least 1 (one token).
+inline constexpr float kSampleGreedyTemperature = 1e-5f;    // sampling::kGreedyTemperature
+inline constexpr double kTopPSlack = 1e-6;                  // sampling::Sampler's
+inline constexpr double kTopPFixedScale = 1099511627776.0;  // 2^40
+constexpr uint64_t top_p_mass(float p) {
+    return p > 0.0f ? uint64_t(double(p) * kTopPFixedScale) : 0;  // NaN: 0
+}
+constexpr uint64_t top_p_target(float top_p) {
+    const double t = (double(top_p) - kTopPSlack) * kTopPFixedScale;
+    return t < 1.0 ? 1 : uint64_t(t);
+}
+
 }  // namespace kiln::kernels

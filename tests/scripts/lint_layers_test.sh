@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/lint_layers.py must pass on this tree and fail on each of a set of planted bad includes, in
 # a copy of the tree's sources, naming the file and line: a reverse include between layers, the oracle
-# (kernels/ref) including what it checks (kernels/cpu), one backend including another, the public API
+# (kernels/ref) including what it checks (kernels/cpu) or a backend including the oracle, one backend
+# including another, the kernel choice (kernels/select) included from below, the public API
 # including src/, a library linking a higher one, a file including a layer its library does not link,
 # and CUDA, HTTP and MPI headers outside the folders that may use them.
 set -euo pipefail
@@ -34,6 +35,8 @@ plant src/core/status.cc '#include "engine/engine_core.h"'
 plant src/formats/gguf.cc '#include "quant/int_quant.h"'
 plant src/kernels/ref/dequant.cc '#include "kernels/cpu/matmul.h"'
 plant src/kernels/cpu/matmul.cc '#include "kernels/cuda/device.h"'
+plant src/kernels/cpu/attention.cc '#include "kernels/ref/transformer.h"'
+plant src/kernels/ref/transformer.cc '#include "kernels/select/kernel_select.h"'
 plant src/kernels/kernel_params.h '#include "kernels/ref/dequant.h"'
 plant include/kiln/engine.h '#include "core/status.h"'
 plant src/kv/CMakeLists.txt 'kiln_library(kv DEPS kiln_engine kiln_core)'

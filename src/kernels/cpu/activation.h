@@ -15,12 +15,13 @@ namespace kiln::kernels::cpu {
 // out [n] = silu(gate [n]) * up [n]; out may alias gate or up.
 using SiluMulFn = void (*)(const float* gate, const float* up, float* out, int64_t n);
 
-// Kernel compiled for `isa`; kRef always exists. Does not check isa_supported.
+// Kernel compiled for `isa`; kRef (kernels/ref's silu_mul) always exists. Does not check
+// isa_supported. Defined, with best_silu_mul_kernel, in kernels/select.
 SiluMulFn find_silu_mul_kernel(Isa isa);
 // The kernel of best_isa().
 SiluMulFn best_silu_mul_kernel();
 
-// Internal: what activation_avx2.cc exports (activation.cc dispatches).
+// Internal: what activation_avx2.cc exports (kernels/select dispatches).
 SiluMulFn avx2_silu_mul_kernel();
 
 }  // namespace kiln::kernels::cpu

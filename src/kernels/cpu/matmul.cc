@@ -4,7 +4,6 @@
 
 #include "core/cpu_info.h"
 #include "kernels/cpu/matmul_isa.h"
-#include "kernels/ref/quant_matmul.h"
 
 namespace kiln::kernels::cpu {
 
@@ -65,20 +64,6 @@ Isa best_isa() {
     return best;
 }
 
-const MatmulKernel* find_matmul_kernel(core::DType weight_type, Isa isa) {
-    switch (isa) {
-        case Isa::kRef:
-            return ref::ref_matmul_kernel(weight_type);
-        case Isa::kAvx2:
-            return avx2_matmul_kernel(weight_type);
-        case Isa::kAvx512:
-            return avx512_matmul_kernel(weight_type);
-        case Isa::kAvx512Vnni:
-            return avx512vnni_matmul_kernel(weight_type);
-    }
-    return nullptr;
-}
-
 const PackedMatmulKernel* find_packed_matmul_kernel(core::DType weight_type, Isa isa) {
     switch (isa) {
         case Isa::kRef:
@@ -89,15 +74,6 @@ const PackedMatmulKernel* find_packed_matmul_kernel(core::DType weight_type, Isa
             return avx512_packed_kernel(weight_type);
         case Isa::kAvx512Vnni:
             return avx512vnni_packed_kernel(weight_type);
-    }
-    return nullptr;
-}
-
-const MatmulKernel* best_matmul_kernel(core::DType weight_type) {
-    const Isa order[] = {Isa::kAvx512Vnni, Isa::kAvx512, Isa::kAvx2, Isa::kRef};
-    for (Isa isa : order) {
-        if (!isa_supported(isa)) continue;
-        if (const MatmulKernel* k = find_matmul_kernel(weight_type, isa)) return k;
     }
     return nullptr;
 }

@@ -64,8 +64,10 @@ Isa best_isa();
 // when there is none (kRef never packs). Does not check isa_supported.
 const PackedMatmulKernel* find_packed_matmul_kernel(core::DType weight_type, Isa isa);
 
-// Kernel for `weight_type` compiled for `isa`; nullptr when this build has none (or the type is
-// not supported). Does not check isa_supported: calling an unsupported ISA's kernel is SIGILL.
+// Kernel for `weight_type` compiled for `isa` (kRef: kernels/ref's scalar kernels); nullptr when
+// this build has none (or the type is not supported). Does not check isa_supported: calling an
+// unsupported ISA's kernel is SIGILL. Defined, with best_matmul_kernel, in kernels/select (the one
+// place that sees both kernels/ref and kernels/cpu).
 const MatmulKernel* find_matmul_kernel(core::DType weight_type, Isa isa);
 
 // find_matmul_kernel at best_isa(), falling back to lower ISAs and finally kRef; nullptr only when

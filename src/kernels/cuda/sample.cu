@@ -12,8 +12,8 @@
 namespace kiln::kernels::cuda {
 namespace {
 
-using ref::LogitAdjustment;
-using ref::SampleRow;
+using kernels::LogitAdjustment;
+using kernels::SampleRow;
 using ull = unsigned long long;
 
 constexpr int kThreads = 1024;
@@ -257,7 +257,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     if (row.adjust_count > 0) apply_adjustments(x, vocab, row, adjust + row.adjust_begin);
     __syncthreads();
-    if (row.temperature < ref::kSampleGreedyTemperature) {
+    if (row.temperature < kernels::kSampleGreedyTemperature) {
         const int32_t id = block_argmax(x, vocab, sm);
         if (threadIdx.x == 0) ids[blockIdx.x] = id;
         return;
@@ -311,17 +311,17 @@ __global__ void __launch_bounds__(kThreads)
 
     // Top-p: the threshold probability by fixed-point mass, then the lowest ids at it as needed.
     if (row.top_p < 1.0f) {
-        const ull target = ref::top_p_target(row.top_p);
+        const ull target = kernels::top_p_target(row.top_p);
         const auto key_of = [&](int i) { return __float_as_uint(x[i]); };  // p >= 0: the bits order it
         const Selected s = radix_select(
             vocab, target,
             [&](int i, uint32_t& k, ull& w) {
                 k = key_of(i);
-                w = ref::top_p_mass(x[i]);
+                w = kernels::top_p_mass(x[i]);
             },
             sm);
         if (s.found) {  // else the whole mass is short of the target: everything stays
-            const ull m = ref::top_p_mass(__uint_as_float(s.key));  // > 0, as the threshold's mass counted
+            const ull m = kernels::top_p_mass(__uint_as_float(s.key));  // > 0, as the threshold's mass counted
             const ull need = (target - s.above + m - 1) / m;
             const int32_t p_last = need < s.equal / m ? nth_lowest_id(vocab, need, s.key, key_of, sm) : vocab - 1;
             __syncthreads();
@@ -374,8 +374,8 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-core::Status sample_rows(float* logits, int64_t rows, int64_t vocab, const ref::SampleRow* row_params,
-                         const ref::LogitAdjustment* adjust, int64_t num_adjust, int32_t* ids, cudaStream_t stream) {
+core::Status sample_rows(float* logits, int64_t rows, int64_t vocab, const kernels::SampleRow* row_params,
+                         const kernels::LogitAdjustment* adjust, int64_t num_adjust, int32_t* ids, cudaStream_t stream) {
     if (rows < 0 || rows > int64_t(0x7fffffff) || vocab <= 0 || vocab > (int64_t(1) << 24) || num_adjust < 0)
         return core::error(core::StatusCode::kInvalidArgument)
                << "sample_rows: rows " << rows << ", vocab " << vocab << ", adjustments " << num_adjust;

@@ -13,7 +13,7 @@
 #include <cstdint>
 
 #include "core/status.h"
-#include "kernels/ref/sample.h"
+#include "kernels/kernel_params.h"
 
 namespace kiln::kernels::cuda {
 
@@ -22,8 +22,8 @@ namespace kiln::kernels::cuda {
 // may be null when num_adjust is 0). Every row's entry range must lie in [0, num_adjust) (checked by
 // the kernel: a row whose range does not gets id -1). kInvalidArgument for bad sizes (vocab
 // outside [1, 2^24]) or null pointers.
-core::Status sample_rows(float* logits, int64_t rows, int64_t vocab, const ref::SampleRow* row_params,
-                         const ref::LogitAdjustment* adjust, int64_t num_adjust, int32_t* ids,
+core::Status sample_rows(float* logits, int64_t rows, int64_t vocab, const kernels::SampleRow* row_params,
+                         const kernels::LogitAdjustment* adjust, int64_t num_adjust, int32_t* ids,
                          cudaStream_t stream = nullptr);
 
 }  // namespace kiln::kernels::cuda

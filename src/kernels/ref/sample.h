@@ -29,19 +29,11 @@ namespace kiln::kernels::ref {
 using kernels::LogitAdjustment;  // the shared structs live in the neutral kernels header
 using kernels::SampleRow;
 
-inline constexpr float kSampleGreedyTemperature = 1e-5f;    // sampling::kGreedyTemperature
-inline constexpr double kTopPSlack = 1e-6;                  // sampling::Sampler's
-inline constexpr double kTopPFixedScale = 1099511627776.0;  // 2^40: top-p masses in fixed point
-
-// Top-p's masses in fixed point (constexpr: the CUDA kernel calls them too): a probability
-// truncated to a multiple of 2^-40, and the target (top_p - slack) * 2^40, at least 1 (one token).
-constexpr uint64_t top_p_mass(float p) {
-    return p > 0.0f ? uint64_t(double(p) * kTopPFixedScale) : 0;  // NaN: 0
-}
-constexpr uint64_t top_p_target(float top_p) {
-    const double t = (double(top_p) - kTopPSlack) * kTopPFixedScale;
-    return t < 1.0 ? 1 : uint64_t(t);
-}
+using kernels::kSampleGreedyTemperature;  // the sampling contract's constants (kernel_params.h)
+using kernels::kTopPFixedScale;
+using kernels::kTopPSlack;
+using kernels::top_p_mass;
+using kernels::top_p_target;
 
 // Applies a row's adjustments (biases and penalties) to logits [vocab] in place.
 void apply_adjustments(std::span<float> logits, const SampleRow& row, std::span<const LogitAdjustment> adjust);
