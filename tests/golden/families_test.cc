@@ -1,20 +1,22 @@
 // Every architecture kiln runs (Llama, Llama with llama3 RoPE scaling, Mistral with a sliding
-// window, Qwen2 with q/k/v biases, Qwen3 with q/k RMSNorm, Gemma 3 text, Phi-3 with LongRoPE's short
-// and long factors) against Hugging Face transformers:
-// tiny random-weight models built by AutoModelForCausalLM.from_config and their float32 eager logits
+// window, Qwen2 with q/k/v biases, Qwen3 with q/k RMSNorm, Gemma 2 with soft-capping, Gemma 3 text,
+// Phi-3 with LongRoPE's short and long factors) against Hugging Face transformers: tiny random-weight
+// models built by AutoModelForCausalLM.from_config and their float32 eager logits
 // (scripts/gen_family_goldens.py; tests/golden/data/families/<name>/). kiln loads each safetensors
 // folder, and its GGUF conversion (loader::convert_checkpoint, f32), runs the f32-activation path, and
 // must give every logit at every position of three prompts within 1e-4 of that prompt's logit range
 // (max - min over its logits), and the same 32 greedy tokens. The llama3-rope model also runs from the
 // GGUF form llama.cpp's convert_hf_to_gguf.py writes for Llama 3.1 / 3.2: no rope.scaling keys and a
 // rope_freqs.weight tensor of per-frequency factors, computed here with that script's formula; the
-// phi3-long model from the layout that script gives Phi-3 (fused tensors, factor tensors).
+// phi3-long model from the layout that script gives Phi-3 (fused tensors, factor tensors). Each
+// family is also batch-invariant over a paged cache (alone = batched = chunked, bit for bit).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -273,6 +275,59 @@ TEST(Families, Phi3FromALlamaCppStyleGguf) {
     EXPECT_EQ(loader::convert_checkpoint(tmp + "/llamacpp.gguf", tmp + "/hf", hf).code(), core::StatusCode::kUnsupported);
     EXPECT_EQ(loader::convert_checkpoint(family_dir("gemma3"), tmp + "/hf2", hf).code(),
               core::StatusCode::kUnsupported);
+}
+
+// Batch invariance for every family's blocks (GeGLU, post-norms, soft-caps, LongRoPE, fused
+// projections included): a prompt's logits are the same bits alone, batched behind another sequence
+// and prefilled in two chunks, over a paged f32 cache (block size 4, blocks not in order), with the
+// default (packed, quantized-activation) kernels.
+TEST_P(Families, BatchInvariantOverAPagedCache) {
+    const std::string dir = family_dir(GetParam());
+    Golden g;
+    ASSERT_TRUE(load_golden(dir, &g)) << dir;
+    auto ck = loader::load_checkpoint(dir);
+    ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
+    core::ThreadPool pool(2);
+    auto model = LlamaModel::create(*ck, &pool);
+    ASSERT_TRUE(model.is_ok()) << model.status().to_string();
+    const ModelConfig& c = (*model)->config();
+    constexpr int64_t kBlock = 4, kBlocks = 24;
+    std::vector<std::vector<float>> k(size_t(c.num_layers)), v(size_t(c.num_layers));
+    KvLayers kv;
+    kv.block_size = kBlock;
+    kv.num_slots = kBlocks * kBlock;
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+        k[size_t(l)].assign(size_t(kv.num_slots * c.kv_dim()), 0.0f);
+        v[size_t(l)].assign(size_t(kv.num_slots * c.kv_dim()), 0.0f);
+        kv.k.push_back(k[size_t(l)].data());
+        kv.v.push_back(v[size_t(l)].data());
+    }
+    const std::vector<int32_t>& a = g.prompts[2];  // 19 tokens
+    const std::vector<int32_t>& b = g.prompts[1];  // 7 tokens
+    const std::vector<int32_t> table_a = {9, 2, 17, 5, 11}, table_b = {3, 20};
+    const int64_t na = int64_t(a.size()), nb = int64_t(b.size());
+    std::vector<float> alone, batched, chunk1, chunk2;
+    const BatchSeq sa{0, na, table_a, na};
+    ASSERT_TRUE((*model)->forward_batch(a, std::span<const BatchSeq>(&sa, 1), kv, alone).is_ok());
+    std::vector<int32_t> ba(b);
+    ba.insert(ba.end(), a.begin(), a.end());
+    const std::vector<int32_t> table_a2 = {0, 7, 13, 1, 22};
+    const BatchSeq two[] = {{0, nb, table_b, nb}, {0, na, table_a2, na}};
+    ASSERT_TRUE((*model)->forward_batch(ba, two, kv, batched).is_ok());
+    const size_t V = size_t(c.vocab_size);
+    ASSERT_EQ(batched.size(), size_t(nb + na) * V);
+    EXPECT_TRUE(std::equal(alone.begin(), alone.end(), batched.begin() + int64_t(size_t(nb) * V)))
+        << GetParam() << ": batched logits differ from the sequence alone";
+    const std::vector<int32_t> table_a3 = {4, 15, 6, 19, 8};
+    const BatchSeq first{0, 5, table_a3, 5}, rest{5, na - 5, table_a3, na - 5};
+    ASSERT_TRUE((*model)->forward_batch(std::span<const int32_t>(a).first(5), std::span<const BatchSeq>(&first, 1), kv,
+                                        chunk1)
+                    .is_ok());
+    ASSERT_TRUE((*model)->forward_batch(std::span<const int32_t>(a).subspan(5), std::span<const BatchSeq>(&rest, 1), kv,
+                                        chunk2)
+                    .is_ok());
+    chunk1.insert(chunk1.end(), chunk2.begin(), chunk2.end());
+    EXPECT_EQ(chunk1, alone) << GetParam() << ": chunked prefill differs from one pass";
 }
 
 INSTANTIATE_TEST_SUITE_P(Transformers, Families,
