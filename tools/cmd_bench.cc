@@ -49,7 +49,7 @@
 #include "core/thread_pool.h"
 #include "kernels/roofline/roofline.h"
 #include "loader/checkpoint.h"
-#include "model/llama.h"
+#include "model/cpu_model.h"
 #include "ops/linear.h"
 
 namespace kiln::tools {
@@ -126,7 +126,7 @@ Traffic count_traffic(const loader::Checkpoint& ck) {
     return tr;
 }
 
-// The matmul path LlamaModel::create picks with these ops::LinearOptions, probed on one layer
+// The matmul path CpuModel::create picks with these ops::LinearOptions, probed on one layer
 // weight (every matrix of a synth or converted file shares its dtype).
 struct ComputePath {
     std::string matmul;  // e.g. "avx2, int8 activations (kernels/cpu)"
@@ -190,7 +190,7 @@ std::vector<int32_t> bench_tokens(int64_t n, int64_t vocab) {
 
 // Seconds for one pp run (one forward of p tokens) or one tg run (`steps` single-token forwards),
 // after an untimed forward of `depth` tokens into the same cache.
-core::Result<RunTimes> run_once(model::LlamaModel& m, bool prefill, int64_t count, int64_t depth,
+core::Result<RunTimes> run_once(model::CpuModel& m, bool prefill, int64_t count, int64_t depth,
                                 const kernels::roofline::ReadProbe* probe = nullptr, core::ThreadPool* pool = nullptr) {
     const loader::ModelConfig& c = m.config();
     model::KvCache cache(c, std::max<int64_t>(depth + count, 1));
@@ -221,7 +221,7 @@ core::Result<RunTimes> run_once(model::LlamaModel& m, bool prefill, int64_t coun
 }
 
 // probe: sampled between decode steps (tg only; may be null).
-core::Result<TestResult> run_test(model::LlamaModel& m, bool prefill, int64_t count, int64_t depth, int reps,
+core::Result<TestResult> run_test(model::CpuModel& m, bool prefill, int64_t count, int64_t depth, int reps,
                                   const Traffic& tr,
                                   const kernels::roofline::ReadProbe* probe, core::ThreadPool& pool) {
     TestResult r;

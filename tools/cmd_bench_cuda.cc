@@ -1,12 +1,12 @@
 // `kiln bench -m MODEL --device cuda[:N] [-p 2048] [-n 128] [-b 64] [-r 3] [--json]`: the model on a
-// GPU (model::CudaLlamaModel), end to end, next to the device's read bandwidth measured in the same
+// GPU (model::CudaModel), end to end, next to the device's read bandwidth measured in the same
 // run (kernels/cuda read_bandwidth_gbps, before the model takes the memory), as issue "CUDA backend"
 // asks of the device check:
 //   pp<p>:  one forward of p prompt tokens into an empty sequence; tokens/s, and TFLOP/s counting
 //           2 * (layer matrices' params) per token plus the causal attention (4 * layers * q_dim *
 //           (p + 1) / 2 per token) and one row of logits;
 //   tg<n>:  n single-token steps of one sequence (greedy: only the id comes back), after p tokens;
-//           tokens/s and GB/s with bytes/token = every weight a step reads (CudaLlamaModel::
+//           tokens/s and GB/s with bytes/token = every weight a step reads (CudaModel::
 //           step_weight_bytes: the layers' matrices, the output matrix, one embedding row) + the K/V
 //           read at the mean context; % of the measured bandwidth;
 //   b<b>:   b sequences of 128 prompt tokens decoding together, n steps; output tokens/s; then the
@@ -33,7 +33,7 @@
 
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/timing.h"
-#include "model/cuda/llama_cuda.h"
+#include "model/cuda/cuda_model.h"
 #endif
 
 namespace kiln::tools {
@@ -145,12 +145,12 @@ int cmd_bench_cuda(int argc, char** argv) {
         return 2;
     }
     o.progress = print_upload_progress;
-    auto m = model::CudaLlamaModel::create(*ck, o);
+    auto m = model::CudaModel::create(*ck, o);
     if (!m) {
         std::fprintf(stderr, "kiln bench: %s\n", m.status().to_string().c_str());
         return 1;
     }
-    model::CudaLlamaModel& g = **m;
+    model::CudaModel& g = **m;
     std::fprintf(stderr, "%s\n", g.describe().c_str());
     const int64_t bs = g.options().block_size, blocks_per_seq = (o.max_seq_len + bs - 1) / bs;
     if (b * blocks_per_seq > g.options().num_kv_blocks) {

@@ -1,11 +1,11 @@
-// GpuSequence (see gpu_session.h): model::CudaLlamaModel with one sequence in a build with the CUDA
+// GpuSequence (see gpu_session.h): model::CudaModel with one sequence in a build with the CUDA
 // backend (compiled into kiln_tools_cuda, KILN_HAVE_CUDA), a clear error elsewhere.
 #include "gpu_session.h"
 
 #include "engine_options.h"
 
 #ifdef KILN_HAVE_CUDA
-#include "model/cuda/llama_cuda.h"
+#include "model/cuda/cuda_model.h"
 #endif
 
 namespace kiln::tools {
@@ -25,7 +25,7 @@ namespace {
 
 class CudaSequence : public GpuSequence {
 public:
-    explicit CudaSequence(std::unique_ptr<model::CudaLlamaModel> m) : m_(std::move(m)) {}
+    explicit CudaSequence(std::unique_ptr<model::CudaModel> m) : m_(std::move(m)) {}
     std::string describe() const override { return m_->describe(); }
     core::Status forward(std::span<const int32_t> tokens, int64_t start, bool all_logits,
                          std::vector<float>& logits) override {
@@ -33,7 +33,7 @@ public:
     }
 
 private:
-    std::unique_ptr<model::CudaLlamaModel> m_;
+    std::unique_ptr<model::CudaModel> m_;
 };
 
 }  // namespace
@@ -49,7 +49,7 @@ core::Result<std::unique_ptr<GpuSequence>> open_gpu_sequence(const loader::Check
     co.kv_f16 = false;
     if (o.max_seq_len > 0) co.num_kv_blocks = (o.max_seq_len + co.block_size - 1) / co.block_size;  // one sequence
     co.progress = print_upload_progress;
-    KILN_ASSIGN_OR_RETURN(std::unique_ptr<model::CudaLlamaModel> m, model::CudaLlamaModel::create(ck, co));
+    KILN_ASSIGN_OR_RETURN(std::unique_ptr<model::CudaModel> m, model::CudaModel::create(ck, co));
     return std::unique_ptr<GpuSequence>(new CudaSequence(std::move(m)));
 }
 

@@ -1,5 +1,5 @@
 // The model on a GPU for the commands that run one sequence at a time (perplexity): a thin handle
-// over model::CudaLlamaModel. It exists only in a kiln built with the CUDA backend (the cuda-release
+// over model::CudaModel. It exists only in a kiln built with the CUDA backend (the cuda-release
 // preset); elsewhere opening one says so.
 #pragma once
 
@@ -30,7 +30,7 @@ public:
     virtual ~GpuSequence() = default;
     virtual std::string describe() const = 0;
     // `tokens` at positions start.. of the one sequence (f32 K/V, as the CPU's cache); logits as
-    // model::CudaLlamaModel::forward.
+    // model::CudaModel::forward.
     virtual core::Status forward(std::span<const int32_t> tokens, int64_t start, bool all_logits,
                                  std::vector<float>& logits) = 0;
 };

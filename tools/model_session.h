@@ -1,6 +1,6 @@
 // Shared setup of the commands that run a model (logits, generate): load the checkpoint, find its
 // tokenizer (--tokenizer, the checkpoint's own, or tok512.bin / tokenizer.bin beside a llama2.c
-// .bin), build a thread pool of -t threads and the LlamaModel.
+// .bin), build a thread pool of -t threads and the CpuModel.
 #pragma once
 
 #include <memory>
@@ -12,7 +12,7 @@
 #include "core/thread_pool.h"
 #include "args.h"
 #include "loader/checkpoint.h"
-#include "model/llama.h"
+#include "model/cpu_model.h"
 #include "ops/linear.h"
 #include "tokenizer/tokenizer.h"
 
@@ -22,7 +22,7 @@ struct ModelSession {
     loader::Checkpoint checkpoint;
     std::unique_ptr<tokenizer::Tokenizer> tokenizer;
     std::unique_ptr<core::ThreadPool> pool;
-    std::unique_ptr<model::LlamaModel> model;
+    std::unique_ptr<model::CpuModel> model;
 };
 
 // What the model commands share: which model, tokenizer, threads and kernels.

@@ -183,7 +183,7 @@ Status bench_decode_attention() {
 }
 
 // Prefill attention, a causal prompt of T tokens of one sequence at llama-3-8b heads, both ways the
-// model runs it (model/cuda/llama_cuda.cc): the tensor-core kernel (f16 pools, the default) and the
+// model runs it (model/cuda/cuda_model.cc): the tensor-core kernel (f16 pools, the default) and the
 // fallback of one split-KV query per prompt token (decode_attention with table_rows). FLOPs counted as the useful
 // causal work, 4 * heads * dim * T (T + 1) / 2, the count scripts/sdpa_bench.py uses for PyTorch's
 // scaled_dot_product_attention on the same shapes.

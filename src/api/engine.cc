@@ -19,9 +19,9 @@
 #include "kernels/cpu/matmul.h"
 #include "loader/checkpoint.h"
 #include "loader/checkpoint_tokenizer.h"
-#include "model/llama.h"
+#include "model/cpu_model.h"
 #ifdef KILN_HAVE_CUDA
-#include "model/cuda/llama_cuda.h"
+#include "model/cuda/cuda_model.h"
 #endif
 #include "ops/linear.h"
 #include "tokenizer/chat_template.h"
@@ -85,9 +85,9 @@ struct Engine::Impl {
     loader::Checkpoint checkpoint;
     std::unique_ptr<tokenizer::Tokenizer> tokenizer;
     std::unique_ptr<core::ThreadPool> pool;
-    std::unique_ptr<model::LlamaModel> model;
+    std::unique_ptr<model::CpuModel> model;
 #ifdef KILN_HAVE_CUDA
-    std::unique_ptr<model::CudaLlamaModel> gpu_model;
+    std::unique_ptr<model::CudaModel> gpu_model;
 #endif
     std::unique_ptr<engine::EngineCore> core;
     ModelInfo info;
@@ -192,10 +192,10 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o, Status* status) {
         co.block_size = o.block_size;
         co.kv_f16 = ec.kv_f16;
         co.progress = o.on_load_progress;
-        auto m = model::CudaLlamaModel::create(impl->checkpoint, co);
+        auto m = model::CudaModel::create(impl->checkpoint, co);
         if (!m) return fail(m.status());
         impl->gpu_model = std::move(*m);
-        model::CudaLlamaModel* g = impl->gpu_model.get();
+        model::CudaModel* g = impl->gpu_model.get();
         config = &g->config();
         device_text = g->describe();
         engine::PagedModel pm;

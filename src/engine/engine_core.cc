@@ -66,7 +66,7 @@ static core::Status check_config(const loader::ModelConfig& mc, EngineConfig& c)
     return core::Status::ok();
 }
 
-core::Result<std::unique_ptr<EngineCore>> EngineCore::create(model::LlamaModel* model,
+core::Result<std::unique_ptr<EngineCore>> EngineCore::create(model::CpuModel* model,
                                                              const tokenizer::Tokenizer* tokenizer,
                                                              const EngineConfig& config) {
     KILN_CHECK(model && tokenizer) << "EngineCore needs a model and a tokenizer";

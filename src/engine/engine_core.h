@@ -1,7 +1,7 @@
 // EngineCore: the serving engine's step loop, single-threaded and deterministic (kiln::Engine in
 // include/kiln/engine.h runs it on its own thread). One step = schedule (sched::Scheduler:
 // continuous batching, chunked prefill, prefix cache, preemption) -> one forward_batch of the model
-// (LlamaModel over a host pool, or a PagedModel such as the GPU model) over the paged KV cache -> sample every sequence
+// (CpuModel over a host pool, or a PagedModel such as the GPU model) over the paged KV cache -> sample every sequence
 // that reached its last token -> detokenize, check stops -> report to each request's callback; finished and aborted
 // requests free their blocks at once. Invariants: a request's tokens and text depend only on its prompt and params
 // (batch invariance of forward_batch; one Sampler per request, called once per generated token); every callback of a
@@ -22,7 +22,7 @@
 #include "core/thread_pool.h"
 #include "kv/kv_storage.h"
 #include "loader/checkpoint.h"
-#include "model/llama.h"
+#include "model/cpu_model.h"
 #include "sampling/logprobs.h"
 #include "sampling/sampler.h"
 #include "sampling/stop_checker.h"
@@ -79,9 +79,9 @@ struct EngineStats {
 // sequences of max_model_len tokens need.
 int64_t default_kv_cache_bytes(int64_t bytes_per_token, int64_t max_seqs, int64_t max_model_len);
 
-// A model that keeps its own paged KV pool (model::CudaLlamaModel on a GPU): the engine hands out
+// A model that keeps its own paged KV pool (model::CudaModel on a GPU): the engine hands out
 // block ids in [0, num_kv_blocks) of that pool and calls `forward` once per step
-// (LlamaModel::forward_batch's contract, K/V inside the model).
+// (CpuModel::forward_batch's contract, K/V inside the model).
 struct PagedModel {
     const loader::ModelConfig* config = nullptr;
     int64_t num_kv_blocks = 0;
@@ -108,7 +108,7 @@ class EngineCore {
 public:
     // The model, tokenizer and pool must outlive the core. kInvalidArgument for a bad config. The
     // K/V pool (host memory) is sized from config (num_kv_blocks, kv_cache_bytes) and owned by the core.
-    static core::Result<std::unique_ptr<EngineCore>> create(model::LlamaModel* model,
+    static core::Result<std::unique_ptr<EngineCore>> create(model::CpuModel* model,
                                                             const tokenizer::Tokenizer* tokenizer,
                                                             const EngineConfig& config);
     // Over a model with its own pool: config's num_kv_blocks, kv_cache_bytes, kv_f16 and block_size

@@ -1,7 +1,7 @@
 // The tensors of a Llama-family checkpoint in kiln's canonical (GGUF) names, written down once: which
 // exist for a ModelConfig, their shapes and whether each is a weight matrix or a vector (norm weight,
 // bias). check_checkpoint_tensors checks a checkpoint against this list; the CPU model
-// (model/llama.cc) and the GPU model (model/cuda/llama_cuda_load.cc) look their weights up through
+// (model/cpu_model.cc) and the GPU model (model/cuda/cuda_model_load.cc) look their weights up through
 // it, so a tensor is named in one place.
 #pragma once
 

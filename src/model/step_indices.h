@@ -1,4 +1,4 @@
-// The index arrays one forward step on a GPU needs (model/cuda/llama_cuda.cc), built on the host in
+// The index arrays one forward step on a GPU needs (model/cuda/cuda_model.cc), built on the host in
 // one buffer so that a single copy moves them: per token its id, position and K/V slot; the
 // attention work split between the split-KV kernel (one query per entry: decode tokens, or every
 // token when prompt chunks cannot take the tensor-core kernel) and the prefill kernel (tiles of
@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <span>
 
-#include "model/llama.h"
+#include "model/cpu_model.h"
 
 namespace kiln::model {
 

@@ -1,6 +1,6 @@
 // The transformer step, written once: embedding, the layers (attention block, gated MLP), the final
 // norm and the logits of the rows that want them, as calls of an ops::Backend. The CPU model
-// (model/llama.h) and the CUDA model (model/cuda) are runners around it: each holds its weights and
+// (model/cpu_model.h) and the CUDA model (model/cuda) are runners around it: each holds its weights and
 // activation buffers on its device, sets the step's batch on its backend and calls run_step.
 // Calibration observes the projections' inputs through the hook (CPU runner).
 //

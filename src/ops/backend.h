@@ -1,6 +1,6 @@
 // The ops a transformer step is made of, as one interface every device implements: the model's step
 // (model/transformer.h) is written once over ops::Backend and runs unchanged on the CPU
-// (ops/cpu_backend.h) and on a CUDA device (model/cuda: CudaLlamaModel's backend). The model's
+// (ops/cpu_backend.h) and on a CUDA device (model/cuda: CudaModel's backend). The model's
 // weights and activations live on the backend's device; a Backend's methods take pointers into that
 // device's memory and enqueue (CUDA) or run (CPU) the op.
 //

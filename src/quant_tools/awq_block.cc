@@ -14,7 +14,7 @@
 #include <memory>
 
 #include "kernels/ref/transformer.h"
-#include "model/llama.h"
+#include "model/cpu_model.h"
 #include "model/transformer.h"
 #include "ops/cpu_backend.h"
 

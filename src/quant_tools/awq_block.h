@@ -88,11 +88,11 @@ core::Result<quant::AwqResult> awq_search_attn(const AwqAttnBlock& block, std::s
                                                const quant::AwqOptions& options, core::ThreadPool* pool = nullptr);
 
 // The attention output (before o_proj) with the fp32 weights for every row of the sequences:
-// [sum(seq_lens), num_heads * head_dim], as LlamaModel's o_proj input (kAttnOut) for the same tokens.
+// [sum(seq_lens), num_heads * head_dim], as CpuModel's o_proj input (kAttnOut) for the same tokens.
 core::Result<std::vector<float>> awq_attn_output(const AwqAttnBlock& block, std::span<const float> x,
                                                  std::span<const int64_t> seq_lens, core::ThreadPool* pool = nullptr);
 
-// RoPE frequencies of a model as LlamaModel uses them (theta, linear / llama3 scaling);
+// RoPE frequencies of a model as CpuModel uses them (theta, linear / llama3 scaling);
 // kUnsupported for other scaling types.
 core::Result<std::vector<double>> awq_rope_inv_freq(const loader::ModelConfig& config);
 

@@ -1,11 +1,11 @@
-// collect_activations: one LlamaModel (reference fp32 activations) over the calibration tokens in
+// collect_activations: one CpuModel (reference fp32 activations) over the calibration tokens in
 // chunks, with a linear-input hook that copies the sampled rows.
 #include "quant_tools/calibration.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "model/llama.h"
+#include "model/cpu_model.h"
 
 namespace kiln::quant_tools {
 
@@ -18,7 +18,7 @@ core::Result<std::vector<LayerActivations>> collect_activations(const Checkpoint
     if (options.max_samples <= 0 || options.chunk_tokens <= 0 || options.max_seq_tokens < 0)
         return core::error(core::StatusCode::kInvalidArgument)
                << "max_samples and chunk_tokens must be > 0, max_seq_tokens >= 0";
-    KILN_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, LlamaModel::create(checkpoint, pool));
+    KILN_ASSIGN_OR_RETURN(std::unique_ptr<CpuModel> model, CpuModel::create(checkpoint, pool));
     if (options.layer < -1 || options.layer >= model->config().num_layers)
         return core::error(core::StatusCode::kInvalidArgument)
                << "calibration layer " << options.layer << " is not a layer of the model";

@@ -16,17 +16,17 @@
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "loader/checkpoint.h"
-#include "model/llama.h"
+#include "model/cpu_model.h"
 
 namespace kiln::quant_tools {
 
-// The pipelines run the model (model::LlamaModel) over checkpoints from the loader.
+// The pipelines run the model (model::CpuModel) over checkpoints from the loader.
 using loader::Checkpoint;
 using loader::ModelConfig;
 using loader::TensorRef;
 using model::KvCache;
 using model::LinearInput;
-using model::LlamaModel;
+using model::CpuModel;
 
 struct CalibrationOptions {
     int64_t max_samples = 512;   // token rows kept per projection input

@@ -4,7 +4,7 @@
 
 #include <utility>
 
-#include "model/llama.h"
+#include "model/cpu_model.h"
 
 namespace kiln::quant_tools {
 

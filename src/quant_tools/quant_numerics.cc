@@ -11,7 +11,7 @@
 #include <memory>
 
 #include "kernels/ref/dequant.h"
-#include "model/llama.h"
+#include "model/cpu_model.h"
 #include "ops/linear.h"
 
 namespace kiln::quant_tools {

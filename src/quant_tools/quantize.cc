@@ -11,7 +11,7 @@
 #include "model/transformer.h"
 #include "loader/convert.h"
 #include "quant_tools/gptq_calibrate.h"
-#include "model/llama.h"
+#include "model/cpu_model.h"
 #include "loader/weight_names.h"
 #include "quant/awq.h"
 #include "quant/awq_clip.h"

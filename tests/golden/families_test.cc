@@ -25,7 +25,7 @@
 #include "formats/gguf_writer.h"
 #include "loader/checkpoint.h"
 #include "loader/convert.h"
-#include "model/llama.h"
+#include "model/cpu_model.h"
 #include "support/test_support.h"
 
 namespace kiln::model {
@@ -71,7 +71,7 @@ void check_model(const Checkpoint& ck, const Golden& g, const std::string& what)
     core::ThreadPool pool(2);
     ops::LinearOptions f32;
     f32.f32_activations = true;
-    auto model = LlamaModel::create(ck, &pool, f32);
+    auto model = CpuModel::create(ck, &pool, f32);
     ASSERT_TRUE(model.is_ok()) << what << ": " << model.status().to_string();
     const int64_t V = (*model)->config().vocab_size;
     ASSERT_EQ(V, g.vocab) << what;
@@ -131,7 +131,7 @@ TEST_P(Families, MatchTransformersFromSafetensorsAndGguf) {
     check_model(*ck2, g, GetParam() + " (gguf)");
 }
 
-// llama.cpp's convert_hf_to_gguf.py (LlamaModel, rope_type llama3): one factor per RoPE frequency,
+// llama.cpp's convert_hf_to_gguf.py (CpuModel, rope_type llama3): one factor per RoPE frequency,
 // 1 for wavelengths below original_len / high_freq_factor, `factor` above original_len /
 // low_freq_factor, 1 / ((1 - smooth) / factor + smooth) between; stored as f32.
 std::vector<float> llamacpp_rope_factors(const ModelConfig& c) {
@@ -288,7 +288,7 @@ TEST_P(Families, BatchInvariantOverAPagedCache) {
     auto ck = loader::load_checkpoint(dir);
     ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
     core::ThreadPool pool(2);
-    auto model = LlamaModel::create(*ck, &pool);
+    auto model = CpuModel::create(*ck, &pool);
     ASSERT_TRUE(model.is_ok()) << model.status().to_string();
     const ModelConfig& c = (*model)->config();
     constexpr int64_t kBlock = 4, kBlocks = 24;

@@ -16,7 +16,7 @@
 
 #include "core/thread_pool.h"
 #include "loader/checkpoint.h"
-#include "model/llama.h"
+#include "model/cpu_model.h"
 #include "support/test_support.h"
 #include "tokenizer/tokenizer.h"
 
@@ -63,7 +63,7 @@ TEST(Perplexity, Stories260KMatchesFp64Reference) {
     auto tok = tokenizer::Tokenizer::from_llama2c(dir + "/tok512.bin");
     ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
     core::ThreadPool pool(3);
-    auto model = LlamaModel::create(*ck, &pool);
+    auto model = CpuModel::create(*ck, &pool);
     ASSERT_TRUE(model.is_ok()) << model.status().to_string();
     const int64_t V = (*model)->config().vocab_size;
 

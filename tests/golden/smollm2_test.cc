@@ -34,7 +34,7 @@
 #include "engine/engine_core.h"
 #include "loader/checkpoint.h"
 #include "loader/checkpoint_tokenizer.h"
-#include "model/llama.h"
+#include "model/cpu_model.h"
 #include "support/test_support.h"
 #include "tokenizer/tokenizer.h"
 
@@ -71,10 +71,10 @@ protected:
         pool_ = new core::ThreadPool(2);
         ops::LinearOptions f32;
         f32.f32_activations = true;
-        auto model = LlamaModel::create(*ck_, pool_, f32);
+        auto model = CpuModel::create(*ck_, pool_, f32);
         ASSERT_TRUE(model.is_ok()) << model.status().to_string();
         model_ = std::move(model).value().release();
-        auto fast = LlamaModel::create(*ck_, pool_);
+        auto fast = CpuModel::create(*ck_, pool_);
         ASSERT_TRUE(fast.is_ok()) << fast.status().to_string();
         fast_ = std::move(fast).value().release();
     }
@@ -93,21 +93,21 @@ protected:
     static inline Checkpoint* ck_ = nullptr;
     static inline tokenizer::Tokenizer* tok_ = nullptr;
     static inline core::ThreadPool* pool_ = nullptr;
-    static inline LlamaModel* model_ = nullptr;  // f32 activations (the reference path)
-    static inline LlamaModel* fast_ = nullptr;   // default: int8 activations, best ISA
+    static inline CpuModel* model_ = nullptr;  // f32 activations (the reference path)
+    static inline CpuModel* fast_ = nullptr;   // default: int8 activations, best ISA
     std::string prompt_;
 };
 
 // Compares kiln's teacher-forced logits of the golden's input ids with its top-5 lists: each listed
 // logit within tol, and kiln's argmax equal to the golden's wherever its top two are over 2 tol apart.
-void check_top5(const LlamaModel& model, const std::string& file, double tol) {
+void check_top5(const CpuModel& model, const std::string& file, double tol) {
     const std::string text = test::read_text(golden(file));
     std::vector<test::TopK> want = test::parse_topk(text);
     std::vector<int32_t> ids = test::parse_input_ids(text);
     ASSERT_FALSE(want.empty()) << file;
     ASSERT_EQ(ids.size(), want.size()) << file;
     KvCache cache(model.config(), int64_t(ids.size()));
-    auto logits = const_cast<LlamaModel&>(model).forward(ids, cache, /*all_logits=*/true);
+    auto logits = const_cast<CpuModel&>(model).forward(ids, cache, /*all_logits=*/true);
     ASSERT_TRUE(logits.is_ok()) << logits.status().to_string();
     const int64_t V = model.config().vocab_size;
     double max_err = 0;

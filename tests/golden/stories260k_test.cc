@@ -16,7 +16,7 @@
 #include "core/thread_pool.h"
 #include "loader/checkpoint.h"
 #include "loader/convert.h"
-#include "model/llama.h"
+#include "model/cpu_model.h"
 #include "support/test_support.h"
 #include "tokenizer/tokenizer.h"
 
@@ -71,7 +71,7 @@ TEST_P(Stories260K, TeacherForcedTop5) {
     ASSERT_EQ(ids, (std::vector<int32_t>{1, 403, 407, 261, 378}));
     for (int threads : {1, 3}) {
         core::ThreadPool pool(threads);
-        auto model = LlamaModel::create(ck_, &pool);
+        auto model = CpuModel::create(ck_, &pool);
         ASSERT_TRUE(model.is_ok()) << model.status().to_string();
         KvCache cache((*model)->config(), 64);
         auto logits = (*model)->forward(ids, cache, /*all_logits=*/true);
@@ -101,7 +101,7 @@ TEST_P(Stories260K, Greedy256FromBos) {
     std::vector<int32_t> want = parse_ids(test::read_text(dir() + "/greedy_empty_prompt_256.ids.txt"));
     ASSERT_EQ(want.size(), 256u);
     core::ThreadPool pool(3);
-    auto model = LlamaModel::create(ck_, &pool);
+    auto model = CpuModel::create(ck_, &pool);
     ASSERT_TRUE(model.is_ok()) << model.status().to_string();
     const int64_t V = (*model)->config().vocab_size;
     KvCache cache((*model)->config(), 512);

@@ -131,7 +131,7 @@ TEST(CudaAttention, DecodeMatchesReference) {
 
 // Two sequences' prompt chunks in one launch, one query per token: token t of a sequence attends to
 // positions <= start + t through the sequence's own block table row (table_rows), as
-// model/cuda/llama_cuda.cc runs prefill. The reference: kernels/ref attention per token with
+// model/cuda/cuda_model.cc runs prefill. The reference: kernels/ref attention per token with
 // kv_len = position + 1.
 TEST(CudaAttention, PromptChunksAsQueriesPerToken) {
     if (device_count() == 0) GTEST_SKIP() << "no CUDA device";

@@ -1,4 +1,4 @@
-// model::CudaLlamaModel against the CPU's LlamaModel (f32 activations: the arithmetic the GPU's f32
+// model::CudaModel against the CPU's CpuModel (f32 activations: the arithmetic the GPU's f32
 // path repeats), the issue's target "GPU greedy output equals CPU greedy output on stories260K and
 // SmolLM2": the same greedy tokens, and logits within fp32 rounding of another summation order.
 // Random tiny models cover the architectures' variants (Qwen2 biases, Qwen3 q/k norms with the
@@ -19,8 +19,8 @@
 #include "kernels/ref/sample.h"
 #include "loader/checkpoint.h"
 #include "loader/checkpoint_tokenizer.h"
-#include "model/cuda/llama_cuda.h"
-#include "model/llama.h"
+#include "model/cuda/cuda_model.h"
+#include "model/cpu_model.h"
 #include "quant_tools/quantize.h"
 #include "sampling/sampler.h"
 #include "support/random_model.h"
@@ -65,7 +65,7 @@ GreedyRun run_cpu(const Checkpoint& ck, const std::vector<int32_t>& prompt, int 
     core::ThreadPool pool(2);
     ops::LinearOptions lo;
     lo.f32_activations = true;
-    auto m = LlamaModel::create(ck, &pool, lo);
+    auto m = CpuModel::create(ck, &pool, lo);
     EXPECT_TRUE(m.is_ok()) << m.status().to_string();
     GreedyRun r;
     if (!m.is_ok()) return r;
@@ -83,7 +83,7 @@ GreedyRun run_cpu(const Checkpoint& ck, const std::vector<int32_t>& prompt, int 
 }
 
 GreedyRun run_gpu(const Checkpoint& ck, const std::vector<int32_t>& prompt, int n, const CudaModelOptions& o) {
-    auto m = CudaLlamaModel::create(ck, o);
+    auto m = CudaModel::create(ck, o);
     EXPECT_TRUE(m.is_ok()) << m.status().to_string();
     GreedyRun r;
     if (!m.is_ok()) return r;
@@ -116,7 +116,7 @@ TEST(CudaLlama, WithoutADeviceCreateSaysSo) {
     if (have_device()) GTEST_SKIP() << "a device is present";
     test::RandomCheckpoint b;
     b.build(test::tiny_config("llama"));
-    auto m = CudaLlamaModel::create(b.ck, small_options());
+    auto m = CudaModel::create(b.ck, small_options());
     ASSERT_FALSE(m.is_ok());
     EXPECT_EQ(m.status().code(), core::StatusCode::kUnsupported) << m.status().to_string();
 }
@@ -126,10 +126,10 @@ TEST(CudaLlama, BadOptionsAreErrors) {
     b.build(test::tiny_config("llama"));
     CudaModelOptions o = small_options();
     o.gpu_memory_utilization = 1.5;
-    EXPECT_EQ(CudaLlamaModel::create(b.ck, o).status().code(), core::StatusCode::kInvalidArgument);
+    EXPECT_EQ(CudaModel::create(b.ck, o).status().code(), core::StatusCode::kInvalidArgument);
     o = small_options();
     o.max_seq_len = 65;  // over the model's 64
-    EXPECT_EQ(CudaLlamaModel::create(b.ck, o).status().code(), core::StatusCode::kInvalidArgument);
+    EXPECT_EQ(CudaModel::create(b.ck, o).status().code(), core::StatusCode::kInvalidArgument);
 }
 
 TEST(CudaLlama, RandomModelsMatchCpu) {
@@ -191,7 +191,7 @@ TEST(CudaLlama, RaggedBatchEqualsEachSequenceAlone) {
     test::RandomCheckpoint b;
     b.build(c);
     CudaModelOptions o = small_options();
-    auto m = CudaLlamaModel::create(b.ck, o);
+    auto m = CudaModel::create(b.ck, o);
     ASSERT_TRUE(m.is_ok()) << m.status().to_string();
     const int64_t V = c.vocab_size;
     std::vector<int32_t> blocks(size_t(o.num_kv_blocks));
@@ -330,9 +330,9 @@ TEST(CudaLlama, DecodeGraphsMatchEager) {
     test::RandomCheckpoint b;
     b.build(test::tiny_config("llama"));
     CudaModelOptions o = small_options();
-    auto with = CudaLlamaModel::create(b.ck, o);
+    auto with = CudaModel::create(b.ck, o);
     o.cuda_graphs = false;
-    auto without = CudaLlamaModel::create(b.ck, o);
+    auto without = CudaModel::create(b.ck, o);
     ASSERT_TRUE(with.is_ok() && without.is_ok());
     const int64_t V = b.ck.config.vocab_size;
     const std::vector<std::vector<int32_t>> tables = {{5, 6, 7}, {9, 10, 11}, {20, 21, 22}, {30, 31, 32}};

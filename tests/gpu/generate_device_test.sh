@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `kiln generate --device cuda`, the whole path on a GPU (kiln::Engine -> EngineCore over the
-# PagedModel -> CudaLlamaModel, CUDA graphs for the decode steps), against `--device cpu` on
+# PagedModel -> CudaModel, CUDA graphs for the decode steps), against `--device cpu` on
 # stories260K: greedy, f32 K/V on both, so the texts must be equal, also with repetition /
 # frequency / presence penalties (applied by the GPU's sampling kernel); then seeded sampling with the
 # same --seed twice on the GPU gives the same text; `kiln perplexity --device cuda` on the

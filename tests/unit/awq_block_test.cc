@@ -21,7 +21,7 @@
 #include "quant_tools/calibration.h"
 #include "loader/checkpoint.h"
 #include "loader/convert.h"
-#include "model/llama.h"
+#include "model/cpu_model.h"
 #include "quant/awq.h"
 #include "quant/int_quant.h"
 #include "support/test_support.h"

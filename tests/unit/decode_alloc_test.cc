@@ -1,5 +1,5 @@
 // The decode loop allocates nothing: once a model's buffers, the KV cache and the logits vector have
-// grown to a step's size, single-token LlamaModel::forward steps (the tools' decode loop: kiln run,
+// grown to a step's size, single-token CpuModel::forward steps (the tools' decode loop: kiln run,
 // kiln bench) make no heap allocation, for float and block-quantized weights at every ISA level this
 // CPU runs, with a two-thread pool (its jobs are ThreadPool::parallel_for / parallel_tasks calls).
 // The same for forward_batch over a paged f16 K/V pool (the serving engine's model step; the
@@ -12,7 +12,7 @@
 #include <new>
 
 #include "kernels/cpu/matmul.h"
-#include "model/llama.h"
+#include "model/cpu_model.h"
 #include "support/random_model.h"
 
 namespace {
@@ -62,7 +62,7 @@ int64_t decode_allocations(DType weights, Isa isa, int threads, int64_t steps) {
     core::ThreadPool pool(threads);
     ops::LinearOptions lo;
     lo.isa = isa;
-    auto model = LlamaModel::create(b.ck, &pool, lo);
+    auto model = CpuModel::create(b.ck, &pool, lo);
     EXPECT_TRUE(model.is_ok()) << model.status().to_string();
     if (!model.is_ok()) return -1;
     KvCache cache(b.ck.config, 64);
@@ -93,7 +93,7 @@ int64_t batch_decode_allocations(DType weights, int threads, int64_t steps) {
     b.build(test::tiny_config("llama"), weights);
     const ModelConfig& c = b.ck.config;
     core::ThreadPool pool(threads);
-    auto model = LlamaModel::create(b.ck, &pool);
+    auto model = CpuModel::create(b.ck, &pool);
     EXPECT_TRUE(model.is_ok()) << model.status().to_string();
     if (!model.is_ok()) return -1;
     constexpr int64_t kBlock = 16, kBlocks = 8;

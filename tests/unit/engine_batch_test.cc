@@ -22,7 +22,7 @@
 #include "kv/kv_storage.h"
 #include "loader/checkpoint.h"
 #include "loader/checkpoint_tokenizer.h"
-#include "model/llama.h"
+#include "model/cpu_model.h"
 #include "support/test_support.h"
 #include "tokenizer/tokenizer.h"
 
@@ -63,7 +63,7 @@ protected:
         ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
         tok_ = std::move(*tok);
         pool_ = std::make_unique<core::ThreadPool>(2);
-        auto m = model::LlamaModel::create(ck_, pool_.get());
+        auto m = model::CpuModel::create(ck_, pool_.get());
         ASSERT_TRUE(m.is_ok()) << m.status().to_string();
         model_ = std::move(*m);
         small_ = GetParam() == "stories260k";
@@ -187,7 +187,7 @@ protected:
     loader::Checkpoint ck_;
     std::unique_ptr<tokenizer::Tokenizer> tok_;
     std::unique_ptr<core::ThreadPool> pool_;
-    std::unique_ptr<model::LlamaModel> model_;
+    std::unique_ptr<model::CpuModel> model_;
     bool small_ = true;
 };
 

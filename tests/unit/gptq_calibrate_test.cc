@@ -18,7 +18,7 @@
 #include "quant_tools/calibration.h"
 #include "loader/checkpoint.h"
 #include "loader/convert.h"
-#include "model/llama.h"
+#include "model/cpu_model.h"
 #include "support/test_support.h"
 
 namespace kiln::quant_tools {

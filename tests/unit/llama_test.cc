@@ -1,10 +1,10 @@
-// LlamaModel on tiny random checkpoints built in memory (Qwen2-like with q/k/v biases, Qwen3-like
+// CpuModel on tiny random checkpoints built in memory (Qwen2-like with q/k/v biases, Qwen3-like
 // with q/k RMSNorm and an output bias, Mistral-like with a sliding window, a Llama with q8_0/q4_0
 // weights and a q8_0 embedding): a batched prefill must give the same logits (1e-4) as feeding the
 // same tokens one at a time, and as a prefill split in two, which catches KV-cache, position and
 // masking bugs. Also: set_last_layer stops a pass after a layer (calibration); errors for
 // unsupported architectures, bad ids and a full cache.
-#include "model/llama.h"
+#include "model/cpu_model.h"
 
 #include <gtest/gtest.h>
 
@@ -30,7 +30,7 @@ std::vector<int32_t> prompt() {
 // Max |a - b| over all logits of three ways of running the prompt.
 void expect_prefill_matches_decode(const Checkpoint& ck, int threads) {
     core::ThreadPool pool(threads);
-    auto model = LlamaModel::create(ck, &pool);
+    auto model = CpuModel::create(ck, &pool);
     ASSERT_TRUE(model.is_ok()) << model.status().to_string();
     const std::vector<int32_t> ids = prompt();
     const size_t V = size_t(ck.config.vocab_size);
@@ -63,7 +63,7 @@ void expect_prefill_matches_decode(const Checkpoint& ck, int threads) {
     EXPECT_EQ(c3.size(), int64_t(ids.size()));
 }
 
-TEST(LlamaModel, Qwen2BiasPrefillMatchesDecode) {
+TEST(CpuModel, Qwen2BiasPrefillMatchesDecode) {
     ModelConfig c = tiny_config("qwen2");
     c.attention_bias = true;
     c.tie_word_embeddings = true;
@@ -73,7 +73,7 @@ TEST(LlamaModel, Qwen2BiasPrefillMatchesDecode) {
     expect_prefill_matches_decode(b.ck, 3);
 }
 
-TEST(LlamaModel, Qwen3QkNormPrefillMatchesDecode) {
+TEST(CpuModel, Qwen3QkNormPrefillMatchesDecode) {
     ModelConfig c = tiny_config("qwen3");
     c.qk_norm = true;
     c.attention_bias = true;  // Qwen3 with attention_bias also has the o_proj bias
@@ -83,7 +83,7 @@ TEST(LlamaModel, Qwen3QkNormPrefillMatchesDecode) {
     expect_prefill_matches_decode(b.ck, 3);
 }
 
-TEST(LlamaModel, MistralSlidingWindowPrefillMatchesDecode) {
+TEST(CpuModel, MistralSlidingWindowPrefillMatchesDecode) {
     ModelConfig c = tiny_config("mistral");
     c.sliding_window = 3;
     RandomCheckpoint b;
@@ -91,7 +91,7 @@ TEST(LlamaModel, MistralSlidingWindowPrefillMatchesDecode) {
     expect_prefill_matches_decode(b.ck, 3);
 }
 
-TEST(LlamaModel, QuantizedLlama3PrefillMatchesDecode) {
+TEST(CpuModel, QuantizedLlama3PrefillMatchesDecode) {
     ModelConfig c = tiny_config("llama");
     c.rope_theta = 500000;
     c.rope_scaling.type = "llama3";
@@ -104,13 +104,13 @@ TEST(LlamaModel, QuantizedLlama3PrefillMatchesDecode) {
 
 // set_last_layer (calibration): the pass stops after that layer, returns no logits, and the layers
 // it ran saw the same inputs as in a whole pass; -1 runs the whole model again, the same logits.
-TEST(LlamaModel, LastLayerStopsThePass) {
+TEST(CpuModel, LastLayerStopsThePass) {
     core::ThreadPool pool(2);
     ModelConfig c = tiny_config("llama");
     ASSERT_GE(c.num_layers, 2);
     RandomCheckpoint b;
     b.build(c);
-    auto model = LlamaModel::create(b.ck, &pool);
+    auto model = CpuModel::create(b.ck, &pool);
     ASSERT_TRUE(model.is_ok()) << model.status().to_string();
     std::vector<std::vector<float>> seen(size_t(c.num_layers));  // the kDown inputs per layer
     (*model)->set_linear_input_hook([&](int64_t l, LinearInput which, std::span<const float> x, int64_t, int64_t) {
@@ -135,18 +135,18 @@ TEST(LlamaModel, LastLayerStopsThePass) {
     EXPECT_EQ(*full2, *full);
 }
 
-TEST(LlamaModel, Errors) {
+TEST(CpuModel, Errors) {
     core::ThreadPool pool(2);
     ModelConfig c = tiny_config("llama");
     RandomCheckpoint b;
     b.build(c);
     Checkpoint other = b.ck;
     other.config.arch = "bloom";
-    auto bad = LlamaModel::create(other, &pool);
+    auto bad = CpuModel::create(other, &pool);
     ASSERT_FALSE(bad.is_ok());
     EXPECT_NE(bad.status().message().find("llama, mistral, qwen2, qwen3"), std::string::npos) << bad.status().message();
 
-    auto model = LlamaModel::create(b.ck, &pool);
+    auto model = CpuModel::create(b.ck, &pool);
     ASSERT_TRUE(model.is_ok()) << model.status().to_string();
     KvCache cache(c, 4);
     EXPECT_EQ((*model)->forward({}, cache, false).status().code(), core::StatusCode::kInvalidArgument);
@@ -160,7 +160,7 @@ TEST(LlamaModel, Errors) {
     yarn.config.rope_scaling.type = "yarn";
     yarn.config.rope_scaling.factor = 4;
     yarn.config.rope_scaling.original_max_position_embeddings = 16;
-    auto y = LlamaModel::create(yarn, &pool);
+    auto y = CpuModel::create(yarn, &pool);
     EXPECT_EQ(y.status().code(), core::StatusCode::kUnsupported) << y.status().to_string();
 }
 

@@ -19,7 +19,7 @@
 #include "loader/checkpoint.h"
 #include "loader/convert.h"
 #include "loader/compressed_tensors.h"
-#include "model/llama.h"
+#include "model/cpu_model.h"
 #include "quant_tools/quantize.h"
 #include "support/test_support.h"
 
@@ -72,10 +72,10 @@ TEST_P(WeightMemoryModel, PackedOnlyMatricesStayMappedAndLogitsMatch) {
     ASSERT_TRUE(ck.is_ok() && plain.is_ok()) << ck.status().to_string();
 
     const ops::LinearOptions lo;  // the best ISA, packing on
-    std::vector<std::string> names = LlamaModel::packed_only_matrices(*ck, lo);
+    std::vector<std::string> names = CpuModel::packed_only_matrices(*ck, lo);
     ops::LinearOptions no_pack = lo;
     no_pack.pack = false;
-    EXPECT_TRUE(LlamaModel::packed_only_matrices(*ck, no_pack).empty());
+    EXPECT_TRUE(CpuModel::packed_only_matrices(*ck, no_pack).empty());
     EXPECT_EQ(std::count(names.begin(), names.end(), "token_embd.weight"), 0);  // the lookup reads its rows
     const bool f32_panels = kernels::cpu::find_packed_matmul_kernel(core::DType::kF32, lo.isa) != nullptr;
     // stories260K: tied embeddings, 5 layers x 7 f32 matrices, every one packed where f32 panels exist.
@@ -102,7 +102,7 @@ TEST_P(WeightMemoryModel, PackedOnlyMatricesStayMappedAndLogitsMatch) {
         ASSERT_NE(p, nullptr);
         EXPECT_EQ(0, std::memcmp(t.data, p->data, size_t(t.num_bytes))) << t.name;
     }
-    auto reference = LlamaModel::create(*plain, &pool, lo);
+    auto reference = CpuModel::create(*plain, &pool, lo);
     ASSERT_TRUE(reference.is_ok()) << reference.status().to_string();
     const std::vector<int32_t> ids = {1, 403, 407, 261, 378};
     KvCache a((*model)->config(), 64), b((*reference)->config(), 64);

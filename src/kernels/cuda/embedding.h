@@ -1,6 +1,6 @@
 // Token embedding lookup on the GPU: out [n, hidden] = table [ids[t], :] for each of n token ids
 // (device int32), f32 or bf16 rows copied as stored. Ids must lie in [0, vocab): the caller checks
-// them on the host before the step (model::LlamaModel::check_batch does); an id outside that range
+// them on the host before the step (model::CpuModel::check_batch does); an id outside that range
 // gives a zero row, never an out-of-bounds read. Callable from plain C++.
 #pragma once
 

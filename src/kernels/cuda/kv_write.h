@@ -2,7 +2,7 @@
 // projection's bias (Qwen2), the per-head q/k RMSNorm (Qwen3), RoPE on q and k, then q to its own
 // buffer and k, v into their slots of the paged KV cache (f32 or IEEE half, rounded once when
 // stored): "RoPE fused with the KV-cache write" of issue "CUDA backend". The same arithmetic as the
-// CPU path (model/llama.cc layer_forward): kernels/ref rmsnorm and rope, the RoPE angle and its sine
+// CPU path (model/cpu_model.cc layer_forward): kernels/ref rmsnorm and rope, the RoPE angle and its sine
 // and cosine in double, the rotation in f32 without FMA. Callable from plain C++.
 #pragma once
 

@@ -1,7 +1,7 @@
-// LlamaModel: the Llama family (Llama 2/3, Mistral, Qwen2 with q/k/v biases, Qwen3 with per-head
-// q/k RMSNorm, SmolLM) and Gemma 3 text models (GeGLU, sandwich norms, scaled embeddings,
-// alternating sliding / global layers) on the CPU, configured entirely by ModelConfig: the runner of
-// model/transformer.h's step over an ops::CpuBackend. Weights are used as stored in the Checkpoint
+// CpuModel: every architecture kiln runs (formats/architectures.h: the Llama family — Llama 2/3,
+// Mistral, Qwen2 with q/k/v biases, Qwen3 with per-head q/k RMSNorm, SmolLM — Gemma 2 / 3 and
+// Phi-3) on the CPU, configured entirely by ModelConfig: the runner of model/transformer.h's step
+// over an ops::CpuBackend. Weights are used as stored in the Checkpoint
 // (mmap'd, any dtype kernels::ref::dequantize_row reads, one row at a time) or repacked at load;
 // activations are fp32. Norm weights and biases (small) are copied to fp32 at load.
 // forward_batch runs a ragged batch (new tokens of many sequences: prompt chunks on top of a cached
@@ -53,7 +53,7 @@ public:
     void clear() { len_ = 0; }
 
 private:
-    friend class LlamaModel;
+    friend class CpuModel;
     int64_t num_layers_, kv_dim_, max_len_, len_ = 0;
     std::vector<std::vector<float>> k_, v_;  // per layer: [capacity, kv_dim]
     KvLayers view_;                          // k_ / v_ as forward_batch takes them, rebuilt when they grow
@@ -82,13 +82,13 @@ core::Result<kernels::ref::RopeParams> rope_params(const ModelConfig& config, co
 // table, as vLLM does; transformers switches every position to it once a sequence is that long).
 std::vector<double> longrope_inv_freq(const ModelConfig& config);
 
-class LlamaModel {
+class CpuModel {
 public:
     // The architectures this class runs.
     static const std::vector<std::string>& supported_architectures();
     // kUnsupported for other architectures or RoPE scaling types; the checkpoint must outlive the model.
     // `linear` picks the matmul kernels (ISA, int8 or f32 activations) once for every weight.
-    static core::Result<std::unique_ptr<LlamaModel>> create(const Checkpoint& checkpoint, core::ThreadPool* pool,
+    static core::Result<std::unique_ptr<CpuModel>> create(const Checkpoint& checkpoint, core::ThreadPool* pool,
                                                             const ops::LinearOptions& linear = {});
 
     // The weight matrices that create() with these options reads only through repacked copies
@@ -137,7 +137,7 @@ private:
         std::vector<float> q_norm, k_norm;       // [head_dim]; empty if none
         std::vector<float> post_attn_norm, post_ffn_norm;  // [hidden] with sandwich_norms; else empty
     };
-    LlamaModel() = default;
+    CpuModel() = default;
     core::Status check_batch(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs, const KvLayers& kv) const;
 
     ModelConfig config_;
@@ -170,11 +170,11 @@ enum class WeightMemory {
     kAnonymous,    // copied into anonymous memory (huge pages advised) first: steady speed
 };
 
-// LlamaModel::create over `checkpoint` with the weights placed as `memory` says, each resident once:
+// CpuModel::create over `checkpoint` with the weights placed as `memory` says, each resident once:
 // the matrices the model reads only through repacked copies (packed_only_matrices) are packed
 // straight from the file mapping and their file pages released afterwards, never copied. The
 // checkpoint must outlive the model.
-core::Result<std::unique_ptr<LlamaModel>> create_model(Checkpoint& checkpoint, core::ThreadPool* pool,
+core::Result<std::unique_ptr<CpuModel>> create_model(Checkpoint& checkpoint, core::ThreadPool* pool,
                                                        const ops::LinearOptions& linear, WeightMemory memory);
 
 }  // namespace kiln::model

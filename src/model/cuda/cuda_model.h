@@ -1,4 +1,4 @@
-// CudaLlamaModel: the Llama-family forward pass (model/llama.h's LlamaModel, same architectures and
+// CudaModel: the Llama-family forward pass (model/cpu_model.h's CpuModel, same architectures and
 // arithmetic order) on one CUDA device, for issue "CUDA backend". Weights are uploaded once at
 // create: bf16 and f16 matrices as stored (cuBLASLt GEMMs on tensor cores, f32 accumulation); Q8_0,
 // Q4_0, Q4_1 and Q4_K / Q5_K / Q6_K blocks as stored (a dequantizing GEMV for decode steps, a
@@ -26,7 +26,7 @@
 #include "core/status.h"
 #include "kernels/ref/sample.h"
 #include "loader/checkpoint.h"
-#include "model/llama.h"
+#include "model/cpu_model.h"
 
 namespace kiln::model {
 
@@ -61,16 +61,16 @@ struct CudaModelOptions {
     std::function<void(uint64_t done, uint64_t total)> progress;
 };
 
-class CudaLlamaModel {
+class CudaModel {
 public:
-    // kUnsupported without a device or for what LlamaModel does not run; kOutOfMemory (saying how
+    // kUnsupported without a device or for what CpuModel does not run; kOutOfMemory (saying how
     // much was needed) when weights, arena and at least one sequence's KV do not fit the budget;
     // kInvalidArgument for bad options. The checkpoint is only read during create.
-    static core::Result<std::unique_ptr<CudaLlamaModel>> create(const Checkpoint& checkpoint,
+    static core::Result<std::unique_ptr<CudaModel>> create(const Checkpoint& checkpoint,
                                                                 const CudaModelOptions& options);
-    ~CudaLlamaModel();
-    CudaLlamaModel(const CudaLlamaModel&) = delete;
-    CudaLlamaModel& operator=(const CudaLlamaModel&) = delete;
+    ~CudaModel();
+    CudaModel(const CudaModel&) = delete;
+    CudaModel& operator=(const CudaModel&) = delete;
 
     const ModelConfig& config() const;
     const CudaModelOptions& options() const;  // as resolved at create (max_seq_len, num_kv_blocks set)
@@ -81,7 +81,7 @@ public:
     // embedding row (norms and biases left out: under 0.1%).
     uint64_t step_weight_bytes() const;
 
-    // LlamaModel::forward_batch's contract over this model's device KV pool: block tables hold
+    // CpuModel::forward_batch's contract over this model's device KV pool: block tables hold
     // block ids in [0, options().num_kv_blocks). logits is resized to [sum of num_logits, vocab].
     // kInvalidArgument also for a batch over the create-time limits.
     core::Status forward_batch(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs,
@@ -106,7 +106,7 @@ public:
 
 private:
     struct Impl;
-    explicit CudaLlamaModel(std::unique_ptr<Impl> impl);
+    explicit CudaModel(std::unique_ptr<Impl> impl);
     std::unique_ptr<Impl> impl_;
 };
 

@@ -1,5 +1,5 @@
-// Private to model/cuda: CudaLlamaModel's state, shared by llama_cuda.cc (the forward step) and
-// llama_cuda_load.cc (create: uploads, the arena, the KV pool). Shapes as in llama_cuda.cc.
+// Private to model/cuda: CudaModel's state, shared by cuda_model.cc (the forward step) and
+// cuda_model_load.cc (create: uploads, the arena, the KV pool). Shapes as in cuda_model.cc.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -13,7 +13,7 @@
 
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/gemm.h"
-#include "model/cuda/llama_cuda.h"
+#include "model/cuda/cuda_model.h"
 #include "model/step_indices.h"
 #include "model/transformer.h"
 #include "ops/backend.h"
@@ -59,7 +59,7 @@ constexpr size_t kAttnWorkspaceBudget = size_t(256) << 20;  // bytes; more keys 
 }  // namespace cuda_detail
 
 // The model's state and its ops::Backend: model/transformer.h's step runs over it (enqueue).
-struct CudaLlamaModel::Impl final : ops::Backend {
+struct CudaModel::Impl final : ops::Backend {
     struct Layer {
         cuda_detail::DevMatrix wqkv, wo, w_gate_up,
             w_down;                            // [Q + 2 KV, H], [H, Q], [2 F, H] (gate rows, then up), [H, F]

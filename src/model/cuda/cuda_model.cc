@@ -1,4 +1,4 @@
-// CudaLlamaModel (see llama_cuda.h): the runner of model/transformer.h's step on a CUDA device, and
+// CudaModel (see cuda_model.h): the runner of model/transformer.h's step on a CUDA device, and
 // the ops::Backend it runs over. Shapes: T = tokens in the step, S = its sequences, NL = rows of
 // logits, H = hidden size, Q = num_heads * head_dim, KV = num_kv_heads * head_dim, F = intermediate
 // size, V = vocab.
@@ -22,7 +22,7 @@
 #include "kernels/cuda/sample.h"
 #include "kernels/ref/dequant.h"
 #include "kernels/ref/transformer.h"
-#include "model/cuda/llama_cuda_impl.h"
+#include "model/cuda/cuda_model_impl.h"
 #include "model/step_indices.h"
 
 namespace kiln::model {
@@ -33,7 +33,7 @@ using namespace cuda_detail;
 
 // out [m, w.rows] = in @ w^T where the input is already in place: `in` (f32) for f32 and block
 // weights, x16 (rounded to the weight's type) for 16-bit ones.
-Status CudaLlamaModel::Impl::gemm_prepared(const DevMatrix& w, const float* in, int64_t m, float* out) {
+Status CudaModel::Impl::gemm_prepared(const DevMatrix& w, const float* in, int64_t m, float* out) {
     cudaStream_t s = stream.get();
     switch (w.type) {
         case WType::kF32:
@@ -70,14 +70,14 @@ Status CudaLlamaModel::Impl::gemm_prepared(const DevMatrix& w, const float* in, 
 }
 
 // The same from an f32 input, rounded into x16 first for 16-bit weights.
-Status CudaLlamaModel::Impl::gemm_run(const DevMatrix& w, const float* in, int64_t m, float* out) {
+Status CudaModel::Impl::gemm_run(const DevMatrix& w, const float* in, int64_t m, float* out) {
     cudaStream_t s = stream.get();
     if (w.type == WType::kBf16) KILN_RETURN_IF_ERROR(kc::convert(in, static_cast<__nv_bfloat16*>(x16), m * w.cols, s));
     if (w.type == WType::kF16) KILN_RETURN_IF_ERROR(kc::convert(in, static_cast<__half*>(x16), m * w.cols, s));
     return gemm_prepared(w, in, m, out);
 }
 
-void CudaLlamaModel::Impl::set_weights() {
+void CudaModel::Impl::set_weights() {
     weights.embed = &embed_table;
     weights.lm_head = &lm_head();
     weights.output_norm = fptr(output_norm);
@@ -107,7 +107,7 @@ static bool is16(WType t) {
     return t == WType::kBf16 || t == WType::kF16;
 }
 
-Status CudaLlamaModel::Impl::embed(const ops::Weight& table, float scale, float* out) {
+Status CudaModel::Impl::embed(const ops::Weight& table, float scale, float* out) {
     if (scale != 1.0f) return core::error(StatusCode::kUnsupported) << "embed: scaled embeddings have no CUDA kernel yet";
     const DevMatrix& e = dev(table);
     const int32_t* d_tokens = step_->i32(step_->ix.layout.tokens);
@@ -118,7 +118,7 @@ Status CudaLlamaModel::Impl::embed(const ops::Weight& table, float scale, float*
 
 // x += add (if any), then rmsnorm(x) * weight into y, or for a 16-bit reader into x16 (the norm
 // writes the GEMM's input type: no separate conversion).
-Status CudaLlamaModel::Impl::add_rmsnorm(float* x_, const float* add, const float* weight, float* y, int64_t rows,
+Status CudaModel::Impl::add_rmsnorm(float* x_, const float* add, const float* weight, float* y, int64_t rows,
                                          int64_t n, float eps, const ops::Weight* next) {
     cudaStream_t s = stream.get();
     const WType t = next ? dev(*next).type : WType::kF32;
@@ -129,7 +129,7 @@ Status CudaLlamaModel::Impl::add_rmsnorm(float* x_, const float* add, const floa
     return kc::add_rmsnorm(x_, add, weight, static_cast<__half*>(x16), rows, n, eps, s);
 }
 
-Status CudaLlamaModel::Impl::linear(const ops::Weight& weight, const float* in, int64_t rows, const float* bias,
+Status CudaModel::Impl::linear(const ops::Weight& weight, const float* in, int64_t rows, const float* bias,
                                     float* out) {
     const DevMatrix& w = dev(weight);
     const bool ready = is16(w.type) && prepared_.of == in && prepared_.type == w.type;
@@ -139,7 +139,7 @@ Status CudaLlamaModel::Impl::linear(const ops::Weight& weight, const float* in, 
     return Status::ok();
 }
 
-Status CudaLlamaModel::Impl::qkv_rope_kv_write(int64_t l, float* qkv_, float* q_out, const ops::QkvRope& p) {
+Status CudaModel::Impl::qkv_rope_kv_write(int64_t l, float* qkv_, float* q_out, const ops::QkvRope& p) {
     if (p.q_scale != 1.0f || p.inv_freq_long)
         return core::error(StatusCode::kUnsupported) << "qkv_rope_kv_write: q scaling and LongRoPE have no CUDA kernel yet";
     kc::QkvRopeKvWrite w;
@@ -162,7 +162,7 @@ Status CudaLlamaModel::Impl::qkv_rope_kv_write(int64_t l, float* qkv_, float* q_
     return kc::qkv_rope_kv_write(w, stream.get());
 }
 
-Status CudaLlamaModel::Impl::gated_mlp_up(const ops::Weight& gate_up_w, const float* in, int64_t rows,
+Status CudaModel::Impl::gated_mlp_up(const ops::Weight& gate_up_w, const float* in, int64_t rows,
                                           ops::GatedAct f, float* gate_up_out, float* act_out,
                                           const ops::Weight* next) {
     if (f != ops::GatedAct::kSilu) return core::error(StatusCode::kUnsupported) << "gated MLP: only SiLU on CUDA so far";
@@ -182,15 +182,15 @@ Status CudaLlamaModel::Impl::gated_mlp_up(const ops::Weight& gate_up_w, const fl
     return kc::silu_mul_rows(gate_up_out, act_out, rows, F, s);
 }
 
-Status CudaLlamaModel::Impl::gather_logit_rows(const float* x_, int64_t n, float* out) {
+Status CudaModel::Impl::gather_logit_rows(const float* x_, int64_t n, float* out) {
     return kc::gather_rows(x_, n, step_->i32(step_->ix.layout.logit_rows), step_->ix.num_logits, out, stream.get());
 }
 
-Status CudaLlamaModel::Impl::softcap(float*, int64_t, float) {
+Status CudaModel::Impl::softcap(float*, int64_t, float) {
     return core::error(StatusCode::kUnsupported) << "softcap: no CUDA kernel yet";
 }
 
-Status CudaLlamaModel::Impl::attention(int64_t l, const float* q_in, float* out, const ops::AttentionParams& p) {
+Status CudaModel::Impl::attention(int64_t l, const float* q_in, float* out, const ops::AttentionParams& p) {
     if (p.softcap != 0.0f) return core::error(StatusCode::kUnsupported) << "attention: soft-capping has no CUDA kernel yet";
     const Step& st = *step_;
     const StepIndices& ix = st.ix;
@@ -242,7 +242,7 @@ Status CudaLlamaModel::Impl::attention(int64_t l, const float* q_in, float* out,
     return kc::prefill_attention(q_in, pb, out, s);
 }
 
-Status CudaLlamaModel::Impl::run(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs,
+Status CudaModel::Impl::run(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs,
                                  std::vector<float>* logits_out, std::vector<int32_t>* ids_out,
                                  const SamplePlan* sample) {
     const ModelConfig& c = config;
@@ -339,7 +339,7 @@ Status CudaLlamaModel::Impl::run(std::span<const int32_t> tokens, std::span<cons
 
 // After the logits step: the rows and entries to the device (one copy), sample_rows over the
 // logits in place, the ids back to ids_host; waits for them.
-Status CudaLlamaModel::Impl::sample_on_device(const SamplePlan& plan, int64_t num_logits) {
+Status CudaModel::Impl::sample_on_device(const SamplePlan& plan, int64_t num_logits) {
     if (num_logits == 0) return Status::ok();
     const size_t rows_bytes = align16(plan.rows.size_bytes()), bytes = rows_bytes + plan.adjust.size_bytes();
     if (sample_host.bytes() < bytes || sample_dev.bytes() < bytes) {  // nothing of the last step is in flight
@@ -363,7 +363,7 @@ Status CudaLlamaModel::Impl::sample_on_device(const SamplePlan& plan, int64_t nu
     return stream.synchronize();
 }
 
-Status CudaLlamaModel::Impl::enqueue(const Step& st, bool greedy) {
+Status CudaModel::Impl::enqueue(const Step& st, bool greedy) {
     cudaStream_t s = stream.get();
     const int64_t T = st.ix.num_tokens, NL = st.ix.num_logits, V = config.vocab_size;
     KILN_CUDA_RETURN_IF_ERROR(
@@ -380,14 +380,14 @@ Status CudaLlamaModel::Impl::enqueue(const Step& st, bool greedy) {
     return Status::ok();
 }
 
-int64_t CudaLlamaModel::Impl::graph_bucket(std::span<const BatchSeq> seqs) const {
+int64_t CudaModel::Impl::graph_bucket(std::span<const BatchSeq> seqs) const {
     if (!options.cuda_graphs || graphs_off || buckets.empty() || int64_t(seqs.size()) > buckets.back()) return 0;
     for (const BatchSeq& q : seqs)
         if (q.num_tokens != 1 || q.num_logits != 1) return 0;
     return *std::lower_bound(buckets.begin(), buckets.end(), int64_t(seqs.size()));
 }
 
-core::Result<cudaGraphExec_t> CudaLlamaModel::Impl::graph_for(int64_t bucket, bool greedy, const Step& st) {
+core::Result<cudaGraphExec_t> CudaModel::Impl::graph_for(int64_t bucket, bool greedy, const Step& st) {
     const auto key = std::make_pair(bucket, greedy);
     if (auto it = graphs.find(key); it != graphs.end()) return it->second;
     cudaStream_t s = stream.get();
@@ -418,17 +418,17 @@ core::Result<cudaGraphExec_t> CudaLlamaModel::Impl::graph_for(int64_t bucket, bo
     return exec;
 }
 
-core::Status CudaLlamaModel::forward_batch(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs,
+core::Status CudaModel::forward_batch(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs,
                                            std::vector<float>& logits) {
     return impl_->run(tokens, seqs, &logits, nullptr);
 }
 
-core::Status CudaLlamaModel::forward_batch_greedy(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs,
+core::Status CudaModel::forward_batch_greedy(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs,
                                                   std::vector<int32_t>& ids) {
     return impl_->run(tokens, seqs, nullptr, &ids);
 }
 
-core::Status CudaLlamaModel::forward_batch_sample(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs,
+core::Status CudaModel::forward_batch_sample(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs,
                                                   std::span<const kernels::ref::SampleRow> rows,
                                                   std::span<const kernels::ref::LogitAdjustment> adjust,
                                                   std::vector<int32_t>& ids) {
@@ -436,7 +436,7 @@ core::Status CudaLlamaModel::forward_batch_sample(std::span<const int32_t> token
     return impl_->run(tokens, seqs, nullptr, &ids, &plan);
 }
 
-core::Status CudaLlamaModel::forward(std::span<const int32_t> tokens, int64_t start, bool all_logits,
+core::Status CudaModel::forward(std::span<const int32_t> tokens, int64_t start, bool all_logits,
                                      std::vector<float>& logits) {
     const int64_t T = int64_t(tokens.size());
     if (T == 0) return core::error(StatusCode::kInvalidArgument) << "forward: no tokens";

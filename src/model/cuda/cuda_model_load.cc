@@ -1,4 +1,4 @@
-// CudaLlamaModel::create (see llama_cuda.h): checks, the weights' upload, the activation arena and
+// CudaModel::create (see cuda_model.h): checks, the weights' upload, the activation arena and
 // the KV pool; and the model's accessors.
 #include <algorithm>
 #include <cmath>
@@ -13,7 +13,7 @@
 #include "kernels/ref/dequant.h"
 #include "kernels/ref/transformer.h"
 #include "loader/layer_tensors.h"
-#include "model/cuda/llama_cuda_impl.h"
+#include "model/cuda/cuda_model_impl.h"
 
 namespace kiln::model {
 namespace {
@@ -166,7 +166,7 @@ core::Result<kc::DeviceBuffer> upload_vectors(const Checkpoint& ck, std::span<co
 
 using namespace cuda_detail;
 
-Status CudaLlamaModel::Impl::plan_arena() {
+Status CudaModel::Impl::plan_arena() {
     const ModelConfig& c = config;
     const int64_t T = options.max_batch_tokens, H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim();
     const int64_t F = c.intermediate_size, V = c.vocab_size, NL = options.max_logits;
@@ -216,7 +216,7 @@ Status CudaLlamaModel::Impl::plan_arena() {
     return Status::ok();
 }
 
-Status CudaLlamaModel::Impl::plan_kv() {
+Status CudaModel::Impl::plan_kv() {
     const ModelConfig& c = config;
     const int64_t bs = options.block_size, elem = options.kv_f16 ? 2 : 4;
     const int64_t block_bytes = 2 * c.num_layers * bs * c.kv_dim() * elem;
@@ -252,24 +252,24 @@ Status CudaLlamaModel::Impl::plan_kv() {
     return Status::ok();
 }
 
-CudaLlamaModel::CudaLlamaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-CudaLlamaModel::~CudaLlamaModel() = default;
+CudaModel::CudaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CudaModel::~CudaModel() = default;
 
-const ModelConfig& CudaLlamaModel::config() const {
+const ModelConfig& CudaModel::config() const {
     return impl_->config;
 }
-const CudaModelOptions& CudaLlamaModel::options() const {
+const CudaModelOptions& CudaModel::options() const {
     return impl_->options;
 }
-int64_t CudaLlamaModel::num_graphs() const {
+int64_t CudaModel::num_graphs() const {
     return int64_t(impl_->graphs.size());
 }
 
-uint64_t CudaLlamaModel::weight_bytes() const {
+uint64_t CudaModel::weight_bytes() const {
     return impl_->weight_bytes;
 }
 
-uint64_t CudaLlamaModel::step_weight_bytes() const {
+uint64_t CudaModel::step_weight_bytes() const {
     const Impl& m = *impl_;
     uint64_t n = m.lm_head().buf.bytes() + m.embed_table.buf.bytes() / uint64_t(std::max<int64_t>(m.embed_table.rows, 1));
     for (const Impl::Layer& L : m.layers)
@@ -277,7 +277,7 @@ uint64_t CudaLlamaModel::step_weight_bytes() const {
     return n;
 }
 
-std::string CudaLlamaModel::describe() const {
+std::string CudaModel::describe() const {
     const Impl& m = *impl_;
     auto gib = [](double b) { return b / double(1 << 30); };
     std::ostringstream os;
@@ -291,10 +291,10 @@ std::string CudaLlamaModel::describe() const {
     return os.str();
 }
 
-core::Result<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::create(const Checkpoint& ck,
+core::Result<std::unique_ptr<CudaModel>> CudaModel::create(const Checkpoint& ck,
                                                                      const CudaModelOptions& options) {
     const ModelConfig& c = ck.config;
-    const auto& archs = LlamaModel::supported_architectures();
+    const auto& archs = CpuModel::supported_architectures();
     if (std::find(archs.begin(), archs.end(), c.arch) == archs.end())
         return core::error(StatusCode::kUnsupported)
                << ck.path << ": architecture '" << c.arch << "' is not supported on CUDA";
@@ -419,7 +419,7 @@ core::Result<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::create(const Check
     // cudaMemcpy from pageable memory may return before the device has the bytes, and the model's
     // stream does not wait for the legacy stream: wait here, once.
     KILN_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
-    return std::unique_ptr<CudaLlamaModel>(new CudaLlamaModel(std::move(m)));
+    return std::unique_ptr<CudaModel>(new CudaModel(std::move(m)));
 }
 
 }  // namespace kiln::model

@@ -1,6 +1,6 @@
 // Llama-family forward pass (see llama.h). Shapes: T = tokens in the batch, H = hidden size,
 // Q = num_heads * head_dim, KV = num_kv_heads * head_dim, F = intermediate size, V = vocab.
-#include "model/llama.h"
+#include "model/cpu_model.h"
 
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -103,7 +103,7 @@ KvCache::KvCache(const ModelConfig& config, int64_t max_len)
       k_(size_t(config.num_layers)),
       v_(size_t(config.num_layers)) {}
 
-const std::vector<std::string>& LlamaModel::supported_architectures() {
+const std::vector<std::string>& CpuModel::supported_architectures() {
     static const std::vector<std::string> kArchs = {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3"};
     return kArchs;
 }
@@ -114,7 +114,7 @@ static core::Result<ops::Linear> linear(const Checkpoint& ck, const std::string&
     return ops::make_linear(w, lo);
 }
 
-std::vector<std::string> LlamaModel::packed_only_matrices(const Checkpoint& ck, const ops::LinearOptions& lo) {
+std::vector<std::string> CpuModel::packed_only_matrices(const Checkpoint& ck, const ops::LinearOptions& lo) {
     std::vector<std::string> names;
     for (const loader::TensorSpec& t : loader::checkpoint_tensors(ck.config))  // output.weight (untied) first
         if (t.matrix && t.name != "token_embd.weight") names.push_back(t.name);
@@ -129,9 +129,9 @@ std::vector<std::string> LlamaModel::packed_only_matrices(const Checkpoint& ck, 
     return names;
 }
 
-core::Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const Checkpoint& ck, core::ThreadPool* pool,
+core::Result<std::unique_ptr<CpuModel>> CpuModel::create(const Checkpoint& ck, core::ThreadPool* pool,
                                                              const ops::LinearOptions& lo) {
-    KILN_CHECK(pool != nullptr) << "LlamaModel needs a thread pool";
+    KILN_CHECK(pool != nullptr) << "CpuModel needs a thread pool";
     const ModelConfig& c = ck.config;
     const auto& archs = supported_architectures();
     if (std::find(archs.begin(), archs.end(), c.arch) == archs.end()) {
@@ -143,7 +143,7 @@ core::Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const Checkpoint& c
     }
     KILN_RETURN_IF_ERROR(c.validate());
     KILN_RETURN_IF_ERROR(check_checkpoint_tensors(ck));
-    std::unique_ptr<LlamaModel> m(new LlamaModel());
+    std::unique_ptr<CpuModel> m(new CpuModel());
     m->config_ = c;
     m->pool_ = pool;
     m->backend_ = std::make_unique<ops::CpuBackend>(pool, lo.isa);
@@ -233,11 +233,11 @@ core::Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const Checkpoint& c
     return m;
 }
 
-core::Result<std::unique_ptr<LlamaModel>> create_model(Checkpoint& ck, core::ThreadPool* pool,
+core::Result<std::unique_ptr<CpuModel>> create_model(Checkpoint& ck, core::ThreadPool* pool,
                                                        const ops::LinearOptions& lo, WeightMemory memory) {
-    const std::vector<std::string> packed_only = LlamaModel::packed_only_matrices(ck, lo);
+    const std::vector<std::string> packed_only = CpuModel::packed_only_matrices(ck, lo);
     if (memory == WeightMemory::kAnonymous) KILN_RETURN_IF_ERROR(copy_to_anonymous(ck, packed_only));
-    KILN_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> m, LlamaModel::create(ck, pool, lo));
+    KILN_ASSIGN_OR_RETURN(std::unique_ptr<CpuModel> m, CpuModel::create(ck, pool, lo));
     release_tensor_bytes(ck, packed_only);
 #ifdef __GLIBC__
     malloc_trim(0);  // hand the freed conversion buffers back to the OS (glibc keeps them otherwise)
@@ -245,7 +245,7 @@ core::Result<std::unique_ptr<LlamaModel>> create_model(Checkpoint& ck, core::Thr
     return m;
 }
 
-void LlamaModel::Workspace::reserve(const ModelConfig& c, int64_t T) {
+void CpuModel::Workspace::reserve(const ModelConfig& c, int64_t T) {
     auto grow = [](auto& v, int64_t n) {
         if (int64_t(v.size()) < n) v.resize(size_t(n));
     };
@@ -263,7 +263,7 @@ void LlamaModel::Workspace::reserve(const ModelConfig& c, int64_t T) {
     grow(logit_rows, T);
 }
 
-Status LlamaModel::check_batch(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs,
+Status CpuModel::check_batch(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs,
                                const KvLayers& kv) const {
     if (int64_t(kv.k.size()) != config_.num_layers || int64_t(kv.v.size()) != config_.num_layers)
         return core::error(StatusCode::kInvalidArgument)
@@ -319,7 +319,7 @@ Status check_forward_batch(const ModelConfig& c, std::span<const int32_t> tokens
     return Status::ok();
 }
 
-Status LlamaModel::forward_batch(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs, const KvLayers& kv,
+Status CpuModel::forward_batch(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs, const KvLayers& kv,
                                  std::vector<float>& logits) {
     KILN_RETURN_IF_ERROR(check_batch(tokens, seqs, kv));
     const ModelConfig& c = config_;
@@ -372,7 +372,7 @@ Status LlamaModel::forward_batch(std::span<const int32_t> tokens, std::span<cons
     return run_step(*backend_, c, weights_, b, T, num_logits, options);
 }
 
-core::Status LlamaModel::forward(std::span<const int32_t> tokens, KvCache& cache, bool all_logits,
+core::Status CpuModel::forward(std::span<const int32_t> tokens, KvCache& cache, bool all_logits,
                                  std::vector<float>& logits) {
     const ModelConfig& c = config_;
     const int64_t T = int64_t(tokens.size());
@@ -407,7 +407,7 @@ core::Status LlamaModel::forward(std::span<const int32_t> tokens, KvCache& cache
     return Status::ok();
 }
 
-core::Result<std::vector<float>> LlamaModel::forward(const std::vector<int32_t>& tokens, KvCache& cache,
+core::Result<std::vector<float>> CpuModel::forward(const std::vector<int32_t>& tokens, KvCache& cache,
                                                      bool all_logits) {
     std::vector<float> logits;
     KILN_RETURN_IF_ERROR(forward(std::span<const int32_t>(tokens), cache, all_logits, logits));
