@@ -109,6 +109,14 @@ void check_model(const Checkpoint& ck, const Golden& g, const std::string& what)
     EXPECT_EQ(got, g.greedy) << what << ": greedy continuation";
 }
 
+// The family folder `dir` converted to an f32 GGUF at `out` (loader::convert_checkpoint).
+core::Status to_f32_gguf(const std::string& dir, const std::string& out) {
+    loader::ConvertOptions o;
+    o.to = "gguf";
+    o.dtype = core::DType::kF32;
+    return loader::convert_checkpoint(dir, out, o);
+}
+
 class Families : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Families, MatchTransformersFromSafetensorsAndGguf) {
@@ -121,17 +129,14 @@ TEST_P(Families, MatchTransformersFromSafetensorsAndGguf) {
     check_model(*ck, g, GetParam() + " (safetensors)");
 
     const std::string gguf = test::temp_dir("families_" + GetParam()) + "/model.gguf";
-    loader::ConvertOptions o;
-    o.to = "gguf";
-    o.dtype = core::DType::kF32;
-    const core::Status st = loader::convert_checkpoint(dir, gguf, o);
+    const core::Status st = to_f32_gguf(dir, gguf);
     ASSERT_TRUE(st.is_ok()) << st.to_string();
     auto ck2 = loader::load_checkpoint(gguf);
     ASSERT_TRUE(ck2.is_ok()) << ck2.status().to_string();
     check_model(*ck2, g, GetParam() + " (gguf)");
 }
 
-// llama.cpp's convert_hf_to_gguf.py (CpuModel, rope_type llama3): one factor per RoPE frequency,
+// llama.cpp's convert_hf_to_gguf.py (LlamaModel, rope_type llama3): one factor per RoPE frequency,
 // 1 for wavelengths below original_len / high_freq_factor, `factor` above original_len /
 // low_freq_factor, 1 / ((1 - smooth) / factor + smooth) between; stored as f32.
 std::vector<float> llamacpp_rope_factors(const ModelConfig& c) {
@@ -161,10 +166,7 @@ TEST(Families, Llama3RopeFromAGgufWithRopeFreqs) {
     Golden g;
     ASSERT_TRUE(load_golden(dir, &g)) << dir;
     const std::string tmp = test::temp_dir("families_rope_freqs");
-    loader::ConvertOptions o;
-    o.to = "gguf";
-    o.dtype = core::DType::kF32;
-    ASSERT_TRUE(loader::convert_checkpoint(dir, tmp + "/scaled.gguf", o).is_ok());
+    ASSERT_TRUE(to_f32_gguf(dir, tmp + "/scaled.gguf").is_ok());
     auto src = formats::GgufFile::open(tmp + "/scaled.gguf");
     ASSERT_TRUE(src.is_ok()) << src.status().to_string();
     auto src_ck = loader::load_checkpoint(tmp + "/scaled.gguf");
@@ -191,7 +193,7 @@ TEST(Families, Llama3RopeFromAGgufWithRopeFreqs) {
     EXPECT_EQ(ck->config.rope_freq_factors, factors);
     check_model(*ck, g, "llama3-rope (gguf, rope_freqs.weight)");
     // Converting keeps the factors in GGUF and refuses the Hugging Face layout, which has no place for them.
-    ASSERT_TRUE(loader::convert_checkpoint(tmp + "/rope_freqs.gguf", tmp + "/again.gguf", o).is_ok());
+    ASSERT_TRUE(to_f32_gguf(tmp + "/rope_freqs.gguf", tmp + "/again.gguf").is_ok());
     auto again = loader::load_checkpoint(tmp + "/again.gguf");
     ASSERT_TRUE(again.is_ok()) << again.status().to_string();
     EXPECT_EQ(again->config.rope_freq_factors, factors);
@@ -209,10 +211,7 @@ TEST(Families, Phi3FromALlamaCppStyleGguf) {
     Golden g;
     ASSERT_TRUE(load_golden(dir, &g)) << dir;
     const std::string tmp = test::temp_dir("families_phi3_fused");
-    loader::ConvertOptions o;
-    o.to = "gguf";
-    o.dtype = core::DType::kF32;
-    ASSERT_TRUE(loader::convert_checkpoint(dir, tmp + "/kiln.gguf", o).is_ok());
+    ASSERT_TRUE(to_f32_gguf(dir, tmp + "/kiln.gguf").is_ok());
     auto src = formats::GgufFile::open(tmp + "/kiln.gguf");
     ASSERT_TRUE(src.is_ok()) << src.status().to_string();
     formats::GgufWriter w;
