@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Tiny random-weight models of every architecture kiln runs (the Llama family and Gemma 3), built by Hugging Face
+"""Tiny random-weight models of every architecture kiln runs (the Llama family, Gemma 2 / 3, Phi-3 and the
+mixtures of experts), built by Hugging Face
 transformers (AutoModelForCausalLM.from_config: the reference modeling code, an implementation
 independent of kiln), and their logits. Run once by hand with torch + transformers installed (they
 are not test dependencies):
@@ -69,13 +70,28 @@ FAMILIES = {
     # attention scores and the final logits small enough to bend them.
     "gemma2": ("gemma2", dict(tie_word_embeddings=True, head_dim=16, query_pre_attn_scalar=12, sliding_window=8,
                               attn_logit_softcapping=3.0, final_logit_softcapping=5.0, rope_theta=10000.0)),
+    # Mixtures of experts (extra keys override COMMON's). Mixtral: top-2 of 4, the chosen softmax
+    # weights renormalized, each expert's width intermediate_size.
+    "mixtral": ("mixtral", dict(tie_word_embeddings=False, intermediate_size=32, num_local_experts=4,
+                                num_experts_per_tok=2, rope_theta=1000000.0)),
+    # Qwen2-MoE: q/k/v biases, experts of moe_intermediate_size, a shared expert behind its sigmoid
+    # gate, norm_topk_prob off (the softmax weights as they are).
+    "qwen2-moe": ("qwen2_moe", dict(tie_word_embeddings=False, num_experts=4, num_experts_per_tok=2,
+                                    moe_intermediate_size=16, shared_expert_intermediate_size=24,
+                                    norm_topk_prob=False, rope_theta=1000000.0)),
+    # Qwen3-MoE: per-head q/k norms, top-3 of 8 renormalized.
+    "qwen3-moe": ("qwen3_moe", dict(tie_word_embeddings=True, head_dim=8, num_experts=8, num_experts_per_tok=3,
+                                    moe_intermediate_size=16, norm_topk_prob=True, rope_theta=1000000.0)),
+    # OLMoE: q/k RMSNorm over the whole projection (all heads at once), top-2 of 4 not renormalized.
+    "olmoe": ("olmoe", dict(tie_word_embeddings=False, intermediate_size=16, num_experts=4, num_experts_per_tok=2,
+                            norm_topk_prob=False)),
 }
 PROMPT_LENS = [1, 7, 19]
 GREEDY = 32
 
 
 def build(model_type, extra, seed):
-    cfg = AutoConfig.for_model(model_type, **COMMON, **extra)
+    cfg = AutoConfig.for_model(model_type, **{**COMMON, **extra})
     cfg._attn_implementation = "eager"
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)

@@ -12,7 +12,7 @@
 namespace kiln::formats {
 
 struct ArchNames {
-    std::string_view model_type;  // "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3"
+    std::string_view model_type;  // "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3", MoE ones
     std::string_view hf_class;    // config.json "architectures": "LlamaForCausalLM", ...
     std::string_view gguf_arch;   // GGUF general.architecture
     bool gguf_neox_rope = false;  // GGUF Q/K rows in rotate-half order
@@ -22,6 +22,12 @@ struct ArchNames {
     bool sandwich_norms = false;    // the attention and MLP outputs RMS-normed before the residual add
     bool scale_embeddings = false;  // token embeddings times sqrt(hidden_size)
     bool norm_plus_one = false;     // HF norm weights w mean (1 + w): the loader stores 1 + w
+    bool qk_norm_full = false;      // the q/k RMSNorm spans all heads of a token at once (OLMoE), not each head
+    // Mixture of experts: the family's MLP is a router over experts (ModelConfig's num_experts > 0).
+    // moe_norm_topk is norm_topk_prob where the file does not say (llama.cpp hard-codes it per
+    // architecture: Mixtral and Qwen3-MoE renormalize the chosen weights, Qwen2-MoE and OLMoE do not).
+    bool moe = false;
+    bool moe_norm_topk = false;
 };
 
 inline constexpr ArchNames kArchitectures[] = {
@@ -35,6 +41,14 @@ inline constexpr ArchNames kArchitectures[] = {
     {.model_type = "gemma3_text", .hf_class = "Gemma3ForCausalLM", .gguf_arch = "gemma3", .gguf_neox_rope = true,
      .qk_norm = true, .gelu_mlp = true, .sandwich_norms = true, .scale_embeddings = true, .norm_plus_one = true},
     {.model_type = "phi3", .hf_class = "Phi3ForCausalLM", .gguf_arch = "phi3", .gguf_neox_rope = true},
+    // Mixtral is stored in GGUF as "llama" with {arch}.expert_count, as llama.cpp does.
+    {.model_type = "mixtral", .hf_class = "MixtralForCausalLM", .gguf_arch = "llama", .moe = true, .moe_norm_topk = true},
+    {.model_type = "qwen2_moe", .hf_class = "Qwen2MoeForCausalLM", .gguf_arch = "qwen2moe", .gguf_neox_rope = true,
+     .moe = true},
+    {.model_type = "qwen3_moe", .hf_class = "Qwen3MoeForCausalLM", .gguf_arch = "qwen3moe", .gguf_neox_rope = true,
+     .qk_norm = true, .moe = true, .moe_norm_topk = true},
+    {.model_type = "olmoe", .hf_class = "OlmoeForCausalLM", .gguf_arch = "olmoe", .gguf_neox_rope = true,
+     .qk_norm = true, .qk_norm_full = true, .moe = true},
 };
 
 // Gemma 2 and 3 (their config.json fields: hidden_activation, query_pre_attn_scalar, soft-capping,

@@ -308,8 +308,12 @@ core::Result<int64_t> first_sliding_layer(const json& types, int64_t num_layers,
 core::Status parse_sliding_window(Fields& f, const std::string& name, HfConfig* c) {
     if (is_gemma(c->model_type)) {
         KILN_RETURN_IF_ERROR(parse_gemma_layers(f, name, c));
-    } else if (c->model_type == "phi3") {
-        // Phi3Config: sliding_window (default None) applies to every layer.
+    } else if (c->model_type == "qwen2_moe" || c->model_type == "qwen3_moe") {
+        if (f.get_bool("use_sliding_window").value_or(false))
+            return core::error(StatusCode::kUnsupported)
+                   << name << ": use_sliding_window is not supported for " << c->model_type;
+    } else if (c->model_type == "phi3" || c->model_type == "mixtral") {
+        // Phi3Config / MixtralConfig: sliding_window (default None) applies to every layer.
         c->sliding_window = f.get_int("sliding_window").value_or(0);
         c->max_window_layers = 0;
     } else if (c->model_type == "mistral") {
@@ -350,6 +354,36 @@ core::Status check_unsupported(Fields& f, const std::string& name, const HfConfi
     return core::Status::ok();
 }
 
+// The experts of the MoE families (MixtralConfig, Qwen2MoeConfig, Qwen3MoeConfig, OlmoeConfig
+// defaults). Layers with a dense MLP (mlp_only_layers, decoder_sparse_step > 1) and OLMoE's clip_qkv
+// are not supported.
+core::Status parse_experts(Fields& f, const std::string& name, HfConfig* c) {
+    const std::string& mt = c->model_type;
+    const formats::ArchNames* arch = find_arch_by_model_type(mt);
+    if (!arch || !arch->moe) return core::Status::ok();
+    const bool mixtral = mt == "mixtral", qwen = mt == "qwen2_moe" || mt == "qwen3_moe";
+    const int64_t experts_default = mixtral ? 8 : mt == "qwen2_moe" ? 60 : mt == "qwen3_moe" ? 128 : 64;
+    // MixtralConfig says num_local_experts, the others num_experts, except that transformers 5 saves
+    // Qwen3MoeConfig's as num_local_experts too: whichever is there.
+    c->num_experts = f.get_int("num_local_experts").value_or(f.get_int("num_experts").value_or(experts_default));
+    c->num_experts_used = f.get_int("num_experts_per_tok").value_or(mixtral ? 2 : mt == "qwen2_moe" ? 4 : 8);
+    c->expert_intermediate_size =
+        qwen ? f.get_int("moe_intermediate_size").value_or(mt == "qwen2_moe" ? 1408 : 768) : c->intermediate_size;
+    if (mt == "qwen2_moe") c->shared_expert_intermediate_size = f.get_int("shared_expert_intermediate_size").value_or(5632);
+    c->norm_topk_prob = mixtral || f.get_bool("norm_topk_prob").value_or(false);
+    if (qwen) {
+        const int64_t step = f.get_int("decoder_sparse_step").value_or(1);
+        const std::vector<int64_t> dense = f.get_int_list("mlp_only_layers");
+        if (step != 1 || !dense.empty())
+            return core::error(StatusCode::kUnsupported)
+                   << name << ": layers with a dense MLP (decoder_sparse_step " << step << ", " << dense.size()
+                   << " mlp_only_layers) are not supported; every layer must be a mixture of experts";
+    }
+    if (mt == "olmoe" && f.raw("clip_qkv") && !f.raw("clip_qkv")->is_null())
+        return core::error(StatusCode::kUnsupported) << name << ": clip_qkv is not supported";
+    return core::Status::ok();
+}
+
 core::Status parse_sizes(Fields& f, const std::string& name, HfConfig* c) {
     const char* kRequired[] = {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                                "num_attention_heads"};
@@ -363,7 +397,12 @@ core::Status parse_sizes(Fields& f, const std::string& name, HfConfig* c) {
     c->num_hidden_layers = f.get_int("num_hidden_layers").value_or(0);
     c->num_attention_heads = f.get_int("num_attention_heads").value_or(0);
     // Absent: the config class default (LlamaConfig: None -> num_attention_heads); null: num_attention_heads.
-    const int64_t kv_default = c->model_type == "mistral" ? 8 : is_qwen ? 32 : gemma ? 4 : c->num_attention_heads;
+    const std::string& mt = c->model_type;
+    const int64_t kv_default = mt == "mistral" || mt == "mixtral" ? 8
+                               : is_qwen                          ? 32
+                               : gemma || mt == "qwen3_moe"       ? 4
+                               : mt == "qwen2_moe"                ? 16
+                                                                  : c->num_attention_heads;
     c->num_key_value_heads =
         f.has("num_key_value_heads") ? f.get_int("num_key_value_heads").value_or(c->num_attention_heads) : kv_default;
     const bool is_qwen3 = c->model_type == "qwen3";
@@ -376,8 +415,9 @@ core::Status parse_sizes(Fields& f, const std::string& name, HfConfig* c) {
                << name << ": hidden_size " << c->hidden_size << " is not a multiple of num_attention_heads "
                << c->num_attention_heads << " and no head_dim is given";
     c->head_dim = f.get_int("head_dim").value_or(default_head_dim);
-    const int64_t max_pos_default = c->model_type == "mistral" ? 4096 * 32
-                                    : is_qwen                   ? 32768
+    const int64_t max_pos_default = mt == "mistral" || mt == "mixtral"              ? 4096 * 32
+                                    : is_qwen || mt == "qwen2_moe" || mt == "qwen3_moe" ? 32768
+                                    : mt == "olmoe"                                     ? 4096
                                     : c->model_type == "gemma2" ? 8192
                                     : gemma                     ? 131072
                                     : c->model_type == "phi3"   ? 4096
@@ -403,6 +443,11 @@ HyperParams hyper_params(const HfConfig& c) {
     p.rope_scaling = c.rope_scaling;
     p.bos_token_id = c.bos_token_id;
     p.eos_token_ids = c.eos_token_ids;
+    p.num_experts = c.num_experts;
+    p.num_experts_used = c.num_experts_used;
+    p.expert_intermediate_size = c.expert_intermediate_size;
+    p.shared_expert_intermediate_size = c.shared_expert_intermediate_size;
+    p.norm_topk_prob = c.norm_topk_prob;
     return p;
 }
 
@@ -430,9 +475,13 @@ core::Result<HfConfig> parse_hf_config(const std::string& json_text, const std::
     const bool gemma = is_gemma(c.model_type);
     c.tie_word_embeddings = f.get_bool("tie_word_embeddings").value_or(gemma);
     KILN_RETURN_IF_ERROR(parse_sliding_window(f, name, &c));
-    // Qwen2 always has q/k/v biases; MistralAttention has none whatever the config says.
-    c.attention_bias =
-        c.model_type == "qwen2" || (c.model_type != "mistral" && f.get_bool("attention_bias").value_or(false));
+    // Qwen2 always has q/k/v biases, Qwen2-MoE unless qkv_bias is false; MistralAttention and
+    // MixtralAttention have none whatever the config says.
+    const std::string& mt = c.model_type;
+    c.attention_bias = mt == "qwen2" || (mt == "qwen2_moe" && f.get_bool("qkv_bias").value_or(true)) ||
+                       (mt != "mistral" && mt != "mixtral" && mt != "qwen2_moe" &&
+                        f.get_bool("attention_bias").value_or(false));
+    KILN_RETURN_IF_ERROR(parse_experts(f, name, &c));
     c.hidden_act = gemma ? f.get_str("hidden_activation").value_or("gelu_pytorch_tanh")
                          : f.get_str("hidden_act").value_or("silu");
     if (gemma) {

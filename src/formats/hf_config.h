@@ -17,6 +17,9 @@
 // sliding_window on every layer, LongRoPE ("longrope", or "su") with short_factor / long_factor and
 // original_max_position_embeddings (top level, or in rope_parameters); an absent attention_factor is
 // computed as transformers does (sqrt(1 + ln(factor) / ln(original)), factor = max / original).
+// Mixture-of-experts families: Mixtral (MixtralForCausalLM; sliding_window, default None, on every
+// layer), Qwen2-MoE / Qwen3-MoE (every layer sparse; use_sliding_window unsupported) and OLMoE (q/k
+// norms over all heads; clip_qkv unsupported); their defaults are transformers' config classes'.
 // Rejected as kUnsupported: hidden_act other than silu/swish (gelu_pytorch_tanh for Gemma 3),
 // partial_rotary_factor other than 1,
 // Llama's mlp_bias, Gemma's bidirectional attention.
@@ -61,6 +64,11 @@ struct HfConfig {
     double query_pre_attn_scalar = 0;
     // Gemma: attention-score and final-logit soft-capping (0: none).
     double attn_softcap = 0, final_softcap = 0;
+    // Mixture of experts (hyper_params.h; MixtralConfig's num_local_experts, the others' num_experts,
+    // num_experts_per_tok, moe_intermediate_size (Mixtral and OLMoE: intermediate_size),
+    // shared_expert_intermediate_size (Qwen2-MoE), norm_topk_prob (always on for Mixtral)).
+    int64_t num_experts = 0, num_experts_used = 0, expert_intermediate_size = 0, shared_expert_intermediate_size = 0;
+    bool norm_topk_prob = false;
     std::string torch_dtype;  // "bfloat16", "float16", "float32", or ""
     std::optional<int64_t> bos_token_id;
     std::vector<int64_t> eos_token_ids;

@@ -15,6 +15,7 @@ constexpr int64_t kMaxLayers = 1024;
 constexpr int64_t kMaxHeads = 1024;
 constexpr int64_t kMaxHeadDim = 4096;
 constexpr int64_t kMaxSeqLen = int64_t(1) << 30;
+constexpr int64_t kMaxExperts = 4096;
 
 enum Field {
     kVocab,
@@ -31,6 +32,10 @@ enum Field {
     kWindowLayers,
     kBos,
     kEos,
+    kExperts,
+    kExpertsUsed,
+    kExpertInter,
+    kSharedInter,
     kNumFields
 };
 
@@ -38,11 +43,12 @@ enum Field {
 constexpr const char* kHfNames[kNumFields] = {
     "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
     "num_key_value_heads", "head_dim", "max_position_embeddings", "rms_norm_eps", "rope_theta",
-    "sliding_window", "max_window_layers", "bos_token_id", "eos_token_id"};
+    "sliding_window", "max_window_layers", "bos_token_id", "eos_token_id", "num_experts", "num_experts_per_tok",
+    "moe_intermediate_size", "shared_expert_intermediate_size"};
 constexpr const char* kKilnNames[kNumFields] = {
     "vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
     "max_seq_len", "rms_norm_eps", "rope_theta", "sliding_window", "max_window_layers", "bos_token_id",
-    "eos_token_ids"};
+    "eos_token_ids", "num_experts", "num_experts_used", "expert_intermediate_size", "shared_expert_intermediate_size"};
 // clang-format on
 
 bool positive(double v) {
@@ -84,6 +90,30 @@ core::Status check_rope_scaling(const RopeScaling& rs, int64_t head_dim, const s
         return core::error(StatusCode::kCorrupt)
                << where << ": llama3 rope_scaling low_freq_factor " << rs.low_freq_factor << " and high_freq_factor "
                << rs.high_freq_factor << " must be positive and different";
+    return core::Status::ok();
+}
+
+core::Status check_experts(const HyperParams& p, const char* const* n, const std::string& where) {
+    if (p.num_experts == 0) {
+        if (p.num_experts_used != 0 || p.shared_expert_intermediate_size != 0)
+            return core::error(StatusCode::kCorrupt) << where << ": " << n[kExpertsUsed] << " " << p.num_experts_used
+                                                     << " / " << n[kSharedInter] << " " << p.shared_expert_intermediate_size
+                                                     << " given without experts";
+        return core::Status::ok();
+    }
+    if (p.num_experts < 0 || p.num_experts > kMaxExperts)
+        return core::error(StatusCode::kCorrupt)
+               << where << ": " << n[kExperts] << " is " << p.num_experts << ", outside [0, " << kMaxExperts << "]";
+    if (p.num_experts_used < 1 || p.num_experts_used > p.num_experts)
+        return core::error(StatusCode::kCorrupt) << where << ": " << n[kExpertsUsed] << " is " << p.num_experts_used
+                                                 << ", outside [1, " << n[kExperts] << " " << p.num_experts << "]";
+    if (p.expert_intermediate_size <= 0 || p.expert_intermediate_size > kMaxIntermediate)
+        return core::error(StatusCode::kCorrupt) << where << ": " << n[kExpertInter] << " is "
+                                                 << p.expert_intermediate_size << ", outside [1, " << kMaxIntermediate << "]";
+    if (p.shared_expert_intermediate_size < 0 || p.shared_expert_intermediate_size > kMaxIntermediate)
+        return core::error(StatusCode::kCorrupt) << where << ": " << n[kSharedInter] << " is "
+                                                 << p.shared_expert_intermediate_size << ", outside [0, "
+                                                 << kMaxIntermediate << "]";
     return core::Status::ok();
 }
 
@@ -129,7 +159,7 @@ core::Status check_hyper_params(const HyperParams& p, FieldNames names, const st
     };
     if (p.bos_token_id) KILN_RETURN_IF_ERROR(check_id(kBos, *p.bos_token_id));
     for (int64_t id : p.eos_token_ids) KILN_RETURN_IF_ERROR(check_id(kEos, id));
-    return core::Status::ok();
+    return check_experts(p, n, where);
 }
 
 }  // namespace kiln::formats

@@ -6,7 +6,8 @@
 // (RoPE rotates pairs); eps and theta positive and finite; sliding_window and max_window_layers not
 // negative; RoPE scaling factor positive, and for "llama3" (transformers
 // _compute_llama3_parameters) original_max_position_embeddings > 0 and low/high frequency factors
-// positive and different (it divides by their difference); bos/eos ids in [0, vocab_size).
+// positive and different (it divides by their difference); bos/eos ids in [0, vocab_size); with
+// experts: at most 4096 of them, 1 <= num_experts_used <= num_experts, expert sizes in range.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +51,16 @@ struct HyperParams {
     RopeScaling rope_scaling;
     std::optional<int64_t> bos_token_id;
     std::vector<int64_t> eos_token_ids;
+    // Mixture of experts (num_experts 0: a dense MLP). A token's MLP output is the weighted sum of
+    // the num_experts_used experts its router picks: softmax over the num_experts router logits,
+    // the num_experts_used largest (ties to the lower expert id), renormalized to sum 1 when
+    // norm_topk_prob; plus, with shared_expert_intermediate_size > 0, a shared expert whose output
+    // is scaled by sigmoid(x . shared gate). Each expert is a gated MLP of expert_intermediate_size.
+    int64_t num_experts = 0;
+    int64_t num_experts_used = 0;
+    int64_t expert_intermediate_size = 0;
+    int64_t shared_expert_intermediate_size = 0;
+    bool norm_topk_prob = false;
 };
 
 enum class FieldNames { kHf, kKiln };

@@ -128,9 +128,20 @@ core::Result<TensorRef> permute_tensor(const TensorRef& t, int64_t num_heads, Ro
 // A fused projection as kiln's separate tensors: row ranges of the same bytes (no copy). Phi-3's
 // attn_qkv ([Q | KV | KV] rows) and its gate_up (HF) / llama.cpp's ffn_up of 2F rows ([gate | up]);
 // any other tensor comes back alone.
+static core::Result<std::vector<TensorRef>> split_experts(TensorRef t, const ModelConfig& c, const std::string& what,
+                                                          const std::string& prefix);
+
 static core::Result<std::vector<TensorRef>> split_fused(TensorRef t, const ModelConfig& c) {
-    const size_t dot = t.name.rfind('.', t.name.size() - 8);  // "blk.N." before "<what>.weight"
+    const size_t dot = t.name.size() < 8 ? std::string::npos : t.name.rfind('.', t.name.size() - 8);  // "blk.N."
     const std::string what = dot == std::string::npos ? "" : t.name.substr(dot + 1);
+    if (what.ends_with("_exps.weight")) {
+        const std::string prefix = t.name.substr(0, dot + 1);
+        return split_experts(std::move(t), c, what, prefix);
+    }
+    if (what == "ffn_gate_inp_shexp.weight" && t.shape.size() == 2 && t.shape[0] == 1) {  // HF's [1, H] Linear
+        t.shape = {t.shape[1]};
+        return std::vector<TensorRef>{std::move(t)};
+    }
     std::vector<std::pair<std::string, int64_t>> parts;  // name suffix, rows
     const int64_t Q = c.q_dim(), KV = c.kv_dim(), F = c.intermediate_size;
     if (what == "attn_qkv.weight") {
@@ -159,6 +170,50 @@ static core::Result<std::vector<TensorRef>> split_fused(TensorRef t, const Model
         if (t.row_scale) part.row_scale = t.row_scale + r0;
         out.push_back(std::move(part));
         r0 += n;
+    }
+    return out;
+}
+
+// Stacked experts as kiln's per-expert tensors (row views, no copy): GGUF's ffn_{gate,up,down}_exps
+// [E, rows, cols] and transformers' fused gate_up_proj [E, 2F, H] (each expert's gate rows, then its
+// up rows) -> blk.N.ffn_{gate,up,down}.E.weight.
+static core::Result<std::vector<TensorRef>> split_experts(TensorRef t, const ModelConfig& c, const std::string& what,
+                                                          const std::string& prefix) {
+    const int64_t E = c.num_experts, F = c.expert_intermediate_size, H = c.hidden_size;
+    std::vector<std::pair<std::string, int64_t>> parts;  // per expert: name stem, rows
+    int64_t cols = H;
+    if (what == "ffn_gate_exps.weight") {
+        parts = {{"ffn_gate", F}};
+    } else if (what == "ffn_up_exps.weight") {
+        parts = {{"ffn_up", F}};
+    } else if (what == "ffn_down_exps.weight") {
+        parts = {{"ffn_down", H}};
+        cols = F;
+    } else if (what == "ffn_gate_up_exps.weight") {
+        parts = {{"ffn_gate", F}, {"ffn_up", F}};
+    } else {
+        return std::vector<TensorRef>{std::move(t)};
+    }
+    int64_t rows = 0;
+    for (const auto& p : parts) rows += p.second;
+    if (E <= 0 || t.shape.size() != 3 || t.shape[0] != uint64_t(E) || t.shape[1] != uint64_t(rows) ||
+        t.shape[2] != uint64_t(cols) || t.num_bytes % uint64_t(E * rows) != 0)
+        return core::error(StatusCode::kCorrupt) << "tensor '" << t.name << "' has shape " << shape_string(t.shape)
+                                                 << ", expected [" << E << ", " << rows << ", " << cols << "] (experts)";
+    const uint64_t row_bytes = t.num_bytes / uint64_t(E * rows);
+    std::vector<TensorRef> out;
+    for (int64_t e = 0; e < E; ++e) {
+        int64_t r0 = e * rows;
+        for (const auto& [stem, n] : parts) {
+            TensorRef part = t;
+            part.name = prefix + stem + "." + std::to_string(e) + ".weight";
+            part.shape = {uint64_t(n), uint64_t(cols)};
+            part.data = t.data + uint64_t(r0) * row_bytes;
+            part.num_bytes = uint64_t(n) * row_bytes;
+            if (t.row_scale) part.row_scale = t.row_scale + r0;
+            out.push_back(std::move(part));
+            r0 += n;
+        }
     }
     return out;
 }

@@ -160,6 +160,69 @@ core::Result<Checkpoint> to_f32_checkpoint(const Checkpoint& ck) {
     return out;
 }
 
+// GGUF holds a layer's experts stacked, blk.N.ffn_gate_exps.weight [E, F, H] and so on, as
+// llama.cpp reads them; kiln's per-expert tensors (layer_tensors.h) are gathered here until a
+// stack is complete. Experts loaded from such a stack are still adjacent and written in place;
+// others are copied into one buffer.
+class ExpertStacker {
+public:
+    explicit ExpertStacker(int64_t num_experts) : num_experts_(num_experts) {}
+    // nullopt when `t` is not an expert's tensor; else the finished stack once its last expert came
+    // (a tensor with an empty name until then).
+    core::Result<std::optional<TensorRef>> add(const TensorRef& t, std::vector<std::shared_ptr<const void>>* owners) {
+        const size_t dot_w = t.name.rfind(".weight");
+        if (num_experts_ <= 0 || !t.name.starts_with("blk.") || dot_w == std::string::npos || t.shape.size() != 2)
+            return std::optional<TensorRef>();
+        const size_t dot_e = t.name.rfind('.', dot_w - 1);
+        if (dot_e == std::string::npos) return std::optional<TensorRef>();
+        const std::string stem = t.name.substr(0, dot_e);  // blk.N.ffn_gate
+        if (!stem.ends_with(".ffn_gate") && !stem.ends_with(".ffn_up") && !stem.ends_with(".ffn_down"))
+            return std::optional<TensorRef>();
+        int64_t e = -1;
+        const std::string idx = t.name.substr(dot_e + 1, dot_w - dot_e - 1);
+        if (idx.empty() || idx.size() > 6 || idx.find_first_not_of("0123456789") != std::string::npos)
+            return std::optional<TensorRef>();
+        e = std::stoll(idx);
+        if (e >= num_experts_) return std::optional<TensorRef>();
+        std::vector<TensorRef>& parts = pending_[stem];
+        parts.resize(size_t(num_experts_));
+        parts[size_t(e)] = t;
+        for (const TensorRef& p : parts)
+            if (p.name.empty()) return std::optional<TensorRef>(TensorRef{});
+        TensorRef out = parts[0];
+        out.name = stem + "_exps.weight";
+        out.shape = {uint64_t(num_experts_), parts[0].shape[0], parts[0].shape[1]};
+        out.num_bytes = parts[0].num_bytes * uint64_t(num_experts_);
+        out.row_scale = nullptr;
+        bool adjacent = true;
+        for (int64_t i = 0; i < num_experts_; ++i) {
+            const TensorRef& p = parts[size_t(i)];
+            if (p.dtype != parts[0].dtype || p.shape != parts[0].shape || p.row_scale)
+                return core::error(StatusCode::kUnsupported)
+                       << "tensor '" << p.name << "' (" << core::dtype_name(p.dtype) << " " << core::shape_string(p.shape)
+                       << ") differs from expert 0's (" << core::dtype_name(parts[0].dtype) << " "
+                       << core::shape_string(parts[0].shape) << "): GGUF stacks a layer's experts into one tensor";
+            adjacent = adjacent && p.data == parts[0].data + uint64_t(i) * parts[0].num_bytes;
+        }
+        if (!adjacent) {
+            auto buf = std::make_shared<std::vector<uint8_t>>(out.num_bytes);
+            for (int64_t i = 0; i < num_experts_; ++i)
+                std::memcpy(buf->data() + uint64_t(i) * parts[0].num_bytes, parts[size_t(i)].data, parts[0].num_bytes);
+            out.data = buf->data();
+            owners->push_back(std::move(buf));
+        }
+        out.storage.reset();
+        pending_.erase(stem);
+        return std::optional<TensorRef>(std::move(out));
+    }
+    // The stacks still missing experts (an incomplete checkpoint: check_checkpoint_tensors prevents it).
+    bool complete() const { return pending_.empty(); }
+
+private:
+    int64_t num_experts_;
+    std::map<std::string, std::vector<TensorRef>> pending_;
+};
+
 core::Status write_gguf_checkpoint(const Checkpoint& ck, const std::string& path, const ConvertOptions& opts) {
     formats::GgufWriter w;
     const std::string arch = gguf_arch(ck.config);
@@ -189,10 +252,14 @@ core::Status write_gguf_checkpoint(const Checkpoint& ck, const std::string& path
     std::vector<std::shared_ptr<const void>> owners;
     const bool neox = gguf_arch_uses_neox_rope(arch);
     Progress progress(opts.progress, ck.tensors.size(), path);
+    ExpertStacker experts(ck.config.num_experts);
     for (size_t i = 0; i < ck.tensors.size(); ++i) {
         const TensorRef& src = ck.tensors[i];
         int64_t heads = neox ? rope_permute_heads(src.name, ck.config) : 0;
         KILN_ASSIGN_OR_RETURN(TensorRef t, prepare_tensor(src, opts, heads, &owners));
+        KILN_ASSIGN_OR_RETURN(std::optional<TensorRef> stacked, experts.add(t, &owners));
+        if (stacked && stacked->name.empty()) continue;  // an expert of a stack not yet complete
+        if (stacked) t = std::move(*stacked);
         if (!formats::ggml_from_dtype(t.dtype))
             return core::error(StatusCode::kUnsupported) << ck.path << ": tensor '" << t.name << "': dtype "
                                                          << core::dtype_name(t.dtype) << " has no GGUF type";
@@ -204,6 +271,8 @@ core::Status write_gguf_checkpoint(const Checkpoint& ck, const std::string& path
         progress.tensor(i, t);
         w.add_tensor(t.name, t.dtype, t.shape, t.data, t.num_bytes);
     }
+    if (!experts.complete())
+        return core::error(StatusCode::kCorrupt) << ck.path << ": a layer is missing some of its experts' tensors";
     return w.write(path);
 }
 
@@ -238,6 +307,8 @@ core::Status write_hf_checkpoint(const Checkpoint& ck, const std::string& dir, c
         KILN_ASSIGN_OR_RETURN(TensorRef t, prepare_tensor(src, opts, rope_permute_heads(src.name, ck.config), &owners));
         if (t.shape.size() >= 2) bytes_by_dtype[t.dtype] += t.num_bytes;
         progress.tensor(i, t);
+        if (t.name.ends_with(".ffn_gate_inp_shexp.weight") && t.shape.size() == 1)
+            t.shape = {1, t.shape[0]};  // HF's shared_expert_gate is a Linear(H, 1)
         formats::SafetensorsTensorIn out{gguf_to_hf_name(t.name, ck.config.arch).value_or(t.name), t.dtype, t.shape, t.data,
                                          t.num_bytes};
         if (extras && extras->transform) {

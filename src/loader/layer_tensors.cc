@@ -1,5 +1,5 @@
-// The canonical tensor list (see layer_tensors.h): one row per LayerTensor says its name, its shape in
-// terms of the config's sizes, and when it exists.
+// The canonical tensor list (see layer_tensors.h): one row per LayerTensor says its name ('*': the
+// expert's index), its shape in terms of the config's sizes, and when it exists.
 #include "loader/layer_tensors.h"
 
 #include "core/check.h"
@@ -7,8 +7,8 @@
 namespace kiln::loader {
 namespace {
 
-enum class Dim { kNone, kHidden, kInter, kQ, kKv, kHeadDim };
-enum class When { kAlways, kAttentionBias, kOutputBias, kQkNorm, kSandwichNorms };
+enum class Dim { kNone, kHidden, kInter, kQ, kKv, kQNorm, kKNorm, kExperts, kExpertInter, kSharedInter };
+enum class When { kAlways, kDense, kAttentionBias, kOutputBias, kQkNorm, kSandwichNorms, kMoe, kSharedExpert };
 
 struct Row {
     LayerTensor t;
@@ -24,17 +24,25 @@ constexpr Row kRows[] = {
     {LayerTensor::kV, "attn_v.weight", Dim::kKv, Dim::kHidden, When::kAlways},
     {LayerTensor::kO, "attn_output.weight", Dim::kHidden, Dim::kQ, When::kAlways},
     {LayerTensor::kFfnNorm, "ffn_norm.weight", Dim::kHidden, Dim::kNone, When::kAlways},
-    {LayerTensor::kGate, "ffn_gate.weight", Dim::kInter, Dim::kHidden, When::kAlways},
-    {LayerTensor::kUp, "ffn_up.weight", Dim::kInter, Dim::kHidden, When::kAlways},
-    {LayerTensor::kDown, "ffn_down.weight", Dim::kHidden, Dim::kInter, When::kAlways},
+    {LayerTensor::kGate, "ffn_gate.weight", Dim::kInter, Dim::kHidden, When::kDense},
+    {LayerTensor::kUp, "ffn_up.weight", Dim::kInter, Dim::kHidden, When::kDense},
+    {LayerTensor::kDown, "ffn_down.weight", Dim::kHidden, Dim::kInter, When::kDense},
     {LayerTensor::kQBias, "attn_q.bias", Dim::kQ, Dim::kNone, When::kAttentionBias},
     {LayerTensor::kKBias, "attn_k.bias", Dim::kKv, Dim::kNone, When::kAttentionBias},
     {LayerTensor::kVBias, "attn_v.bias", Dim::kKv, Dim::kNone, When::kAttentionBias},
     {LayerTensor::kOBias, "attn_output.bias", Dim::kHidden, Dim::kNone, When::kOutputBias},
-    {LayerTensor::kQNorm, "attn_q_norm.weight", Dim::kHeadDim, Dim::kNone, When::kQkNorm},
-    {LayerTensor::kKNorm, "attn_k_norm.weight", Dim::kHeadDim, Dim::kNone, When::kQkNorm},
+    {LayerTensor::kQNorm, "attn_q_norm.weight", Dim::kQNorm, Dim::kNone, When::kQkNorm},
+    {LayerTensor::kKNorm, "attn_k_norm.weight", Dim::kKNorm, Dim::kNone, When::kQkNorm},
     {LayerTensor::kPostAttnNorm, "post_attention_norm.weight", Dim::kHidden, Dim::kNone, When::kSandwichNorms},
     {LayerTensor::kPostFfnNorm, "post_ffw_norm.weight", Dim::kHidden, Dim::kNone, When::kSandwichNorms},
+    {LayerTensor::kRouter, "ffn_gate_inp.weight", Dim::kExperts, Dim::kHidden, When::kMoe},
+    {LayerTensor::kExpertGate, "ffn_gate.*.weight", Dim::kExpertInter, Dim::kHidden, When::kMoe},
+    {LayerTensor::kExpertUp, "ffn_up.*.weight", Dim::kExpertInter, Dim::kHidden, When::kMoe},
+    {LayerTensor::kExpertDown, "ffn_down.*.weight", Dim::kHidden, Dim::kExpertInter, When::kMoe},
+    {LayerTensor::kSharedGate, "ffn_gate_shexp.weight", Dim::kSharedInter, Dim::kHidden, When::kSharedExpert},
+    {LayerTensor::kSharedUp, "ffn_up_shexp.weight", Dim::kSharedInter, Dim::kHidden, When::kSharedExpert},
+    {LayerTensor::kSharedDown, "ffn_down_shexp.weight", Dim::kHidden, Dim::kSharedInter, When::kSharedExpert},
+    {LayerTensor::kSharedRouter, "ffn_gate_inp_shexp.weight", Dim::kHidden, Dim::kNone, When::kSharedExpert},
 };
 
 const Row& row(LayerTensor t) {
@@ -53,8 +61,16 @@ uint64_t size_of(const ModelConfig& c, Dim d) {
             return uint64_t(c.q_dim());
         case Dim::kKv:
             return uint64_t(c.kv_dim());
-        case Dim::kHeadDim:
-            return uint64_t(c.head_dim);
+        case Dim::kQNorm:
+            return uint64_t(c.qk_norm_full ? c.q_dim() : c.head_dim);
+        case Dim::kKNorm:
+            return uint64_t(c.qk_norm_full ? c.kv_dim() : c.head_dim);
+        case Dim::kExperts:
+            return uint64_t(c.num_experts);
+        case Dim::kExpertInter:
+            return uint64_t(c.expert_intermediate_size);
+        case Dim::kSharedInter:
+            return uint64_t(c.shared_expert_intermediate_size);
         case Dim::kNone:
             break;
     }
@@ -63,8 +79,14 @@ uint64_t size_of(const ModelConfig& c, Dim d) {
 
 }  // namespace
 
-std::string layer_tensor_name(int64_t layer, LayerTensor t) {
-    return "blk." + std::to_string(layer) + "." + row(t).suffix;
+std::string layer_tensor_name(int64_t layer, LayerTensor t, int64_t expert) {
+    std::string suffix = row(t).suffix;
+    if (const size_t star = suffix.find('*'); star != std::string::npos) suffix.replace(star, 1, std::to_string(expert));
+    return "blk." + std::to_string(layer) + "." + suffix;
+}
+
+bool is_expert_tensor(LayerTensor t) {
+    return t == LayerTensor::kExpertGate || t == LayerTensor::kExpertUp || t == LayerTensor::kExpertDown;
 }
 
 bool layer_tensor_present(const ModelConfig& c, LayerTensor t) {
@@ -77,16 +99,22 @@ bool layer_tensor_present(const ModelConfig& c, LayerTensor t) {
             return c.qk_norm;
         case When::kSandwichNorms:
             return c.sandwich_norms;
+        case When::kDense:
+            return !c.moe();
+        case When::kMoe:
+            return c.moe();
+        case When::kSharedExpert:
+            return c.moe() && c.shared_expert_intermediate_size > 0;
         case When::kAlways:
             break;
     }
     return true;
 }
 
-TensorSpec layer_tensor(const ModelConfig& c, int64_t layer, LayerTensor t) {
+TensorSpec layer_tensor(const ModelConfig& c, int64_t layer, LayerTensor t, int64_t expert) {
     const Row& r = row(t);
-    if (r.cols == Dim::kNone) return {layer_tensor_name(layer, t), {size_of(c, r.rows)}, false};
-    return {layer_tensor_name(layer, t), {size_of(c, r.rows), size_of(c, r.cols)}, true};
+    if (r.cols == Dim::kNone) return {layer_tensor_name(layer, t, expert), {size_of(c, r.rows)}, false};
+    return {layer_tensor_name(layer, t, expert), {size_of(c, r.rows), size_of(c, r.cols)}, true};
 }
 
 std::vector<TensorSpec> checkpoint_tensors(const ModelConfig& c) {
@@ -94,8 +122,11 @@ std::vector<TensorSpec> checkpoint_tensors(const ModelConfig& c) {
     std::vector<TensorSpec> out = {{"token_embd.weight", {vocab, hidden}, true}, {"output_norm.weight", {hidden}, false}};
     if (!c.tie_word_embeddings) out.push_back({"output.weight", {vocab, hidden}, true});
     for (int64_t l = 0; l < c.num_layers; ++l)
-        for (const Row& r : kRows)
-            if (layer_tensor_present(c, r.t)) out.push_back(layer_tensor(c, l, r.t));
+        for (const Row& r : kRows) {
+            if (!layer_tensor_present(c, r.t)) continue;
+            const int64_t copies = is_expert_tensor(r.t) ? c.num_experts : 1;
+            for (int64_t e = 0; e < copies; ++e) out.push_back(layer_tensor(c, l, r.t, e));
+        }
     return out;
 }
 

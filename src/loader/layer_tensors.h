@@ -13,13 +13,21 @@
 
 namespace kiln::loader {
 
-// One decoder layer's tensors. kQBias..kVBias exist with attention_bias, kOBias with
-// has_output_bias(), kQNorm / kKNorm with qk_norm, kPostAttnNorm / kPostFfnNorm with sandwich_norms;
-// the others always.
+// One decoder layer's tensors. kGate/kUp/kDown exist in dense models, kQBias..kVBias with
+// attention_bias, kOBias with has_output_bias(), kQNorm / kKNorm with qk_norm ([head_dim], or
+// [q_dim] / [kv_dim] with qk_norm_full), kPostAttnNorm / kPostFfnNorm with sandwich_norms; the
+// mixture-of-experts ones with experts (kShared* with a shared expert); the others always.
+// An expert's tensors are named per expert (blk.N.ffn_gate.E.weight, the names llama.cpp once wrote
+// Mixtral with): GGUF's stacked blk.N.ffn_gate_exps.weight [E, F, H] is split into them on load
+// (row views, no copy) and stacked again on write.
 enum class LayerTensor {
-    kAttnNorm, kQ, kK, kV, kO, kFfnNorm, kGate, kUp, kDown,  // every layer
+    kAttnNorm, kQ, kK, kV, kO, kFfnNorm, kGate, kUp, kDown,  // every layer (kGate..kDown: dense only)
     kQBias, kKBias, kVBias, kOBias, kQNorm, kKNorm,          // per family
     kPostAttnNorm, kPostFfnNorm,                             // sandwich_norms (Gemma 3)
+    kRouter,                                                 // ffn_gate_inp [E, H]: the router's logits
+    kExpertGate, kExpertUp, kExpertDown,                     // per expert: [Fe, H], [Fe, H], [H, Fe]
+    kSharedGate, kSharedUp, kSharedDown,                     // the shared expert: [S, H], [S, H], [H, S]
+    kSharedRouter,                                           // ffn_gate_inp_shexp [H]: its sigmoid gate
 };
 
 struct TensorSpec {
@@ -28,13 +36,16 @@ struct TensorSpec {
     bool matrix = false;
 };
 
-// "blk.<layer>.attn_q.weight" and so on.
-std::string layer_tensor_name(int64_t layer, LayerTensor t);
+// "blk.<layer>.attn_q.weight" and so on; `expert` picks the expert of kExpert* tensors.
+std::string layer_tensor_name(int64_t layer, LayerTensor t, int64_t expert = 0);
+// Whether t is one of the per-expert tensors (kExpertGate, kExpertUp, kExpertDown).
+bool is_expert_tensor(LayerTensor t);
 // Whether layer tensor t exists for config c, and its shape.
 bool layer_tensor_present(const ModelConfig& c, LayerTensor t);
-TensorSpec layer_tensor(const ModelConfig& c, int64_t layer, LayerTensor t);
+TensorSpec layer_tensor(const ModelConfig& c, int64_t layer, LayerTensor t, int64_t expert = 0);
 // Every tensor a checkpoint of config c holds, in order: token_embd, output_norm, output (untied
-// only), then each layer's present tensors in LayerTensor order.
+// only), then each layer's present tensors in LayerTensor order (a per-expert tensor for every
+// expert in turn).
 std::vector<TensorSpec> checkpoint_tensors(const ModelConfig& c);
 
 }  // namespace kiln::loader

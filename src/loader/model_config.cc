@@ -108,6 +108,7 @@ void set_family_flags(ModelConfig* c) {
     const formats::ArchNames* a = formats::find_arch_by_model_type(c->arch);
     if (!a) return;  // validate() reports it
     c->qk_norm = c->qk_norm || a->qk_norm;
+    c->qk_norm_full = a->qk_norm_full;
     c->gelu_mlp = a->gelu_mlp;
     c->sandwich_norms = a->sandwich_norms;
     c->scale_embeddings = a->scale_embeddings;
@@ -133,6 +134,10 @@ core::Status ModelConfig::validate() const {
                << "model config: llama has no sliding window (got " << sliding_window << "); Mistral is arch mistral";
     if (arch == "mistral" && attention_bias)
         return core::error(StatusCode::kUnsupported) << "model config: mistral has no attention biases";
+    const formats::ArchNames* family = formats::find_arch_by_model_type(arch);
+    if (family->moe != moe())
+        return core::error(StatusCode::kCorrupt) << "model config: " << arch << (family->moe ? " needs" : " has no")
+                                                 << " experts (num_experts " << num_experts << ")";
     if (arch == "qwen2" && !attention_bias)
         return core::error(StatusCode::kCorrupt) << "model config: qwen2 always has q/k/v biases";
     if (sliding_window_pattern < 0 || !(query_pre_attn_scalar >= 0) || !(rope_local_theta >= 0) ||
@@ -163,6 +168,11 @@ core::Result<ModelConfig> config_from_hf(const formats::HfConfig& hf) {
     c.attention_bias = hf.attention_bias;
     c.attn_softcap = hf.attn_softcap;
     c.final_softcap = hf.final_softcap;
+    c.num_experts = hf.num_experts;
+    c.num_experts_used = hf.num_experts_used;
+    c.expert_intermediate_size = hf.expert_intermediate_size;
+    c.shared_expert_intermediate_size = hf.shared_expert_intermediate_size;
+    c.norm_topk_prob = hf.norm_topk_prob;
     set_family_flags(&c);
     c.query_pre_attn_scalar = hf.query_pre_attn_scalar;
     c.sliding_window_pattern = hf.sliding_window > 0 ? hf.sliding_window_pattern : 0;
@@ -211,8 +221,24 @@ core::Result<ModelConfig> config_from_gguf(const formats::GgufFile& g) {
     KILN_ASSIGN_OR_RETURN(c.rope_theta, gguf_float(g, p + "rope.freq_base", 10000.0));
     KILN_ASSIGN_OR_RETURN(c.sliding_window, gguf_int(g, p + "attention.sliding_window", int64_t(0)));
     KILN_ASSIGN_OR_RETURN(c.max_window_layers, gguf_int(g, p + "attention.max_window_layers", int64_t(0)));
-    if (c.arch == "llama" && c.sliding_window > 0) c.arch = "mistral";  // how kiln writes Mistral
+    KILN_ASSIGN_OR_RETURN(c.num_experts, gguf_int(g, p + "expert_count", int64_t(0)));
+    if (c.arch == "llama" && c.num_experts > 0) {
+        c.arch = "mixtral";  // as llama.cpp stores it
+    } else if (c.arch == "llama" && c.sliding_window > 0) {
+        c.arch = "mistral";  // how kiln writes Mistral
+    }
     set_family_flags(&c);
+    if (c.num_experts > 0) {
+        const formats::ArchNames* family = formats::find_arch_by_model_type(c.arch);
+        KILN_ASSIGN_OR_RETURN(c.num_experts_used, gguf_int(g, p + "expert_used_count", std::nullopt));
+        KILN_ASSIGN_OR_RETURN(c.expert_intermediate_size,
+                              gguf_int(g, p + "expert_feed_forward_length", c.intermediate_size));
+        // llama.cpp: the shared expert's size defaults to feed_forward_length when its tensors exist.
+        const int64_t shared_default = g.find_tensor("blk.0.ffn_up_shexp.weight") ? c.intermediate_size : 0;
+        KILN_ASSIGN_OR_RETURN(c.shared_expert_intermediate_size,
+                              gguf_int(g, p + "expert_shared_feed_forward_length", shared_default));
+        c.norm_topk_prob = g.get_bool(p + "expert_weights_norm").value_or(family && family->moe_norm_topk);
+    }
     if (formats::is_gemma(c.arch)) {
         // llama.cpp's gemma2 / gemma3: every 2nd / 6th layer full attention, gemma3's sliding layers
         // at base 10000, scores scaled by 1/sqrt(head_dim), gemma2's soft-capping 50 / 30; kiln's
@@ -296,6 +322,15 @@ std::vector<std::pair<std::string, GgufValue>> config_to_gguf_metadata(const Mod
     if (c.rope_local_theta > 0) kv.emplace_back(p + "rope.local_freq_base", gguf_f32(float(c.rope_local_theta)));
     if (c.query_pre_attn_scalar > 0)
         kv.emplace_back(p + "attention.query_pre_attn_scalar", gguf_f32(float(c.query_pre_attn_scalar)));
+    if (c.moe()) {
+        kv.emplace_back(p + "expert_count", gguf_u32(uint32_t(c.num_experts)));
+        kv.emplace_back(p + "expert_used_count", gguf_u32(uint32_t(c.num_experts_used)));
+        kv.emplace_back(p + "expert_feed_forward_length", gguf_u32(uint32_t(c.expert_intermediate_size)));
+        if (c.shared_expert_intermediate_size > 0)
+            kv.emplace_back(p + "expert_shared_feed_forward_length",
+                            gguf_u32(uint32_t(c.shared_expert_intermediate_size)));
+        kv.emplace_back(p + "expert_weights_norm", gguf_bool(c.norm_topk_prob));
+    }
     if (formats::is_gemma(c.arch)) {  // always: gemma2's defaults are not 0
         kv.emplace_back(p + "attn_logit_softcapping", gguf_f32(float(c.attn_softcap)));
         kv.emplace_back(p + "final_logit_softcapping", gguf_f32(float(c.final_softcap)));
@@ -366,10 +401,25 @@ std::string config_to_hf_json(const ModelConfig& c, const std::string& torch_dty
         j["rope_scaling"] = std::move(r);
     }
     j["tie_word_embeddings"] = c.tie_word_embeddings;
-    if (c.arch != "qwen2") j["attention_bias"] = c.attention_bias;
+    if (c.arch == "qwen2_moe") {
+        j["qkv_bias"] = c.attention_bias;
+    } else if (c.arch != "qwen2" && c.arch != "mixtral") {
+        j["attention_bias"] = c.attention_bias;
+    }
     j["hidden_act"] = "silu";
+    if (c.moe()) {
+        j[c.arch == "mixtral" ? "num_local_experts" : "num_experts"] = c.num_experts;
+        j["num_experts_per_tok"] = c.num_experts_used;
+        if (c.arch == "qwen2_moe" || c.arch == "qwen3_moe") {
+            j["moe_intermediate_size"] = c.expert_intermediate_size;
+            j["decoder_sparse_step"] = 1;
+            j["mlp_only_layers"] = nlohmann::ordered_json::array();
+        }
+        if (c.arch == "qwen2_moe") j["shared_expert_intermediate_size"] = c.shared_expert_intermediate_size;
+        if (c.arch != "mixtral") j["norm_topk_prob"] = c.norm_topk_prob;
+    }
     // LlamaConfig has no sliding window; Mistral's applies to every layer.
-    if (c.arch == "mistral" || c.arch == "phi3") {
+    if (c.arch == "mistral" || c.arch == "phi3" || c.arch == "mixtral") {
         j["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nullptr;
     } else if (c.arch == "qwen2" || c.arch == "qwen3") {
         j["use_sliding_window"] = c.sliding_window > 0;

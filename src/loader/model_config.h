@@ -12,7 +12,11 @@
 // rope_freq_factors (each RoPE frequency is divided by its factor, as llama.cpp does). Gemma 3
 // (GGUF arch gemma3) adds three kiln keys, each defaulting to what llama.cpp hard-codes:
 // {arch}.attention.sliding_window_pattern (6), {arch}.rope.local_freq_base (10000) and
-// {arch}.attention.query_pre_attn_scalar (head_dim).
+// {arch}.attention.query_pre_attn_scalar (head_dim). Mixture-of-experts files carry llama.cpp's
+// {arch}.expert_count, expert_used_count, expert_feed_forward_length (default feed_forward_length),
+// expert_shared_feed_forward_length (Qwen2-MoE) and expert_weights_norm (norm_topk_prob; llama.cpp
+// reads it only for DeepSeek and hard-codes the others, which is the default here:
+// formats::ArchNames::moe_norm_topk). Mixtral is a "llama" GGUF with an expert_count.
 // Invariants after validate(): the architecture is in formats/architectures.h and the checks of
 // formats/hyper_params.h hold (sizes positive and capped, num_heads a multiple of num_kv_heads,
 // head_dim even, eps and theta positive, RoPE scaling coherent, bos/eos ids inside the vocabulary);
@@ -66,11 +70,17 @@ struct ModelConfig : formats::HyperParams {
     double rope_local_theta = 0;
     // Gemma 2: attention scores and final logits soft-capped, x -> cap * tanh(x / cap); 0 = none.
     double attn_softcap = 0, final_softcap = 0;
+    // OLMoE: the q and k RMSNorms span a token's whole projection (weights [q_dim] / [kv_dim]), not
+    // each head ([head_dim]).
+    bool qk_norm_full = false;
+    // Mixture of experts: HyperParams' num_experts (> 0: every layer's MLP is a router over experts),
+    // num_experts_used, expert_intermediate_size, shared_expert_intermediate_size, norm_topk_prob.
+    bool moe() const { return num_experts > 0; }
 
     int64_t q_dim() const { return num_heads * head_dim; }
     int64_t kv_dim() const { return num_kv_heads * head_dim; }
     // o_proj / attn_output bias: Llama and Qwen3 with attention_bias; Qwen2's output has none.
-    bool has_output_bias() const { return attention_bias && arch != "qwen2"; }
+    bool has_output_bias() const { return attention_bias && arch != "qwen2" && arch != "qwen2_moe"; }
     // The attention window of one layer; 0 for full attention.
     int64_t window_for_layer(int64_t layer_idx) const {
         if (sliding_window_pattern > 0) return (layer_idx + 1) % sliding_window_pattern != 0 ? sliding_window : 0;

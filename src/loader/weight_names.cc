@@ -40,6 +40,34 @@ constexpr NamePair kLayer[] = {
     // Phi-3's fused projections (checkpoint.cc splits them into the q/k/v and gate/up tensors).
     {"self_attn.qkv_proj.weight", "attn_qkv.weight"},
     {"mlp.gate_up_proj.weight", "ffn_gate_up.weight"},
+    // Mixture of experts (Qwen2-MoE, Qwen3-MoE, OLMoE): the router, the shared expert and its gate.
+    {"mlp.gate.weight", "ffn_gate_inp.weight"},
+    {"mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight"},
+    {"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight"},
+    {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight"},
+    {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"},
+    // transformers >= 5's fused 3-D experts: [E, 2F, H] gate then up, [E, H, F] (checkpoint.cc splits them).
+    {"mlp.experts.gate_up_proj", "ffn_gate_up_exps.weight"},
+    {"mlp.experts.down_proj", "ffn_down_exps.weight"},
+};
+
+// Mixtral's router and fused experts (checked before kLayer for mixtral; read from any HF file).
+constexpr NamePair kMixtralLayer[] = {
+    {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"},
+    {"block_sparse_moe.experts.gate_up_proj", "ffn_gate_up_exps.weight"},
+    {"block_sparse_moe.experts.down_proj", "ffn_down_exps.weight"},
+};
+
+// One expert's projections: HF "<experts>.E.<proj>.weight" <-> "ffn_<which>.E.weight".
+struct ExpertName {
+    const char* mixtral;  // Mixtral's w1 / w3 / w2
+    const char* hf;       // the others' gate_proj / up_proj / down_proj
+    const char* gguf;
+};
+constexpr ExpertName kExpertNames[] = {
+    {"w1", "gate_proj", "ffn_gate"},
+    {"w3", "up_proj", "ffn_up"},
+    {"w2", "down_proj", "ffn_down"},
 };
 
 // Gemma 3's norms around each block (checked before kLayer).
@@ -70,6 +98,25 @@ bool split_layer(const std::string& name, const char* prefix, uint64_t* layer_id
     return true;
 }
 
+// An expert's tensor after the layer prefix, or nullopt.
+std::optional<std::string> map_expert(const std::string& rest, bool from_hf, bool mixtral) {
+    uint64_t e = 0;
+    std::string tail;
+    for (const ExpertName& n : kExpertNames) {
+        if (from_hf) {
+            for (const char* experts : {"block_sparse_moe.experts.", "mlp.experts."}) {
+                const bool is_mixtral = experts[0] == 'b';
+                if (split_layer(rest, experts, &e, &tail) && tail == std::string(is_mixtral ? n.mixtral : n.hf) + ".weight")
+                    return std::string(n.gguf) + "." + std::to_string(e) + ".weight";
+            }
+        } else if (split_layer(rest, (std::string(n.gguf) + ".").c_str(), &e, &tail) && tail == "weight") {
+            return std::string(mixtral ? "block_sparse_moe.experts." : "mlp.experts.") + std::to_string(e) + "." +
+                   (mixtral ? n.mixtral : n.hf) + ".weight";
+        }
+    }
+    return std::nullopt;
+}
+
 std::optional<std::string> map_name(const std::string& name, bool from_hf, const std::string& model_type) {
     for (const NamePair& p : kGlobal)
         if (name == (from_hf ? p.hf : p.gguf)) return std::string(from_hf ? p.gguf : p.hf);
@@ -80,8 +127,13 @@ std::optional<std::string> map_name(const std::string& name, bool from_hf, const
     if (formats::is_gemma(model_type))
         for (const NamePair& p : kGemmaLayer)
             if (rest == (from_hf ? p.hf : p.gguf)) return prefix + (from_hf ? p.gguf : p.hf);
+    const bool mixtral = model_type == "mixtral";
+    if (from_hf || mixtral)
+        for (const NamePair& p : kMixtralLayer)
+            if (rest == (from_hf ? p.hf : p.gguf)) return prefix + (from_hf ? p.gguf : p.hf);
     for (const NamePair& p : kLayer)
         if (rest == (from_hf ? p.hf : p.gguf)) return prefix + (from_hf ? p.gguf : p.hf);
+    if (std::optional<std::string> expert = map_expert(rest, from_hf, mixtral)) return prefix + *expert;
     return std::nullopt;
 }
 
@@ -105,7 +157,9 @@ int64_t rope_permute_heads(const std::string& gguf_name, const ModelConfig& conf
     if (!split_layer(gguf_name, "blk.", &layer_idx, &rest)) return 0;
     if (rest == "attn_q.weight" || rest == "attn_q.bias") return config.num_heads;
     if (rest == "attn_k.weight" || rest == "attn_k.bias") return config.num_kv_heads;
-    if (rest == "attn_q_norm.weight" || rest == "attn_k_norm.weight") return 1;
+    // [head_dim] per-head norms, or OLMoE's [q_dim] / [kv_dim] ones over all heads.
+    if (rest == "attn_q_norm.weight") return config.qk_norm_full ? config.num_heads : 1;
+    if (rest == "attn_k_norm.weight") return config.qk_norm_full ? config.num_kv_heads : 1;
     return 0;
 }
 

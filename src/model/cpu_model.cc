@@ -1,4 +1,4 @@
-// Llama-family forward pass (see llama.h). Shapes: T = tokens in the batch, H = hidden size,
+// The CPU runner of the transformer step (see cpu_model.h). Shapes: T = tokens in the batch, H = hidden size,
 // Q = num_heads * head_dim, KV = num_kv_heads * head_dim, F = intermediate size, V = vocab.
 #include "model/cpu_model.h"
 
@@ -55,6 +55,19 @@ core::Result<std::vector<float>> vec(const Checkpoint& ck, const std::string& na
     return out;
 }
 
+// A [n] vector (the shared expert's gate) as a [1, n] matrix.
+core::Result<WeightView> row_matrix(const Checkpoint& ck, const std::string& name, int64_t n) {
+    const TensorRef* t = ck.find(name);
+    if (!t) return core::error(StatusCode::kCorrupt) << ck.path << ": missing tensor '" << name << "'";
+    if (t->num_elements() != uint64_t(n) || core::dtype_bytes(t->dtype, uint64_t(n)) != t->num_bytes ||
+        !matrix_dtype_supported(*t) || t->row_scale)
+        return core::error(StatusCode::kCorrupt) << ck.path << ": tensor '" << name << "' (" << core::dtype_name(t->dtype)
+                                                 << " " << core::shape_string(t->shape) << ") is not a [" << n << "] vector";
+    TensorRef row = *t;
+    row.shape = {1, uint64_t(n)};
+    return weight_view_of(row);
+}
+
 const float* opt(const std::vector<float>& v) {
     return v.empty() ? nullptr : v.data();
 }
@@ -104,7 +117,8 @@ KvCache::KvCache(const ModelConfig& config, int64_t max_len)
       v_(size_t(config.num_layers)) {}
 
 const std::vector<std::string>& CpuModel::supported_architectures() {
-    static const std::vector<std::string> kArchs = {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3"};
+    static const std::vector<std::string> kArchs = {"llama",   "mistral",   "qwen2",     "qwen3",    "gemma2", "gemma3_text",
+                                                    "phi3",    "mixtral",   "qwen2_moe", "qwen3_moe", "olmoe"};
     return kArchs;
 }
 
@@ -172,15 +186,51 @@ core::Result<std::unique_ptr<CpuModel>> CpuModel::create(const Checkpoint& ck, c
         KILN_ASSIGN_OR_RETURN(const WeightView vq, matrix(ck, p(LayerTensor::kQ), Q, H));
         KILN_ASSIGN_OR_RETURN(const WeightView vk, matrix(ck, p(LayerTensor::kK), KV, H));
         KILN_ASSIGN_OR_RETURN(const WeightView vv, matrix(ck, p(LayerTensor::kV), KV, H));
-        KILN_ASSIGN_OR_RETURN(const WeightView vg, matrix(ck, p(LayerTensor::kGate), F, H));
-        KILN_ASSIGN_OR_RETURN(const WeightView vu, matrix(ck, p(LayerTensor::kUp), F, H));
-        const WeightView qkv[] = {vq, vk, vv}, gate_up[] = {vg, vu};
+        const WeightView qkv[] = {vq, vk, vv};
         KILN_ASSIGN_OR_RETURN(L.qkv, ops::CpuWeight::fuse(qkv, 0, lo));
-        KILN_ASSIGN_OR_RETURN(L.gate_up, ops::CpuWeight::fuse(gate_up, ops::kSwigluBlock, lo));
         KILN_ASSIGN_OR_RETURN(ops::Linear wo, linear(ck, p(LayerTensor::kO), H, Q, lo));
-        KILN_ASSIGN_OR_RETURN(ops::Linear wd, linear(ck, p(LayerTensor::kDown), H, F, lo));
         L.o = ops::CpuWeight::of(std::move(wo));
-        L.down = ops::CpuWeight::of(std::move(wd));
+        // A gated MLP [gate; up] / down of width f from the named tensors.
+        auto mlp = [&](const std::string& gate, const std::string& up, const std::string& down, int64_t f,
+                       std::unique_ptr<ops::CpuWeight>* gu, std::unique_ptr<ops::CpuWeight>* d) -> Status {
+            KILN_ASSIGN_OR_RETURN(const WeightView vg, matrix(ck, gate, f, H));
+            KILN_ASSIGN_OR_RETURN(const WeightView vu, matrix(ck, up, f, H));
+            const WeightView gate_up[] = {vg, vu};
+            KILN_ASSIGN_OR_RETURN(*gu, ops::CpuWeight::fuse(gate_up, ops::kSwigluBlock, lo));
+            KILN_ASSIGN_OR_RETURN(ops::Linear wd, linear(ck, down, H, f, lo));
+            *d = ops::CpuWeight::of(std::move(wd));
+            return Status::ok();
+        };
+        if (!c.moe()) {
+            KILN_RETURN_IF_ERROR(mlp(p(LayerTensor::kGate), p(LayerTensor::kUp), p(LayerTensor::kDown), F, &L.gate_up, &L.down));
+        } else {
+            KILN_ASSIGN_OR_RETURN(ops::Linear router, linear(ck, p(LayerTensor::kRouter), c.num_experts, H, lo));
+            L.router = ops::CpuWeight::of(std::move(router));
+            for (int64_t e = 0; e < c.num_experts; ++e) {
+                const auto x = [l, e](LayerTensor t) { return loader::layer_tensor_name(l, t, e); };
+                L.expert_gate_up.emplace_back();
+                L.expert_down.emplace_back();
+                KILN_RETURN_IF_ERROR(mlp(x(LayerTensor::kExpertGate), x(LayerTensor::kExpertUp),
+                                         x(LayerTensor::kExpertDown), c.expert_intermediate_size,
+                                         &L.expert_gate_up.back(), &L.expert_down.back()));
+                L.expert_gate_up_view.push_back(L.expert_gate_up.back().get());
+                L.expert_down_view.push_back(L.expert_down.back().get());
+            }
+            L.moe.router = L.router.get();
+            L.moe.gate_up = L.expert_gate_up_view;
+            L.moe.down = L.expert_down_view;
+            if (c.shared_expert_intermediate_size > 0) {
+                KILN_RETURN_IF_ERROR(mlp(p(LayerTensor::kSharedGate), p(LayerTensor::kSharedUp),
+                                         p(LayerTensor::kSharedDown), c.shared_expert_intermediate_size,
+                                         &L.shared_gate_up, &L.shared_down));
+                KILN_ASSIGN_OR_RETURN(const WeightView vsg, row_matrix(ck, p(LayerTensor::kSharedRouter), H));
+                KILN_ASSIGN_OR_RETURN(ops::Linear sg, ops::make_linear(vsg, lo));
+                L.shared_gate = ops::CpuWeight::of(std::move(sg));
+                L.moe.shared_gate_up = L.shared_gate_up.get();
+                L.moe.shared_down = L.shared_down.get();
+                L.moe.shared_gate = L.shared_gate.get();
+            }
+        }
         KILN_ASSIGN_OR_RETURN(L.attn_norm, vec(ck, p(LayerTensor::kAttnNorm), H));
         KILN_ASSIGN_OR_RETURN(L.ffn_norm, vec(ck, p(LayerTensor::kFfnNorm), H));
         if (c.attention_bias) {
@@ -194,8 +244,8 @@ core::Result<std::unique_ptr<CpuModel>> CpuModel::create(const Checkpoint& ck, c
             KILN_ASSIGN_OR_RETURN(L.bo, vec(ck, p(LayerTensor::kOBias), H));
         }
         if (c.qk_norm) {
-            KILN_ASSIGN_OR_RETURN(L.q_norm, vec(ck, p(LayerTensor::kQNorm), c.head_dim));
-            KILN_ASSIGN_OR_RETURN(L.k_norm, vec(ck, p(LayerTensor::kKNorm), c.head_dim));
+            KILN_ASSIGN_OR_RETURN(L.q_norm, vec(ck, p(LayerTensor::kQNorm), c.qk_norm_full ? Q : c.head_dim));
+            KILN_ASSIGN_OR_RETURN(L.k_norm, vec(ck, p(LayerTensor::kKNorm), c.qk_norm_full ? KV : c.head_dim));
         }
         if (c.sandwich_norms) {
             KILN_ASSIGN_OR_RETURN(L.post_attn_norm, vec(ck, p(LayerTensor::kPostAttnNorm), H));
@@ -215,6 +265,8 @@ core::Result<std::unique_ptr<CpuModel>> CpuModel::create(const Checkpoint& ck, c
         lw.o = L.o.get();
         lw.gate_up = L.gate_up.get();
         lw.down = L.down.get();
+        lw.moe = c.moe() ? &L.moe : nullptr;
+        lw.qk_norm_full = c.qk_norm_full;
         lw.attn_norm = L.attn_norm.data();
         lw.ffn_norm = L.ffn_norm.data();
         lw.bqkv = opt(L.bqkv);

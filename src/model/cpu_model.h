@@ -1,6 +1,7 @@
 // CpuModel: every architecture kiln runs (formats/architectures.h: the Llama family — Llama 2/3,
 // Mistral, Qwen2 with q/k/v biases, Qwen3 with per-head q/k RMSNorm, SmolLM — Gemma 2 / 3 and
-// Phi-3) on the CPU, configured entirely by ModelConfig: the runner of model/transformer.h's step
+// Phi-3, and the mixture-of-experts Mixtral, Qwen2-MoE, Qwen3-MoE and OLMoE) on the CPU, configured
+// entirely by ModelConfig: the runner of model/transformer.h's step
 // over an ops::CpuBackend. Weights are used as stored in the Checkpoint
 // (mmap'd, any dtype kernels::ref::dequantize_row reads, one row at a time) or repacked at load;
 // activations are fp32. Norm weights and biases (small) are copied to fp32 at load.
@@ -136,6 +137,12 @@ private:
         std::vector<float> bqkv, bo;             // [q_dim + 2 kv_dim], [hidden]; empty if none
         std::vector<float> q_norm, k_norm;       // [head_dim]; empty if none
         std::vector<float> post_attn_norm, post_ffn_norm;  // [hidden] with sandwich_norms; else empty
+        // Mixture of experts (else empty / null): the router, each expert's gate/up and down, the
+        // shared expert and its gate ([1, hidden]), and the step's view of them.
+        std::unique_ptr<ops::CpuWeight> router, shared_gate_up, shared_down, shared_gate;
+        std::vector<std::unique_ptr<ops::CpuWeight>> expert_gate_up, expert_down;
+        std::vector<const ops::Weight*> expert_gate_up_view, expert_down_view;
+        ops::MoeWeights moe;
     };
     CpuModel() = default;
     core::Status check_batch(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs, const KvLayers& kv) const;

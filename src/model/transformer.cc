@@ -18,6 +18,7 @@ core::Status attention_heads(ops::Backend& be, const LayerWeights& L, int64_t la
     rope.head_dim = shape.head_dim;
     rope.q_norm = L.q_norm;
     rope.k_norm = L.k_norm;
+    rope.norm_full = L.qk_norm_full;
     rope.eps = eps;
     rope.inv_freq = L.inv_freq;
     rope.inv_freq_long = L.inv_freq_long;
@@ -52,6 +53,7 @@ core::Status run_step(ops::Backend& be, const loader::ModelConfig& c, const Mode
     const float embed_scale = c.scale_embeddings ? float(std::sqrt(double(H))) : 1.0f;
     const ops::GatedAct act = c.gelu_mlp ? ops::GatedAct::kGeluTanh : ops::GatedAct::kSilu;
     const float q_scale = attention_q_scale(c);
+    const ops::MoeParams moe{c.num_experts_used, c.norm_topk_prob, act};
     KILN_RETURN_IF_ERROR(be.embed(*w.embed, embed_scale, b.x));
     const int64_t num_layers = options.num_layers >= 0 ? std::min(options.num_layers, c.num_layers) : c.num_layers;
     for (int64_t l = 0; l < num_layers; ++l) {
@@ -67,10 +69,14 @@ core::Status run_step(ops::Backend& be, const loader::ModelConfig& c, const Mode
         if (L.post_attn_norm) KILN_RETURN_IF_ERROR(be.add_rmsnorm(b.o, nullptr, L.post_attn_norm, b.o, T, H, eps, nullptr));
         KILN_RETURN_IF_ERROR(be.add_rmsnorm(b.x, b.o, L.ffn_norm, b.xn, T, H, eps, L.gate_up));
         observe(l, LinearInput::kGateUp, b.xn, H);
-        KILN_RETURN_IF_ERROR(mlp_activations(be, L, act, b, T));
-        observe(l, LinearInput::kDown, b.act, F);
         // b.o = the MLP output, added to x by the next layer's norm (or the final one).
-        KILN_RETURN_IF_ERROR(be.linear(*L.down, b.act, T, nullptr, b.o));
+        if (L.moe) {
+            KILN_RETURN_IF_ERROR(be.moe_mlp(*L.moe, moe, b.xn, T, b.o));
+        } else {
+            KILN_RETURN_IF_ERROR(mlp_activations(be, L, act, b, T));
+            observe(l, LinearInput::kDown, b.act, F);
+            KILN_RETURN_IF_ERROR(be.linear(*L.down, b.act, T, nullptr, b.o));
+        }
         if (L.post_ffn_norm) KILN_RETURN_IF_ERROR(be.add_rmsnorm(b.o, nullptr, L.post_ffn_norm, b.o, T, H, eps, nullptr));
     }
     if (num_layers < c.num_layers || num_logits == 0) return Status::ok();

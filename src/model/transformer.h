@@ -12,6 +12,8 @@
 //   xn = rmsnorm(x += o)
 //   o = (f(xn @ Wgate^T) * (xn @ Wup^T)) @ Wdown^T   (f: SiLU, or GELU-tanh with gelu_mlp;
 //                                                    o = rmsnorm(o) with sandwich_norms)
+//     or, in a mixture-of-experts model, o = the weighted sum of such MLPs over the experts the
+//     router picks for the token (ops::Backend::moe_mlp)
 // then xn = rmsnorm(x += o) over the rows that want logits, logits = xn @ Wout^T (soft-capped with
 // final_softcap; attention scores with attn_softcap).
 #pragma once
@@ -37,8 +39,10 @@ struct LayerWeights {
     const float* ffn_norm = nullptr;       // [H]
     const float* bqkv = nullptr;           // [Q + 2 KV]
     const float* bo = nullptr;             // [H]
-    const float* q_norm = nullptr;         // [head_dim]
-    const float* k_norm = nullptr;         // [head_dim]
+    const float* q_norm = nullptr;         // [head_dim] ([Q] with qk_norm_full)
+    const float* k_norm = nullptr;         // [head_dim] ([KV] with qk_norm_full)
+    bool qk_norm_full = false;             // the q/k norms span all heads of a token (OLMoE)
+    const ops::MoeWeights* moe = nullptr;  // set: the MLP is a mixture of experts (gate_up / down unused)
     const float* post_attn_norm = nullptr;  // [H] sandwich_norms: the attention output's norm
     const float* post_ffn_norm = nullptr;   // [H] sandwich_norms: the MLP output's norm
     const double* inv_freq = nullptr;      // [head_dim / 2] RoPE frequencies of this layer
@@ -68,7 +72,8 @@ struct StepBuffers {
 
 // The inputs of each layer's projections, for calibration (kiln quantize): kQkv is the input of
 // q/k/v (the attention norm's output), kAttnOut of o_proj, kGateUp of gate/up (the MLP norm's
-// output), kDown of down_proj (f(gate) * up).
+// output), kDown of down_proj (f(gate) * up). In a mixture-of-experts layer kGateUp is the router's
+// and every expert's input (all tokens) and kDown is not observed (each expert has its own).
 enum class LinearInput { kQkv, kAttnOut, kGateUp, kDown };
 // x: [rows, cols] row-major in host memory, valid only during the call.
 using LinearInputHook =

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "core/status.h"
 
@@ -39,8 +40,9 @@ enum class GatedAct {
 // (when q_norm / k_norm are set) and RoPE at the step's positions applied to q and k.
 struct QkvRope {
     int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
-    const float* q_norm = nullptr;  // [head_dim] or null
-    const float* k_norm = nullptr;  // [head_dim] or null
+    const float* q_norm = nullptr;  // [head_dim] or null ([Q] with norm_full)
+    const float* k_norm = nullptr;  // [head_dim] or null ([KV] with norm_full)
+    bool norm_full = false;         // the norms span a token's whole q / k (OLMoE), not each head
     float eps = 1e-6f;              // of the q/k norms
     const double* inv_freq = nullptr;  // [head_dim / 2] RoPE frequencies (kernels::ref::rope_inv_freqs)
     const double* inv_freq_long = nullptr;  // or null: the frequencies of positions >= long_from (LongRoPE)
@@ -53,6 +55,23 @@ struct AttentionParams {
     int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
     int64_t window = 0;    // sliding window (pos - window < j <= pos); 0 = full causal
     float softcap = 0.0f;  // scores soft-capped: cap * tanh(s / cap) (Gemma 2); 0 = none
+};
+
+// A mixture-of-experts MLP's weights as the backend stores them (formats/hyper_params.h says what
+// the block computes).
+struct MoeWeights {
+    const Weight* router = nullptr;               // [E, H]: the router's logits
+    std::span<const Weight* const> gate_up;       // E weights [2 F, H]: gate and up (in the backend's order)
+    std::span<const Weight* const> down;          // E weights [H, F]
+    const Weight* shared_gate_up = nullptr;       // [2 S, H], or null: no shared expert
+    const Weight* shared_down = nullptr;          // [H, S]
+    const Weight* shared_gate = nullptr;          // [1, H]: the shared expert's output times sigmoid(x . it)
+};
+
+struct MoeParams {
+    int64_t top_k = 0;        // experts per token
+    bool norm_topk = false;   // the chosen experts' weights renormalized to sum 1
+    GatedAct act = GatedAct::kSilu;
 };
 
 class Backend {
@@ -78,6 +97,14 @@ public:
     // add_rmsnorm (act is then only for next's linear).
     virtual core::Status gated_mlp_up(const Weight& gate_up, const float* in, int64_t rows, GatedAct f,
                                       float* gate_up_out, float* act, const Weight* next) = 0;
+    // The mixture-of-experts MLP: out [rows, H] = sum over the top_k experts e the router picks for
+    // row r (softmax over its E logits, the top_k largest, ties to the lower expert id) of
+    // w_e * down_e(f(gate_e x) * up_e x), w the chosen softmax weights (renormalized with
+    // norm_topk), plus sigmoid(x . shared_gate) * the shared expert's output when there is one.
+    // Each row's result does not depend on the other rows: the experts' products are per row and a
+    // row's weighted sum runs over its experts in ascending id, then the shared expert.
+    virtual core::Status moe_mlp(const MoeWeights& w, const MoeParams& p, const float* in, int64_t rows,
+                                 float* out) = 0;
     // out [num_logit_rows, n] = the rows of x [T, n] that want logits, in the step's order.
     virtual core::Status gather_logit_rows(const float* x, int64_t n, float* out) = 0;
     // x [n] = cap * tanh(x / cap) in place (Gemma 2's final logit soft-capping).

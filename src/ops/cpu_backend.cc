@@ -117,11 +117,11 @@ Status CpuBackend::qkv_rope_kv_write(int64_t layer, float* qkv, float* q_out, co
                 std::copy_n(row + Q, KV, kt);
                 std::copy_n(row + Q + KV, KV, static_cast<float*>(vc) + slot * KV);
             }
+            const int64_t nd = p.norm_full ? Q : D, nk = p.norm_full ? KV : D;  // norm width: all heads, or one
             if (p.q_norm)
-                for (int64_t h = 0; h < p.num_heads; ++h) kernels::ref::rmsnorm(qt + h * D, p.q_norm, qt + h * D, D, p.eps);
+                for (int64_t h = 0; h < Q / nd; ++h) kernels::ref::rmsnorm(qt + h * nd, p.q_norm, qt + h * nd, nd, p.eps);
             if (p.k_norm)
-                for (int64_t h = 0; h < p.num_kv_heads; ++h)
-                    kernels::ref::rmsnorm(kt + h * D, p.k_norm, kt + h * D, D, p.eps);
+                for (int64_t h = 0; h < KV / nk; ++h) kernels::ref::rmsnorm(kt + h * nk, p.k_norm, kt + h * nk, nk, p.eps);
             const int32_t* pos = &step_.positions[size_t(t)];
             const std::span<const double> freqs = *pos >= p.long_from ? inv_freq_long : inv_freq;
             kernels::ref::rope(qt, 1, p.num_heads, D, pos, freqs);
@@ -174,6 +174,64 @@ Status CpuBackend::gated_mlp_up(const Weight& gate_up, const float* in, int64_t 
         return linear_swiglu_fused(*pool_, in, rows, w.parts[0], gate_up_out, act, scratch_);
     if (w.parts.size() != 2) return core::error(StatusCode::kInternal) << "gated_mlp_up: expected gate and up";
     return linear_swiglu(*pool_, in, rows, w.parts[0], w.parts[1], gate_up_out, act, scratch_);
+}
+
+Status CpuBackend::moe_mlp(const MoeWeights& w, const MoeParams& p, const float* in, int64_t rows, float* out) {
+    const int64_t E = w.router->rows, H = w.router->cols, k = p.top_k;
+    if (int64_t(w.gate_up.size()) != E || int64_t(w.down.size()) != E || k < 1 || k > E)
+        return core::error(StatusCode::kInternal) << "moe_mlp: " << w.gate_up.size() << " / " << w.down.size()
+                                                  << " expert weights for " << E << " experts, top " << k;
+    auto grow = [](auto& v, int64_t n) {
+        if (int64_t(v.size()) < n) v.resize(size_t(n));
+    };
+    MoeScratch& m = moe_;
+    grow(m.logits, rows * E);
+    grow(m.ids, rows * k);
+    grow(m.weights, rows * k);
+    KILN_RETURN_IF_ERROR(linear(*w.router, in, rows, nullptr, m.logits.data()));
+    moe_route(m.logits.data(), rows, E, k, p.norm_topk, m.ids.data(), m.weights.data());
+    m.groups.build(m.ids.data(), rows, k, E);
+    std::fill_n(out, rows * H, 0.0f);
+    // Each expert over its tokens, gathered in row order, its weighted output added to theirs: a
+    // row's sum runs over its experts in ascending id whatever else is in the batch.
+    for (int64_t e = 0; e < E; ++e) {
+        const int64_t n = m.groups.count(e);
+        if (n == 0) continue;  // decode reads only the chosen experts' weights
+        const int64_t F = w.down[size_t(e)]->cols;
+        grow(m.x, n * H);
+        grow(m.y, n * H);
+        grow(m.gate_up, n * 2 * F);
+        grow(m.act, n * F);
+        const int64_t* entries = m.groups.entries.data() + m.groups.offsets[size_t(e)];
+        for (int64_t i = 0; i < n; ++i) std::copy_n(in + (entries[i] / k) * H, H, m.x.data() + i * H);
+        KILN_RETURN_IF_ERROR(gated_mlp_up(*w.gate_up[size_t(e)], m.x.data(), n, p.act, m.gate_up.data(), m.act.data(),
+                                          w.down[size_t(e)]));
+        KILN_RETURN_IF_ERROR(linear(*w.down[size_t(e)], m.act.data(), n, nullptr, m.y.data()));
+        pool_->parallel_for(n, [&](int64_t b, int64_t end) {  // rows of one expert are distinct
+            for (int64_t i = b; i < end; ++i) {
+                const float wi = m.weights[size_t(entries[i])];
+                const float* y = m.y.data() + i * H;
+                float* o = out + (entries[i] / k) * H;
+                for (int64_t c = 0; c < H; ++c) o[c] += wi * y[c];
+            }
+        });
+    }
+    if (!w.shared_gate_up) return Status::ok();
+    const int64_t S = w.shared_down->cols;
+    grow(m.gate_up, rows * 2 * S);
+    grow(m.act, rows * S);
+    grow(m.y, rows * H);
+    grow(m.shared_gate, rows);
+    KILN_RETURN_IF_ERROR(gated_mlp_up(*w.shared_gate_up, in, rows, p.act, m.gate_up.data(), m.act.data(), w.shared_down));
+    KILN_RETURN_IF_ERROR(linear(*w.shared_down, m.act.data(), rows, nullptr, m.y.data()));
+    KILN_RETURN_IF_ERROR(linear(*w.shared_gate, in, rows, nullptr, m.shared_gate.data()));
+    pool_->parallel_for(rows, [&](int64_t b, int64_t end) {
+        for (int64_t r = b; r < end; ++r) {
+            const float g = 1.0f / (1.0f + std::exp(-m.shared_gate[size_t(r)]));
+            for (int64_t c = 0; c < H; ++c) out[r * H + c] += g * m.y[size_t(r * H + c)];
+        }
+    });
+    return Status::ok();
 }
 
 Status CpuBackend::gather_logit_rows(const float* x, int64_t n, float* out) {

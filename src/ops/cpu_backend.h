@@ -14,6 +14,7 @@
 #include "ops/backend.h"
 #include "ops/batch_attention.h"
 #include "ops/linear.h"
+#include "ops/moe.h"
 
 namespace kiln::ops {
 
@@ -63,6 +64,8 @@ public:
     core::Status attention(int64_t layer, const float* q, float* out, const AttentionParams& p) override;
     core::Status gated_mlp_up(const Weight& gate_up, const float* in, int64_t rows, GatedAct f, float* gate_up_out,
                               float* act, const Weight* next) override;
+    core::Status moe_mlp(const MoeWeights& w, const MoeParams& p, const float* in, int64_t rows,
+                         float* out) override;
     core::Status gather_logit_rows(const float* x, int64_t n, float* out) override;
     core::Status softcap(float* x, int64_t n, float cap) override;
 
@@ -71,6 +74,12 @@ private:
     kernels::cpu::Isa isa_;
     Step step_;
     std::vector<uint8_t> scratch_;  // quantized activations, reused across calls
+    // moe_mlp's buffers, grown to the largest step and reused.
+    struct MoeScratch {
+        std::vector<float> logits, weights, x, y, gate_up, act, shared_gate;
+        std::vector<int32_t> ids;
+        MoeGroups groups;
+    } moe_;
 };
 
 }  // namespace kiln::ops

@@ -337,6 +337,10 @@ core::Result<QuantizeReport> quantize_checkpoint(const Checkpoint& source, const
         return core::error(StatusCode::kInvalidArgument) << "GPTQ applies to the INT4 formats (gptq-w4-gN) only";
     if (o.smoothquant_alpha >= 0 && o.scheme.format != loader::QuantFormat::kInt8)
         return core::error(StatusCode::kInvalidArgument) << "SmoothQuant applies to int8 only";
+    if (source.config.moe() && (o.awq || o.gptq || o.smoothquant_alpha >= 0))
+        return core::error(StatusCode::kUnsupported)
+               << source.path << ": AWQ, GPTQ and SmoothQuant calibration of mixture-of-experts models is not "
+               << "supported yet (each expert needs the tokens routed to it); use a round-to-nearest format";
     KILN_ASSIGN_OR_RETURN(Checkpoint ck, loader::to_f32_checkpoint(source));
     if (ck.format == "llama2c") KILN_RETURN_IF_ERROR(embed_llama2c_tokenizer(ck, o.tokenizer_path));
     // --skip names are checked before any calibration runs.

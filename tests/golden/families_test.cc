@@ -1,6 +1,7 @@
 // Every architecture kiln runs (Llama, Llama with llama3 RoPE scaling, Mistral with a sliding
 // window, Qwen2 with q/k/v biases, Qwen3 with q/k RMSNorm, Gemma 2 with soft-capping, Gemma 3 text,
-// Phi-3 with LongRoPE's short and long factors) against Hugging Face transformers: tiny random-weight
+// Phi-3 with LongRoPE's short and long factors; the mixtures of experts Mixtral, Qwen2-MoE with its
+// shared expert, Qwen3-MoE and OLMoE) against Hugging Face transformers: tiny random-weight
 // models built by AutoModelForCausalLM.from_config and their float32 eager logits
 // (scripts/gen_family_goldens.py; tests/golden/data/families/<name>/). kiln loads each safetensors
 // folder, and its GGUF conversion (loader::convert_checkpoint, f32), runs the f32-activation path, and
@@ -331,7 +332,7 @@ TEST_P(Families, BatchInvariantOverAPagedCache) {
 
 INSTANTIATE_TEST_SUITE_P(Transformers, Families,
                          ::testing::Values("llama", "llama3-rope", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3",
-                                           "phi3-long"),
+                                           "phi3-long", "mixtral", "qwen2-moe", "qwen3-moe", "olmoe"),
                          [](const auto& info) {
                              std::string n = info.param;
                              std::replace(n.begin(), n.end(), '-', '_');

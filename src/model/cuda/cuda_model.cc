@@ -140,8 +140,8 @@ Status CudaModel::Impl::linear(const ops::Weight& weight, const float* in, int64
 }
 
 Status CudaModel::Impl::qkv_rope_kv_write(int64_t l, float* qkv_, float* q_out, const ops::QkvRope& p) {
-    if (p.q_scale != 1.0f || p.inv_freq_long)
-        return core::error(StatusCode::kUnsupported) << "qkv_rope_kv_write: q scaling and LongRoPE have no CUDA kernel yet";
+    if (p.q_scale != 1.0f || p.inv_freq_long || p.norm_full)
+        return core::error(StatusCode::kUnsupported) << "qkv_rope_kv_write: q scaling, LongRoPE and whole-projection q/k norms have no CUDA kernel yet";
     kc::QkvRopeKvWrite w;
     w.qkv = qkv_;
     w.bias = nullptr;  // added by linear()
@@ -184,6 +184,10 @@ Status CudaModel::Impl::gated_mlp_up(const ops::Weight& gate_up_w, const float* 
 
 Status CudaModel::Impl::gather_logit_rows(const float* x_, int64_t n, float* out) {
     return kc::gather_rows(x_, n, step_->i32(step_->ix.layout.logit_rows), step_->ix.num_logits, out, stream.get());
+}
+
+Status CudaModel::Impl::moe_mlp(const ops::MoeWeights&, const ops::MoeParams&, const float*, int64_t, float*) {
+    return core::error(StatusCode::kUnsupported) << "moe_mlp: no CUDA kernel yet";
 }
 
 Status CudaModel::Impl::softcap(float*, int64_t, float) {

@@ -140,6 +140,8 @@ struct CudaModel::Impl final : ops::Backend {
     core::Status attention(int64_t layer, const float* q, float* out, const ops::AttentionParams& p) override;
     core::Status gated_mlp_up(const ops::Weight& gate_up, const float* in, int64_t rows, ops::GatedAct f,
                               float* gate_up_out, float* act, const ops::Weight* next) override;
+    core::Status moe_mlp(const ops::MoeWeights& w, const ops::MoeParams& p, const float* in, int64_t rows,
+                         float* out) override;
     core::Status gather_logit_rows(const float* x, int64_t n, float* out) override;
     core::Status softcap(float* x, int64_t n, float cap) override;
     const Step* step_ = nullptr;

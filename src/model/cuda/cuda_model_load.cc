@@ -301,6 +301,10 @@ core::Result<std::unique_ptr<CudaModel>> CudaModel::create(const Checkpoint& ck,
     if (c.rope_scaling.type == "longrope")
         return core::error(StatusCode::kUnsupported)
                << ck.path << ": LongRoPE (Phi-3) runs on the CPU only so far (the CUDA RoPE kernel has one table)";
+    if (c.moe() || c.qk_norm_full)
+        return core::error(StatusCode::kUnsupported)
+               << ck.path << ": " << c.arch << " runs on the CPU only so far (the mixture-of-experts MLP"
+               << (c.qk_norm_full ? " and whole-projection q/k norms have" : " has") << " no CUDA kernels yet)";
     if (c.gelu_mlp || c.sandwich_norms || c.scale_embeddings)
         return core::error(StatusCode::kUnsupported)
                << ck.path << ": " << c.arch << " runs on the CPU only so far (GeGLU, the post-block norms and scaled "
