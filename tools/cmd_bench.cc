@@ -17,6 +17,10 @@
 //       kv_position_bytes = 2 * layers * kv_dim * 4 (K and V of one position, f32 cache): the
 //       cache every step attends to, its mean length over the run
 //   pp: bytes_per_token = weight_bytes / p + embd_row_bytes   (weights streamed once per forward)
+//   Mixture of experts: weight_bytes leaves the experts out; a forward over t tokens (1 for tg, p
+//   for pp) adds expert_bytes * (1 - (1 - k / E)^t), the expected share of experts its tokens choose
+//   under uniform routing (k / E for one token: decode reads only the chosen experts), and the
+//   experts' matmul weights count k / E of theirs in ops_per_token.
 //   ops_per_token = 2 * (matmul weights used per token): 2 * layer matrices + 2 * vocab * hidden for
 //                   tg; for pp the logits are computed for the last token only, so 2 * V * H / p.
 //                   Attention score/value flops (4 * layers * q_dim * context) are not counted.
@@ -34,6 +38,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -97,7 +103,10 @@ std::optional<int64_t> parse_count(const std::string& s, int64_t lo, int64_t hi)
 }
 
 struct Traffic {
-    uint64_t weight_bytes = 0;      // read once per forward
+    uint64_t weight_bytes = 0;      // read once per forward (experts aside)
+    uint64_t expert_bytes = 0;      // every expert of every layer: a forward reads those its tokens chose
+    uint64_t expert_mm_params = 0;  // matmul weights of all experts
+    double expert_share = 0;        // experts per token / experts (MoE; 0 for dense)
     uint64_t embd_row_bytes = 0;    // read once per token
     uint64_t layer_mm_params = 0;   // matmul weights of the layers, per token
     uint64_t output_mm_params = 0;  // vocab * hidden, once per forward (last token's logits)
@@ -106,14 +115,32 @@ struct Traffic {
     std::string dtype;
 };
 
+// blk.N.ffn_{gate,up,down}.E.weight: one expert's matrix (loader/layer_tensors.h).
+bool is_expert_tensor_name(const std::string& name) {
+    for (const char* stem : {".ffn_gate.", ".ffn_up.", ".ffn_down."}) {
+        const size_t at = name.find(stem);
+        if (at == std::string::npos) continue;
+        const size_t digits = at + std::strlen(stem);
+        return digits < name.size() && std::isdigit(static_cast<unsigned char>(name[digits]));
+    }
+    return false;
+}
+
 Traffic count_traffic(const loader::Checkpoint& ck) {
     const loader::ModelConfig& c = ck.config;
     Traffic tr;
     tr.params = ck.num_params();
     tr.kv_position_bytes = uint64_t(2 * c.num_layers * c.kv_dim()) * sizeof(float);
+    if (c.moe()) tr.expert_share = double(c.num_experts_used) / double(c.num_experts);
     for (const loader::TensorRef& t : ck.tensors) {
         const bool layer = t.name.rfind("blk.", 0) == 0;
-        if (layer) tr.weight_bytes += t.num_bytes + (t.row_scale ? 4 * t.shape[0] : 0);  // I8: + row scales
+        const uint64_t bytes = t.num_bytes + (t.row_scale ? 4 * t.shape[0] : 0);  // I8: + row scales
+        if (layer && is_expert_tensor_name(t.name)) {
+            tr.expert_bytes += bytes;
+            tr.expert_mm_params += t.num_elements();
+            continue;
+        }
+        if (layer) tr.weight_bytes += bytes;
         if (layer && t.shape.size() == 2) tr.layer_mm_params += t.num_elements();
         if (t.name == "output_norm.weight") tr.weight_bytes += t.num_bytes;
         if (t.name == "token_embd.weight") tr.embd_row_bytes = t.num_bytes / std::max<uint64_t>(1, t.shape[0]);
@@ -228,9 +255,14 @@ core::Result<TestResult> run_test(model::CpuModel& m, bool prefill, int64_t coun
     r.name = (prefill ? "pp" : "tg") + std::to_string(count) + (depth > 0 ? "@d" + std::to_string(depth) : "");
     r.depth = depth;
     const double per_forward = prefill ? double(count) : 1.0;  // tokens sharing one pass over the weights
-    r.bytes_per_token = double(tr.weight_bytes) / per_forward + double(tr.embd_row_bytes);
+    // The experts a forward reads: those its tokens chose, in expectation under uniform routing
+    // 1 - (1 - k / E)^tokens of them (k / E for one decode token).
+    const double experts_read = 1.0 - std::pow(1.0 - tr.expert_share, per_forward);
+    r.bytes_per_token = (double(tr.weight_bytes) + double(tr.expert_bytes) * experts_read) / per_forward +
+                        double(tr.embd_row_bytes);
     if (!prefill) r.bytes_per_token += double(tr.kv_position_bytes) * (double(depth) + double(count + 1) / 2.0);
-    r.ops_per_token = 2.0 * double(tr.layer_mm_params) + 2.0 * double(tr.output_mm_params) / per_forward;
+    r.ops_per_token = 2.0 * (double(tr.layer_mm_params) + double(tr.expert_mm_params) * tr.expert_share) +
+                      2.0 * double(tr.output_mm_params) / per_forward;
     KILN_ASSIGN_OR_RETURN(RunTimes warm, run_once(m, prefill, prefill ? count : std::min<int64_t>(count, 8), depth));
     (void)warm;
     std::vector<double> pct;

@@ -1,5 +1,5 @@
-// `kiln synth --preset NAME --dtype T -o OUT.gguf [--seed S] [--layers N] [-t N] [--force]`: writes a
-// Llama-family GGUF with seeded random weights at the real shapes of a public model, plus a minimal
+// `kiln synth --preset NAME --dtype T -o OUT.gguf [--seed S] [--layers N] [--dense] [-t N] [--force]`:
+// writes a GGUF (Llama family or mixture of experts) with seeded random weights at the real shapes of a public model, plus a minimal
 // SentencePiece tokenizer, so that speed can be measured at real sizes without downloading weights.
 // The file is streamed: the header (metadata + tensor infos) is written first, with every tensor
 // offset computed from the sizes alone, then each tensor is generated and quantized in chunks of
@@ -35,7 +35,7 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* kSynthUsage =
-    "usage: kiln synth --preset NAME --dtype T -o OUT.gguf [--seed S] [--layers N] [-t N] [--force]\n"
+    "usage: kiln synth --preset NAME --dtype T -o OUT.gguf [--seed S] [--layers N] [--dense] [-t N] [--force]\n"
     "       kiln synth --list\n"
     "\n"
     "Writes a GGUF with seeded random weights at the shapes of a real model (for benchmarks).\n"
@@ -46,6 +46,9 @@ constexpr const char* kSynthUsage =
     "  -o, --output F   the GGUF file to write\n"
     "  --seed S         RNG seed (default 0); same seed, same file\n"
     "  --layers N       override the layer count (small test files)\n"
+    "  --dense          a mixture-of-experts preset as a dense model with the same active parameters: one\n"
+    "                   MLP as wide as the experts a token uses (experts per token x expert width), for\n"
+    "                   comparing an MoE model with its dense equivalent\n"
     "  -t, --threads N  threads generating weights (default: logical CPUs)\n"
     "  --force          allow a file larger than physical memory\n";
 
@@ -180,10 +183,10 @@ core::Status write_synth(const std::string& out, const std::vector<uint8_t>& hea
 }
 
 void list_presets() {
-    std::printf("%-16s %-6s %8s %7s %6s %7s %6s %6s  %s\n", "preset", "arch", "vocab", "hidden", "ffn", "layers",
+    std::printf("%-16s %-10s %8s %7s %6s %7s %6s %6s  %s\n", "preset", "arch", "vocab", "hidden", "ffn", "layers",
                 "heads", "kv", "shapes of");
     for (const SynthPreset& p : synth_presets())
-        std::printf("%-16s %-6s %8lld %7lld %6lld %7lld %6lld %6lld  %s\n", p.name, p.arch, (long long)p.vocab_size,
+        std::printf("%-16s %-10s %8lld %7lld %6lld %7lld %6lld %6lld  %s\n", p.name, p.arch, (long long)p.vocab_size,
                     (long long)p.hidden_size, (long long)p.intermediate_size, (long long)p.num_layers,
                     (long long)p.num_heads, (long long)p.num_kv_heads, p.about);
 }
@@ -191,7 +194,7 @@ void list_presets() {
 }  // namespace
 
 int cmd_synth(int argc, char** argv) {
-    Args args({"--help", "-h", "--list", "--force"},
+    Args args({"--help", "-h", "--list", "--force", "--dense"},
               {"--preset", "--dtype", "-o", "--output", "--seed", "--layers", "-t", "--threads"});
     if (!args.parse(argc, argv, 2)) {
         std::fprintf(stderr, "kiln synth: %s\n%s", args.error().c_str(), kSynthUsage);
@@ -253,7 +256,11 @@ int cmd_synth(int argc, char** argv) {
         }
         threads = int(*v);
     }
-    const loader::ModelConfig config = synth_config(*preset, layers);
+    if (args.has("--dense") && preset->num_experts == 0) {
+        std::fprintf(stderr, "kiln synth: --dense needs a mixture-of-experts preset; %s is dense already\n", preset->name);
+        return 2;
+    }
+    const loader::ModelConfig config = synth_config(*preset, layers, args.has("--dense"));
     if (core::Status st = config.validate(); !st.is_ok()) {
         std::fprintf(stderr, "kiln synth: %s\n", st.to_string().c_str());
         return 1;

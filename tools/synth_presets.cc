@@ -36,6 +36,11 @@ const std::vector<SynthPreset> kPresets = {
      "meta-llama/Llama-2-7b-hf"},
     {"llama-3-8b", "llama", 128256, 4096, 14336, 32, 32, 8, 128, 8192, 1e-5, 500000, false, false,
      "meta-llama/Meta-Llama-3-8B"},
+    // Mixtures of experts (use --layers: the whole models are 47B and 30B parameters).
+    {"mixtral-8x7b", "mixtral", 32000, 4096, 14336, 32, 32, 8, 128, 32768, 1e-5, 1000000, false, false,
+     "mistralai/Mixtral-8x7B-v0.1 (top-2 of 8 experts)", 8, 2, 14336, true},
+    {"qwen3-30b-a3b", "qwen3_moe", 151936, 2048, 6144, 48, 32, 4, 128, 40960, 1e-6, 1000000, false, false,
+     "Qwen/Qwen3-30B-A3B (top-8 of 128 experts, q/k norms)", 128, 8, 768, true},
 };
 
 // SplitMix64 (Steele et al. 2014): a counter-based stream, one per (seed, tensor, row).
@@ -218,10 +223,10 @@ std::string synth_preset_names() {
     return s;
 }
 
-loader::ModelConfig synth_config(const SynthPreset& p, int64_t num_layers) {
+loader::ModelConfig synth_config(const SynthPreset& p, int64_t num_layers, bool dense) {
     loader::ModelConfig c;
     c.arch = p.arch;
-    c.name = std::string("synth-") + p.name;
+    c.name = std::string("synth-") + p.name + (dense ? "-dense" : "");
     c.vocab_size = p.vocab_size;
     c.hidden_size = p.hidden_size;
     c.intermediate_size = p.intermediate_size;
@@ -234,6 +239,16 @@ loader::ModelConfig synth_config(const SynthPreset& p, int64_t num_layers) {
     c.rope_theta = p.rope_theta;
     c.tie_word_embeddings = p.tie_word_embeddings;
     c.attention_bias = c.arch == "qwen2";
+    c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3_moe";
+    if (dense && p.num_experts > 0) {
+        c.arch = c.arch == "mixtral" ? "llama" : "qwen3";
+        c.intermediate_size = p.num_experts_used * p.expert_ffn;
+    } else {
+        c.num_experts = p.num_experts;
+        c.num_experts_used = p.num_experts_used;
+        c.expert_intermediate_size = p.expert_ffn;
+        c.norm_topk_prob = p.norm_topk;
+    }
     if (p.llama3_rope) {
         c.rope_scaling.type = "llama3";
         c.rope_scaling.factor = 32.0;
@@ -273,9 +288,21 @@ std::vector<SynthTensor> synth_tensor_plan(const loader::ModelConfig& c, core::D
             plan.push_back({p + "attn_k.bias", f32, {KV}, SynthKind::kBias});
             plan.push_back({p + "attn_v.bias", f32, {KV}, SynthKind::kBias});
         }
+        if (c.qk_norm) {
+            plan.push_back({p + "attn_q_norm.weight", f32, {uint64_t(c.head_dim)}, SynthKind::kNorm});
+            plan.push_back({p + "attn_k_norm.weight", f32, {uint64_t(c.head_dim)}, SynthKind::kNorm});
+        }
         plan.push_back({p + "attn_output.weight", w, {H, Q}, SynthKind::kMatrix});
         if (c.has_output_bias()) plan.push_back({p + "attn_output.bias", f32, {H}, SynthKind::kBias});
         plan.push_back({p + "ffn_norm.weight", f32, {H}, SynthKind::kNorm});
+        if (c.moe()) {
+            const uint64_t E = uint64_t(c.num_experts), FE = uint64_t(c.expert_intermediate_size);
+            plan.push_back({p + "ffn_gate_inp.weight", f32, {E, H}, SynthKind::kMatrix});
+            plan.push_back({p + "ffn_gate_exps.weight", w, {E, FE, H}, SynthKind::kMatrix});
+            plan.push_back({p + "ffn_up_exps.weight", w, {E, FE, H}, SynthKind::kMatrix});
+            plan.push_back({p + "ffn_down_exps.weight", w, {E, H, FE}, SynthKind::kMatrix});
+            continue;
+        }
         plan.push_back({p + "ffn_gate.weight", w, {F, H}, SynthKind::kMatrix});
         plan.push_back({p + "ffn_up.weight", w, {F, H}, SynthKind::kMatrix});
         plan.push_back({p + "ffn_down.weight", w, {H, F}, SynthKind::kMatrix});

@@ -26,14 +26,19 @@ struct SynthPreset {
     bool tie_word_embeddings;
     bool llama3_rope;  // Llama-3.1/3.2 RoPE scaling (factor 32, low 1, high 4, original 8192)
     const char* about;
+    // Mixture of experts (0: dense): experts, experts per token, each expert's width, renormalized.
+    int64_t num_experts = 0, num_experts_used = 0, expert_ffn = 0;
+    bool norm_topk = false;
 };
 
 const std::vector<SynthPreset>& synth_presets();
 const SynthPreset* find_synth_preset(const std::string& name);  // nullptr if unknown
 std::string synth_preset_names();                               // "a, b, c" for messages
 
-// The preset's config; num_layers > 0 overrides the layer count.
-loader::ModelConfig synth_config(const SynthPreset& p, int64_t num_layers);
+// The preset's config; num_layers > 0 overrides the layer count. dense (MoE presets): the same model
+// with one dense MLP of num_experts_used * expert_ffn, the dense equivalent in active parameters
+// (arch "llama" for Mixtral, "qwen3" for Qwen3-MoE).
+loader::ModelConfig synth_config(const SynthPreset& p, int64_t num_layers, bool dense = false);
 
 // Weight dtypes `kiln synth` writes (f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q5_k, mxfp4).
 bool synth_dtype_supported(core::DType t);
@@ -42,16 +47,21 @@ enum class SynthKind { kMatrix, kNorm, kBias };
 struct SynthTensor {
     std::string name;
     core::DType dtype;
-    std::vector<uint64_t> shape;  // row-major: [rows, cols] or [cols]
+    std::vector<uint64_t> shape;  // row-major: [rows, cols], [cols] or [experts, rows, cols]
     SynthKind kind;
-    uint64_t rows() const { return shape.size() == 2 ? shape[0] : 1; }
+    uint64_t rows() const {  // all but the last dimension
+        uint64_t r = 1;
+        for (size_t d = 0; d + 1 < shape.size(); ++d) r *= shape[d];
+        return r;
+    }
     uint64_t cols() const { return shape.back(); }
     uint64_t row_bytes() const;
     uint64_t num_bytes() const { return rows() * row_bytes(); }
 };
 
-// Every tensor of the architecture in file order: matrices in `weight_dtype`, norms and biases f32
-// (as llama.cpp's quantized files keep them).
+// Every tensor of the architecture in file order: matrices in `weight_dtype`, norms, biases and the
+// MoE router f32 (as llama.cpp's quantized files keep them); a layer's experts as GGUF's stacked
+// [E, rows, cols] ffn_*_exps tensors.
 std::vector<SynthTensor> synth_tensor_plan(const loader::ModelConfig& c, core::DType weight_dtype);
 
 // Writes rows [row_begin, row_end) of tensor `tensor_idx` into dst (row_bytes each). `scratch`

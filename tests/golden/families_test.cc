@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
@@ -24,6 +25,7 @@
 #include "core/thread_pool.h"
 #include "formats/gguf.h"
 #include "formats/gguf_writer.h"
+#include "formats/safetensors.h"
 #include "loader/checkpoint.h"
 #include "loader/convert.h"
 #include "model/cpu_model.h"
@@ -275,6 +277,101 @@ TEST(Families, Phi3FromALlamaCppStyleGguf) {
     EXPECT_EQ(loader::convert_checkpoint(tmp + "/llamacpp.gguf", tmp + "/hf", hf).code(), core::StatusCode::kUnsupported);
     EXPECT_EQ(loader::convert_checkpoint(family_dir("gemma3"), tmp + "/hf2", hf).code(),
               core::StatusCode::kUnsupported);
+}
+
+// transformers 5's fused expert layout: per layer mlp.experts.gate_up_proj [E, 2F, H] (each expert's
+// gate rows, then its up rows) and mlp.experts.down_proj [E, H, F] instead of one tensor per expert
+// and projection. The qwen3-moe folder rewritten that way loads to the same model (kiln splits the
+// stacks into row views). Converted to safetensors by kiln (per-expert names again, Mixtral's w1/w2/w3
+// for mixtral) and back, the mixtral and qwen2-moe models still match transformers; their GGUF holds
+// llama.cpp's stacked ffn_*_exps tensors and expert_count keys.
+TEST(Families, MoeLayoutsFusedExpertsGgufStacksAndSafetensorsRoundTrip) {
+    const std::string tmp = test::temp_dir("families_moe_layouts");
+    {
+        const std::string dir = family_dir("qwen3-moe");
+        Golden g;
+        ASSERT_TRUE(load_golden(dir, &g)) << dir;
+        auto set = formats::SafetensorsSet::open(dir);
+        ASSERT_TRUE(set.is_ok()) << set.status().to_string();
+        auto ck = loader::load_checkpoint(dir);
+        ASSERT_TRUE(ck.is_ok());
+        const loader::ModelConfig& c = ck->config;
+        const uint64_t E = uint64_t(c.num_experts), F = uint64_t(c.expert_intermediate_size), H = uint64_t(c.hidden_size);
+        std::vector<formats::SafetensorsTensorIn> out;
+        std::vector<std::vector<float>> fused;
+        fused.reserve(size_t(2 * c.num_layers));
+        for (size_t i = 0; i < set->num_tensors(); ++i) {
+            const formats::SafetensorsTensorInfo& t = set->tensor(i);
+            if (t.name.find(".mlp.experts.") == std::string::npos)
+                out.push_back({t.name, t.dtype, t.shape, set->tensor_data(i), t.num_bytes});
+        }
+        for (int64_t l = 0; l < c.num_layers; ++l) {
+            const std::string p = "model.layers." + std::to_string(l) + ".mlp.experts.";
+            auto rows = [&](uint64_t e, const char* proj) {
+                const uint8_t* d = set->find_data(p + std::to_string(e) + "." + proj + ".weight");
+                EXPECT_NE(d, nullptr) << proj;
+                return reinterpret_cast<const float*>(d);
+            };
+            std::vector<float> gate_up, down;
+            for (uint64_t e = 0; e < E; ++e) {
+                gate_up.insert(gate_up.end(), rows(e, "gate_proj"), rows(e, "gate_proj") + F * H);
+                gate_up.insert(gate_up.end(), rows(e, "up_proj"), rows(e, "up_proj") + F * H);
+                down.insert(down.end(), rows(e, "down_proj"), rows(e, "down_proj") + H * F);
+            }
+            fused.push_back(std::move(gate_up));
+            out.push_back({p + "gate_up_proj", core::DType::kF32, {E, 2 * F, H}, fused.back().data(), fused.back().size() * 4});
+            fused.push_back(std::move(down));
+            out.push_back({p + "down_proj", core::DType::kF32, {E, H, F}, fused.back().data(), fused.back().size() * 4});
+        }
+        const std::string fdir = tmp + "/fused";
+        std::filesystem::create_directories(fdir);
+        std::filesystem::copy_file(dir + "/config.json", fdir + "/config.json",
+                                   std::filesystem::copy_options::overwrite_existing);
+        ASSERT_TRUE(formats::write_safetensors(fdir + "/model.safetensors", out, {{"format", "pt"}}).is_ok());
+        auto fck = loader::load_checkpoint(fdir);
+        ASSERT_TRUE(fck.is_ok()) << fck.status().to_string();
+        check_model(*fck, g, "qwen3-moe (fused 3-D experts)");
+    }
+    for (const std::string name : {"mixtral", "qwen2-moe"}) {
+        const std::string dir = family_dir(name);
+        Golden g;
+        ASSERT_TRUE(load_golden(dir, &g)) << dir;
+        const std::string gguf = tmp + "/" + name + ".gguf";
+        ASSERT_TRUE(to_f32_gguf(dir, gguf).is_ok());
+        auto file = formats::GgufFile::open(gguf);
+        ASSERT_TRUE(file.is_ok());
+        const std::string arch = name == "mixtral" ? "llama" : "qwen2moe";
+        EXPECT_EQ(file->get_string("general.architecture"), arch);
+        EXPECT_EQ(file->get_int(arch + ".expert_count"), 4);
+        EXPECT_EQ(file->get_int(arch + ".expert_used_count"), 2);
+        const formats::GgufTensorInfo* gate = file->find_tensor("blk.1.ffn_gate_exps.weight");
+        ASSERT_NE(gate, nullptr);
+        auto ck = loader::load_checkpoint(dir);
+        ASSERT_TRUE(ck.is_ok());
+        EXPECT_EQ(gate->shape, (std::vector<uint64_t>{4, uint64_t(ck->config.expert_intermediate_size),
+                                                      uint64_t(ck->config.hidden_size)}));
+        EXPECT_EQ(file->find_tensor("blk.1.ffn_gate.0.weight"), nullptr);
+        if (name == "qwen2-moe") {
+            const formats::GgufTensorInfo* sg = file->find_tensor("blk.0.ffn_gate_inp_shexp.weight");
+            ASSERT_NE(sg, nullptr);
+            EXPECT_EQ(sg->shape, (std::vector<uint64_t>{uint64_t(ck->config.hidden_size)}));  // llama.cpp's {n_embd}
+        }
+        loader::ConvertOptions hf;
+        hf.to = "safetensors";
+        const std::string hdir = tmp + "/" + name + "-hf";
+        ASSERT_TRUE(loader::convert_checkpoint(gguf, hdir, hf).is_ok());
+        auto st = formats::SafetensorsSet::open(hdir);
+        ASSERT_TRUE(st.is_ok());
+        EXPECT_NE(st->find_tensor(name == "mixtral" ? "model.layers.0.block_sparse_moe.experts.3.w2.weight"
+                                                    : "model.layers.0.mlp.experts.3.down_proj.weight"),
+                  nullptr);
+        auto back = loader::load_checkpoint(hdir);
+        ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+        EXPECT_EQ(back->config.num_experts, ck->config.num_experts);
+        EXPECT_EQ(back->config.norm_topk_prob, ck->config.norm_topk_prob);
+        EXPECT_EQ(back->config.shared_expert_intermediate_size, ck->config.shared_expert_intermediate_size);
+        check_model(*back, g, name + " (gguf -> safetensors)");
+    }
 }
 
 // Batch invariance for every family's blocks (GeGLU, post-norms, soft-caps, LongRoPE, fused

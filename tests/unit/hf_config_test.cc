@@ -549,5 +549,92 @@ TEST(HfConfig, RopeParametersAndLlama3ScalingAreChecked) {
     EXPECT_EQ(m->validate().code(), StatusCode::kCorrupt);
 }
 
+// The mixture-of-experts families, with the fields of their published config.json files
+// (mistralai/Mixtral-8x7B-v0.1, Qwen/Qwen1.5-MoE-A2.7B, Qwen/Qwen3-30B-A3B, allenai/OLMoE-1B-7B-0924).
+TEST(HfConfig, MixtureOfExpertsFamilies) {
+    auto mixtral = parse_hf_config(R"({"architectures": ["MixtralForCausalLM"], "bos_token_id": 1, "eos_token_id": 2,
+      "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 14336, "max_position_embeddings": 32768,
+      "model_type": "mixtral", "num_attention_heads": 32, "num_experts_per_tok": 2, "num_hidden_layers": 32,
+      "num_key_value_heads": 8, "num_local_experts": 8, "rms_norm_eps": 1e-05, "rope_theta": 1e6,
+      "router_aux_loss_coef": 0.02, "sliding_window": null, "tie_word_embeddings": false, "vocab_size": 32000})",
+                                   "mixtral");
+    ASSERT_TRUE(mixtral.is_ok()) << mixtral.status().to_string();
+    EXPECT_EQ(mixtral->num_experts, 8);
+    EXPECT_EQ(mixtral->num_experts_used, 2);
+    EXPECT_EQ(mixtral->expert_intermediate_size, 14336);
+    EXPECT_TRUE(mixtral->norm_topk_prob);  // MixtralTopKRouter always renormalizes
+    EXPECT_FALSE(mixtral->attention_bias);
+    EXPECT_EQ(mixtral->sliding_window, 0);
+
+    auto qwen2 = parse_hf_config(R"({"architectures": ["Qwen2MoeForCausalLM"], "bos_token_id": 151643,
+      "eos_token_id": 151643, "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 5632,
+      "max_position_embeddings": 8192, "max_window_layers": 21, "model_type": "qwen2_moe", "num_attention_heads": 16,
+      "num_hidden_layers": 24, "num_key_value_heads": 16, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+      "sliding_window": 32768, "tie_word_embeddings": false, "use_sliding_window": false, "vocab_size": 151936,
+      "decoder_sparse_step": 1, "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632,
+      "num_experts_per_tok": 4, "num_experts": 60, "norm_topk_prob": false})",
+                                 "qwen2_moe");
+    ASSERT_TRUE(qwen2.is_ok()) << qwen2.status().to_string();
+    EXPECT_EQ(qwen2->num_experts, 60);
+    EXPECT_EQ(qwen2->num_experts_used, 4);
+    EXPECT_EQ(qwen2->expert_intermediate_size, 1408);
+    EXPECT_EQ(qwen2->shared_expert_intermediate_size, 5632);
+    EXPECT_FALSE(qwen2->norm_topk_prob);
+    EXPECT_TRUE(qwen2->attention_bias);  // qkv_bias defaults to true; o_proj has none
+    EXPECT_EQ(qwen2->sliding_window, 0);
+    auto qwen2_config = loader::config_from_hf(*qwen2);
+    ASSERT_TRUE(qwen2_config.is_ok()) << qwen2_config.status().to_string();
+    EXPECT_FALSE(qwen2_config->has_output_bias());
+
+    const std::string qwen3_json = R"({"architectures": ["Qwen3MoeForCausalLM"], "attention_bias": false,
+      "bos_token_id": 151643, "decoder_sparse_step": 1, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
+      "hidden_size": 2048, "intermediate_size": 6144, "max_position_embeddings": 40960, "max_window_layers": 48,
+      "mlp_only_layers": [], "model_type": "qwen3_moe", "moe_intermediate_size": 768, "norm_topk_prob": true,
+      "num_attention_heads": 32, "num_experts": 128, "num_experts_per_tok": 8, "num_hidden_layers": 48,
+      "num_key_value_heads": 4, "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000.0,
+      "sliding_window": null, "tie_word_embeddings": false, "use_sliding_window": false, "vocab_size": 151936})";
+    auto qwen3 = parse_hf_config(qwen3_json, "qwen3_moe");
+    ASSERT_TRUE(qwen3.is_ok()) << qwen3.status().to_string();
+    EXPECT_EQ(qwen3->num_experts, 128);
+    EXPECT_EQ(qwen3->num_experts_used, 8);
+    EXPECT_EQ(qwen3->expert_intermediate_size, 768);
+    EXPECT_TRUE(qwen3->norm_topk_prob);
+    auto qwen3_config = loader::config_from_hf(*qwen3);
+    ASSERT_TRUE(qwen3_config.is_ok());
+    EXPECT_TRUE(qwen3_config->qk_norm);
+    EXPECT_FALSE(qwen3_config->qk_norm_full);
+    // Layers with a dense MLP are refused by name, not run wrongly.
+    std::string dense = qwen3_json;
+    dense.replace(dense.find("\"mlp_only_layers\": []"), 21, "\"mlp_only_layers\": [0]");
+    auto refused = parse_hf_config(dense, "qwen3_moe");
+    ASSERT_FALSE(refused.is_ok());
+    EXPECT_EQ(refused.status().code(), StatusCode::kUnsupported);
+    EXPECT_NE(refused.status().message().find("mlp_only_layers"), std::string::npos);
+
+    const std::string olmoe_json = R"({"architectures": ["OlmoeForCausalLM"], "attention_bias": false,
+      "clip_qkv": null, "eos_token_id": 50279, "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 1024,
+      "max_position_embeddings": 4096, "model_type": "olmoe", "norm_topk_prob": false, "num_attention_heads": 16,
+      "num_experts": 64, "num_experts_per_tok": 8, "num_hidden_layers": 16, "num_key_value_heads": 16,
+      "pad_token_id": 1, "rms_norm_eps": 1e-05, "rope_scaling": null, "rope_theta": 10000.0,
+      "tie_word_embeddings": false, "vocab_size": 50304})";
+    auto olmoe = parse_hf_config(olmoe_json, "olmoe");
+    ASSERT_TRUE(olmoe.is_ok()) << olmoe.status().to_string();
+    EXPECT_EQ(olmoe->num_experts, 64);
+    EXPECT_EQ(olmoe->expert_intermediate_size, 1024);
+    auto olmoe_config = loader::config_from_hf(*olmoe);
+    ASSERT_TRUE(olmoe_config.is_ok());
+    EXPECT_TRUE(olmoe_config->qk_norm_full);
+    std::string clipped = olmoe_json;
+    clipped.replace(clipped.find("\"clip_qkv\": null"), 16, "\"clip_qkv\": 8.0");
+    EXPECT_EQ(parse_hf_config(clipped, "olmoe").status().code(), StatusCode::kUnsupported);
+    // More experts per token than experts: a clear error.
+    std::string over = olmoe_json;
+    over.replace(over.find("\"num_experts_per_tok\": 8"), 24, "\"num_experts_per_tok\": 65");
+    auto bad = parse_hf_config(over, "olmoe");
+    ASSERT_FALSE(bad.is_ok());
+    EXPECT_EQ(bad.status().code(), StatusCode::kCorrupt);
+    EXPECT_NE(bad.status().message().find("num_experts_per_tok"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace kiln::formats
