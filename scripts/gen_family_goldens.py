@@ -85,6 +85,17 @@ FAMILIES = {
     # OLMoE: q/k RMSNorm over the whole projection (all heads at once), top-2 of 4 not renormalized.
     "olmoe": ("olmoe", dict(tie_word_embeddings=False, intermediate_size=16, num_experts=4, num_experts_per_tok=2,
                             norm_topk_prob=False)),
+    # gpt-oss: attention sinks, a sliding layer (window shorter than the prompts) then a full one,
+    # YaRN RoPE (factor 4 over an original context of 16, ramp ends not rounded), biased q/k/v/o,
+    # router and experts (input-major, gate and up interleaved), the clamped SwiGLU with a limit low
+    # enough that the clamps act.
+    "gpt-oss": ("gpt_oss", dict(tie_word_embeddings=False, head_dim=8, intermediate_size=32, num_local_experts=4,
+                                num_experts_per_tok=2, sliding_window=8, layer_types=["sliding_attention",
+                                                                                      "full_attention"],
+                                swiglu_limit=1.0, attention_bias=True,
+                                rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0,
+                                                 "original_max_position_embeddings": 16, "beta_fast": 32.0,
+                                                 "beta_slow": 1.0, "truncate": False})),
 }
 PROMPT_LENS = [1, 7, 19]
 GREEDY = 32

@@ -28,6 +28,10 @@ struct ArchNames {
     // architecture: Mixtral and Qwen3-MoE renormalize the chosen weights, Qwen2-MoE and OLMoE do not).
     bool moe = false;
     bool moe_norm_topk = false;
+    // gpt-oss: attention sinks (a learned per-head logit in every softmax's denominator), and biased
+    // router and experts with the clamped SwiGLU (ModelConfig's swiglu_alpha / swiglu_limit).
+    bool attn_sinks = false;
+    bool oai_moe = false;
 };
 
 inline constexpr ArchNames kArchitectures[] = {
@@ -49,6 +53,8 @@ inline constexpr ArchNames kArchitectures[] = {
      .qk_norm = true, .moe = true, .moe_norm_topk = true},
     {.model_type = "olmoe", .hf_class = "OlmoeForCausalLM", .gguf_arch = "olmoe", .gguf_neox_rope = true,
      .qk_norm = true, .qk_norm_full = true, .moe = true},
+    {.model_type = "gpt_oss", .hf_class = "GptOssForCausalLM", .gguf_arch = "gpt-oss", .gguf_neox_rope = true,
+     .moe = true, .moe_norm_topk = true, .attn_sinks = true, .oai_moe = true},
 };
 
 // Gemma 2 and 3 (their config.json fields: hidden_activation, query_pre_attn_scalar, soft-capping,

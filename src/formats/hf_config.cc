@@ -165,6 +165,7 @@ void parse_rope_scaling(Fields& parent, const char* key, const json& obj, RopeSc
     if (auto v = f.get_num("high_freq_factor")) out->high_freq_factor = *v;
     if (auto v = f.get_num("beta_fast")) out->beta_fast = *v;
     if (auto v = f.get_num("beta_slow")) out->beta_slow = *v;
+    if (auto v = f.get_bool("truncate")) out->truncate = *v;
     out->attention_factor = f.get_num("attention_factor");
     out->short_factor = f.get_num_list("short_factor");
     out->long_factor = f.get_num_list("long_factor");
@@ -207,9 +208,11 @@ core::Status parse_gemma_rope(Fields& f, const std::string& name, HfConfig* c) {
 // Gemma 3's sliding layers: layer_types, which must be "every Nth layer full attention", or
 // sliding_window_pattern N (default 6).
 core::Status parse_gemma_layers(Fields& f, const std::string& name, HfConfig* c) {
-    c->sliding_window = f.has("sliding_window") ? f.get_int("sliding_window").value_or(0) : 4096;
-    // Gemma2Config: every other layer; Gemma3TextConfig: sliding_window_pattern, default 6.
-    c->sliding_window_pattern = c->model_type == "gemma2" ? 2 : f.get_int("sliding_window_pattern").value_or(6);
+    const bool oss = c->model_type == "gpt_oss";
+    c->sliding_window = f.has("sliding_window") ? f.get_int("sliding_window").value_or(0) : oss ? 128 : 4096;
+    // Gemma2Config and GptOssConfig: every other layer; Gemma3TextConfig: sliding_window_pattern, default 6.
+    c->sliding_window_pattern =
+        c->model_type == "gemma2" || oss ? 2 : f.get_int("sliding_window_pattern").value_or(6);
     const json* types = f.raw("layer_types");
     if (!types || types->is_null()) return core::Status::ok();
     const int64_t n = c->num_hidden_layers;
@@ -306,7 +309,7 @@ core::Result<int64_t> first_sliding_layer(const json& types, int64_t num_layers,
 
 // sliding_window / max_window_layers per architecture (see hf_config.h).
 core::Status parse_sliding_window(Fields& f, const std::string& name, HfConfig* c) {
-    if (is_gemma(c->model_type)) {
+    if (is_gemma(c->model_type) || c->model_type == "gpt_oss") {
         KILN_RETURN_IF_ERROR(parse_gemma_layers(f, name, c));
     } else if (c->model_type == "qwen2_moe" || c->model_type == "qwen3_moe") {
         if (f.get_bool("use_sliding_window").value_or(false))
@@ -362,15 +365,25 @@ core::Status parse_experts(Fields& f, const std::string& name, HfConfig* c) {
     const formats::ArchNames* arch = find_arch_by_model_type(mt);
     if (!arch || !arch->moe) return core::Status::ok();
     const bool mixtral = mt == "mixtral", qwen = mt == "qwen2_moe" || mt == "qwen3_moe";
-    const int64_t experts_default = mixtral ? 8 : mt == "qwen2_moe" ? 60 : mt == "qwen3_moe" ? 128 : 64;
+    const bool oss = mt == "gpt_oss";
+    const int64_t experts_default = mixtral ? 8 : mt == "qwen2_moe" ? 60 : mt == "qwen3_moe" || oss ? 128 : 64;
     // MixtralConfig says num_local_experts, the others num_experts, except that transformers 5 saves
     // Qwen3MoeConfig's as num_local_experts too: whichever is there.
     c->num_experts = f.get_int("num_local_experts").value_or(f.get_int("num_experts").value_or(experts_default));
-    c->num_experts_used = f.get_int("num_experts_per_tok").value_or(mixtral ? 2 : mt == "qwen2_moe" ? 4 : 8);
+    c->num_experts_used = f.get_int("num_experts_per_tok").value_or(mixtral ? 2 : mt == "qwen2_moe" || oss ? 4 : 8);
     c->expert_intermediate_size =
         qwen ? f.get_int("moe_intermediate_size").value_or(mt == "qwen2_moe" ? 1408 : 768) : c->intermediate_size;
     if (mt == "qwen2_moe") c->shared_expert_intermediate_size = f.get_int("shared_expert_intermediate_size").value_or(5632);
-    c->norm_topk_prob = mixtral || f.get_bool("norm_topk_prob").value_or(false);
+    // Mixtral and gpt-oss weigh the chosen experts by a softmax over their logits alone.
+    c->norm_topk_prob = mixtral || oss || f.get_bool("norm_topk_prob").value_or(false);
+    if (oss) {
+        c->swiglu_alpha = f.get_num("swiglu_alpha").value_or(1.702);
+        c->swiglu_limit = f.get_num("swiglu_limit").value_or(7.0);
+        if (!(c->swiglu_alpha > 0) || !(c->swiglu_limit > 0) || !std::isfinite(c->swiglu_alpha) ||
+            !std::isfinite(c->swiglu_limit))
+            return core::error(StatusCode::kCorrupt) << name << ": swiglu_alpha " << c->swiglu_alpha
+                                                     << " and swiglu_limit " << c->swiglu_limit << " must be positive";
+    }
     if (qwen) {
         const int64_t step = f.get_int("decoder_sparse_step").value_or(1);
         const std::vector<int64_t> dense = f.get_int_list("mlp_only_layers");
@@ -398,7 +411,7 @@ core::Status parse_sizes(Fields& f, const std::string& name, HfConfig* c) {
     c->num_attention_heads = f.get_int("num_attention_heads").value_or(0);
     // Absent: the config class default (LlamaConfig: None -> num_attention_heads); null: num_attention_heads.
     const std::string& mt = c->model_type;
-    const int64_t kv_default = mt == "mistral" || mt == "mixtral" ? 8
+    const int64_t kv_default = mt == "mistral" || mt == "mixtral" || mt == "gpt_oss" ? 8
                                : is_qwen                          ? 32
                                : gemma || mt == "qwen3_moe"       ? 4
                                : mt == "qwen2_moe"                ? 16
@@ -408,14 +421,15 @@ core::Status parse_sizes(Fields& f, const std::string& name, HfConfig* c) {
     const bool is_qwen3 = c->model_type == "qwen3";
     int64_t default_head_dim = is_qwen3                     ? 128
                                : gemma                      ? 256
+                               : mt == "gpt_oss"            ? 64
                                : c->num_attention_heads > 0 ? c->hidden_size / c->num_attention_heads
                                                             : 0;
-    if (!is_qwen3 && !gemma && !f.raw("head_dim") && c->num_attention_heads > 0 && c->hidden_size % c->num_attention_heads != 0)
+    if (!is_qwen3 && !gemma && mt != "gpt_oss" && !f.raw("head_dim") && c->num_attention_heads > 0 && c->hidden_size % c->num_attention_heads != 0)
         return core::error(StatusCode::kCorrupt)
                << name << ": hidden_size " << c->hidden_size << " is not a multiple of num_attention_heads "
                << c->num_attention_heads << " and no head_dim is given";
     c->head_dim = f.get_int("head_dim").value_or(default_head_dim);
-    const int64_t max_pos_default = mt == "mistral" || mt == "mixtral"              ? 4096 * 32
+    const int64_t max_pos_default = mt == "mistral" || mt == "mixtral" || mt == "gpt_oss" ? 4096 * 32
                                     : is_qwen || mt == "qwen2_moe" || mt == "qwen3_moe" ? 32768
                                     : mt == "olmoe"                                     ? 4096
                                     : c->model_type == "gemma2" ? 8192
@@ -479,6 +493,7 @@ core::Result<HfConfig> parse_hf_config(const std::string& json_text, const std::
     // MixtralAttention have none whatever the config says.
     const std::string& mt = c.model_type;
     c.attention_bias = mt == "qwen2" || (mt == "qwen2_moe" && f.get_bool("qkv_bias").value_or(true)) ||
+                       (mt == "gpt_oss" && f.get_bool("attention_bias").value_or(true)) ||
                        (mt != "mistral" && mt != "mixtral" && mt != "qwen2_moe" &&
                         f.get_bool("attention_bias").value_or(false));
     KILN_RETURN_IF_ERROR(parse_experts(f, name, &c));

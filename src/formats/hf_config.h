@@ -19,7 +19,9 @@
 // computed as transformers does (sqrt(1 + ln(factor) / ln(original)), factor = max / original).
 // Mixture-of-experts families: Mixtral (MixtralForCausalLM; sliding_window, default None, on every
 // layer), Qwen2-MoE / Qwen3-MoE (every layer sparse; use_sliding_window unsupported) and OLMoE (q/k
-// norms over all heads; clip_qkv unsupported); their defaults are transformers' config classes'.
+// norms over all heads; clip_qkv unsupported) and gpt-oss (GptOssForCausalLM: attention sinks, every
+// other layer sliding (layer_types), YaRN RoPE, biased router and experts with the clamped SwiGLU of
+// swiglu_alpha / swiglu_limit); their defaults are transformers' config classes'.
 // Rejected as kUnsupported: hidden_act other than silu/swish (gelu_pytorch_tanh for Gemma 3),
 // partial_rotary_factor other than 1,
 // Llama's mlp_bias, Gemma's bidirectional attention.
@@ -69,6 +71,7 @@ struct HfConfig {
     // shared_expert_intermediate_size (Qwen2-MoE), norm_topk_prob (always on for Mixtral)).
     int64_t num_experts = 0, num_experts_used = 0, expert_intermediate_size = 0, shared_expert_intermediate_size = 0;
     bool norm_topk_prob = false;
+    double swiglu_alpha = 0, swiglu_limit = 0;  // gpt-oss (GptOssConfig: 1.702, 7.0)
     std::string torch_dtype;  // "bfloat16", "float16", "float32", or ""
     std::optional<int64_t> bos_token_id;
     std::vector<int64_t> eos_token_ids;

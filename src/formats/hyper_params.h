@@ -28,6 +28,7 @@ struct RopeScaling {
     double high_freq_factor = 4.0;                 // llama3
     double beta_fast = 32.0;                       // yarn
     double beta_slow = 1.0;                        // yarn
+    bool truncate = true;                          // yarn: the ramp's ends rounded to whole dimensions
     std::optional<double> attention_factor;        // yarn, longrope (mscale of the attention logits)
     // longrope (Phi-3): per-frequency divisors of the RoPE frequencies [head_dim / 2], short_factor
     // for positions < original_max_position_embeddings, long_factor from there on.

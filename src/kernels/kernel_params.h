@@ -115,7 +115,7 @@ struct WeightView {
     const float* row_scale = nullptr;
 };
 // RoPE frequency setup as plain numbers (from ModelConfig's rope_theta / rope_scaling).
-enum class RopeScalingKind { kNone, kLinear, kLlama3 };
+enum class RopeScalingKind { kNone, kLinear, kLlama3, kYarn };
 struct RopeParams {
     double theta = 10000.0;
     RopeScalingKind scaling = RopeScalingKind::kNone;
@@ -123,6 +123,11 @@ struct RopeParams {
     double low_freq_factor = 1.0;
     double high_freq_factor = 4.0;
     int64_t original_max_position_embeddings = 0;
+    // YaRN (transformers _compute_yarn_parameters): frequencies between the correction dimensions of
+    // beta_fast and beta_slow rotations ramp from extrapolated (theta's) to interpolated (/ factor);
+    // truncate rounds the range to whole dimensions. Its attention factor is applied to q elsewhere.
+    double beta_fast = 32.0, beta_slow = 1.0;
+    bool truncate = true;
     // Per-frequency divisors applied after the scaling above (llama.cpp's rope_freqs.weight); empty:
     // none. Host-side: rope_inv_freqs folds them into the inverse frequencies every kernel reads.
     std::vector<double> freq_factors;

@@ -129,14 +129,17 @@ core::Result<TensorRef> permute_tensor(const TensorRef& t, int64_t num_heads, Ro
 // attn_qkv ([Q | KV | KV] rows) and its gate_up (HF) / llama.cpp's ffn_up of 2F rows ([gate | up]);
 // any other tensor comes back alone.
 static core::Result<std::vector<TensorRef>> split_experts(TensorRef t, const ModelConfig& c, const std::string& what,
-                                                          const std::string& prefix);
+                                                          const std::string& prefix,
+                                                          std::vector<std::shared_ptr<const void>>* owners);
 
-static core::Result<std::vector<TensorRef>> split_fused(TensorRef t, const ModelConfig& c) {
+static core::Result<std::vector<TensorRef>> split_fused(TensorRef t, const ModelConfig& c,
+                                                        std::vector<std::shared_ptr<const void>>* owners) {
     const size_t dot = t.name.size() < 8 ? std::string::npos : t.name.rfind('.', t.name.size() - 8);  // "blk.N."
     const std::string what = dot == std::string::npos ? "" : t.name.substr(dot + 1);
-    if (what.ends_with("_exps.weight")) {
+    if (what.ends_with("_exps.weight") || what.ends_with("_exps_oss.weight") || what.ends_with("_exps.bias") ||
+        what.ends_with("_exps_oss.bias")) {
         const std::string prefix = t.name.substr(0, dot + 1);
-        return split_experts(std::move(t), c, what, prefix);
+        return split_experts(std::move(t), c, what, prefix, owners);
     }
     if (what == "ffn_gate_inp_shexp.weight" && t.shape.size() == 2 && t.shape[0] == 1) {  // HF's [1, H] Linear
         t.shape = {t.shape[1]};
@@ -177,8 +180,93 @@ static core::Result<std::vector<TensorRef>> split_fused(TensorRef t, const Model
 // Stacked experts as kiln's per-expert tensors (row views, no copy): GGUF's ffn_{gate,up,down}_exps
 // [E, rows, cols] and transformers' fused gate_up_proj [E, 2F, H] (each expert's gate rows, then its
 // up rows) -> blk.N.ffn_{gate,up,down}.E.weight.
+// gpt-oss's transformers layout, input-major: per expert [cols_in, rows_out * parts] with the parts'
+// columns interleaved (gate, up, gate, up, ...), copied out as each part's [rows_out, cols_in] rows.
+static core::Result<std::vector<TensorRef>> split_oss_experts(const TensorRef& t, const ModelConfig& c, bool gate_up,
+                                                              const std::string& prefix,
+                                                              std::vector<std::shared_ptr<const void>>* owners) {
+    const int64_t E = c.num_experts, F = c.expert_intermediate_size, H = c.hidden_size;
+    const uint64_t in = uint64_t(gate_up ? H : F), out_cols = uint64_t(gate_up ? 2 * F : H);
+    const size_t es = t.dtype == core::DType::kF32 ? 4 : t.dtype == core::DType::kBF16 || t.dtype == core::DType::kF16 ? 2 : 0;
+    if (es == 0 || t.row_scale)
+        return core::error(StatusCode::kUnsupported) << "tensor '" << t.name << "': gpt-oss experts of type "
+                                                     << core::dtype_name(t.dtype) << " (supported: f32, f16, bf16)";
+    if (t.shape != std::vector<uint64_t>{uint64_t(E), in, out_cols} || t.num_bytes != uint64_t(E) * in * out_cols * es)
+        return core::error(StatusCode::kCorrupt) << "tensor '" << t.name << "' has shape " << shape_string(t.shape)
+                                                 << ", expected [" << E << ", " << in << ", " << out_cols << "]";
+    const int64_t parts = gate_up ? 2 : 1;
+    const uint64_t rows = out_cols / uint64_t(parts);
+    std::vector<TensorRef> out;
+    for (int64_t e = 0; e < E; ++e) {
+        const uint8_t* src = t.data + uint64_t(e) * in * out_cols * es;
+        for (int64_t part = 0; part < parts; ++part) {
+            auto buf = std::make_shared<std::vector<uint8_t>>(rows * in * es);
+            for (uint64_t r = 0; r < rows; ++r)
+                for (uint64_t i = 0; i < in; ++i)
+                    std::memcpy(buf->data() + (r * in + i) * es, src + (i * out_cols + r * uint64_t(parts) + uint64_t(part)) * es, es);
+            TensorRef p = t;
+            p.name = prefix + (gate_up ? (part == 0 ? "ffn_gate." : "ffn_up.") : "ffn_down.") + std::to_string(e) + ".weight";
+            p.shape = {rows, in};
+            p.data = buf->data();
+            p.num_bytes = buf->size();
+            p.storage.reset();
+            owners->push_back(std::move(buf));
+            out.push_back(std::move(p));
+        }
+    }
+    return out;
+}
+
+// Stacked expert biases [E, n] as per-expert [n] vectors (views); gpt-oss's gate_up bias [E, 2F]
+// (gate and up interleaved) copied out as the gate's and the up's.
+static core::Result<std::vector<TensorRef>> split_expert_biases(const TensorRef& t, const ModelConfig& c,
+                                                                const std::string& what, const std::string& prefix,
+                                                                std::vector<std::shared_ptr<const void>>* owners) {
+    const int64_t E = c.num_experts, F = c.expert_intermediate_size, H = c.hidden_size;
+    const bool interleaved = what == "ffn_gate_up_exps_oss.bias";
+    const std::string stem = what.substr(0, what.find("_exps"));  // ffn_gate, ffn_up, ffn_down
+    const uint64_t n = uint64_t(interleaved ? 2 * F : stem == "ffn_down" ? H : F);
+    const size_t es = core::dtype_bytes(t.dtype, 1).value_or(0);
+    if ((stem != "ffn_gate" && stem != "ffn_up" && stem != "ffn_down" && !interleaved) || es == 0 ||
+        core::dtype_info(t.dtype).is_quantized || t.shape != std::vector<uint64_t>{uint64_t(E), n} ||
+        t.num_bytes != uint64_t(E) * n * es)
+        return core::error(StatusCode::kCorrupt) << "tensor '" << t.name << "' (" << core::dtype_name(t.dtype) << " "
+                                                 << shape_string(t.shape) << ") is not [" << E << ", " << n
+                                                 << "] expert biases";
+    std::vector<TensorRef> out;
+    for (int64_t e = 0; e < E; ++e) {
+        const uint8_t* src = t.data + uint64_t(e) * n * es;
+        if (!interleaved) {
+            TensorRef p = t;
+            p.name = prefix + stem + "." + std::to_string(e) + ".bias";
+            p.shape = {n};
+            p.data = src;
+            p.num_bytes = n * es;
+            out.push_back(std::move(p));
+            continue;
+        }
+        for (int part = 0; part < 2; ++part) {
+            auto buf = std::make_shared<std::vector<uint8_t>>(size_t(F) * es);
+            for (int64_t i = 0; i < F; ++i) std::memcpy(buf->data() + size_t(i) * es, src + size_t(2 * i + part) * es, es);
+            TensorRef p = t;
+            p.name = prefix + (part == 0 ? "ffn_gate." : "ffn_up.") + std::to_string(e) + ".bias";
+            p.shape = {uint64_t(F)};
+            p.data = buf->data();
+            p.num_bytes = buf->size();
+            p.storage.reset();
+            owners->push_back(std::move(buf));
+            out.push_back(std::move(p));
+        }
+    }
+    return out;
+}
+
 static core::Result<std::vector<TensorRef>> split_experts(TensorRef t, const ModelConfig& c, const std::string& what,
-                                                          const std::string& prefix) {
+                                                          const std::string& prefix,
+                                                          std::vector<std::shared_ptr<const void>>* owners) {
+    if (what.ends_with(".bias")) return split_expert_biases(t, c, what, prefix, owners);
+    if (what == "ffn_gate_up_exps_oss.weight") return split_oss_experts(t, c, true, prefix, owners);
+    if (what == "ffn_down_exps_oss.weight") return split_oss_experts(t, c, false, prefix, owners);
     const int64_t E = c.num_experts, F = c.expert_intermediate_size, H = c.hidden_size;
     std::vector<std::pair<std::string, int64_t>> parts;  // per expert: name stem, rows
     int64_t cols = H;
@@ -250,7 +338,8 @@ core::Result<Checkpoint> load_gguf_checkpoint(const std::string& path) {
     std::set<std::string> names;
     for (const formats::GgufTensorInfo& info : gguf->tensors()) {
         TensorRef t{info.name, info.dtype, info.shape, gguf->tensor_data(info), info.num_bytes, nullptr, {}};
-        KILN_ASSIGN_OR_RETURN(std::vector<TensorRef> parts, split_fused(std::move(t), ck.config));
+        t.name = gguf_to_canonical_name(t.name, ck.config);
+        KILN_ASSIGN_OR_RETURN(std::vector<TensorRef> parts, split_fused(std::move(t), ck.config, &ck.owners));
         for (TensorRef& part : parts) {
             const int64_t heads = neox ? rope_permute_heads(part.name, ck.config) : 0;
             KILN_RETURN_IF_ERROR(add_tensor(&ck, &names, std::move(part), heads));
@@ -326,7 +415,7 @@ core::Result<Checkpoint> load_hf_checkpoint(const std::string& path) {
             // Gemma's RMSNorm multiplies by (1 + w): stored with the 1 added, as llama.cpp does.
             KILN_ASSIGN_OR_RETURN(t, shift_norm_weight(t, &ck.owners));
         }
-        KILN_ASSIGN_OR_RETURN(std::vector<TensorRef> parts, split_fused(std::move(t), ck.config));
+        KILN_ASSIGN_OR_RETURN(std::vector<TensorRef> parts, split_fused(std::move(t), ck.config, &ck.owners));
         for (TensorRef& part : parts) {
             const int64_t heads = rope_permute_heads(part.name, ck.config);
             KILN_RETURN_IF_ERROR(add_tensor(&ck, &names, std::move(part), heads));

@@ -170,12 +170,15 @@ public:
     // nullopt when `t` is not an expert's tensor; else the finished stack once its last expert came
     // (a tensor with an empty name until then).
     core::Result<std::optional<TensorRef>> add(const TensorRef& t, std::vector<std::shared_ptr<const void>>* owners) {
-        const size_t dot_w = t.name.rfind(".weight");
-        if (num_experts_ <= 0 || !t.name.starts_with("blk.") || dot_w == std::string::npos || t.shape.size() != 2)
+        const bool bias = t.name.ends_with(".bias");
+        const size_t dot_w = t.name.rfind(bias ? ".bias" : ".weight");
+        if (num_experts_ <= 0 || !t.name.starts_with("blk.") || dot_w == std::string::npos ||
+            t.shape.size() != (bias ? 1u : 2u))
             return std::optional<TensorRef>();
         const size_t dot_e = t.name.rfind('.', dot_w - 1);
         if (dot_e == std::string::npos) return std::optional<TensorRef>();
         const std::string stem = t.name.substr(0, dot_e);  // blk.N.ffn_gate
+        const std::string key = stem + (bias ? ".bias" : ".weight");
         if (!stem.ends_with(".ffn_gate") && !stem.ends_with(".ffn_up") && !stem.ends_with(".ffn_down"))
             return std::optional<TensorRef>();
         int64_t e = -1;
@@ -184,14 +187,15 @@ public:
             return std::optional<TensorRef>();
         e = std::stoll(idx);
         if (e >= num_experts_) return std::optional<TensorRef>();
-        std::vector<TensorRef>& parts = pending_[stem];
+        std::vector<TensorRef>& parts = pending_[key];
         parts.resize(size_t(num_experts_));
         parts[size_t(e)] = t;
         for (const TensorRef& p : parts)
             if (p.name.empty()) return std::optional<TensorRef>(TensorRef{});
         TensorRef out = parts[0];
-        out.name = stem + "_exps.weight";
-        out.shape = {uint64_t(num_experts_), parts[0].shape[0], parts[0].shape[1]};
+        out.name = stem + (bias ? "_exps.bias" : "_exps.weight");
+        out.shape = parts[0].shape;
+        out.shape.insert(out.shape.begin(), uint64_t(num_experts_));
         out.num_bytes = parts[0].num_bytes * uint64_t(num_experts_);
         out.row_scale = nullptr;
         bool adjacent = true;
@@ -212,7 +216,7 @@ public:
             owners->push_back(std::move(buf));
         }
         out.storage.reset();
-        pending_.erase(stem);
+        pending_.erase(key);
         return std::optional<TensorRef>(std::move(out));
     }
     // The stacks still missing experts (an incomplete checkpoint: check_checkpoint_tensors prevents it).
@@ -260,6 +264,7 @@ core::Status write_gguf_checkpoint(const Checkpoint& ck, const std::string& path
         KILN_ASSIGN_OR_RETURN(std::optional<TensorRef> stacked, experts.add(t, &owners));
         if (stacked && stacked->name.empty()) continue;  // an expert of a stack not yet complete
         if (stacked) t = std::move(*stacked);
+        t.name = canonical_to_gguf_name(t.name, ck.config);
         if (!formats::ggml_from_dtype(t.dtype))
             return core::error(StatusCode::kUnsupported) << ck.path << ": tensor '" << t.name << "': dtype "
                                                          << core::dtype_name(t.dtype) << " has no GGUF type";
@@ -284,10 +289,11 @@ core::Status write_hf_checkpoint(const Checkpoint& ck, const std::string& dir, c
                << ck.path << ": rope_freqs.weight (llama.cpp's form of Llama-3 RoPE scaling) has no Hugging Face "
                << "equivalent; keep this model in GGUF";
     const formats::ArchNames* family = formats::find_arch_by_model_type(ck.config.arch);
-    if ((family && family->norm_plus_one) || ck.config.arch == "phi3")
+    if ((family && family->norm_plus_one) || ck.config.arch == "phi3" || ck.config.arch == "gpt_oss")
         return core::error(StatusCode::kUnsupported)
                << ck.path << ": writing " << ck.config.arch << " as safetensors is not supported yet (Gemma's norm "
-               << "weights would need their +1 taken off, Phi-3's projections fusing again); keep this model in GGUF";
+               << "weights would need their +1 taken off, Phi-3's projections fusing again, gpt-oss's experts "
+               << "transposing and interleaving again); keep this model in GGUF";
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) return core::error(StatusCode::kIo) << dir << ": cannot create directory: " << ec.message();

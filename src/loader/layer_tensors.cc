@@ -7,8 +7,10 @@
 namespace kiln::loader {
 namespace {
 
-enum class Dim { kNone, kHidden, kInter, kQ, kKv, kQNorm, kKNorm, kExperts, kExpertInter, kSharedInter };
-enum class When { kAlways, kDense, kAttentionBias, kOutputBias, kQkNorm, kSandwichNorms, kMoe, kSharedExpert };
+enum class Dim { kNone, kHidden, kInter, kQ, kKv, kQNorm, kKNorm, kExperts, kExpertInter, kSharedInter, kHeads };
+enum class When {
+    kAlways, kDense, kAttentionBias, kOutputBias, kQkNorm, kSandwichNorms, kMoe, kSharedExpert, kSinks, kMoeBiases
+};
 
 struct Row {
     LayerTensor t;
@@ -43,6 +45,11 @@ constexpr Row kRows[] = {
     {LayerTensor::kSharedUp, "ffn_up_shexp.weight", Dim::kSharedInter, Dim::kHidden, When::kSharedExpert},
     {LayerTensor::kSharedDown, "ffn_down_shexp.weight", Dim::kHidden, Dim::kSharedInter, When::kSharedExpert},
     {LayerTensor::kSharedRouter, "ffn_gate_inp_shexp.weight", Dim::kHidden, Dim::kNone, When::kSharedExpert},
+    {LayerTensor::kAttnSinks, "attn_sinks.weight", Dim::kHeads, Dim::kNone, When::kSinks},
+    {LayerTensor::kRouterBias, "ffn_gate_inp.bias", Dim::kExperts, Dim::kNone, When::kMoeBiases},
+    {LayerTensor::kExpertGateBias, "ffn_gate.*.bias", Dim::kExpertInter, Dim::kNone, When::kMoeBiases},
+    {LayerTensor::kExpertUpBias, "ffn_up.*.bias", Dim::kExpertInter, Dim::kNone, When::kMoeBiases},
+    {LayerTensor::kExpertDownBias, "ffn_down.*.bias", Dim::kHidden, Dim::kNone, When::kMoeBiases},
 };
 
 const Row& row(LayerTensor t) {
@@ -71,6 +78,8 @@ uint64_t size_of(const ModelConfig& c, Dim d) {
             return uint64_t(c.expert_intermediate_size);
         case Dim::kSharedInter:
             return uint64_t(c.shared_expert_intermediate_size);
+        case Dim::kHeads:
+            return uint64_t(c.num_heads);
         case Dim::kNone:
             break;
     }
@@ -86,7 +95,8 @@ std::string layer_tensor_name(int64_t layer, LayerTensor t, int64_t expert) {
 }
 
 bool is_expert_tensor(LayerTensor t) {
-    return t == LayerTensor::kExpertGate || t == LayerTensor::kExpertUp || t == LayerTensor::kExpertDown;
+    return t == LayerTensor::kExpertGate || t == LayerTensor::kExpertUp || t == LayerTensor::kExpertDown ||
+           t == LayerTensor::kExpertGateBias || t == LayerTensor::kExpertUpBias || t == LayerTensor::kExpertDownBias;
 }
 
 bool layer_tensor_present(const ModelConfig& c, LayerTensor t) {
@@ -105,6 +115,10 @@ bool layer_tensor_present(const ModelConfig& c, LayerTensor t) {
             return c.moe();
         case When::kSharedExpert:
             return c.moe() && c.shared_expert_intermediate_size > 0;
+        case When::kSinks:
+            return c.attn_sinks;
+        case When::kMoeBiases:
+            return c.moe() && c.moe_biases;
         case When::kAlways:
             break;
     }

@@ -28,6 +28,9 @@ enum class LayerTensor {
     kExpertGate, kExpertUp, kExpertDown,                     // per expert: [Fe, H], [Fe, H], [H, Fe]
     kSharedGate, kSharedUp, kSharedDown,                     // the shared expert: [S, H], [S, H], [H, S]
     kSharedRouter,                                           // ffn_gate_inp_shexp [H]: its sigmoid gate
+    kAttnSinks,                                              // gpt-oss: attn_sinks [num_heads]
+    kRouterBias,                                             // gpt-oss: ffn_gate_inp.bias [E]
+    kExpertGateBias, kExpertUpBias, kExpertDownBias,         // gpt-oss, per expert: [Fe], [Fe], [H]
 };
 
 struct TensorSpec {
@@ -38,7 +41,7 @@ struct TensorSpec {
 
 // "blk.<layer>.attn_q.weight" and so on; `expert` picks the expert of kExpert* tensors.
 std::string layer_tensor_name(int64_t layer, LayerTensor t, int64_t expert = 0);
-// Whether t is one of the per-expert tensors (kExpertGate, kExpertUp, kExpertDown).
+// Whether t is one of the per-expert tensors (kExpertGate, kExpertUp, kExpertDown and their biases).
 bool is_expert_tensor(LayerTensor t);
 // Whether layer tensor t exists for config c, and its shape.
 bool layer_tensor_present(const ModelConfig& c, LayerTensor t);

@@ -60,6 +60,9 @@ core::Status read_gguf_rope_scaling(const formats::GgufFile& g, const std::strin
     KILN_ASSIGN_OR_RETURN(c->rope_scaling.high_freq_factor, gguf_float(g, p + "high_freq_factor", 4.0));
     KILN_ASSIGN_OR_RETURN(c->rope_scaling.beta_fast, gguf_float(g, p + "yarn_beta_fast", 32.0));
     KILN_ASSIGN_OR_RETURN(c->rope_scaling.beta_slow, gguf_float(g, p + "yarn_beta_slow", 1.0));
+    // gpt-oss was trained with the ramp's ends not rounded (its config.json says truncate false;
+    // llama.cpp rounds them), other YaRN models with them rounded.
+    c->rope_scaling.truncate = g.get_bool(p + "yarn_truncate").value_or(arch != "gpt-oss");
     if (g.find(p + "attn_factor")) {
         KILN_ASSIGN_OR_RETURN(double af, gguf_float(g, p + "attn_factor", 1.0));
         c->rope_scaling.attention_factor = af;
@@ -109,6 +112,9 @@ void set_family_flags(ModelConfig* c) {
     if (!a) return;  // validate() reports it
     c->qk_norm = c->qk_norm || a->qk_norm;
     c->qk_norm_full = a->qk_norm_full;
+    c->attn_sinks = a->attn_sinks;
+    c->moe_biases = a->oai_moe;
+    if (a->oai_moe && c->swiglu_limit == 0) c->swiglu_alpha = 1.702, c->swiglu_limit = 7.0;  // gpt-oss's
     c->gelu_mlp = a->gelu_mlp;
     c->sandwich_norms = a->sandwich_norms;
     c->scale_embeddings = a->scale_embeddings;
@@ -140,6 +146,9 @@ core::Status ModelConfig::validate() const {
                                                  << " experts (num_experts " << num_experts << ")";
     if (arch == "qwen2" && !attention_bias)
         return core::error(StatusCode::kCorrupt) << "model config: qwen2 always has q/k/v biases";
+    if (!(swiglu_alpha >= 0) || !(swiglu_limit >= 0) || !std::isfinite(swiglu_alpha) || !std::isfinite(swiglu_limit))
+        return core::error(StatusCode::kCorrupt) << "model config: swiglu_alpha " << swiglu_alpha << " / swiglu_limit "
+                                                 << swiglu_limit << " must be finite and not negative";
     if (sliding_window_pattern < 0 || !(query_pre_attn_scalar >= 0) || !(rope_local_theta >= 0) ||
         !std::isfinite(query_pre_attn_scalar) || !std::isfinite(rope_local_theta) || !(attn_softcap >= 0) ||
         !(final_softcap >= 0) || !std::isfinite(attn_softcap) || !std::isfinite(final_softcap))
@@ -173,6 +182,8 @@ core::Result<ModelConfig> config_from_hf(const formats::HfConfig& hf) {
     c.expert_intermediate_size = hf.expert_intermediate_size;
     c.shared_expert_intermediate_size = hf.shared_expert_intermediate_size;
     c.norm_topk_prob = hf.norm_topk_prob;
+    c.swiglu_alpha = hf.swiglu_alpha;
+    c.swiglu_limit = hf.swiglu_limit;
     set_family_flags(&c);
     c.query_pre_attn_scalar = hf.query_pre_attn_scalar;
     c.sliding_window_pattern = hf.sliding_window > 0 ? hf.sliding_window_pattern : 0;
@@ -238,6 +249,15 @@ core::Result<ModelConfig> config_from_gguf(const formats::GgufFile& g) {
         KILN_ASSIGN_OR_RETURN(c.shared_expert_intermediate_size,
                               gguf_int(g, p + "expert_shared_feed_forward_length", shared_default));
         c.norm_topk_prob = g.get_bool(p + "expert_weights_norm").value_or(family && family->moe_norm_topk);
+        if (family && family->oai_moe) {  // llama.cpp hard-codes gpt-oss's 1.702 and 7.0
+            KILN_ASSIGN_OR_RETURN(c.swiglu_alpha, gguf_float(g, p + "swiglu_oai_alpha", 1.702));
+            KILN_ASSIGN_OR_RETURN(c.swiglu_limit, gguf_float(g, p + "swiglu_oai_limit", 7.0));
+        }
+    }
+    if (c.arch == "gpt_oss") {
+        // llama.cpp's gpt-oss: every 2nd layer full attention; kiln's files may say otherwise.
+        KILN_ASSIGN_OR_RETURN(c.sliding_window_pattern, gguf_int(g, p + "attention.sliding_window_pattern", int64_t(2)));
+        if (c.sliding_window == 0) c.sliding_window_pattern = 0;
     }
     if (formats::is_gemma(c.arch)) {
         // llama.cpp's gemma2 / gemma3: every 2nd / 6th layer full attention, gemma3's sliding layers
@@ -330,6 +350,10 @@ std::vector<std::pair<std::string, GgufValue>> config_to_gguf_metadata(const Mod
             kv.emplace_back(p + "expert_shared_feed_forward_length",
                             gguf_u32(uint32_t(c.shared_expert_intermediate_size)));
         kv.emplace_back(p + "expert_weights_norm", gguf_bool(c.norm_topk_prob));
+        if (c.swiglu_limit > 0) {
+            kv.emplace_back(p + "swiglu_oai_alpha", gguf_f32(float(c.swiglu_alpha)));
+            kv.emplace_back(p + "swiglu_oai_limit", gguf_f32(float(c.swiglu_limit)));
+        }
     }
     if (formats::is_gemma(c.arch)) {  // always: gemma2's defaults are not 0
         kv.emplace_back(p + "attn_logit_softcapping", gguf_f32(float(c.attn_softcap)));
@@ -349,6 +373,7 @@ std::vector<std::pair<std::string, GgufValue>> config_to_gguf_metadata(const Mod
         if (rs.type == "yarn") {
             kv.emplace_back(p + "rope.scaling.yarn_beta_fast", gguf_f32(float(rs.beta_fast)));
             kv.emplace_back(p + "rope.scaling.yarn_beta_slow", gguf_f32(float(rs.beta_slow)));
+            kv.emplace_back(p + "rope.scaling.yarn_truncate", gguf_bool(rs.truncate));
         }
         if (rs.attention_factor) kv.emplace_back(p + "rope.scaling.attn_factor", gguf_f32(float(*rs.attention_factor)));
         if (rs.type == "longrope") {
@@ -392,6 +417,7 @@ std::string config_to_hf_json(const ModelConfig& c, const std::string& torch_dty
         if (rs.type == "yarn") {
             r["beta_fast"] = rs.beta_fast;
             r["beta_slow"] = rs.beta_slow;
+            if (!rs.truncate) r["truncate"] = false;
         }
         if (rs.attention_factor) r["attention_factor"] = *rs.attention_factor;
         if (rs.type == "longrope") {

@@ -16,7 +16,10 @@
 // {arch}.expert_count, expert_used_count, expert_feed_forward_length (default feed_forward_length),
 // expert_shared_feed_forward_length (Qwen2-MoE) and expert_weights_norm (norm_topk_prob; llama.cpp
 // reads it only for DeepSeek and hard-codes the others, which is the default here:
-// formats::ArchNames::moe_norm_topk). Mixtral is a "llama" GGUF with an expert_count.
+// formats::ArchNames::moe_norm_topk). Mixtral is a "llama" GGUF with an expert_count. gpt-oss adds
+// kiln keys {arch}.swiglu_oai_alpha / swiglu_oai_limit (default 1.702 / 7.0, what llama.cpp
+// hard-codes) and {arch}.rope.scaling.yarn_truncate (default false for gpt-oss, true otherwise);
+// its MLP input norm is llama.cpp's blk.N.post_attention_norm (weight_names.h).
 // Invariants after validate(): the architecture is in formats/architectures.h and the checks of
 // formats/hyper_params.h hold (sizes positive and capped, num_heads a multiple of num_kv_heads,
 // head_dim even, eps and theta positive, RoPE scaling coherent, bos/eos ids inside the vocabulary);
@@ -76,6 +79,12 @@ struct ModelConfig : formats::HyperParams {
     // Mixture of experts: HyperParams' num_experts (> 0: every layer's MLP is a router over experts),
     // num_experts_used, expert_intermediate_size, shared_expert_intermediate_size, norm_topk_prob.
     bool moe() const { return num_experts > 0; }
+    // gpt-oss: attention sinks (attn_sinks.weight [num_heads]); a biased router and experts whose
+    // activation is the clamped SwiGLU, (u + 1) * g * sigmoid(swiglu_alpha * g) with g <= swiglu_limit
+    // and |u| <= swiglu_limit (swiglu_limit 0: plain SwiGLU).
+    bool attn_sinks = false;
+    bool moe_biases = false;
+    double swiglu_alpha = 0, swiglu_limit = 0;
 
     int64_t q_dim() const { return num_heads * head_dim; }
     int64_t kv_dim() const { return num_kv_heads * head_dim; }

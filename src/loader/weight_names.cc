@@ -51,6 +51,20 @@ constexpr NamePair kLayer[] = {
     {"mlp.experts.down_proj", "ffn_down_exps.weight"},
 };
 
+// gpt-oss (GptOssForCausalLM; checked before kLayer for gpt_oss): sinks, the biased router, and the
+// experts as transformers' GptOssExperts holds them, gate_up_proj [E, H, 2F] with gate and up columns
+// interleaved and down_proj [E, F, H], both input-major: checkpoint.cc transposes them into kiln's
+// per-expert tensors at load (the *_oss names exist only in between).
+constexpr NamePair kOssLayer[] = {
+    {"self_attn.sinks", "attn_sinks.weight"},
+    {"mlp.router.weight", "ffn_gate_inp.weight"},
+    {"mlp.router.bias", "ffn_gate_inp.bias"},
+    {"mlp.experts.gate_up_proj", "ffn_gate_up_exps_oss.weight"},
+    {"mlp.experts.gate_up_proj_bias", "ffn_gate_up_exps_oss.bias"},
+    {"mlp.experts.down_proj", "ffn_down_exps_oss.weight"},
+    {"mlp.experts.down_proj_bias", "ffn_down_exps.bias"},
+};
+
 // Mixtral's router and fused experts (checked before kLayer for mixtral; read from any HF file).
 constexpr NamePair kMixtralLayer[] = {
     {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"},
@@ -127,6 +141,9 @@ std::optional<std::string> map_name(const std::string& name, bool from_hf, const
     if (formats::is_gemma(model_type))
         for (const NamePair& p : kGemmaLayer)
             if (rest == (from_hf ? p.hf : p.gguf)) return prefix + (from_hf ? p.gguf : p.hf);
+    if (model_type == "gpt_oss")
+        for (const NamePair& p : kOssLayer)
+            if (rest == (from_hf ? p.hf : p.gguf)) return prefix + (from_hf ? p.gguf : p.hf);
     const bool mixtral = model_type == "mixtral";
     if (from_hf || mixtral)
         for (const NamePair& p : kMixtralLayer)
@@ -145,6 +162,18 @@ std::optional<std::string> hf_to_gguf_name(const std::string& hf_name, const std
 
 std::optional<std::string> gguf_to_hf_name(const std::string& gguf_name, const std::string& model_type) {
     return map_name(gguf_name, false, model_type);
+}
+
+std::string gguf_to_canonical_name(const std::string& gguf_name, const ModelConfig& config) {
+    if (config.arch == "gpt_oss" && core::ends_with(gguf_name, ".post_attention_norm.weight"))
+        return gguf_name.substr(0, gguf_name.size() - std::strlen("post_attention_norm.weight")) + "ffn_norm.weight";
+    return gguf_name;
+}
+
+std::string canonical_to_gguf_name(const std::string& name, const ModelConfig& config) {
+    if (config.arch == "gpt_oss" && core::ends_with(name, ".ffn_norm.weight"))
+        return name.substr(0, name.size() - std::strlen("ffn_norm.weight")) + "post_attention_norm.weight";
+    return name;
 }
 
 bool is_hf_ignored_tensor(const std::string& hf_name) {

@@ -22,6 +22,11 @@ namespace kiln::loader {
 // (post_attention_norm) and pre_feedforward_layernorm the MLP input's (ffn_norm); "" = Llama family.
 std::optional<std::string> hf_to_gguf_name(const std::string& hf_name, const std::string& model_type = "");
 std::optional<std::string> gguf_to_hf_name(const std::string& gguf_name, const std::string& model_type = "");
+// A GGUF file's tensor name as kiln's canonical one, and back: they differ where llama.cpp names a
+// tensor by its family (gpt-oss: the MLP's input norm is blk.N.post_attention_norm.weight, kiln's
+// ffn_norm); every other name is the same.
+std::string gguf_to_canonical_name(const std::string& gguf_name, const ModelConfig& config);
+std::string canonical_to_gguf_name(const std::string& name, const ModelConfig& config);
 // Buffers HF checkpoints sometimes save that are not weights (rotary_emb.inv_freq).
 bool is_hf_ignored_tensor(const std::string& hf_name);
 

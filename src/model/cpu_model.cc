@@ -96,6 +96,17 @@ core::Result<kernels::ref::RopeParams> rope_params(const ModelConfig& c, const s
         p.factor = 1.0;
         p.freq_factors.clear();
         for (double f : rs.short_factor) p.freq_factors.push_back(double(float(f)));  // float32, as transformers
+    } else if (rs.type == "yarn") {
+        // gpt-oss, Qwen with YaRN: the ramp needs the pretraining context; the attention factor is
+        // attention_q_scale's.
+        if (rs.original_max_position_embeddings <= 0)
+            return core::error(StatusCode::kCorrupt)
+                   << path << ": yarn RoPE scaling needs original_max_position_embeddings";
+        p.scaling = kernels::ref::RopeScalingKind::kYarn;
+        p.beta_fast = rs.beta_fast;
+        p.beta_slow = rs.beta_slow;
+        p.truncate = rs.truncate;
+        p.original_max_position_embeddings = rs.original_max_position_embeddings;
     } else if (rs.type == "llama3") {
         p.scaling = kernels::ref::RopeScalingKind::kLlama3;
         p.low_freq_factor = rs.low_freq_factor;
@@ -104,7 +115,7 @@ core::Result<kernels::ref::RopeParams> rope_params(const ModelConfig& c, const s
     } else {
         return core::error(StatusCode::kUnsupported)
                << path << ": RoPE scaling '" << rs.type
-               << "' is not supported yet (supported: none, linear, llama3, longrope)";
+               << "' is not supported yet (supported: none, linear, llama3, longrope, yarn)";
     }
     return p;
 }
@@ -118,7 +129,7 @@ KvCache::KvCache(const ModelConfig& config, int64_t max_len)
 
 const std::vector<std::string>& CpuModel::supported_architectures() {
     static const std::vector<std::string> kArchs = {"llama",   "mistral",   "qwen2",     "qwen3",    "gemma2", "gemma3_text",
-                                                    "phi3",    "mixtral",   "qwen2_moe", "qwen3_moe", "olmoe"};
+                                                    "phi3",    "mixtral",   "qwen2_moe", "qwen3_moe", "olmoe",  "gpt_oss"};
     return kArchs;
 }
 
@@ -215,10 +226,28 @@ core::Result<std::unique_ptr<CpuModel>> CpuModel::create(const Checkpoint& ck, c
                                          &L.expert_gate_up.back(), &L.expert_down.back()));
                 L.expert_gate_up_view.push_back(L.expert_gate_up.back().get());
                 L.expert_down_view.push_back(L.expert_down.back().get());
+                if (c.moe_biases) {
+                    const int64_t FE = c.expert_intermediate_size;
+                    KILN_ASSIGN_OR_RETURN(const std::vector<float> bg, vec(ck, x(LayerTensor::kExpertGateBias), FE));
+                    KILN_ASSIGN_OR_RETURN(const std::vector<float> bu, vec(ck, x(LayerTensor::kExpertUpBias), FE));
+                    L.expert_gate_up_bias.push_back(L.expert_gate_up.back()->gate_up_order(bg, bu));
+                    KILN_ASSIGN_OR_RETURN(std::vector<float> bd, vec(ck, x(LayerTensor::kExpertDownBias), H));
+                    L.expert_down_bias.push_back(std::move(bd));
+                }
+            }
+            for (size_t e = 0; e < L.expert_gate_up_bias.size(); ++e) {  // the vectors above no longer move
+                L.expert_gate_up_bias_view.push_back(L.expert_gate_up_bias[e].data());
+                L.expert_down_bias_view.push_back(L.expert_down_bias[e].data());
             }
             L.moe.router = L.router.get();
             L.moe.gate_up = L.expert_gate_up_view;
             L.moe.down = L.expert_down_view;
+            L.moe.gate_up_bias = L.expert_gate_up_bias_view;
+            L.moe.down_bias = L.expert_down_bias_view;
+            if (c.moe_biases) {
+                KILN_ASSIGN_OR_RETURN(L.router_bias, vec(ck, p(LayerTensor::kRouterBias), c.num_experts));
+                L.moe.router_bias = L.router_bias.data();
+            }
             if (c.shared_expert_intermediate_size > 0) {
                 KILN_RETURN_IF_ERROR(mlp(p(LayerTensor::kSharedGate), p(LayerTensor::kSharedUp),
                                          p(LayerTensor::kSharedDown), c.shared_expert_intermediate_size,
@@ -247,6 +276,9 @@ core::Result<std::unique_ptr<CpuModel>> CpuModel::create(const Checkpoint& ck, c
             KILN_ASSIGN_OR_RETURN(L.q_norm, vec(ck, p(LayerTensor::kQNorm), c.qk_norm_full ? Q : c.head_dim));
             KILN_ASSIGN_OR_RETURN(L.k_norm, vec(ck, p(LayerTensor::kKNorm), c.qk_norm_full ? KV : c.head_dim));
         }
+        if (c.attn_sinks) {
+            KILN_ASSIGN_OR_RETURN(L.sinks, vec(ck, p(LayerTensor::kAttnSinks), c.num_heads));
+        }
         if (c.sandwich_norms) {
             KILN_ASSIGN_OR_RETURN(L.post_attn_norm, vec(ck, p(LayerTensor::kPostAttnNorm), H));
             KILN_ASSIGN_OR_RETURN(L.post_ffn_norm, vec(ck, p(LayerTensor::kPostFfnNorm), H));
@@ -267,6 +299,7 @@ core::Result<std::unique_ptr<CpuModel>> CpuModel::create(const Checkpoint& ck, c
         lw.down = L.down.get();
         lw.moe = c.moe() ? &L.moe : nullptr;
         lw.qk_norm_full = c.qk_norm_full;
+        lw.attn_sinks = opt(L.sinks);
         lw.attn_norm = L.attn_norm.data();
         lw.ffn_norm = L.ffn_norm.data();
         lw.bqkv = opt(L.bqkv);

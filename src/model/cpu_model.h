@@ -142,6 +142,11 @@ private:
         std::unique_ptr<ops::CpuWeight> router, shared_gate_up, shared_down, shared_gate;
         std::vector<std::unique_ptr<ops::CpuWeight>> expert_gate_up, expert_down;
         std::vector<const ops::Weight*> expert_gate_up_view, expert_down_view;
+        // gpt-oss: attention sinks [heads], the router's bias [E], each expert's biases (gate/up in
+        // its weight's output order, down) and views of them.
+        std::vector<float> sinks, router_bias;
+        std::vector<std::vector<float>> expert_gate_up_bias, expert_down_bias;
+        std::vector<const float*> expert_gate_up_bias_view, expert_down_bias_view;
         ops::MoeWeights moe;
     };
     CpuModel() = default;

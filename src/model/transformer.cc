@@ -39,6 +39,13 @@ float attention_q_scale(const loader::ModelConfig& c) {
         s = std::sqrt(double(c.head_dim) / c.query_pre_attn_scalar);
     if (c.rope_scaling.type == "longrope" && c.rope_scaling.attention_factor)
         s *= *c.rope_scaling.attention_factor * *c.rope_scaling.attention_factor;
+    if (c.rope_scaling.type == "yarn") {  // transformers: attention_factor, else 0.1 ln(factor) + 1
+        const double f = c.rope_scaling.factor;
+        const double a = c.rope_scaling.attention_factor ? *c.rope_scaling.attention_factor
+                         : f > 1                         ? 0.1 * std::log(f) + 1.0
+                                                         : 1.0;
+        s *= a * a;
+    }
     return float(s);
 }
 
@@ -53,7 +60,12 @@ core::Status run_step(ops::Backend& be, const loader::ModelConfig& c, const Mode
     const float embed_scale = c.scale_embeddings ? float(std::sqrt(double(H))) : 1.0f;
     const ops::GatedAct act = c.gelu_mlp ? ops::GatedAct::kGeluTanh : ops::GatedAct::kSilu;
     const float q_scale = attention_q_scale(c);
-    const ops::MoeParams moe{c.num_experts_used, c.norm_topk_prob, act};
+    ops::MoeParams moe{c.num_experts_used, c.norm_topk_prob, act};
+    if (c.swiglu_limit > 0) {  // gpt-oss
+        moe.act = ops::GatedAct::kSwigluClamped;
+        moe.alpha = float(c.swiglu_alpha);
+        moe.limit = float(c.swiglu_limit);
+    }
     KILN_RETURN_IF_ERROR(be.embed(*w.embed, embed_scale, b.x));
     const int64_t num_layers = options.num_layers >= 0 ? std::min(options.num_layers, c.num_layers) : c.num_layers;
     for (int64_t l = 0; l < num_layers; ++l) {
@@ -62,7 +74,7 @@ core::Status run_step(ops::Backend& be, const loader::ModelConfig& c, const Mode
         KILN_RETURN_IF_ERROR(be.add_rmsnorm(b.x, l == 0 ? nullptr : b.o, L.attn_norm, b.xn, T, H, eps, L.qkv));
         observe(l, LinearInput::kQkv, b.xn, H);
         const ops::AttentionParams shape{c.num_heads, c.num_kv_heads, c.head_dim, c.window_for_layer(l),
-                                         float(c.attn_softcap)};
+                                         float(c.attn_softcap), L.attn_sinks};
         KILN_RETURN_IF_ERROR(attention_heads(be, L, l, shape, eps, q_scale, b, T));
         observe(l, LinearInput::kAttnOut, b.att, Q);
         KILN_RETURN_IF_ERROR(be.linear(*L.o, b.att, T, L.bo, b.o));  // [T, H]

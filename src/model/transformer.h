@@ -42,6 +42,7 @@ struct LayerWeights {
     const float* q_norm = nullptr;         // [head_dim] ([Q] with qk_norm_full)
     const float* k_norm = nullptr;         // [head_dim] ([KV] with qk_norm_full)
     bool qk_norm_full = false;             // the q/k norms span all heads of a token (OLMoE)
+    const float* attn_sinks = nullptr;     // [num_heads] gpt-oss's attention sinks
     const ops::MoeWeights* moe = nullptr;  // set: the MLP is a mixture of experts (gate_up / down unused)
     const float* post_attn_norm = nullptr;  // [H] sandwich_norms: the attention output's norm
     const float* post_ffn_norm = nullptr;   // [H] sandwich_norms: the MLP output's norm
@@ -85,8 +86,8 @@ struct StepOptions {
 };
 
 // The attention scale query_pre_attn_scalar^-0.5 as a multiplier of q on top of the kernels'
-// 1/sqrt(head_dim), times LongRoPE's attention factor squared (transformers scales cos and sin,
-// i.e. q and k, by it); 1 when the model has neither.
+// 1/sqrt(head_dim), times LongRoPE's or YaRN's attention factor squared (transformers scales cos and
+// sin, i.e. q and k, by it); 1 when the model has none of them.
 float attention_q_scale(const loader::ModelConfig& config);
 
 // The blocks of a layer, for run_step and for whoever evaluates one block alone (the AWQ losses):

@@ -33,6 +33,9 @@ public:
 enum class GatedAct {
     kSilu,      // SwiGLU: silu(g) = g / (1 + e^-g)
     kGeluTanh,  // GeGLU (Gemma): gelu(g) = g / 2 * (1 + tanh(sqrt(2 / pi) * (g + 0.044715 g^3)))
+    // gpt-oss's clamped SwiGLU (MoE experts only, MoeParams' alpha and limit): g = min(g, limit),
+    // u = clamp(u, -limit, limit), act = (u + 1) * g * sigmoid(alpha * g).
+    kSwigluClamped,
 };
 
 // The K/V write of one layer: qkv [T, Q + 2 KV] (biases already added) is split into q (to q_out,
@@ -55,12 +58,16 @@ struct AttentionParams {
     int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
     int64_t window = 0;    // sliding window (pos - window < j <= pos); 0 = full causal
     float softcap = 0.0f;  // scores soft-capped: cap * tanh(s / cap) (Gemma 2); 0 = none
+    const float* sinks = nullptr;  // [num_heads]: a per-head logit in each softmax's denominator (gpt-oss)
 };
 
 // A mixture-of-experts MLP's weights as the backend stores them (formats/hyper_params.h says what
 // the block computes).
 struct MoeWeights {
     const Weight* router = nullptr;               // [E, H]: the router's logits
+    const float* router_bias = nullptr;           // [E] or null (gpt-oss)
+    // gpt-oss: each expert's biases (else empty): gate_up's [2 F] in the weight's output order, down's [H].
+    std::span<const float* const> gate_up_bias, down_bias;
     std::span<const Weight* const> gate_up;       // E weights [2 F, H]: gate and up (in the backend's order)
     std::span<const Weight* const> down;          // E weights [H, F]
     const Weight* shared_gate_up = nullptr;       // [2 S, H], or null: no shared expert
@@ -72,6 +79,7 @@ struct MoeParams {
     int64_t top_k = 0;        // experts per token
     bool norm_topk = false;   // the chosen experts' weights renormalized to sum 1
     GatedAct act = GatedAct::kSilu;
+    float alpha = 1.702f, limit = 7.0f;  // kSwigluClamped's
 };
 
 class Backend {

@@ -47,6 +47,12 @@ int64_t first_key(const AttentionSeq& s, const AttentionHeads& h, int64_t t0) {
 
 }  // namespace
 
+// A finished row's share of its softmax once the sink's term joins the denominator.
+static void apply_sink(float* o, float lse, float sink, int64_t head_dim) {
+    const float scale = 1.0f / (1.0f + std::exp(sink - lse));
+    for (int64_t d = 0; d < head_dim; ++d) o[d] *= scale;
+}
+
 void merge_partial(float* o, float* lse, const float* o_s, float lse_s, int64_t head_dim) {
     if (lse_s == kNegInf) return;
     if (*lse == kNegInf) {
@@ -194,6 +200,11 @@ core::Status batch_attention(core::ThreadPool& pool, const float* q, int64_t num
                     }
                 }
             }
+            if (h.sinks)
+                for (int64_t tok = t.t0; tok < t.t1; ++tok)
+                    for (int64_t g = 0; g < group; ++g)
+                        apply_sink(out + ((s.q_start + tok) * h.num_heads + head0 + g) * hd,
+                                   run_lse[(tok - t.t0) * h.num_heads + head0 + g], h.sinks[head0 + g], hd);
         }
     });
     if (!any_decode_split) return core::Status::ok();
@@ -220,6 +231,7 @@ core::Status batch_attention(core::ThreadPool& pool, const float* q, int64_t num
                         const float* po = part_base + p.part_offset + (sp - p.split0) * n_rows * (hd + 1);
                         merge_partial(o, &lse, po + r * hd, po[n_rows * hd + r], hd);
                     }
+                    if (h.sinks) apply_sink(o, lse, h.sinks[kvh * group + g], hd);
                 }
             }
         }

@@ -12,7 +12,7 @@
 //    row's key range) into a partial (o_s, lse_s);
 //  - partials are merged in split order by merge_partial (below), whether they were computed in one
 //    task (prefill tiles) or in parallel tasks (decode: flash-decoding over the splits).
-// A row with a single split gets that split's output unchanged.
+// A row with a single split gets that split's output unchanged (then the sink's scale, if any).
 #pragma once
 
 #include <cstdint>
@@ -40,6 +40,10 @@ struct AttentionHeads {
     int64_t head_dim = 0;
     int64_t window = 0;  // sliding window (pos - window < j <= pos); 0 = full causal
     float softcap = 0.0f;  // score soft-capping (kernels::AttentionShape::softcap); 0 = none
+    // Attention sinks (gpt-oss): head h's softmax has one more term, exp(sinks[h]), in its denominator
+    // and no value: a row's output is scaled by 1 / (1 + exp(sinks[h] - lse)) once its splits are
+    // merged (lse: the log-sum-exp of its scores). Null: none.
+    const float* sinks = nullptr;
 };
 
 // q, out [num_rows, num_heads, head_dim] (must not overlap); every sequence's rows

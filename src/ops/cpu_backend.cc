@@ -139,7 +139,7 @@ Status CpuBackend::attention(int64_t layer, const float* q, float* out, const At
         a.kv.k = step_.k[size_t(layer)];
         a.kv.v = step_.v[size_t(layer)];
     }
-    const AttentionHeads heads{p.num_heads, p.num_kv_heads, p.head_dim, p.window, p.softcap};
+    const AttentionHeads heads{p.num_heads, p.num_kv_heads, p.head_dim, p.window, p.softcap, p.sinks};
     return batch_attention(*pool_, q, int64_t(step_.tokens.size()), step_.seqs, heads, out, isa_);
 }
 
@@ -150,24 +150,43 @@ static float gelu_tanh_mul(float g, float u) {
     return 0.5f * g * (1.0f + std::tanh(inner)) * u;
 }
 
+// act [rows, F] = f(gate, up) over the products gate_up_out [rows, 2 F] of w: a fused matrix's
+// output holds blocks of kSwigluBlock gate then up columns in turn, parts' [gate | up].
+template <class Fn>
+static void gated_rows(core::ThreadPool& pool, const CpuWeight& w, const float* gate_up_out, int64_t rows, float* act,
+                       Fn f) {
+    const int64_t F = w.rows / 2, B = kSwigluBlock;
+    const bool interleaved = w.parts.size() == 1;
+    pool.parallel_for(rows, [&](int64_t b, int64_t e) {
+        for (int64_t t = b; t < e; ++t) {
+            const float* row = gate_up_out + t * 2 * F;
+            for (int64_t i = 0; i < F; ++i) {
+                const int64_t g = interleaved ? (i / B) * 2 * B + i % B : i;
+                act[t * F + i] = f(row[g], row[interleaved ? g + B : F + i]);
+            }
+        }
+    });
+}
+
+std::vector<float> CpuWeight::gate_up_order(std::span<const float> gate, std::span<const float> up) const {
+    std::vector<float> out(gate.size() + up.size());
+    const int64_t F = int64_t(gate.size()), B = kSwigluBlock;
+    for (int64_t i = 0; i < F; ++i) {
+        const int64_t g = parts.size() == 1 ? (i / B) * 2 * B + i % B : i;
+        out[size_t(g)] = gate[size_t(i)];
+        out[size_t(parts.size() == 1 ? g + B : F + i)] = up[size_t(i)];
+    }
+    return out;
+}
+
 Status CpuBackend::gated_mlp_up(const Weight& gate_up, const float* in, int64_t rows, GatedAct f, float* gate_up_out,
                                 float* act, const Weight* /*next*/) {
     const CpuWeight& w = cpu(gate_up);
-    if (f == GatedAct::kGeluTanh) {
-        // The products, then the activation row by row: a fused matrix's output holds blocks of
-        // kSwigluBlock gate then up columns in turn, parts' [gate | up].
+    if (f == GatedAct::kSwigluClamped)
+        return core::error(StatusCode::kInternal) << "gated_mlp_up: the clamped SwiGLU is for MoE experts only";
+    if (f == GatedAct::kGeluTanh) {  // the products, then the activation row by row
         KILN_RETURN_IF_ERROR(linear(gate_up, in, rows, nullptr, gate_up_out));
-        const int64_t F = w.rows / 2, B = kSwigluBlock;
-        const bool interleaved = w.parts.size() == 1;
-        pool_->parallel_for(rows, [&](int64_t b, int64_t e) {
-            for (int64_t t = b; t < e; ++t) {
-                const float* row = gate_up_out + t * 2 * F;
-                for (int64_t i = 0; i < F; ++i) {
-                    const int64_t g = interleaved ? (i / B) * 2 * B + i % B : i;
-                    act[t * F + i] = gelu_tanh_mul(row[g], row[interleaved ? g + B : F + i]);
-                }
-            }
-        });
+        gated_rows(*pool_, w, gate_up_out, rows, act, gelu_tanh_mul);
         return Status::ok();
     }
     if (w.parts.size() == 1)  // fused: 32-column blocks of gate and up in turn
@@ -188,7 +207,7 @@ Status CpuBackend::moe_mlp(const MoeWeights& w, const MoeParams& p, const float*
     grow(m.logits, rows * E);
     grow(m.ids, rows * k);
     grow(m.weights, rows * k);
-    KILN_RETURN_IF_ERROR(linear(*w.router, in, rows, nullptr, m.logits.data()));
+    KILN_RETURN_IF_ERROR(linear(*w.router, in, rows, w.router_bias, m.logits.data()));
     moe_route(m.logits.data(), rows, E, k, p.norm_topk, m.ids.data(), m.weights.data());
     m.groups.build(m.ids.data(), rows, k, E);
     std::fill_n(out, rows * H, 0.0f);
@@ -204,9 +223,30 @@ Status CpuBackend::moe_mlp(const MoeWeights& w, const MoeParams& p, const float*
         grow(m.act, n * F);
         const int64_t* entries = m.groups.entries.data() + m.groups.offsets[size_t(e)];
         for (int64_t i = 0; i < n; ++i) std::copy_n(in + (entries[i] / k) * H, H, m.x.data() + i * H);
-        KILN_RETURN_IF_ERROR(gated_mlp_up(*w.gate_up[size_t(e)], m.x.data(), n, p.act, m.gate_up.data(), m.act.data(),
-                                          w.down[size_t(e)]));
-        KILN_RETURN_IF_ERROR(linear(*w.down[size_t(e)], m.act.data(), n, nullptr, m.y.data()));
+        if (p.act == GatedAct::kSwigluClamped || !w.gate_up_bias.empty()) {
+            // gpt-oss: biased products, then the activation (gate clamped above, up on both sides).
+            const float* bias = w.gate_up_bias.empty() ? nullptr : w.gate_up_bias[size_t(e)];
+            KILN_RETURN_IF_ERROR(linear(*w.gate_up[size_t(e)], m.x.data(), n, bias, m.gate_up.data()));
+            const float alpha = p.alpha, limit = p.limit;
+            const CpuWeight& gu = cpu(*w.gate_up[size_t(e)]);
+            if (p.act == GatedAct::kSwigluClamped) {
+                gated_rows(*pool_, gu, m.gate_up.data(), n, m.act.data(), [alpha, limit](float g, float u) {
+                    g = std::min(g, limit);
+                    u = std::clamp(u, -limit, limit);
+                    return (u + 1.0f) * (g / (1.0f + std::exp(-alpha * g)));
+                });
+            } else if (p.act == GatedAct::kGeluTanh) {
+                gated_rows(*pool_, gu, m.gate_up.data(), n, m.act.data(), gelu_tanh_mul);
+            } else {
+                gated_rows(*pool_, gu, m.gate_up.data(), n, m.act.data(),
+                           [](float g, float u) { return g / (1.0f + std::exp(-g)) * u; });
+            }
+        } else {
+            KILN_RETURN_IF_ERROR(gated_mlp_up(*w.gate_up[size_t(e)], m.x.data(), n, p.act, m.gate_up.data(),
+                                              m.act.data(), w.down[size_t(e)]));
+        }
+        const float* down_bias = w.down_bias.empty() ? nullptr : w.down_bias[size_t(e)];
+        KILN_RETURN_IF_ERROR(linear(*w.down[size_t(e)], m.act.data(), n, down_bias, m.y.data()));
         pool_->parallel_for(n, [&](int64_t b, int64_t end) {  // rows of one expert are distinct
             for (int64_t i = b; i < end; ++i) {
                 const float wi = m.weights[size_t(entries[i])];

@@ -34,6 +34,9 @@ public:
                                                          int64_t interleave, const LinearOptions& options);
     // An embedding table read row by row.
     static std::unique_ptr<CpuWeight> table(const kernels::WeightView& rows);
+    // A gated MLP's gate and up biases ([F] each) in this [gate; up] weight's output order (fused:
+    // blocks of kSwigluBlock in turn; parts: [gate | up]), for a linear of it with a bias.
+    std::vector<float> gate_up_order(std::span<const float> gate, std::span<const float> up) const;
 
     std::vector<Linear> parts;  // one: a single (fused) matrix
     kernels::WeightView rows_view;  // the table of embed()

@@ -429,7 +429,7 @@ TEST_P(Families, BatchInvariantOverAPagedCache) {
 
 INSTANTIATE_TEST_SUITE_P(Transformers, Families,
                          ::testing::Values("llama", "llama3-rope", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3",
-                                           "phi3-long", "mixtral", "qwen2-moe", "qwen3-moe", "olmoe"),
+                                           "phi3-long", "mixtral", "qwen2-moe", "qwen3-moe", "olmoe", "gpt-oss"),
                          [](const auto& info) {
                              std::string n = info.param;
                              std::replace(n.begin(), n.end(), '-', '_');

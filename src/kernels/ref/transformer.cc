@@ -65,9 +65,25 @@ std::vector<double> rope_inv_freqs(int64_t head_dim, const RopeParams& p) {
     constexpr double kPi = 3.14159265358979323846;
     KILN_CHECK(p.freq_factors.empty() || int64_t(p.freq_factors.size()) == head_dim / 2) << "freq_factors size";
     std::vector<double> inv(size_t(head_dim / 2));
+    // YaRN's ramp: dimension d's correction for `rotations` turns over the original context.
+    const double dim = double(head_dim), orig = double(p.original_max_position_embeddings);
+    auto correction_dim = [&](double rotations) {
+        return dim * std::log(orig / (rotations * 2.0 * kPi)) / (2.0 * std::log(p.theta));
+    };
+    double ramp_lo = 0, ramp_hi = 0;
+    if (p.scaling == RopeScalingKind::kYarn) {
+        ramp_lo = correction_dim(p.beta_fast), ramp_hi = correction_dim(p.beta_slow);
+        if (p.truncate) ramp_lo = std::floor(ramp_lo), ramp_hi = std::ceil(ramp_hi);
+        ramp_lo = std::max(ramp_lo, 0.0), ramp_hi = std::min(ramp_hi, dim - 1);
+        if (ramp_lo == ramp_hi) ramp_hi += 0.001;  // as transformers: no singularity
+    }
     for (int64_t i = 0; i < head_dim / 2; ++i) {
         double f = 1.0 / std::pow(p.theta, double(2 * i) / double(head_dim));
-        if (p.scaling == RopeScalingKind::kLinear) {
+        if (p.scaling == RopeScalingKind::kYarn) {
+            const double ramp = std::clamp((double(i) - ramp_lo) / (ramp_hi - ramp_lo), 0.0, 1.0);
+            const double extrapolate = 1.0 - ramp;  // 1: theta's frequency, 0: divided by factor
+            f = f / p.factor * (1.0 - extrapolate) + f * extrapolate;
+        } else if (p.scaling == RopeScalingKind::kLinear) {
             f /= p.factor;
         } else if (p.scaling == RopeScalingKind::kLlama3) {
             const double old_len = double(p.original_max_position_embeddings);

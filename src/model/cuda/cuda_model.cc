@@ -195,7 +195,8 @@ Status CudaModel::Impl::softcap(float*, int64_t, float) {
 }
 
 Status CudaModel::Impl::attention(int64_t l, const float* q_in, float* out, const ops::AttentionParams& p) {
-    if (p.softcap != 0.0f) return core::error(StatusCode::kUnsupported) << "attention: soft-capping has no CUDA kernel yet";
+    if (p.softcap != 0.0f || p.sinks)
+        return core::error(StatusCode::kUnsupported) << "attention: soft-capping and sinks have no CUDA kernel yet";
     const Step& st = *step_;
     const StepIndices& ix = st.ix;
     const StepIndexLayout& lay = ix.layout;

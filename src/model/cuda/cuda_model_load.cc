@@ -298,6 +298,10 @@ core::Result<std::unique_ptr<CudaModel>> CudaModel::create(const Checkpoint& ck,
     if (std::find(archs.begin(), archs.end(), c.arch) == archs.end())
         return core::error(StatusCode::kUnsupported)
                << ck.path << ": architecture '" << c.arch << "' is not supported on CUDA";
+    if (c.rope_scaling.type == "yarn")
+        return core::error(StatusCode::kUnsupported)
+               << ck.path << ": YaRN RoPE runs on the CPU only so far (its attention factor scales q, which the CUDA "
+               << "RoPE kernel does not do yet)";
     if (c.rope_scaling.type == "longrope")
         return core::error(StatusCode::kUnsupported)
                << ck.path << ": LongRoPE (Phi-3) runs on the CPU only so far (the CUDA RoPE kernel has one table)";
