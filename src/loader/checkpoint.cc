@@ -217,6 +217,66 @@ static core::Result<std::vector<TensorRef>> split_oss_experts(const TensorRef& t
     return out;
 }
 
+// gpt-oss's experts as published (transformers' Mxfp4GptOssExperts): model.layers.N.mlp.experts.
+// {gate_up,down}_proj_blocks [E, rows, cols / 32, 16] U8 with _scales [E, rows, cols / 32] E8M0,
+// output-major, gate_up's rows interleaved (gate, up, gate, ...); element 2i of a block is byte i's
+// low nibble, 2i + 1 its high one. Repacked into ggml MXFP4 blocks (e | qs[16], qs[j] = element j
+// | element j + 16 << 4) as kiln's per-expert tensors.
+static core::Result<std::vector<TensorRef>> oss_mxfp4_experts(const formats::SafetensorsSet& st, size_t blocks_idx,
+                                                              const ModelConfig& c,
+                                                              std::vector<std::shared_ptr<const void>>* owners) {
+    const formats::SafetensorsTensorInfo& bi = st.tensor(blocks_idx);
+    const std::string base = bi.name.substr(0, bi.name.size() - std::strlen("_blocks"));
+    const formats::SafetensorsTensorInfo* si = st.find_tensor(base + "_scales");
+    const bool gate_up = base.ends_with(".mlp.experts.gate_up_proj"), down = base.ends_with(".mlp.experts.down_proj");
+    const std::string layer = base.starts_with("model.layers.") ? base.substr(13, base.find('.', 13) - 13) : "";
+    if (!si || (!gate_up && !down) || layer.empty() || layer.size() > 6 ||
+        layer.find_first_not_of("0123456789") != std::string::npos)
+        return core::error(StatusCode::kUnsupported) << "tensor '" << bi.name << "': not gpt-oss's MXFP4 expert "
+                                                     << "blocks with their _scales";
+    const uint64_t E = uint64_t(c.num_experts), F = uint64_t(c.expert_intermediate_size), H = uint64_t(c.hidden_size);
+    const uint64_t rows = gate_up ? 2 * F : H, cols = gate_up ? H : F, G = cols / 32;
+    if (cols % 32 != 0 || bi.dtype != core::DType::kU8 || si->dtype != core::DType::kU8 ||
+        bi.shape != std::vector<uint64_t>{E, rows, G, 16} || si->shape != std::vector<uint64_t>{E, rows, G})
+        return core::error(StatusCode::kCorrupt) << "tensors '" << bi.name << "' " << shape_string(bi.shape) << " and '"
+                                                 << si->name << "' " << shape_string(si->shape) << ": expected U8 ["
+                                                 << E << ", " << rows << ", " << G << ", 16] and [" << E << ", " << rows
+                                                 << ", " << G << "]";
+    const uint8_t* blocks = st.find_data(bi.name);
+    const uint8_t* scales = st.find_data(si->name);
+    const std::string prefix = "blk." + layer + ".";
+    const uint64_t parts = gate_up ? 2 : 1, part_rows = rows / parts, row_bytes = G * 17;
+    std::vector<TensorRef> out;
+    for (uint64_t e = 0; e < E; ++e) {
+        for (uint64_t part = 0; part < parts; ++part) {
+            auto buf = std::make_shared<std::vector<uint8_t>>(part_rows * row_bytes);
+            for (uint64_t r = 0; r < part_rows; ++r) {
+                const uint64_t src_row = e * rows + r * parts + part;
+                for (uint64_t g = 0; g < G; ++g) {
+                    const uint8_t* in = blocks + (src_row * G + g) * 16;
+                    uint8_t* o = buf->data() + r * row_bytes + g * 17;
+                    uint8_t elem[32];
+                    for (int i = 0; i < 16; ++i) elem[2 * i] = in[i] & 15, elem[2 * i + 1] = in[i] >> 4;
+                    o[0] = scales[src_row * G + g];
+                    for (int j = 0; j < 16; ++j) o[1 + j] = uint8_t(elem[j] | (elem[j + 16] << 4));
+                }
+            }
+            TensorRef t;
+            t.name = prefix + (gate_up ? (part == 0 ? "ffn_gate." : "ffn_up.") : "ffn_down.") + std::to_string(e) + ".weight";
+            t.dtype = core::DType::kMxfp4;
+            t.shape = {part_rows, cols};
+            t.data = buf->data();
+            t.num_bytes = buf->size();
+            owners->push_back(std::move(buf));
+            out.push_back(std::move(t));
+        }
+    }
+    // The blocks were read once, here: their file pages need not stay resident.
+    core::release_mapped_pages(blocks, size_t(bi.num_bytes));
+    core::release_mapped_pages(scales, size_t(si->num_bytes));
+    return out;
+}
+
 // Stacked expert biases [E, n] as per-expert [n] vectors (views); gpt-oss's gate_up bias [E, 2F]
 // (gate and up interleaved) copied out as the gate's and the up's.
 static core::Result<std::vector<TensorRef>> split_expert_biases(const TensorRef& t, const ModelConfig& c,
@@ -389,6 +449,13 @@ core::Result<Checkpoint> load_hf_checkpoint(const std::string& path) {
     for (size_t i = 0; i < st->num_tensors(); ++i) {
         const formats::SafetensorsTensorInfo& info = st->tensor(i);
         if (is_hf_ignored_tensor(info.name)) continue;
+        if (ck.config.arch == "gpt_oss" && (info.name.ends_with("_blocks") || info.name.ends_with("_scales"))) {
+            // gpt-oss's experts as OpenAI publishes them: MXFP4 blocks and their scales, read as a pair.
+            if (info.name.ends_with("_scales")) continue;
+            KILN_ASSIGN_OR_RETURN(std::vector<TensorRef> parts, oss_mxfp4_experts(*st, i, ck.config, &ck.owners));
+            for (TensorRef& part : parts) KILN_RETURN_IF_ERROR(add_tensor(&ck, &names, std::move(part), 0));
+            continue;
+        }
         TensorRef t{info.name, info.dtype, info.shape, st->tensor_data(i), info.num_bytes, nullptr, {}};
         if (!modules.empty()) {
             const auto split = split_quant_part(info.name);

@@ -29,6 +29,7 @@
 #include "loader/checkpoint.h"
 #include "loader/convert.h"
 #include "model/cpu_model.h"
+#include "quant/mx.h"
 #include "support/test_support.h"
 
 namespace kiln::model {
@@ -372,6 +373,93 @@ TEST(Families, MoeLayoutsFusedExpertsGgufStacksAndSafetensorsRoundTrip) {
         EXPECT_EQ(back->config.shared_expert_intermediate_size, ck->config.shared_expert_intermediate_size);
         check_model(*back, g, name + " (gguf -> safetensors)");
     }
+}
+
+// gpt-oss's experts as OpenAI publishes them: MXFP4 blocks [E, rows, cols / 32, 16] with E8M0 scales,
+// output-major, gate and up rows interleaved, element 2i in byte i's low nibble. The tiny model's
+// experts are quantized into that layout here (quant::quantize_mxfp4, the OCP rounding) and decoded
+// again with transformers' formula (convert_moe_packed_tensors: FP4_VALUES[nibble] * 2^(scale - 127))
+// into an f32 folder in transformers' bf16 layout; kiln's MXFP4 repack at load must give the logits
+// the decoded f32 folder gives.
+TEST(Families, GptOssFromPublishedMxfp4Experts) {
+    const std::string dir = family_dir("gpt-oss");
+    Golden g;
+    ASSERT_TRUE(load_golden(dir, &g)) << dir;
+    auto set = formats::SafetensorsSet::open(dir);
+    ASSERT_TRUE(set.is_ok()) << set.status().to_string();
+    auto ck = loader::load_checkpoint(dir);
+    ASSERT_TRUE(ck.is_ok());
+    const loader::ModelConfig& c = ck->config;
+    const int64_t E = c.num_experts, F = c.expert_intermediate_size, H = c.hidden_size;
+    constexpr float kFp4[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+    std::vector<formats::SafetensorsTensorIn> mx, ref;
+    std::vector<std::vector<uint8_t>> bytes;
+    std::vector<std::vector<float>> floats;
+    bytes.reserve(64), floats.reserve(64);
+    for (size_t i = 0; i < set->num_tensors(); ++i) {
+        const formats::SafetensorsTensorInfo& t = set->tensor(i);
+        const bool gate_up = t.name.ends_with("mlp.experts.gate_up_proj"), down = t.name.ends_with("mlp.experts.down_proj");
+        if (!gate_up && !down) {
+            mx.push_back({t.name, t.dtype, t.shape, set->tensor_data(i), t.num_bytes});
+            ref.push_back(mx.back());
+            continue;
+        }
+        const int64_t in = gate_up ? H : F, rows = gate_up ? 2 * F : H, G = in / 32;
+        const float* w = reinterpret_cast<const float*>(set->tensor_data(i));  // [E, in, rows]
+        std::vector<uint8_t> blocks, scales;
+        std::vector<float> decoded(size_t(E * in * rows));  // [E, in, rows], transformers' layout again
+        for (int64_t e = 0; e < E; ++e) {
+            std::vector<float> out_major(size_t(rows * in));
+            for (int64_t r = 0; r < rows; ++r)
+                for (int64_t k = 0; k < in; ++k) out_major[size_t(r * in + k)] = w[(e * in + k) * rows + r];
+            auto q = quant::quantize_mxfp4(out_major, rows, in);
+            ASSERT_TRUE(q.is_ok());
+            blocks.insert(blocks.end(), q->data.begin(), q->data.end());
+            scales.insert(scales.end(), q->scales.begin(), q->scales.end());
+            for (int64_t r = 0; r < rows; ++r)
+                for (int64_t k = 0; k < in; ++k) {
+                    const uint8_t byte = q->data[size_t(r * (in / 2) + k / 2)];
+                    const float v = kFp4[k % 2 ? byte >> 4 : byte & 15];
+                    decoded[size_t((e * in + k) * rows + r)] =
+                        std::ldexp(v, int(q->scales[size_t(r * G + k / 32)]) - 127);
+                }
+        }
+        bytes.push_back(std::move(blocks));
+        mx.push_back({t.name + "_blocks", core::DType::kU8, {uint64_t(E), uint64_t(rows), uint64_t(G), 16},
+                      bytes.back().data(), bytes.back().size()});
+        bytes.push_back(std::move(scales));
+        mx.push_back({t.name + "_scales", core::DType::kU8, {uint64_t(E), uint64_t(rows), uint64_t(G)},
+                      bytes.back().data(), bytes.back().size()});
+        floats.push_back(std::move(decoded));
+        ref.push_back({t.name, core::DType::kF32, t.shape, floats.back().data(), floats.back().size() * 4});
+    }
+    const std::string tmp = test::temp_dir("families_gpt_oss_mxfp4");
+    std::vector<std::vector<float>> logits;
+    for (const auto& [name, tensors] : {std::pair{"mxfp4", &mx}, std::pair{"ref", &ref}}) {
+        const std::string d = tmp + "/" + name;
+        std::filesystem::create_directories(d);
+        std::filesystem::copy_file(dir + "/config.json", d + "/config.json",
+                                   std::filesystem::copy_options::overwrite_existing);
+        ASSERT_TRUE(formats::write_safetensors(d + "/model.safetensors", *tensors, {{"format", "pt"}}).is_ok());
+        auto m_ck = loader::load_checkpoint(d);
+        ASSERT_TRUE(m_ck.is_ok()) << name << ": " << m_ck.status().to_string();
+        if (std::string(name) == "mxfp4") EXPECT_EQ(m_ck->find("blk.1.ffn_up.3.weight")->dtype, core::DType::kMxfp4);
+        core::ThreadPool pool(2);
+        ops::LinearOptions f32;
+        f32.f32_activations = true;
+        auto model = CpuModel::create(*m_ck, &pool, f32);
+        ASSERT_TRUE(model.is_ok()) << model.status().to_string();
+        KvCache cache((*model)->config(), int64_t(g.prompts[2].size()));
+        auto l = (*model)->forward(g.prompts[2], cache, true);
+        ASSERT_TRUE(l.is_ok());
+        logits.push_back(*l);
+    }
+    const auto [lo, hi] = std::minmax_element(logits[1].begin(), logits[1].end());
+    double worst = 0;
+    for (size_t i = 0; i < logits[0].size(); ++i) worst = std::max(worst, double(std::abs(logits[0][i] - logits[1][i])));
+    EXPECT_LE(worst, kRelTol * (double(*hi) - double(*lo)));
+    std::printf("[ gpt-oss mxfp4 experts vs their f32 decoding ] max |diff| %.3g over a logit range %.3g\n", worst,
+                double(*hi) - double(*lo));
 }
 
 // Batch invariance for every family's blocks (GeGLU, post-norms, soft-caps, LongRoPE, fused
