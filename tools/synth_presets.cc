@@ -12,6 +12,7 @@
 #include "core/check.h"
 #include "core/numeric.h"
 #include "quant/fp4_blocks.h"
+#include "loader/weight_names.h"
 #include "quant/mx.h"
 
 namespace kiln::tools {
@@ -41,6 +42,8 @@ const std::vector<SynthPreset> kPresets = {
      "mistralai/Mixtral-8x7B-v0.1 (top-2 of 8 experts)", 8, 2, 14336, true},
     {"qwen3-30b-a3b", "qwen3_moe", 151936, 2048, 6144, 48, 32, 4, 128, 40960, 1e-6, 1000000, false, false,
      "Qwen/Qwen3-30B-A3B (top-8 of 128 experts, q/k norms)", 128, 8, 768, true},
+    {"gpt-oss-20b", "gpt_oss", 201088, 2880, 2880, 24, 64, 8, 64, 131072, 1e-5, 150000, false, false,
+     "openai/gpt-oss-20b (top-4 of 32 experts, sinks, YaRN, every other layer sliding)", 32, 4, 2880, true},
 };
 
 // SplitMix64 (Steele et al. 2014): a counter-based stream, one per (seed, tensor, row).
@@ -238,16 +241,31 @@ loader::ModelConfig synth_config(const SynthPreset& p, int64_t num_layers, bool 
     c.rms_norm_eps = p.rms_norm_eps;
     c.rope_theta = p.rope_theta;
     c.tie_word_embeddings = p.tie_word_embeddings;
-    c.attention_bias = c.arch == "qwen2";
+    c.attention_bias = c.arch == "qwen2" || c.arch == "gpt_oss";
     c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3_moe";
+    if (c.arch == "gpt_oss") {  // GptOssConfig's: sinks, window 128 on every other layer, YaRN 32 over 4096
+        c.attn_sinks = true;
+        c.sliding_window = 128;
+        c.sliding_window_pattern = 2;
+        c.rope_scaling.type = "yarn";
+        c.rope_scaling.factor = 32.0;
+        c.rope_scaling.original_max_position_embeddings = 4096;
+        c.rope_scaling.truncate = false;
+    }
     if (dense && p.num_experts > 0) {
-        c.arch = c.arch == "mixtral" ? "llama" : "qwen3";
+        c.arch = c.arch == "qwen3_moe" ? "qwen3" : "llama";
         c.intermediate_size = p.num_experts_used * p.expert_ffn;
+        c.attn_sinks = false;  // the dense twin of gpt-oss is a Llama shape: no sinks, biases or YaRN
+        c.sliding_window = 0;
+        c.sliding_window_pattern = 0;
+        c.rope_scaling = {};
+        c.attention_bias = false;
     } else {
         c.num_experts = p.num_experts;
         c.num_experts_used = p.num_experts_used;
         c.expert_intermediate_size = p.expert_ffn;
         c.norm_topk_prob = p.norm_topk;
+        if (c.arch == "gpt_oss") c.moe_biases = true, c.swiglu_alpha = 1.702, c.swiglu_limit = 7.0;
     }
     if (p.llama3_rope) {
         c.rope_scaling.type = "llama3";
@@ -294,13 +312,20 @@ std::vector<SynthTensor> synth_tensor_plan(const loader::ModelConfig& c, core::D
         }
         plan.push_back({p + "attn_output.weight", w, {H, Q}, SynthKind::kMatrix});
         if (c.has_output_bias()) plan.push_back({p + "attn_output.bias", f32, {H}, SynthKind::kBias});
-        plan.push_back({p + "ffn_norm.weight", f32, {H}, SynthKind::kNorm});
+        if (c.attn_sinks) plan.push_back({p + "attn_sinks.weight", f32, {uint64_t(c.num_heads)}, SynthKind::kBias});
+        plan.push_back({loader::canonical_to_gguf_name(p + "ffn_norm.weight", c), f32, {H}, SynthKind::kNorm});
         if (c.moe()) {
             const uint64_t E = uint64_t(c.num_experts), FE = uint64_t(c.expert_intermediate_size);
             plan.push_back({p + "ffn_gate_inp.weight", f32, {E, H}, SynthKind::kMatrix});
             plan.push_back({p + "ffn_gate_exps.weight", w, {E, FE, H}, SynthKind::kMatrix});
             plan.push_back({p + "ffn_up_exps.weight", w, {E, FE, H}, SynthKind::kMatrix});
             plan.push_back({p + "ffn_down_exps.weight", w, {E, H, FE}, SynthKind::kMatrix});
+            if (c.moe_biases) {
+                plan.push_back({p + "ffn_gate_inp.bias", f32, {E}, SynthKind::kBias});
+                plan.push_back({p + "ffn_gate_exps.bias", f32, {E, FE}, SynthKind::kBias});
+                plan.push_back({p + "ffn_up_exps.bias", f32, {E, FE}, SynthKind::kBias});
+                plan.push_back({p + "ffn_down_exps.bias", f32, {E, H}, SynthKind::kBias});
+            }
             continue;
         }
         plan.push_back({p + "ffn_gate.weight", w, {F, H}, SynthKind::kMatrix});

@@ -37,7 +37,7 @@ std::string synth_preset_names();                               // "a, b, c" for
 
 // The preset's config; num_layers > 0 overrides the layer count. dense (MoE presets): the same model
 // with one dense MLP of num_experts_used * expert_ffn, the dense equivalent in active parameters
-// (arch "llama" for Mixtral, "qwen3" for Qwen3-MoE).
+// (arch "qwen3" for Qwen3-MoE, "llama" for the others: gpt-oss's without sinks, biases, window or YaRN).
 loader::ModelConfig synth_config(const SynthPreset& p, int64_t num_layers, bool dense = false);
 
 // Weight dtypes `kiln synth` writes (f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q5_k, mxfp4).
