@@ -27,13 +27,37 @@ using core::StatusCode;
 constexpr const char* kProjections[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
                                         "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
 
-// The HF module of a layer projection's weight ("model.layers.3.mlp.up_proj"), or "".
+// The HF module of a layer projection's weight ("model.layers.3.mlp.up_proj"), or "": attention's
+// q/k/v/o, the MLP's gate/up/down, and in a mixture of experts each expert's (mlp.experts.N.gate_proj,
+// Mixtral's block_sparse_moe.experts.N.w1 / w3 / w2) and the shared expert's; never a router
+// (mlp.gate, block_sparse_moe.gate, mlp.shared_expert_gate), which stays unquantized.
 std::string projection_module(const std::string& hf_name) {
     if (!hf_name.starts_with("model.layers.") || !hf_name.ends_with(".weight")) return "";
     const std::string module = hf_name.substr(0, hf_name.size() - 7);
     for (const char* p : kProjections)
         if (module.ends_with(std::string(".") + p)) return module;
-    return "";
+    const size_t dot = module.rfind('.');
+    const std::string last = module.substr(dot + 1);
+    const bool mlp = last == "gate_proj" || last == "up_proj" || last == "down_proj";
+    const bool mixtral = last == "w1" || last == "w2" || last == "w3";
+    if (mlp && module.ends_with(".mlp.shared_expert." + last)) return module;
+    if (!mlp && !mixtral) return "";
+    const size_t dot2 = module.rfind('.', dot - 1);  // ".experts.<N>.<last>"
+    const std::string idx = dot2 == std::string::npos ? "" : module.substr(dot2 + 1, dot - dot2 - 1);
+    if (idx.empty() || idx.find_first_not_of("0123456789") != std::string::npos) return "";
+    return module.substr(0, dot2 + 1).ends_with(mlp ? ".mlp.experts." : ".block_sparse_moe.experts.") ? module : "";
+}
+
+// A mixture of experts' routers, by HF module: compressed-tensors' quantization_config lists them
+// under "ignore" (they are Linear modules left in float, as llm-compressor's MoE recipes leave them).
+std::vector<std::string> router_modules(const Checkpoint& ck) {
+    std::vector<std::string> out;
+    for (const TensorRef& t : ck.tensors) {
+        if (!t.name.ends_with(".ffn_gate_inp.weight") && !t.name.ends_with(".ffn_gate_inp_shexp.weight")) continue;
+        const std::string hf = loader::gguf_to_hf_name(t.name, ck.config.arch).value_or("");
+        if (hf.ends_with(".weight")) out.push_back(hf.substr(0, hf.size() - 7));
+    }
+    return out;
 }
 
 // A --skip entry names a module exactly or by its last parts ("mlp.down_proj", "down_proj").
@@ -347,7 +371,7 @@ core::Result<QuantizeReport> quantize_checkpoint(const Checkpoint& source, const
     std::vector<std::string> ignore = {"lm_head"};
     int64_t total = 0;
     for (const TensorRef& t : ck.tensors) {
-        const std::string module = projection_module(loader::gguf_to_hf_name(t.name).value_or(t.name));
+        const std::string module = projection_module(loader::gguf_to_hf_name(t.name, ck.config.arch).value_or(t.name));
         if (module.empty()) continue;
         if (is_skipped(module, o.skip))
             ignore.push_back(module);
@@ -357,6 +381,7 @@ core::Result<QuantizeReport> quantize_checkpoint(const Checkpoint& source, const
     for (const std::string& s : o.skip)
         if (std::none_of(ignore.begin(), ignore.end(), [&](const std::string& m) { return is_skipped(m, {s}); }))
             return core::error(StatusCode::kInvalidArgument) << "--skip " << s << " names no projection of the model";
+    for (std::string& r : router_modules(ck)) ignore.push_back(std::move(r));
     QuantizeReport report;
     if (o.awq) KILN_RETURN_IF_ERROR(run_awq(ck, o, pool, &report));
     if (o.smoothquant_alpha >= 0) KILN_RETURN_IF_ERROR(run_smoothquant(ck, o, pool));
