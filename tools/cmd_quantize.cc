@@ -9,6 +9,7 @@
 #include "args.h"
 #include "commands.h"
 #include "loader/checkpoint_tokenizer.h"
+#include "quant_tools/gptq_calibrate.h"
 #include "quant_tools/quantize.h"
 #include "model_session.h"
 
@@ -233,6 +234,11 @@ int cmd_quantize(int argc, char** argv) {
                      "kiln quantize: AWQ over %zu projection groups: output error %.4g -> %.4g (%.1f%% of RTN)\n",
                      report->awq.size(), rtn, awq, rtn > 0 ? 100 * awq / rtn : 100.0);
     }
+    if (report->rtn_experts > 0)
+        std::fprintf(stderr,
+                     "kiln quantize: GPTQ: %lld experts (layer x expert) got fewer than %lld calibration tokens and "
+                     "were rounded to nearest instead (more --calib text routes more tokens to each)\n",
+                     (long long)report->rtn_experts, (long long)quant_tools::GptqCalibrateOptions{}.min_expert_rows);
     std::fprintf(stderr, "kiln quantize: %s: %lld projections quantized (%s%s), %lld kept f32, in %.1f s\n",
                  out.c_str(), (long long)report->quantized,
                  o.awq && o.gptq ? "awq-gptq-"

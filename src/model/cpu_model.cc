@@ -453,6 +453,7 @@ Status CpuModel::forward_batch(std::span<const int32_t> tokens, std::span<const 
                         w.o.data(), w.gate_up.data(), w.act.data(), logits.data()};
     StepOptions options;
     options.hook = &hook_;
+    options.expert_hook = &expert_hook_;
     options.num_layers = calibrating ? last_layer_ + 1 : -1;
     return run_step(*backend_, c, weights_, b, T, num_logits, options);
 }

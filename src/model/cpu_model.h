@@ -122,6 +122,8 @@ public:
     // Called (on the calling thread) with the input of every projection group during forward passes;
     // an empty function turns it off.
     void set_linear_input_hook(LinearInputHook hook) { hook_ = std::move(hook); }
+    // The same for a mixture of experts' experts (model/transformer.h ExpertInputHook).
+    void set_expert_input_hook(ExpertInputHook hook) { expert_hook_ = std::move(hook); }
     // Calibration only: forward passes stop after layer `last` (0-based) and return no logits; the
     // cache still counts the tokens while the K/V of later layers stay unwritten, so a cache used
     // that way is good for nothing else. -1 (the default) runs the whole model.
@@ -173,6 +175,7 @@ private:
     };
     Workspace work_;
     LinearInputHook hook_;
+    ExpertInputHook expert_hook_;
     int64_t last_layer_ = -1;
 };
 

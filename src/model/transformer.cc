@@ -83,7 +83,16 @@ core::Status run_step(ops::Backend& be, const loader::ModelConfig& c, const Mode
         observe(l, LinearInput::kGateUp, b.xn, H);
         // b.o = the MLP output, added to x by the next layer's norm (or the final one).
         if (L.moe) {
-            KILN_RETURN_IF_ERROR(be.moe_mlp(*L.moe, moe, b.xn, T, b.o));
+            ops::MoeInputObserver observe_experts;
+            ops::MoeParams mp = moe;
+            if (options.expert_hook && *options.expert_hook) {
+                observe_experts = [&](int64_t e, bool down, const float* x, int64_t rows, int64_t cols) {
+                    (*options.expert_hook)(l, e, down ? LinearInput::kDown : LinearInput::kGateUp,
+                                           std::span<const float>(x, size_t(rows * cols)), rows, cols);
+                };
+                mp.observe = &observe_experts;
+            }
+            KILN_RETURN_IF_ERROR(be.moe_mlp(*L.moe, mp, b.xn, T, b.o));
         } else {
             KILN_RETURN_IF_ERROR(mlp_activations(be, L, act, b, T));
             observe(l, LinearInput::kDown, b.act, F);

@@ -79,9 +79,15 @@ enum class LinearInput { kQkv, kAttnOut, kGateUp, kDown };
 // x: [rows, cols] row-major in host memory, valid only during the call.
 using LinearInputHook =
     std::function<void(int64_t layer, LinearInput which, std::span<const float> x, int64_t rows, int64_t cols)>;
+// The inputs of a mixture-of-experts layer's experts: expert e's gate/up input (kGateUp) and down
+// input (kDown) over the tokens routed to it, in row order; expert -1 is the shared expert (its
+// down input only: its gate/up input is the layer's kGateUp).
+using ExpertInputHook = std::function<void(int64_t layer, int64_t expert, LinearInput which, std::span<const float> x,
+                                           int64_t rows, int64_t cols)>;
 
 struct StepOptions {
     const LinearInputHook* hook = nullptr;  // set: called with each projection's input (host backends only)
+    const ExpertInputHook* expert_hook = nullptr;  // set: called with the experts' inputs (host backends only)
     int64_t num_layers = -1;  // run only the first num_layers layers and no logits (calibration); -1: all
 };
 

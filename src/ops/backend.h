@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 
 #include "core/status.h"
@@ -75,11 +76,17 @@ struct MoeWeights {
     const Weight* shared_gate = nullptr;          // [1, H]: the shared expert's output times sigmoid(x . it)
 };
 
+// Calibration's view of an MoE block (host backends only): called with each expert's input rows,
+// those routed to it in row order (down: its activations), expert -1 the shared expert's down input.
+// x [rows, cols] is valid only during the call.
+using MoeInputObserver = std::function<void(int64_t expert, bool down, const float* x, int64_t rows, int64_t cols)>;
+
 struct MoeParams {
     int64_t top_k = 0;        // experts per token
     bool norm_topk = false;   // the chosen experts' weights renormalized to sum 1
     GatedAct act = GatedAct::kSilu;
     float alpha = 1.702f, limit = 7.0f;  // kSwigluClamped's
+    const MoeInputObserver* observe = nullptr;  // set: called with the experts' inputs
 };
 
 class Backend {

@@ -245,6 +245,10 @@ Status CpuBackend::moe_mlp(const MoeWeights& w, const MoeParams& p, const float*
             KILN_RETURN_IF_ERROR(gated_mlp_up(*w.gate_up[size_t(e)], m.x.data(), n, p.act, m.gate_up.data(),
                                               m.act.data(), w.down[size_t(e)]));
         }
+        if (p.observe && *p.observe) {
+            (*p.observe)(e, false, m.x.data(), n, H);
+            (*p.observe)(e, true, m.act.data(), n, F);
+        }
         const float* down_bias = w.down_bias.empty() ? nullptr : w.down_bias[size_t(e)];
         KILN_RETURN_IF_ERROR(linear(*w.down[size_t(e)], m.act.data(), n, down_bias, m.y.data()));
         pool_->parallel_for(n, [&](int64_t b, int64_t end) {  // rows of one expert are distinct
@@ -263,6 +267,7 @@ Status CpuBackend::moe_mlp(const MoeWeights& w, const MoeParams& p, const float*
     grow(m.y, rows * H);
     grow(m.shared_gate, rows);
     KILN_RETURN_IF_ERROR(gated_mlp_up(*w.shared_gate_up, in, rows, p.act, m.gate_up.data(), m.act.data(), w.shared_down));
+    if (p.observe && *p.observe) (*p.observe)(-1, true, m.act.data(), rows, S);
     KILN_RETURN_IF_ERROR(linear(*w.shared_down, m.act.data(), rows, nullptr, m.y.data()));
     KILN_RETURN_IF_ERROR(linear(*w.shared_gate, in, rows, nullptr, m.shared_gate.data()));
     pool_->parallel_for(rows, [&](int64_t b, int64_t end) {

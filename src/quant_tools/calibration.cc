@@ -58,6 +58,25 @@ core::Result<std::vector<LayerActivations>> collect_activations(const Checkpoint
                 a.seq_lens.push_back(keep_rows);
             }
         });
+    model->set_expert_input_hook([&](int64_t layer, int64_t expert, LinearInput which, std::span<const float> x,
+                                     int64_t rows, int64_t cols) {
+        if (options.layer >= 0 && layer != options.layer) return;
+        LayerActivations& a = acts[size_t(layer)];
+        if (a.experts.empty()) a.experts.resize(size_t(model->config().num_experts + 1));
+        LayerActivations::ExpertSample& s = a.experts[size_t(expert + 1)][which == LinearInput::kDown ? 1 : 0];
+        s.cols = cols;
+        for (int64_t r = 0; r < rows; ++r, ++s.seen) {
+            if (s.seen % s.stride != 0) continue;
+            s.x.insert(s.x.end(), x.begin() + r * cols, x.begin() + (r + 1) * cols);
+            if (++s.rows <= 2 * options.max_samples) continue;
+            // Keep every other sampled row (those at multiples of twice the stride), and go on at that stride.
+            for (int64_t i = 0; i < s.rows / 2 + s.rows % 2; ++i)
+                std::copy_n(s.x.begin() + 2 * i * cols, cols, s.x.begin() + i * cols);
+            s.rows = s.rows / 2 + s.rows % 2;
+            s.x.resize(size_t(s.rows * cols));
+            s.stride *= 2;
+        }
+    });
     for (; chunk_start < total; chunk_start += chunk) {
         const int64_t n = std::min(chunk, total - chunk_start);
         keep_rows = 0;

@@ -45,6 +45,14 @@ struct LayerActivations {
     // p of a sequence at position p.
     std::vector<float> qkv_seq;
     std::vector<int64_t> seq_lens;
+    // Mixture of experts: per expert (index e + 1; 0 is the shared expert, down input only) and input
+    // (0: gate/up, 1: down), a sample of the rows routed to it, at most 2 * max_samples taken at an
+    // even stride over every row it got (the stride doubles as rows come); `seen` counts them all.
+    struct ExpertSample {
+        std::vector<float> x;
+        int64_t rows = 0, cols = 0, seen = 0, stride = 1;
+    };
+    std::vector<std::array<ExpertSample, 2>> experts;
 };
 
 // `checkpoint` should hold float weights (to_f32_checkpoint in convert.h), so that the activations

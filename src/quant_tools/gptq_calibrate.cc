@@ -1,5 +1,6 @@
-// gptq_calibrate: per layer, the Hessians of its four projection inputs, factored once each; in
-// sequential mode the layer's weights are then GPTQ-quantized into the copy the next passes run.
+// gptq_calibrate: per layer, the Hessians of its projection inputs (four; in a mixture of experts two
+// per expert, over the tokens routed to it), factored once each; in sequential mode the layer's
+// weights are then GPTQ-quantized into the copy the next passes run.
 #include "quant_tools/gptq_calibrate.h"
 
 #include <utility>
@@ -11,12 +12,16 @@ namespace kiln::quant_tools {
 core::Result<GptqFactors> gptq_calibrate(const Checkpoint& checkpoint, const std::vector<int32_t>& tokens,
                                          const GptqCalibrateOptions& o, core::ThreadPool* pool) {
     if (tokens.empty()) return core::error(core::StatusCode::kInvalidArgument) << "GPTQ needs calibration text";
-    const int64_t num_layers = checkpoint.config.num_layers;
-    const std::pair<LinearInput, std::vector<const char*>> inputs[] = {
-        {LinearInput::kQkv, {"attn_q", "attn_k", "attn_v"}},
-        {LinearInput::kAttnOut, {"attn_output"}},
-        {LinearInput::kGateUp, {"ffn_gate", "ffn_up"}},
-        {LinearInput::kDown, {"ffn_down"}}};
+    const ModelConfig& c = checkpoint.config;
+    const int64_t num_layers = c.num_layers;
+    std::vector<std::pair<LinearInput, std::vector<std::string>>> inputs = {
+        {LinearInput::kQkv, {"attn_q", "attn_k", "attn_v"}}, {LinearInput::kAttnOut, {"attn_output"}}};
+    if (!c.moe()) {
+        inputs.push_back({LinearInput::kGateUp, {"ffn_gate", "ffn_up"}});
+        inputs.push_back({LinearInput::kDown, {"ffn_down"}});
+    } else if (c.shared_expert_intermediate_size > 0) {  // the shared expert reads the layer's MLP input
+        inputs.push_back({LinearInput::kGateUp, {"ffn_gate_shexp", "ffn_up_shexp"}});
+    }
     CalibrationOptions co = o.calibration;
     co.max_seq_tokens = 0;
     Checkpoint run = checkpoint;  // sequential: the layers done so far hold their GPTQ weights
@@ -31,16 +36,43 @@ core::Result<GptqFactors> gptq_calibrate(const Checkpoint& checkpoint, const std
                                   }));
         }
         LayerActivations& a = acts[size_t(l)];
+        // Each input's sample and the weights that read it: the layer's inputs, then (MoE) each
+        // expert's gate/up and down inputs, the shared expert's down input.
+        struct Sample {
+            std::vector<float>* x;
+            int64_t rows, cols;
+            std::vector<std::string> members;
+            bool expert;  // too few rows: no factor (the writer rounds it to nearest)
+        };
+        std::vector<Sample> samples;
         for (const auto& [input, members] : inputs) {
             const size_t k = size_t(input);
-            if (a.rows[k] == 0)
+            samples.push_back({&a.x[k], a.rows[k], a.cols[k], members, false});
+        }
+        if (c.moe()) {
+            a.experts.resize(size_t(c.num_experts + 1));
+            if (c.shared_expert_intermediate_size > 0) {
+                auto& s = a.experts[0][1];
+                samples.push_back({&s.x, s.rows, s.cols, {"ffn_down_shexp"}, false});
+            }
+            for (int64_t e = 0; e < c.num_experts; ++e) {
+                const std::string id = std::to_string(e);
+                auto& gu = a.experts[size_t(e + 1)][0];
+                auto& dn = a.experts[size_t(e + 1)][1];
+                samples.push_back({&gu.x, gu.rows, gu.cols, {"ffn_gate." + id, "ffn_up." + id}, true});
+                samples.push_back({&dn.x, dn.rows, dn.cols, {"ffn_down." + id}, true});
+            }
+        }
+        for (const Sample& smp : samples) {
+            if (smp.expert && smp.rows < o.min_expert_rows) continue;
+            if (smp.rows == 0)
                 return core::error(core::StatusCode::kInvalidArgument) << "GPTQ: no calibration rows for layer " << l;
-            const int64_t cols = a.cols[k];
-            const std::vector<double> h = quant::gptq_hessian(a.x[k], a.rows[k], cols, pool);  // [in, in]
+            const int64_t cols = smp.cols;
+            const std::vector<double> h = quant::gptq_hessian(*smp.x, smp.rows, cols, pool);  // [in, in]
             KILN_ASSIGN_OR_RETURN(quant::GptqFactor f, quant::gptq_factor(h, cols));
             auto factor = std::make_shared<const quant::GptqFactor>(std::move(f));
-            a.x[k] = std::vector<float>();  // the samples are done with
-            for (const char* member : members) {
+            *smp.x = std::vector<float>();  // the samples are done with
+            for (const std::string& member : smp.members) {
                 const std::string name = "blk." + std::to_string(l) + "." + member + ".weight";
                 out[name] = factor;
                 if (!o.sequential || l + 1 == num_layers || (o.skipped && o.skipped(name))) continue;

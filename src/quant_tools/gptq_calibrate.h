@@ -31,6 +31,8 @@
 
 namespace kiln::quant_tools {
 
+// Mixture of experts: each expert's gate/up and down inputs are the rows routed to it (calibration.h),
+// the shared expert's gate/up input the layer's MLP input.
 // Keyed by kiln weight name ("blk.3.attn_q.weight"); weights of one input share the factor.
 using GptqFactors = std::map<std::string, std::shared_ptr<const quant::GptqFactor>>;
 
@@ -39,6 +41,9 @@ struct GptqCalibrateOptions {
     CalibrationOptions calibration;  // max_samples: the Hessians' rows per input
     bool sequential = true;
     std::function<bool(const std::string& kiln_name)> skipped;  // null: none
+    // Mixture of experts: an expert input with fewer calibration rows than this (the tokens routed to
+    // it) gets no factor, and the writer rounds its weights to nearest instead.
+    int64_t min_expert_rows = 32;
     std::function<void(const char* stage, int64_t done, int64_t total)> progress;
 };
 

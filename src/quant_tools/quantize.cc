@@ -158,8 +158,8 @@ core::Status clip_layer(Mutable& mut, const LayerActivations& a, const std::vect
     return core::Status::ok();
 }
 
-bool member_skipped(const std::string& kiln_name, const QuantizeOptions& o) {
-    return is_skipped(projection_module(loader::gguf_to_hf_name(kiln_name).value_or(kiln_name)), o.skip);
+bool member_skipped(const std::string& kiln_name, const QuantizeOptions& o, const std::string& arch = "") {
+    return is_skipped(projection_module(loader::gguf_to_hf_name(kiln_name, arch).value_or(kiln_name)), o.skip);
 }
 
 // gate/up scales by the whole MLP's output error (quant_tools/awq_block.h), down in fp32.
@@ -361,10 +361,10 @@ core::Result<QuantizeReport> quantize_checkpoint(const Checkpoint& source, const
         return core::error(StatusCode::kInvalidArgument) << "GPTQ applies to the INT4 formats (gptq-w4-gN) only";
     if (o.smoothquant_alpha >= 0 && o.scheme.format != loader::QuantFormat::kInt8)
         return core::error(StatusCode::kInvalidArgument) << "SmoothQuant applies to int8 only";
-    if (source.config.moe() && (o.awq || o.gptq || o.smoothquant_alpha >= 0))
+    if (source.config.moe() && (o.awq || o.smoothquant_alpha >= 0))
         return core::error(StatusCode::kUnsupported)
-               << source.path << ": AWQ, GPTQ and SmoothQuant calibration of mixture-of-experts models is not "
-               << "supported yet (each expert needs the tokens routed to it); use a round-to-nearest format";
+               << source.path << ": AWQ and SmoothQuant of mixture-of-experts models are not supported yet (their "
+               << "scales fold into the norm every expert shares); use gptq-w4-gN or a round-to-nearest format";
     KILN_ASSIGN_OR_RETURN(Checkpoint ck, loader::to_f32_checkpoint(source));
     if (ck.format == "llama2c") KILN_RETURN_IF_ERROR(embed_llama2c_tokenizer(ck, o.tokenizer_path));
     // --skip names are checked before any calibration runs.
@@ -395,10 +395,17 @@ core::Result<QuantizeReport> quantize_checkpoint(const Checkpoint& source, const
         gc.calibration = o.calibration;
         gc.calibration.max_samples = o.gptq_samples;
         gc.sequential = o.gptq_sequential;
-        gc.skipped = [&](const std::string& name) { return member_skipped(name, o); };
+        gc.skipped = [&](const std::string& name) { return member_skipped(name, o, ck.config.arch); };
         gc.progress = o.progress;
         KILN_ASSIGN_OR_RETURN(GptqFactors by_name, gptq_calibrate(ck, o.calib_tokens, gc, pool));
-        for (auto& [name, f] : by_name) factors[projection_module(loader::gguf_to_hf_name(name).value_or(name))] = f;
+        for (auto& [name, f] : by_name)
+            factors[projection_module(loader::gguf_to_hf_name(name, ck.config.arch).value_or(name))] = f;
+        // Experts that got too few calibration tokens: rounded to nearest by the writer.
+        for (int64_t l = 0; l < ck.config.num_layers; ++l)
+            for (int64_t e = 0; e < ck.config.num_experts; ++e) {
+                const std::string gate = "blk." + std::to_string(l) + ".ffn_gate." + std::to_string(e) + ".weight";
+                if (!by_name.count(gate) && !member_skipped(gate, o, ck.config.arch)) ++report.rtn_experts;
+            }
     }
 
     loader::HfWriteExtras extras;

@@ -64,6 +64,9 @@ struct AwqClipReport {
 
 struct QuantizeReport {
     int64_t quantized = 0, kept = 0;  // projection matrices quantized / kept in f32 by --skip
+    // GPTQ on a mixture of experts: (layer, expert) pairs that got too few calibration tokens for a
+    // Hessian (GptqCalibrateOptions::min_expert_rows) and were rounded to nearest instead.
+    int64_t rtn_experts = 0;
     std::vector<AwqGroupReport> awq;
     std::vector<AwqClipReport> clip;
 };
