@@ -74,9 +74,11 @@ Status CpuBackend::add_rmsnorm(float* x, const float* add, const float* weight, 
     return ops::add_rmsnorm(*pool_, x, add, weight, y, rows, n, eps);
 }
 
-Status CpuBackend::linear(const Weight& weight, const float* in, int64_t rows, const float* bias, float* out) {
-    const CpuWeight& w = cpu(weight);
-    if (w.parts.size() == 1) return ops::linear(*pool_, in, rows, w.parts[0], bias, out, scratch_);
+// CpuBackend::linear with the quantized-activation scratch given (the experts run side by side use
+// one each).
+static Status linear_with(core::ThreadPool& pool, const CpuWeight& w, const float* in, int64_t rows, const float* bias,
+                          float* out, std::vector<uint8_t>& scratch) {
+    if (w.parts.size() == 1) return ops::linear(pool, in, rows, w.parts[0], bias, out, scratch);
     // Parts side by side, each with its slice of the bias.
     LinearPart parts[4];
     if (w.parts.size() > 4) return core::error(StatusCode::kInternal) << "linear: more than 4 parts";
@@ -85,7 +87,11 @@ Status CpuBackend::linear(const Weight& weight, const float* in, int64_t rows, c
         parts[i] = {&w.parts[i], bias ? bias + off : nullptr};
         off += w.parts[i].w.rows;
     }
-    return ops::linear_group(*pool_, in, rows, std::span<const LinearPart>(parts, w.parts.size()), out, scratch_);
+    return ops::linear_group(pool, in, rows, std::span<const LinearPart>(parts, w.parts.size()), out, scratch);
+}
+
+Status CpuBackend::linear(const Weight& weight, const float* in, int64_t rows, const float* bias, float* out) {
+    return linear_with(*pool_, cpu(weight), in, rows, bias, out, scratch_);
 }
 
 // n floats rounded to IEEE half (round to nearest even).
@@ -179,20 +185,55 @@ std::vector<float> CpuWeight::gate_up_order(std::span<const float> gate, std::sp
     return out;
 }
 
+// CpuBackend::gated_mlp_up with the scratch given; also MoE experts' biased and clamped variants
+// (bias [2 F] in the weight's output order, or null).
+static Status gated_with(core::ThreadPool& pool, const CpuWeight& w, const float* in, int64_t rows, GatedAct f,
+                         const float* bias, float alpha, float limit, float* gate_up_out, float* act,
+                         std::vector<uint8_t>& scratch) {
+    if (f == GatedAct::kSilu && !bias) {
+        if (w.parts.size() == 1)  // fused: 32-column blocks of gate and up in turn
+            return linear_swiglu_fused(pool, in, rows, w.parts[0], gate_up_out, act, scratch);
+        if (w.parts.size() != 2) return core::error(StatusCode::kInternal) << "gated_mlp_up: expected gate and up";
+        return linear_swiglu(pool, in, rows, w.parts[0], w.parts[1], gate_up_out, act, scratch);
+    }
+    // The products (+ bias), then the activation row by row.
+    KILN_RETURN_IF_ERROR(linear_with(pool, w, in, rows, bias, gate_up_out, scratch));
+    if (f == GatedAct::kSwigluClamped) {  // gpt-oss: the gate clamped above, up on both sides
+        gated_rows(pool, w, gate_up_out, rows, act, [alpha, limit](float g, float u) {
+            g = std::min(g, limit);
+            u = std::clamp(u, -limit, limit);
+            return (u + 1.0f) * (g / (1.0f + std::exp(-alpha * g)));
+        });
+    } else if (f == GatedAct::kGeluTanh) {
+        gated_rows(pool, w, gate_up_out, rows, act, gelu_tanh_mul);
+    } else {
+        gated_rows(pool, w, gate_up_out, rows, act, [](float g, float u) { return g / (1.0f + std::exp(-g)) * u; });
+    }
+    return Status::ok();
+}
+
 Status CpuBackend::gated_mlp_up(const Weight& gate_up, const float* in, int64_t rows, GatedAct f, float* gate_up_out,
                                 float* act, const Weight* /*next*/) {
-    const CpuWeight& w = cpu(gate_up);
     if (f == GatedAct::kSwigluClamped)
         return core::error(StatusCode::kInternal) << "gated_mlp_up: the clamped SwiGLU is for MoE experts only";
-    if (f == GatedAct::kGeluTanh) {  // the products, then the activation row by row
-        KILN_RETURN_IF_ERROR(linear(gate_up, in, rows, nullptr, gate_up_out));
-        gated_rows(*pool_, w, gate_up_out, rows, act, gelu_tanh_mul);
-        return Status::ok();
-    }
-    if (w.parts.size() == 1)  // fused: 32-column blocks of gate and up in turn
-        return linear_swiglu_fused(*pool_, in, rows, w.parts[0], gate_up_out, act, scratch_);
-    if (w.parts.size() != 2) return core::error(StatusCode::kInternal) << "gated_mlp_up: expected gate and up";
-    return linear_swiglu(*pool_, in, rows, w.parts[0], w.parts[1], gate_up_out, act, scratch_);
+    return gated_with(*pool_, cpu(gate_up), in, rows, f, nullptr, 0, 0, gate_up_out, act, scratch_);
+}
+
+// A thread's buffers for the experts it runs side by side with the others'.
+struct MoeWorker {
+    std::vector<float> x, y, gate_up, act;
+    std::vector<uint8_t> scratch;
+};
+
+// One expert's MLP over its n gathered rows x [n, H]: act [n, F] (and the products in gate_up
+// [n, 2 F]), y [n, H].
+static Status expert_mlp(core::ThreadPool& pool, const MoeWeights& w, const MoeParams& p, int64_t e, const float* x,
+                         int64_t n, float* gate_up, float* act, float* y, std::vector<uint8_t>& scratch) {
+    const float* bias = w.gate_up_bias.empty() ? nullptr : w.gate_up_bias[size_t(e)];
+    KILN_RETURN_IF_ERROR(
+        gated_with(pool, cpu(*w.gate_up[size_t(e)]), x, n, p.act, bias, p.alpha, p.limit, gate_up, act, scratch));
+    const float* down_bias = w.down_bias.empty() ? nullptr : w.down_bias[size_t(e)];
+    return linear_with(pool, cpu(*w.down[size_t(e)]), act, n, down_bias, y, scratch);
 }
 
 Status CpuBackend::moe_mlp(const MoeWeights& w, const MoeParams& p, const float* in, int64_t rows, float* out) {
@@ -211,11 +252,18 @@ Status CpuBackend::moe_mlp(const MoeWeights& w, const MoeParams& p, const float*
     moe_route(m.logits.data(), rows, E, k, p.norm_topk, m.ids.data(), m.weights.data());
     m.groups.build(m.ids.data(), rows, k, E);
     std::fill_n(out, rows * H, 0.0f);
+    std::vector<int64_t>& active = m.active;  // the experts that got tokens: only their weights are read
+    active.clear();
+    for (int64_t e = 0; e < E; ++e)
+        if (m.groups.count(e) > 0) active.push_back(e);
+    const bool observing = p.observe && *p.observe;
+    if (!observing && pool_->num_threads() > 1 && int64_t(active.size()) >= pool_->num_threads() &&
+        rows * k <= 16 * pool_->num_threads())
+        return moe_experts_side_by_side(w, p, in, rows, out);
     // Each expert over its tokens, gathered in row order, its weighted output added to theirs: a
     // row's sum runs over its experts in ascending id whatever else is in the batch.
-    for (int64_t e = 0; e < E; ++e) {
+    for (const int64_t e : active) {
         const int64_t n = m.groups.count(e);
-        if (n == 0) continue;  // decode reads only the chosen experts' weights
         const int64_t F = w.down[size_t(e)]->cols;
         grow(m.x, n * H);
         grow(m.y, n * H);
@@ -223,34 +271,12 @@ Status CpuBackend::moe_mlp(const MoeWeights& w, const MoeParams& p, const float*
         grow(m.act, n * F);
         const int64_t* entries = m.groups.entries.data() + m.groups.offsets[size_t(e)];
         for (int64_t i = 0; i < n; ++i) std::copy_n(in + (entries[i] / k) * H, H, m.x.data() + i * H);
-        if (p.act == GatedAct::kSwigluClamped || !w.gate_up_bias.empty()) {
-            // gpt-oss: biased products, then the activation (gate clamped above, up on both sides).
-            const float* bias = w.gate_up_bias.empty() ? nullptr : w.gate_up_bias[size_t(e)];
-            KILN_RETURN_IF_ERROR(linear(*w.gate_up[size_t(e)], m.x.data(), n, bias, m.gate_up.data()));
-            const float alpha = p.alpha, limit = p.limit;
-            const CpuWeight& gu = cpu(*w.gate_up[size_t(e)]);
-            if (p.act == GatedAct::kSwigluClamped) {
-                gated_rows(*pool_, gu, m.gate_up.data(), n, m.act.data(), [alpha, limit](float g, float u) {
-                    g = std::min(g, limit);
-                    u = std::clamp(u, -limit, limit);
-                    return (u + 1.0f) * (g / (1.0f + std::exp(-alpha * g)));
-                });
-            } else if (p.act == GatedAct::kGeluTanh) {
-                gated_rows(*pool_, gu, m.gate_up.data(), n, m.act.data(), gelu_tanh_mul);
-            } else {
-                gated_rows(*pool_, gu, m.gate_up.data(), n, m.act.data(),
-                           [](float g, float u) { return g / (1.0f + std::exp(-g)) * u; });
-            }
-        } else {
-            KILN_RETURN_IF_ERROR(gated_mlp_up(*w.gate_up[size_t(e)], m.x.data(), n, p.act, m.gate_up.data(),
-                                              m.act.data(), w.down[size_t(e)]));
-        }
-        if (p.observe && *p.observe) {
+        KILN_RETURN_IF_ERROR(
+            expert_mlp(*pool_, w, p, e, m.x.data(), n, m.gate_up.data(), m.act.data(), m.y.data(), scratch_));
+        if (observing) {
             (*p.observe)(e, false, m.x.data(), n, H);
             (*p.observe)(e, true, m.act.data(), n, F);
         }
-        const float* down_bias = w.down_bias.empty() ? nullptr : w.down_bias[size_t(e)];
-        KILN_RETURN_IF_ERROR(linear(*w.down[size_t(e)], m.act.data(), n, down_bias, m.y.data()));
         pool_->parallel_for(n, [&](int64_t b, int64_t end) {  // rows of one expert are distinct
             for (int64_t i = b; i < end; ++i) {
                 const float wi = m.weights[size_t(entries[i])];
@@ -260,6 +286,63 @@ Status CpuBackend::moe_mlp(const MoeWeights& w, const MoeParams& p, const float*
             }
         });
     }
+    return moe_shared_expert(w, p, in, rows, out);
+}
+
+// Few tokens (decode), as many experts as threads or more: the experts run side by side, each on
+// one thread (the kernels' nested calls run serially there) with its own buffers, into the slots
+// m.y [rows * k, H]; then each row adds its slots in ascending expert id, exactly the sum the
+// expert-by-expert path makes, so the two give the same bits.
+Status CpuBackend::moe_experts_side_by_side(const MoeWeights& w, const MoeParams& p, const float* in, int64_t rows,
+                                            float* out) {
+    const int64_t H = w.router->cols, k = p.top_k;
+    MoeScratch& m = moe_;
+    if (int64_t(m.y.size()) < rows * k * H) m.y.resize(size_t(rows * k * H));
+    const int64_t num_active = int64_t(m.active.size());
+    std::vector<Status>& status = m.status;
+    status.assign(size_t(num_active), Status::ok());
+    pool_->parallel_for(num_active, [&](int64_t b, int64_t end) {
+        thread_local MoeWorker t;
+        for (int64_t a = b; a < end; ++a) {
+            const int64_t e = m.active[size_t(a)], n = m.groups.count(e), F = w.down[size_t(e)]->cols;
+            if (int64_t(t.x.size()) < n * H) t.x.resize(size_t(n * H));
+            if (int64_t(t.y.size()) < n * H) t.y.resize(size_t(n * H));
+            if (int64_t(t.gate_up.size()) < n * 2 * F) t.gate_up.resize(size_t(n * 2 * F));
+            if (int64_t(t.act.size()) < n * F) t.act.resize(size_t(n * F));
+            const int64_t* entries = m.groups.entries.data() + m.groups.offsets[size_t(e)];
+            for (int64_t i = 0; i < n; ++i) std::copy_n(in + (entries[i] / k) * H, H, t.x.data() + i * H);
+            status[size_t(a)] = expert_mlp(*pool_, w, p, e, t.x.data(), n, t.gate_up.data(), t.act.data(),
+                                           t.y.data(), t.scratch);
+            for (int64_t i = 0; i < n; ++i) std::copy_n(t.y.data() + i * H, H, m.y.data() + entries[i] * H);
+        }
+    });
+    for (const Status& st : status) KILN_RETURN_IF_ERROR(st);
+    pool_->parallel_for(rows, [&](int64_t b, int64_t end) {
+        for (int64_t r = b; r < end; ++r) {
+            const int32_t* ids = m.ids.data() + r * k;
+            float* o = out + r * H;
+            for (int64_t done = 0, last = -1; done < k; ++done) {  // slots in ascending expert id
+                int64_t j = -1;
+                for (int64_t s = 0; s < k; ++s)
+                    if (ids[s] > last && (j < 0 || ids[s] < ids[j])) j = s;
+                last = ids[j];
+                const float wj = m.weights[size_t(r * k + j)];
+                const float* y = m.y.data() + (r * k + j) * H;
+                for (int64_t c = 0; c < H; ++c) o[c] += wj * y[c];
+            }
+        }
+    });
+    return moe_shared_expert(w, p, in, rows, out);
+}
+
+// out += sigmoid(x . shared_gate) * the shared expert's output, when there is one.
+Status CpuBackend::moe_shared_expert(const MoeWeights& w, const MoeParams& p, const float* in, int64_t rows,
+                                     float* out) {
+    auto grow = [](auto& v, int64_t n) {
+        if (int64_t(v.size()) < n) v.resize(size_t(n));
+    };
+    MoeScratch& m = moe_;
+    const int64_t H = w.router->cols;
     if (!w.shared_gate_up) return Status::ok();
     const int64_t S = w.shared_down->cols;
     grow(m.gate_up, rows * 2 * S);

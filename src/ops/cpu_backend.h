@@ -77,10 +77,16 @@ private:
     kernels::cpu::Isa isa_;
     Step step_;
     std::vector<uint8_t> scratch_;  // quantized activations, reused across calls
+    // moe_mlp's parts (cpu_backend.cc): the experts side by side for a few tokens, the shared expert.
+    core::Status moe_experts_side_by_side(const MoeWeights& w, const MoeParams& p, const float* in, int64_t rows,
+                                          float* out);
+    core::Status moe_shared_expert(const MoeWeights& w, const MoeParams& p, const float* in, int64_t rows, float* out);
     // moe_mlp's buffers, grown to the largest step and reused.
     struct MoeScratch {
         std::vector<float> logits, weights, x, y, gate_up, act, shared_gate;
         std::vector<int32_t> ids;
+        std::vector<int64_t> active;       // experts that got tokens, ascending
+        std::vector<core::Status> status;  // per active expert (side by side)
         MoeGroups groups;
     } moe_;
 };

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -577,6 +578,69 @@ TEST(Families, MoeGptqCalibratesEachExpertOnItsTokens) {
     EXPECT_GT(few->rtn_experts, 0);
     EXPECT_LE(few->rtn_experts, 8);
     EXPECT_EQ(few->quantized, 32);
+}
+
+// Broken MoE files fail to load with an error naming what is wrong: a GGUF expert stack of the wrong
+// shape, more experts per token than experts, an HF folder missing one expert's projection, gpt-oss
+// MXFP4 blocks without their scales.
+TEST(Families, MoeBadFilesAreClearErrors) {
+    const std::string tmp = test::temp_dir("families_moe_bad");
+    ASSERT_TRUE(to_f32_gguf(family_dir("mixtral"), tmp + "/good.gguf").is_ok());
+    auto src = formats::GgufFile::open(tmp + "/good.gguf");
+    ASSERT_TRUE(src.is_ok());
+    // Rewrites good.gguf with key `key` set to `value` (when set) and tensor `drop_rows`'s first dimension one short.
+    auto rewrite = [&](const std::string& out, const std::string& key, std::optional<formats::GgufValue> value,
+                       const std::string& short_tensor) {
+        formats::GgufWriter w;
+        for (const std::string& k : src->keys()) w.set(k, k == key && value ? *value : *src->find(k));
+        for (const formats::GgufTensorInfo& t : src->tensors()) {
+            std::vector<uint64_t> shape = t.shape;
+            uint64_t bytes = t.num_bytes;
+            if (t.name == short_tensor) bytes -= bytes / shape[0], shape[0] -= 1;
+            w.add_tensor(t.name, t.dtype, shape, src->tensor_data(t), bytes);
+        }
+        return w.write(out);
+    };
+    ASSERT_TRUE(rewrite(tmp + "/stack.gguf", "", std::nullopt, "blk.1.ffn_down_exps.weight").is_ok());
+    auto stack = loader::load_checkpoint(tmp + "/stack.gguf");
+    ASSERT_FALSE(stack.is_ok());
+    EXPECT_EQ(stack.status().code(), core::StatusCode::kCorrupt);
+    EXPECT_NE(stack.status().message().find("blk.1.ffn_down_exps.weight"), std::string::npos) << stack.status().message();
+    ASSERT_TRUE(rewrite(tmp + "/used.gguf", "llama.expert_used_count", formats::gguf_u32(5), "").is_ok());
+    auto used = loader::load_checkpoint(tmp + "/used.gguf");
+    ASSERT_FALSE(used.is_ok());
+    EXPECT_NE(used.status().message().find("num_experts_used"), std::string::npos) << used.status().message();
+
+    // An HF folder without one expert's up_proj.
+    auto set = formats::SafetensorsSet::open(family_dir("qwen2-moe"));
+    ASSERT_TRUE(set.is_ok());
+    std::vector<formats::SafetensorsTensorIn> kept;
+    for (size_t i = 0; i < set->num_tensors(); ++i) {
+        const formats::SafetensorsTensorInfo& t = set->tensor(i);
+        if (t.name != "model.layers.1.mlp.experts.2.up_proj.weight")
+            kept.push_back({t.name, t.dtype, t.shape, set->tensor_data(i), t.num_bytes});
+    }
+    const std::string hdir = tmp + "/missing";
+    std::filesystem::create_directories(hdir);
+    std::filesystem::copy_file(family_dir("qwen2-moe") + "/config.json", hdir + "/config.json",
+                               std::filesystem::copy_options::overwrite_existing);
+    ASSERT_TRUE(formats::write_safetensors(hdir + "/model.safetensors", kept, {{"format", "pt"}}).is_ok());
+    auto missing = loader::load_checkpoint(hdir);
+    ASSERT_FALSE(missing.is_ok());
+    EXPECT_NE(missing.status().message().find("blk.1.ffn_up.2.weight"), std::string::npos) << missing.status().message();
+
+    // gpt-oss MXFP4 blocks whose scales are not in the folder.
+    const std::string odir = tmp + "/oss";
+    std::filesystem::create_directories(odir);
+    std::filesystem::copy_file(family_dir("gpt-oss") + "/config.json", odir + "/config.json",
+                               std::filesystem::copy_options::overwrite_existing);
+    const std::vector<uint8_t> blocks(4 * 64 * 1 * 16, 0x11);
+    const std::vector<formats::SafetensorsTensorIn> oss = {
+        {"model.layers.0.mlp.experts.gate_up_proj_blocks", core::DType::kU8, {4, 64, 1, 16}, blocks.data(), blocks.size()}};
+    ASSERT_TRUE(formats::write_safetensors(odir + "/model.safetensors", oss, {{"format", "pt"}}).is_ok());
+    auto no_scales = loader::load_checkpoint(odir);
+    ASSERT_FALSE(no_scales.is_ok());
+    EXPECT_NE(no_scales.status().message().find("_scales"), std::string::npos) << no_scales.status().message();
 }
 
 // Batch invariance for every family's blocks (GeGLU, post-norms, soft-caps, LongRoPE, fused

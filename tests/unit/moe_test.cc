@@ -142,20 +142,24 @@ std::vector<float> rows_of_inputs(int64_t rows) {
 
 class MoeMlp : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
 
+// Both ways of running the experts: one thread (expert after expert, each over its rows) and two
+// threads with few rows (the experts side by side, one per thread).
 TEST_P(MoeMlp, MatchesTheDefinitionWithKnownExperts) {
     const auto [norm, shared] = GetParam();
-    core::ThreadPool pool(2);
-    CpuBackend be(&pool, kernels::cpu::Isa::kRef);
-    Block blk(shared);
-    const int64_t rows = 7;
-    const std::vector<float> x = rows_of_inputs(rows);
-    std::vector<float> out(size_t(rows * kH));
-    ASSERT_TRUE(be.moe_mlp(blk.w, MoeParams{2, norm, GatedAct::kSilu}, x.data(), rows, out.data()).is_ok());
-    for (int64_t r = 0; r < rows; ++r) {
-        const std::vector<double> want = expected(&x[size_t(r * kH)], norm, shared);
-        for (int64_t i = 0; i < kH; ++i)
-            ASSERT_NEAR(out[size_t(r * kH + i)], want[size_t(i)], 1e-5 * (1.0 + std::abs(want[size_t(i)])))
-                << "row " << r << " column " << i;
+    for (int threads : {1, 2}) {
+        core::ThreadPool pool(threads);
+        CpuBackend be(&pool, kernels::cpu::Isa::kRef);
+        Block blk(shared);
+        const int64_t rows = 7;
+        const std::vector<float> x = rows_of_inputs(rows);
+        std::vector<float> out(size_t(rows * kH));
+        ASSERT_TRUE(be.moe_mlp(blk.w, MoeParams{2, norm, GatedAct::kSilu}, x.data(), rows, out.data()).is_ok());
+        for (int64_t r = 0; r < rows; ++r) {
+            const std::vector<double> want = expected(&x[size_t(r * kH)], norm, shared);
+            for (int64_t i = 0; i < kH; ++i)
+                ASSERT_NEAR(out[size_t(r * kH + i)], want[size_t(i)], 1e-5 * (1.0 + std::abs(want[size_t(i)])))
+                    << threads << " threads, row " << r << " column " << i;
+        }
     }
 }
 
@@ -164,7 +168,7 @@ TEST_P(MoeMlp, EachRowAloneEqualsTheBatchBitForBit) {
     core::ThreadPool pool(2);
     CpuBackend be(&pool, kernels::cpu::Isa::kRef);
     Block blk(shared);
-    const int64_t rows = 9;
+    const int64_t rows = 20;  // batched: expert after expert (40 routed rows); alone: side by side
     const std::vector<float> x = rows_of_inputs(rows);
     std::vector<float> batched(size_t(rows * kH)), alone(static_cast<size_t>(kH));
     const MoeParams p{2, norm, GatedAct::kSilu};
