@@ -38,7 +38,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <chrono>
 #include <cstdio>
@@ -54,6 +53,7 @@
 #include "model_session.h"
 #include "core/thread_pool.h"
 #include "kernels/roofline/roofline.h"
+#include "loader/layer_tensors.h"
 #include "loader/checkpoint.h"
 #include "model/cpu_model.h"
 #include "ops/linear.h"
@@ -115,17 +115,6 @@ struct Traffic {
     std::string dtype;
 };
 
-// blk.N.ffn_{gate,up,down}.E.weight: one expert's matrix (loader/layer_tensors.h).
-bool is_expert_tensor_name(const std::string& name) {
-    for (const char* stem : {".ffn_gate.", ".ffn_up.", ".ffn_down."}) {
-        const size_t at = name.find(stem);
-        if (at == std::string::npos) continue;
-        const size_t digits = at + std::strlen(stem);
-        return digits < name.size() && std::isdigit(static_cast<unsigned char>(name[digits]));
-    }
-    return false;
-}
-
 Traffic count_traffic(const loader::Checkpoint& ck) {
     const loader::ModelConfig& c = ck.config;
     Traffic tr;
@@ -135,7 +124,7 @@ Traffic count_traffic(const loader::Checkpoint& ck) {
     for (const loader::TensorRef& t : ck.tensors) {
         const bool layer = t.name.rfind("blk.", 0) == 0;
         const uint64_t bytes = t.num_bytes + (t.row_scale ? 4 * t.shape[0] : 0);  // I8: + row scales
-        if (layer && is_expert_tensor_name(t.name)) {
+        if (layer && loader::parse_expert_tensor_name(t.name)) {  // one expert's matrix or bias
             tr.expert_bytes += bytes;
             tr.expert_mm_params += t.num_elements();
             continue;

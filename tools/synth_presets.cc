@@ -11,6 +11,7 @@
 
 #include "core/check.h"
 #include "core/numeric.h"
+#include "formats/architectures.h"
 #include "quant/fp4_blocks.h"
 #include "loader/weight_names.h"
 #include "quant/mx.h"
@@ -265,7 +266,8 @@ loader::ModelConfig synth_config(const SynthPreset& p, int64_t num_layers, bool 
         c.num_experts_used = p.num_experts_used;
         c.expert_intermediate_size = p.expert_ffn;
         c.norm_topk_prob = p.norm_topk;
-        if (c.arch == "gpt_oss") c.moe_biases = true, c.swiglu_alpha = 1.702, c.swiglu_limit = 7.0;
+        if (c.arch == "gpt_oss")
+            c.moe_biases = true, c.swiglu_alpha = formats::kGptOssSwigluAlpha, c.swiglu_limit = formats::kGptOssSwigluLimit;
     }
     if (p.llama3_rope) {
         c.rope_scaling.type = "llama3";

@@ -57,6 +57,9 @@ inline constexpr ArchNames kArchitectures[] = {
      .moe = true, .moe_norm_topk = true, .attn_sinks = true, .oai_moe = true},
 };
 
+// gpt-oss's clamped SwiGLU (GptOssConfig's defaults, what llama.cpp hard-codes): alpha and limit.
+inline constexpr double kGptOssSwigluAlpha = 1.702, kGptOssSwigluLimit = 7.0;
+
 // Gemma 2 and 3 (their config.json fields: hidden_activation, query_pre_attn_scalar, soft-capping,
 // layer patterns).
 constexpr bool is_gemma(std::string_view model_type) {

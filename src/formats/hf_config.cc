@@ -377,8 +377,8 @@ core::Status parse_experts(Fields& f, const std::string& name, HfConfig* c) {
     // Mixtral and gpt-oss weigh the chosen experts by a softmax over their logits alone.
     c->norm_topk_prob = mixtral || oss || f.get_bool("norm_topk_prob").value_or(false);
     if (oss) {
-        c->swiglu_alpha = f.get_num("swiglu_alpha").value_or(1.702);
-        c->swiglu_limit = f.get_num("swiglu_limit").value_or(7.0);
+        c->swiglu_alpha = f.get_num("swiglu_alpha").value_or(kGptOssSwigluAlpha);
+        c->swiglu_limit = f.get_num("swiglu_limit").value_or(kGptOssSwigluLimit);
         if (!(c->swiglu_alpha > 0) || !(c->swiglu_limit > 0) || !std::isfinite(c->swiglu_alpha) ||
             !std::isfinite(c->swiglu_limit))
             return core::error(StatusCode::kCorrupt) << name << ": swiglu_alpha " << c->swiglu_alpha

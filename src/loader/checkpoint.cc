@@ -125,13 +125,40 @@ core::Result<TensorRef> permute_tensor(const TensorRef& t, int64_t num_heads, Ro
     return out;
 }
 
-// A fused projection as kiln's separate tensors: row ranges of the same bytes (no copy). Phi-3's
-// attn_qkv ([Q | KV | KV] rows) and its gate_up (HF) / llama.cpp's ffn_up of 2F rows ([gate | up]);
-// any other tensor comes back alone.
+// Rows [r0, r0 + shape[0]) of `t` (row_bytes each; a 1-D shape is one row) as a tensor of its own:
+// a view of the same bytes.
+static TensorRef row_view(const TensorRef& t, std::string name, std::vector<uint64_t> shape, uint64_t r0,
+                          uint64_t row_bytes) {
+    TensorRef part = t;
+    part.name = std::move(name);
+    part.data = t.data + r0 * row_bytes;
+    part.num_bytes = (shape.size() == 1 ? 1 : shape[0]) * row_bytes;
+    part.shape = std::move(shape);
+    if (t.row_scale) part.row_scale = t.row_scale + r0;
+    return part;
+}
+
+// A tensor of `dtype` holding `buf` (converted at load), which is appended to `owners`.
+static TensorRef owned_tensor(std::string name, core::DType dtype, std::vector<uint64_t> shape,
+                              std::shared_ptr<std::vector<uint8_t>> buf, std::vector<std::shared_ptr<const void>>* owners) {
+    TensorRef t;
+    t.name = std::move(name);
+    t.dtype = dtype;
+    t.shape = std::move(shape);
+    t.data = buf->data();
+    t.num_bytes = buf->size();
+    owners->push_back(std::move(buf));
+    return t;
+}
+
 static core::Result<std::vector<TensorRef>> split_experts(TensorRef t, const ModelConfig& c, const std::string& what,
                                                           const std::string& prefix,
                                                           std::vector<std::shared_ptr<const void>>* owners);
 
+// A fused projection as kiln's separate tensors: row ranges of the same bytes (no copy). Phi-3's
+// attn_qkv ([Q | KV | KV] rows) and its gate_up (HF) / llama.cpp's ffn_up of 2F rows ([gate | up]);
+// stacked experts (split_experts); HF's [1, H] shared-expert gate as kiln's [H]; any other tensor
+// comes back alone.
 static core::Result<std::vector<TensorRef>> split_fused(TensorRef t, const ModelConfig& c,
                                                         std::vector<std::shared_ptr<const void>>* owners) {
     const size_t dot = t.name.size() < 8 ? std::string::npos : t.name.rfind('.', t.name.size() - 8);  // "blk.N."
@@ -165,21 +192,12 @@ static core::Result<std::vector<TensorRef>> split_fused(TensorRef t, const Model
     std::vector<TensorRef> out;
     int64_t r0 = 0;
     for (const auto& [suffix, n] : parts) {
-        TensorRef part = t;
-        part.name = prefix + suffix;
-        part.shape[0] = uint64_t(n);
-        part.data = t.data + uint64_t(r0) * row_bytes;
-        part.num_bytes = uint64_t(n) * row_bytes;
-        if (t.row_scale) part.row_scale = t.row_scale + r0;
-        out.push_back(std::move(part));
+        out.push_back(row_view(t, prefix + suffix, {uint64_t(n), t.shape[1]}, uint64_t(r0), row_bytes));
         r0 += n;
     }
     return out;
 }
 
-// Stacked experts as kiln's per-expert tensors (row views, no copy): GGUF's ffn_{gate,up,down}_exps
-// [E, rows, cols] and transformers' fused gate_up_proj [E, 2F, H] (each expert's gate rows, then its
-// up rows) -> blk.N.ffn_{gate,up,down}.E.weight.
 // gpt-oss's transformers layout, input-major: per expert [cols_in, rows_out * parts] with the parts'
 // columns interleaved (gate, up, gate, up, ...), copied out as each part's [rows_out, cols_in] rows.
 static core::Result<std::vector<TensorRef>> split_oss_experts(const TensorRef& t, const ModelConfig& c, bool gate_up,
@@ -204,14 +222,9 @@ static core::Result<std::vector<TensorRef>> split_oss_experts(const TensorRef& t
             for (uint64_t r = 0; r < rows; ++r)
                 for (uint64_t i = 0; i < in; ++i)
                     std::memcpy(buf->data() + (r * in + i) * es, src + (i * out_cols + r * uint64_t(parts) + uint64_t(part)) * es, es);
-            TensorRef p = t;
-            p.name = prefix + (gate_up ? (part == 0 ? "ffn_gate." : "ffn_up.") : "ffn_down.") + std::to_string(e) + ".weight";
-            p.shape = {rows, in};
-            p.data = buf->data();
-            p.num_bytes = buf->size();
-            p.storage.reset();
-            owners->push_back(std::move(buf));
-            out.push_back(std::move(p));
+            out.push_back(owned_tensor(
+                prefix + (gate_up ? (part == 0 ? "ffn_gate." : "ffn_up.") : "ffn_down.") + std::to_string(e) + ".weight",
+                t.dtype, {rows, in}, std::move(buf), owners));
         }
     }
     return out;
@@ -261,14 +274,9 @@ static core::Result<std::vector<TensorRef>> oss_mxfp4_experts(const formats::Saf
                     for (int j = 0; j < 16; ++j) o[1 + j] = uint8_t(elem[j] | (elem[j + 16] << 4));
                 }
             }
-            TensorRef t;
-            t.name = prefix + (gate_up ? (part == 0 ? "ffn_gate." : "ffn_up.") : "ffn_down.") + std::to_string(e) + ".weight";
-            t.dtype = core::DType::kMxfp4;
-            t.shape = {part_rows, cols};
-            t.data = buf->data();
-            t.num_bytes = buf->size();
-            owners->push_back(std::move(buf));
-            out.push_back(std::move(t));
+            out.push_back(owned_tensor(
+                prefix + (gate_up ? (part == 0 ? "ffn_gate." : "ffn_up.") : "ffn_down.") + std::to_string(e) + ".weight",
+                core::DType::kMxfp4, {part_rows, cols}, std::move(buf), owners));
         }
     }
     // The blocks were read once, here: their file pages need not stay resident.
@@ -297,30 +305,22 @@ static core::Result<std::vector<TensorRef>> split_expert_biases(const TensorRef&
     for (int64_t e = 0; e < E; ++e) {
         const uint8_t* src = t.data + uint64_t(e) * n * es;
         if (!interleaved) {
-            TensorRef p = t;
-            p.name = prefix + stem + "." + std::to_string(e) + ".bias";
-            p.shape = {n};
-            p.data = src;
-            p.num_bytes = n * es;
-            out.push_back(std::move(p));
+            out.push_back(row_view(t, prefix + stem + "." + std::to_string(e) + ".bias", {n}, uint64_t(e), n * es));
             continue;
         }
         for (int part = 0; part < 2; ++part) {
             auto buf = std::make_shared<std::vector<uint8_t>>(size_t(F) * es);
             for (int64_t i = 0; i < F; ++i) std::memcpy(buf->data() + size_t(i) * es, src + size_t(2 * i + part) * es, es);
-            TensorRef p = t;
-            p.name = prefix + (part == 0 ? "ffn_gate." : "ffn_up.") + std::to_string(e) + ".bias";
-            p.shape = {uint64_t(F)};
-            p.data = buf->data();
-            p.num_bytes = buf->size();
-            p.storage.reset();
-            owners->push_back(std::move(buf));
-            out.push_back(std::move(p));
+            out.push_back(owned_tensor(prefix + (part == 0 ? "ffn_gate." : "ffn_up.") + std::to_string(e) + ".bias",
+                                       t.dtype, {uint64_t(F)}, std::move(buf), owners));
         }
     }
     return out;
 }
 
+// Stacked experts as kiln's per-expert tensors: GGUF's ffn_{gate,up,down}_exps [E, rows, cols] and
+// transformers' fused gate_up_proj [E, 2F, H] (each expert's gate rows, then its up rows) as row
+// views (no copy) -> blk.N.ffn_{gate,up,down}.E.weight; biases and gpt-oss's layouts above.
 static core::Result<std::vector<TensorRef>> split_experts(TensorRef t, const ModelConfig& c, const std::string& what,
                                                           const std::string& prefix,
                                                           std::vector<std::shared_ptr<const void>>* owners) {
@@ -353,13 +353,8 @@ static core::Result<std::vector<TensorRef>> split_experts(TensorRef t, const Mod
     for (int64_t e = 0; e < E; ++e) {
         int64_t r0 = e * rows;
         for (const auto& [stem, n] : parts) {
-            TensorRef part = t;
-            part.name = prefix + stem + "." + std::to_string(e) + ".weight";
-            part.shape = {uint64_t(n), uint64_t(cols)};
-            part.data = t.data + uint64_t(r0) * row_bytes;
-            part.num_bytes = uint64_t(n) * row_bytes;
-            if (t.row_scale) part.row_scale = t.row_scale + r0;
-            out.push_back(std::move(part));
+            out.push_back(row_view(t, prefix + stem + "." + std::to_string(e) + ".weight", {uint64_t(n), uint64_t(cols)},
+                                   uint64_t(r0), row_bytes));
             r0 += n;
         }
     }

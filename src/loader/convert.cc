@@ -16,6 +16,7 @@
 #include "formats/gguf_writer.h"
 #include "formats/safetensors.h"
 #include "kernels/ref/dequant.h"
+#include "loader/layer_tensors.h"
 
 namespace kiln::loader {
 namespace {
@@ -170,23 +171,13 @@ public:
     // nullopt when `t` is not an expert's tensor; else the finished stack once its last expert came
     // (a tensor with an empty name until then).
     core::Result<std::optional<TensorRef>> add(const TensorRef& t, std::vector<std::shared_ptr<const void>>* owners) {
-        const bool bias = t.name.ends_with(".bias");
-        const size_t dot_w = t.name.rfind(bias ? ".bias" : ".weight");
-        if (num_experts_ <= 0 || !t.name.starts_with("blk.") || dot_w == std::string::npos ||
-            t.shape.size() != (bias ? 1u : 2u))
+        const std::optional<ExpertTensorName> name = parse_expert_tensor_name(t.name);
+        if (num_experts_ <= 0 || !name || name->expert >= num_experts_ || t.shape.size() != (name->bias ? 1u : 2u))
             return std::optional<TensorRef>();
-        const size_t dot_e = t.name.rfind('.', dot_w - 1);
-        if (dot_e == std::string::npos) return std::optional<TensorRef>();
-        const std::string stem = t.name.substr(0, dot_e);  // blk.N.ffn_gate
+        const bool bias = name->bias;
+        const std::string& stem = name->stem;  // blk.N.ffn_gate
         const std::string key = stem + (bias ? ".bias" : ".weight");
-        if (!stem.ends_with(".ffn_gate") && !stem.ends_with(".ffn_up") && !stem.ends_with(".ffn_down"))
-            return std::optional<TensorRef>();
-        int64_t e = -1;
-        const std::string idx = t.name.substr(dot_e + 1, dot_w - dot_e - 1);
-        if (idx.empty() || idx.size() > 6 || idx.find_first_not_of("0123456789") != std::string::npos)
-            return std::optional<TensorRef>();
-        e = std::stoll(idx);
-        if (e >= num_experts_) return std::optional<TensorRef>();
+        const int64_t e = name->expert;
         std::vector<TensorRef>& parts = pending_[key];
         parts.resize(size_t(num_experts_));
         parts[size_t(e)] = t;

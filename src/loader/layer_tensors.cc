@@ -99,6 +99,24 @@ bool is_expert_tensor(LayerTensor t) {
            t == LayerTensor::kExpertGateBias || t == LayerTensor::kExpertUpBias || t == LayerTensor::kExpertDownBias;
 }
 
+std::optional<ExpertTensorName> parse_expert_tensor_name(const std::string& name) {
+    ExpertTensorName out;
+    out.bias = name.ends_with(".bias");
+    const size_t dot_w = name.rfind(out.bias ? ".bias" : ".weight");
+    if (!name.starts_with("blk.") || dot_w == std::string::npos || dot_w == 0 ||
+        name.size() != dot_w + (out.bias ? 5 : 7))
+        return std::nullopt;
+    const size_t dot_e = name.rfind('.', dot_w - 1);
+    if (dot_e == std::string::npos) return std::nullopt;
+    out.stem = name.substr(0, dot_e);
+    if (!out.stem.ends_with(".ffn_gate") && !out.stem.ends_with(".ffn_up") && !out.stem.ends_with(".ffn_down"))
+        return std::nullopt;
+    const std::string idx = name.substr(dot_e + 1, dot_w - dot_e - 1);
+    if (idx.empty() || idx.size() > 6 || idx.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+    out.expert = std::stoll(idx);
+    return out;
+}
+
 bool layer_tensor_present(const ModelConfig& c, LayerTensor t) {
     switch (row(t).when) {
         case When::kAttentionBias:

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,14 @@ struct TensorSpec {
 std::string layer_tensor_name(int64_t layer, LayerTensor t, int64_t expert = 0);
 // Whether t is one of the per-expert tensors (kExpertGate, kExpertUp, kExpertDown and their biases).
 bool is_expert_tensor(LayerTensor t);
+// A per-expert tensor's name taken apart: "blk.3.ffn_up.5.weight" -> stem "blk.3.ffn_up", expert 5,
+// bias false. nullopt for any other name.
+struct ExpertTensorName {
+    std::string stem;
+    int64_t expert = 0;
+    bool bias = false;
+};
+std::optional<ExpertTensorName> parse_expert_tensor_name(const std::string& name);
 // Whether layer tensor t exists for config c, and its shape.
 bool layer_tensor_present(const ModelConfig& c, LayerTensor t);
 TensorSpec layer_tensor(const ModelConfig& c, int64_t layer, LayerTensor t, int64_t expert = 0);

@@ -114,7 +114,8 @@ void set_family_flags(ModelConfig* c) {
     c->qk_norm_full = a->qk_norm_full;
     c->attn_sinks = a->attn_sinks;
     c->moe_biases = a->oai_moe;
-    if (a->oai_moe && c->swiglu_limit == 0) c->swiglu_alpha = 1.702, c->swiglu_limit = 7.0;  // gpt-oss's
+    if (a->oai_moe && c->swiglu_limit == 0)  // gpt-oss's
+        c->swiglu_alpha = formats::kGptOssSwigluAlpha, c->swiglu_limit = formats::kGptOssSwigluLimit;
     c->gelu_mlp = a->gelu_mlp;
     c->sandwich_norms = a->sandwich_norms;
     c->scale_embeddings = a->scale_embeddings;
@@ -249,9 +250,9 @@ core::Result<ModelConfig> config_from_gguf(const formats::GgufFile& g) {
         KILN_ASSIGN_OR_RETURN(c.shared_expert_intermediate_size,
                               gguf_int(g, p + "expert_shared_feed_forward_length", shared_default));
         c.norm_topk_prob = g.get_bool(p + "expert_weights_norm").value_or(family && family->moe_norm_topk);
-        if (family && family->oai_moe) {  // llama.cpp hard-codes gpt-oss's 1.702 and 7.0
-            KILN_ASSIGN_OR_RETURN(c.swiglu_alpha, gguf_float(g, p + "swiglu_oai_alpha", 1.702));
-            KILN_ASSIGN_OR_RETURN(c.swiglu_limit, gguf_float(g, p + "swiglu_oai_limit", 7.0));
+        if (family && family->oai_moe) {  // llama.cpp hard-codes gpt-oss's
+            KILN_ASSIGN_OR_RETURN(c.swiglu_alpha, gguf_float(g, p + "swiglu_oai_alpha", formats::kGptOssSwigluAlpha));
+            KILN_ASSIGN_OR_RETURN(c.swiglu_limit, gguf_float(g, p + "swiglu_oai_limit", formats::kGptOssSwigluLimit));
         }
     }
     if (c.arch == "gpt_oss") {

@@ -219,6 +219,12 @@ Status CpuBackend::gated_mlp_up(const Weight& gate_up, const float* in, int64_t 
     return gated_with(*pool_, cpu(gate_up), in, rows, f, nullptr, 0, 0, gate_up_out, act, scratch_);
 }
 
+// v grown to at least n elements (buffers reused from step to step).
+template <class V>
+static void grow(V& v, int64_t n) {
+    if (int64_t(v.size()) < n) v.resize(size_t(n));
+}
+
 // A thread's buffers for the experts it runs side by side with the others'.
 struct MoeWorker {
     std::vector<float> x, y, gate_up, act;
@@ -241,9 +247,6 @@ Status CpuBackend::moe_mlp(const MoeWeights& w, const MoeParams& p, const float*
     if (int64_t(w.gate_up.size()) != E || int64_t(w.down.size()) != E || k < 1 || k > E)
         return core::error(StatusCode::kInternal) << "moe_mlp: " << w.gate_up.size() << " / " << w.down.size()
                                                   << " expert weights for " << E << " experts, top " << k;
-    auto grow = [](auto& v, int64_t n) {
-        if (int64_t(v.size()) < n) v.resize(size_t(n));
-    };
     MoeScratch& m = moe_;
     grow(m.logits, rows * E);
     grow(m.ids, rows * k);
@@ -297,7 +300,7 @@ Status CpuBackend::moe_experts_side_by_side(const MoeWeights& w, const MoeParams
                                             float* out) {
     const int64_t H = w.router->cols, k = p.top_k;
     MoeScratch& m = moe_;
-    if (int64_t(m.y.size()) < rows * k * H) m.y.resize(size_t(rows * k * H));
+    grow(m.y, rows * k * H);
     const int64_t num_active = int64_t(m.active.size());
     std::vector<Status>& status = m.status;
     status.assign(size_t(num_active), Status::ok());
@@ -305,10 +308,10 @@ Status CpuBackend::moe_experts_side_by_side(const MoeWeights& w, const MoeParams
         thread_local MoeWorker t;
         for (int64_t a = b; a < end; ++a) {
             const int64_t e = m.active[size_t(a)], n = m.groups.count(e), F = w.down[size_t(e)]->cols;
-            if (int64_t(t.x.size()) < n * H) t.x.resize(size_t(n * H));
-            if (int64_t(t.y.size()) < n * H) t.y.resize(size_t(n * H));
-            if (int64_t(t.gate_up.size()) < n * 2 * F) t.gate_up.resize(size_t(n * 2 * F));
-            if (int64_t(t.act.size()) < n * F) t.act.resize(size_t(n * F));
+            grow(t.x, n * H);
+            grow(t.y, n * H);
+            grow(t.gate_up, n * 2 * F);
+            grow(t.act, n * F);
             const int64_t* entries = m.groups.entries.data() + m.groups.offsets[size_t(e)];
             for (int64_t i = 0; i < n; ++i) std::copy_n(in + (entries[i] / k) * H, H, t.x.data() + i * H);
             status[size_t(a)] = expert_mlp(*pool_, w, p, e, t.x.data(), n, t.gate_up.data(), t.act.data(),
@@ -338,9 +341,6 @@ Status CpuBackend::moe_experts_side_by_side(const MoeWeights& w, const MoeParams
 // out += sigmoid(x . shared_gate) * the shared expert's output, when there is one.
 Status CpuBackend::moe_shared_expert(const MoeWeights& w, const MoeParams& p, const float* in, int64_t rows,
                                      float* out) {
-    auto grow = [](auto& v, int64_t n) {
-        if (int64_t(v.size()) < n) v.resize(size_t(n));
-    };
     MoeScratch& m = moe_;
     const int64_t H = w.router->cols;
     if (!w.shared_gate_up) return Status::ok();

@@ -124,6 +124,15 @@ core::Status to_f32_gguf(const std::string& dir, const std::string& out) {
     return loader::convert_checkpoint(dir, out, o);
 }
 
+// An HF folder `out` holding `tensors` (model.safetensors) and family folder `dir`'s config.json.
+core::Status write_hf_folder(const std::string& dir, const std::string& out,
+                             const std::vector<formats::SafetensorsTensorIn>& tensors) {
+    std::filesystem::create_directories(out);
+    std::filesystem::copy_file(dir + "/config.json", out + "/config.json",
+                               std::filesystem::copy_options::overwrite_existing);
+    return formats::write_safetensors(out + "/model.safetensors", tensors, {{"format", "pt"}});
+}
+
 class Families : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Families, MatchTransformersFromSafetensorsAndGguf) {
@@ -328,10 +337,7 @@ TEST(Families, MoeLayoutsFusedExpertsGgufStacksAndSafetensorsRoundTrip) {
             out.push_back({p + "down_proj", core::DType::kF32, {E, H, F}, fused.back().data(), fused.back().size() * 4});
         }
         const std::string fdir = tmp + "/fused";
-        std::filesystem::create_directories(fdir);
-        std::filesystem::copy_file(dir + "/config.json", fdir + "/config.json",
-                                   std::filesystem::copy_options::overwrite_existing);
-        ASSERT_TRUE(formats::write_safetensors(fdir + "/model.safetensors", out, {{"format", "pt"}}).is_ok());
+        ASSERT_TRUE(write_hf_folder(dir, fdir, out).is_ok());
         auto fck = loader::load_checkpoint(fdir);
         ASSERT_TRUE(fck.is_ok()) << fck.status().to_string();
         check_model(*fck, g, "qwen3-moe (fused 3-D experts)");
@@ -440,10 +446,7 @@ TEST(Families, GptOssFromPublishedMxfp4Experts) {
     std::vector<std::vector<float>> logits;
     for (const auto& [name, tensors] : {std::pair{"mxfp4", &mx}, std::pair{"ref", &ref}}) {
         const std::string d = tmp + "/" + name;
-        std::filesystem::create_directories(d);
-        std::filesystem::copy_file(dir + "/config.json", d + "/config.json",
-                                   std::filesystem::copy_options::overwrite_existing);
-        ASSERT_TRUE(formats::write_safetensors(d + "/model.safetensors", *tensors, {{"format", "pt"}}).is_ok());
+        ASSERT_TRUE(write_hf_folder(dir, d, *tensors).is_ok());
         auto m_ck = loader::load_checkpoint(d);
         ASSERT_TRUE(m_ck.is_ok()) << name << ": " << m_ck.status().to_string();
         if (std::string(name) == "mxfp4") EXPECT_EQ(m_ck->find("blk.1.ffn_up.3.weight")->dtype, core::DType::kMxfp4);
@@ -621,23 +624,17 @@ TEST(Families, MoeBadFilesAreClearErrors) {
             kept.push_back({t.name, t.dtype, t.shape, set->tensor_data(i), t.num_bytes});
     }
     const std::string hdir = tmp + "/missing";
-    std::filesystem::create_directories(hdir);
-    std::filesystem::copy_file(family_dir("qwen2-moe") + "/config.json", hdir + "/config.json",
-                               std::filesystem::copy_options::overwrite_existing);
-    ASSERT_TRUE(formats::write_safetensors(hdir + "/model.safetensors", kept, {{"format", "pt"}}).is_ok());
+    ASSERT_TRUE(write_hf_folder(family_dir("qwen2-moe"), hdir, kept).is_ok());
     auto missing = loader::load_checkpoint(hdir);
     ASSERT_FALSE(missing.is_ok());
     EXPECT_NE(missing.status().message().find("blk.1.ffn_up.2.weight"), std::string::npos) << missing.status().message();
 
     // gpt-oss MXFP4 blocks whose scales are not in the folder.
     const std::string odir = tmp + "/oss";
-    std::filesystem::create_directories(odir);
-    std::filesystem::copy_file(family_dir("gpt-oss") + "/config.json", odir + "/config.json",
-                               std::filesystem::copy_options::overwrite_existing);
     const std::vector<uint8_t> blocks(4 * 64 * 1 * 16, 0x11);
     const std::vector<formats::SafetensorsTensorIn> oss = {
         {"model.layers.0.mlp.experts.gate_up_proj_blocks", core::DType::kU8, {4, 64, 1, 16}, blocks.data(), blocks.size()}};
-    ASSERT_TRUE(formats::write_safetensors(odir + "/model.safetensors", oss, {{"format", "pt"}}).is_ok());
+    ASSERT_TRUE(write_hf_folder(family_dir("gpt-oss"), odir, oss).is_ok());
     auto no_scales = loader::load_checkpoint(odir);
     ASSERT_FALSE(no_scales.is_ok());
     EXPECT_NE(no_scales.status().message().find("_scales"), std::string::npos) << no_scales.status().message();
