@@ -273,6 +273,7 @@ int cmd_generate(int argc, char** argv) {
     std::fprintf(stderr, "load %.3f s; prompt %zu tokens in %.3f s; %lld tokens generated in %.3f s (%.1f tokens/s)\n",
                  load_s, ids.size(), ttft, (long long)generated, gen_s,
                  generated > 1 && decode_s > 0 ? double(generated - 1) / decode_s : 0.0);
+    if (!options.speculative.empty()) std::fprintf(stderr, "%s\n", spec_summary(engine->stats()).c_str());
     return 0;
 }
 

@@ -14,7 +14,8 @@ std::set<std::string> engine_flags() {
 }
 std::set<std::string> engine_options() {
     return merged({"--kv-cache-gb", "--kv-cache-dtype", "--block-size", "--max-batch-tokens", "--max-seqs",
-                   "--max-model-len", "--device", "--gpu-memory-utilization"},
+                   "--max-model-len", "--device", "--gpu-memory-utilization", "--spec", "--num-draft",
+                   "--spec-ngram-min", "--spec-ngram-max", "--spec-max-batch"},
                   kSessionOptions);
 }
 
@@ -35,7 +36,29 @@ const char* const kEngineHelp =
     "  --max-model-len N      context length: prompt + output (default: the model's)\n"
     "  --no-prefix-cache      do not reuse the KV of earlier prompts' common prefixes\n"
     "  --mmap                 run from the file mapping (faster start) instead of a copy of the weights\n"
-    "                         in anonymous memory\n";
+    "                         in anonymous memory\n"
+    "\n"
+    "speculative decoding (docs/speculative.md; greedy output is unchanged, sampled output keeps its\n"
+    "distribution):\n"
+    "  --spec ngram           draft tokens by prompt lookup: what followed the last n tokens earlier in\n"
+    "                         the sequence, verified by the model in the same step (off by default)\n"
+    "  --num-draft K          most draft tokens per sequence and step (default 5; adapted per sequence\n"
+    "                         to what it gets accepted)\n"
+    "  --spec-ngram-min N     shortest n-gram looked up (default 2)\n"
+    "  --spec-ngram-max N     longest n-gram looked up, tried first (default 4)\n"
+    "  --spec-max-batch N     speculate only in steps where at most N sequences decode (default 4,\n"
+    "                         measured on 2 cores; 0 = always)\n";
+
+std::string spec_summary(const EngineStats& s) {
+    char buf[200];
+    std::snprintf(buf, sizeof buf,
+                  "speculative: %lld draft tokens, %lld accepted (%.1f%%), %.2f tokens per verifying step (%lld steps)",
+                  (long long)s.spec_draft_tokens, (long long)s.spec_accepted_tokens,
+                  s.spec_draft_tokens ? 100.0 * double(s.spec_accepted_tokens) / double(s.spec_draft_tokens) : 0.0,
+                  s.spec_verify_steps ? 1.0 + double(s.spec_accepted_tokens) / double(s.spec_verify_steps) : 0.0,
+                  (long long)s.spec_verify_steps);
+    return buf;
+}
 
 void print_upload_progress(uint64_t done, uint64_t total) {
     // every tenth of the way (and the end), on one line
@@ -142,6 +165,41 @@ bool parse_engine_options(const Args& args, const char* cmd, EngineOptions& out)
     out.max_batch_tokens = got[1];
     out.max_seqs = int32_t(got[2]);
     out.max_model_len = got[3];
+    if (auto v = args.get("--spec")) {
+        if (*v != "ngram") {
+            std::fprintf(stderr, "kiln %s: --spec must be ngram, got '%s'\n", cmd, v->c_str());
+            return false;
+        }
+        out.speculative = *v;
+    }
+    const struct {
+        const char* flag;
+        int64_t lo, hi;
+        int32_t* value;
+    } spec_ints[] = {{"--num-draft", 1, 64, &out.num_draft},
+                     {"--spec-ngram-min", 1, 64, &out.spec_ngram_min},
+                     {"--spec-ngram-max", 1, 64, &out.spec_ngram_max},
+                     {"--spec-max-batch", 0, 1 << 16, &out.spec_max_batch}};
+    for (const auto& f : spec_ints) {
+        auto v = args.get(f.flag);
+        if (!v) continue;
+        if (out.speculative.empty()) {
+            std::fprintf(stderr, "kiln %s: %s needs --spec\n", cmd, f.flag);
+            return false;
+        }
+        auto x = f.lo == 0 ? (*v == "0" ? std::optional<int64_t>(0) : parse_positive(*v, f.hi)) : parse_positive(*v, f.hi);
+        if (!x) {
+            std::fprintf(stderr, "kiln %s: %s needs an integer in [%lld, %lld], got '%s'\n", cmd, f.flag,
+                         (long long)f.lo, (long long)f.hi, v->c_str());
+            return false;
+        }
+        *f.value = int32_t(*x);
+    }
+    if (out.spec_ngram_min > out.spec_ngram_max) {
+        std::fprintf(stderr, "kiln %s: --spec-ngram-min %d exceeds --spec-ngram-max %d\n", cmd, out.spec_ngram_min,
+                     out.spec_ngram_max);
+        return false;
+    }
     out.prefix_cache = !args.has("--no-prefix-cache");
     out.mmap_weights = args.has("--mmap");
     return true;

@@ -23,6 +23,9 @@ extern const char* const kEngineHelp;  // --help lines of the options below (ses
 // "kiln CMD: <what is wrong>".
 bool parse_engine_options(const Args& args, const char* cmd, EngineOptions& out);
 
+// "speculative: D draft tokens, A accepted (R%), T tokens per verifying step" from the engine's counters.
+std::string spec_summary(const EngineStats& s);
+
 // EngineOptions::on_load_progress of the commands: "uploading weights: NN% of G GiB" on stderr.
 void print_upload_progress(uint64_t done, uint64_t total);
 

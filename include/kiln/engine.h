@@ -93,6 +93,7 @@ struct Request {
     SamplingParams sampling;
     OutputCallback on_output;  // called on the engine's thread; must not block for long
     bool return_logits = false;
+    bool speculate = true;  // with EngineOptions::speculative set: false runs this request without drafts
 };
 
 struct EngineOptions {
@@ -110,6 +111,13 @@ struct EngineOptions {
     int32_t max_seqs = 64;               // sequences per step
     bool prefix_cache = true;
     int64_t max_model_len = 0;  // 0 = the model's context length
+    // Speculative decoding (docs/speculative.md): "" = off, "ngram" = prompt lookup (drafts copied
+    // from earlier in the sequence, verified by the model in the same step). Greedy output is token
+    // for token what it is without; sampled output keeps its distribution exactly.
+    std::string speculative;
+    int32_t num_draft = 5;                            // most draft tokens per sequence and step
+    int32_t spec_ngram_min = 2, spec_ngram_max = 4;  // n-gram lengths looked up, longest first
+    int32_t spec_max_batch = -1;  // speculate while at most this many sequences decode; 0 = always; -1 = the default
     std::string device = "cpu";  // "cpu", or "cuda" / "cuda:N" (a build with the CUDA backend)
     double gpu_memory_utilization = 0.9;  // cuda: share of the device's memory for weights, activations, KV
     // Called while the weights are uploaded to a GPU with the bytes done and the total.
@@ -124,6 +132,9 @@ struct EngineStats {
     int64_t prompt_tokens_total = 0, generated_tokens_total = 0;
     int64_t num_preemptions = 0, num_steps = 0;
     double schedule_seconds = 0, forward_seconds = 0, sample_seconds = 0;
+    // Speculative decoding: draft tokens verified, of those accepted, and sequence-steps that verified
+    // a draft. Acceptance rate = accepted / draft; tokens per verifying step = 1 + accepted / steps.
+    int64_t spec_draft_tokens = 0, spec_accepted_tokens = 0, spec_verify_steps = 0;
 };
 
 struct ModelInfo {

@@ -165,6 +165,16 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o, Status* status) {
     ec.max_seqs = o.max_seqs;
     ec.prefix_cache = o.prefix_cache;
     ec.max_model_len = o.max_model_len;
+    if (!o.speculative.empty()) {
+        if (o.speculative != "ngram")
+            return fail(core::error(core::StatusCode::kInvalidArgument)
+                        << "speculative method must be ngram, got '" << o.speculative << "'");
+        ec.spec.method = engine::SpecConfig::Method::kNgram;
+        ec.spec.num_draft = o.num_draft;
+        ec.spec.ngram_min = o.spec_ngram_min;
+        ec.spec.ngram_max = o.spec_ngram_max;
+        ec.spec.max_batch = o.spec_max_batch >= 0 ? o.spec_max_batch : engine::kDefaultSpecMaxBatch;
+    }
     const loader::ModelConfig* config = nullptr;
     std::string device_text = "cpu";
     core::Result<std::unique_ptr<engine::EngineCore>> ecore = core::error(core::StatusCode::kInternal);
@@ -187,7 +197,8 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o, Status* status) {
         co.gpu_memory_utilization = o.gpu_memory_utilization;
         co.max_batch_tokens = o.max_batch_tokens;
         co.max_seqs = o.max_seqs;
-        co.max_logits = o.max_seqs;  // one sampled row per sequence and step
+        // One sampled row per sequence and step, and one per draft token with speculation.
+        co.max_logits = int64_t(o.max_seqs) * (1 + (ec.spec.method == engine::SpecConfig::Method::kNone ? 0 : o.num_draft));
         co.max_seq_len = o.max_model_len;
         co.block_size = o.block_size;
         co.kv_f16 = ec.kv_f16;
@@ -261,6 +272,7 @@ Status Engine::add_request(Request r, uint64_t* id) {
     req.prompt = r.prompt_ids.empty() ? impl_->tokenizer->encode(r.prompt) : std::move(r.prompt_ids);
     req.params = to_internal(r.sampling);
     req.return_logits = r.return_logits;
+    req.speculate = r.speculate;
     Impl* impl = impl_.get();
     OutputCallback cb = std::move(r.on_output);
     auto lock = impl->lock_for_caller();
@@ -319,6 +331,9 @@ EngineStats Engine::stats() const {
     o.schedule_seconds = s.schedule_seconds;
     o.forward_seconds = s.forward_seconds;
     o.sample_seconds = s.sample_seconds;
+    o.spec_draft_tokens = s.spec_draft_tokens;
+    o.spec_accepted_tokens = s.spec_accepted_tokens;
+    o.spec_verify_steps = s.spec_verify_steps;
     return o;
 }
 

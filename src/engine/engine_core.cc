@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "core/check.h"
+#include "engine/ngram_proposer.h"
 
 namespace kiln::engine {
 namespace {
@@ -60,6 +61,15 @@ static core::Status check_config(const loader::ModelConfig& mc, EngineConfig& c)
     if (c.max_seqs <= 0) return bad() << "--max-seqs must be positive, got " << c.max_seqs;
     if (c.max_model_len < 0 || c.kv_cache_bytes < 0 || c.num_kv_blocks < 0)
         return bad() << "negative context length or KV budget";
+    const SpecConfig& sp = c.spec;
+    if (sp.method != SpecConfig::Method::kNone) {
+        if (sp.num_draft < 1 || sp.num_draft > 64)
+            return bad() << "--num-draft must be in [1, 64], got " << sp.num_draft;
+        if (sp.ngram_min < 1 || sp.ngram_max < sp.ngram_min || sp.ngram_max > 64)
+            return bad() << "n-gram lengths must satisfy 1 <= min <= max <= 64, got " << sp.ngram_min << ".."
+                         << sp.ngram_max;
+        if (sp.max_batch < 0) return bad() << "--spec-max-batch must be >= 0, got " << sp.max_batch;
+    }
     if (c.max_model_len == 0) c.max_model_len = mc.max_seq_len > 0 ? mc.max_seq_len : 2048;
     if (mc.max_seq_len > 0 && c.max_model_len > mc.max_seq_len)
         return bad() << "--max-model-len " << c.max_model_len << " exceeds the model's context of " << mc.max_seq_len;
@@ -164,6 +174,7 @@ core::Status EngineCore::add(int64_t id, Request request) {
     live.stop = std::make_unique<sampling::StopChecker>(request.params, eos_ids_);
     live.decoder = std::make_unique<tokenizer::StreamDecoder>(*tokenizer_);
     live.request = std::move(request);
+    live.spec_k = config_.spec.num_draft;
     stats_.prompt_tokens_total += len;
     if (live.request.params.max_tokens == 0) {  // nothing to generate: finished at once
         scheduler_->remove(id);
@@ -216,23 +227,118 @@ void EngineCore::fail_batch(const sched::ScheduledBatch& batch, const core::Stat
     }
 }
 
+void EngineCore::propose_drafts() {
+    const SpecConfig& sc = config_.spec;
+    if (sc.method == SpecConfig::Method::kNone) return;
+    int64_t decoding = 0;
+    for (const auto& [id, live] : requests_) decoding += scheduler_->is_decoding(id) ? 1 : 0;
+    if (sc.max_batch > 0 && decoding > sc.max_batch) return;
+    for (auto& [id, live] : requests_) {
+        live.draft.clear();
+        if (!live.request.speculate || !scheduler_->is_decoding(id)) continue;
+        // Tokens left after the one this step samples anyway.
+        const int64_t left = live.request.params.max_tokens - live.generated - 1;
+        const int64_t k = std::min<int64_t>(live.spec_k, left);
+        if (k <= 0) continue;
+        live.draft = propose_ngram(scheduler_->tokens(id), k, sc.ngram_min, sc.ngram_max);
+        scheduler_->set_draft(id, int64_t(live.draft.size()));
+    }
+}
+
+void EngineCore::sample_step(const sched::ScheduledBatch& batch, bool ids_back,
+                             std::vector<std::pair<size_t, std::vector<float>>>& raw,
+                             std::vector<std::pair<size_t, sampling::TokenLogprobs>>& lps) {
+    const size_t V = size_t(model_.config->vocab_size);
+    new_tokens_.clear();
+    new_counts_.clear();
+    emitted_.clear();
+    size_t row = 0;  // logits row (or id from the model) of the step
+    for (const sched::ScheduledSeq& s : batch.seqs) {
+        if (!s.sample) continue;
+        Live& live = requests_.at(s.id);
+        const size_t nd = size_t(s.num_draft), first = new_tokens_.size();
+        const std::vector<int32_t>& tokens = scheduler_->tokens(s.id);
+        if (nd > 0) history_.assign(tokens.begin(), tokens.end());
+        const std::vector<int32_t>& hist = nd > 0 ? history_ : tokens;
+        const int32_t num_top = live.request.params.logprobs;
+        // Row i of the sequence predicts the token after draft i - 1: drafts are checked in order and
+        // the first rejected one is replaced by the verdict's token; after the last accepted draft
+        // (or none) the next row is sampled as usual.
+        for (size_t i = 0; i <= nd; ++i, ++row) {
+            std::span<float> logits(ids_back ? nullptr : logits_.data() + row * V, ids_back ? 0 : V);
+            if (live.request.return_logits && !ids_back)
+                raw.emplace_back(new_tokens_.size(), std::vector<float>(logits.begin(), logits.end()));
+            if (num_top >= 0 && !ids_back) row_copy_.assign(logits.begin(), logits.end());
+            int32_t tok = 0;
+            bool accepted = false;
+            if (i < nd) {
+                const int32_t d = live.draft[i];
+                if (ids_back) {
+                    tok = sampled_[row];
+                    accepted = tok == d;
+                } else {
+                    const sampling::Sampler::Verdict v =
+                        config_.spec.verify_for_tests ? config_.spec.verify_for_tests(*live.sampler, logits, hist, d)
+                                                      : live.sampler->verify(logits, hist, d);
+                    tok = v.token;
+                    accepted = v.accepted;
+                }
+            } else {
+                tok = ids_back ? sampled_[row] : live.sampler->sample(logits, hist);
+            }
+            new_tokens_.push_back(tok);
+            if (num_top >= 0 && !ids_back)
+                lps.emplace_back(new_tokens_.size() - 1, sampling::token_logprobs(row_copy_, tok, num_top));
+            if (i == nd || !accepted) {
+                row += nd - i;  // the rows of the drafts after a rejected one are not looked at
+                break;
+            }
+            history_.push_back(tok);
+        }
+        ++row;
+        const size_t count = new_tokens_.size() - first;
+        emitted_.push_back({first, count});
+        new_counts_.push_back(int32_t(count));
+        if (nd > 0) {  // adapt the draft length: longer after a full acceptance, shorter after a miss
+            stats_.spec_draft_tokens += int64_t(nd);
+            stats_.spec_accepted_tokens += int64_t(count - 1);
+            ++stats_.spec_verify_steps;
+            live.spec_k = count - 1 == nd ? std::min(config_.spec.num_draft, live.spec_k + 2)
+                                          : std::max(1, live.spec_k - 1);
+        }
+    }
+}
+
 bool EngineCore::step() {
     const auto t0 = Clock::now();
+    propose_drafts();
     sched::ScheduledBatch batch = scheduler_->schedule();
     if (batch.seqs.empty()) return false;
     tokens_.clear();
     seqs_.clear();
+    bool any_draft = false;
+    int64_t num_rows = 0;  // logits rows the step returns: 1 + num_draft per sampled sequence
     for (const sched::ScheduledSeq& s : batch.seqs) {
         const std::vector<int32_t>& all = scheduler_->tokens(s.id);
-        tokens_.insert(tokens_.end(), all.begin() + s.start, all.begin() + s.start + s.num_tokens);
-        seqs_.push_back({s.start, s.num_tokens, s.block_table, s.sample ? 1 : 0});
+        const int64_t real = s.num_tokens - s.num_draft;
+        tokens_.insert(tokens_.end(), all.begin() + s.start, all.begin() + s.start + real);
+        if (s.num_draft > 0) {
+            const std::vector<int32_t>& d = requests_.at(s.id).draft;
+            KILN_CHECK(int64_t(d.size()) >= s.num_draft) << "scheduled more drafts than proposed";
+            tokens_.insert(tokens_.end(), d.begin(), d.begin() + s.num_draft);
+            any_draft = true;
+        }
+        const int64_t rows = s.sample ? 1 + s.num_draft : 0;
+        seqs_.push_back({s.start, s.num_tokens, s.block_table, rows});
+        num_rows += rows;
     }
     const auto t1 = Clock::now();
     stats_.schedule_seconds += std::chrono::duration<double>(t1 - t0).count();
     // Where the sampled rows are decided: plain greedy rows need only their argmax (the model's
     // greedy step, when it has one); rows that need no logprobs or raw logits can be sampled by the
-    // model (forward_sample); otherwise the logits come back and the host samples.
-    bool plain_greedy = bool(model_.forward_greedy), device_sample = bool(model_.forward_sample);
+    // model (forward_sample, not with drafts to verify); otherwise the logits come back and the
+    // host samples.
+    bool plain_greedy = bool(model_.forward_greedy), device_sample = bool(model_.forward_sample) && !any_draft;
     for (const sched::ScheduledSeq& s : batch.seqs) {
         if (!s.sample) continue;
         const Live& live = requests_.at(s.id);
@@ -261,42 +367,25 @@ bool EngineCore::step() {
         fail_batch(batch, forwarded);
         return true;
     }
-    // One id (or logits row) per sampled sequence, ids in the vocabulary: anything else is the
-    // model's bug, reported as the batch's error rather than read out of bounds.
-    int64_t num_sampled = 0;
-    for (const sched::ScheduledSeq& s : batch.seqs) num_sampled += s.sample ? 1 : 0;
+    // One id (or logits row) per row asked for, ids in the vocabulary: anything else is the model's
+    // bug, reported as the batch's error rather than read out of bounds.
     const int64_t V = model_.config->vocab_size;
     const size_t got = ids_back ? sampled_.size() : logits_.size();
-    bool sane = got == size_t(ids_back ? num_sampled : num_sampled * V);
+    bool sane = got == size_t(ids_back ? num_rows : num_rows * V);
     if (ids_back)
         for (int32_t id : sampled_) sane = sane && id >= 0 && id < V;
     if (!sane) {
         fail_batch(batch, core::error(core::StatusCode::kInternal)
                               << "the model returned " << got << " values (or an id outside the vocabulary) for "
-                              << num_sampled << " sampled sequences");
+                              << num_rows << " rows of logits");
         return true;
     }
     const auto t2 = Clock::now();
     stats_.forward_seconds += std::chrono::duration<double>(t2 - t1).count();
-    const int64_t vocab = model_.config->vocab_size;
-    if (!ids_back) sampled_.clear();
-    std::vector<std::pair<size_t, std::vector<float>>> raw;       // (index into sampled_, logits) when asked
-    std::vector<std::pair<size_t, sampling::TokenLogprobs>> lps;  // (index into sampled_, logprobs) when asked
-    size_t row = 0;
-    for (const sched::ScheduledSeq& s : batch.seqs) {
-        if (!s.sample || ids_back) continue;  // sampled by the model: sampled_ holds the ids already
-        Live& live = requests_.at(s.id);
-        std::span<float> logits(logits_.data() + row * size_t(vocab), size_t(vocab));
-        if (live.request.return_logits)
-            raw.emplace_back(sampled_.size(), std::vector<float>(logits.begin(), logits.end()));
-        const int32_t num_top = live.request.params.logprobs;
-        if (num_top >= 0) row_copy_.assign(logits.begin(), logits.end());
-        sampled_.push_back(live.sampler->sample(logits, scheduler_->tokens(s.id)));
-        if (num_top >= 0)
-            lps.emplace_back(sampled_.size() - 1, sampling::token_logprobs(row_copy_, sampled_.back(), num_top));
-        ++row;
-    }
-    scheduler_->complete(batch, sampled_);
+    std::vector<std::pair<size_t, std::vector<float>>> raw;       // (index into new_tokens_, logits) when asked
+    std::vector<std::pair<size_t, sampling::TokenLogprobs>> lps;  // (index into new_tokens_, logprobs) when asked
+    sample_step(batch, ids_back, raw, lps);
+    scheduler_->complete(batch, new_tokens_, new_counts_);
     stats_.sample_seconds += seconds_since(t2);
     ++stats_.num_steps;
 
@@ -306,30 +395,35 @@ bool EngineCore::step() {
         if (!live.cached_reported) live.cached_tokens = s.start;  // its first step starts after the cached prefix
         live.cached_reported = true;
         if (!s.sample) continue;
-        const size_t idx = si++;
-        const int32_t tok = sampled_[idx];
+        const Emitted em = emitted_[si++];
         StepOutput out;
         out.request_id = s.id;
         out.prompt_tokens = int64_t(live.request.prompt.size());
         out.cached_tokens = live.cached_tokens;
-        if (ri < raw.size() && raw[ri].first == idx) out.logits.push_back(std::move(raw[ri++].second));
-        const bool has_lp = li < lps.size() && lps[li].first == idx;
-        const size_t lpi = has_lp ? li++ : 0;
-        ++stats_.generated_tokens_total;
+        // Tokens in order until one finishes the request (the rest were never generated).
+        const int64_t len_before = int64_t(scheduler_->tokens(s.id).size()) - int64_t(em.count);
         FinishReason reason = FinishReason::kNone;
-        if (live.stop->is_stop_token(tok)) {
-            reason = FinishReason::kStop;
-        } else {
+        for (size_t j = 0; j < em.count && reason == FinishReason::kNone; ++j) {
+            const size_t idx = em.first + j;
+            const int32_t tok = new_tokens_[idx];
+            if (ri < raw.size() && raw[ri].first == idx) out.logits.push_back(std::move(raw[ri++].second));
+            const bool has_lp = li < lps.size() && lps[li].first == idx;
+            const size_t lpi = has_lp ? li++ : 0;
+            ++stats_.generated_tokens_total;
+            if (live.stop->is_stop_token(tok)) {
+                reason = FinishReason::kStop;
+                break;
+            }
             ++live.generated;
             out.token_ids.push_back(tok);
             if (has_lp) out.logprobs.push_back(std::move(lps[lpi].second));
             sampling::StopChecker::Output o = live.stop->append(live.decoder->push(tok));
-            out.text = std::move(o.text);
+            out.text += o.text;
             if (o.stopped)
                 reason = FinishReason::kStop;
             else if (live.generated >= live.request.params.max_tokens)
                 reason = FinishReason::kLength;
-            else if (int64_t(scheduler_->tokens(s.id).size()) >= config_.max_model_len)
+            else if (len_before + int64_t(j) + 1 >= config_.max_model_len)
                 reason = FinishReason::kLength;
         }
         if (reason == FinishReason::kNone) {

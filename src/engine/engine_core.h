@@ -3,7 +3,10 @@
 // continuous batching, chunked prefill, prefix cache, preemption) -> one forward_batch of the model
 // (CpuModel over a host pool, or a PagedModel such as the GPU model) over the paged KV cache -> sample every sequence
 // that reached its last token -> detokenize, check stops -> report to each request's callback; finished and aborted
-// requests free their blocks at once. Invariants: a request's tokens and text depend only on its prompt and params
+// requests free their blocks at once. With speculative decoding on (EngineConfig::spec), a decoding sequence
+// first gets a draft (n-gram lookup in its own tokens); the step runs the draft after its last token, and the
+// rows are verified in order with Sampler::verify (exact in distribution; greedy: token for token the same),
+// so one step may emit several tokens; the scheduler drops the rejected drafts' KV. Invariants: a request's tokens and text depend only on its prompt and params
 // (batch invariance of forward_batch; one Sampler per request, called once per generated token); every callback of a
 // request runs on the thread calling step() / abort(), the last one with finished = true, exactly once.
 #pragma once
@@ -53,6 +56,24 @@ struct Request {
     sampling::SamplingParams params;
     OutputFn on_output;
     bool return_logits = false;  // tests: the row each new token was sampled from, before sampling
+    bool speculate = true;       // with EngineConfig::spec on: false opts this request out
+};
+
+// Speculative decoding (docs/speculative.md).
+// SpecConfig::max_batch of kiln::Engine when not given: measured on a 2-core VM (docs/speculative.md).
+inline constexpr int32_t kDefaultSpecMaxBatch = 4;
+struct SpecConfig {
+    enum class Method { kNone, kNgram };
+    Method method = Method::kNone;
+    int32_t num_draft = 5;                // most tokens proposed per sequence and step
+    int32_t ngram_min = 2, ngram_max = 4;  // n-gram lengths looked up, longest first
+    // Speculate only in steps where at most this many sequences decode (0: always): on a big batch
+    // a decode step is no longer bound by reading the weights, and rejected drafts cost compute.
+    int32_t max_batch = 0;
+    // Tests only: replaces Sampler::verify (the distribution test shows a wrong rule fails it).
+    std::function<sampling::Sampler::Verdict(sampling::Sampler&, std::span<float> logits,
+                                             std::span<const int32_t> history, int32_t draft)>
+        verify_for_tests;
 };
 
 struct EngineConfig {
@@ -64,6 +85,7 @@ struct EngineConfig {
     int32_t max_seqs = 64;
     bool prefix_cache = true;
     int64_t max_model_len = 0;  // 0: the model's context length
+    SpecConfig spec;
 };
 
 struct EngineStats {
@@ -73,6 +95,9 @@ struct EngineStats {
     int64_t prompt_tokens_total = 0, generated_tokens_total = 0;
     int64_t num_preemptions = 0, num_steps = 0;
     double schedule_seconds = 0, forward_seconds = 0, sample_seconds = 0;  // summed over steps
+    // Speculative decoding: draft tokens run and verified, drafts accepted, and sequence-steps that
+    // verified a draft (each emits its accepted drafts plus one token).
+    int64_t spec_draft_tokens = 0, spec_accepted_tokens = 0, spec_verify_steps = 0;
 };
 
 // The default KV budget: a quarter of MemAvailable (or 1 GiB when unknown), at most what max_seqs
@@ -137,8 +162,20 @@ private:
         int64_t generated = 0;
         int64_t cached_tokens = 0;
         bool cached_reported = false;
+        std::vector<int32_t> draft;  // proposed for the step in progress
+        int32_t spec_k = 0;          // draft length for the next step, adapted to what was accepted
+    };
+    // A sampled sequence's new tokens in a step: new_tokens_[first, first + count).
+    struct Emitted {
+        size_t first = 0, count = 0;
     };
     EngineCore() = default;
+    void propose_drafts();
+    // Verifies the drafts and samples every sampled sequence of the step (rows from logits_, or ids
+    // from sampled_ when ids_back); fills new_tokens_ / emitted_ and the raw rows and logprobs asked for.
+    void sample_step(const sched::ScheduledBatch& batch, bool ids_back,
+                     std::vector<std::pair<size_t, std::vector<float>>>& raw,
+                     std::vector<std::pair<size_t, sampling::TokenLogprobs>>& lps);
     void finish(int64_t id, Live& live, FinishReason reason, StepOutput& out);
     void fail_batch(const sched::ScheduledBatch& batch, const core::Status& st);
 
@@ -153,7 +190,11 @@ private:
     std::vector<int32_t> tokens_;
     std::vector<model::BatchSeq> seqs_;
     std::vector<float> logits_;
-    std::vector<int32_t> sampled_;
+    std::vector<int32_t> sampled_;     // ids from the model (ids_back): one per logits row
+    std::vector<int32_t> new_tokens_;  // the step's new tokens, sequence after sequence (emitted_)
+    std::vector<int32_t> new_counts_;  // emitted_[i].count, for Scheduler::complete
+    std::vector<Emitted> emitted_;     // one per sampled sequence, in batch order
+    std::vector<int32_t> history_;     // a sequence's tokens plus its accepted drafts, while verifying
     std::vector<kernels::SampleRow> sample_rows_;  // forward_sample's rows and entries
     std::vector<kernels::LogitAdjustment> sample_adjust_;
     std::vector<float> row_copy_;  // a logits row kept raw for logprobs (the sampler scribbles on its input)

@@ -234,4 +234,50 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> ids) {
     return cands_.front().id;
 }
 
+Sampler::Verdict Sampler::verify(std::span<float> logits, std::span<const int32_t> ids, int32_t draft,
+                                 std::span<const TokenProb> draft_probs) {
+    KILN_CHECK(logits.size() == size_t(vocab_size_)) << logits.size() << " vs vocab " << vocab_size_;
+    KILN_CHECK(draft >= 0 && draft < vocab_size_) << "draft token " << draft;
+    apply_bias_and_penalties(logits, ids);
+    if (!build_candidates(logits)) return {greedy_id_, greedy_id_ == draft};
+    // q dense over the vocabulary (zero between calls); a point mass without the scratch.
+    const bool point = draft_probs.empty();
+    if (!point) {
+        if (q_dense_.empty()) q_dense_.assign(size_t(vocab_size_), 0.0f);
+        for (const TokenProb& t : draft_probs)
+            if (t.id >= 0 && t.id < vocab_size_) q_dense_[size_t(t.id)] += t.prob;
+    }
+    auto q_of = [&](int32_t id) -> double { return point ? (id == draft ? 1.0 : 0.0) : double(q_dense_[size_t(id)]); };
+    double p_draft = 0.0, total = 0.0, p_best = -1.0;
+    int32_t best = draft;
+    for (const TokenProb& c : cands_) {
+        if (c.id == draft) p_draft = c.prob;
+        total += std::max(0.0, double(c.prob) - q_of(c.id));  // the residual's mass
+        if (c.prob > p_best) p_best = c.prob, best = c.id;
+    }
+    const double q_draft = q_of(draft);
+    Verdict v;
+    // Accept when u < p/q, written without the division (q = 0: the proposer could not have drafted it).
+    if (q_draft > 0.0 && uniform01() * q_draft < p_draft) {
+        v = {draft, true};
+    } else if (!(total > 0.0)) {  // p <= q everywhere up to rounding: nothing left to resample from
+        v = {p_draft > 0.0 ? draft : best, p_draft > 0.0};
+    } else {  // a draw from max(0, p - q) / total
+        const double u = uniform01() * total;
+        double cum = 0.0;
+        v = {best, false};
+        for (const TokenProb& c : cands_) {
+            const double r = std::max(0.0, double(c.prob) - q_of(c.id));
+            if (r <= 0.0) continue;
+            v.token = c.id;  // the last with mass, should u land beyond the rounded total
+            cum += r;
+            if (u < cum) break;
+        }
+    }
+    if (!point)
+        for (const TokenProb& t : draft_probs)
+            if (t.id >= 0 && t.id < vocab_size_) q_dense_[size_t(t.id)] = 0.0f;
+    return v;
+}
+
 }  // namespace kiln::sampling

@@ -49,6 +49,20 @@ public:
     // prompt_and_generated_ids: the prompt followed by every token generated so far.
     int32_t sample(std::span<float> logits, std::span<const int32_t> prompt_and_generated_ids);
 
+    // Speculative decoding's acceptance rule (Leviathan et al. 2023, Chen et al. 2023) for one drafted
+    // token: p is steps 1-7 of this row (the distribution sample() draws from), q the proposer's
+    // distribution (`draft_probs`, sparse; empty = a point mass on `draft`, as n-gram lookup proposes).
+    // Accepts `draft` with probability min(1, p(draft) / q(draft)); otherwise draws the token from
+    // max(0, p - q) renormalized. Either way the token is distributed exactly as p. Greedy: accepts
+    // when `draft` is the argmax (lowest id on ties), else returns the argmax; no RNG draw. Takes one
+    // uniform draw to accept and one more to resample. `logits` is scratch, as in sample().
+    struct Verdict {
+        int32_t token = 0;
+        bool accepted = false;
+    };
+    Verdict verify(std::span<float> logits, std::span<const int32_t> prompt_and_generated_ids, int32_t draft,
+                   std::span<const TokenProb> draft_probs = {});
+
     // Steps 1-7 only: the final candidates with renormalized probabilities (greedy: one token, prob 1).
     // Order: descending prob (ties by id) when top-k or top-p ran, otherwise ascending id.
     // Consumes no randomness; for tests and logprobs.
@@ -78,6 +92,7 @@ private:
     std::vector<TokenProb> cands_;  // scratch, reused across steps
     std::vector<int32_t> counts_;   // [vocab_size] zero between calls; penalties only
     std::vector<uint8_t> seen_;     // [vocab_size] zero between calls; repetition penalty only
+    std::vector<float> q_dense_;    // [vocab_size] zero between calls; verify() with a draft distribution
 };
 
 // Index of the largest logit, lowest id on ties, NaN never chosen (0 if all are NaN/-inf).

@@ -70,6 +70,16 @@ SchedulerStats Scheduler::stats() const {
     return st;
 }
 
+void Scheduler::set_draft(SeqId id, int64_t num_draft) {
+    auto it = seqs_.find(id);
+    if (it != seqs_.end()) it->second.draft = std::max<int64_t>(0, num_draft);
+}
+
+bool Scheduler::is_decoding(SeqId id) const {
+    auto it = seqs_.find(id);
+    return it != seqs_.end() && it->second.running && int64_t(it->second.tokens.size()) - it->second.computed == 1;
+}
+
 ScheduledBatch Scheduler::schedule() {
     ScheduledBatch batch;
     in_step_.clear();
@@ -89,12 +99,17 @@ ScheduledBatch Scheduler::schedule() {
         if (!seqs_.at(id).running) continue;  // preempted while building this step
         schedule_running(id, batch, budget);
     }
+    // Drafts after the decodes' tokens, from what the running sequences left: a draft never takes a
+    // block or a token of the budget that a running sequence needed, so it never causes a preemption.
+    for (ScheduledSeq& e : batch.seqs)
+        if (budget > 0 && seqs_.at(e.id).running) extend_with_draft(e, batch, budget);
     // Admission (FCFS, no skipping). Not after a preemption: the pool is short, and the sequences just
     // preempted are at the head of the queue (vLLM v1 does the same).
     if (batch.preempted.empty()) {
         while (!waiting_.empty() && !full() && admit_head(batch, budget)) {
         }
     }
+    for (auto& [id, seq] : seqs_) seq.draft = 0;  // drafts are for this step only
     stats_.peak_blocks_in_use = std::max(stats_.peak_blocks_in_use, pool_.num_in_use());
     KILN_CHECK(batch.num_tokens <= config_.max_batch_tokens && int64_t(batch.seqs.size()) <= config_.max_seqs);
     return batch;
@@ -126,6 +141,24 @@ bool Scheduler::schedule_running(SeqId id, ScheduledBatch& batch, int64_t& budge
     }
     add_to_batch(id, s, n, batch, budget);
     return true;
+}
+
+void Scheduler::extend_with_draft(ScheduledSeq& e, ScheduledBatch& batch, int64_t& budget) {
+    Seq& s = seqs_.at(e.id);
+    if (s.draft <= 0 || !e.sample || e.num_tokens != 1 || e.start + 1 != int64_t(s.tokens.size())) return;
+    int64_t draft = std::max<int64_t>(0, std::min({s.draft, budget, s.max_len - int64_t(s.tokens.size()) - 1}));
+    while (draft > 0 && blocks_for(e.start + 1 + draft) - int64_t(s.blocks.size()) > pool_.num_free()) --draft;
+    if (draft == 0) return;
+    for (int64_t i = blocks_for(e.start + 1 + draft) - int64_t(s.blocks.size()); i > 0; --i) {
+        std::optional<kv::BlockId> b = pool_.allocate();
+        KILN_CHECK(b.has_value()) << "pool reported free blocks it could not allocate";
+        s.blocks.push_back(*b);
+    }
+    e.num_tokens += draft;
+    e.num_draft = draft;
+    e.block_table = s.blocks;
+    batch.num_tokens += draft;
+    budget -= draft;
 }
 
 bool Scheduler::admit_head(ScheduledBatch& batch, int64_t& budget) {
@@ -210,29 +243,43 @@ void Scheduler::preempt(SeqId id, ScheduledBatch& batch) {
     ++stats_.num_preemptions;
 }
 
-void Scheduler::complete(const ScheduledBatch& batch, std::span<const int32_t> sampled) {
-    size_t k = 0;
+void Scheduler::complete(const ScheduledBatch& batch, std::span<const int32_t> sampled,
+                         std::span<const int32_t> counts) {
+    size_t k = 0, entry = 0;
     for (const ScheduledSeq& e : batch.seqs) {
-        int32_t tok = 0;
+        std::span<const int32_t> toks;
         if (e.sample) {
-            KILN_CHECK(k < sampled.size()) << "fewer sampled tokens than sampling sequences";
-            tok = sampled[k++];
+            const int64_t count = counts.empty() ? 1 : (entry < counts.size() ? counts[entry] : -1);
+            ++entry;
+            KILN_CHECK(count >= 1 && count <= 1 + e.num_draft)
+                << "sequence " << e.id << ": " << count << " new tokens after " << e.num_draft << " drafts";
+            KILN_CHECK(k + size_t(count) <= sampled.size()) << "fewer sampled tokens than sampling sequences";
+            toks = sampled.subspan(k, size_t(count));
+            k += size_t(count);
         }
         auto it = seqs_.find(e.id);
         if (it == seqs_.end() || !it->second.running || it->second.computed != e.start) continue;  // removed
         Seq& s = it->second;
-        KILN_CHECK(e.start + e.num_tokens <= int64_t(s.tokens.size())) << "sequence " << e.id << " step past its end";
+        const int64_t real = e.num_tokens - e.num_draft;  // tokens of tokens() the step ran
+        KILN_CHECK(e.start + real <= int64_t(s.tokens.size())) << "sequence " << e.id << " step past its end";
         KILN_CHECK(blocks_for(e.start + e.num_tokens) <= int64_t(s.blocks.size())) << "sequence " << e.id;
-        s.computed += e.num_tokens;
+        s.computed += real;
         if (e.sample) {
             KILN_CHECK(s.computed == int64_t(s.tokens.size())) << "sequence " << e.id << " sampled mid-prompt";
-            s.tokens.push_back(tok);
+            // Accepted drafts had their KV written by this step; the token after them has not.
+            s.computed += int64_t(toks.size()) - 1;
+            s.tokens.insert(s.tokens.end(), toks.begin(), toks.end());
             KILN_CHECK(int64_t(s.tokens.size()) <= s.max_len)
                 << "sequence " << e.id << " grew past max_len " << s.max_len << " (the caller removes it there)";
+            // Blocks that held only rejected drafts go back (never published: past `computed`).
+            while (int64_t(s.blocks.size()) > blocks_for(s.computed)) {
+                pool_.release(s.blocks.back());
+                s.blocks.pop_back();
+            }
         }
         publish_full_blocks(s);
     }
-    KILN_CHECK(k == sampled.size()) << sampled.size() << " sampled tokens for " << k << " sampling sequences";
+    KILN_CHECK(k == sampled.size()) << sampled.size() << " sampled tokens for " << k << " taken by the sequences";
 }
 
 void Scheduler::publish_full_blocks(Seq& s) {

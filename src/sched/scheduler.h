@@ -14,9 +14,14 @@
 //   queue with all its tokens. A waiting sequence that cannot get its blocks stops admission.
 // - At admission a sequence with nothing computed takes its longest cached prefix of full blocks from the
 //   prefix cache, keeping at least one token to run (its logits are needed).
+// - Speculative decoding: a decoding sequence given a draft length (set_draft) also runs that many
+//   proposed tokens after its last one, as far as the budget and the free blocks left by the running
+//   sequences (before admission) and its max_len allow: a draft never causes a preemption. complete() keeps the accepted ones: the KV of rejected drafts
+//   is dropped by rolling `computed` back, and blocks past the kept tokens are released.
 // Invariants: a step never exceeds max_batch_tokens or max_seqs; the pool is never exceeded; every
 // sequence is either waiting (holds no blocks, computed == 0) or running (holds exactly
-// ceil(covered / block_size) blocks); blocks of removed sequences are released at once.
+// ceil(covered / block_size) blocks); blocks of removed sequences are released at once; only KV of
+// tokens in tokens() (never of a draft) is counted as computed or published to the prefix cache.
 #pragma once
 
 #include <cstdint>
@@ -44,7 +49,9 @@ struct ScheduledSeq {
     SeqId id = 0;
     int64_t start = 0;                 // first position run this step = tokens whose KV is already cached
     int64_t num_tokens = 0;            // the step runs the sequence's tokens [start, start + num_tokens)
-    bool sample = false;               // start + num_tokens == the sequence's length: the step yields its next token
+    bool sample = false;               // start + num_tokens - num_draft == the sequence's length: the step yields
+                                       // its next token(s)
+    int64_t num_draft = 0;             // the last num_draft of num_tokens are proposed tokens (not in tokens())
     std::vector<int32_t> block_table;  // physical block of each logical block; covers start + num_tokens tokens
 };
 
@@ -70,13 +77,21 @@ public:
     // prompt length, or max_len (prompt plus every token it may generate) needing more blocks than the
     // whole pool has (it could never run).
     core::Status add(SeqId id, std::vector<int32_t> prompt, int64_t max_len);
+    // For the next schedule() only: sequence id, if it is decoding then (is_decoding), may run up to
+    // num_draft proposed tokens after its last one (ScheduledSeq::num_draft says how many it got).
+    void set_draft(SeqId id, int64_t num_draft);
+    // Running with only its last token left to run: its next step is a decode.
+    bool is_decoding(SeqId id) const;
     // Builds the next step (empty batch when there is nothing to run).
     ScheduledBatch schedule();
-    // Records a step built by the last schedule(): each scheduled sequence now has num_tokens more tokens
-    // cached; sampled[i] is the new token of the i-th entry of batch.seqs with sample == true (appended to
-    // that sequence). Full blocks are published to the prefix cache. Entries of sequences removed since
+    // Records a step built by the last schedule(). Entry k of batch.seqs with sample == true appends
+    // counts[k] tokens (1 when counts is empty; at most 1 + num_draft) taken in order from `sampled`:
+    // its accepted drafts, then the token sampled after them. Each scheduled sequence then has its
+    // tokens before the last one cached (num_tokens more without drafts; a rejected draft's KV is
+    // dropped). Full blocks are published to the prefix cache. Entries of sequences removed since
     // schedule() are skipped. The caller removes a sequence once it reaches max_len tokens.
-    void complete(const ScheduledBatch& batch, std::span<const int32_t> sampled);
+    void complete(const ScheduledBatch& batch, std::span<const int32_t> sampled,
+                  std::span<const int32_t> counts = {});
     // Drops a sequence in any state (finished or aborted); its blocks are released at once. Unknown id: no-op.
     void remove(SeqId id);
 
@@ -99,6 +114,7 @@ private:
         int64_t num_published = 0;                     // leading blocks known to the prefix cache (hits or published)
         uint64_t last_key = kv::BlockPool::kNoParent;  // key of block num_published - 1
         bool chain_broken = false;                     // a block could not be cached: publish no more of this sequence
+        int64_t draft = 0;                             // set_draft's length for the next schedule()
     };
 
     const Seq& get(SeqId id) const;
@@ -109,6 +125,8 @@ private:
     // Tries to admit the head of the waiting queue. Returns false when it does not fit (stop admitting).
     bool admit_head(ScheduledBatch& batch, int64_t& budget);
     void add_to_batch(SeqId id, Seq& s, int64_t n, ScheduledBatch& batch, int64_t& budget);
+    // Adds the sequence's set_draft tokens to its decode entry, within the budget, its max_len and the free blocks.
+    void extend_with_draft(ScheduledSeq& e, ScheduledBatch& batch, int64_t& budget);
     void preempt(SeqId id, ScheduledBatch& batch);
     void release_blocks(Seq& s);
     void publish_full_blocks(Seq& s);

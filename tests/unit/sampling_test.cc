@@ -1,17 +1,21 @@
 // Sampler and SamplingParams::validate: greedy/top-k/top-p/min-p edge cases on hand-built
 // distributions, temperature checked statistically (binomial sd bounds, fixed seed), seeding,
-// penalties and logit bias on hand-computed logits.
+// penalties and logit bias on hand-computed logits; speculative decoding's acceptance rule (verify)
+// checked by chi-square against the exact distribution, with a wrong rule shown to fail the same test.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <map>
 #include <random>
 #include <set>
 #include <vector>
 
 #include "sampling/sampler.h"
 #include "sampling/sampling_params.h"
+#include "support/chi_square.h"
 
 namespace kiln::sampling {
 namespace {
@@ -297,6 +301,95 @@ TEST(Sampler, LargeVocabTopKTopPMinP) {
         int32_t tok = s.sample(l, history);
         EXPECT_GE(logits[size_t(tok)], kth60);
     }
+}
+
+TEST(Sampler, VerifyGreedyAcceptsOnlyTheArgmax) {
+    SamplingParams p = seeded(1);
+    p.temperature = 0.0f;
+    p.repetition_penalty = 2.0f;
+    Sampler s(p, 4, 0);
+    const std::vector<float> logits = {1.0f, 3.0f, 2.9f, 3.0f};  // ids 1 and 3 tie: 1 wins
+    std::vector<float> l = logits;
+    Sampler::Verdict v = s.verify(l, {}, 1);
+    EXPECT_TRUE(v.accepted);
+    EXPECT_EQ(v.token, 1);
+    l = logits;
+    v = s.verify(l, {}, 3);
+    EXPECT_FALSE(v.accepted);
+    EXPECT_EQ(v.token, 1);
+    l = logits;  // with 1 and 3 in the history the penalty halves them: 2 is the argmax
+    const std::vector<int32_t> history = {1, 3};
+    v = s.verify(l, history, 2);
+    EXPECT_TRUE(v.accepted);
+    EXPECT_EQ(v.token, 2);
+}
+
+// Draws `trials` tokens through `rule` and tests them against the exact distribution of p's
+// pipeline on `logits` (Sampler::distribution); returns the chi-square p-value.
+double verify_fit(const SamplingParams& p, const std::vector<float>& logits, const std::vector<int32_t>& history,
+                  int trials, const std::function<int32_t(Sampler&, std::vector<float>&)>& rule) {
+    const int32_t vocab = int32_t(logits.size());
+    Sampler s(p, vocab, 1);
+    std::vector<float> l = logits;
+    std::map<int32_t, double> exact;
+    for (const TokenProb& t : s.distribution(l, history)) exact[t.id] = t.prob;
+    std::map<int32_t, int64_t> counts;
+    for (int i = 0; i < trials; ++i) {
+        l = logits;
+        ++counts[rule(s, l)];
+    }
+    return test::chi_square(exact, counts).p_value;
+}
+
+TEST(Sampler, VerifyKeepsTheTargetDistributionExactly) {
+    const int32_t vocab = 12;
+    const std::vector<float> logits = random_logits(vocab, 17);
+    const std::vector<int32_t> history = {3, 3, 5};
+    std::vector<SamplingParams> params(5, seeded(5));
+    params[1].temperature = 0.7f;
+    params[1].top_k = 6;
+    params[2].top_p = 0.8f;
+    params[3].min_p = 0.1f;
+    params[3].repetition_penalty = 1.5f;
+    params[4].temperature = 1.6f;
+    params[4].presence_penalty = 0.8f;
+    const int trials = 20000;
+    std::mt19937_64 rng(3);
+    // A draft model's distribution q: random, wider than p's support.
+    std::vector<TokenProb> q;
+    double qsum = 0;
+    for (int32_t id = 0; id < vocab; ++id) q.push_back({id, float(0.05 + double(rng() % 100) / 100.0)});
+    for (const TokenProb& t : q) qsum += t.prob;
+    for (TokenProb& t : q) t.prob = float(t.prob / qsum);
+    std::vector<double> qw;
+    for (const TokenProb& t : q) qw.push_back(t.prob);
+    std::discrete_distribution<int32_t> draw_q(qw.begin(), qw.end());
+    for (size_t c = 0; c < params.size(); ++c) {
+        SCOPED_TRACE(::testing::Message() << "params " << c);
+        for (int32_t draft : {0, 4, 11}) {  // a point mass (n-gram lookup) on tokens of high and low p
+            const double pv = verify_fit(params[c], logits, history, trials, [&](Sampler& s, std::vector<float>& l) {
+                return s.verify(l, history, draft).token;
+            });
+            EXPECT_GT(pv, 1e-3) << "point-mass draft " << draft;
+        }
+        const double pv = verify_fit(params[c], logits, history, trials, [&](Sampler& s, std::vector<float>& l) {
+            const int32_t d = draw_q(rng);
+            return s.verify(l, history, d, q).token;
+        });
+        EXPECT_GT(pv, 1e-3) << "drafts drawn from q";
+    }
+    // The test has the power to see a wrong rule: accept with probability p(d), else draw from p
+    // (not from the residual) over-weights the draft.
+    const int32_t draft = 4;
+    const double wrong = verify_fit(params[0], logits, history, trials, [&](Sampler& s, std::vector<float>& l) {
+        double pd = 0;
+        std::vector<float> l2 = l;
+        const std::vector<TokenProb> d = s.distribution(l2, history);
+        for (const TokenProb& t : d) pd = t.id == draft ? t.prob : pd;
+        if (double(rng() >> 11) * 0x1.0p-53 < pd) return draft;
+        return s.sample(l, history);
+    });
+    EXPECT_LT(wrong, 1e-6);
 }
 
 TEST(SamplingParams, DefaultsValidate) {

@@ -3,7 +3,9 @@
 // fake paged KV store holding (token, position) per slot. Before each step every scheduled sequence's KV for
 // [0, start) is checked through its block table, which proves prefix hits and preemption never hand out
 // wrong KV; every finished sequence must equal what the fake model generates for it alone; budgets, the
-// step order and the pool are checked every step, and every ref count returns to 0 at the end.
+// step order and the pool are checked every step, and every ref count returns to 0 at the end. With
+// speculation: decoding sequences get random drafts (the fake model's continuation, corrupted at a random
+// place) that are verified like the engine does; rejected drafts' KV must never be read as a sequence's own.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -31,11 +33,12 @@ int32_t fake_next(const Tokens& history) {
 
 struct Totals {
     int64_t finished = 0, aborted = 0, rejected = 0, preemptions = 0, hit_tokens = 0, chunks = 0;
+    int64_t drafted = 0, accepted = 0;
 };
 
 // One configuration: random arrivals (prompts built from a few shared prefixes), aborts, and steps until
 // everything has finished or been removed.
-void run_random(uint64_t seed, Totals& totals) {
+void run_random(uint64_t seed, bool speculate, Totals& totals) {
     std::mt19937_64 rng(seed);
     auto uniform = [&](int64_t lo, int64_t hi) { return lo + int64_t(rng() % uint64_t(hi - lo + 1)); };
     const int32_t bs = int32_t(uniform(1, 16));
@@ -87,6 +90,18 @@ void run_random(uint64_t seed, Totals& totals) {
             ++totals.aborted;
         }
 
+        std::map<SeqId, Tokens> drafts;  // proposed this step
+        if (speculate) {
+            for (const auto& [id, want] : expected) {
+                if (!s.is_decoding(id) || rng() % 4 == 0) continue;
+                const size_t len = s.tokens(id).size();
+                Tokens d(want.begin() + long(len), want.begin() + long(std::min(want.size(), len + size_t(uniform(1, 6)))));
+                if (!d.empty() && rng() % 2 == 0) d[size_t(rng() % d.size())] = int32_t(uniform(0, 49));
+                d.push_back(int32_t(uniform(0, 49)));  // may run past max_len: the scheduler cuts it
+                s.set_draft(id, int64_t(d.size()));
+                drafts.emplace(id, std::move(d));
+            }
+        }
         const bool had_work = s.has_work();
         ScheduledBatch b = s.schedule();
         if (b.seqs.empty()) {
@@ -104,7 +119,7 @@ void run_random(uint64_t seed, Totals& totals) {
         std::set<int64_t> written;
         int64_t sum = 0;
         bool seen_new = false, seen_prefill = false;
-        std::vector<int32_t> sampled;
+        std::vector<int32_t> sampled, counts;
         for (size_t i = 0; i < b.seqs.size(); ++i) {
             const ScheduledSeq& e = b.seqs[i];
             SCOPED_TRACE(::testing::Message() << "step " << step << " seq " << e.id);
@@ -112,10 +127,17 @@ void run_random(uint64_t seed, Totals& totals) {
             ASSERT_TRUE(expected.count(e.id));
             const Tokens& tokens = s.tokens(e.id);
             const int64_t len = int64_t(tokens.size());
-            ASSERT_GE(e.num_tokens, 1);
-            ASSERT_LE(e.start + e.num_tokens, len);
-            ASSERT_EQ(e.sample, e.start + e.num_tokens == len);
-            if (e.num_tokens < len - e.start) {  // a chunk only when the budget ran out, as the last entry
+            const int64_t real = e.num_tokens - e.num_draft;  // of tokens(), the rest are drafts
+            ASSERT_GE(real, 1);
+            ASSERT_LE(e.start + real, len);
+            ASSERT_EQ(e.sample, e.start + real == len);
+            if (e.num_draft > 0) {
+                ASSERT_TRUE(e.sample && real == 1) << "drafts only after a decode's token";
+                ASSERT_TRUE(drafts.count(e.id));
+                ASSERT_LE(e.num_draft, int64_t(drafts.at(e.id).size()));
+                ASSERT_LT(len + e.num_draft, expected.at(e.id).size() + 1) << "drafts past max_len";
+            }
+            if (real < len - e.start) {  // a chunk only when the budget ran out, as the last entry
                 ASSERT_EQ(b.num_tokens, cfg.max_batch_tokens);
                 ASSERT_EQ(i + 1, b.seqs.size());
                 ++totals.chunks;
@@ -148,19 +170,32 @@ void run_random(uint64_t seed, Totals& totals) {
             for (int64_t p = e.start; p < e.start + e.num_tokens; ++p) {
                 const int64_t idx = int64_t(e.block_table[size_t(p / bs)]) * bs + p % bs;
                 ASSERT_TRUE(written.insert(idx).second) << "slot written twice in one step";
-                slots[size_t(idx)] = {tokens[size_t(p)], p};
+                const int32_t tok = p < len ? tokens[size_t(p)] : drafts.at(e.id)[size_t(p - len)];
+                slots[size_t(idx)] = {tok, p};
             }
             sum += e.num_tokens;
-            if (e.sample) sampled.push_back(fake_next(tokens));
+            if (e.sample) {  // verify the drafts as a greedy engine would, then sample after the accepted ones
+                Tokens history = tokens;
+                int64_t k = 0;
+                while (k < e.num_draft && drafts.at(e.id)[size_t(k)] == fake_next(history))
+                    history.push_back(drafts.at(e.id)[size_t(k++)]);
+                history.push_back(fake_next(history));
+                sampled.insert(sampled.end(), history.begin() + long(len), history.end());
+                counts.push_back(int32_t(k + 1));
+                totals.drafted += e.num_draft;
+                totals.accepted += k;
+            }
             running.insert(e.id);
         }
         ASSERT_EQ(sum, b.num_tokens);
-        s.complete(b, sampled);
+        s.complete(b, sampled, counts);
         for (const ScheduledSeq& e : b.seqs) {
             if (!e.sample) continue;
             const Tokens& want = expected.at(e.id);
             const Tokens& got = s.tokens(e.id);
+            ASSERT_LE(got.size(), want.size()) << "seq " << e.id << " grew past max_len";
             ASSERT_TRUE(std::equal(got.begin(), got.end(), want.begin())) << "seq " << e.id << " diverged";
+            ASSERT_EQ(s.stats().blocks_in_use, s.pool().num_in_use());
             if (got.size() == want.size()) {  // finished
                 s.remove(e.id);
                 expected.erase(e.id);
@@ -189,7 +224,7 @@ void run_random(uint64_t seed, Totals& totals) {
 TEST(Scheduler, RandomizedFakeModelKeepsKvAndOutputsExact) {
     Totals totals;
     for (uint64_t seed = 1; seed <= 150; ++seed) {
-        run_random(seed, totals);
+        run_random(seed, false, totals);
         if (::testing::Test::HasFatalFailure()) return;
     }
     // The run must have exercised what it checks.
@@ -202,6 +237,22 @@ TEST(Scheduler, RandomizedFakeModelKeepsKvAndOutputsExact) {
     std::printf("finished %lld aborted %lld rejected %lld preemptions %lld prefix-hit tokens %lld chunks %lld\n",
                 (long long)totals.finished, (long long)totals.aborted, (long long)totals.rejected,
                 (long long)totals.preemptions, (long long)totals.hit_tokens, (long long)totals.chunks);
+}
+
+TEST(Scheduler, RandomizedSpeculationRollsBackRejectedDrafts) {
+    Totals totals;
+    for (uint64_t seed = 1; seed <= 150; ++seed) {
+        run_random(seed, true, totals);
+        if (::testing::Test::HasFatalFailure()) return;
+    }
+    EXPECT_GT(totals.finished, 1000);
+    EXPECT_GT(totals.preemptions, 50);
+    EXPECT_GT(totals.hit_tokens, 1000);
+    EXPECT_GT(totals.accepted, 1000);
+    EXPECT_GT(totals.drafted - totals.accepted, 1000) << "rejected drafts";
+    std::printf("finished %lld preemptions %lld prefix-hit tokens %lld drafted %lld accepted %lld\n",
+                (long long)totals.finished, (long long)totals.preemptions, (long long)totals.hit_tokens,
+                (long long)totals.drafted, (long long)totals.accepted);
 }
 
 }  // namespace
