@@ -9,10 +9,16 @@
 // cached: cold TTFT), then another with the same prefix and a new suffix (warm TTFT); the main
 // run follows, its prefix cache already warm. TTFT = from add_request to the first token; TPOT =
 // (last token time - first token time) / (O - 1).
+// With --prompts FILE the prompts are real text (JSON lines with a "prompt"; --chat wraps each in the
+// model's chat template), requests cycling through them. With --spec the same requests also run
+// without drafts (per-request opt-out, same engine), the two runs alternating --reps times: it reports
+// both throughputs, the speed-up, the acceptance rate and tokens per verifying step, and whether the
+// greedy outputs agree token for token.
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -32,7 +38,8 @@ using Clock = std::chrono::steady_clock;
 
 constexpr const char* kUsage =
     "usage: kiln bench offline [-m MODEL] [--requests N] [--input-len I] [--output-len O]\n"
-    "                          [--shared-prefix P] [--seed S] [--json] [engine options]\n"
+    "                          [--shared-prefix P] [--seed S] [--prompts FILE [--chat]] [--stop-at-eos]\n"
+    "                          [--reps R] [--json] [engine options]\n"
     "\n"
     "Queues N requests of I prompt tokens (seeded random ids; the first P shared by all) at once and\n"
     "generates O tokens for each (greedy, EOS ignored). Reports requests/s, output tokens/s, TTFT and\n"
@@ -44,14 +51,62 @@ constexpr const char* kUsage =
     "  --output-len O     tokens generated per request (default 128)\n"
     "  --shared-prefix P  leading prompt tokens common to every request (default 0)\n"
     "  --seed S           prompt token seed (default 0)\n"
+    "  --prompts FILE     real prompts instead: JSON lines, each with a \"prompt\" string; the requests\n"
+    "                     cycle through them (--input-len and --shared-prefix do not apply)\n"
+    "  --chat             wrap each prompt as a user message in the model's chat template\n"
+    "  --stop-at-eos      end a request at EOS (default: EOS ignored, exactly O tokens each)\n"
+    "  --reps R           timed runs, the median reported (default 1); with --spec each rep runs the\n"
+    "                     requests without drafts and then with them (same engine, same requests)\n"
     "  --json             one JSON object on stdout\n";
 
 struct Timing {
     Clock::time_point added, first, last;
     int64_t tokens = 0;
+    std::vector<int32_t> ids;
     bool done = false;
     std::string error;
 };
+
+struct BatchOptions {
+    int32_t output_len = 0;
+    bool stop_at_eos = false;
+    bool speculate = true;
+};
+
+// Prompts of a JSON-lines file ({"prompt": "..."} per line), tokenized (in the chat template with
+// `chat`). Empty after printing the error.
+std::vector<std::vector<int32_t>> read_prompts(const std::string& path, bool chat, const Engine& engine) {
+    std::ifstream in(path);
+    if (!in) {
+        std::fprintf(stderr, "kiln bench offline: cannot read --prompts '%s'\n", path.c_str());
+        return {};
+    }
+    std::vector<std::vector<int32_t>> out;
+    std::string line;
+    for (int n = 1; std::getline(in, line); ++n) {
+        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+        const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+        if (j.is_discarded() || !j.is_object() || !j.contains("prompt") || !j["prompt"].is_string()) {
+            std::fprintf(stderr, "kiln bench offline: %s line %d: expected {\"prompt\": \"...\"}\n", path.c_str(), n);
+            return {};
+        }
+        std::string text = j["prompt"].get<std::string>();
+        if (chat) {
+            std::string wrapped;
+            Status st = engine.apply_chat_template({{"user", text}}, true, "", &wrapped);
+            if (!st.ok()) {
+                std::fprintf(stderr, "kiln bench offline: --chat: %s\n", st.message.c_str());
+                return {};
+            }
+            out.push_back(engine.tokenize(wrapped, /*add_special=*/false, /*parse_special=*/true));
+        } else {
+            out.push_back(engine.tokenize(text));
+        }
+        if (out.back().empty()) out.pop_back();
+    }
+    if (out.empty()) std::fprintf(stderr, "kiln bench offline: no prompts in '%s'\n", path.c_str());
+    return out;
+}
 
 struct Stats {
     double mean = 0, p50 = 0, p99 = 0;
@@ -74,7 +129,7 @@ Stats summarize(std::vector<double> v) {
 
 // Runs `prompts` through the engine, all queued at once; fills one Timing per prompt. False after
 // printing the error.
-bool run_batch(Engine& engine, const std::vector<std::vector<int32_t>>& prompts, int32_t output_len,
+bool run_batch(Engine& engine, const std::vector<std::vector<int32_t>>& prompts, const BatchOptions& bo,
                std::vector<Timing>& timings) {
     std::mutex mu;
     std::condition_variable cv;
@@ -84,8 +139,9 @@ bool run_batch(Engine& engine, const std::vector<std::vector<int32_t>>& prompts,
         Request r;
         r.prompt_ids = prompts[i];
         r.sampling.temperature = 0;
-        r.sampling.max_tokens = output_len;
-        r.sampling.ignore_eos = true;
+        r.sampling.max_tokens = bo.output_len;
+        r.sampling.ignore_eos = !bo.stop_at_eos;
+        r.speculate = bo.speculate;
         Timing* t = &timings[i];
         r.on_output = [&, t](const RequestOutput& o) {
             const Clock::time_point now = Clock::now();
@@ -94,6 +150,7 @@ bool run_batch(Engine& engine, const std::vector<std::vector<int32_t>>& prompts,
                 if (t->tokens == 0) t->first = now;
                 t->last = now;
                 t->tokens += int64_t(o.token_ids.size());
+                t->ids.insert(t->ids.end(), o.token_ids.begin(), o.token_ids.end());
             }
             if (o.finished) {
                 if (o.finish_reason == FinishReason::kError) t->error = o.error;
@@ -126,11 +183,50 @@ double ms(Clock::duration d) {
     return std::chrono::duration<double, std::milli>(d).count();
 }
 
+// One timed run of the requests: wall time, tokens, latencies and the engine's counters over it.
+struct Measured {
+    double wall = 0;
+    int64_t out_tokens = 0;
+    Stats ttft, tpot;
+    EngineStats before, after;
+    std::vector<std::vector<int32_t>> outputs;
+    double tokens_per_s() const { return wall > 0 ? double(out_tokens) / wall : 0.0; }
+};
+
+std::optional<Measured> measure(Engine& engine, const std::vector<std::vector<int32_t>>& prompts,
+                                const BatchOptions& bo) {
+    Measured m;
+    std::vector<Timing> timings;
+    m.before = engine.stats();
+    const Clock::time_point t0 = Clock::now();
+    if (!run_batch(engine, prompts, bo, timings)) return std::nullopt;
+    m.wall = std::chrono::duration<double>(Clock::now() - t0).count();
+    m.after = engine.stats();
+    std::vector<double> ttft, tpot;
+    for (Timing& t : timings) {
+        m.out_tokens += t.tokens;
+        ttft.push_back(ms(t.first - t.added));
+        if (t.tokens > 1) tpot.push_back(ms(t.last - t.first) / double(t.tokens - 1));
+        m.outputs.push_back(std::move(t.ids));
+    }
+    m.ttft = summarize(ttft);
+    m.tpot = summarize(tpot);
+    return m;
+}
+
+// The run with the median throughput.
+const Measured& median_run(std::vector<Measured>& runs) {
+    std::sort(runs.begin(), runs.end(),
+              [](const Measured& a, const Measured& b) { return a.tokens_per_s() < b.tokens_per_s(); });
+    return runs[runs.size() / 2];
+}
+
 }  // namespace
 
 int cmd_bench_offline(int argc, char** argv) {
-    Args args(merged({"--help", "-h", "--json"}, engine_flags()),
-              merged({"--requests", "--input-len", "--output-len", "--shared-prefix", "--seed"}, engine_options()));
+    Args args(merged({"--help", "-h", "--json", "--chat", "--stop-at-eos"}, engine_flags()),
+              merged({"--requests", "--input-len", "--output-len", "--shared-prefix", "--seed", "--prompts", "--reps"},
+                     engine_options()));
     if (!args.parse(argc, argv, 3)) {
         std::fprintf(stderr, "kiln bench offline: %s\n%s%s", args.error().c_str(), kUsage, kEngineHelp);
         return 2;
@@ -150,7 +246,12 @@ int cmd_bench_offline(int argc, char** argv) {
     const auto out_len = int_option(args, "bench offline", "--output-len", 128, 1, 1 << 20);
     const auto prefix = int_option(args, "bench offline", "--shared-prefix", 0, 0, 1 << 20);
     const auto seed = int_option(args, "bench offline", "--seed", 0, 0, INT32_MAX);
-    if (!n_req || !in_len || !out_len || !prefix || !seed) return 2;
+    const auto reps = int_option(args, "bench offline", "--reps", 1, 1, 1000);
+    if (!n_req || !in_len || !out_len || !prefix || !seed || !reps) return 2;
+    if (args.has("--chat") && !args.get("--prompts")) {
+        std::fprintf(stderr, "kiln bench offline: --chat needs --prompts\n");
+        return 2;
+    }
     if (*prefix >= *in_len) {
         std::fprintf(stderr, "kiln bench offline: --shared-prefix must be smaller than --input-len\n");
         return 2;
@@ -165,7 +266,11 @@ int cmd_bench_offline(int argc, char** argv) {
         return 1;
     }
     const ModelInfo& info = engine->model_info();
-    if (*in_len + *out_len > info.max_model_len) {
+    std::vector<std::vector<int32_t>> file_prompts;
+    if (auto f = args.get("--prompts")) {
+        file_prompts = read_prompts(*f, args.has("--chat"), *engine);
+        if (file_prompts.empty()) return 2;
+    } else if (*in_len + *out_len > info.max_model_len) {
         std::fprintf(stderr, "kiln bench offline: input + output length %lld exceeds the context of %lld\n",
                      (long long)(*in_len + *out_len), (long long)info.max_model_len);
         return 2;
@@ -189,41 +294,70 @@ int cmd_bench_offline(int argc, char** argv) {
     j["output_len"] = *out_len;
     j["shared_prefix"] = *prefix;
     std::vector<Timing> timings;
-    if (*prefix > 0) {  // cold / warm TTFT probe
-        if (!run_batch(*engine, {make_prompt()}, 1, timings)) return 1;
+    if (*prefix > 0 && file_prompts.empty()) {  // cold / warm TTFT probe
+        BatchOptions one;
+        one.output_len = 1;
+        if (!run_batch(*engine, {make_prompt()}, one, timings)) return 1;
         const double cold = ms(timings[0].first - timings[0].added);
-        if (!run_batch(*engine, {make_prompt()}, 1, timings)) return 1;
+        if (!run_batch(*engine, {make_prompt()}, one, timings)) return 1;
         const double warm = ms(timings[0].first - timings[0].added);
         j["ttft_cold_ms"] = cold;
         j["ttft_warm_ms"] = warm;
         j["ttft_warm_over_cold"] = cold > 0 ? warm / cold : 0.0;
     }
     std::vector<std::vector<int32_t>> prompts;
-    for (int64_t i = 0; i < *n_req; ++i) prompts.push_back(make_prompt());
-    const EngineStats before = engine->stats();
-    const Clock::time_point t0 = Clock::now();
-    if (!run_batch(*engine, prompts, int32_t(*out_len), timings)) return 1;
-    const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
-    const EngineStats after = engine->stats();
-    std::vector<double> ttft, tpot;
-    int64_t out_tokens = 0;
-    for (const Timing& t : timings) {
-        out_tokens += t.tokens;
-        ttft.push_back(ms(t.first - t.added));
-        if (t.tokens > 1) tpot.push_back(ms(t.last - t.first) / double(t.tokens - 1));
+    if (file_prompts.empty()) {
+        for (int64_t i = 0; i < *n_req; ++i) prompts.push_back(make_prompt());
+    } else {
+        for (int64_t i = 0; i < *n_req; ++i) prompts.push_back(file_prompts[size_t(i) % file_prompts.size()]);
+        int64_t in_tokens = 0;
+        for (const auto& p : prompts) {
+            in_tokens += int64_t(p.size());
+            if (int64_t(p.size()) + *out_len > info.max_model_len) {
+                std::fprintf(stderr, "kiln bench offline: a prompt of %zu tokens + %lld exceeds the context of %lld\n",
+                             p.size(), (long long)*out_len, (long long)info.max_model_len);
+                return 2;
+            }
+        }
+        j["input_len"] = double(in_tokens) / double(prompts.size());  // mean
     }
-    const Stats a = summarize(ttft), b = summarize(tpot);
+    BatchOptions bo;
+    bo.output_len = int32_t(*out_len);
+    bo.stop_at_eos = args.has("--stop-at-eos");
+    const bool spec = !options.speculative.empty();
+    std::vector<Measured> runs, base_runs;
+    for (int64_t r = 0; r < *reps; ++r) {
+        if (spec) {  // the same requests without drafts first, in the same engine
+            BatchOptions off = bo;
+            off.speculate = false;
+            auto m = measure(*engine, prompts, off);
+            if (!m) return 1;
+            base_runs.push_back(std::move(*m));
+        }
+        auto m = measure(*engine, prompts, bo);
+        if (!m) return 1;
+        runs.push_back(std::move(*m));
+    }
+    const Measured& run = median_run(runs);
+    const EngineStats& before = run.before;
+    const EngineStats& after = run.after;
+    const double wall = run.wall;
+    const int64_t out_tokens = run.out_tokens;
+    const Stats a = run.ttft, b = run.tpot;
     const int64_t queried = after.prefix_query_tokens - before.prefix_query_tokens;
     const int64_t hits = after.prefix_hit_tokens - before.prefix_hit_tokens;
     const double sched_s = after.schedule_seconds - before.schedule_seconds;
     const double step_s =
         sched_s + (after.forward_seconds - before.forward_seconds) + (after.sample_seconds - before.sample_seconds);
+    int64_t in_total = 0;
+    for (const auto& p : prompts) in_total += int64_t(p.size());
     j["max_seqs"] = options.max_seqs;
     j["max_batch_tokens"] = options.max_batch_tokens;
+    j["reps"] = *reps;
     j["seconds"] = wall;
     j["requests_per_s"] = double(*n_req) / wall;
     j["output_tokens_per_s"] = double(out_tokens) / wall;
-    j["total_tokens_per_s"] = double(out_tokens + *n_req * *in_len) / wall;
+    j["total_tokens_per_s"] = double(out_tokens + in_total) / wall;
     j["ttft_ms_mean"] = a.mean;
     j["ttft_ms_p50"] = a.p50;
     j["ttft_ms_p99"] = a.p99;
@@ -237,18 +371,48 @@ int cmd_bench_offline(int argc, char** argv) {
     j["steps"] = after.num_steps - before.num_steps;
     j["preemptions"] = after.num_preemptions - before.num_preemptions;
     j["schedule_pct_of_step"] = step_s > 0 ? 100.0 * sched_s / step_s : 0.0;
+    if (spec) {
+        const Measured& base = median_run(base_runs);
+        const int64_t drafted = after.spec_draft_tokens - before.spec_draft_tokens;
+        const int64_t accepted = after.spec_accepted_tokens - before.spec_accepted_tokens;
+        const int64_t verifies = after.spec_verify_steps - before.spec_verify_steps;
+        bool same = true;  // greedy: drafts change nothing (every rep, every request)
+        for (const Measured& with : runs)
+            for (const Measured& without : base_runs) same = same && with.outputs == without.outputs;
+        j["spec"] = options.speculative;
+        j["num_draft"] = options.num_draft;
+        j["without_spec_output_tokens_per_s"] = base.tokens_per_s();
+        j["without_spec_tpot_ms_mean"] = base.tpot.mean;
+        j["spec_speedup"] = base.tokens_per_s() > 0 ? run.tokens_per_s() / base.tokens_per_s() : 0.0;
+        j["spec_decode_speedup"] = run.tpot.mean > 0 ? base.tpot.mean / run.tpot.mean : 0.0;  // TPOT ratio
+        j["spec_draft_tokens"] = drafted;
+        j["spec_accepted_tokens"] = accepted;
+        j["spec_acceptance_rate"] = drafted > 0 ? double(accepted) / double(drafted) : 0.0;
+        j["spec_tokens_per_verify_step"] = verifies > 0 ? 1.0 + double(accepted) / double(verifies) : 0.0;
+        j["spec_outputs_identical"] = same;
+    }
     if (args.has("--json")) {
         std::printf("%s\n", j.dump(2).c_str());
         return 0;
     }
-    std::printf("%s: %lld requests x (%lld in + %lld out) tokens, %d threads, max-seqs %d\n", info.path.c_str(),
-                (long long)*n_req, (long long)*in_len, (long long)*out_len, info.threads, options.max_seqs);
-    if (*prefix > 0)
+    std::printf("%s: %lld requests x (%.0f in + %s%lld out) tokens, %d threads, max-seqs %d\n", info.path.c_str(),
+                (long long)*n_req, j["input_len"].get<double>(), bo.stop_at_eos ? "up to " : "", (long long)*out_len,
+                info.threads, options.max_seqs);
+    if (j.contains("ttft_cold_ms"))
         std::printf("prefix probe (%lld shared tokens): TTFT cold %.1f ms, warm %.1f ms (%.1f%%)\n", (long long)*prefix,
                     j["ttft_cold_ms"].get<double>(), j["ttft_warm_ms"].get<double>(),
                     100.0 * j["ttft_warm_over_cold"].get<double>());
-    std::printf("%.2f requests/s, %.1f output tokens/s (%.3f s)\n", j["requests_per_s"].get<double>(),
-                j["output_tokens_per_s"].get<double>(), wall);
+    std::printf("%.2f requests/s, %.1f output tokens/s (%.3f s%s)\n", j["requests_per_s"].get<double>(),
+                j["output_tokens_per_s"].get<double>(), wall, *reps > 1 ? ", median run" : "");
+    if (spec)
+        std::printf(
+            "speculative (%s, up to %d drafts): %.2fx the %.1f output tokens/s without drafts (decode: TPOT %.2f ms "
+            "vs %.2f, %.2fx); %lld drafts, %.1f%% accepted, %.2f tokens per verifying step; outputs %s\n",
+            options.speculative.c_str(), options.num_draft, j["spec_speedup"].get<double>(),
+            j["without_spec_output_tokens_per_s"].get<double>(), b.mean, j["without_spec_tpot_ms_mean"].get<double>(),
+            j["spec_decode_speedup"].get<double>(), (long long)j["spec_draft_tokens"].get<int64_t>(),
+            100.0 * j["spec_acceptance_rate"].get<double>(), j["spec_tokens_per_verify_step"].get<double>(),
+            j["spec_outputs_identical"].get<bool>() ? "identical" : "DIFFER");
     std::printf("TTFT ms mean %.1f p50 %.1f p99 %.1f; TPOT ms mean %.2f p50 %.2f p99 %.2f\n", a.mean, a.p50, a.p99,
                 b.mean, b.p50, b.p99);
     std::printf(

@@ -46,7 +46,7 @@ const char* const kEngineHelp =
     "                         to what it gets accepted)\n"
     "  --spec-ngram-min N     shortest n-gram looked up (default 2)\n"
     "  --spec-ngram-max N     longest n-gram looked up, tried first (default 4)\n"
-    "  --spec-max-batch N     speculate only in steps where at most N sequences decode (default 4,\n"
+    "  --spec-max-batch N     speculate only in steps where at most N sequences decode (default 8,\n"
     "                         measured on 2 cores; 0 = always)\n";
 
 std::string spec_summary(const EngineStats& s) {

@@ -304,7 +304,7 @@ void EngineCore::sample_step(const sched::ScheduledBatch& batch, bool ids_back,
             stats_.spec_accepted_tokens += int64_t(count - 1);
             ++stats_.spec_verify_steps;
             live.spec_k = count - 1 == nd ? std::min(config_.spec.num_draft, live.spec_k + 2)
-                                          : std::max(1, live.spec_k - 1);
+                                          : std::max(std::min(2, config_.spec.num_draft), live.spec_k - 1);
         }
     }
 }

@@ -61,7 +61,7 @@ struct Request {
 
 // Speculative decoding (docs/speculative.md).
 // SpecConfig::max_batch of kiln::Engine when not given: measured on a 2-core VM (docs/speculative.md).
-inline constexpr int32_t kDefaultSpecMaxBatch = 4;
+inline constexpr int32_t kDefaultSpecMaxBatch = 8;
 struct SpecConfig {
     enum class Method { kNone, kNgram };
     Method method = Method::kNone;

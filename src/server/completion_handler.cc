@@ -232,7 +232,7 @@ void handle_generation(HttpServer::State& s, const httplib::Request& req, httpli
     }
     job->slot.reset(new Slot{s.in_flight, r.n});
     if (s.stopping) return fail({503, "the server is shutting down", "server_error", "", ""});
-    Status st = Generation::start(*s.engine, ids, r.sampling, r.n, &job->gen);
+    Status st = Generation::start(*s.engine, ids, r.sampling, r.n, r.speculate, &job->gen);
     if (!st.ok()) {
         const int status = st.code == Status::Code::kInvalidArgument                                        ? 400
                            : st.code == Status::Code::kOutOfMemory || st.code == Status::Code::kUnavailable ? 503

@@ -4,13 +4,14 @@
 namespace kiln::server {
 
 Status Generation::start(Engine& engine, const std::vector<int32_t>& prompt_ids, const SamplingParams& sampling, int n,
-                         std::unique_ptr<Generation>* out) {
+                         bool speculate, std::unique_ptr<Generation>* out) {
     auto q = std::make_shared<Queue>();
     std::unique_ptr<Generation> g(new Generation(engine, q));
     for (int i = 0; i < n; ++i) {
         Request r;
         r.prompt_ids = prompt_ids;
         r.sampling = sampling;
+        r.speculate = speculate;
         if (sampling.has_seed) r.sampling.seed = sampling.seed + uint64_t(i);
         r.on_output = [q, i](const RequestOutput& o) {  // engine thread: enqueue only
             {

@@ -27,8 +27,9 @@ class Generation {
 public:
     // Queues n requests over `prompt_ids`; with a seed, choice i is seeded seed + i. On an error
     // nothing stays queued.
+    // speculate: false runs them without speculative drafts (when the engine has them on).
     static Status start(Engine& engine, const std::vector<int32_t>& prompt_ids, const SamplingParams& sampling, int n,
-                        std::unique_ptr<Generation>* out);
+                        bool speculate, std::unique_ptr<Generation>* out);
     ~Generation();
     Generation(const Generation&) = delete;
     Generation& operator=(const Generation&) = delete;

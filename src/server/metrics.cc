@@ -83,6 +83,13 @@ std::string Metrics::render(const EngineStats& s, int64_t requests_in_flight) co
     metric(&out, "kiln_preemptions_total", "counter", "Requests preempted (recomputed later).",
            double(s.num_preemptions));
     metric(&out, "kiln_engine_steps_total", "counter", "Engine steps.", double(s.num_steps));
+    metric(&out, "kiln_spec_draft_tokens_total", "counter", "Speculative draft tokens verified.",
+           double(s.spec_draft_tokens));
+    metric(&out, "kiln_spec_accepted_tokens_total", "counter", "Speculative draft tokens accepted.",
+           double(s.spec_accepted_tokens));
+    metric(&out, "kiln_spec_verify_steps_total", "counter",
+           "Sequence-steps that verified a draft (each emits its accepted drafts plus one token).",
+           double(s.spec_verify_steps));
     metric(&out, "kiln_server_requests_in_flight", "gauge", "Engine requests the server is waiting on.",
            double(requests_in_flight));
     std::lock_guard<std::mutex> lock(mu_);

@@ -265,6 +265,7 @@ Err parse_sampling(const json& j, GenerationRequest* out) {
         s.has_seed = true;
     }
     if (auto e = get_bool(j, "ignore_eos", &s.ignore_eos)) return e;
+    if (auto e = get_bool(j, "speculative", &out->speculate)) return e;
     if (auto e = parse_stop(j, &s)) return e;
     if (auto e = parse_logprobs(j, out->endpoint, &s)) return e;
     return parse_logit_bias(j, &s);

@@ -46,6 +46,7 @@ struct GenerationRequest {
     bool include_usage = false;
     std::optional<int64_t> max_tokens;  // nullopt: the endpoint's default
     SamplingParams sampling;            // max_tokens left for the server to fill
+    bool speculate = true;              // kiln's "speculative": false opts out of the server's --spec
 };
 
 constexpr int kMaxChoices = 8;

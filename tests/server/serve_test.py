@@ -16,6 +16,7 @@ and the test reads the port they print, so nothing can take it in between.
 Without the test data or the openai module it skips (exit 77); without the SmolLM2 GGUF it skips
 that part and says so. Under KILN_TEST_STRICT=1 (scripts/test) each of these is a failure.
 """
+import concurrent.futures
 import http.client
 import json
 import math
@@ -513,6 +514,35 @@ def test_key_server():
           f"--log-format json lines: {lines[:3]}")
 
 
+def test_spec_server():
+    """--spec ngram: greedy completions (plain and streamed, several at once) equal `kiln generate`
+    without drafts; /metrics counts drafts; "speculative": false opts a request out; a bad value is a 400."""
+    srv = Server(MODEL, "--spec", "ngram", "--spec-ngram-min", "1")
+    try:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{srv.port}/v1", api_key="x", max_retries=0)
+        want = {p: generate(MODEL, p, 48, "--ignore-eos", "--temp", "0") for p in PROMPTS[:4]}
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            got = dict(zip(want, pool.map(lambda p: client.completions.create(
+                model="stories260K", prompt=p, max_tokens=48, temperature=0,
+                extra_body={"ignore_eos": True}).choices[0].text, want)))
+        for p in want:
+            check(got[p] == want[p], f"--spec ngram: {p!r} gave {got[p]!r}, without drafts {want[p]!r}")
+        p = PROMPTS[0]
+        text, finish, _ = collect_stream(client.completions.create(
+            model="stories260K", prompt=p, max_tokens=48, temperature=0, stream=True, extra_body={"ignore_eos": True}))
+        check(text.get(0) == want[p] and finish.get(0) == "length", f"--spec ngram stream: {text} {finish}")
+        drafts = metric(srv.port, "kiln_spec_draft_tokens_total")
+        check(drafts > 0 and metric(srv.port, "kiln_spec_accepted_tokens_total") > 0, "no drafts counted")
+        r = client.completions.create(model="stories260K", prompt=p, max_tokens=48, temperature=0,
+                                      extra_body={"ignore_eos": True, "speculative": False})
+        check(r.choices[0].text == want[p], "speculative: false changed the text")
+        check(metric(srv.port, "kiln_spec_draft_tokens_total") == drafts, "speculative: false still drafted")
+        status, reply = raw("POST", "/v1/completions", {"prompt": p, "speculative": "no"}, port=srv.port)
+        check(status == 400 and reply["error"]["param"] == "speculative", f"speculative: \"no\": {status} {reply}")
+    finally:
+        srv.stop()
+
+
 def test_smollm2():
     """Chat on a model with its own template equals `kiln generate --chat`; slow streams cut by their
     clients are aborted (counted, far fewer tokens generated than asked for) and free their KV blocks;
@@ -607,7 +637,8 @@ def main():
         srv.stop()
     log = open(srv.log_path).read()
     check("/v1/completions 200" in log and "ttft=" in log, "no request log lines")
-    for name, fn in [("api key + queue limit", test_key_server), ("SmolLM2", test_smollm2)]:
+    for name, fn in [("api key + queue limit", test_key_server), ("speculative", test_spec_server),
+                     ("SmolLM2", test_smollm2)]:
         t0 = time.time()
         n0 = len(FAILURES)
         fn()
