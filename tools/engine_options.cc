@@ -14,7 +14,7 @@ std::set<std::string> engine_flags() {
 }
 std::set<std::string> engine_options() {
     return merged({"--kv-cache-gb", "--kv-cache-dtype", "--block-size", "--max-batch-tokens", "--max-seqs",
-                   "--max-model-len", "--device", "--gpu-memory-utilization", "--spec", "--num-draft",
+                   "--max-model-len", "--device", "--gpu-memory-utilization", "--spec", "--draft-model", "--num-draft",
                    "--spec-ngram-min", "--spec-ngram-max", "--spec-max-batch"},
                   kSessionOptions);
 }
@@ -40,8 +40,12 @@ const char* const kEngineHelp =
     "\n"
     "speculative decoding (docs/speculative.md; greedy output is unchanged, sampled output keeps its\n"
     "distribution):\n"
-    "  --spec ngram           draft tokens by prompt lookup: what followed the last n tokens earlier in\n"
-    "                         the sequence, verified by the model in the same step (off by default)\n"
+    "  --spec METHOD          off by default; drafts verified by the model in one step:\n"
+    "                         ngram     prompt lookup: what followed the last n tokens earlier in the\n"
+    "                                   sequence (no extra model)\n"
+    "                         draft     a smaller model with the same tokenizer (--draft-model), greedy\n"
+    "                         layers:N  the model's own first N layers and its output head (CPU only)\n"
+    "  --draft-model M        the draft model of --spec draft (implies it); its KV cache is its own\n"
     "  --num-draft K          most draft tokens per sequence and step (default 5; adapted per sequence\n"
     "                         to what it gets accepted)\n"
     "  --spec-ngram-min N     shortest n-gram looked up (default 2)\n"
@@ -166,11 +170,29 @@ bool parse_engine_options(const Args& args, const char* cmd, EngineOptions& out)
     out.max_seqs = int32_t(got[2]);
     out.max_model_len = got[3];
     if (auto v = args.get("--spec")) {
-        if (*v != "ngram") {
-            std::fprintf(stderr, "kiln %s: --spec must be ngram, got '%s'\n", cmd, v->c_str());
+        if (*v != "ngram" && *v != "draft" && v->rfind("layers:", 0) != 0) {
+            std::fprintf(stderr, "kiln %s: --spec must be ngram, draft or layers:N, got '%s'\n", cmd, v->c_str());
             return false;
         }
-        out.speculative = *v;
+        out.speculative = *v;  // layers:N checked by Engine::create
+    }
+    if (auto v = args.get("--draft-model")) {
+        if (out.speculative.empty()) out.speculative = "draft";
+        if (out.speculative != "draft") {
+            std::fprintf(stderr, "kiln %s: --draft-model goes with --spec draft, not --spec %s\n", cmd,
+                         out.speculative.c_str());
+            return false;
+        }
+        auto path = resolve_model_path(*v);
+        if (!path) {
+            std::fprintf(stderr, "kiln %s: --draft-model: %s\n", cmd, path.status().to_string().c_str());
+            return false;
+        }
+        out.draft_model = *path;
+    }
+    if (out.speculative == "draft" && out.draft_model.empty()) {
+        std::fprintf(stderr, "kiln %s: --spec draft needs --draft-model M\n", cmd);
+        return false;
     }
     const struct {
         const char* flag;

@@ -111,10 +111,13 @@ struct EngineOptions {
     int32_t max_seqs = 64;               // sequences per step
     bool prefix_cache = true;
     int64_t max_model_len = 0;  // 0 = the model's context length
-    // Speculative decoding (docs/speculative.md): "" = off, "ngram" = prompt lookup (drafts copied
-    // from earlier in the sequence, verified by the model in the same step). Greedy output is token
-    // for token what it is without; sampled output keeps its distribution exactly.
+    // Speculative decoding (docs/speculative.md): "" = off; "ngram" = prompt lookup (drafts copied
+    // from earlier in the sequence); "draft" = drafts from `draft_model` (same tokenizer, run
+    // greedily, its own KV cache); "layers:N" = drafts from the model's own first N layers (CPU only).
+    // Drafts are verified by the model in one step: greedy output is token for token what it is
+    // without; sampled output keeps its distribution exactly.
     std::string speculative;
+    std::string draft_model;                          // GGUF file or HF folder, with "draft"
     int32_t num_draft = 5;                            // most draft tokens per sequence and step
     int32_t spec_ngram_min = 2, spec_ngram_max = 4;  // n-gram lengths looked up, longest first
     int32_t spec_max_batch = -1;  // speculate while at most this many sequences decode; 0 = always; -1 = the default

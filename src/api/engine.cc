@@ -86,6 +86,9 @@ struct Engine::Impl {
     std::unique_ptr<tokenizer::Tokenizer> tokenizer;
     std::unique_ptr<core::ThreadPool> pool;
     std::unique_ptr<model::CpuModel> model;
+    // Speculative decoding's draft model (--draft-model, or the target's first layers) and its checkpoint.
+    loader::Checkpoint draft_checkpoint;
+    std::unique_ptr<model::CpuModel> draft;
 #ifdef KILN_HAVE_CUDA
     std::unique_ptr<model::CudaModel> gpu_model;
 #endif
@@ -127,6 +130,54 @@ struct Engine::Impl {
     }
 };
 
+namespace {
+
+// EngineOptions::speculative: -1 for "" and "ngram" (no draft model), 0 for "draft" (the
+// --draft-model checkpoint), N for "layers:N" (the target's first N layers).
+core::Result<int64_t> parse_speculative(const EngineOptions& o) {
+    auto bad = [] { return core::error(core::StatusCode::kInvalidArgument); };
+    const std::string& s = o.speculative;
+    if (!o.draft_model.empty() && s != "draft") return bad() << "a draft model needs speculative method draft";
+    if (s.empty() || s == "ngram") return int64_t(-1);
+    if (s == "draft") {
+        if (o.draft_model.empty()) return bad() << "speculative method draft needs a draft model (--draft-model)";
+        return int64_t(0);
+    }
+    if (s.rfind("layers:", 0) == 0 && s.size() > 7 && s.size() <= 12 &&
+        s.find_first_not_of("0123456789", 7) == std::string::npos && std::stoll(s.substr(7)) > 0)
+        return int64_t(std::stoll(s.substr(7)));
+    return bad() << "speculative method must be ngram, draft or layers:N, got '" << s << "'";
+}
+
+}  // namespace
+
+// The draft model of EngineOptions::speculative "draft" (its own checkpoint and tokenizer, which must
+// be the target's) or "layers:N" (impl.draft_checkpoint, cut already).
+static core::Status load_draft(Engine::Impl& impl, const EngineOptions& o, const ops::LinearOptions& lo,
+                               int64_t layers) {
+    if (layers == 0) {
+        KILN_ASSIGN_OR_RETURN(impl.draft_checkpoint, loader::load_checkpoint(o.draft_model));
+        KILN_ASSIGN_OR_RETURN(std::unique_ptr<tokenizer::Tokenizer> tok,
+                              loader::find_tokenizer(impl.draft_checkpoint, ""));
+        const tokenizer::Tokenizer& want = *impl.tokenizer;
+        if (tok->vocab_size() != want.vocab_size())
+            return core::error(core::StatusCode::kInvalidArgument)
+                   << "draft model " << o.draft_model << " has " << tok->vocab_size() << " tokens, the model "
+                   << want.vocab_size() << ": speculation needs the same tokenizer";
+        for (int32_t id = 0; id < want.vocab_size(); ++id)
+            if (tok->token_text(id) != want.token_text(id))
+                return core::error(core::StatusCode::kInvalidArgument)
+                       << "draft model " << o.draft_model << ": token " << id << " is '" << tok->token_text(id)
+                       << "', the model's '" << want.token_text(id) << "': speculation needs the same tokenizer";
+        KILN_ASSIGN_OR_RETURN(impl.draft, model::create_model(impl.draft_checkpoint, impl.pool.get(), lo,
+                                                              o.mmap_weights ? model::WeightMemory::kFileMapping
+                                                                             : model::WeightMemory::kAnonymous));
+    } else {
+        KILN_ASSIGN_OR_RETURN(impl.draft, model::CpuModel::create(impl.draft_checkpoint, impl.pool.get(), lo));
+    }
+    return core::Status::ok();
+}
+
 std::unique_ptr<Engine> Engine::create(const EngineOptions& o, Status* status) {
     auto fail = [&](const core::Status& s) -> std::unique_ptr<Engine> {
         if (status) *status = to_public(s);
@@ -165,11 +216,13 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o, Status* status) {
     ec.max_seqs = o.max_seqs;
     ec.prefix_cache = o.prefix_cache;
     ec.max_model_len = o.max_model_len;
+    auto spec = parse_speculative(o);
+    if (!spec) return fail(spec.status());
+    if (*spec >= 0 && *device >= 0)
+        return fail(core::error(core::StatusCode::kUnsupported)
+                    << "draft-model and self-speculation run on the CPU only for now; on a GPU use --spec ngram");
     if (!o.speculative.empty()) {
-        if (o.speculative != "ngram")
-            return fail(core::error(core::StatusCode::kInvalidArgument)
-                        << "speculative method must be ngram, got '" << o.speculative << "'");
-        ec.spec.method = engine::SpecConfig::Method::kNgram;
+        ec.spec.method = *spec >= 0 ? engine::SpecConfig::Method::kDraftModel : engine::SpecConfig::Method::kNgram;
         ec.spec.num_draft = o.num_draft;
         ec.spec.ngram_min = o.spec_ngram_min;
         ec.spec.ngram_max = o.spec_ngram_max;
@@ -178,6 +231,11 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o, Status* status) {
     const loader::ModelConfig* config = nullptr;
     std::string device_text = "cpu";
     core::Result<std::unique_ptr<engine::EngineCore>> ecore = core::error(core::StatusCode::kInternal);
+    if (*spec > 0) {  // self-speculation: the first layers over the same tensors, taken before the
+                      // target's load moves or releases any of them
+        impl->draft_checkpoint = impl->checkpoint;
+        if (core::Status s = loader::keep_first_layers(impl->draft_checkpoint, *spec); !s.is_ok()) return fail(s);
+    }
     if (*device < 0) {
         impl->pool = std::make_unique<core::ThreadPool>(threads);
         auto m =
@@ -186,6 +244,10 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o, Status* status) {
         if (!m) return fail(m.status());
         impl->model = std::move(*m);
         config = &impl->model->config();
+        if (*spec >= 0) {
+            if (core::Status s = load_draft(*impl, o, lo, *spec); !s.is_ok()) return fail(s);
+            ec.spec.draft_model = impl->draft.get();
+        }
         ecore = engine::EngineCore::create(impl->model.get(), impl->tokenizer.get(), ec);
     } else {
 #ifdef KILN_HAVE_CUDA

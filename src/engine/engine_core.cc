@@ -69,6 +69,12 @@ static core::Status check_config(const loader::ModelConfig& mc, EngineConfig& c)
             return bad() << "n-gram lengths must satisfy 1 <= min <= max <= 64, got " << sp.ngram_min << ".."
                          << sp.ngram_max;
         if (sp.max_batch < 0) return bad() << "--spec-max-batch must be >= 0, got " << sp.max_batch;
+        if (sp.method == SpecConfig::Method::kDraftModel) {
+            if (!sp.draft_model) return bad() << "draft-model speculation needs a draft model";
+            if (sp.draft_model->config().vocab_size != mc.vocab_size)
+                return bad() << "the draft model's vocabulary has " << sp.draft_model->config().vocab_size
+                             << " tokens, the model's " << mc.vocab_size << ": they must share a tokenizer";
+        }
     }
     if (c.max_model_len == 0) c.max_model_len = mc.max_seq_len > 0 ? mc.max_seq_len : 2048;
     if (mc.max_seq_len > 0 && c.max_model_len > mc.max_seq_len)
@@ -143,6 +149,9 @@ core::Result<std::unique_ptr<EngineCore>> EngineCore::create(PagedModel model, c
         if (id >= 0 && std::find(e->eos_ids_.begin(), e->eos_ids_.end(), int32_t(id)) == e->eos_ids_.end())
             e->eos_ids_.push_back(int32_t(id));
     e->stats_.kv_blocks_total = int32_t(c.num_kv_blocks);
+    if (c.spec.method == SpecConfig::Method::kDraftModel) {
+        KILN_ASSIGN_OR_RETURN(e->draft_, DraftModel::create(c.spec.draft_model, c.num_kv_blocks, c.block_size));
+    }
     e->config_ = c;
     return e;
 }
@@ -201,10 +210,15 @@ void EngineCore::finish(int64_t id, Live& live, FinishReason reason, StepOutput&
     (void)id;
 }
 
+void EngineCore::release(int64_t id) {
+    scheduler_->remove(id);
+    if (draft_) draft_->forget(id);
+}
+
 void EngineCore::abort(int64_t id) {
     auto it = requests_.find(id);
     if (it == requests_.end()) return;
-    scheduler_->remove(id);
+    release(id);
     StepOutput out;
     out.request_id = id;
     out.prompt_tokens = int64_t(it->second.request.prompt.size());
@@ -217,7 +231,7 @@ void EngineCore::fail_batch(const sched::ScheduledBatch& batch, const core::Stat
     for (const sched::ScheduledSeq& s : batch.seqs) {
         auto it = requests_.find(s.id);
         if (it == requests_.end()) continue;
-        scheduler_->remove(s.id);
+        release(s.id);
         StepOutput out;
         out.request_id = s.id;
         out.error = st.to_string();
@@ -240,9 +254,35 @@ void EngineCore::propose_drafts() {
         const int64_t left = live.request.params.max_tokens - live.generated - 1;
         const int64_t k = std::min<int64_t>(live.spec_k, left);
         if (k <= 0) continue;
+        if (sc.method == SpecConfig::Method::kDraftModel) {  // drafted once scheduled (draft_scheduled)
+            scheduler_->set_draft(id, k);
+            continue;
+        }
         live.draft = propose_ngram(scheduler_->tokens(id), k, sc.ngram_min, sc.ngram_max);
         scheduler_->set_draft(id, int64_t(live.draft.size()));
     }
+}
+
+core::Status EngineCore::draft_scheduled(sched::ScheduledBatch& batch) {
+    for (sched::SeqId id : batch.preempted) draft_->forget(id);  // recomputed from scratch later
+    std::vector<DraftModel::Job> jobs;
+    for (const sched::ScheduledSeq& s : batch.seqs)
+        if (s.num_draft > 0) {
+            Live& live = requests_.at(s.id);
+            jobs.push_back({s.id, scheduler_->tokens(s.id), s.num_draft, &live.draft});
+        }
+    if (jobs.empty()) return core::Status::ok();
+    KILN_RETURN_IF_ERROR(draft_->propose(jobs));
+    for (sched::ScheduledSeq& s : batch.seqs) {
+        if (s.num_draft == 0) continue;
+        const int64_t got = int64_t(requests_.at(s.id).draft.size());
+        if (got >= s.num_draft) continue;
+        // Fewer drafts than scheduled: the step runs fewer tokens (its blocks still cover them).
+        batch.num_tokens -= s.num_draft - got;
+        s.num_tokens -= s.num_draft - got;
+        s.num_draft = got;
+    }
+    return core::Status::ok();
 }
 
 void EngineCore::sample_step(const sched::ScheduledBatch& batch, bool ids_back,
@@ -299,6 +339,7 @@ void EngineCore::sample_step(const sched::ScheduledBatch& batch, bool ids_back,
         const size_t count = new_tokens_.size() - first;
         emitted_.push_back({first, count});
         new_counts_.push_back(int32_t(count));
+        if (draft_ && nd > 0) draft_->verified(s.id, int64_t(count - 1));
         if (nd > 0) {  // adapt the draft length: longer after a full acceptance, shorter after a miss
             stats_.spec_draft_tokens += int64_t(nd);
             stats_.spec_accepted_tokens += int64_t(count - 1);
@@ -314,6 +355,15 @@ bool EngineCore::step() {
     propose_drafts();
     sched::ScheduledBatch batch = scheduler_->schedule();
     if (batch.seqs.empty()) return false;
+    if (draft_) {
+        const auto td = Clock::now();
+        const core::Status drafted = draft_scheduled(batch);
+        stats_.forward_seconds += seconds_since(td);  // model work, counted with the step's forward
+        if (!drafted.is_ok()) {
+            fail_batch(batch, drafted);
+            return true;
+        }
+    }
     tokens_.clear();
     seqs_.clear();
     bool any_draft = false;
@@ -431,7 +481,7 @@ bool EngineCore::step() {
             if (live.request.on_output) live.request.on_output(out);
             continue;
         }
-        scheduler_->remove(s.id);
+        release(s.id);
         Live done = std::move(live);
         requests_.erase(s.id);
         finish(s.id, done, reason, out);

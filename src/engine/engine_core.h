@@ -23,6 +23,7 @@
 
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "engine/draft_model.h"
 #include "kv/kv_storage.h"
 #include "loader/checkpoint.h"
 #include "model/cpu_model.h"
@@ -63,8 +64,11 @@ struct Request {
 // SpecConfig::max_batch of kiln::Engine when not given: measured on a 2-core VM (docs/speculative.md).
 inline constexpr int32_t kDefaultSpecMaxBatch = 8;
 struct SpecConfig {
-    enum class Method { kNone, kNgram };
+    // kNgram: prompt lookup (engine/ngram_proposer.h). kDraftModel: `draft_model` drafts greedily
+    // (engine/draft_model.h): a smaller model with the same vocabulary, or the target's first layers.
+    enum class Method { kNone, kNgram, kDraftModel };
     Method method = Method::kNone;
+    model::CpuModel* draft_model = nullptr;  // kDraftModel; must outlive the engine
     int32_t num_draft = 5;                // most tokens proposed per sequence and step
     int32_t ngram_min = 2, ngram_max = 4;  // n-gram lengths looked up, longest first
     // Speculate only in steps where at most this many sequences decode (0: always): on a big batch
@@ -171,12 +175,16 @@ private:
     };
     EngineCore() = default;
     void propose_drafts();
+    // kDraftModel: the draft model fills the drafts of the scheduled decodes; an entry it could not
+    // fill (its pool short) runs fewer drafts.
+    core::Status draft_scheduled(sched::ScheduledBatch& batch);
     // Verifies the drafts and samples every sampled sequence of the step (rows from logits_, or ids
     // from sampled_ when ids_back); fills new_tokens_ / emitted_ and the raw rows and logprobs asked for.
     void sample_step(const sched::ScheduledBatch& batch, bool ids_back,
                      std::vector<std::pair<size_t, std::vector<float>>>& raw,
                      std::vector<std::pair<size_t, sampling::TokenLogprobs>>& lps);
     void finish(int64_t id, Live& live, FinishReason reason, StepOutput& out);
+    void release(int64_t id);  // out of the scheduler (its blocks freed) and the draft model
     void fail_batch(const sched::ScheduledBatch& batch, const core::Status& st);
 
     PagedModel model_;
@@ -184,6 +192,7 @@ private:
     EngineConfig config_;
     std::unique_ptr<kv::KvStorage> storage_;  // the CPU model's pool (model_.forward points into it)
     std::unique_ptr<sched::Scheduler> scheduler_;
+    std::unique_ptr<DraftModel> draft_;  // SpecConfig::kDraftModel
     std::map<int64_t, Live> requests_;
     std::vector<int32_t> eos_ids_;
     // Step buffers, reused.

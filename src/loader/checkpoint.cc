@@ -534,6 +534,20 @@ core::Result<Checkpoint> load_llama2c_checkpoint(const std::string& path) {
     return ck;
 }
 
+core::Status keep_first_layers(Checkpoint& ck, int64_t n) {
+    if (n < 1 || n >= ck.config.num_layers)
+        return core::error(core::StatusCode::kInvalidArgument)
+               << "keeping the first " << n << " layers of " << ck.path << ", which has " << ck.config.num_layers
+               << ": the count must be in [1, " << ck.config.num_layers - 1 << "]";
+    std::erase_if(ck.tensors, [&](const TensorRef& t) {
+        if (!t.name.starts_with("blk.")) return false;
+        return std::stoll(t.name.substr(4)) >= n;  // "blk.<i>.<name>"
+    });
+    ck.config.num_layers = n;
+    ck.config.max_window_layers = std::min(ck.config.max_window_layers, n);
+    return core::Status::ok();
+}
+
 core::Result<Checkpoint> load_checkpoint(const std::string& path) {
     std::error_code ec;
     if (fs::is_directory(path, ec)) return load_hf_checkpoint(path);

@@ -72,6 +72,10 @@ struct Checkpoint {
 // name (or a safetensors-looking header) a safetensors file with config.json beside it, anything
 // else a llama2.c checkpoint.
 core::Result<Checkpoint> load_checkpoint(const std::string& path);
+// Drops the layers from n on (their blk.<i>.* tensors) and says so in the config: the first n layers
+// over the same tensor data (kiln convert --layers, self-speculation's draft). kInvalidArgument unless
+// 1 <= n < the checkpoint's layer count.
+core::Status keep_first_layers(Checkpoint& checkpoint, int64_t n);
 // Moves every tensor except those named in `keep` into one anonymous mapping (huge pages advised)
 // that the Checkpoint owns, so background reclaim of file-backed pages cannot slow a benchmark or a
 // server; the file pages it copied from are then released (core::release_mapped_pages). `keep`

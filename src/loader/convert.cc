@@ -428,12 +428,7 @@ core::Status convert_checkpoint(const std::string& in, const std::string& out, c
         if (opts.num_layers >= ck.config.num_layers)
             return core::error(core::StatusCode::kInvalidArgument)
                    << "--layers " << opts.num_layers << ": " << in << " has " << ck.config.num_layers << " layers";
-        std::erase_if(ck.tensors, [&](const TensorRef& t) {
-            if (!t.name.starts_with("blk.")) return false;
-            return std::stoll(t.name.substr(4)) >= opts.num_layers;  // "blk.<i>.<name>"
-        });
-        ck.config.num_layers = opts.num_layers;
-        ck.config.max_window_layers = std::min(ck.config.max_window_layers, opts.num_layers);
+        KILN_RETURN_IF_ERROR(keep_first_layers(ck, opts.num_layers));
     }
     if (opts.to == "gguf") return write_gguf_checkpoint(ck, out, opts);
     return write_hf_checkpoint(ck, out, opts);

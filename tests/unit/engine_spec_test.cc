@@ -1,4 +1,6 @@
-// Speculative decoding in the serving engine (n-gram drafts; stories260K, SmolLM2-135M where installed):
+// Speculative decoding in the serving engine (stories260K, SmolLM2-135M where installed), with each
+// proposer: n-gram lookup, a draft model (the model itself: every draft right) and self-speculation
+// (its first layer as the draft: most drafts wrong):
 // - greedy output, and the raw logits of every token bit for bit, equal decoding without drafts, alone
 //   and batched beside sampled requests, under preemption, tiny step budgets, odd block sizes, stop
 //   strings, penalties and logprobs, and on a model's greedy path (ids back instead of logits);
@@ -24,6 +26,16 @@ namespace {
 
 class EngineSpec : public EngineFixture {
 protected:
+    void SetUp() override {
+        EngineFixture::SetUp();
+        if (IsSkipped() || HasFatalFailure()) return;
+        first_layer_ck_ = ck_;
+        ASSERT_TRUE(loader::keep_first_layers(first_layer_ck_, 1).is_ok());
+        auto m = model::CpuModel::create(first_layer_ck_, pool_.get());
+        ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+        first_layer_ = std::move(*m);
+    }
+
     static EngineConfig ngram(EngineConfig c = {}) {
         c.spec.method = SpecConfig::Method::kNgram;
         c.spec.num_draft = 5;
@@ -32,6 +44,75 @@ protected:
         c.spec.max_batch = 0;
         return c;
     }
+    static EngineConfig drafted_by(model::CpuModel* draft, EngineConfig c = {}) {
+        c.spec.method = SpecConfig::Method::kDraftModel;
+        c.spec.draft_model = draft;
+        c.spec.num_draft = 4;
+        c.spec.max_batch = 0;
+        return c;
+    }
+    struct Method {
+        const char* name;
+        EngineConfig config;
+        int64_t min_accepted;  // drafts the greedy test must see accepted (a first layer guesses badly)
+    };
+    // Every proposer over `base`.
+    std::vector<Method> methods(const EngineConfig& base = {}) {
+        return {{"ngram", ngram(base), small_ ? 20 : 10},
+                {"draft model (itself)", drafted_by(model_.get(), base), small_ ? 20 : 10},
+                {"first layer", drafted_by(first_layer_.get(), base), 0}};
+    }
+
+    // Random add / abort / step over `specs` with `config`: the pool's invariants every step, every
+    // callback once, the length limits kept, and the greedy requests that finished equal to decoding
+    // without drafts.
+    void random_ops(const std::vector<Spec>& specs, const EngineConfig& config) {
+        auto core = make_core(config);
+        std::map<int64_t, Result> results;
+        std::mt19937_64 rng(5);
+        size_t next = 0;
+        std::vector<int64_t> aborted;
+        for (int step = 0; step < 3000 && (next < specs.size() || core->has_work()); ++step) {
+            const int op = int(rng() % 10);
+            if (op < 3 && next < specs.size()) {
+                add(*core, int64_t(next), specs[next], results);
+                ++next;
+            } else if (op == 3 && core->has_work()) {
+                const int64_t id = int64_t(rng() % next);
+                if (results[id].finishes == 0) aborted.push_back(id);
+                core->abort(id);
+            } else {
+                core->step();
+            }
+            const EngineStats s = core->stats();
+            ASSERT_LE(s.kv_blocks_in_use, s.kv_blocks_total);
+        }
+        while (core->step()) {
+        }
+        EXPECT_FALSE(core->has_work());
+        EXPECT_EQ(core->stats().kv_blocks_in_use, 0);
+        EXPECT_GT(core->stats().spec_accepted_tokens, 0);
+        ASSERT_FALSE(aborted.empty());
+        for (int64_t id : aborted) EXPECT_EQ(results[id].reason, FinishReason::kAbort) << id;
+        std::vector<Spec> greedy;
+        std::vector<int64_t> greedy_ids;
+        for (const auto& [id, r] : results) {
+            EXPECT_EQ(r.finishes, 1) << "request " << id;
+            if (r.reason != FinishReason::kAbort && specs[size_t(id)].params.temperature == 0.0f) {
+                greedy.push_back(specs[size_t(id)]);
+                greedy_ids.push_back(id);
+            }
+            const Spec& s = specs[size_t(id)];
+            if (r.reason == FinishReason::kLength) EXPECT_EQ(int64_t(r.tokens.size()), s.params.max_tokens) << id;
+            EXPECT_LE(int64_t(r.tokens.size()), s.params.max_tokens) << id;
+        }
+        const auto plain = run_alone(greedy);
+        for (size_t i = 0; i < greedy.size(); ++i)
+            EXPECT_EQ(results[greedy_ids[i]].tokens, plain.at(int64_t(i)).tokens) << "request " << greedy_ids[i];
+    }
+
+    loader::Checkpoint first_layer_ck_;
+    std::unique_ptr<model::CpuModel> first_layer_;
 
     // Prompts that repeat a random segment (lookup finds drafts there, and outputs tend to repeat too);
     // greedy, some with a repetition or presence penalty, some asking for logprobs; outputs long enough
@@ -71,7 +152,7 @@ protected:
 TEST_P(EngineSpec, GreedyOutputIsUnchangedAloneAndBatched) {
     const std::vector<Spec> specs = repeating_specs(12, 21);
     const auto plain = run_alone(specs);
-    expect_same(plain, run_alone(specs, false, ngram()), "alone with drafts");
+    for (const Method& m : methods()) expect_same(plain, run_alone(specs, false, m.config), m.name);
     // Batched beside seeded sampling requests (their draws may differ with drafts; not compared).
     std::vector<Spec> mixed = specs;
     for (const Spec& s : make_specs(6, 9))
@@ -81,23 +162,29 @@ TEST_P(EngineSpec, GreedyOutputIsUnchangedAloneAndBatched) {
         EngineConfig config;
     };
     std::vector<Case> cases;
-    cases.push_back({"default", ngram()});
+    cases.push_back({"default", {}});
     EngineConfig tight;  // forces preemption; drafts get only the blocks left over
     tight.num_kv_blocks = small_ ? 14 : 7;
-    cases.push_back({"tiny KV budget", ngram(tight)});
+    cases.push_back({"tiny KV budget", tight});
     EngineConfig chunked;  // drafts cut by the step budget, prompts in chunks
     chunked.max_batch_tokens = 7;
-    cases.push_back({"7-token steps", ngram(chunked)});
     EngineConfig odd;
     odd.block_size = 5;
-    cases.push_back({"block size 5", ngram(odd)});
+    if (small_) {  // SmolLM2 (slower) runs the two above
+        cases.push_back({"7-token steps", chunked});
+        cases.push_back({"block size 5", odd});
+    }
     for (const Case& c : cases) {
-        EngineStats stats;
-        const auto got = run_batched(mixed, c.config, &stats);
-        expect_same(plain, first(got, specs.size()), c.name);
-        EXPECT_GT(stats.spec_accepted_tokens, small_ ? 20 : 10) << c.name << ": the drafts must be exercised";
-        EXPECT_GT(stats.spec_draft_tokens, stats.spec_accepted_tokens) << c.name << ": and some rejected";
-        if (c.config.num_kv_blocks > 0) EXPECT_GT(stats.num_preemptions, 0) << c.name;
+        for (const Method& m : methods(c.config)) {
+            const std::string what = std::string(c.name) + ", " + m.name;
+            EngineStats stats;
+            const auto got = run_batched(mixed, m.config, &stats);
+            expect_same(plain, first(got, specs.size()), what);
+            EXPECT_GT(stats.spec_accepted_tokens, m.min_accepted) << what << ": the drafts must be exercised";
+            if (m.config.spec.draft_model != model_.get())  // the model drafting for itself is always right
+                EXPECT_GT(stats.spec_draft_tokens, stats.spec_accepted_tokens) << what << ": and some rejected";
+            if (c.config.num_kv_blocks > 0) EXPECT_GT(stats.num_preemptions, 0) << what;
+        }
     }
 }
 
@@ -113,9 +200,11 @@ TEST_P(EngineSpec, StopStringsInsideAcceptedDraftsEndTheRequestAsWithout) {
     }
     ASSERT_GT(with_stop, 2);
     const auto stopped = run_alone(specs);
-    const auto drafted = run_alone(specs, false, ngram());
-    expect_same(stopped, drafted, "stop strings");
-    for (const auto& [id, r] : stopped) EXPECT_EQ(drafted.at(id).text, r.text) << "request " << id;
+    for (const Method& m : methods()) {
+        const auto drafted = run_alone(specs, false, m.config);
+        expect_same(stopped, drafted, m.name);
+        for (const auto& [id, r] : stopped) EXPECT_EQ(drafted.at(id).text, r.text) << m.name << ": request " << id;
+    }
 }
 
 // The model's greedy step (ids back, as a GPU returns them) verifies the drafts by their argmax.
@@ -196,48 +285,10 @@ TEST_P(EngineSpec, RandomOpsWithDraftsKeepInvariants) {
     EngineConfig c;
     c.num_kv_blocks = small_ ? 20 : 10;
     c.max_batch_tokens = 37;
-    auto core = make_core(ngram(c));
-    std::map<int64_t, Result> results;
-    std::mt19937_64 rng(5);
-    size_t next = 0;
-    std::vector<int64_t> aborted;
-    for (int step = 0; step < 3000 && (next < specs.size() || core->has_work()); ++step) {
-        const int op = int(rng() % 10);
-        if (op < 3 && next < specs.size()) {
-            add(*core, int64_t(next), specs[next], results);
-            ++next;
-        } else if (op == 3 && core->has_work()) {
-            const int64_t id = int64_t(rng() % next);
-            if (results[id].finishes == 0) aborted.push_back(id);
-            core->abort(id);
-        } else {
-            core->step();
-        }
-        const EngineStats s = core->stats();
-        ASSERT_LE(s.kv_blocks_in_use, s.kv_blocks_total);
+    for (const Method& m : methods(c)) {
+        SCOPED_TRACE(m.name);
+        random_ops(specs, m.config);
     }
-    while (core->step()) {
-    }
-    EXPECT_FALSE(core->has_work());
-    EXPECT_EQ(core->stats().kv_blocks_in_use, 0);
-    EXPECT_GT(core->stats().spec_accepted_tokens, 0);
-    ASSERT_FALSE(aborted.empty());
-    for (int64_t id : aborted) EXPECT_EQ(results[id].reason, FinishReason::kAbort) << id;
-    std::vector<Spec> greedy;
-    std::vector<int64_t> greedy_ids;
-    for (const auto& [id, r] : results) {
-        EXPECT_EQ(r.finishes, 1) << "request " << id;
-        if (r.reason != FinishReason::kAbort && specs[size_t(id)].params.temperature == 0.0f) {
-            greedy.push_back(specs[size_t(id)]);
-            greedy_ids.push_back(id);
-        }
-        const Spec& s = specs[size_t(id)];
-        if (r.reason == FinishReason::kLength) EXPECT_EQ(int64_t(r.tokens.size()), s.params.max_tokens) << id;
-        EXPECT_LE(int64_t(r.tokens.size()), s.params.max_tokens) << id;
-    }
-    const auto plain = run_alone(greedy);
-    for (size_t i = 0; i < greedy.size(); ++i)
-        EXPECT_EQ(results[greedy_ids[i]].tokens, plain.at(int64_t(i)).tokens) << "request " << greedy_ids[i];
 }
 
 // The second generated token of many seeded requests (temperature 1, top-p 0.9) against its exact
@@ -308,6 +359,14 @@ TEST_P(SpecDistribution, SampledTokensFollowTheTargetDistribution) {
     EXPECT_GT(spec.stats.spec_verify_steps, n / 2) << "drafts must be verified for most second tokens";
     EXPECT_GT(spec.stats.spec_accepted_tokens, n / 20);
     EXPECT_GT(spec.stats.spec_draft_tokens - spec.stats.spec_accepted_tokens, n / 20) << "and rejected";
+    // Greedy draft models (point masses at their argmax) are verified by the same rule.
+    for (model::CpuModel* draft : {model_.get(), first_layer_.get()}) {
+        const Outcome d = sample_second_token(drafted_by(draft), n);
+        EXPECT_GT(d.fit.p_value, 1e-3) << (draft == model_.get() ? "itself" : "first layer") << " as the draft: chi2 "
+                                       << d.fit.statistic << " dof " << d.fit.dof;
+        EXPECT_GT(d.stats.spec_verify_steps, n / 2);
+        EXPECT_GT(d.stats.spec_draft_tokens - d.stats.spec_accepted_tokens, n / 20) << "rejections";
+    }
     // A wrong rule: accept with probability p(d), else draw from p itself instead of from the
     // residual max(0, p - q). It over-weights the drafted token; the same test must catch it.
     EngineConfig wrong = ngram();
