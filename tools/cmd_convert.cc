@@ -12,19 +12,20 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: kiln convert IN OUT --to gguf|safetensors [--dtype f32|f16|bf16] [--tokenizer TOKENIZER.bin]\n"
-    "                    [--layers N] [--quiet]\n"
+    "                    [--layers N] [--dequantize] [--quiet]\n"
     "  IN:  a GGUF file, an HF safetensors directory (or .safetensors file with config.json beside it), or a\n"
     "       llama2.c .bin checkpoint\n"
     "  OUT: a .gguf file (--to gguf) or a directory (--to safetensors: model.safetensors + config.json)\n"
     "  --dtype      store float matrices as this type (norm weights and biases stay f32)\n"
     "  --tokenizer  a llama2.c tokenizer .bin to embed (for llama2.c checkpoints)\n"
     "  --layers N   keep only the first N layers (a smaller model with real weights, for tests)\n"
+    "  --dequantize write quantized tensors (Q4_0, Q8_0, Q4_K, ...) as floats: --dtype, f32 by default\n"
     "  --quiet      no per-tensor progress on stderr\n";
 
 }  // namespace
 
 int cmd_convert(int argc, char** argv) {
-    Args args({"--help", "-h", "--quiet"}, {"--to", "--dtype", "--tokenizer", "--layers"});
+    Args args({"--help", "-h", "--quiet", "--dequantize"}, {"--to", "--dtype", "--tokenizer", "--layers"});
     if (!args.parse(argc, argv, 2)) {
         std::fprintf(stderr, "kiln convert: %s\n%s", args.error().c_str(), kUsage);
         return 2;
@@ -48,6 +49,7 @@ int cmd_convert(int argc, char** argv) {
     }
     opts.tokenizer_path = args.get("--tokenizer").value_or("");
     opts.progress = !args.has("--quiet");
+    opts.dequantize = args.has("--dequantize");
     if (args.get("--layers")) {
         auto n = int_option(args, "convert", "--layers", 0, 1, 100000);
         if (!n) return 2;

@@ -250,6 +250,10 @@ void EngineCore::propose_drafts() {
     for (auto& [id, live] : requests_) {
         live.draft.clear();
         if (!live.request.speculate || !scheduler_->is_decoding(id)) continue;
+        if (live.spec_pause > 0) {
+            --live.spec_pause;
+            continue;
+        }
         // Tokens left after the one this step samples anyway.
         const int64_t left = live.request.params.max_tokens - live.generated - 1;
         const int64_t k = std::min<int64_t>(live.spec_k, left);
@@ -346,6 +350,10 @@ void EngineCore::sample_step(const sched::ScheduledBatch& batch, bool ids_back,
             ++stats_.spec_verify_steps;
             live.spec_k = count - 1 == nd ? std::min(config_.spec.num_draft, live.spec_k + 2)
                                           : std::max(std::min(2, config_.spec.num_draft), live.spec_k - 1);
+            if (draft_) {
+                live.spec_backoff = count == 1 ? std::min(32, std::max(1, 2 * live.spec_backoff)) : 0;
+                live.spec_pause = live.spec_backoff;
+            }
         }
     }
 }

@@ -168,6 +168,9 @@ private:
         bool cached_reported = false;
         std::vector<int32_t> draft;  // proposed for the step in progress
         int32_t spec_k = 0;          // draft length for the next step, adapted to what was accepted
+        // A draft model's drafts cost passes: after a step that accepted none, the sequence drafts
+        // nothing for spec_backoff steps (doubling, up to 32, reset by an acceptance).
+        int32_t spec_backoff = 0, spec_pause = 0;
     };
     // A sampled sequence's new tokens in a step: new_tokens_[first, first + count).
     struct Emitted {

@@ -69,7 +69,8 @@ core::Result<TensorRef> dequantize_tensor(const TensorRef& t, std::vector<std::s
 core::Result<TensorRef> prepare_tensor(const TensorRef& in, const ConvertOptions& opts, int64_t rope_heads,
                                        std::vector<std::shared_ptr<const void>>* owners) {
     TensorRef t = in;
-    if ((core::dtype_info(t.dtype).is_quantized && !formats::ggml_from_dtype(t.dtype)) || t.row_scale) {
+    if ((core::dtype_info(t.dtype).is_quantized && (opts.dequantize || !formats::ggml_from_dtype(t.dtype))) ||
+        t.row_scale) {
         KILN_ASSIGN_OR_RETURN(t, dequantize_tensor(t, owners));
     }
     DType want = output_dtype(t, opts);
@@ -230,12 +231,14 @@ core::Status write_gguf_checkpoint(const Checkpoint& ck, const std::string& path
         name = p.stem().string();
     }
     w.set("general.name", formats::gguf_string(name));
-    if (opts.dtype)
-        if (std::optional<uint32_t> ft = file_type_for(*opts.dtype)) w.set("general.file_type", formats::gguf_u32(*ft));
+    const bool all_float = opts.dtype || opts.dequantize;  // the file type names the float type written
+    if (all_float)
+        if (std::optional<uint32_t> ft = file_type_for(opts.dtype.value_or(DType::kF32)))
+            w.set("general.file_type", formats::gguf_u32(*ft));
     for (size_t i = 1; i < hyper.size(); ++i) w.set(hyper[i].first, hyper[i].second);
     for (const auto& [key, value] : ck.gguf_metadata) {
         if (key == "general.architecture" || key == "general.name" || key == "general.alignment" ||
-            key.rfind(arch + ".", 0) == 0 || (opts.dtype && key == "general.file_type"))
+            key.rfind(arch + ".", 0) == 0 || (all_float && key == "general.file_type"))
             continue;
         w.set(key, value);
     }
@@ -296,11 +299,11 @@ core::Status write_hf_checkpoint(const Checkpoint& ck, const std::string& dir, c
     Progress progress(opts.progress, ck.tensors.size(), out_file.string());
     for (size_t i = 0; i < ck.tensors.size(); ++i) {
         const TensorRef& src = ck.tensors[i];
-        if (core::dtype_info(src.dtype).is_quantized && formats::ggml_from_dtype(src.dtype))
+        if (core::dtype_info(src.dtype).is_quantized && formats::ggml_from_dtype(src.dtype) && !opts.dequantize)
             return core::error(StatusCode::kUnsupported)
                    << ck.path << ": tensor '" << src.name << "' is " << core::dtype_name(src.dtype)
-                   << ": quantized GGUF tensors have no safetensors form; convert to GGUF instead, or start from an "
-                      "unquantized checkpoint";
+                   << ": quantized GGUF tensors have no safetensors form; convert to GGUF instead, pass --dequantize, "
+                      "or start from an unquantized checkpoint";
         KILN_ASSIGN_OR_RETURN(TensorRef t, prepare_tensor(src, opts, rope_permute_heads(src.name, ck.config), &owners));
         if (t.shape.size() >= 2) bytes_by_dtype[t.dtype] += t.num_bytes;
         progress.tensor(i, t);

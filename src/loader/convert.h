@@ -37,6 +37,8 @@ struct ConvertOptions {
     // config saying so: a small model with real trained weights for tests (must be below the
     // source's layer count).
     int64_t num_layers = 0;
+    // Quantized tensors are written dequantized: as `dtype` (f32 when unset), norms and biases f32.
+    bool dequantize = false;
 };
 
 // kInvalidArgument unless `to` is gguf or safetensors and `dtype` (if set) is f32, f16 or bf16.

@@ -14,6 +14,7 @@
 #include "formats/gguf.h"
 #include "formats/gguf_writer.h"
 #include "formats/safetensors.h"
+#include "kernels/ref/dequant.h"
 #include "loader/checkpoint.h"
 #include "loader/weight_names.h"
 #include "support/test_support.h"
@@ -340,6 +341,21 @@ TEST(Convert, QuantizedTensorsKeptInGgufAndRefusedBySafetensors) {
     ASSERT_EQ(q->num_bytes, q8.size());
     EXPECT_EQ(0, std::memcmp(q->data, q8.data(), q8.size()));
     EXPECT_EQ(back.find("blk.0.attn_k.weight")->dtype, DType::kF16);
+
+    // --dequantize: the quantized tensor is written as floats, the values the scalar reference decodes.
+    std::vector<float> want(64 * 64);
+    ASSERT_TRUE(kernels::ref::dequantize_row(DType::kQ8_0, q8.data(), want.data(), int64_t(want.size())).is_ok());
+    ConvertOptions deq = to("gguf");
+    deq.dequantize = true;
+    ASSERT_TRUE(convert_checkpoint(dir + "/q.gguf", dir + "/q_f32.gguf", deq).is_ok());
+    Checkpoint f32 = load_ok(dir + "/q_f32.gguf");
+    const TensorRef* d = f32.find("blk.0.attn_q.weight");
+    ASSERT_NE(d, nullptr);
+    EXPECT_EQ(d->dtype, DType::kF32);
+    ASSERT_EQ(d->num_bytes, want.size() * 4);
+    EXPECT_EQ(0, std::memcmp(d->data, want.data(), d->num_bytes));
+    deq.to = "safetensors";  // and now it has a safetensors form
+    EXPECT_TRUE(convert_checkpoint(dir + "/q.gguf", dir + "/hf_deq", deq).is_ok());
 }
 
 // A small random HF checkpoint of `arch` written with HF names (rotate-half Q/K as HF stores them).

@@ -54,7 +54,8 @@ protected:
     struct Method {
         const char* name;
         EngineConfig config;
-        int64_t min_accepted;  // drafts the greedy test must see accepted (a first layer guesses badly)
+        int64_t min_accepted;  // drafts the greedy test must see accepted (a first layer guesses badly:
+                               // its drafts are mostly rejected, and it backs off after total misses)
     };
     // Every proposer over `base`.
     std::vector<Method> methods(const EngineConfig& base = {}) {
@@ -91,7 +92,7 @@ protected:
         }
         EXPECT_FALSE(core->has_work());
         EXPECT_EQ(core->stats().kv_blocks_in_use, 0);
-        EXPECT_GT(core->stats().spec_accepted_tokens, 0);
+        EXPECT_GT(core->stats().spec_draft_tokens, 0);
         ASSERT_FALSE(aborted.empty());
         for (int64_t id : aborted) EXPECT_EQ(results[id].reason, FinishReason::kAbort) << id;
         std::vector<Spec> greedy;
@@ -180,7 +181,8 @@ TEST_P(EngineSpec, GreedyOutputIsUnchangedAloneAndBatched) {
             EngineStats stats;
             const auto got = run_batched(mixed, m.config, &stats);
             expect_same(plain, first(got, specs.size()), what);
-            EXPECT_GT(stats.spec_accepted_tokens, m.min_accepted) << what << ": the drafts must be exercised";
+            EXPECT_GT(stats.spec_draft_tokens, 20) << what << ": the drafts must be exercised";
+            EXPECT_GE(stats.spec_accepted_tokens, m.min_accepted) << what;
             if (m.config.spec.draft_model != model_.get())  // the model drafting for itself is always right
                 EXPECT_GT(stats.spec_draft_tokens, stats.spec_accepted_tokens) << what << ": and some rejected";
             if (c.config.num_kv_blocks > 0) EXPECT_GT(stats.num_preemptions, 0) << what;
