@@ -168,7 +168,7 @@ TEST_P(SmolLM2, Greedy64ThroughTheEngineMatchesFloat64) {
     std::vector<int32_t> want = parse_id_line(test::read_text(golden("f64_greedy64_" + GetParam() + ".txt")));
     ASSERT_EQ(want.size(), 64u);
     const std::vector<int32_t> prompt = tok_->encode(prompt_);
-    for (const auto [block_size, max_batch_tokens] : {std::pair{16, 512}, std::pair{7, 24}}) {
+    for (const auto& [block_size, max_batch_tokens] : {std::pair{16, 512}, std::pair{7, 24}}) {
         engine::EngineConfig c;
         c.block_size = block_size;
         c.max_batch_tokens = max_batch_tokens;

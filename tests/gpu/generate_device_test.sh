@@ -4,7 +4,8 @@
 # stories260K: greedy, f32 K/V on both, so the texts must be equal, also with repetition /
 # frequency / presence penalties (applied by the GPU's sampling kernel); then seeded sampling with the
 # same --seed twice on the GPU gives the same text; `kiln perplexity --device cuda` on the
-# TinyStories excerpt equals the CPU's within 1e-4 (f32 weights and K/V on both).
+# TinyStories excerpt equals the CPU's within 1e-4 (f32 weights and K/V on both); `--spec ngram` on the
+# GPU gives the CPU's greedy text.
 # Exit 77 (CTest: skipped) without a CUDA device or test data.
 set -euo pipefail
 : "${KILN_BIN:?}" "${KILN_TESTDATA:?}"
@@ -43,6 +44,15 @@ if ! cmp -s "$T/cpu_pen.txt" "$T/gpu_pen.txt"; then
     exit 1
 fi
 cmp -s "$T/cpu.txt" "$T/cpu_pen.txt" && { echo "the penalties changed nothing: not a test"; exit 1; }
+# speculative decoding (n-gram drafts verified on the GPU: argmax ids back, or with penalties the
+# logits rows back to the host's verifier): the same greedy text as the CPU without drafts
+run -n 200 --device cuda --spec ngram --spec-ngram-min 1 2> "$T/spec.err" > "$T/gpu_spec.txt"
+run "${pen[@]}" --device cuda --spec ngram --spec-ngram-min 1 2> /dev/null > "$T/gpu_spec_pen.txt"
+for f in spec spec_pen; do
+    want=cpu.txt; [ "$f" = spec_pen ] && want=cpu_pen.txt
+    cmp -s "$T/$want" "$T/gpu_$f.txt" || { echo "--spec ngram on the GPU changed the greedy text ($f):"; diff "$T/$want" "$T/gpu_$f.txt" || true; exit 1; }
+done
+grep -q "accepted" "$T/spec.err" || { echo "no speculation summary:"; cat "$T/spec.err"; exit 1; }
 run -n 64 --device cuda --temp 0.9 --top-k 40 --top-p 0.95 --seed 7 2> /dev/null > "$T/s1.txt"
 run -n 64 --device cuda --temp 0.9 --top-k 40 --top-p 0.95 --seed 7 2> /dev/null > "$T/s2.txt"
 cmp -s "$T/s1.txt" "$T/s2.txt" || { echo "the same --seed gave different texts on the GPU"; exit 1; }

@@ -263,7 +263,9 @@ TEST_P(EngineBatch, StepsSampleOnTheModelsSide) {
     EXPECT_GT(sample_steps, 0);
     EXPECT_EQ(logit_steps, 0) << "steps without logprobs or raw logits took the logits path";
     for (size_t i = 0; i < specs.size(); ++i)
-        if (i % 3 != 2) EXPECT_EQ(first.at(int64_t(i)), alone.at(int64_t(i)).tokens) << "request " << i;
+        if (i % 3 != 2) {
+            EXPECT_EQ(first.at(int64_t(i)), alone.at(int64_t(i)).tokens) << "request " << i;
+        }
     EXPECT_EQ(run(specs, false), first) << "seeded requests sampled on the model's side must repeat";
     logit_steps = 0;
     const std::vector<Spec> two = {specs[0], specs[2]};
