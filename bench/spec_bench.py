@@ -1,4 +1,6 @@
-"""Speculative decoding (n-gram prompt lookup) side by side with llama.cpp's lookup example.
+"""Speculative decoding side by side with llama.cpp's examples: n-gram prompt lookup against
+`llama-lookup`, or (--draft-model D) a draft model against `llama-speculative-simple --spec-type
+draft-simple`.
 
 For each prompt of bench/data/spec_prompts.jsonl (passages to copy, quote or lightly edit), at batch 1:
   kiln:      `kiln bench offline --prompts P --chat --stop-at-eos --spec ngram --reps R`, which runs the
@@ -11,7 +13,11 @@ The runs alternate kiln / llama.cpp per prompt. Prints one row per prompt and th
 over decode seconds). Needs `pip install gguf jinja2` and a llama.cpp build (LLAMA_BIN_DIR, with
 llama-lookup; docs/speculative.md says how it was built). Not a test: figures depend on the machine.
 
-usage: python3 bench/spec_bench.py [-m MODEL] [--threads 2] [--num-draft 5] [--reps 3] [--max-tokens 256]
+With --draft-model D, kiln runs `--draft-model D` and llama.cpp `llama-speculative-simple -md D`
+(the baseline without drafts stays `llama-lookup --spec-draft-n-max 0`).
+
+usage: python3 bench/spec_bench.py [-m MODEL] [--draft-model D] [--threads 2] [--num-draft 5] [--reps 3]
+                                   [--max-tokens 256]
 """
 import argparse
 import json
@@ -42,7 +48,8 @@ def kiln_run(kiln, model, prompt_line, args):
         out = subprocess.run(
             [kiln, "bench", "offline", "-m", model, "-t", str(args.threads), "--prompts", path, "--chat",
              "--stop-at-eos", "--output-len", str(args.max_tokens), "--requests", "1", "--max-seqs", "1",
-             "--spec", "ngram", "--num-draft", str(args.num_draft), "--reps", str(args.reps), "--json"],
+             *(["--draft-model", args.draft_model] if args.draft_model else ["--spec", "ngram"]),
+             "--num-draft", str(args.num_draft), "--reps", str(args.reps), "--json"],
             check=True, capture_output=True, text=True).stdout
     finally:
         os.unlink(path)
@@ -51,9 +58,14 @@ def kiln_run(kiln, model, prompt_line, args):
 
 
 def llama_run(bin_dir, model, prompt_file, args, k):
+    if k > 0 and args.draft_model:
+        cmd = [os.path.join(bin_dir, "llama-speculative-simple"), "-md", args.draft_model, "--spec-type",
+               "draft-simple"]
+    else:
+        cmd = [os.path.join(bin_dir, "llama-lookup")]
     out = subprocess.run(
-        [os.path.join(bin_dir, "llama-lookup"), "-m", model, "-f", prompt_file, "-n", str(args.max_tokens), "-t",
-         str(args.threads), "--temp", "0", "--spec-draft-n-max", str(k)],
+        cmd + ["-m", model, "-f", prompt_file, "-n", str(args.max_tokens), "-t", str(args.threads), "--temp", "0",
+               "--spec-draft-n-max", str(k)],
         check=True, capture_output=True, text=True)
     text = out.stdout + out.stderr
     m = re.search(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds", text)
@@ -64,6 +76,7 @@ def llama_run(bin_dir, model, prompt_file, args, k):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("-m", "--model", default=None)
+    ap.add_argument("--draft-model", default=None)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--num-draft", type=int, default=5)
     ap.add_argument("--reps", type=int, default=3)
@@ -78,9 +91,11 @@ def main():
     if not have_llama:
         print(f"no llama-lookup in {bin_dir}: kiln only", file=sys.stderr)
     lines = [l for l in open(args.prompts) if l.strip()]
-    print(f"model {model}, {args.threads} threads, batch 1, up to {args.num_draft} drafts, greedy")
-    print("| prompt | kiln tok/s off | kiln tok/s ngram | speed-up | accepted | same | "
-          "llama.cpp tok/s off | llama.cpp tok/s lookup | speed-up | accepted |")
+    method = "draft" if args.draft_model else "ngram"
+    print(f"model {model}, {method} {args.draft_model or ''}, {args.threads} threads, batch 1, "
+          f"up to {args.num_draft} drafts, greedy")
+    print(f"| prompt | kiln tok/s off | kiln tok/s {method} | speed-up | accepted | same | "
+          f"llama.cpp tok/s off | llama.cpp tok/s {method} | speed-up | accepted |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     tot = {"k0": [0, 0.0], "k1": [0, 0.0], "l0": [0, 0.0], "l1": [0, 0.0]}
     for i, line in enumerate(lines):
