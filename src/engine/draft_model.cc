@@ -3,7 +3,6 @@
 
 #include <algorithm>
 
-#include "sampling/sampler.h"
 
 namespace kiln::engine {
 
@@ -41,11 +40,13 @@ core::Status DraftModel::propose(std::span<const Job> jobs) {
     struct Run {
         const Job* job;
         Seq* seq;
-        int64_t drafts;  // what this job gets (its pool may be short)
+        int64_t drafts;                // what this job gets (its pool may be short)
+        std::vector<int32_t> history;  // sampled jobs: tokens and drafts so far (for the penalties)
     };
     std::vector<Run> runs;
     for (const Job& j : jobs) {
         j.out->clear();
+        if (j.probs) j.probs->clear();
         Seq& s = seqs_[j.id];
         const int64_t len = int64_t(j.tokens.size());
         s.computed = std::min(s.computed, len - 1);  // the last token is run again to get the first draft
@@ -54,7 +55,10 @@ core::Status DraftModel::propose(std::span<const Job> jobs) {
         while (drafts > 0 && !cover(s, len + drafts - 1)) --drafts;
         s.last_len = len;
         s.last_drafts = 0;
-        if (drafts > 0) runs.push_back({&j, &s, drafts});
+        if (drafts > 0) {
+            runs.push_back({&j, &s, drafts, {}});
+            if (j.sampler) runs.back().history.assign(j.tokens.begin(), j.tokens.end());
+        }
     }
     if (runs.empty()) return core::Status::ok();
     int64_t longest = 0;
@@ -75,10 +79,18 @@ core::Status DraftModel::propose(std::span<const Job> jobs) {
         }
         KILN_RETURN_IF_ERROR(model_->forward_batch(tokens_, batch_, layers_, logits_));
         size_t row = 0;
-        for (const Run& r : runs) {
+        for (Run& r : runs) {
             if (step >= r.drafts) continue;
             const std::span<const float> logits(logits_.data() + row++ * V, V);
-            r.job->out->push_back(sampling::argmax_lowest_id(logits));
+            if (!r.job->sampler) {
+                r.job->out->push_back(sampling::argmax_lowest_id(logits));
+                continue;
+            }
+            row_.assign(logits.begin(), logits.end());
+            std::vector<sampling::TokenProb> q = r.job->sampler->distribution(row_, r.history);
+            r.job->out->push_back(r.job->sampler->draw(q));
+            r.history.push_back(r.job->out->back());
+            r.job->probs->push_back(std::move(q));
         }
     }
     for (const Run& r : runs) {

@@ -3,8 +3,10 @@
 // greedily. Its K/V live in a paged pool of its own (no prefix cache: every sequence owns its blocks),
 // so nothing it writes can touch the target's cache. Per sequence it remembers how many positions of
 // its pool hold the sequence's real tokens; a proposal first catches up over the tokens since (a
-// prompt's whole prefill the first time), then runs one batched pass per draft position. A greedy
-// proposer is a deterministic one: the target verifies its drafts as point masses (Sampler::verify).
+// prompt's whole prefill the first time), then runs one batched pass per draft position. For a
+// greedy request the drafts are the draft's argmax (a point mass for Sampler::verify); for a sampled
+// one they are drawn from the draft's distribution under the request's own sampling parameters, and
+// that distribution q goes to the verifier with them.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +19,7 @@
 #include "kv/block_pool.h"
 #include "kv/kv_storage.h"
 #include "model/cpu_model.h"
+#include "sampling/sampler.h"
 
 namespace kiln::engine {
 
@@ -31,6 +34,11 @@ public:
         std::span<const int32_t> tokens;  // all its tokens (prompt + generated)
         int64_t num_draft = 0;            // tokens wanted after them
         std::vector<int32_t>* out = nullptr;  // receives the drafts (fewer when the pool runs short)
+        // Sampled requests: draws the drafts from the draft's distribution with this sampler (the
+        // request's parameters, its own generator) and puts each one's distribution in *probs.
+        // Null: greedy drafts.
+        sampling::Sampler* sampler = nullptr;
+        std::vector<std::vector<sampling::TokenProb>>* probs = nullptr;
     };
     // Drafts greedily for every job, batched: one pass over each job's tokens not yet in the pool
     // plus its last one, then one pass per further draft position.
@@ -63,6 +71,7 @@ private:
     std::vector<int32_t> tokens_;
     std::vector<model::BatchSeq> batch_;
     std::vector<float> logits_;
+    std::vector<float> row_;  // a logits row for a sampler (which scribbles on it)
 };
 
 }  // namespace kiln::engine

@@ -184,6 +184,11 @@ core::Status EngineCore::add(int64_t id, Request request) {
     live.decoder = std::make_unique<tokenizer::StreamDecoder>(*tokenizer_);
     live.request = std::move(request);
     live.spec_k = config_.spec.num_draft;
+    if (config_.spec.method == SpecConfig::Method::kDraftModel && !live.sampler->is_greedy()) {
+        sampling::SamplingParams dp = live.request.params;
+        dp.seed ^= 0x9e3779b97f4a7c15ull;  // a stream of its own, as reproducible as the request's
+        live.draft_sampler = std::make_unique<sampling::Sampler>(dp, int32_t(vocab), int32_t(len));
+    }
     stats_.prompt_tokens_total += len;
     if (live.request.params.max_tokens == 0) {  // nothing to generate: finished at once
         scheduler_->remove(id);
@@ -249,6 +254,7 @@ void EngineCore::propose_drafts() {
     if (sc.max_batch > 0 && decoding > sc.max_batch) return;
     for (auto& [id, live] : requests_) {
         live.draft.clear();
+        live.draft_probs.clear();
         if (!live.request.speculate || !scheduler_->is_decoding(id)) continue;
         if (live.spec_pause > 0) {
             --live.spec_pause;
@@ -273,7 +279,8 @@ core::Status EngineCore::draft_scheduled(sched::ScheduledBatch& batch) {
     for (const sched::ScheduledSeq& s : batch.seqs)
         if (s.num_draft > 0) {
             Live& live = requests_.at(s.id);
-            jobs.push_back({s.id, scheduler_->tokens(s.id), s.num_draft, &live.draft});
+            jobs.push_back({s.id, scheduler_->tokens(s.id), s.num_draft, &live.draft, live.draft_sampler.get(),
+                            &live.draft_probs});
         }
     if (jobs.empty()) return core::Status::ok();
     KILN_RETURN_IF_ERROR(draft_->propose(jobs));
@@ -296,6 +303,11 @@ void EngineCore::sample_step(const sched::ScheduledBatch& batch, bool ids_back,
     new_tokens_.clear();
     new_counts_.clear();
     emitted_.clear();
+    // The distribution draft i was drawn from (empty: a point mass, as n-gram and greedy drafts are).
+    auto q_of = [](const Live& live, size_t i) {
+        return i < live.draft_probs.size() ? std::span<const sampling::TokenProb>(live.draft_probs[i])
+                                           : std::span<const sampling::TokenProb>();
+    };
     size_t row = 0;  // logits row (or id from the model) of the step
     for (const sched::ScheduledSeq& s : batch.seqs) {
         if (!s.sample) continue;
@@ -323,7 +335,7 @@ void EngineCore::sample_step(const sched::ScheduledBatch& batch, bool ids_back,
                 } else {
                     const sampling::Sampler::Verdict v =
                         config_.spec.verify_for_tests ? config_.spec.verify_for_tests(*live.sampler, logits, hist, d)
-                                                      : live.sampler->verify(logits, hist, d);
+                                                      : live.sampler->verify(logits, hist, d, q_of(live, i));
                     tok = v.token;
                     accepted = v.accepted;
                 }

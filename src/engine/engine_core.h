@@ -167,6 +167,10 @@ private:
         int64_t cached_tokens = 0;
         bool cached_reported = false;
         std::vector<int32_t> draft;  // proposed for the step in progress
+        // kDraftModel, sampled requests: the draft model's sampler (the request's parameters, its own
+        // seed) and the distribution each draft was drawn from (q for Sampler::verify).
+        std::unique_ptr<sampling::Sampler> draft_sampler;
+        std::vector<std::vector<sampling::TokenProb>> draft_probs;
         int32_t spec_k = 0;          // draft length for the next step, adapted to what was accepted
         // A draft model's drafts cost passes: after a step that accepted none, the sequence drafts
         // nothing for spec_backoff steps (doubling, up to 32, reset by an acceptance).

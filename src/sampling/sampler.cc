@@ -222,16 +222,21 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> ids) {
     KILN_CHECK(logits.size() == size_t(vocab_size_)) << logits.size() << " vs vocab " << vocab_size_;
     apply_bias_and_penalties(logits, ids);
     if (!build_candidates(logits)) return greedy_id_;
-    const double u = uniform01();  // cands_ is normalized: walk the CDF
+    return draw(cands_);
+}
+
+int32_t Sampler::draw(std::span<const TokenProb> dist) {
+    KILN_CHECK(!dist.empty()) << "a draw from an empty distribution";
+    const double u = uniform01();  // dist is normalized: walk the CDF
     double cum = 0.0;
-    for (const TokenProb& c : cands_) {
+    for (const TokenProb& c : dist) {
         cum += c.prob;
         if (u < cum) return c.id;
     }
-    for (auto it = cands_.rbegin(); it != cands_.rend(); ++it) {  // u beyond the rounded total mass
+    for (auto it = dist.rbegin(); it != dist.rend(); ++it) {  // u beyond the rounded total mass
         if (it->prob > 0.0f) return it->id;
     }
-    return cands_.front().id;
+    return dist.front().id;
 }
 
 Sampler::Verdict Sampler::verify(std::span<float> logits, std::span<const int32_t> ids, int32_t draft,

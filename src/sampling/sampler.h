@@ -63,6 +63,10 @@ public:
     Verdict verify(std::span<float> logits, std::span<const int32_t> prompt_and_generated_ids, int32_t draft,
                    std::span<const TokenProb> draft_probs = {});
 
+    // Step 8 alone: a draw from `dist` (candidates with probabilities summing to 1, as distribution()
+    // returns them), one uniform from this sampler's generator.
+    int32_t draw(std::span<const TokenProb> dist);
+
     // Steps 1-7 only: the final candidates with renormalized probabilities (greedy: one token, prob 1).
     // Order: descending prob (ties by id) when top-k or top-p ran, otherwise ascending id.
     // Consumes no randomness; for tests and logprobs.
