@@ -43,7 +43,7 @@ const char* const kEngineHelp =
     "  --spec METHOD          off by default; drafts verified by the model in one step:\n"
     "                         ngram     prompt lookup: what followed the last n tokens earlier in the\n"
     "                                   sequence (no extra model)\n"
-    "                         draft     a smaller model with the same tokenizer (--draft-model), greedy\n"
+    "                         draft     a smaller model with the same tokenizer (--draft-model)\n"
     "                         layers:N  the model's own first N layers and its output head (CPU only)\n"
     "  --draft-model M        the draft model of --spec draft (implies it); its KV cache is its own\n"
     "  --num-draft K          most draft tokens per sequence and step (default 5; adapted per sequence\n"

@@ -234,7 +234,8 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o, Status* status) {
     if (*spec > 0) {  // self-speculation: the first layers over the same tensors, taken before the
                       // target's load moves or releases any of them
         impl->draft_checkpoint = impl->checkpoint;
-        if (core::Status s = loader::keep_first_layers(impl->draft_checkpoint, *spec); !s.is_ok()) return fail(s);
+        if (core::Status s = loader::keep_first_layers(impl->draft_checkpoint, *spec); !s.is_ok())
+            return fail(core::error(s.code()) << "speculative " << o.speculative << ": " << s.message());
     }
     if (*device < 0) {
         impl->pool = std::make_unique<core::ThreadPool>(threads);
