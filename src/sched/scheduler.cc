@@ -72,7 +72,9 @@ SchedulerStats Scheduler::stats() const {
 
 void Scheduler::set_draft(SeqId id, int64_t num_draft) {
     auto it = seqs_.find(id);
-    if (it != seqs_.end()) it->second.draft = std::max<int64_t>(0, num_draft);
+    if (it == seqs_.end() || num_draft <= 0) return;
+    it->second.draft = num_draft;
+    with_draft_.push_back(id);
 }
 
 bool Scheduler::is_decoding(SeqId id) const {
@@ -109,7 +111,9 @@ ScheduledBatch Scheduler::schedule() {
         while (!waiting_.empty() && !full() && admit_head(batch, budget)) {
         }
     }
-    for (auto& [id, seq] : seqs_) seq.draft = 0;  // drafts are for this step only
+    for (SeqId id : with_draft_)  // drafts are for this step only
+        if (auto it = seqs_.find(id); it != seqs_.end()) it->second.draft = 0;
+    with_draft_.clear();
     stats_.peak_blocks_in_use = std::max(stats_.peak_blocks_in_use, pool_.num_in_use());
     KILN_CHECK(batch.num_tokens <= config_.max_batch_tokens && int64_t(batch.seqs.size()) <= config_.max_seqs);
     return batch;

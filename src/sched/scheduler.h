@@ -138,6 +138,7 @@ private:
     std::deque<SeqId> waiting_;   // FCFS; preempted sequences go to the front
     std::vector<SeqId> running_;  // admission order
     std::vector<SeqId> in_step_;  // ids scheduled by the schedule() in progress
+    std::vector<SeqId> with_draft_;  // ids given a draft length for the next schedule()
     SchedulerStats stats_;
 };
 
