@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "server/server_state.h"
+#include "server/web_assets.h"
 
 namespace kiln::server {
 namespace {
@@ -75,11 +76,20 @@ void setup_routes(HttpServer::State& s) {
     h.Post("/tokenize", [&s](const httplib::Request& req, httplib::Response& res) {
         std::string prompt;
         bool add_special = true;
-        if (auto e = parse_tokenize_request(req.body, &prompt, &add_special)) return send_error(res, *e);
+        std::vector<ChatMessage> messages;
+        if (auto e = parse_tokenize_request(req.body, &prompt, &add_special, &messages)) return send_error(res, *e);
+        json out;
+        if (!messages.empty()) {  // the chat as the model will see it (the playground shows it)
+            Status st = s.engine->apply_chat_template(messages, true, s.opt.chat_template, &prompt);
+            if (!st.ok()) return send_error(res, bad_request("cannot apply the chat template: " + st.message, "messages"));
+            add_special = false;
+            out["prompt"] = prompt;
+        }
         const std::vector<int32_t> ids = s.engine->tokenize(prompt, add_special, true);
-        res.set_content(
-            dump({{"tokens", ids}, {"count", ids.size()}, {"max_model_len", s.engine->model_info().max_model_len}}),
-            "application/json");
+        out["tokens"] = ids;
+        out["count"] = ids.size();
+        out["max_model_len"] = s.engine->model_info().max_model_len;
+        res.set_content(dump(out), "application/json");
     });
     h.Post("/detokenize", [&s](const httplib::Request& req, httplib::Response& res) {
         std::vector<int32_t> ids;
@@ -89,6 +99,15 @@ void setup_routes(HttpServer::State& s) {
                 return send_error(
                     res, bad_request("token id " + std::to_string(t) + " is outside the vocabulary", "tokens"));
         res.set_content(dump({{"prompt", s.engine->detokenize(ids)}}), "application/json");
+    });
+    // The playground and the dashboard: static pages (compiled in, web_assets.h) that call the API
+    // with relative URLs, so they work under a reverse proxy's path prefix; the API key, if any, is
+    // typed into the page and sent by its requests (the pages themselves hold no data).
+    h.Get("/", [](const httplib::Request&, httplib::Response& res) {
+        res.set_content(std::string(playground_html()), "text/html; charset=utf-8");
+    });
+    h.Get("/dashboard", [](const httplib::Request&, httplib::Response& res) {
+        res.set_content(std::string(dashboard_html()), "text/html; charset=utf-8");
     });
     h.Get("/metrics", [&s](const httplib::Request&, httplib::Response& res) {
         res.set_content(s.metrics.render(s.engine->stats(), s.in_flight.load()), "text/plain; version=0.0.4");

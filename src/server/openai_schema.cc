@@ -346,9 +346,18 @@ std::optional<ApiError> check_against_model(GenerationRequest* req, int64_t prom
     return std::nullopt;
 }
 
-std::optional<ApiError> parse_tokenize_request(std::string_view body, std::string* prompt, bool* add_special) {
+std::optional<ApiError> parse_tokenize_request(std::string_view body, std::string* prompt, bool* add_special,
+                                               std::vector<ChatMessage>* messages) {
     json j;
     if (auto e = parse_object(body, &j)) return e;
+    messages->clear();
+    *add_special = true;
+    if (field(j, "messages")) {
+        GenerationRequest chat;
+        if (auto e = parse_messages(j, &chat)) return e;
+        *messages = std::move(chat.messages);
+        return std::nullopt;
+    }
     const json* p = field(j, "prompt");
     if (!p || !p->is_string()) return bad_request("prompt must be a string", "prompt");
     *prompt = p->get<std::string>();

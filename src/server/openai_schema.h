@@ -63,7 +63,10 @@ std::optional<ApiError> check_against_model(GenerationRequest* req, int64_t prom
                                             int64_t vocab_size);
 
 // /tokenize and /detokenize bodies.
-std::optional<ApiError> parse_tokenize_request(std::string_view body, std::string* prompt, bool* add_special);
+// /tokenize: {"prompt": "...", "add_special_tokens": bool} or, as vLLM takes it, {"messages": [...]}
+// (a chat to render with the chat template; *messages non-empty then).
+std::optional<ApiError> parse_tokenize_request(std::string_view body, std::string* prompt, bool* add_special,
+                                               std::vector<ChatMessage>* messages);
 std::optional<ApiError> parse_detokenize_request(std::string_view body, std::vector<int32_t>* tokens);
 
 // ---- responses (JSON text) ----

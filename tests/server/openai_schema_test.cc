@@ -213,10 +213,18 @@ TEST(OpenAiSchema, Logprobs) {
 TEST(OpenAiSchema, TokenizeBodies) {
     std::string p;
     bool add = false;
-    EXPECT_FALSE(parse_tokenize_request(R"({"prompt": "a b"})", &p, &add));
+    std::vector<ChatMessage> m;
+    EXPECT_FALSE(parse_tokenize_request(R"({"prompt": "a b"})", &p, &add, &m));
     EXPECT_EQ(p, "a b");
     EXPECT_TRUE(add);
-    EXPECT_TRUE(parse_tokenize_request(R"({"prompt": 1})", &p, &add));
+    EXPECT_TRUE(m.empty());
+    EXPECT_TRUE(parse_tokenize_request(R"({"prompt": 1})", &p, &add, &m));
+    // vLLM's chat form: the messages, checked as /v1/chat/completions checks them.
+    EXPECT_FALSE(parse_tokenize_request(R"({"messages": [{"role": "user", "content": "hi"}]})", &p, &add, &m));
+    ASSERT_EQ(m.size(), 1u);
+    EXPECT_EQ(m[0].content, "hi");
+    EXPECT_TRUE(parse_tokenize_request(R"({"messages": []})", &p, &add, &m));
+    EXPECT_TRUE(parse_tokenize_request(R"({"messages": [{"role": "user"}]})", &p, &add, &m));
     std::vector<int32_t> ids;
     EXPECT_FALSE(parse_detokenize_request(R"({"tokens": [1, 2]})", &ids));
     EXPECT_EQ(ids.size(), 2u);
