@@ -6,12 +6,16 @@ SmolLM2-135M-Instruct (scripts/setup installs it; stories260K answers too fast t
 own chat template, behind --api-key (the pages are open, their API calls carry the key typed into them): a chat round trip renders the streamed answer, equal to the same request made
 through the API, with its figures line (tokens, TTFT, tokens/s); "prompt" shows the rendered chat from
 /tokenize; stop ends a long answer mid-stream and the server frees its request; regenerate replaces the
-last answer; the theme toggles; the dashboard's numbers move while requests run. Screenshots go to
+last answer; the theme toggles; the dashboard's numbers move under `kiln bench serve` load; both pages work
+behind a reverse proxy that serves kiln under /kiln/ (a small streaming proxy here). Screenshots go to
 $KILN_ARTIFACTS (default: the test's temporary folder) as playground.png and dashboard.png.
 Skips (exit 77; a failure under KILN_TEST_STRICT=1) without the test data, Playwright or chromium.
 """
+import http.client
+import http.server
 import os
 import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -34,10 +38,51 @@ KEY = "play-key"
 ARTIFACTS = os.environ.get("KILN_ARTIFACTS") or st.TMP
 
 
+def start_proxy(backend_port, prefix="/kiln"):
+    """A reverse proxy serving the server under `prefix` (streamed through, as nginx would)."""
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.0"  # the body ends when the connection closes: SSE passes through
+
+        def forward(self):
+            if not self.path.startswith(prefix + "/"):
+                self.send_error(404)
+                return
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            conn = http.client.HTTPConnection("127.0.0.1", backend_port, timeout=120)
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+            conn.request(self.command, self.path[len(prefix):], body=body or None, headers=headers)
+            r = conn.getresponse()
+            self.send_response(r.status)
+            for k, v in r.getheaders():
+                if k.lower() not in ("transfer-encoding", "connection", "content-length", "keep-alive"):
+                    self.send_header(k, v)
+            self.end_headers()
+            try:
+                while True:
+                    chunk = r.read1(65536)
+                    if not chunk:
+                        break
+                    self.wfile.write(chunk)
+                    self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the browser went (stop): closing the backend connection tells kiln
+            conn.close()
+
+        do_GET = do_POST = forward
+
+        def log_message(self, *args):
+            pass
+
+    proxy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    return proxy
+
+
 def main():
     srv = st.Server(st.SMOL, "--api-key", KEY)
     auth = {"Authorization": "Bearer " + KEY}
-    base = f"http://127.0.0.1:{srv.port}/"
+    proxy = start_proxy(srv.port)
+    base = f"http://127.0.0.1:{proxy.server_address[1]}/kiln/"  # everything through the proxy's prefix
     try:
         status, page = st.raw("GET", "/", port=srv.port)
         st.check(status == 200 and "kiln playground" in str(page), f"GET / without a key: {status}")
@@ -105,28 +150,23 @@ def main():
             dash.goto(base + "dashboard")
             dash.wait_for_function("document.getElementById('v-gen').textContent !== '-'", timeout=10000)
             gen0 = float(dash.inner_text("#v-gen"))
-            stop = threading.Event()
-
-            def load():
-                while not stop.is_set():
-                    st.raw("POST", "/v1/completions", {"prompt": "Once", "max_tokens": 200, "ignore_eos": True},
-                           auth, port=srv.port)
-            threads = [threading.Thread(target=load) for _ in range(4)]
-            for t in threads:
-                t.start()
+            load = subprocess.Popen([st.KILN, "bench", "serve", "--url", f"http://127.0.0.1:{srv.port}",
+                                     "--api-key", KEY, "--concurrency", "4", "--duration", "6", "--output-len", "200"],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             try:
                 dash.wait_for_function(f"parseFloat(document.getElementById('v-gen').textContent) > {gen0} && "
-                                       "parseFloat(document.getElementById('v-tps').textContent) > 0", timeout=20000)
-                time.sleep(2.5)  # a few points on the charts
+                                       "parseFloat(document.getElementById('v-tps').textContent) > 0 && "
+                                       "parseFloat(document.getElementById('v-running').textContent) > 0",
+                                       timeout=20000)
+                time.sleep(3)  # a few points on the charts
                 dash.screenshot(path=os.path.join(ARTIFACTS, "dashboard.png"), full_page=True)
             finally:
-                stop.set()
-                for t in threads:
-                    t.join()
+                st.check(load.wait(timeout=120) == 0, "kiln bench serve failed")
             st.check(float(dash.inner_text("#v-gen")) > gen0, "the dashboard's token count did not move")
             st.check(not errors, f"JavaScript errors: {errors}")
             browser.close()
     finally:
+        proxy.shutdown()
         srv.stop()
     if st.FAILURES:
         print(f"playground_test: {len(st.FAILURES)} failure(s); logs and screenshots in {st.TMP}")
