@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Layering lint (DESIGN.md "Layout"). Checks every C++/CUDA file under src/, include/, tools/, bench/
-and tests/ of a tree:
+"""Layering lint (DESIGN.md "Layout"). Checks every C++/CUDA file under src/, include/, tools/, python/,
+bench/ and tests/ of a tree:
 
 1. Project includes go down, never up or sideways. A file of layer L may include headers of L and of
    layers ranked below L; layers of the same rank may not include each other. Inside `kernels` the
@@ -8,8 +8,8 @@ and tests/ of a tree:
    < `kernels/ref` (the scalar oracle), `kernels/cpu`, `kernels/cuda`, `kernels/roofline`, which may
    not include each other (the oracle never depends on what it checks, nor a backend on the oracle)
    < `kernels/select` (the run-time choice of a kernel by ISA, kRef being the oracle's). include/kiln (the public
-   API) includes nothing from src/; src/api implements it. tools/, bench/ and tests/ sit on top: they
-   may include any layer, but nothing includes them.
+   API) includes nothing from src/; src/api implements it. tools/, python/ (the Python extension), bench/
+   and tests/ sit on top: they may include any layer, but nothing includes them.
 2. The CMake link graph agrees: each src/<dir>/CMakeLists.txt `kiln_library(<dir> DEPS ...)` lists only
    kiln_ libraries of lower layers, and a file of src/<dir> includes another layer's headers only when
    that layer's library is among <dir>'s DEPS (directly or through them), so no header works only by
@@ -32,7 +32,7 @@ import sys
 RANK = {
     "core": 0, "kernels": 1, "ops": 2, "formats": 2, "quant": 2, "dist": 2,
     "tokenizer": 3, "loader": 4, "kv": 4, "model": 5, "quant_tools": 6, "sched": 6, "sampling": 6,
-    "engine": 7, "kiln": 8, "api": 8, "server": 9, "tools": 10, "bench": 10, "tests": 10,
+    "engine": 7, "kiln": 8, "api": 8, "server": 9, "tools": 10, "python": 10, "bench": 10, "tests": 10,
 }
 # Sub-layers of kernels ("" = the neutral headers directly in src/kernels).
 KERNEL_RANK = {"": 0, "ref": 1, "cpu": 1, "cuda": 1, "roofline": 1, "select": 2}
@@ -53,7 +53,7 @@ def layer_of(rel):
         return parts[1], None
     if parts[0] == "include" and len(parts) > 2 and parts[1] == "kiln":
         return "kiln", None
-    if parts[0] in ("tools", "bench", "tests"):
+    if parts[0] in ("tools", "python", "bench", "tests"):
         return parts[0], None
     return None, None
 
@@ -61,7 +61,7 @@ def layer_of(rel):
 def target_of(inc):
     """(layer, kernel sub-layer) an include "a/b/c.h" names, or (None, None) for a file-local one."""
     parts = inc.split("/")
-    if parts[0] not in RANK or len(parts) < 2 or parts[0] in ("tools", "bench", "tests"):
+    if parts[0] not in RANK or len(parts) < 2 or parts[0] in ("tools", "python", "bench", "tests"):
         return None, None
     if parts[0] == "kernels":
         return "kernels", (parts[1] if len(parts) > 2 else "")
@@ -137,7 +137,7 @@ def link_graph(root, bad):
 def lint(root):
     bad = []
     links = link_graph(root, bad)
-    for top in ("src", "include", "tools", "bench", "tests"):
+    for top in ("src", "include", "tools", "python", "bench", "tests"):
         for dirpath, _, files in os.walk(os.path.join(root, top)):
             for f in sorted(files):
                 if not f.endswith(SOURCES):

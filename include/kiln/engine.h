@@ -102,13 +102,13 @@ struct EngineOptions {
     int threads = 0;        // 0 = the physical cores
     std::string isa;        // "" = the best this CPU has; "avx2", "avx512", "avx512-vnni", "ref"
     bool f32_activations = false;
-    bool mmap_weights = false;           // run from the file mapping (fast start) instead of a copy in anonymous memory
-    int64_t kv_cache_bytes = 0;          // 0 = a quarter of available memory, at most what max_seqs full contexts need
-    int32_t block_size = 16;             // tokens per KV block
-    std::string kv_cache_dtype;          // "f32", "f16" (half the memory; K/V rounded to half once); "" = f32 on
-                                         // the CPU, f16 on a GPU
-    int64_t max_batch_tokens = 512;      // tokens per step (decode tokens + prompt chunks)
-    int32_t max_seqs = 64;               // sequences per step
+    bool mmap_weights = false;       // run from the file mapping (fast start) instead of a copy in anonymous memory
+    int64_t kv_cache_bytes = 0;      // 0 = a quarter of available memory, at most what max_seqs full contexts need
+    int32_t block_size = 16;         // tokens per KV block
+    std::string kv_cache_dtype;      // "f32", "f16" (half the memory; K/V rounded to half once); "" = f32 on
+                                     // the CPU, f16 on a GPU
+    int64_t max_batch_tokens = 512;  // tokens per step (decode tokens + prompt chunks)
+    int32_t max_seqs = 64;           // sequences per step
     bool prefix_cache = true;
     int64_t max_model_len = 0;  // 0 = the model's context length
     // Speculative decoding (docs/speculative.md): "" = off; "ngram" = prompt lookup (drafts copied
@@ -117,11 +117,11 @@ struct EngineOptions {
     // Drafts are verified by the model in one step: greedy output is token for token what it is
     // without; sampled output keeps its distribution exactly.
     std::string speculative;
-    std::string draft_model;                          // GGUF file or HF folder, with "draft"
-    int32_t num_draft = 5;                            // most draft tokens per sequence and step
+    std::string draft_model;                         // GGUF file or HF folder, with "draft"
+    int32_t num_draft = 5;                           // most draft tokens per sequence and step
     int32_t spec_ngram_min = 2, spec_ngram_max = 4;  // n-gram lengths looked up, longest first
     int32_t spec_max_batch = -1;  // speculate while at most this many sequences decode; 0 = always; -1 = the default
-    std::string device = "cpu";  // "cpu", or "cuda" / "cuda:N" (a build with the CUDA backend)
+    std::string device = "cpu";   // "cpu", or "cuda" / "cuda:N" (a build with the CUDA backend)
     double gpu_memory_utilization = 0.9;  // cuda: share of the device's memory for weights, activations, KV
     // Called while the weights are uploaded to a GPU with the bytes done and the total.
     std::function<void(uint64_t done, uint64_t total)> on_load_progress;
@@ -165,6 +165,10 @@ public:
     // Queues a request; *id is its id. An error (nothing queued, no callback) for bad parameters, an
     // empty prompt or one that does not fit the context.
     Status add_request(Request request, uint64_t* id);
+    // Queues several requests at once (one wait for the step loop instead of one per request, so a
+    // batch submitted together starts together); *ids in order. On an error (the first failing
+    // request's) the ones queued before it are aborted: their callbacks finish with kAbort.
+    Status add_requests(std::vector<Request> requests, std::vector<uint64_t>* ids);
     // Ends a request early: its callback gets finished with kAbort and its KV blocks are freed. A
     // finished or unknown id is a no-op.
     void abort(uint64_t id);

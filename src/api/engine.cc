@@ -261,7 +261,8 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o, Status* status) {
         co.max_batch_tokens = o.max_batch_tokens;
         co.max_seqs = o.max_seqs;
         // One sampled row per sequence and step, and one per draft token with speculation.
-        co.max_logits = int64_t(o.max_seqs) * (1 + (ec.spec.method == engine::SpecConfig::Method::kNone ? 0 : o.num_draft));
+        co.max_logits =
+            int64_t(o.max_seqs) * (1 + (ec.spec.method == engine::SpecConfig::Method::kNone ? 0 : o.num_draft));
         co.max_seq_len = o.max_model_len;
         co.block_size = o.block_size;
         co.kv_f16 = ec.kv_f16;
@@ -330,18 +331,22 @@ Engine::~Engine() {
     for (uint64_t id : left) impl_->core->abort(int64_t(id));
 }
 
-Status Engine::add_request(Request r, uint64_t* id) {
+namespace {
+
+engine::Request to_engine_request(const Engine::Impl& impl, Request& r) {
     engine::Request req;
-    req.prompt = r.prompt_ids.empty() ? impl_->tokenizer->encode(r.prompt) : std::move(r.prompt_ids);
+    req.prompt = r.prompt_ids.empty() ? impl.tokenizer->encode(r.prompt) : std::move(r.prompt_ids);
     req.params = to_internal(r.sampling);
     req.return_logits = r.return_logits;
     req.speculate = r.speculate;
-    Impl* impl = impl_.get();
-    OutputCallback cb = std::move(r.on_output);
-    auto lock = impl->lock_for_caller();
+    return req;
+}
+
+// With impl->mu held: queues one request (converted by to_engine_request) under a new id.
+Status add_locked(Engine::Impl* impl, engine::Request req, OutputCallback cb, uint64_t* id) {
     const uint64_t rid = impl->next_id++;
     const Clock::time_point t0 = Clock::now();
-    req.on_output = [impl, cb, rid, t0](const engine::StepOutput& s) {
+    req.on_output = [impl, cb = std::move(cb), rid, t0](const engine::StepOutput& s) {
         RequestOutput out;
         out.request_id = rid;
         out.token_ids = s.token_ids;
@@ -366,7 +371,36 @@ Status Engine::add_request(Request r, uint64_t* id) {
         return to_public(st);
     }
     if (id) *id = rid;
-    impl->cv.notify_all();
+    return {};
+}
+
+}  // namespace
+
+Status Engine::add_request(Request r, uint64_t* id) {
+    engine::Request req = to_engine_request(*impl_, r);
+    auto lock = impl_->lock_for_caller();
+    Status st = add_locked(impl_.get(), std::move(req), std::move(r.on_output), id);
+    if (st.ok()) impl_->cv.notify_all();
+    return st;
+}
+
+Status Engine::add_requests(std::vector<Request> requests, std::vector<uint64_t>* ids) {
+    std::vector<engine::Request> reqs;
+    reqs.reserve(requests.size());
+    for (Request& r : requests) reqs.push_back(to_engine_request(*impl_, r));
+    std::vector<uint64_t> added;
+    auto lock = impl_->lock_for_caller();
+    for (size_t i = 0; i < reqs.size(); ++i) {
+        uint64_t rid = 0;
+        Status st = add_locked(impl_.get(), std::move(reqs[i]), std::move(requests[i].on_output), &rid);
+        if (!st.ok()) {
+            for (uint64_t a : added) impl_->core->abort(int64_t(a));
+            return st;
+        }
+        added.push_back(rid);
+    }
+    impl_->cv.notify_all();
+    if (ids) *ids = std::move(added);
     return {};
 }
 

@@ -1,14 +1,16 @@
 // n engine requests of one HTTP request and their output queue (see generation.h).
 #include "server/generation.h"
 
+#include <algorithm>
+
 namespace kiln::server {
 
 Status Generation::start(Engine& engine, const std::vector<int32_t>& prompt_ids, const SamplingParams& sampling, int n,
                          bool speculate, std::unique_ptr<Generation>* out) {
     auto q = std::make_shared<Queue>();
-    std::unique_ptr<Generation> g(new Generation(engine, q));
+    std::vector<Request> reqs(size_t(std::max(n, 0)));
     for (int i = 0; i < n; ++i) {
-        Request r;
+        Request& r = reqs[size_t(i)];
         r.prompt_ids = prompt_ids;
         r.sampling = sampling;
         r.speculate = speculate;
@@ -20,12 +22,15 @@ Status Generation::start(Engine& engine, const std::vector<int32_t>& prompt_ids,
             }
             q->cv.notify_all();
         };
-        uint64_t id = 0;
-        Status st = engine.add_request(std::move(r), &id);
-        if (!st.ok()) return st;  // g's destructor aborts the ones already queued
-        g->ids_.push_back(id);
-        g->finished_.push_back(false);
     }
+    std::unique_ptr<Generation> g(new Generation(engine, q));
+    // All n at once: they start in the same step (on an error none stays queued).
+    Status st = engine.add_requests(std::move(reqs), &g->ids_);
+    if (!st.ok()) {
+        g->ids_.clear();
+        return st;
+    }
+    g->finished_.assign(g->ids_.size(), false);
     *out = std::move(g);
     return {};
 }
