@@ -167,7 +167,8 @@ public:
     Status add_request(Request request, uint64_t* id);
     // Queues several requests at once (one wait for the step loop instead of one per request, so a
     // batch submitted together starts together); *ids in order. On an error (the first failing
-    // request's) the ones queued before it are aborted: their callbacks finish with kAbort.
+    // request's) the ones queued before it are aborted: their callbacks get their last output
+    // (kAbort) at once, on the calling thread, while the engine's lock is held.
     Status add_requests(std::vector<Request> requests, std::vector<uint64_t>* ids);
     // Ends a request early: its callback gets finished with kAbort and its KV blocks are freed. A
     // finished or unknown id is a no-op.

@@ -36,7 +36,10 @@ def _content_text(content: Any) -> str:
 class Core:
     def __init__(self, model: str, kwargs: Dict[str, Any]) -> None:
         options, self.seed = engine_options(model, kwargs)
+        self.max_seqs = options.max_seqs
         self.engine = _kiln.Engine(options)
+        # per instance: a cache on the class would keep every engine alive through its keys
+        self.token_text = functools.lru_cache(maxsize=65536)(self._token_text)
         self.info = self.engine.model_info
         self._seeds = random.Random(self.seed) if self.seed is not None else None
         self._ids = itertools.count()
@@ -45,8 +48,7 @@ class Core:
     def next_request_id(self) -> str:
         return str(next(self._ids))
 
-    @functools.lru_cache(maxsize=65536)
-    def token_text(self, token_id: int) -> str:
+    def _token_text(self, token_id: int) -> str:
         return self.engine.token_bytes(token_id).decode("utf-8", "replace")
 
     def prompt_ids(self, prompt: PromptType) -> Tuple[Optional[str], List[int]]:

@@ -50,6 +50,7 @@ class AsyncEngine:
         self._early: Dict[int, List[Any]] = {}  # outputs that came before their route
         self._dropped: Set[int] = set()  # aborted ids whose last output is still to come
         self._by_request: Dict[str, List[int]] = {}
+        self._abort_asked: Set[str] = set()  # abort(rid) before its submission returned
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._dispatch, name="kiln-async-dispatch", daemon=True)
         self._thread.start()
@@ -73,16 +74,33 @@ class AsyncEngine:
 
     def abort(self, request_id: str) -> None:
         """Ends a running request early (its generator yields a last output, finish_reason "abort")."""
-        for eid in self._by_request.get(request_id, ()):
+        with self._lock:
+            eids = list(self._by_request.get(request_id, ()))
+            if request_id in self._by_request and not eids:  # still being queued: abort when it is
+                self._abort_asked.add(request_id)
+        for eid in eids:
             self._engine.abort(eid)
 
     def get_tokenizer(self) -> Tokenizer:
         return Tokenizer(self._core)
 
     def shutdown(self) -> None:
-        """Stops the dispatcher thread (running generators get no more outputs)."""
+        """Aborts this engine's running requests (their generators raise kiln.EngineError) and stops
+        the dispatcher thread."""
         self._stop.set()
         self._thread.join()
+        with self._lock:
+            routes = dict(self._routes)
+            self._routes.clear()
+        by_loop: Dict[asyncio.AbstractEventLoop, list] = {}
+        for eid, (loop, queue, _) in routes.items():
+            self._engine.abort(eid)
+            by_loop.setdefault(loop, []).append((queue, -1, None))
+        for loop, items in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_deliver, items)
+            except RuntimeError:
+                pass
         self._engine.close_channel(self._channel)
 
     async def __aenter__(self) -> "AsyncEngine":
@@ -117,18 +135,24 @@ class AsyncEngine:
             raise
         with self._lock:
             self._by_request[rid] = eids
+            abort_now = rid in self._abort_asked
+            self._abort_asked.discard(rid)
             for i, eid in enumerate(eids):
                 self._routes[eid] = (loop, queue, i)
                 for out in self._early.pop(eid, ()):
                     queue.put_nowait((i, out))
         live = set(eids)
         try:
+            if abort_now:  # abort(rid) came while it was being queued
+                await loop.run_in_executor(None, self._abort_all, eids)
             while live:
                 index, out = await queue.get()
                 batch = [(index, out)]
                 while not queue.empty():
                     batch.append(queue.get_nowait())
                 for index, out in batch:
+                    if index < 0:
+                        raise _kiln.EngineError("the AsyncEngine was shut down")
                     tracker.add(index, out)
                     if out.finished:
                         live.discard(out.request_id)
@@ -138,14 +162,26 @@ class AsyncEngine:
                 if o is not None:
                     yield o
         finally:
+            while not queue.empty():  # finished outputs already delivered need no dropping
+                index, out = queue.get_nowait()
+                if out is not None and out.finished:
+                    live.discard(out.request_id)
             with self._lock:
                 self._by_request.pop(rid, None)
+                self._abort_asked.discard(rid)
                 for eid in eids:
                     self._routes.pop(eid, None)
                 for eid in live:  # cancelled or closed early: stop it, drop its last output
                     self._dropped.add(eid)
-            for eid in live:
-                self._engine.abort(eid)
+            if live and not self._stop.is_set():
+                try:  # off the event loop: an abort waits for the end of the engine's current step
+                    loop.run_in_executor(None, self._abort_all, list(live))
+                except RuntimeError:  # the loop is closing
+                    self._abort_all(list(live))
+
+    def _abort_all(self, eids: List[int]) -> None:
+        for eid in eids:
+            self._engine.abort(eid)
 
     def _abort_submitted(self, fut: "asyncio.Future[Tuple[Any, List[int]]]") -> None:
         if fut.cancelled() or fut.exception() is not None:

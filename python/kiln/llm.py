@@ -137,7 +137,9 @@ class LLM:
         return self._core.engine.stats()
 
     def close(self) -> None:
-        """Aborts what still runs and frees the model (also when the LLM is garbage collected)."""
+        """Aborts what still runs and frees the model (also when the LLM is garbage collected); calls in
+        flight on other threads end first (their requests finish with "abort"), later calls raise
+        kiln.EngineError. Refused while kiln.serve serves it."""
         self._core.engine.close()
 
     def __enter__(self) -> "LLM":

@@ -82,6 +82,7 @@ def serve(model: Union[str, LLM], *, host: str = "127.0.0.1", port: int = 8000, 
     o.port = port
     o.api_key = api_key or ""
     o.max_queue = max_queue
+    o.max_seqs = llm._core.max_seqs  # the queue limit and HTTP threads are sized from it
     o.served_model_name = served_model_name or ""
     o.log_json = bool(log_json)
     if chat_template:  # a broken template is an error now, not one per request

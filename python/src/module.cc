@@ -72,13 +72,29 @@ class PyEngine {
 public:
     explicit PyEngine(const EngineOptions& options) : outbox_(std::make_shared<Outbox>()) {
         Status st;
-        engine_ = Engine::create(options, &st);
-        if (!engine_) throw StatusError(st);
+        std::unique_ptr<Engine> e = Engine::create(options, &st);
+        if (!e) throw StatusError(st);
+        engine_ = std::move(e);
     }
 
-    Engine& engine() {
+    // The engine, shared for the length of one call: close() from another thread drops only its own
+    // reference, so the engine is destroyed after the last call in flight returns.
+    std::shared_ptr<Engine> engine() {
+        std::lock_guard<std::mutex> lock(mu_);
         if (!engine_) throw StatusError({Status::Code::kUnavailable, "the engine is closed"});
-        return *engine_;
+        return engine_;
+    }
+
+    // A server's hold on the engine (close() is refused while one is attached).
+    std::shared_ptr<Engine> attach_server() {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!engine_) throw StatusError({Status::Code::kUnavailable, "the engine is closed"});
+        ++servers_;
+        return engine_;
+    }
+    void detach_server() {
+        std::lock_guard<std::mutex> lock(mu_);
+        --servers_;
     }
 
     uint64_t open_channel() { return outbox_->open_channel(); }
@@ -99,7 +115,7 @@ public:
             reqs[i].on_output = [box, ch](const RequestOutput& o) { box->push(ch, o); };
         }
         std::vector<uint64_t> ids;
-        check(engine().add_requests(std::move(reqs), &ids));
+        check(engine()->add_requests(std::move(reqs), &ids));
         return ids;
     }
 
@@ -125,14 +141,19 @@ public:
             };
         }
         const auto t0 = std::chrono::steady_clock::now();
-        check(engine().add_requests(std::move(reqs), nullptr));
+        check(engine()->add_requests(std::move(reqs), nullptr));
         std::unique_lock<std::mutex> lock(mu);
         cv.wait(lock, [&] { return remaining == 0; });
         return {std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), tokens};
     }
 
     void abort(uint64_t id) {
-        if (engine_) engine_->abort(id);
+        std::shared_ptr<Engine> e;
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            e = engine_;
+        }
+        if (e) e->abort(id);
     }
 
     std::string apply_chat_template(const std::vector<std::pair<std::string, std::string>>& messages,
@@ -140,21 +161,29 @@ public:
         std::vector<ChatMessage> msgs;
         for (const auto& [role, content] : messages) msgs.push_back({role, content});
         std::string text;
-        check(engine().apply_chat_template(msgs, add_generation_prompt, chat_template, &text));
+        check(engine()->apply_chat_template(msgs, add_generation_prompt, chat_template, &text));
         return text;
     }
 
     void close() {
-        if (servers_ > 0)
-            throw StatusError({Status::Code::kUnavailable, "a kiln server still serves this engine: stop it first"});
-        engine_.reset();  // aborts what still runs (their callbacks finish their channels) and joins
+        std::shared_ptr<Engine> e;
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            if (servers_ > 0)
+                throw StatusError(
+                    {Status::Code::kUnavailable, "a kiln server still serves this engine: stop it first"});
+            e = std::move(engine_);
+        }
+        // Destroyed here, or by the last call still using it: aborts what still runs (their callbacks
+        // finish their channels) and joins the step loop.
+        e.reset();
     }
-
-    std::atomic<int> servers_{0};
 
 private:
     std::shared_ptr<Outbox> outbox_;  // shared with the callbacks: outlives the engine
-    std::unique_ptr<Engine> engine_;
+    std::mutex mu_;                   // guards engine_ and servers_
+    std::shared_ptr<Engine> engine_;
+    int servers_ = 0;
 };
 
 // The OpenAI-compatible server of `kiln serve` over a PyEngine, listening on its own thread.
@@ -163,8 +192,8 @@ public:
     PyServer(PyEngine& engine, const server::ServerOptions& options) : engine_(engine), http_(options) {
         std::string err;
         if (!http_.bind(&err)) throw StatusError({Status::Code::kIo, err});
-        http_.set_engine(engine.engine());
-        ++engine_.servers_;
+        held_ = engine.attach_server();
+        http_.set_engine(*held_);
         thread_ = std::thread([this] {
             ok_ = http_.serve();
             done_ = true;
@@ -187,11 +216,12 @@ public:
         if (stopped_.exchange(true)) return;
         http_.stop();
         if (thread_.joinable()) thread_.join();
-        --engine_.servers_;
+        engine_.detach_server();
     }
 
 private:
-    PyEngine& engine_;  // kept alive by the Python object (keep_alive)
+    PyEngine& engine_;              // kept alive by the Python object (keep_alive)
+    std::shared_ptr<Engine> held_;  // the engine the HTTP server answers with
     server::HttpServer http_;
     std::thread thread_;
     std::atomic<bool> ok_{true}, done_{false}, stopped_{false};
@@ -326,27 +356,27 @@ NB_MODULE(_kiln, m) {
         .def("bench_native", &PyEngine::bench_native, release(), nb::arg("requests"),
              "Benchmark reference: runs the requests from C++ alone; (seconds, tokens).")
         .def(
-            "stats", [](PyEngine& e) { return e.engine().stats(); }, release())
-        .def_prop_ro("model_info", [](PyEngine& e) { return e.engine().model_info(); })
+            "stats", [](PyEngine& e) { return e.engine()->stats(); }, release())
+        .def_prop_ro("model_info", [](PyEngine& e) { return e.engine()->model_info(); })
         .def(
             "tokenize",
             [](PyEngine& e, const std::string& text, bool add_special, bool parse_special) {
-                Engine& eng = e.engine();
+                std::shared_ptr<Engine> eng = e.engine();
                 nb::gil_scoped_release unlock;
-                return eng.tokenize(text, add_special, parse_special);
+                return eng->tokenize(text, add_special, parse_special);
             },
             nb::arg("text"), nb::arg("add_special") = true, nb::arg("parse_special") = true)
         .def(
             "detokenize",
             [](PyEngine& e, const std::vector<int32_t>& ids) {
-                std::string s = e.engine().detokenize(ids);
+                std::string s = e.engine()->detokenize(ids);
                 return nb::bytes(s.data(), s.size());
             },
             nb::arg("ids"))
         .def(
             "token_bytes",
             [](PyEngine& e, int32_t id) {
-                std::string s = e.engine().token_bytes(id);
+                std::string s = e.engine()->token_bytes(id);
                 return nb::bytes(s.data(), s.size());
             },
             nb::arg("id"))

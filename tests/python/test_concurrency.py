@@ -116,8 +116,10 @@ def test_cancel_and_abort_leave_nothing_running(smol):
             long = SamplingParams(temperature=0, max_tokens=None, ignore_eos=True)
 
             async def consume(rid):
-                async for _ in engine.generate("Once upon a time", long, request_id=rid):
+                last = None
+                async for last in engine.generate("Once upon a time", long, request_id=rid):
                     pass
+                return last
 
             tasks = [asyncio.create_task(consume(f"r{i}")) for i in range(6)]
             await asyncio.sleep(0.3)
@@ -125,19 +127,55 @@ def test_cancel_and_abort_leave_nothing_running(smol):
                 t.cancel()
             engine.abort("r3")
             engine.abort("r4")
-            # r5: leave the generator early
+            # r6: leave the generator early; r5: cancelled after that
             agen = engine.generate("The sun was", long, request_id="r6")
             await agen.__anext__()
             await agen.aclose()
             tasks[5].cancel()
             results = await asyncio.gather(*tasks, return_exceptions=True)
             assert all(isinstance(r, asyncio.CancelledError) for i, r in enumerate(results) if i in (0, 1, 2, 5))
-            assert results[3] is None and results[4] is None  # aborted: the generator ended
+            for r in results[3:5]:  # aborted: the generator ended with an "abort" output, long before the context
+                assert r.finished and r.outputs[0].finish_reason == "abort", r
+                assert len(r.outputs[0].token_ids) < 1000
             # the same request id may be used again once it ended
             outs = [o async for o in engine.generate("The sun was", SamplingParams(max_tokens=3), request_id="r3")]
             assert outs[-1].finished
         finally:
             engine.shutdown()
+
+    asyncio.run(main())
+    for _ in range(50):
+        s = smol.stats()
+        if s.num_running == 0 and s.num_waiting == 0:
+            break
+        threading.Event().wait(0.05)
+    assert s.num_running == 0 and s.num_waiting == 0
+
+
+def test_abort_while_queueing_and_shutdown(smol):
+    async def main():
+        engine = kiln.AsyncEngine(smol)
+        long = SamplingParams(temperature=0, max_tokens=None, ignore_eos=True)
+        agen = engine.generate("Once upon a time", long, request_id="early")
+        first = asyncio.ensure_future(agen.__anext__())
+        await asyncio.sleep(0)  # the generator runs up to its submission, then the abort comes
+        engine.abort("early")
+        outs = [await first] + [o async for o in agen]
+        assert outs[-1].finished and outs[-1].outputs[0].finish_reason == "abort"
+        assert len(outs[-1].outputs[0].token_ids) < 1000
+        # shutdown ends running generators with an error and leaves nothing running
+        task = asyncio.ensure_future(consume_all(engine.generate("The sun was", long)))
+        await asyncio.sleep(0.3)
+        engine.shutdown()
+        try:
+            await task
+            raise AssertionError("the generator did not end with an error")
+        except kiln.EngineError as e:
+            assert "shut down" in str(e)
+
+    async def consume_all(agen):
+        async for _ in agen:
+            pass
 
     asyncio.run(main())
     for _ in range(50):

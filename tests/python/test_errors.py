@@ -102,11 +102,13 @@ def test_bad_requests_leave_the_engine_working(stories):
         stories.chat([{"role": "user", "content": [{"type": "image_url"}]}], chat_template="{{ 'x' }}")
     with pytest.raises(NotImplementedError, match="tools"):
         stories.chat([{"role": "user", "content": "hi"}], tools=[{"type": "function"}], chat_template="x")
-    # a failing prompt in a batch queues none of them
+    # a failing prompt in a batch queues none of them: the good one generates nothing
+    before = stories.stats().generated_tokens_total
     with pytest.raises(ValueError):
         stories.generate(["Once upon a time", {"prompt_token_ids": [10**9]}], SamplingParams(max_tokens=4))
     s = stories.stats()
     assert s.num_running == 0 and s.num_waiting == 0
+    assert s.generated_tokens_total == before
     [out] = stories.generate("Once upon a time", SamplingParams(temperature=0, max_tokens=8))
     assert len(out.outputs[0].token_ids) == 8
 

@@ -90,7 +90,7 @@ def test_logprobs(smol):
         ranks = sorted(lp.rank for lp in entry.values())
         assert ranks == [1, 2, 3]
         assert all(lp.logprob <= 0 for lp in entry.values())
-        assert entry[tid].decoded_token == smol.get_tokenizer().convert_ids_to_tokens(tid)
+        assert entry[tid].decoded_token == smol.get_tokenizer().decode([tid])
         total += entry[tid].logprob
     assert math.isclose(c.cumulative_logprob, total, rel_tol=1e-6, abs_tol=1e-6)
     [plain] = smol.generate(PROMPT, SamplingParams(temperature=0, max_tokens=10))
