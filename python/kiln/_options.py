@@ -7,6 +7,7 @@ import os
 from typing import Any, Dict, Optional, Tuple
 
 from . import _kiln
+from ._hub import resolve_model
 
 # kiln's names: EngineOptions fields (docs/python.md lists them with their meaning).
 _KILN = {
@@ -34,9 +35,10 @@ _ONLY = {"tensor_parallel_size": (1,), "pipeline_parallel_size": (1,), "quantiza
 def engine_options(model: str, kwargs: Dict[str, Any]) -> Tuple["_kiln.EngineOptions", Optional[int]]:
     """The EngineOptions for `model` and kwargs, and the global seed (vLLM's LLM(seed=...))."""
     if not isinstance(model, (str, os.PathLike)):
-        raise TypeError(f"model must be a path (GGUF file, Hugging Face folder or llama2.c .bin), got {model!r}")
+        raise TypeError(f"model must be a path (GGUF file, Hugging Face folder or llama2.c .bin) or a name in "
+                        f"the local Hugging Face cache, got {model!r}")
     o = _kiln.EngineOptions()
-    o.model = os.path.expanduser(os.fspath(model))
+    o.model = resolve_model(os.fspath(model))
     seed = None
     for name, value in kwargs.items():
         if name in _IGNORED:
@@ -100,7 +102,7 @@ def _speculative(o: "_kiln.EngineOptions", cfg: Any) -> None:
         o.speculative = "ngram"
     elif model:
         o.speculative = "draft"
-        o.draft_model = os.path.expanduser(os.fspath(model))
+        o.draft_model = resolve_model(os.fspath(model))
     else:
         raise NotImplementedError(f"speculative_config: kiln speculates with method 'ngram' or a draft 'model', "
                                   f"got method={method!r}")
