@@ -51,6 +51,9 @@ struct SamplingParams {
     std::vector<std::string> stop;  // stop strings (excluded from the text)
     std::vector<int32_t> stop_token_ids;
     bool ignore_eos = false;
+    // Leave control tokens (and the unknown token) out of the text, as vLLM does by default; their
+    // ids stay in token_ids. kiln's own default keeps them (llama.cpp's behaviour).
+    bool skip_special_tokens = false;
     // -1: off. 0..20: each new token's log-probability (log_softmax of the model's raw logits, before
     // bias, penalties and temperature) plus this many most likely alternatives (RequestOutput::logprobs).
     int32_t logprobs = -1;
@@ -177,7 +180,7 @@ public:
     const ModelInfo& model_info() const;
 
     std::vector<int32_t> tokenize(const std::string& text, bool add_special = true, bool parse_special = true) const;
-    std::string detokenize(const std::vector<int32_t>& ids) const;
+    std::string detokenize(const std::vector<int32_t>& ids, bool skip_special = false) const;
     // The bytes token `id` adds to generated text (possibly part of a UTF-8 character; "" out of range).
     std::string token_bytes(int32_t id) const;
     // The conversation in the model's chat template (or `chat_template` when non-empty).

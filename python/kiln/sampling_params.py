@@ -55,7 +55,9 @@ class SamplingParams:
         max_tokens: the most tokens to generate (None = up to the context's end).
         logprobs: return each token's log-probability and this many most likely alternatives.
         logit_bias: token id -> bias added to its logit.
-        skip_special_tokens, spaces_between_special_tokens, detokenize: accepted at vLLM's defaults.
+        skip_special_tokens: leave control tokens (e.g. "<|im_start|>") out of the text, as vLLM does by
+            default; their ids stay in token_ids.
+        spaces_between_special_tokens, detokenize: accepted at vLLM's defaults.
         output_kind: what streamed outputs hold (RequestOutputKind).
     """
 
@@ -134,6 +136,7 @@ class SamplingParams:
             p.stop = [str(s) for s in self.stop]
             p.stop_token_ids = [int(t) for t in self.stop_token_ids]
             p.ignore_eos = bool(self.ignore_eos)
+            p.skip_special_tokens = bool(self.skip_special_tokens)
             p.logprobs = -1 if self.logprobs is None else int(self.logprobs)
         except (TypeError, OverflowError) as e:
             raise ValueError(f"SamplingParams: {e}") from None

@@ -39,11 +39,10 @@ class Tokenizer:
         return self._core.engine.tokenize(text, bool(add_special_tokens), True)
 
     def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = False) -> str:
-        """The text of `token_ids` (bytes that are not valid UTF-8 become U+FFFD)."""
-        if skip_special_tokens:
-            raise NotImplementedError("kiln's decode() does not skip special tokens")
+        """The text of `token_ids` (bytes that are not valid UTF-8 become U+FFFD); skip_special_tokens
+        leaves control tokens out."""
         ids = [int(t) for t in token_ids]
-        return self._core.engine.detokenize(ids).decode("utf-8", "replace")
+        return self._core.engine.detokenize(ids, bool(skip_special_tokens)).decode("utf-8", "replace")
 
     def convert_ids_to_tokens(self, token_ids: Union[int, Sequence[int]]) -> Union[str, List[str]]:
         """Each id's text (its bytes as UTF-8, U+FFFD where they split a character)."""

@@ -260,6 +260,7 @@ NB_MODULE(_kiln, m) {
         .def_rw("stop", &SamplingParams::stop)
         .def_rw("stop_token_ids", &SamplingParams::stop_token_ids)
         .def_rw("ignore_eos", &SamplingParams::ignore_eos)
+        .def_rw("skip_special_tokens", &SamplingParams::skip_special_tokens)
         .def_rw("logprobs", &SamplingParams::logprobs)
         .def(
             "validate", [](const SamplingParams& p) { check(validate_sampling_params(p)); },
@@ -368,11 +369,11 @@ NB_MODULE(_kiln, m) {
             nb::arg("text"), nb::arg("add_special") = true, nb::arg("parse_special") = true)
         .def(
             "detokenize",
-            [](PyEngine& e, const std::vector<int32_t>& ids) {
-                std::string s = e.engine()->detokenize(ids);
+            [](PyEngine& e, const std::vector<int32_t>& ids, bool skip_special) {
+                std::string s = e.engine()->detokenize(ids, skip_special);
                 return nb::bytes(s.data(), s.size());
             },
-            nb::arg("ids"))
+            nb::arg("ids"), nb::arg("skip_special") = false)
         .def(
             "token_bytes",
             [](PyEngine& e, int32_t id) {

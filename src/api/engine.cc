@@ -339,6 +339,7 @@ engine::Request to_engine_request(const Engine::Impl& impl, Request& r) {
     req.params = to_internal(r.sampling);
     req.return_logits = r.return_logits;
     req.speculate = r.speculate;
+    req.skip_special = r.sampling.skip_special_tokens;
     return req;
 }
 
@@ -442,8 +443,8 @@ std::vector<int32_t> Engine::tokenize(const std::string& text, bool add_special,
     return impl_->tokenizer->encode(text, add_special, parse_special);
 }
 
-std::string Engine::detokenize(const std::vector<int32_t>& ids) const {
-    return impl_->tokenizer->decode(ids);
+std::string Engine::detokenize(const std::vector<int32_t>& ids, bool skip_special) const {
+    return impl_->tokenizer->decode(ids, skip_special);
 }
 
 std::string Engine::token_bytes(int32_t id) const {

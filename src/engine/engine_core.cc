@@ -181,7 +181,7 @@ core::Status EngineCore::add(int64_t id, Request request) {
     Live live;
     live.sampler = std::make_unique<sampling::Sampler>(std::move(sampler));
     live.stop = std::make_unique<sampling::StopChecker>(request.params, eos_ids_);
-    live.decoder = std::make_unique<tokenizer::StreamDecoder>(*tokenizer_);
+    live.decoder = std::make_unique<tokenizer::StreamDecoder>(*tokenizer_, request.skip_special);
     live.request = std::move(request);
     live.spec_k = config_.spec.num_draft;
     if (config_.spec.method == SpecConfig::Method::kDraftModel && !live.sampler->is_greedy()) {

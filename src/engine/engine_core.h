@@ -58,6 +58,7 @@ struct Request {
     OutputFn on_output;
     bool return_logits = false;  // tests: the row each new token was sampled from, before sampling
     bool speculate = true;       // with EngineConfig::spec on: false opts this request out
+    bool skip_special = false;   // control tokens left out of the text (ids unchanged)
 };
 
 // Speculative decoding (docs/speculative.md).

@@ -12,7 +12,9 @@ PROMPT = "The capital of France is"
 
 def test_greedy_equals_kiln_generate(smol):
     want = kiln_generate("-m", SMOL, "-p", PROMPT, "-n", "40", "-t", "2", "--ignore-eos")
-    [out] = smol.generate(PROMPT, SamplingParams(temperature=0, max_tokens=40, ignore_eos=True))
+    # kiln generate keeps special tokens in its text (an ignored EOS among them)
+    [out] = smol.generate(PROMPT, SamplingParams(temperature=0, max_tokens=40, ignore_eos=True,
+                                                 skip_special_tokens=False))
     c = out.outputs[0]
     assert c.text == want
     assert len(c.token_ids) == 40 and c.finish_reason == "length"
@@ -104,6 +106,21 @@ def test_eos_and_the_context_end(smol, stories):
     c = ctx.outputs[0]
     assert c.finish_reason == "length"
     assert len(ctx.prompt_token_ids) + len(c.token_ids) == stories.model_info.max_model_len
+
+
+def test_skip_special_tokens(smol):
+    tok = smol.get_tokenizer()
+    [start] = tok.encode("<|im_start|>", add_special_tokens=False)
+    # <|im_start|> forced at every step: its text is left out by default (vLLM), kept on request
+    force = {start: 100.0}
+    p_skip = SamplingParams(temperature=0, max_tokens=6, logit_bias=force)
+    p_keep = SamplingParams(temperature=0, max_tokens=6, logit_bias=force, skip_special_tokens=False)
+    [skip], [keep] = smol.generate(PROMPT, p_skip), smol.generate(PROMPT, p_keep)
+    assert skip.outputs[0].token_ids == keep.outputs[0].token_ids == [start] * 6
+    assert keep.outputs[0].text == "<|im_start|>" * 6 and skip.outputs[0].text == ""
+    ids = tok.encode("Hi<|im_start|>there", add_special_tokens=False)
+    assert tok.decode(ids) == "Hi<|im_start|>there"
+    assert tok.decode(ids, skip_special_tokens=True) == "Hithere"
 
 
 def test_stop_strings(smol):
