@@ -156,8 +156,6 @@ class AsyncEngine:
                     tracker.add(index, out)
                     if out.finished:
                         live.discard(out.request_id)
-                if tracker.error:
-                    raise _kiln.EngineError(f"request {rid}: {tracker.error}")
                 o = tracker.output(params.output_kind)
                 if o is not None:
                     yield o

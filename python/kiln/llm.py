@@ -185,9 +185,6 @@ class LLM:
             engine.close_channel(channel)
             if bar is not None:
                 bar.close()
-        for t in trackers:
-            if t.error:
-                raise _kiln.EngineError(f"request {t.request_id}: {t.error}")
         return [t.output() for t in trackers]
 
     def _stream(self, text: Optional[str], ids: List[int], params: SamplingParams,
@@ -206,8 +203,6 @@ class LLM:
                     tracker.add(pending[out.request_id], out)
                     if out.finished:
                         pending.pop(out.request_id)
-                if tracker.error:
-                    raise _kiln.EngineError(f"request {tracker.request_id}: {tracker.error}")
                 o = tracker.output(params.output_kind)
                 if o is not None:
                     yield o

@@ -113,7 +113,10 @@ class _Tracker:
             self.num_finished += 1
 
     def output(self, kind: RequestOutputKind = RequestOutputKind.CUMULATIVE) -> Optional[RequestOutput]:
-        """The RequestOutput as of now (None: nothing to report for this kind)."""
+        """The RequestOutput as of now (None: nothing to report for this kind); raises kiln.EngineError
+        when the engine failed one of its requests."""
+        if self.error:
+            raise _kiln.EngineError(f"request {self.request_id}: {self.error}")
         if kind == RequestOutputKind.FINAL_ONLY and not self.finished:
             return None
         outs = []

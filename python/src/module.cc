@@ -195,7 +195,7 @@ public:
         held_ = engine.attach_server();
         http_.set_engine(*held_);
         thread_ = std::thread([this] {
-            ok_ = http_.serve();
+            http_.serve();  // returns when stopped (or when the listener failed: running() turns false)
             done_ = true;
         });
     }
@@ -224,7 +224,7 @@ private:
     std::shared_ptr<Engine> held_;  // the engine the HTTP server answers with
     server::HttpServer http_;
     std::thread thread_;
-    std::atomic<bool> ok_{true}, done_{false}, stopped_{false};
+    std::atomic<bool> done_{false}, stopped_{false};
 };
 
 const char* kFinishNames[] = {nullptr, "stop", "length", "abort", "error"};

@@ -25,6 +25,16 @@ def sequential(llm, n):
     return [llm.generate(*job(i))[0].outputs[0].token_ids for i in range(n)]
 
 
+def assert_idle(llm):
+    """Nothing runs or waits in the engine (aborts take effect at the end of a step: wait up to 2.5 s)."""
+    for _ in range(50):
+        s = llm.stats()
+        if s.num_running == 0 and s.num_waiting == 0:
+            break
+        threading.Event().wait(0.05)
+    assert s.num_running == 0 and s.num_waiting == 0
+
+
 def test_32_threads_equal_sequential(stories):
     want = sequential(stories, 32)
     got = [None] * 32
@@ -144,12 +154,7 @@ def test_cancel_and_abort_leave_nothing_running(smol):
             engine.shutdown()
 
     asyncio.run(main())
-    for _ in range(50):
-        s = smol.stats()
-        if s.num_running == 0 and s.num_waiting == 0:
-            break
-        threading.Event().wait(0.05)
-    assert s.num_running == 0 and s.num_waiting == 0
+    assert_idle(smol)
 
 
 def test_abort_while_queueing_and_shutdown(smol):
@@ -178,12 +183,7 @@ def test_abort_while_queueing_and_shutdown(smol):
             pass
 
     asyncio.run(main())
-    for _ in range(50):
-        s = smol.stats()
-        if s.num_running == 0 and s.num_waiting == 0:
-            break
-        threading.Event().wait(0.05)
-    assert s.num_running == 0 and s.num_waiting == 0
+    assert_idle(smol)
 
 
 def test_aborted_generator_reports_abort(smol):
