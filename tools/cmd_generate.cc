@@ -25,6 +25,7 @@
 #include "engine_options.h"
 #include "kiln/engine.h"
 #include "model_session.h"
+#include "structured_flags.h"
 
 namespace kiln::tools {
 namespace {
@@ -57,6 +58,8 @@ constexpr const char* kGenerateUsage =
 
 void print_usage(std::FILE* f) {
     std::fputs(kGenerateUsage, f);
+    std::fputs("\n", f);
+    std::fputs(kStructuredHelp, f);
     std::fputs(kSessionHelp, f);
     std::fputs(kEngineHelp, f);
 }
@@ -173,11 +176,14 @@ bool prompt_tokens(const Args& args, const Engine& engine, std::vector<int32_t>&
 }  // namespace
 
 int cmd_generate(int argc, char** argv) {
-    Args args(
-        merged({"--help", "-h", "--ignore-eos", "--chat"}, engine_flags()),
+    std::set<std::string> flags = merged({"--help", "-h", "--ignore-eos", "--chat"}, engine_flags());
+    std::set<std::string> opts =
         merged({"-p", "--prompt", "-n", "--max-tokens", "--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty",
                 "--frequency-penalty", "--presence-penalty", "--seed", "--stop", "--system", "--chat-template"},
-               engine_options()));
+               engine_options());
+    flags.insert(std::begin(kStructuredFlags), std::end(kStructuredFlags));
+    opts.insert(std::begin(kStructuredOptions), std::end(kStructuredOptions));
+    Args args(flags, opts);
     if (!args.parse(argc, argv, 2)) {
         std::fprintf(stderr, "kiln generate: %s\n", args.error().c_str());
         print_usage(stderr);
@@ -207,6 +213,11 @@ int cmd_generate(int argc, char** argv) {
     SamplingParams params;
     if (!parse_sampling(args, params)) return 2;
     params.max_tokens = max_tokens;
+    std::string so_error;
+    if (!parse_structured_flags(args, params.structured, &so_error)) {
+        std::fprintf(stderr, "kiln generate: %s\n", so_error.c_str());
+        return 2;
+    }
     // Range checks before the (possibly slow) model load; token ids are checked again by Sampler::create.
     if (Status st = validate_sampling_params(params); !st.ok()) {
         std::fprintf(stderr, "kiln generate: %s\n", st.message.c_str());

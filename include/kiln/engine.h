@@ -35,6 +35,17 @@ struct Status {
     bool ok() const { return code == Code::kOk; }
 };
 
+// Structured output (docs/structured.md): the generated text is a sentence of this language.
+// kind: "" (off), "json_schema" (value: a JSON Schema as JSON text), "json_object" (any JSON
+// object), "regex" (value: the pattern, matched in full), "choice" (exactly one of `choices`),
+// "grammar" (value: GBNF text, llama.cpp's dialect). A spec kiln cannot honour is refused by
+// add_request with kInvalidArgument or kUnsupported naming the part (a schema keyword, a regex construct).
+struct StructuredOutput {
+    std::string kind;
+    std::string value;
+    std::vector<std::string> choices;
+};
+
 // Token selection and stopping (vLLM / OpenAI semantics; kiln::Engine validates every field).
 struct SamplingParams {
     float temperature = 1.0f;  // 0 = greedy
@@ -57,6 +68,9 @@ struct SamplingParams {
     // -1: off. 0..20: each new token's log-probability (log_softmax of the model's raw logits, before
     // bias, penalties and temperature) plus this many most likely alternatives (RequestOutput::logprobs).
     int32_t logprobs = -1;
+    // Constrains the tokens drawn (after bias and penalties, before temperature and the top-k/p/min-p
+    // cuts); the request finishes with "stop" once the text is whole and nothing more can follow.
+    StructuredOutput structured;
 };
 
 // Range checks of every field (the ones add_request makes, less the vocabulary bound of token ids),

@@ -13,10 +13,10 @@ from ._kiln import EngineError
 from .async_engine import AsyncEngine
 from .llm import LLM
 from .outputs import CompletionOutput, Logprob, RequestOutput
-from .sampling_params import RequestOutputKind, SamplingParams
+from .sampling_params import GuidedDecodingParams, RequestOutputKind, SamplingParams, StructuredOutputsParams
 from .server import Server, serve
 from .tokenizer import Tokenizer
 
 __version__ = "0.1.0"
-__all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "Logprob", "RequestOutputKind",
+__all__ = ["LLM", "SamplingParams", "StructuredOutputsParams", "GuidedDecodingParams", "RequestOutput", "CompletionOutput", "Logprob", "RequestOutputKind",
            "AsyncEngine", "Tokenizer", "serve", "Server", "EngineError", "__version__"]

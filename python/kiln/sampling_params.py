@@ -1,17 +1,18 @@
 """SamplingParams: vLLM's offline sampling parameters, as far as kiln honours them.
 
-Fields kiln does not implement (beam search, min_tokens, prompt logprobs, guided decoding, ...) are
-not silently ignored: setting one to anything but its default raises NotImplementedError naming it,
+Fields kiln does not implement (beam search, min_tokens, prompt logprobs, ...) are not silently ignored: setting one to anything but its default raises NotImplementedError naming it,
 so a vLLM script never gets a result computed under different rules than it asked for.
 """
 from __future__ import annotations
 
+import dataclasses
 import enum
+import json as _json
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 from . import _kiln
 
-__all__ = ["SamplingParams", "RequestOutputKind"]
+__all__ = ["SamplingParams", "RequestOutputKind", "StructuredOutputsParams", "GuidedDecodingParams"]
 
 
 class RequestOutputKind(enum.Enum):
@@ -32,10 +33,62 @@ _UNSUPPORTED = {
     "allowed_token_ids": None,
     "logits_processors": None,
     "truncate_prompt_tokens": None,
-    "guided_decoding": None,
-    "structured_outputs": None,
     "use_beam_search": False,
 }
+
+
+@dataclasses.dataclass
+class StructuredOutputsParams:
+    """What the output must look like (vLLM's ``StructuredOutputsParams``; give exactly one).
+
+    json: a JSON Schema (a dict, its JSON text, or a pydantic model class); json_object: any JSON
+    object; regex: a regular expression the whole output matches; choice: the output is one of these
+    strings; grammar: a GBNF grammar (llama.cpp's dialect, rule ``root``). See docs/structured.md
+    for the schema keywords and regex constructs kiln honours; others raise ValueError /
+    NotImplementedError when the request is submitted.
+    """
+
+    json: Optional[Union[str, Dict[str, Any], Any]] = None
+    regex: Optional[str] = None
+    choice: Optional[List[str]] = None
+    grammar: Optional[str] = None
+    json_object: Optional[bool] = None
+    backend: Optional[str] = None  # accepted and ignored: kiln has one grammar engine
+    disable_fallback: bool = False
+    disable_any_whitespace: bool = False
+    disable_additional_properties: bool = False
+    whitespace_pattern: Optional[str] = None
+
+    def _spec(self):
+        """(kind, value, choices) for the engine."""
+        if self.whitespace_pattern is not None:
+            raise NotImplementedError("StructuredOutputsParams: kiln does not implement 'whitespace_pattern'")
+        given = [k for k in ("json", "regex", "choice", "grammar") if getattr(self, k) is not None]
+        if self.json_object:
+            given.append("json_object")
+        if len(given) != 1:
+            raise ValueError(f"StructuredOutputsParams: give exactly one of json, json_object, regex, choice, grammar (got {given or 'none'})")
+        kind = given[0]
+        if kind == "json":
+            schema = self.json
+            if hasattr(schema, "model_json_schema"):
+                schema = schema.model_json_schema()
+            text = schema if isinstance(schema, str) else _json.dumps(schema)
+            return "json_schema", text, []
+        if kind == "json_object":
+            return "json_object", "", []
+        if kind == "choice":
+            if isinstance(self.choice, str) or not all(isinstance(c, str) for c in self.choice):
+                raise ValueError("StructuredOutputsParams: choice must be a list of strings")
+            return "choice", "", list(self.choice)
+        value = getattr(self, kind)
+        if not isinstance(value, str):
+            raise ValueError(f"StructuredOutputsParams: {kind} must be a string")
+        return kind, value, []
+
+
+# vLLM's older name for the same thing (SamplingParams(guided_decoding=GuidedDecodingParams(...))).
+GuidedDecodingParams = StructuredOutputsParams
 
 
 class SamplingParams:
@@ -59,6 +112,8 @@ class SamplingParams:
             default; their ids stay in token_ids.
         spaces_between_special_tokens, detokenize: accepted at vLLM's defaults.
         output_kind: what streamed outputs hold (RequestOutputKind).
+        structured_outputs (or vLLM's older guided_decoding): a StructuredOutputsParams the output
+            must follow; the request finishes with "stop" once the output is complete.
     """
 
     def __init__(
@@ -82,6 +137,8 @@ class SamplingParams:
         spaces_between_special_tokens: bool = True,
         detokenize: bool = True,
         output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE,
+        structured_outputs: Optional[StructuredOutputsParams] = None,
+        guided_decoding: Optional[StructuredOutputsParams] = None,
         **unsupported: Any,
     ) -> None:
         for name, value in unsupported.items():
@@ -114,6 +171,11 @@ class SamplingParams:
         self.spaces_between_special_tokens = spaces_between_special_tokens
         self.detokenize = detokenize
         self.output_kind = output_kind
+        if structured_outputs is not None and guided_decoding is not None:
+            raise ValueError("SamplingParams: give structured_outputs or guided_decoding, not both")
+        self.structured_outputs = structured_outputs if structured_outputs is not None else guided_decoding
+        if self.structured_outputs is not None and not isinstance(self.structured_outputs, StructuredOutputsParams):
+            raise TypeError("SamplingParams: structured_outputs must be a StructuredOutputsParams")
         self._native()  # range checks now, not at submission
 
     def _native(self) -> "_kiln.NativeSamplingParams":
@@ -138,6 +200,8 @@ class SamplingParams:
             p.ignore_eos = bool(self.ignore_eos)
             p.skip_special_tokens = bool(self.skip_special_tokens)
             p.logprobs = -1 if self.logprobs is None else int(self.logprobs)
+            if self.structured_outputs is not None:
+                p.structured_kind, p.structured_value, p.structured_choices = self.structured_outputs._spec()
         except (TypeError, OverflowError) as e:
             raise ValueError(f"SamplingParams: {e}") from None
         p.validate()

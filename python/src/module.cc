@@ -262,6 +262,15 @@ NB_MODULE(_kiln, m) {
         .def_rw("ignore_eos", &SamplingParams::ignore_eos)
         .def_rw("skip_special_tokens", &SamplingParams::skip_special_tokens)
         .def_rw("logprobs", &SamplingParams::logprobs)
+        .def_prop_rw(
+            "structured_kind", [](const SamplingParams& p) { return p.structured.kind; },
+            [](SamplingParams& p, std::string v) { p.structured.kind = std::move(v); })
+        .def_prop_rw(
+            "structured_value", [](const SamplingParams& p) { return p.structured.value; },
+            [](SamplingParams& p, std::string v) { p.structured.value = std::move(v); })
+        .def_prop_rw(
+            "structured_choices", [](const SamplingParams& p) { return p.structured.choices; },
+            [](SamplingParams& p, std::vector<std::string> v) { p.structured.choices = std::move(v); })
         .def(
             "validate", [](const SamplingParams& p) { check(validate_sampling_params(p)); },
             "Raises ValueError naming the first field out of range.");

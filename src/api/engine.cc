@@ -16,6 +16,7 @@
 
 #include "core/thread_pool.h"
 #include "engine/engine_core.h"
+#include "grammar/compiler.h"
 #include "kernels/cpu/matmul.h"
 #include "loader/checkpoint.h"
 #include "loader/checkpoint_tokenizer.h"
@@ -59,8 +60,22 @@ sampling::SamplingParams to_internal(const SamplingParams& p) {
 
 }  // namespace
 
+namespace {
+
+// The structured-output part of the checks: a known kind (the spec itself is checked when compiled).
+core::Status validate_structured(const StructuredOutput& s) {
+    grammar::StructuredSpec::Kind kind;
+    if (!grammar::parse_kind(s.kind, kind))
+        return core::error(core::StatusCode::kInvalidArgument)
+               << "structured output kind must be json_schema, json_object, regex, choice or grammar, got '" << s.kind << "'";
+    return core::Status::ok();
+}
+
+}  // namespace
+
 Status validate_sampling_params(const SamplingParams& params) {
-    return to_public(to_internal(params).validate(INT32_MAX));
+    const core::Status st = to_internal(params).validate(INT32_MAX);
+    return to_public(st.is_ok() ? validate_structured(params.structured) : st);
 }
 
 const char* finish_reason_name(FinishReason r) {
@@ -94,6 +109,23 @@ struct Engine::Impl {
 #endif
     std::unique_ptr<engine::EngineCore> core;
     ModelInfo info;
+    // Structured output: grammars compiled against this tokenizer's vocabulary (made on first use).
+    std::once_flag grammars_once;
+    std::unique_ptr<grammar::GrammarCompiler> grammars;
+    grammar::GrammarCompiler& grammar_compiler() {
+        std::call_once(grammars_once, [this] {
+            const int32_t n = tokenizer->vocab_size();
+            std::vector<std::string> bytes(static_cast<size_t>(n));
+            std::vector<bool> excluded(static_cast<size_t>(n));
+            for (int32_t id = 0; id < n; ++id) {
+                excluded[size_t(id)] = tokenizer->is_special(id);
+                bytes[size_t(id)] = tokenizer->piece(id, /*skip_special=*/false, /*first=*/false);
+            }
+            grammars = std::make_unique<grammar::GrammarCompiler>(
+                std::make_shared<grammar::TokenTable>(std::move(bytes), excluded));
+        });
+        return *grammars;
+    }
 
     mutable std::mutex mu;
     std::condition_variable cv;
@@ -333,13 +365,24 @@ Engine::~Engine() {
 
 namespace {
 
-engine::Request to_engine_request(const Engine::Impl& impl, Request& r) {
+// Tokenizes the prompt and compiles the structured-output grammar (on the caller's thread, so a
+// new schema never stalls the step loop).
+core::Result<engine::Request> to_engine_request(Engine::Impl& impl, Request& r) {
     engine::Request req;
     req.prompt = r.prompt_ids.empty() ? impl.tokenizer->encode(r.prompt) : std::move(r.prompt_ids);
     req.params = to_internal(r.sampling);
     req.return_logits = r.return_logits;
     req.speculate = r.speculate;
     req.skip_special = r.sampling.skip_special_tokens;
+    const StructuredOutput& so = r.sampling.structured;
+    KILN_RETURN_IF_ERROR(validate_structured(so));
+    if (!so.kind.empty()) {
+        grammar::StructuredSpec spec;
+        grammar::parse_kind(so.kind, spec.kind);
+        spec.value = so.value;
+        spec.choices = so.choices;
+        KILN_ASSIGN_OR_RETURN(req.grammar, impl.grammar_compiler().compile(spec));
+    }
     return req;
 }
 
@@ -378,9 +421,10 @@ Status add_locked(Engine::Impl* impl, engine::Request req, OutputCallback cb, ui
 }  // namespace
 
 Status Engine::add_request(Request r, uint64_t* id) {
-    engine::Request req = to_engine_request(*impl_, r);
+    core::Result<engine::Request> req = to_engine_request(*impl_, r);
+    if (!req.is_ok()) return to_public(req.status());
     auto lock = impl_->lock_for_caller();
-    Status st = add_locked(impl_.get(), std::move(req), std::move(r.on_output), id);
+    Status st = add_locked(impl_.get(), std::move(*req), std::move(r.on_output), id);
     if (st.ok()) impl_->cv.notify_all();
     return st;
 }
@@ -388,7 +432,11 @@ Status Engine::add_request(Request r, uint64_t* id) {
 Status Engine::add_requests(std::vector<Request> requests, std::vector<uint64_t>* ids) {
     std::vector<engine::Request> reqs;
     reqs.reserve(requests.size());
-    for (Request& r : requests) reqs.push_back(to_engine_request(*impl_, r));
+    for (Request& r : requests) {
+        core::Result<engine::Request> req = to_engine_request(*impl_, r);
+        if (!req.is_ok()) return to_public(req.status());
+        reqs.push_back(std::move(*req));
+    }
     std::vector<uint64_t> added;
     auto lock = impl_->lock_for_caller();
     for (size_t i = 0; i < reqs.size(); ++i) {

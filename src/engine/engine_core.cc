@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <limits>
 
 #include "core/check.h"
 #include "engine/ngram_proposer.h"
@@ -182,6 +183,11 @@ core::Status EngineCore::add(int64_t id, Request request) {
     live.sampler = std::make_unique<sampling::Sampler>(std::move(sampler));
     live.stop = std::make_unique<sampling::StopChecker>(request.params, eos_ids_);
     live.decoder = std::make_unique<tokenizer::StreamDecoder>(*tokenizer_, request.skip_special);
+    if (request.grammar) {
+        if (request.grammar->vocab().vocab_size() != int32_t(vocab))
+            return core::error(core::StatusCode::kInvalidArgument) << "the grammar was compiled for another vocabulary";
+        live.matcher = std::make_unique<grammar::Matcher>(request.grammar);
+    }
     live.request = std::move(request);
     live.spec_k = config_.spec.num_draft;
     if (config_.spec.method == SpecConfig::Method::kDraftModel && !live.sampler->is_greedy()) {
@@ -200,6 +206,30 @@ core::Status EngineCore::add(int64_t id, Request request) {
     }
     requests_.emplace(id, std::move(live));
     return core::Status::ok();
+}
+
+void EngineCore::apply_grammar(Live& live, std::span<float> logits) {
+    live.matcher->fill_mask(mask_);
+    // EOS (unless ignore_eos) and the request's stop tokens end the text: allowed once it is whole.
+    if (live.matcher->can_end()) {
+        auto allow = [&](int32_t id) {
+            if (id >= 0 && size_t(id) < logits.size()) mask_[size_t(id) >> 6] |= uint64_t(1) << (id & 63);
+        };
+        if (!live.request.params.ignore_eos)
+            for (int32_t id : eos_ids_) allow(id);
+        for (int32_t id : live.request.params.stop_ids) allow(id);
+    }
+    const float ninf = -std::numeric_limits<float>::infinity();
+    bool any = false;
+    for (size_t w = 0; w < mask_.size(); ++w) {
+        const uint64_t m = mask_[w];
+        any = any || m != 0;
+        if (m == ~uint64_t(0)) continue;
+        const size_t end = std::min(logits.size(), (w + 1) * 64);
+        for (size_t i = w * 64; i < end; ++i)
+            if (!((m >> (i & 63)) & 1)) logits[i] = ninf;
+    }
+    live.grammar_stuck = !any;
 }
 
 void EngineCore::finish(int64_t id, Live& live, FinishReason reason, StepOutput& out) {
@@ -325,6 +355,7 @@ void EngineCore::sample_step(const sched::ScheduledBatch& batch, bool ids_back,
             if (live.request.return_logits && !ids_back)
                 raw.emplace_back(new_tokens_.size(), std::vector<float>(logits.begin(), logits.end()));
             if (num_top >= 0 && !ids_back) row_copy_.assign(logits.begin(), logits.end());
+            if (live.matcher) apply_grammar(live, logits);
             int32_t tok = 0;
             bool accepted = false;
             if (i < nd) {
@@ -345,7 +376,11 @@ void EngineCore::sample_step(const sched::ScheduledBatch& batch, bool ids_back,
             new_tokens_.push_back(tok);
             if (num_top >= 0 && !ids_back)
                 lps.emplace_back(new_tokens_.size() - 1, sampling::token_logprobs(row_copy_, tok, num_top));
-            if (i == nd || !accepted) {
+            // The grammar follows every token but the ones that end the request; once it can go no
+            // further, so does the sequence (the output loop finishes it).
+            const bool grammar_done = live.matcher && (live.grammar_stuck || live.stop->is_stop_token(tok) ||
+                                                       !live.matcher->accept_token(tok) || live.matcher->must_end());
+            if (i == nd || !accepted || grammar_done) {
                 row += nd - i;  // the rows of the drafts after a rejected one are not looked at
                 break;
             }
@@ -413,7 +448,7 @@ bool EngineCore::step() {
         if (!s.sample) continue;
         const Live& live = requests_.at(s.id);
         const sampling::SamplingParams& p = live.request.params;
-        const bool wants_logits = p.logprobs >= 0 || live.request.return_logits;
+        const bool wants_logits = p.logprobs >= 0 || live.request.return_logits || live.matcher;
         plain_greedy = plain_greedy && !wants_logits && live.sampler->is_greedy() && p.logit_bias.empty() &&
                        p.repetition_penalty == 1.0f && p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f;
         device_sample = device_sample && !wants_logits;
@@ -480,6 +515,11 @@ bool EngineCore::step() {
             const bool has_lp = li < lps.size() && lps[li].first == idx;
             const size_t lpi = has_lp ? li++ : 0;
             ++stats_.generated_tokens_total;
+            if (live.grammar_stuck && j + 1 == em.count) {
+                reason = FinishReason::kError;
+                out.error = "structured output: no token of the vocabulary can continue the grammar here";
+                break;
+            }
             if (live.stop->is_stop_token(tok)) {
                 reason = FinishReason::kStop;
                 break;
@@ -489,7 +529,7 @@ bool EngineCore::step() {
             if (has_lp) out.logprobs.push_back(std::move(lps[lpi].second));
             sampling::StopChecker::Output o = live.stop->append(live.decoder->push(tok));
             out.text += o.text;
-            if (o.stopped)
+            if (o.stopped || (live.matcher && live.matcher->must_end()))
                 reason = FinishReason::kStop;
             else if (live.generated >= live.request.params.max_tokens)
                 reason = FinishReason::kLength;

@@ -24,6 +24,7 @@
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "engine/draft_model.h"
+#include "grammar/matcher.h"
 #include "kv/kv_storage.h"
 #include "loader/checkpoint.h"
 #include "model/cpu_model.h"
@@ -59,6 +60,10 @@ struct Request {
     bool return_logits = false;  // tests: the row each new token was sampled from, before sampling
     bool speculate = true;       // with EngineConfig::spec on: false opts this request out
     bool skip_special = false;   // control tokens left out of the text (ids unchanged)
+    // Structured output: every token is drawn from those that keep the text a prefix of the
+    // grammar's language (EOS only once the text is whole); the request ends with kStop when the
+    // grammar can go no further. Its rows are sampled on the host.
+    std::shared_ptr<grammar::CompiledGrammar> grammar;
 };
 
 // Speculative decoding (docs/speculative.md).
@@ -164,6 +169,8 @@ private:
         std::unique_ptr<sampling::Sampler> sampler;
         std::unique_ptr<sampling::StopChecker> stop;
         std::unique_ptr<tokenizer::StreamDecoder> decoder;
+        std::unique_ptr<grammar::Matcher> matcher;  // with Request::grammar
+        bool grammar_stuck = false;  // no token can continue the grammar (a vocabulary without the bytes it needs)
         int64_t generated = 0;
         int64_t cached_tokens = 0;
         bool cached_reported = false;
@@ -191,6 +198,9 @@ private:
     void sample_step(const sched::ScheduledBatch& batch, bool ids_back,
                      std::vector<std::pair<size_t, std::vector<float>>>& raw,
                      std::vector<std::pair<size_t, sampling::TokenLogprobs>>& lps);
+    // Structured output: -inf for the tokens the grammar does not allow next (EOS and the request's
+    // stop tokens allowed once the text is whole).
+    void apply_grammar(Live& live, std::span<float> logits);
     void finish(int64_t id, Live& live, FinishReason reason, StepOutput& out);
     void release(int64_t id);  // out of the scheduler (its blocks freed) and the draft model
     void fail_batch(const sched::ScheduledBatch& batch, const core::Status& st);
@@ -215,6 +225,7 @@ private:
     std::vector<kernels::SampleRow> sample_rows_;  // forward_sample's rows and entries
     std::vector<kernels::LogitAdjustment> sample_adjust_;
     std::vector<float> row_copy_;  // a logits row kept raw for logprobs (the sampler scribbles on its input)
+    std::vector<uint64_t> mask_;   // a grammar's token mask
     EngineStats stats_;
 };
 

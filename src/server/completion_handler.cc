@@ -234,10 +234,15 @@ void handle_generation(HttpServer::State& s, const httplib::Request& req, httpli
     if (s.stopping) return fail({503, "the server is shutting down", "server_error", "", ""});
     Status st = Generation::start(*s.engine, ids, r.sampling, r.n, r.speculate, &job->gen);
     if (!st.ok()) {
-        const int status = st.code == Status::Code::kInvalidArgument                                        ? 400
+        // A structured-output spec kiln cannot honour (kUnsupported) is the request's fault too.
+        bool structured = false;
+        for (const char* what : {"json schema: ", "regex: ", "choice: ", "grammar: ", "structured output"})
+            structured = structured || (!r.structured_param.empty() && st.message.find(what) != std::string::npos);
+        const int status = st.code == Status::Code::kInvalidArgument || structured                          ? 400
                            : st.code == Status::Code::kOutOfMemory || st.code == Status::Code::kUnavailable ? 503
                                                                                                             : 500;
-        return fail({status, st.message, status == 400 ? "invalid_request_error" : "server_error", "", ""});
+        return fail({status, st.message, status == 400 ? "invalid_request_error" : "server_error",
+                     structured ? r.structured_param : "", ""});
     }
     job->choices.resize(r.n);
     job->completion_tokens.assign(r.n, 0);

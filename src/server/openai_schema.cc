@@ -10,7 +10,8 @@
 namespace kiln::server {
 namespace {
 
-using json = nlohmann::json;
+// Ordered: a JSON Schema's property order is the order the output must follow.
+using json = nlohmann::ordered_json;
 using Err = std::optional<ApiError>;
 
 constexpr int kMaxJsonDepth = 64;
@@ -93,22 +94,15 @@ Err reject_unsupported(const json& j, Endpoint ep) {
         return v.is_null() || (v.is_boolean() && !v.get<bool>()) || (v.is_number_integer() && v.get<int64_t>() == 0) ||
                (v.is_string() && v.get<std::string>().empty()) || (v.is_array() && v.empty());
     };
-    static const char* const kFields[] = {"echo",           "suffix",         "tools",        "tool_choice",
-                                          "functions",      "function_call",  "audio",        "modalities",
-                                          "prediction",     "guided_json",    "guided_regex", "guided_choice",
-                                          "guided_grammar", "prompt_logprobs"};
+    static const char* const kFields[] = {"echo",       "suffix",        "tools",      "tool_choice",
+                                          "functions",  "function_call", "audio",      "modalities",
+                                          "prediction", "prompt_logprobs", "guided_whitespace_pattern"};
     for (const char* f : kFields) {
         auto it = j.find(f);
         if (it != j.end() && !is_off(*it)) return bad_request(std::string(f) + " is not supported by kiln serve", f);
     }
     if (const json* v = field(j, "best_of"); v && !(v->is_number_integer() && v->get<int64_t>() == 1))
         return bad_request("best_of is not supported by kiln serve (only 1)", "best_of");
-    if (const json* v = field(j, "response_format")) {
-        const bool text = v->is_object() && v->contains("type") && (*v)["type"] == "text";
-        if (!text)
-            return bad_request("response_format is not supported by kiln serve (only {\"type\": \"text\"})",
-                               "response_format");
-    }
     if (ep == Endpoint::kCompletions && field(j, "top_logprobs"))
         return bad_request("top_logprobs is a chat field; /v1/completions takes logprobs: N", "top_logprobs");
     return std::nullopt;
@@ -243,6 +237,98 @@ Err parse_logit_bias(const json& j, SamplingParams* s) {
     return std::nullopt;
 }
 
+// One of: response_format (json_object / json_schema), vLLM's guided_json / guided_regex /
+// guided_choice / guided_grammar, or vLLM's newer structured_outputs {json, regex, choice, grammar,
+// json_object}. The spec itself is compiled (and refused, naming the part) when the request starts.
+Err parse_structured(const json& j, GenerationRequest* out) {
+    StructuredOutput& so = out->sampling.structured;
+    auto set = [&](const char* param, const char* kind) -> Err {
+        if (!so.kind.empty())
+            return bad_request(std::string("only one of response_format, guided_json, guided_regex, guided_choice, "
+                                           "guided_grammar and structured_outputs may be given (") +
+                                   out->structured_param + " and " + param + ")",
+                               param);
+        so.kind = kind;
+        out->structured_param = param;
+        return std::nullopt;
+    };
+    auto schema_text = [](const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
+    auto choices = [&](const json& v, const char* param) -> Err {
+        if (!v.is_array() || v.empty()) return bad_request(std::string(param) + " must be a non-empty list of strings", param);
+        for (const json& c : v) {
+            if (!c.is_string()) return bad_request(std::string(param) + " must be a non-empty list of strings", param);
+            so.choices.push_back(c.get<std::string>());
+        }
+        return std::nullopt;
+    };
+    if (const json* v = field(j, "response_format")) {
+        const json* type = v->is_object() ? field(*v, "type") : nullptr;
+        if (!type || !type->is_string())
+            return bad_request("response_format must be an object with a type", "response_format");
+        const std::string t = type->get<std::string>();
+        if (t == "json_object") {
+            if (auto e = set("response_format", "json_object")) return e;
+        } else if (t == "json_schema") {
+            const json* js = field(*v, "json_schema");
+            const json* schema = js && js->is_object() ? field(*js, "schema") : nullptr;
+            if (!schema || !(schema->is_object() || schema->is_boolean()))
+                return bad_request("response_format json_schema needs json_schema.schema (an object)",
+                                   "response_format.json_schema.schema");
+            if (auto e = set("response_format", "json_schema")) return e;
+            so.value = schema->dump();
+        } else if (t != "text") {
+            return bad_request("response_format type must be text, json_object or json_schema, got '" + t + "'",
+                               "response_format");
+        }
+    }
+    if (const json* v = field(j, "guided_json")) {
+        if (!v->is_object() && !v->is_string() && !v->is_boolean())
+            return bad_request("guided_json must be a JSON Schema (an object or its text)", "guided_json");
+        if (auto e = set("guided_json", "json_schema")) return e;
+        so.value = schema_text(*v);
+    }
+    if (const json* v = field(j, "guided_regex")) {
+        if (!v->is_string()) return bad_request("guided_regex must be a string", "guided_regex");
+        if (auto e = set("guided_regex", "regex")) return e;
+        so.value = v->get<std::string>();
+    }
+    if (const json* v = field(j, "guided_choice")) {
+        if (auto e = set("guided_choice", "choice")) return e;
+        if (auto e = choices(*v, "guided_choice")) return e;
+    }
+    if (const json* v = field(j, "guided_grammar")) {
+        if (!v->is_string()) return bad_request("guided_grammar must be a string (GBNF)", "guided_grammar");
+        if (auto e = set("guided_grammar", "grammar")) return e;
+        so.value = v->get<std::string>();
+    }
+    if (const json* v = field(j, "structured_outputs")) {
+        if (!v->is_object()) return bad_request("structured_outputs must be an object", "structured_outputs");
+        for (auto it = v->begin(); it != v->end(); ++it) {
+            const std::string& k = it.key();
+            const json& x = it.value();
+            if (x.is_null() || (x.is_boolean() && !x.get<bool>())) continue;
+            const std::string param = "structured_outputs." + k;
+            if (k == "json") {
+                if (auto e = set("structured_outputs", "json_schema")) return e;
+                so.value = schema_text(x);
+            } else if (k == "json_object") {
+                if (auto e = set("structured_outputs", "json_object")) return e;
+            } else if (k == "regex" || k == "grammar") {
+                if (!x.is_string()) return bad_request(param + " must be a string", param);
+                if (auto e = set("structured_outputs", k == "regex" ? "regex" : "grammar")) return e;
+                so.value = x.get<std::string>();
+            } else if (k == "choice") {
+                if (auto e = set("structured_outputs", "choice")) return e;
+                if (auto e = choices(x, param.c_str())) return e;
+            } else if (k != "disable_fallback" && k != "disable_any_whitespace" && k != "disable_additional_properties" &&
+                       k != "whitespace_pattern" && k != "backend") {
+                return bad_request(param + " is not supported by kiln serve", param);
+            }
+        }
+    }
+    return std::nullopt;
+}
+
 Err parse_sampling(const json& j, GenerationRequest* out) {
     SamplingParams& s = out->sampling;
     if (auto e = get_number(j, "temperature", 0, 2, &s.temperature)) return e;
@@ -268,6 +354,7 @@ Err parse_sampling(const json& j, GenerationRequest* out) {
     if (auto e = get_bool(j, "speculative", &out->speculate)) return e;
     if (auto e = parse_stop(j, &s)) return e;
     if (auto e = parse_logprobs(j, out->endpoint, &s)) return e;
+    if (auto e = parse_structured(j, out)) return e;
     return parse_logit_bias(j, &s);
 }
 

@@ -2,7 +2,7 @@
 // /v1/chat/completions parsed and validated into plain structs, and the JSON of responses, stream
 // chunks and errors. Follows the OpenAI API reference (completions, chat completions, streaming
 // chunks, error object); fields that would change the output and that kiln does not implement
-// (echo, suffix, prompt_logprobs, best_of > 1, tools, response_format, ...) are rejected naming the field;
+// (echo, suffix, prompt_logprobs, best_of > 1, tools, ...) are rejected naming the field;
 // unknown fields are ignored, as OpenAI-compatible servers do.
 // Invariant: parsing never throws and never aborts; every problem becomes an ApiError.
 // Checks that need the model (context length, vocabulary size) are done by the server after
@@ -47,6 +47,7 @@ struct GenerationRequest {
     std::optional<int64_t> max_tokens;  // nullopt: the endpoint's default
     SamplingParams sampling;            // max_tokens left for the server to fill
     bool speculate = true;              // kiln's "speculative": false opts out of the server's --spec
+    std::string structured_param;       // the field sampling.structured came from (for errors)
 };
 
 constexpr int kMaxChoices = 8;

@@ -1,0 +1,320 @@
+#include "grammar/matcher.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/check.h"
+
+namespace kiln::grammar {
+namespace {
+
+using K = Element::Kind;
+
+void set_bit(std::vector<uint64_t>& m, int32_t i) { m[size_t(i) >> 6] |= uint64_t(1) << (i & 63); }
+bool get_bit(const std::vector<uint64_t>& m, int32_t i) { return (m[size_t(i) >> 6] >> (i & 63)) & 1; }
+void sort_unique(std::vector<int32_t>& v) {
+    std::sort(v.begin(), v.end());
+    v.erase(std::unique(v.begin(), v.end()), v.end());
+}
+
+}  // namespace
+
+TokenTable::TokenTable(std::vector<std::string> bytes, const std::vector<bool>& excluded) : bytes_(std::move(bytes)) {
+    for (int32_t id = 0; id < int32_t(bytes_.size()); ++id) {
+        if (bytes_[size_t(id)].empty() || (size_t(id) < excluded.size() && excluded[size_t(id)])) continue;
+        sorted_.push_back(id);
+    }
+    std::sort(sorted_.begin(), sorted_.end(), [&](int32_t a, int32_t b) {
+        const int c = bytes_[size_t(a)].compare(bytes_[size_t(b)]);
+        return c != 0 ? c < 0 : a < b;
+    });
+    lcp_.assign(sorted_.size(), 0);
+    for (size_t i = 1; i < sorted_.size(); ++i) {
+        const std::string& a = bytes_[size_t(sorted_[i - 1])];
+        const std::string& b = bytes_[size_t(sorted_[i])];
+        size_t n = 0;
+        while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+        lcp_[i] = int32_t(n);
+    }
+}
+
+CompiledGrammar::CompiledGrammar(Grammar g, std::shared_ptr<const TokenTable> vocab)
+    : g_(std::move(g)), vocab_(std::move(vocab)) {
+    nodes_.push_back({-1, -1});  // kDone
+    nodes_.push_back({-1, -1});  // kContext
+    closure_of_.assign(2, -1);
+    succ_of_.assign(2, -1);
+    intern_set({});  // kDead
+    size_t longest = 0;
+    for (int32_t id : vocab_->sorted()) longest = std::max(longest, vocab_->bytes(id).size());
+    const int32_t cap = int32_t(longest) + 2;
+    canon_.resize(g_.elements.size());
+    for (size_t p = 0; p < canon_.size(); ++p) canon_[p] = int32_t(p);
+    for (size_t r = 0; r < g_.rules.size(); ++r) {
+        if (r >= g_.chain_rank.size() || g_.chain_rank[r] <= cap) continue;
+        int32_t c = int32_t(r);
+        while (g_.chain_rank[size_t(c)] > cap) c = g_.chain_next[size_t(c)];
+        for (size_t a = 0; a < g_.rules[r].size(); ++a)
+            for (int32_t p = g_.rules[r][a], q = g_.rules[size_t(c)][a]; g_.elements[size_t(p)].kind != K::kEnd; ++p, ++q)
+                canon_[size_t(p)] = q;
+    }
+}
+
+std::shared_ptr<CompiledGrammar> CompiledGrammar::compile(Grammar g, std::shared_ptr<const TokenTable> vocab) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::shared_ptr<CompiledGrammar> c(new CompiledGrammar(std::move(g), std::move(vocab)));
+    // The first mask is part of compiling: a request's first token does not wait for it.
+    std::vector<uint64_t> mask;
+    c->fill_mask(c->initial_state(), mask);
+    std::lock_guard<std::mutex> lock(c->mu_);
+    c->compile_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return c;
+}
+
+CompiledGrammar::Stats CompiledGrammar::stats() const {
+    std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(mu_));
+    Stats s;
+    s.positions = int64_t(positions_.size());
+    s.stacks = int64_t(nodes_.size());
+    s.sets = int64_t(sets_.size());
+    for (const auto& [pos, pm] : positions_) s.context_dependent += int64_t(pm.depends.size());
+    s.cached_masks = int64_t(masks_.size());
+    s.compile_seconds = compile_seconds_;
+    return s;
+}
+
+int32_t CompiledGrammar::intern(int32_t parent, int32_t pos) {
+    const uint64_t key = (uint64_t(uint32_t(parent)) << 32) | uint32_t(pos);
+    auto [it, fresh] = node_ids_.try_emplace(key, int32_t(nodes_.size()));
+    if (fresh) {
+        nodes_.push_back({parent, pos});
+        closure_of_.push_back(-1);
+        succ_of_.push_back(-1);
+    }
+    return it->second;
+}
+
+// Every stack reachable from `stack` by expanding calls (no byte consumed) whose top is a byte class,
+// plus kDone / kContext when the calls can return all the way down. Loops through rules that match
+// the empty string revisit a stack and stop there (check_grammar refuses the ones that would grow).
+const std::vector<int32_t>& CompiledGrammar::closure(int32_t stack) {
+    if (int32_t c = closure_of_[size_t(stack)]; c >= 0) return results_[size_t(c)];
+    std::vector<int32_t> out, todo = {stack}, seen;
+    while (!todo.empty()) {
+        const int32_t s = todo.back();
+        todo.pop_back();
+        if (std::find(seen.begin(), seen.end(), s) != seen.end()) continue;
+        seen.push_back(s);
+        if (s == kDone || s == kContext) {
+            out.push_back(s);
+            continue;
+        }
+        const Node n = nodes_[size_t(s)];
+        const Element& e = g_.elements[size_t(n.pos)];
+        if (e.kind == K::kBytes) {
+            out.push_back(s);
+            continue;
+        }
+        // A call: the caller continues after it (nothing pushed when the call ends its alternative).
+        const int32_t base = g_.elements[size_t(n.pos) + 1].kind == K::kEnd ? n.parent : intern(n.parent, n.pos + 1);
+        for (int32_t start : g_.rules[size_t(e.value)])
+            todo.push_back(g_.elements[size_t(start)].kind == K::kEnd ? base : intern(base, start));
+    }
+    sort_unique(out);
+    closure_of_[size_t(stack)] = int32_t(results_.size());
+    results_.push_back(std::move(out));
+    return results_.back();
+}
+
+// A stack whose top is a byte class moves the same way on every byte of the class: one successor
+// set per stack, kept beside it (no hashing on this path: the vocabulary walks live here).
+const std::vector<int32_t>& CompiledGrammar::step(int32_t stack, uint8_t byte) {
+    static const std::vector<int32_t> kNone;
+    const Node n = nodes_[size_t(stack)];
+    if (!g_.byte_sets[size_t(g_.elements[size_t(n.pos)].value)][byte]) return kNone;
+    if (int32_t c = succ_of_[size_t(stack)]; c >= 0) return results_[size_t(c)];
+    const bool last = g_.elements[size_t(n.pos) + 1].kind == K::kEnd;
+    const int32_t target = last ? n.parent : intern(n.parent, n.pos + 1);
+    const std::vector<int32_t>& next = closure(target);
+    succ_of_[size_t(stack)] = closure_of_[size_t(target)];
+    return next;
+}
+
+int32_t CompiledGrammar::intern_set(const std::vector<int32_t>& stacks) {
+    std::string key(reinterpret_cast<const char*>(stacks.data()), stacks.size() * sizeof(int32_t));
+    auto [it, fresh] = set_ids_.try_emplace(std::move(key), int32_t(sets_.size()));
+    if (fresh) {
+        sets_.push_back(stacks);
+        set_has_context_.push_back(std::binary_search(stacks.begin(), stacks.end(), kContext));
+        trans_.emplace_back();
+        trans_.back().fill(-1);
+    }
+    return it->second;
+}
+
+int32_t CompiledGrammar::next_set(int32_t set, uint8_t byte) {
+    if (int32_t t = trans_[size_t(set)][byte]; t >= 0) return t;
+    std::vector<int32_t>& to = scratch_;
+    to.clear();
+    int matched = 0;
+    for (int32_t s : sets_[size_t(set)]) {
+        if (s == kDone || s == kContext) continue;
+        const std::vector<int32_t>& next = step(s, byte);
+        if (next.empty()) continue;
+        ++matched;
+        to.insert(to.end(), next.begin(), next.end());
+    }
+    if (matched > 1) sort_unique(to);
+    const int32_t id = intern_set(to);
+    trans_[size_t(set)][byte] = id;
+    return id;
+}
+
+int32_t CompiledGrammar::walk(int32_t set, std::string_view bytes) {
+    for (unsigned char b : bytes) {
+        set = next_set(set, b);
+        if (set == kDead) return kDead;
+    }
+    return set;
+}
+
+const CompiledGrammar::PositionMask& CompiledGrammar::position_mask(int32_t stack) {
+    int32_t chain[kFrames];
+    int n = 0;
+    int32_t below = stack;
+    for (; n < kFrames && below != kDone; below = nodes_[size_t(below)].parent)
+        chain[n++] = canon_[size_t(nodes_[size_t(below)].pos)];
+    // Key: the positions, then whether the stack ends there (then nothing depends on a context).
+    std::string key(reinterpret_cast<const char*>(chain), size_t(n) * sizeof(int32_t));
+    key += below == kDone ? 'w' : 'c';
+    if (auto it = positions_.find(key); it != positions_.end()) return it->second;
+    int32_t start = below == kDone ? kDone : kContext;
+    for (int i = n - 1; i >= 0; --i) start = intern(start, chain[i]);
+    return positions_.emplace(key, precompute(start)).first->second;
+}
+
+CompiledGrammar::PositionMask CompiledGrammar::precompute(int32_t start) {
+    const TokenTable& vt = *vocab_;
+    const std::vector<int32_t>& order = vt.sorted();
+    const std::vector<int32_t>& lcp = vt.lcp();
+    // sets[d]: the state after the first d bytes of the current token; hit[d]: some state before
+    // depth d held kContext (the frames returned with bytes left).
+    std::vector<int32_t> sets(1, intern_set({start}));
+    std::vector<char> hit(1, 0);
+    std::vector<int32_t> accepted;
+    PositionMask pm;
+    size_t valid = 0;  // sets[0..valid] belong to the current token's prefix
+    for (size_t i = 0; i < order.size();) {
+        const std::string& t = vt.bytes(order[i]);
+        size_t d = std::min(valid, size_t(lcp[i]));
+        if (sets.size() < t.size() + 1) sets.resize(t.size() + 1), hit.resize(t.size() + 1);
+        bool dead = false;
+        while (d < t.size()) {
+            hit[d + 1] = hit[d] || set_has_context_[size_t(sets[d])];
+            sets[d + 1] = next_set(sets[d], uint8_t(t[d]));
+            ++d;
+            if (sets[d] == kDead) {
+                dead = true;
+                break;
+            }
+        }
+        valid = d;
+        if (!dead) {
+            accepted.push_back(order[i]);
+            ++i;
+            continue;
+        }
+        // Every token starting with t[0..d) ends the same way: context-dependent or rejected.
+        const std::string_view prefix(t.data(), d);
+        const auto end = std::partition_point(order.begin() + ptrdiff_t(i), order.end(), [&](int32_t id) {
+            return std::string_view(vt.bytes(id)).substr(0, d) <= prefix;
+        });
+        const size_t j = size_t(end - order.begin());
+        if (hit[d])
+            for (size_t k = i; k < j; ++k) pm.depends.push_back(order[k]);
+        i = j;
+    }
+    const int32_t V = vt.vocab_size();
+    if (int64_t(accepted.size()) * 32 > V) {
+        pm.bits.assign(size_t((V + 63) / 64), 0);
+        for (int32_t id : accepted) set_bit(pm.bits, id);
+    } else {
+        pm.ids = std::move(accepted);
+    }
+    return pm;
+}
+
+int32_t CompiledGrammar::initial_state() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<int32_t> state;
+    for (int32_t start : g_.rules[size_t(g_.root)]) {
+        if (g_.elements[size_t(start)].kind == K::kEnd) {
+            state.push_back(kDone);
+            continue;
+        }
+        const std::vector<int32_t>& c = closure(intern(kDone, start));
+        state.insert(state.end(), c.begin(), c.end());
+    }
+    sort_unique(state);
+    return intern_set(state);
+}
+
+void CompiledGrammar::fill_mask(int32_t set, std::vector<uint64_t>& mask) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = masks_.find(set); it != masks_.end()) {
+        mask = it->second;
+        return;
+    }
+    mask.assign(size_t(mask_words()), 0);
+    const std::vector<int32_t> stacks = sets_[size_t(set)];  // a copy: interning below may grow sets_
+    std::vector<const PositionMask*> pms;
+    for (int32_t s : stacks) {
+        if (s == kDone) continue;
+        const PositionMask& pm = position_mask(s);
+        pms.push_back(&pm);
+        if (!pm.bits.empty())
+            for (size_t w = 0; w < mask.size(); ++w) mask[w] |= pm.bits[w];
+        for (int32_t id : pm.ids) set_bit(mask, id);
+    }
+    size_t k = 0;
+    for (int32_t s : stacks) {
+        if (s == kDone) continue;
+        const int32_t alone = intern_set({s});
+        for (int32_t id : pms[k]->depends)
+            if (!get_bit(mask, id) && walk(alone, vocab_->bytes(id)) != kDead) set_bit(mask, id);
+        ++k;
+    }
+    if (masks_.size() >= 4096) masks_.clear();  // bounded memory: start over rather than grow
+    masks_.emplace(set, mask);
+}
+
+Matcher::Matcher(std::shared_ptr<CompiledGrammar> grammar) : g_(std::move(grammar)), state_(g_->initial_state()) {}
+
+void Matcher::fill_mask(std::vector<uint64_t>& mask) const { g_->fill_mask(state_, mask); }
+
+bool Matcher::accept_token(int32_t id) {
+    if (id < 0 || id >= g_->vocab().vocab_size() || g_->vocab().bytes(id).empty()) return false;
+    return accept_bytes(g_->vocab().bytes(id));
+}
+
+bool Matcher::accept_bytes(std::string_view bytes) {
+    std::lock_guard<std::mutex> lock(g_->mu_);
+    const int32_t next = g_->walk(state_, bytes);
+    if (next == CompiledGrammar::kDead) return false;
+    state_ = next;
+    return true;
+}
+
+bool Matcher::can_end() const {
+    std::lock_guard<std::mutex> lock(g_->mu_);
+    const std::vector<int32_t>& s = g_->sets_[size_t(state_)];
+    return !s.empty() && s.front() == CompiledGrammar::kDone;
+}
+
+bool Matcher::must_end() const {
+    std::lock_guard<std::mutex> lock(g_->mu_);
+    const std::vector<int32_t>& s = g_->sets_[size_t(state_)];
+    return s.size() == 1 && s.front() == CompiledGrammar::kDone;
+}
+
+}  // namespace kiln::grammar

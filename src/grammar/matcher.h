@@ -1,0 +1,139 @@
+// Token masks for constrained decoding: which tokens keep the text a prefix of a grammar's sentence.
+//
+// The matcher is a pushdown automaton over bytes. A stack is a chain of positions in the grammar's
+// element array (gbnf.h), interned so that equal stacks are one id; the state after some text is
+// the set of stacks whose top is a byte class (plus the empty stack once the text is a whole
+// sentence). State sets are interned too, each with a 256-entry table of the set a byte leads to,
+// filled as bytes are seen: once warm, a byte is one table lookup.
+//
+// Token masks follow the approach xgrammar published (Dong et al. 2024): for every byte-class
+// position p of the grammar, compile() walks the vocabulary in byte order (tokens sharing a prefix
+// share its work; a dead prefix skips every token that starts with it) from a stack holding p alone
+// over a marker for "whatever the context is". Tokens consumed without reaching the marker are
+// accepted in any context; tokens that die first are rejected in any context; the few that reach the
+// marker with bytes left ("context-dependent") are checked at run time against the real stack. A
+// state's mask = union over its stacks of the top's accepted set plus its context-dependent tokens
+// that pass; finished masks are cached per state.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+#include "grammar/gbnf.h"
+
+namespace kiln::grammar {
+
+// The vocabulary as a grammar sees it: the bytes each token adds to the text. Excluded tokens
+// (control tokens, tokens with no bytes) are never allowed by a mask; the caller adds EOS itself.
+class TokenTable {
+public:
+    TokenTable(std::vector<std::string> bytes, const std::vector<bool>& excluded);
+    int32_t vocab_size() const { return int32_t(bytes_.size()); }
+    const std::string& bytes(int32_t id) const { return bytes_[size_t(id)]; }
+    // Allowed tokens in byte order, and each one's common prefix length with the one before.
+    const std::vector<int32_t>& sorted() const { return sorted_; }
+    const std::vector<int32_t>& lcp() const { return lcp_; }
+
+private:
+    std::vector<std::string> bytes_;
+    std::vector<int32_t> sorted_, lcp_;
+};
+
+class CompiledGrammar {
+public:
+    // Takes a parsed grammar (parse_gbnf) and precomputes every position's token classes.
+    static std::shared_ptr<CompiledGrammar> compile(Grammar g, std::shared_ptr<const TokenTable> vocab);
+    const Grammar& grammar() const { return g_; }
+    const TokenTable& vocab() const { return *vocab_; }
+    int32_t mask_words() const { return (vocab_->vocab_size() + 63) / 64; }
+    // Figures for benchmarks and tests.
+    struct Stats {
+        int64_t positions = 0, stacks = 0, sets = 0, context_dependent = 0, cached_masks = 0;
+        double compile_seconds = 0;
+    };
+    Stats stats() const;
+
+private:
+    friend class Matcher;
+    struct Node {
+        int32_t parent, pos;
+    };
+    struct PositionMask {
+        std::vector<uint64_t> bits;     // accepted tokens, dense (when many) ...
+        std::vector<int32_t> ids;       // ... or sparse
+        std::vector<int32_t> depends;   // context-dependent tokens
+    };
+    static constexpr int32_t kDone = 0;     // the empty stack: the text is a whole sentence
+    static constexpr int32_t kContext = 1;  // precomputation's marker for "the rest of the stack"
+    // Frames a precomputed mask is keyed by: the top frame alone ends after a byte in small rules
+    // (a character of a string), so nearly every token would depend on the context; a few frames
+    // reach the loop and the closing quote around it.
+    static constexpr int kFrames = 3;
+    // canon_[p]: the position whose tokens classify like p's. A position in a repetition chain rule
+    // R_k (gbnf.h) with k above the longest token's length maps to the same spot in R_cap: no
+    // token can reach the chain's end from either, so x{0,200} needs one walk, not 200.
+    std::vector<int32_t> canon_;
+
+    static constexpr int32_t kDead = 0;  // the empty set of stacks: the text left the grammar
+
+    CompiledGrammar(Grammar g, std::shared_ptr<const TokenTable> vocab);
+    int32_t intern(int32_t parent, int32_t pos);
+    const std::vector<int32_t>& closure(int32_t stack);
+    const std::vector<int32_t>& step(int32_t stack, uint8_t byte);
+    int32_t intern_set(const std::vector<int32_t>& stacks);  // sorted, unique
+    int32_t next_set(int32_t set, uint8_t byte);
+    int32_t walk(int32_t set, std::string_view bytes);  // kDead as soon as a byte is refused
+    const PositionMask& position_mask(int32_t stack);
+    PositionMask precompute(int32_t start);
+    int32_t initial_state();
+    void fill_mask(int32_t set, std::vector<uint64_t>& mask);
+
+    Grammar g_;
+    std::shared_ptr<const TokenTable> vocab_;
+    std::mutex mu_;
+    std::vector<Node> nodes_;
+    std::unordered_map<uint64_t, int32_t> node_ids_;
+    // Per stack id: its closure and its successor after a byte of its top class, as indices into
+    // results_ (-1: not computed yet). A deque, so references to results stay valid as it grows.
+    std::vector<int32_t> closure_of_, succ_of_;
+    std::deque<std::vector<int32_t>> results_;
+    // Interned state sets: their stacks, whether they hold kContext, and their byte transitions
+    // (-1: not computed yet).
+    std::deque<std::vector<int32_t>> sets_;
+    std::vector<char> set_has_context_;
+    std::vector<std::array<int32_t, 256>> trans_;
+    std::unordered_map<std::string, int32_t> set_ids_;
+    std::unordered_map<std::string, PositionMask> positions_;  // by the top kFrames positions
+    std::unordered_map<int32_t, std::vector<uint64_t>> masks_;  // by state set
+    double compile_seconds_ = 0;
+    std::vector<int32_t> scratch_;
+};
+
+// One sequence's progress through a compiled grammar. Not thread-safe; the compiled grammar it
+// points to may be shared by many matchers on any threads.
+class Matcher {
+public:
+    explicit Matcher(std::shared_ptr<CompiledGrammar> grammar);
+    // Bit i of `mask` (mask_words() words) = token i may come next. EOS is not in it: see can_end.
+    void fill_mask(std::vector<uint64_t>& mask) const;
+    // Advances by a token's bytes; false (state unchanged) when they leave the grammar.
+    bool accept_token(int32_t id);
+    bool accept_bytes(std::string_view bytes);
+    bool can_end() const;   // the text so far is a whole sentence
+    bool must_end() const;  // ... and nothing can follow it
+    const CompiledGrammar& compiled() const { return *g_; }
+
+private:
+    std::shared_ptr<CompiledGrammar> g_;
+    int32_t state_ = 0;  // an interned set of stacks
+};
+
+}  // namespace kiln::grammar

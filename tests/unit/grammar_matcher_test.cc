@@ -1,0 +1,207 @@
+// The grammar engine's own checks: GBNF parsing (and its errors), the reference matcher on small
+// grammars, and the fast token masks (grammar/matcher.h) against the brute force they stand for:
+// a token is allowed exactly when the text so far plus its bytes is still a prefix of a sentence
+// (checked by stepping a copy of the state through the bytes, never through the precomputed tables).
+// Vocabularies: a random one over a small alphabet, and SmolLM2's real one.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "grammar/compiler.h"
+#include "grammar/gbnf.h"
+#include "grammar/matcher.h"
+#include "support/test_support.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kiln::grammar {
+namespace {
+
+Grammar parse(const std::string& text) {
+    core::Result<Grammar> g = parse_gbnf(text);
+    EXPECT_TRUE(g.is_ok()) << g.status().message() << "\n" << text;
+    return g.is_ok() ? std::move(*g) : Grammar{};
+}
+
+TEST(Gbnf, ReferenceMatcher) {
+    struct Case {
+        const char* grammar;
+        const char* text;
+        bool match;
+    } cases[] = {
+        {R"(root ::= "ab" | "a" [0-9]+)", "a123", true},
+        {R"(root ::= "ab" | "a" [0-9]+)", "ab", true},
+        {R"(root ::= "ab" | "a" [0-9]+)", "a", false},
+        {"root ::= x{2,4}\nx ::= [a-c]", "abca", true},
+        {"root ::= x{2,4}\nx ::= [a-c]", "a", false},
+        {"root ::= x{2,4}\nx ::= [a-c]", "abcab", false},
+        {"root ::= x{2,}\nx ::= [a-c]", "abcabcabc", true},
+        {R"(root ::= [^"\\]*)", "h\xc3\xa9llo \xe4\xb8\xad", true},
+        {R"(root ::= [^"\\]*)", "h\"", false},
+        {R"(root ::= [^"\\]*)", "\xc3", false},          // half a character is not a character
+        {R"(root ::= [^"\\]*)", "\xed\xa0\x80", false},  // nor is an encoded surrogate
+        {R"(root ::= ("a"?)* "b")", "aaab", true},
+        {R"(root ::= "\u00e9" .)", "\xc3\xa9\xf0\x9f\x98\x80", true},
+        {R"(root ::= "\x41" 'b' # comment
+              "\t")", "Ab\t", true},
+        {"root ::= item (\",\" item)*\nitem ::= [0-9]+ | \"[\" root? \"]\"", "1,[2,[]],[[3]]", true},
+        {"root ::= item (\",\" item)*\nitem ::= [0-9]+ | \"[\" root? \"]\"", "1,[2,[],[[3]]", false},
+        {"root ::= [a-z]{0,3}", "", true},
+        {"root ::= [a-z]{0,3}", "abcd", false},
+    };
+    for (const Case& c : cases) {
+        const Grammar g = parse(c.grammar);
+        EXPECT_EQ(full_match(g, c.text), c.match) << c.grammar << " on '" << c.text << "'";
+    }
+}
+
+TEST(Gbnf, ErrorsNameTheProblem) {
+    struct Case {
+        const char* grammar;
+        const char* needle;
+    } cases[] = {
+        {"root ::= a", "undefined rule 'a'"},
+        {"x ::= \"a\"", "no 'root' rule"},
+        {"root ::= \"a\"\nroot ::= \"b\"", "defined twice"},
+        {"root ::= root \"a\" | \"b\"", "left-recursive"},
+        {"root ::= x\nx ::= y \"a\" | \"c\"\ny ::= x", "left-recursive"},
+        {"root ::= \"a\" root", "can never finish"},
+        {"root ::= [b-a]", "out of order"},
+        {"root ::= \"a", "unterminated string"},
+        {"root ::= [a", "unterminated character class"},
+        {"root ::= \"a\"{3,2}", "n < m"},
+        {"root ::= \"a\"{20000}", "repetition bound"},
+        {"root ::= (\"a\"", "expected ')'"},
+        {"root ::= \"\\q\"", "bad escape"},
+        {"root ::= \"a\" )", "unbalanced"},
+        {"root ::= [^\\x00-\\U0010FFFF]", "matches nothing"},
+    };
+    for (const Case& c : cases) {
+        core::Result<Grammar> g = parse_gbnf(c.grammar);
+        ASSERT_FALSE(g.is_ok()) << c.grammar;
+        EXPECT_EQ(g.status().code(), core::StatusCode::kInvalidArgument) << c.grammar;
+        EXPECT_NE(g.status().message().find(c.needle), std::string::npos) << c.grammar << ": " << g.status().message();
+    }
+}
+
+TEST(Gbnf, LiteralRoundTrip) {
+    const std::string s = "a\"b\\c\nd\te\x01 \xc3\xa9";
+    const Grammar g = parse("root ::= " + gbnf_literal(s));
+    EXPECT_TRUE(full_match(g, s));
+    EXPECT_FALSE(full_match(g, s + "x"));
+}
+
+bool bit(const std::vector<uint64_t>& m, int32_t i) { return (m[size_t(i) >> 6] >> (i & 63)) & 1; }
+
+// Random walks through the grammar, choosing among allowed tokens; at every step the mask must equal
+// the brute force over the whole vocabulary, and can_end must agree with the reference matcher.
+void check_masks_against_brute_force(const std::shared_ptr<CompiledGrammar>& cg, int walks, int steps, uint32_t seed) {
+    std::mt19937 rng(seed);
+    const TokenTable& vt = cg->vocab();
+    int64_t checked = 0, allowed_total = 0;
+    std::vector<bool> usable(size_t(vt.vocab_size()), false);  // not excluded and with bytes
+    for (int32_t id : vt.sorted()) usable[size_t(id)] = true;
+    for (int w = 0; w < walks; ++w) {
+        Matcher m(cg);
+        std::string text;
+        for (int step = 0; step < steps; ++step) {
+            std::vector<uint64_t> mask;
+            m.fill_mask(mask);
+            std::vector<int32_t> allowed;
+            for (int32_t id = 0; id < vt.vocab_size(); ++id) {
+                Matcher probe = m;
+                const bool ok = usable[size_t(id)] && probe.accept_bytes(vt.bytes(id));
+                ASSERT_EQ(bit(mask, id), ok) << "token " << id << " '" << vt.bytes(id) << "' after '" << text << "'";
+                if (ok) allowed.push_back(id);
+                ++checked;
+            }
+            allowed_total += int64_t(allowed.size());
+            EXPECT_EQ(m.can_end(), full_match(cg->grammar(), text)) << text;
+            if (allowed.empty() || m.must_end()) break;
+            const int32_t id = allowed[rng() % allowed.size()];
+            ASSERT_TRUE(m.accept_token(id));
+            text += vt.bytes(id);
+        }
+    }
+    EXPECT_GT(allowed_total, 0);
+    EXPECT_GT(checked, 0);
+}
+
+const char* kJsonish = R"(
+root ::= "{" ws ( pair ( "," ws pair )* )? "}"
+pair ::= str ":" ws ( num | str | root | "[" ws ( num ( "," ws num )* )? "]" ) ws
+str ::= "\"" ( [^"\\] | "\\" ["\\nt] )* "\""
+num ::= "-"? [0-9]+ ( "." [0-9]+ )?
+ws ::= | " " | "\n" [ ]{0,4}
+)";
+
+TEST(Matcher, MasksMatchBruteForceOnARandomVocabulary) {
+    std::mt19937 rng(7);
+    const std::string alpha = "{}[]:,. -ab1\"\\n";
+    std::vector<std::string> vocab;
+    std::vector<bool> excluded;
+    for (int i = 0; i < 2000; ++i) {
+        std::string s;
+        const int n = 1 + int(rng() % 5);
+        for (int j = 0; j < n; ++j) s += alpha[rng() % alpha.size()];
+        vocab.push_back(s);
+        excluded.push_back(i % 97 == 0);  // a few "control tokens": never allowed
+    }
+    vocab.push_back("");  // no bytes: never allowed
+    excluded.push_back(false);
+    auto vt = std::make_shared<TokenTable>(vocab, excluded);
+    auto cg = CompiledGrammar::compile(parse(kJsonish), vt);
+    check_masks_against_brute_force(cg, 40, 40, 1);
+    EXPECT_GT(cg->stats().context_dependent, 0);  // the runtime check had work to do
+}
+
+TEST(Matcher, EmptyAndFinishedStates) {
+    auto vt = std::make_shared<TokenTable>(std::vector<std::string>{"a", "b", "ab"}, std::vector<bool>{});
+    auto cg = CompiledGrammar::compile(parse(R"(root ::= "a" "b"?)"), vt);
+    Matcher m(cg);
+    EXPECT_FALSE(m.can_end());
+    EXPECT_FALSE(m.accept_token(1));  // "b" first: refused, state unchanged
+    EXPECT_TRUE(m.accept_token(0));
+    EXPECT_TRUE(m.can_end());
+    EXPECT_FALSE(m.must_end());
+    EXPECT_TRUE(m.accept_token(1));
+    EXPECT_TRUE(m.must_end());
+    std::vector<uint64_t> mask;
+    m.fill_mask(mask);
+    EXPECT_EQ(mask[0], 0u);
+}
+
+TEST(Matcher, SmolLM2VocabularyAgainstBruteForce) {
+    const std::string path = test::smollm2_path();
+    if (!test::file_exists(path)) KILN_SKIP_MISSING() << "no " << path;
+    auto tok = tokenizer::Tokenizer::load(path);
+    ASSERT_TRUE(tok.is_ok()) << tok.status().message();
+    const int32_t n = (*tok)->vocab_size();
+    std::vector<std::string> bytes(static_cast<size_t>(n));
+    std::vector<bool> excluded(static_cast<size_t>(n));
+    for (int32_t id = 0; id < n; ++id) {
+        bytes[size_t(id)] = (*tok)->piece(id, false, false);
+        excluded[size_t(id)] = (*tok)->is_special(id);
+    }
+    GrammarCompiler compiler(std::make_shared<TokenTable>(bytes, excluded));
+    StructuredSpec spec;
+    spec.kind = StructuredSpec::Kind::kGrammar;
+    spec.value = kJsonish;
+    auto cg = compiler.compile(spec);
+    ASSERT_TRUE(cg.is_ok()) << cg.status().message();
+    check_masks_against_brute_force(*cg, 3, 25, 3);
+    // The cache hands back the same compiled grammar.
+    auto again = compiler.compile(spec);
+    ASSERT_TRUE(again.is_ok());
+    EXPECT_EQ(again->get(), cg->get());
+    spec.kind = StructuredSpec::Kind::kChoice;
+    spec.choices = {"yes", "no", "maybe so"};
+    auto choice = compiler.compile(spec);
+    ASSERT_TRUE(choice.is_ok()) << choice.status().message();
+    check_masks_against_brute_force(*choice, 5, 10, 4);
+}
+
+}  // namespace
+}  // namespace kiln::grammar
