@@ -7,7 +7,10 @@
 //   - whitespace: after '{', '[', ',' and ':' and before '}' and ']', the rule `ws` =
 //     "" | " " | "\n" followed by at most 20 spaces or tabs (bounded, so a small model cannot loop on it);
 //   - strings: JSON strings (escapes \" \\ \/ \b \f \n \r \t \uXXXX; no raw control characters);
-//   - numbers: JSON numbers (no leading zeros); integers: -?(0|[1-9][0-9]*).
+//   - numbers: JSON numbers (no leading zeros) with at most 16 integer digits, 16 fraction digits and 3
+//     exponent digits; integers: -?(0|[1-9][0-9]{0,15}), up to 19 digits when a bound is given. The
+//     bounds (llama.cpp's JSON grammars bound digits the same way) keep a small model from writing
+//     digits until max_tokens, which sampled runs of SmolLM2 did without them.
 // Keywords honoured: type (string or list), properties, required, additionalProperties, items,
 // prefixItems, minItems, maxItems, enum, const, anyOf, oneOf (as anyOf), allOf with one entry,
 // $ref to "#", "#/$defs/..." or "#/definitions/..." (recursion allowed), nullable, minLength,

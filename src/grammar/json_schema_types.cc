@@ -104,12 +104,12 @@ Result<std::string> Converter::number_expr(const Json& s, const std::string& ptr
         if (tighter) side = {b->exact, key.exclusive};
     }
     if (!lo.at && !hi.at) return use("number");
-    const std::string frac = R"g("." "0"* [1-9] [0-9]*)g";
+    const std::string frac = R"g("." "0"{0,15} [1-9] [0-9]{0,15})g";  // digits bounded: see json_schema.h
     std::vector<std::string> parts;
     std::optional<int64_t> wlo = minus(lo.at, lo.exclusive ? -1 : 0), whi = minus(hi.at, hi.exclusive ? 1 : 0);
     if (!wlo || !whi || *wlo <= *whi) {
         KILN_ASSIGN_OR_RETURN(std::string whole, integer_range(wlo, whi, ptr));
-        parts.push_back(whole + R"g( ( "." "0"+ )?)g");
+        parts.push_back(whole + R"g( ( "." "0"{1,16} )?)g");
     }
     int64_t plo = std::max<int64_t>(lo.at.value_or(0), 0);
     std::optional<int64_t> phi = minus(hi.at, 1);

@@ -30,8 +30,9 @@ core::Result<std::string> regex_to_gbnf(std::string_view pattern);
 // or quotes). kUnsupported naming the format for any other.
 core::Result<std::string> format_gbnf(std::string_view format);
 
-// Decimal integers n with lo <= n <= hi (either bound absent = unbounded), written as JSON writes
-// them: -?(0|[1-9][0-9]*), no "-0". kInvalidArgument when lo > hi.
+// Decimal integers n with lo <= n <= hi, written as JSON writes them: -?(0|[1-9][0-9]*), no "-0".
+// An absent bound leaves that side open up to 19 digits (the longest int64; a model must not be able
+// to write digits forever). kInvalidArgument when lo > hi.
 core::Result<std::string> integer_range_gbnf(std::optional<int64_t> lo, std::optional<int64_t> hi);
 
 }  // namespace kiln::grammar

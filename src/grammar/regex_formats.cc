@@ -1,7 +1,9 @@
 // format_gbnf and integer_range_gbnf (see regex.h). The formats are written as regular expressions
 // and compiled by regex_to_gbnf; they accept exactly what Python jsonschema's draft 2020-12 format
 // checker accepts where it has one (date, time, date-time with rfc3339-validator; uuid, ipv4, ipv6),
-// so a model's output validates there:
+// so a model's output validates there (runs are bounded so that a model cannot write one forever:
+// fractions of a second up to 9 digits, an email's atoms up to 64 characters and 4 of them, at
+// most 8 hostname labels, a URI's rest up to 1024 characters):
 //   - date: YYYY-MM-DD, year 0001-9999, days per month, February 29 in leap years only;
 //   - time: hh:mm:ss(.frac)? then Z or +hh:mm / -hh:mm; hours 00-23, no leap second (:60), as
 //     rfc3339-validator; 't' and 'z' may be lower case (RFC 3339 section 5.6 allows it);
@@ -58,16 +60,16 @@ std::string format_pattern(std::string_view format) {
         if (format == "date") return date;
         return date + "[Tt]" + format_pattern("time");
     }
-    if (format == "time") return "(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]+)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])";
+    if (format == "time") return "(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]{1,9})?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])";
     if (format == "uuid") return "[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}";
     if (format == "ipv4") return kIpv4;
     if (format == "ipv6") return ipv6_pattern();
-    if (format == "hostname") return kLabel + "(?:\\." + kLabel + ")*";
+    if (format == "hostname") return kLabel + "(?:\\." + kLabel + "){0,7}";
     if (format == "email") {
-        const std::string atext = "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+";
-        return atext + "(?:\\." + atext + ")*@" + kLabel + "(?:\\." + kLabel + ")+";
+        const std::string atext = "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]{1,64}";
+        return atext + "(?:\\." + atext + "){0,3}@" + kLabel + "(?:\\." + kLabel + "){1,4}";
     }
-    if (format == "uri") return "[A-Za-z][A-Za-z0-9+.-]*:(?:[A-Za-z0-9._~:/?#\\[\\]@!$&'()*+,;=-]|%[0-9A-Fa-f]{2})+";
+    if (format == "uri") return "[A-Za-z][A-Za-z0-9+.-]*:(?:[A-Za-z0-9._~:/?#\\[\\]@!$&'()*+,;=-]|%[0-9A-Fa-f]{2}){1,1024}";
     return "";
 }
 
@@ -137,25 +139,29 @@ std::vector<std::string> same_length(const std::string& a, const std::string& b)
     return {join_seq({prefix, join_alts(alts, true)})};
 }
 
-// [1-9] then p-1 to q-1 more digits (q == SIZE_MAX: unbounded): every number of p..q digits.
+// [1-9] then p-1 to q-1 more digits: every number of p..q digits.
 std::string whole_lengths(size_t p, size_t q) {
     std::string tail;
-    if (q == SIZE_MAX)
-        tail = p == 1 ? "[0-9]*" : p == 2 ? "[0-9]+" : "[0-9]{" + std::to_string(p - 1) + ",}";
-    else if (p == q)
+    if (p == q)
         tail = any_digits(p - 1);
     else
         tail = (p == 1 && q == 2) ? "[0-9]?" : "[0-9]{" + std::to_string(p - 1) + "," + std::to_string(q - 1) + "}";
     return join_seq({"[1-9]", tail});
 }
 
-// Positive integers in [a, b] (a >= 1; b absent: unbounded), without leading zeros. Only the
-// shortest and the longest length can be partial; the lengths between are written as one piece.
+// An open side of a range stops at this many digits, the longest int64: a model left an endless
+// run of digits keeps producing them.
+constexpr size_t kMaxDigits = 19;
+
+// Positive integers in [a, b] (a >= 1; b absent: up to kMaxDigits digits), without leading zeros.
+// Only the shortest and the longest length can be partial; the lengths between are one piece.
 std::vector<std::string> positive_range(uint64_t a, std::optional<uint64_t> b) {
     auto smallest = [](size_t len) { return "1" + std::string(len - 1, '0'); };
     auto largest = [](size_t len) { return std::string(len, '9'); };
-    std::string as = std::to_string(a), bs = b ? std::to_string(*b) : "";
-    size_t la = as.size(), lb = b ? bs.size() : SIZE_MAX;
+    std::string as = std::to_string(a);
+    const size_t la = as.size();
+    const std::string bs = b ? std::to_string(*b) : largest(std::max(la, kMaxDigits));
+    const size_t lb = bs.size();
     std::vector<std::string> alts;
     size_t len = la;
     std::string first_hi = lb == la ? bs : largest(la);
@@ -164,7 +170,7 @@ std::vector<std::string> positive_range(uint64_t a, std::optional<uint64_t> b) {
         if (lb == la) return alts;
         ++len;
     }
-    bool last_partial = b && bs != largest(lb);
+    bool last_partial = bs != largest(lb);
     size_t whole_to = last_partial ? lb - 1 : lb;
     if (len <= whole_to) alts.push_back(whole_lengths(len, whole_to));
     if (last_partial) {
