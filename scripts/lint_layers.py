@@ -31,7 +31,7 @@ import sys
 # Lower rank = lower layer. Keep in step with DESIGN.md "Layout" and docs/layout.md.
 RANK = {
     "core": 0, "kernels": 1, "ops": 2, "formats": 2, "quant": 2, "dist": 2,
-    "tokenizer": 3, "grammar": 3, "loader": 4, "kv": 4, "model": 5, "quant_tools": 6, "sched": 6, "sampling": 6,
+    "tokenizer": 3, "grammar": 4, "loader": 4, "kv": 4, "model": 5, "quant_tools": 6, "sched": 6, "sampling": 6,
     "engine": 7, "kiln": 8, "api": 8, "server": 9, "tools": 10, "python": 10, "bench": 10, "tests": 10,
 }
 # Sub-layers of kernels ("" = the neutral headers directly in src/kernels).

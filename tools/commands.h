@@ -17,6 +17,7 @@ int cmd_bench_offline(int argc, char** argv);  // kiln bench offline -m MODEL --
 int cmd_bench_serve(int argc, char** argv);    // kiln bench serve --url URL [--requests N] ... (HTTP load generator)
 int cmd_quantize(int argc, char** argv);       // kiln quantize IN OUT --format F ... (compressed-tensors)
 int cmd_numerics(int argc, char** argv);       // kiln numerics MODEL --format F [--calib FILE] [--json] ...
+int cmd_grammar(int argc, char** argv);        // kiln grammar SPEC [-m MODEL [--check FILE]] (structured output)
 int cmd_serve(int argc, char** argv);          // kiln serve [-m MODEL] [--host H] [--port P] ... (OpenAI HTTP API)
 
 }  // namespace kiln::tools

@@ -25,6 +25,7 @@ const Command kCommands[] = {
     {"perplexity", kiln::tools::cmd_perplexity, "perplexity of a text file (llama.cpp's windowed method)"},
     {"synth", kiln::tools::cmd_synth, "write a GGUF with random weights at a real model's shapes (benchmarks)"},
     {"bench", kiln::tools::cmd_bench, "prefill/decode tokens/s against measured bandwidth and compute peaks"},
+    {"grammar", kiln::tools::cmd_grammar, "the grammar a JSON schema / regex / choice compiles to; check a text against it"},
     {"serve", kiln::tools::cmd_serve, "serve a model over an OpenAI-compatible HTTP API"},
 };
 

@@ -114,15 +114,7 @@ struct Engine::Impl {
     std::unique_ptr<grammar::GrammarCompiler> grammars;
     grammar::GrammarCompiler& grammar_compiler() {
         std::call_once(grammars_once, [this] {
-            const int32_t n = tokenizer->vocab_size();
-            std::vector<std::string> bytes(static_cast<size_t>(n));
-            std::vector<bool> excluded(static_cast<size_t>(n));
-            for (int32_t id = 0; id < n; ++id) {
-                excluded[size_t(id)] = tokenizer->is_special(id);
-                bytes[size_t(id)] = tokenizer->piece(id, /*skip_special=*/false, /*first=*/false);
-            }
-            grammars = std::make_unique<grammar::GrammarCompiler>(
-                std::make_shared<grammar::TokenTable>(std::move(bytes), excluded));
+            grammars = std::make_unique<grammar::GrammarCompiler>(grammar::token_table(*tokenizer));
         });
         return *grammars;
     }

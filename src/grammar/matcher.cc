@@ -19,11 +19,15 @@ void sort_unique(std::vector<int32_t>& v) {
 
 }  // namespace
 
-TokenTable::TokenTable(std::vector<std::string> bytes, const std::vector<bool>& excluded) : bytes_(std::move(bytes)) {
+TokenTable::TokenTable(std::vector<std::string> bytes, const std::vector<bool>& excluded,
+                       std::vector<std::pair<int32_t, std::string>> first_bytes)
+    : bytes_(std::move(bytes)), excluded_(bytes_.size(), false), first_bytes_(std::move(first_bytes)) {
     for (int32_t id = 0; id < int32_t(bytes_.size()); ++id) {
-        if (bytes_[size_t(id)].empty() || (size_t(id) < excluded.size() && excluded[size_t(id)])) continue;
+        excluded_[size_t(id)] = size_t(id) < excluded.size() && excluded[size_t(id)];
+        if (bytes_[size_t(id)].empty() || excluded_[size_t(id)]) continue;
         sorted_.push_back(id);
     }
+    std::sort(first_bytes_.begin(), first_bytes_.end());
     std::sort(sorted_.begin(), sorted_.end(), [&](int32_t a, int32_t b) {
         const int c = bytes_[size_t(a)].compare(bytes_[size_t(b)]);
         return c != 0 ? c < 0 : a < b;
@@ -36,6 +40,20 @@ TokenTable::TokenTable(std::vector<std::string> bytes, const std::vector<bool>& 
         while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
         lcp_[i] = int32_t(n);
     }
+}
+
+std::shared_ptr<TokenTable> token_table(const tokenizer::Tokenizer& tok) {
+    const int32_t n = tok.vocab_size();
+    std::vector<std::string> bytes(static_cast<size_t>(n));
+    std::vector<bool> excluded(static_cast<size_t>(n));
+    std::vector<std::pair<int32_t, std::string>> first;
+    for (int32_t id = 0; id < n; ++id) {
+        excluded[size_t(id)] = tok.is_special(id);
+        bytes[size_t(id)] = tok.piece(id, /*skip_special=*/false, /*first=*/false);
+        std::string f = tok.piece(id, /*skip_special=*/false, /*first=*/true);
+        if (f != bytes[size_t(id)]) first.emplace_back(id, std::move(f));
+    }
+    return std::make_shared<TokenTable>(std::move(bytes), excluded, std::move(first));
 }
 
 CompiledGrammar::CompiledGrammar(Grammar g, std::shared_ptr<const TokenTable> vocab)
@@ -64,9 +82,15 @@ std::shared_ptr<CompiledGrammar> CompiledGrammar::compile(Grammar g, std::shared
     const auto t0 = std::chrono::steady_clock::now();
     std::shared_ptr<CompiledGrammar> c(new CompiledGrammar(std::move(g), std::move(vocab)));
     // The first mask is part of compiling: a request's first token does not wait for it.
-    std::vector<uint64_t> mask;
-    c->fill_mask(c->initial_state(), mask);
+    const int32_t start = c->initial_state();
+    c->fill_mask(start, c->first_mask_);
     std::lock_guard<std::mutex> lock(c->mu_);
+    for (const auto& [id, bytes] : c->vocab_->first_bytes()) {
+        // A first token with no bytes (SPM's lone dummy-prefix piece) adds nothing: allowed.
+        const bool ok = !c->vocab_->excluded(id) && (bytes.empty() || c->walk(start, bytes) != kDead);
+        uint64_t& w = c->first_mask_[size_t(id) >> 6];
+        w = ok ? w | (uint64_t(1) << (id & 63)) : w & ~(uint64_t(1) << (id & 63));
+    }
     c->compile_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return c;
 }
@@ -290,11 +314,27 @@ void CompiledGrammar::fill_mask(int32_t set, std::vector<uint64_t>& mask) {
 
 Matcher::Matcher(std::shared_ptr<CompiledGrammar> grammar) : g_(std::move(grammar)), state_(g_->initial_state()) {}
 
-void Matcher::fill_mask(std::vector<uint64_t>& mask) const { g_->fill_mask(state_, mask); }
+void Matcher::fill_mask(std::vector<uint64_t>& mask) const {
+    if (first_) mask = g_->first_mask_;
+    else g_->fill_mask(state_, mask);
+}
 
 bool Matcher::accept_token(int32_t id) {
-    if (id < 0 || id >= g_->vocab().vocab_size() || g_->vocab().bytes(id).empty()) return false;
-    return accept_bytes(g_->vocab().bytes(id));
+    const TokenTable& vt = g_->vocab();
+    if (id < 0 || id >= vt.vocab_size() || vt.excluded(id)) return false;
+    const std::string* bytes = &vt.bytes(id);
+    if (first_) {
+        const auto& fb = vt.first_bytes();
+        auto it = std::lower_bound(fb.begin(), fb.end(), std::make_pair(id, std::string()));
+        if (it != fb.end() && it->first == id) {
+            if (it->second.empty()) {  // nothing added; the next token is no longer the first
+                first_ = false;
+                return true;
+            }
+            bytes = &it->second;
+        }
+    }
+    return !bytes->empty() && accept_bytes(*bytes);
 }
 
 bool Matcher::accept_bytes(std::string_view bytes) {
@@ -302,6 +342,7 @@ bool Matcher::accept_bytes(std::string_view bytes) {
     const int32_t next = g_->walk(state_, bytes);
     if (next == CompiledGrammar::kDead) return false;
     state_ = next;
+    first_ = false;
     return true;
 }
 

@@ -28,6 +28,7 @@
 
 #include "core/status.h"
 #include "grammar/gbnf.h"
+#include "tokenizer/tokenizer.h"
 
 namespace kiln::grammar {
 
@@ -35,17 +36,28 @@ namespace kiln::grammar {
 // (control tokens, tokens with no bytes) are never allowed by a mask; the caller adds EOS itself.
 class TokenTable {
 public:
-    TokenTable(std::vector<std::string> bytes, const std::vector<bool>& excluded);
+    // first_bytes: what each token adds as the first token of a text, where that differs (an SPM
+    // token's dummy-prefix space is dropped there, as the decoder drops it); empty: no difference.
+    TokenTable(std::vector<std::string> bytes, const std::vector<bool>& excluded,
+               std::vector<std::pair<int32_t, std::string>> first_bytes = {});
     int32_t vocab_size() const { return int32_t(bytes_.size()); }
     const std::string& bytes(int32_t id) const { return bytes_[size_t(id)]; }
+    const std::vector<std::pair<int32_t, std::string>>& first_bytes() const { return first_bytes_; }
+    bool excluded(int32_t id) const { return excluded_[size_t(id)]; }
     // Allowed tokens in byte order, and each one's common prefix length with the one before.
     const std::vector<int32_t>& sorted() const { return sorted_; }
     const std::vector<int32_t>& lcp() const { return lcp_; }
 
 private:
     std::vector<std::string> bytes_;
+    std::vector<bool> excluded_;
+    std::vector<std::pair<int32_t, std::string>> first_bytes_;  // ascending ids
     std::vector<int32_t> sorted_, lcp_;
 };
+
+// A tokenizer's table: each token's bytes as it adds them to text (Tokenizer::piece), control tokens
+// excluded, and as the first token of a text where that differs.
+std::shared_ptr<TokenTable> token_table(const tokenizer::Tokenizer& tok);
 
 class CompiledGrammar {
 public:
@@ -95,6 +107,9 @@ private:
     PositionMask precompute(int32_t start);
     int32_t initial_state();
     void fill_mask(int32_t set, std::vector<uint64_t>& mask);
+    // The first token's mask: the initial state's, with the tokens whose first-token bytes differ
+    // judged by those (computed once, in compile()).
+    std::vector<uint64_t> first_mask_;
 
     Grammar g_;
     std::shared_ptr<const TokenTable> vocab_;
@@ -134,6 +149,7 @@ public:
 private:
     std::shared_ptr<CompiledGrammar> g_;
     int32_t state_ = 0;  // an interned set of stacks
+    bool first_ = true;  // no token accepted yet (TokenTable::first_bytes apply)
 };
 
 }  // namespace kiln::grammar

@@ -232,5 +232,45 @@ TEST(OpenAiSchema, TokenizeBodies) {
     EXPECT_TRUE(parse_detokenize_request(R"({"tokens": "1"})", &ids));
 }
 
+TEST(OpenAiSchema, StructuredOutputFields) {
+    GenerationRequest r;
+    const std::string chat = R"("messages": [{"role": "user", "content": "x"}])";
+    ASSERT_FALSE(parse("{" + chat + R"(, "response_format": {"type": "json_object"}})", &r, Endpoint::kChat));
+    EXPECT_EQ(r.sampling.structured.kind, "json_object");
+    EXPECT_EQ(r.structured_param, "response_format");
+    // The schema keeps its property order (z before a), as the output must.
+    ASSERT_FALSE(parse("{" + chat + R"(, "response_format": {"type": "json_schema", "json_schema":
+        {"name": "n", "schema": {"type": "object", "properties": {"z": {"type": "integer"}, "a": {}}}}}})",
+                       &r, Endpoint::kChat));
+    EXPECT_EQ(r.sampling.structured.kind, "json_schema");
+    EXPECT_LT(r.sampling.structured.value.find("\"z\""), r.sampling.structured.value.find("\"a\""));
+    ASSERT_FALSE(parse(R"({"prompt": "x", "guided_choice": ["a", "b"]})", &r));
+    EXPECT_EQ(r.sampling.structured.kind, "choice");
+    EXPECT_EQ(r.sampling.structured.choices, (std::vector<std::string>{"a", "b"}));
+    ASSERT_FALSE(parse(R"({"prompt": "x", "guided_regex": "a+"})", &r));
+    EXPECT_EQ(r.sampling.structured.kind, "regex");
+    ASSERT_FALSE(parse(R"({"prompt": "x", "guided_json": "{\"type\": \"string\"}"})", &r));
+    EXPECT_EQ(r.sampling.structured.value, R"({"type": "string"})");
+    ASSERT_FALSE(parse(R"({"prompt": "x", "structured_outputs": {"grammar": "root ::= \"a\""}})", &r));
+    EXPECT_EQ(r.sampling.structured.kind, "grammar");
+    ASSERT_FALSE(parse(R"({"prompt": "x", "response_format": {"type": "text"}})", &r));
+    EXPECT_EQ(r.sampling.structured.kind, "");
+
+    auto err = parse(R"({"prompt": "x", "guided_regex": "a", "guided_choice": ["a"]})", &r);
+    ASSERT_TRUE(err);
+    EXPECT_NE(err->message.find("only one of"), std::string::npos);
+    err = parse("{" + chat + R"(, "response_format": {"type": "json_schema"}})", &r, Endpoint::kChat);
+    ASSERT_TRUE(err);
+    EXPECT_EQ(err->param, "response_format.json_schema.schema");
+    err = parse(R"({"prompt": "x", "response_format": {"type": "xml"}})", &r);
+    ASSERT_TRUE(err);
+    EXPECT_EQ(err->param, "response_format");
+    EXPECT_TRUE(parse(R"({"prompt": "x", "guided_choice": []})", &r));
+    EXPECT_TRUE(parse(R"({"prompt": "x", "guided_choice": ["a", 1]})", &r));
+    EXPECT_TRUE(parse(R"({"prompt": "x", "guided_regex": 5})", &r));
+    EXPECT_TRUE(parse(R"({"prompt": "x", "structured_outputs": {"lark": "x"}})", &r));
+    EXPECT_TRUE(parse(R"({"prompt": "x", "guided_whitespace_pattern": " "})", &r));
+}
+
 }  // namespace
 }  // namespace kiln::server

@@ -549,6 +549,43 @@ def test_spec_server():
         srv.stop()
 
 
+def structured_checks(client):
+    """Structured output through the official client: response_format json_schema (whole and
+    streamed, validated with jsonschema), json_object, and vLLM's guided_choice / guided_regex."""
+    import jsonschema
+    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
+              "population": {"type": "integer", "minimum": 0}, "capital": {"type": "boolean"}},
+              "required": ["city", "population", "capital"]}
+    msgs = [{"role": "user", "content": "Describe Paris as JSON."}]
+    rf = {"type": "json_schema", "json_schema": {"name": "city", "schema": schema, "strict": True}}
+    r = client.chat.completions.create(model="smol", messages=msgs, max_tokens=200, temperature=0.7, seed=1, n=2,
+                                       response_format=rf)
+    for c in r.choices:
+        check(c.finish_reason == "stop", f"json_schema choice ended with {c.finish_reason}: {c.message.content!r}")
+        jsonschema.validate(json.loads(c.message.content), schema)
+    text, finish, _ = collect_stream(client.chat.completions.create(
+        model="smol", messages=msgs, max_tokens=200, temperature=0.7, seed=2, stream=True, response_format=rf))
+    check(finish.get(0) == "stop", f"streamed json_schema ended with {finish}")
+    jsonschema.validate(json.loads(text[0]), schema)
+    r = client.chat.completions.create(model="smol", messages=msgs, max_tokens=300, temperature=0,
+                                       response_format={"type": "json_object"})
+    if r.choices[0].finish_reason == "stop":
+        check(isinstance(json.loads(r.choices[0].message.content), dict), "json_object is not an object")
+    r = client.chat.completions.create(model="smol", messages=[{"role": "user", "content": "Yes or no?"}],
+                                       max_tokens=10, temperature=1.0, extra_body={"guided_choice": ["yes", "no"]})
+    check(r.choices[0].message.content in ("yes", "no"), f"guided_choice gave {r.choices[0].message.content!r}")
+    r = client.completions.create(model="smol", prompt="Phone:", max_tokens=20, temperature=1.0,
+                                  extra_body={"guided_regex": r"\d{3}-\d{4}"})
+    check(re.fullmatch(r"\d{3}-\d{4}", r.choices[0].text) is not None and r.choices[0].finish_reason == "stop",
+          f"guided_regex gave {r.choices[0].text!r}")
+    try:
+        client.chat.completions.create(model="smol", messages=msgs, response_format={
+            "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "not": {}}}})
+        check(False, "a schema with 'not' was accepted")
+    except openai.BadRequestError as e:
+        check("not" in str(e) and e.body.get("param") == "response_format", f"refusal: {e} {e.body}")
+
+
 def test_smollm2():
     """Chat on a model with its own template equals `kiln generate --chat`; slow streams cut by their
     clients are aborted (counted, far fewer tokens generated than asked for) and free their KV blocks;
@@ -574,6 +611,7 @@ def test_smollm2():
         text, _, _ = collect_stream(client.chat.completions.create(
             model="smol", messages=[{"role": "user", "content": q}], max_tokens=24, temperature=0, stream=True))
         check(text.get(0) == want, f"SmolLM2 chat stream {text.get(0)!r} != {want!r}")
+        structured_checks(client)
         aborts = metric(srv.port, "kiln_client_aborts_total")
         # 4000 tokens (of its 8192 context) take SmolLM2 far longer than the client takes to go, so a
         # stream still generates when its client closes, and only an abort stops it early.

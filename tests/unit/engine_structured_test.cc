@@ -118,7 +118,9 @@ TEST_F(EngineStructured, OutputsAreSentencesOfTheirGrammar) {
             }
         }
         // Bounded languages (all but json_object) always finish within 96 tokens.
-        if (so.kind != "json_object") EXPECT_EQ(stopped, int(got.size())) << so.kind;
+        if (so.kind != "json_object") {
+            EXPECT_EQ(stopped, int(got.size())) << so.kind;
+        }
     }
 }
 
