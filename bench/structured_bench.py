@@ -2,25 +2,23 @@
 
 Measures, for one "typical" schema (20 properties, objects nested 3 deep, strings with maxLength,
 integers with ranges, enums, booleans, arrays with maxItems; every property required):
-  1. kiln's per-output-token overhead of the grammar at batch 1 and 16: wall time per generated
-     token of a constrained run vs a plain run of the same prompts and seeds, the plain one with
-     ignore_eos and each request's max_tokens = the tokens its constrained twin generated (same token
-     count, same batch shape; prefill in both). Runs alternate grammar, plain, grammar, plain, ... with
-     the same seeds each pair, in two regimes: "cold", a new schema each pair (compiled by an untimed
-     1-token request, so the per-state mask cache starts empty, as for a schema's first requests) and
-     "warm", the same schema after an untimed run with the same seeds (every mask cached).
-  2. kiln's first-request cost of a schema never seen (unique "description" text, which the converter
-     ignores; kiln caches by schema text): a max_tokens=1 request (compile), and a whole output
-     (compile + masks computed on first use), each minus the same request again with the schema cached.
-  3. xgrammar (if installed, with transformers and torch): GrammarCompiler(max_threads=2, fresh per
-     trial).compile_json_schema(schema, any_whitespace=False), and GrammarMatcher.fill_next_token_bitmask
-     time per token over a valid instance of the schema tokenized with the Hugging Face tokenizer
-     (accept_token after each fill). kiln's own mask time per token is not reachable from Python.
-The HF tokenizer is built by transformers from the GGUF itself (gguf_file=...; needs the `gguf`
-package); the script checks that it tokenizes the instance as kiln does.
+  1. kiln's per-output-token overhead of the grammar at batch 1 and 16: time per generated token of
+     a constrained run vs a plain run of the same prompts and seeds, the plain one with ignore_eos and
+     each request's max_tokens = the tokens its constrained twin generated (same count, same batch
+     shape; prefill in both). Runs alternate grammar, plain, ... (same seeds each pair) in two regimes:
+     "cold", a new schema each pair (compiled by an untimed 1-token request: the per-state mask cache
+     starts empty, as for a schema's first requests); "warm", the schema's masks cached beforehand.
+  2. kiln's first-request cost of a schema never seen (unique "description" text, ignored by the
+     converter; kiln caches by schema text), a max_tokens=1 request (compile) and a whole output
+     (compile + masks made on first use), each minus the same request again with the schema cached.
+  3. xgrammar (needs torch, transformers, gguf): GrammarCompiler(max_threads=2, fresh per trial)
+     .compile_json_schema(schema, any_whitespace=False), and GrammarMatcher.fill_next_token_bitmask
+     time per token over a valid instance of the schema tokenized by the HF tokenizer (which
+     transformers builds from the GGUF; checked to match kiln's ids), accept_token after each fill.
+     kiln's own mask time per token is not reachable from Python.
 
-usage: PYTHONPATH=build/cpu-release/python python3 bench/structured_bench.py [-m GGUF] [--threads 2]
-           [--reps 3] [--compile-trials 7]     (not a test: the figures depend on the machine)
+usage: PYTHONPATH=build/cpu-release/python python3 bench/structured_bench.py [--reps 3] [--threads 2]
+(not a test: figures depend on the machine and on other load; -h lists the options)
 """
 import argparse
 import copy
@@ -102,20 +100,20 @@ def overhead_runs(llm, prompts, reps, max_tokens, cold):
         return [SamplingParams(temperature=0.7, seed=1000 + i, max_tokens=max_tokens, structured_outputs=spec)
                 for i in range(len(prompts))]
 
-    def gen(params):
-        f0 = llm.stats().forward_seconds
+    def gen(params):  # wall seconds, outputs, forward seconds, process CPU seconds (all threads)
+        f0, c0 = llm.stats().forward_seconds, time.process_time()
         t, outs = timed(llm.generate, prompts, params, use_tqdm=False)
-        return t, outs, llm.stats().forward_seconds - f0
+        return t, outs, llm.stats().forward_seconds - f0, time.process_time() - c0
 
     spec = StructuredOutputsParams(json=SCHEMA)
     if not cold:
         gen(grammar_params(spec))  # untimed: compiles the schema, caches the masks of every state the runs meet
-    g, p, gf, pf, toks, unfinished, invalid = [], [], [], [], [], 0, 0
+    g, p, gf, pf, gc, pc, toks, unfinished, invalid = [], [], [], [], [], [], [], 0, 0
     for r in range(reps):
         if cold:  # a schema never seen, compiled by an untimed 1-token request: its mask cache is empty
             spec = StructuredOutputsParams(json=schema_with(f"cold {r} {time.time_ns()}"))
             llm.generate(prompts[:1], SamplingParams(max_tokens=1, structured_outputs=spec), use_tqdm=False)
-        tg, outs, fg = gen(grammar_params(spec))
+        tg, outs, fg, cg = gen(grammar_params(spec))
         lens = [len(o.outputs[0].token_ids) for o in outs]
         for o in outs:
             unfinished += o.outputs[0].finish_reason != "stop"
@@ -125,11 +123,13 @@ def overhead_runs(llm, prompts, reps, max_tokens, cold):
                 invalid += 1
         plain = [SamplingParams(temperature=0.7, seed=1000 + i, max_tokens=n, ignore_eos=True)
                  for i, n in enumerate(lens)]
-        tp, pouts, fp = gen(plain)
+        tp, pouts, fp, cp = gen(plain)
         n = sum(lens)
         assert sum(len(o.outputs[0].token_ids) for o in pouts) == n, "plain run generated a different count"
-        g.append(tg / n), p.append(tp / n), gf.append(fg / n), pf.append(fp / n), toks.append(n)
-    return dict(g=g, p=p, gf=gf, pf=pf, toks=toks, unfinished=unfinished, invalid=invalid)
+        for xs, v in ((g, tg), (p, tp), (gf, fg), (pf, fp), (gc, cg), (pc, cp)):
+            xs.append(v / n)
+        toks.append(n)
+    return dict(g=g, p=p, gf=gf, pf=pf, gc=gc, pc=pc, toks=toks, unfinished=unfinished, invalid=invalid)
 
 
 def compile_runs(llm, prompt, trials, max_tokens):
@@ -185,8 +185,7 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--compile-trials", type=int, default=7)
     ap.add_argument("--max-tokens", type=int, default=400)
-    args = ap.parse_args()
-    t_start = time.perf_counter()
+    args, t_start = ap.parse_args(), time.perf_counter()
     print(f"CPU: {cpu_model()} ({os.cpu_count()} logical CPUs); kiln threads={args.threads}; load average {loadavg()}")
     t_load, llm = timed(LLM, args.model, threads=args.threads, max_seqs=16)
     print(f"model: {os.path.basename(args.model)} (kiln load {t_load:.2f} s); schema: 20 properties, depth 3, "
@@ -199,10 +198,11 @@ def main():
 
     print(f"\n1. kiln per-output-token overhead: wall ms/token, best / median of {args.reps} alternating pairs "
           "(same seeds each pair).\n   masks cold: a new schema each pair (compiled before, untimed); warm: the "
-          "schema's masks cached by an untimed run with the same seeds.\n   fwd = engine forward_seconds per token, "
-          "rest = wall - fwd (scheduling, mask, sampling, Python), medians")
+          "schema's masks cached by an untimed run with the same seeds.\n   cpu ovh: the same from process CPU "
+          "time (all threads; less hurt by other load), median. rest = wall minus the engine's forward_seconds,\n"
+          "   per token, median (scheduling, masks, sampling, Python). Per-pair: each pair's wall overhead.")
     print(f"{'batch':>5} {'masks':>5} {'tok/run':>7} {'plain ms/tok':>13} {'grammar ms/tok':>14} {'ovh best':>8}"
-          f" {'ovh med':>8} {'fwd plain/gram':>15} {'rest plain/gram':>15}  per-pair overhead")
+          f" {'ovh med':>8} {'cpu ovh':>8} {'rest plain/gram':>15}  per-pair overhead")
     for b in (1, 16):
         for cold in (True, False):
             t0 = time.perf_counter()
@@ -213,7 +213,7 @@ def main():
             rest_g = med([a - f for a, f in zip(r["g"], r["gf"])])
             print(f"{b:>5} {'cold' if cold else 'warm':>5} {statistics.median(r['toks']):>7.0f} "
                   f"{pb*1e3:>5.2f} / {pm*1e3:<5.2f} {gb*1e3:>6.2f} / {gm*1e3:<5.2f} {100*(gb-pb)/pb:>7.1f}% "
-                  f"{100*(gm-pm)/pm:>7.1f}% {med(r['pf']):>6.2f} / {med(r['gf']):<6.2f} "
+                  f"{100*(gm-pm)/pm:>7.1f}% {100*(med(r['gc'])-med(r['pc']))/med(r['pc']):>7.1f}% "
                   f"{rest_p:>6.2f} / {rest_g:<6.2f} "
                   + " ".join(f"{100*(g-p)/p:.0f}%" for g, p in zip(r["g"], r["p"]))
                   + f" ({time.perf_counter()-t0:.0f} s"
