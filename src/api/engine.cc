@@ -114,7 +114,8 @@ struct Engine::Impl {
     std::unique_ptr<grammar::GrammarCompiler> grammars;
     grammar::GrammarCompiler& grammar_compiler() {
         std::call_once(grammars_once, [this] {
-            grammars = std::make_unique<grammar::GrammarCompiler>(grammar::token_table(*tokenizer));
+            grammars = std::make_unique<grammar::GrammarCompiler>(
+                grammar::token_table(*tokenizer, int32_t(info.vocab_size)));
         });
         return *grammars;
     }

@@ -178,16 +178,16 @@ core::Status EngineCore::add(int64_t id, Request request) {
                << ") exceeds the context of " << config_.max_model_len;
     KILN_ASSIGN_OR_RETURN(sampling::Sampler sampler,
                           sampling::Sampler::create(request.params, int32_t(vocab), int32_t(len)));
+    if (request.grammar && request.grammar->vocab().vocab_size() != int32_t(vocab))
+        return core::error(core::StatusCode::kInvalidArgument)
+               << "the grammar was compiled for a vocabulary of " << request.grammar->vocab().vocab_size()
+               << " tokens; the model has " << vocab;
     KILN_RETURN_IF_ERROR(scheduler_->add(id, request.prompt, len + request.params.max_tokens));
     Live live;
     live.sampler = std::make_unique<sampling::Sampler>(std::move(sampler));
     live.stop = std::make_unique<sampling::StopChecker>(request.params, eos_ids_);
     live.decoder = std::make_unique<tokenizer::StreamDecoder>(*tokenizer_, request.skip_special);
-    if (request.grammar) {
-        if (request.grammar->vocab().vocab_size() != int32_t(vocab))
-            return core::error(core::StatusCode::kInvalidArgument) << "the grammar was compiled for another vocabulary";
-        live.matcher = std::make_unique<grammar::Matcher>(request.grammar);
-    }
+    if (request.grammar) live.matcher = std::make_unique<grammar::Matcher>(request.grammar);
     live.request = std::move(request);
     live.spec_k = config_.spec.num_draft;
     if (config_.spec.method == SpecConfig::Method::kDraftModel && !live.sampler->is_greedy()) {
@@ -210,15 +210,16 @@ core::Status EngineCore::add(int64_t id, Request request) {
 
 void EngineCore::apply_grammar(Live& live, std::span<float> logits) {
     live.matcher->fill_mask(mask_);
-    // EOS (unless ignore_eos) and the request's stop tokens end the text: allowed once it is whole.
-    if (live.matcher->can_end()) {
-        auto allow = [&](int32_t id) {
-            if (id >= 0 && size_t(id) < logits.size()) mask_[size_t(id) >> 6] |= uint64_t(1) << (id & 63);
-        };
-        if (!live.request.params.ignore_eos)
-            for (int32_t id : eos_ids_) allow(id);
-        for (int32_t id : live.request.params.stop_ids) allow(id);
-    }
+    // EOS (unless ignore_eos) and the request's stop tokens end the text: allowed once it is whole,
+    // never before (even when a tokenizer does not mark them as control tokens).
+    const bool end_ok = live.matcher->can_end();
+    auto set = [&](int32_t id, bool on) {
+        if (id < 0 || size_t(id) >= logits.size()) return;
+        const uint64_t bit = uint64_t(1) << (id & 63);
+        mask_[size_t(id) >> 6] = on ? mask_[size_t(id) >> 6] | bit : mask_[size_t(id) >> 6] & ~bit;
+    };
+    for (int32_t id : eos_ids_) set(id, end_ok && !live.request.params.ignore_eos);
+    for (int32_t id : live.request.params.stop_ids) set(id, end_ok);
     const float ninf = -std::numeric_limits<float>::infinity();
     bool any = false;
     for (size_t w = 0; w < mask_.size(); ++w) {
@@ -378,8 +379,12 @@ void EngineCore::sample_step(const sched::ScheduledBatch& batch, bool ids_back,
                 lps.emplace_back(new_tokens_.size() - 1, sampling::token_logprobs(row_copy_, tok, num_top));
             // The grammar follows every token but the ones that end the request; once it can go no
             // further, so does the sequence (the output loop finishes it).
-            const bool grammar_done = live.matcher && (live.grammar_stuck || live.stop->is_stop_token(tok) ||
-                                                       !live.matcher->accept_token(tok) || live.matcher->must_end());
+            // A token the matcher refuses (a mask and a walk that disagree: a bug) ends the request with
+            // an error, as a grammar with no way on does.
+            if (live.matcher && !live.grammar_stuck && !live.stop->is_stop_token(tok) && !live.matcher->accept_token(tok))
+                live.grammar_stuck = true;
+            const bool grammar_done =
+                live.matcher && (live.grammar_stuck || live.stop->is_stop_token(tok) || live.matcher->must_end());
             if (i == nd || !accepted || grammar_done) {
                 row += nd - i;  // the rows of the drafts after a rejected one are not looked at
                 break;
@@ -517,7 +522,7 @@ bool EngineCore::step() {
             ++stats_.generated_tokens_total;
             if (live.grammar_stuck && j + 1 == em.count) {
                 reason = FinishReason::kError;
-                out.error = "structured output: no token of the vocabulary can continue the grammar here";
+                out.error = "structured output: no token can continue the grammar here";
                 break;
             }
             if (live.stop->is_stop_token(tok)) {

@@ -1,5 +1,6 @@
 #include "grammar/compiler.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "grammar/gbnf.h"
@@ -14,6 +15,50 @@ constexpr const char* kNames[] = {"", "json_schema", "json_object", "regex", "ch
 
 core::Status prefixed(const core::Status& st, const char* what) {
     return core::Status(st.code(), std::string(what) + ": " + st.message());
+}
+
+// Length in bytes of the first UTF-8 character of s (1 for a stray byte).
+size_t char_len(std::string_view s) {
+    const unsigned char c = static_cast<unsigned char>(s[0]);
+    const size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+    return std::min(n, s.size());
+}
+
+// Choices as a trie of rules (one per branching point), so a state holds one stack however many
+// choices share a prefix: a flat list of alternatives would keep one stack per choice alive.
+// `items` sorted and unique; returns the rule's name.
+std::string choice_trie(std::vector<std::string_view> items, std::string& out, int& next) {
+    const std::string name = "choice-" + std::to_string(next++);
+    bool optional = false;
+    std::vector<std::string> alts;
+    size_t i = 0;
+    if (!items.empty() && items[0].empty()) optional = true, i = 1;
+    while (i < items.size()) {
+        const size_t first = char_len(items[i]);
+        size_t j = i + 1;
+        while (j < items.size() && items[j].substr(0, first) == items[i].substr(0, first)) ++j;
+        // The group's common prefix, whole characters only.
+        size_t common = items[i].size();
+        for (size_t k = i + 1; k < j; ++k) {
+            size_t n = 0;
+            while (n < common && n < items[k].size() && items[k][n] == items[i][n]) ++n;
+            common = n;
+        }
+        size_t cut = 0;
+        while (cut < common && cut + char_len(items[i].substr(cut)) <= common) cut += char_len(items[i].substr(cut));
+        std::string alt = gbnf_literal(items[i].substr(0, cut));
+        if (j - i > 1 || items[i].size() > cut) {
+            std::vector<std::string_view> rest;
+            for (size_t k = i; k < j; ++k) rest.push_back(items[k].substr(cut));
+            if (!(rest.size() == 1 && rest[0].empty())) alt += " " + choice_trie(std::move(rest), out, next);
+        }
+        alts.push_back(std::move(alt));
+        i = j;
+    }
+    std::string body;
+    for (size_t k = 0; k < alts.size(); ++k) body += (k ? " | " : "") + alts[k];
+    out += name + " ::= " + (optional ? "( " + body + " )?" : body) + "\n";
+    return name;
 }
 
 }  // namespace
@@ -54,12 +99,21 @@ core::Result<std::string> spec_to_gbnf(const StructuredSpec& spec) {
         }
         case Kind::kChoice: {
             if (spec.choices.empty()) return core::error(core::StatusCode::kInvalidArgument) << "choice: the list of choices is empty";
-            std::string g = "root ::= ";
+            size_t bytes = 0;
+            for (const std::string& c : spec.choices) bytes += c.size();
+            if (spec.choices.size() > 10000 || bytes > (1u << 20))
+                return core::error(core::StatusCode::kInvalidArgument) << "choice: at most 10000 choices of 1 MiB in all";
+            std::vector<std::string_view> items;
             for (size_t i = 0; i < spec.choices.size(); ++i) {
                 if (spec.choices[i].empty()) return core::error(core::StatusCode::kInvalidArgument) << "choice: choice " << i << " is empty";
-                g += (i ? " | " : "") + gbnf_literal(spec.choices[i]);
+                items.push_back(spec.choices[i]);
             }
-            return g + "\n";
+            std::sort(items.begin(), items.end());
+            items.erase(std::unique(items.begin(), items.end()), items.end());
+            std::string rules;
+            int next = 0;
+            const std::string top = choice_trie(std::move(items), rules, next);
+            return "root ::= " + top + "\n" + rules;
         }
         case Kind::kGrammar:
             return spec.value;

@@ -14,6 +14,10 @@ namespace kiln::grammar {
 namespace {
 
 constexpr int64_t kMaxRepeat = 10000;
+// Budgets that keep a hostile grammar (or a schema that expands into one) from exhausting the stack
+// or memory: group nesting, and the size of the lowered grammar.
+constexpr int kMaxNesting = 200;
+constexpr size_t kMaxElements = 2'000'000, kMaxRules = 500'000;
 
 using core::StatusCode;
 using Seq = std::vector<Element>;
@@ -130,6 +134,7 @@ private:
         g_.chain_next.push_back(-1);
         return int32_t(g_.rules.size() - 1);
     }
+    bool too_big() const { return g_.elements.size() > kMaxElements || g_.rules.size() > kMaxRules; }
     void set_rule(int32_t id, const std::vector<Seq>& alts) {
         for (const Seq& seq : alts) {
             g_.rules[size_t(id)].push_back(int32_t(g_.elements.size()));
@@ -190,8 +195,11 @@ private:
                 atom.push_back(class_element(rule, {{0, 0x10FFFF}}));
             } else if (c == '(') {
                 ++p_;
+                if (++depth_ > kMaxNesting) return failed("groups nested deeper than 200");
                 std::vector<Seq> inner;
-                if (!parse_alternatives(rule, inner, true)) return false;
+                const bool ok = parse_alternatives(rule, inner, true);
+                --depth_;
+                if (!ok) return false;
                 skip_space();
                 if (p_ >= s_.size() || s_[p_] != ')') return failed("expected ')'");
                 ++p_;
@@ -212,6 +220,8 @@ private:
             int64_t lo = 1, hi = 1;
             if (!parse_repeat(lo, hi)) return false;
             append_repeat(rule, seq, atom, lo, hi);
+            if (too_big() || seq.size() > kMaxElements)
+                return failed("the grammar is too large (over 2,000,000 elements or 500,000 rules once repetitions are expanded)");
         }
     }
 
@@ -409,6 +419,7 @@ private:
     std::set<size_t> rule_starts_;
     std::unordered_map<std::string, int32_t> set_ids_, class_rules_;
     int helpers_ = 0;
+    int depth_ = 0;
     core::Status error_;
 };
 

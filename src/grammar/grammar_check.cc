@@ -61,6 +61,17 @@ core::Status check_grammar(const Grammar& g) {
             }
         }
     }
+    // x{m,n} over an x that can match nothing: the chain's stacks all lie one empty step apart, so
+    // every state holds n - m of them, and nested such repetitions multiply.
+    constexpr int32_t kMaxNullableChain = 32;
+    for (size_t r = 0; r < g.rules.size() && r < g.chain_rank.size(); ++r) {
+        if (!reached[r] || g.chain_rank[r] <= kMaxNullableChain) continue;
+        const Element& unit = g.elements[size_t(g.rules[r][0])];
+        if (unit.kind == K::kRule && nullable[size_t(unit.value)])
+            return core::error(core::StatusCode::kInvalidArgument)
+                   << "grammar rule '" << g.rule_names[r] << "' repeats something that can be empty more than "
+                   << kMaxNullableChain << " times: make the repeated part non-empty, or use * instead of {m,n}";
+    }
     for (size_t r = 0; r < g.rules.size(); ++r) {
         if (reached[r] && !productive[r])
             return core::error(core::StatusCode::kInvalidArgument)

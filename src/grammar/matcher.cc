@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <unordered_set>
 
 #include "core/check.h"
 
@@ -42,12 +43,12 @@ TokenTable::TokenTable(std::vector<std::string> bytes, const std::vector<bool>& 
     }
 }
 
-std::shared_ptr<TokenTable> token_table(const tokenizer::Tokenizer& tok) {
-    const int32_t n = tok.vocab_size();
+std::shared_ptr<TokenTable> token_table(const tokenizer::Tokenizer& tok, int32_t vocab_size) {
+    const int32_t n = vocab_size > 0 ? vocab_size : tok.vocab_size();
     std::vector<std::string> bytes(static_cast<size_t>(n));
-    std::vector<bool> excluded(static_cast<size_t>(n));
+    std::vector<bool> excluded(static_cast<size_t>(n), true);
     std::vector<std::pair<int32_t, std::string>> first;
-    for (int32_t id = 0; id < n; ++id) {
+    for (int32_t id = 0; id < std::min(n, tok.vocab_size()); ++id) {
         excluded[size_t(id)] = tok.is_special(id);
         bytes[size_t(id)] = tok.piece(id, /*skip_special=*/false, /*first=*/false);
         std::string f = tok.piece(id, /*skip_special=*/false, /*first=*/true);
@@ -68,10 +69,14 @@ CompiledGrammar::CompiledGrammar(Grammar g, std::shared_ptr<const TokenTable> vo
     const int32_t cap = int32_t(longest) + 2;
     canon_.resize(g_.elements.size());
     for (size_t p = 0; p < canon_.size(); ++p) canon_[p] = int32_t(p);
+    // Chains are made in rank order (R_(k-1) before R_k), so one pass in id order finds each rule's
+    // canonical rule from its successor's.
+    std::vector<int32_t> canon_rule(g_.rules.size());
     for (size_t r = 0; r < g_.rules.size(); ++r) {
-        if (r >= g_.chain_rank.size() || g_.chain_rank[r] <= cap) continue;
-        int32_t c = int32_t(r);
-        while (g_.chain_rank[size_t(c)] > cap) c = g_.chain_next[size_t(c)];
+        const bool deep = r < g_.chain_rank.size() && g_.chain_rank[r] > cap;
+        canon_rule[r] = deep ? canon_rule[size_t(g_.chain_next[r])] : int32_t(r);
+        if (!deep) continue;
+        const int32_t c = canon_rule[r];
         for (size_t a = 0; a < g_.rules[r].size(); ++a)
             for (int32_t p = g_.rules[r][a], q = g_.rules[size_t(c)][a]; g_.elements[size_t(p)].kind != K::kEnd; ++p, ++q)
                 canon_[size_t(p)] = q;
@@ -123,12 +128,12 @@ int32_t CompiledGrammar::intern(int32_t parent, int32_t pos) {
 // the empty string revisit a stack and stop there (check_grammar refuses the ones that would grow).
 const std::vector<int32_t>& CompiledGrammar::closure(int32_t stack) {
     if (int32_t c = closure_of_[size_t(stack)]; c >= 0) return results_[size_t(c)];
-    std::vector<int32_t> out, todo = {stack}, seen;
+    std::vector<int32_t> out, todo = {stack};
+    std::unordered_set<int32_t> seen;
     while (!todo.empty()) {
         const int32_t s = todo.back();
         todo.pop_back();
-        if (std::find(seen.begin(), seen.end(), s) != seen.end()) continue;
-        seen.push_back(s);
+        if (!seen.insert(s).second) continue;
         if (s == kDone || s == kContext) {
             out.push_back(s);
             continue;
@@ -214,7 +219,9 @@ const CompiledGrammar::PositionMask& CompiledGrammar::position_mask(int32_t stac
     if (auto it = positions_.find(key); it != positions_.end()) return it->second;
     int32_t start = below == kDone ? kDone : kContext;
     for (int i = n - 1; i >= 0; --i) start = intern(start, chain[i]);
-    return positions_.emplace(key, precompute(start)).first->second;
+    PositionMask pm = precompute(start);
+    position_bytes_ += pm.bits.size() * 8 + (pm.ids.size() + pm.depends.size()) * 4 + key.size() + 64;
+    return positions_.emplace(key, std::move(pm)).first->second;
 }
 
 CompiledGrammar::PositionMask CompiledGrammar::precompute(int32_t start) {
@@ -289,6 +296,11 @@ void CompiledGrammar::fill_mask(int32_t set, std::vector<uint64_t>& mask) {
         mask = it->second;
         return;
     }
+    // Bounded memory: the caches start over rather than grow past kCacheBytes each (the position
+    // tables are only referred to within this call, so dropping them here is safe).
+    const size_t mask_bytes = size_t(mask_words()) * 8;
+    if (position_bytes_ > kCacheBytes) positions_.clear(), position_bytes_ = 0;
+    if (masks_.size() * mask_bytes > kCacheBytes) masks_.clear();
     mask.assign(size_t(mask_words()), 0);
     const std::vector<int32_t> stacks = sets_[size_t(set)];  // a copy: interning below may grow sets_
     std::vector<const PositionMask*> pms;
@@ -308,7 +320,6 @@ void CompiledGrammar::fill_mask(int32_t set, std::vector<uint64_t>& mask) {
             if (!get_bit(mask, id) && walk(alone, vocab_->bytes(id)) != kDead) set_bit(mask, id);
         ++k;
     }
-    if (masks_.size() >= 4096) masks_.clear();  // bounded memory: start over rather than grow
     masks_.emplace(set, mask);
 }
 

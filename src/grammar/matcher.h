@@ -55,9 +55,11 @@ private:
     std::vector<int32_t> sorted_, lcp_;
 };
 
-// A tokenizer's table: each token's bytes as it adds them to text (Tokenizer::piece), control tokens
-// excluded, and as the first token of a text where that differs.
-std::shared_ptr<TokenTable> token_table(const tokenizer::Tokenizer& tok);
+// A tokenizer's table for a model with `vocab_size` logits (0: the tokenizer's size): each token's
+// bytes as it adds them to text (Tokenizer::piece), control tokens excluded, and as the first token
+// of a text where that differs. Ids the tokenizer lacks (a model's padded vocabulary) are excluded;
+// tokenizer ids past the model's vocabulary are left out (the model cannot produce them).
+std::shared_ptr<TokenTable> token_table(const tokenizer::Tokenizer& tok, int32_t vocab_size = 0);
 
 class CompiledGrammar {
 public:
@@ -127,6 +129,8 @@ private:
     std::vector<std::array<int32_t, 256>> trans_;
     std::unordered_map<std::string, int32_t> set_ids_;
     std::unordered_map<std::string, PositionMask> positions_;  // by the top kFrames positions
+    size_t position_bytes_ = 0;
+    static constexpr size_t kCacheBytes = size_t(64) << 20;  // per cache: positions_, masks_
     std::unordered_map<int32_t, std::vector<uint64_t>> masks_;  // by state set
     double compile_seconds_ = 0;
     std::vector<int32_t> scratch_;

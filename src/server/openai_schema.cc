@@ -321,7 +321,7 @@ Err parse_structured(const json& j, GenerationRequest* out) {
                 if (auto e = set("structured_outputs", "choice")) return e;
                 if (auto e = choices(x, param.c_str())) return e;
             } else if (k != "disable_fallback" && k != "disable_any_whitespace" && k != "disable_additional_properties" &&
-                       k != "whitespace_pattern" && k != "backend") {
+                       k != "backend") {  // the three flags ask for what kiln does anyway (docs/structured.md)
                 return bad_request(param + " is not supported by kiln serve", param);
             }
         }

@@ -13,8 +13,14 @@ T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 fail() { echo "grammar_cli_test: $*" >&2; exit 1; }
 
-out=$("$KILN_BIN" grammar --choice yes --choice "no way")
-[ "$out" = 'root ::= "yes" | "no way"' ] || fail "choice grammar: $out"
+"$KILN_BIN" grammar --choice yes --choice "no way" | grep -q '^root ::= ' || fail "choice grammar not printed"
+printf 'no way' > "$T/choice.txt"
+"$KILN_BIN" grammar --choice yes --choice "no way" --choice no -m "$TOK" --check "$T/choice.txt" > /dev/null ||
+    fail "'no way' is not one of the choices"
+printf 'no wa' > "$T/choice.txt"
+if "$KILN_BIN" grammar --choice yes --choice "no way" -m "$TOK" --check "$T/choice.txt" > /dev/null; then
+    fail "'no wa' passed as a whole choice"
+fi
 "$KILN_BIN" grammar --regex '[a-c]{2}|x\d+' | grep -q '^root ::= ' || fail "regex grammar not printed"
 
 cat > "$T/schema.json" <<'J'

@@ -77,13 +77,41 @@ TEST(Gbnf, ErrorsNameTheProblem) {
         {"root ::= \"\\q\"", "bad escape"},
         {"root ::= \"a\" )", "unbalanced"},
         {"root ::= [^\\x00-\\U0010FFFF]", "matches nothing"},
+        {"root ::= (\"a\"?){0,40}", "can be empty more than 32 times"},
     };
+    std::string big = "root ::=";  // 9 bytes per {0,10000}: 60 of them expand past 500,000 rules
+    for (int i = 0; i < 60; ++i) big += " \"a\"{0,10000}";
+    EXPECT_NE(parse_gbnf(big).status().message().find("too large"), std::string::npos);
     for (const Case& c : cases) {
         core::Result<Grammar> g = parse_gbnf(c.grammar);
         ASSERT_FALSE(g.is_ok()) << c.grammar;
         EXPECT_EQ(g.status().code(), core::StatusCode::kInvalidArgument) << c.grammar;
         EXPECT_NE(g.status().message().find(c.needle), std::string::npos) << c.grammar << ": " << g.status().message();
     }
+}
+
+TEST(Gbnf, DeepNestingIsRefusedNotACrash) {
+    const std::string deep = "root ::= " + std::string(100000, '(') + "\"a\"" + std::string(100000, ')');
+    core::Result<Grammar> g = parse_gbnf(deep);
+    ASSERT_FALSE(g.is_ok());
+    EXPECT_NE(g.status().message().find("nested deeper than 200"), std::string::npos);
+    EXPECT_TRUE(parse_gbnf("root ::= " + std::string(150, '(') + "\"a\"" + std::string(150, ')')).is_ok());
+}
+
+// Choices compile to a trie of rules: every choice is a whole sentence, and nothing else is (its
+// prefixes, extensions, or other strings).
+TEST(Gbnf, ChoicesAsATrie) {
+    StructuredSpec spec;
+    spec.kind = StructuredSpec::Kind::kChoice;
+    spec.choices = {"no", "no way", "not now", "yes", "y", "n\xc3\xa9", "n\xc3\xa9e", "yes", "\"q\""};
+    auto text = spec_to_gbnf(spec);
+    ASSERT_TRUE(text.is_ok()) << text.status().message();
+    const Grammar g = parse(*text);
+    for (const std::string& c : spec.choices) EXPECT_TRUE(full_match(g, c)) << c << "\n" << *text;
+    for (const char* c : {"", "n", "no ", "no wa", "not", "ye", "yess", "n\xc3", "x", "q"})
+        EXPECT_FALSE(full_match(g, c)) << c << "\n" << *text;
+    spec.choices.assign(10001, "a");
+    EXPECT_FALSE(spec_to_gbnf(spec).is_ok());
 }
 
 TEST(Gbnf, LiteralRoundTrip) {
