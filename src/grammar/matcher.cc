@@ -33,6 +33,10 @@ TokenTable::TokenTable(std::vector<std::string> bytes, const std::vector<bool>& 
         const int c = bytes_[size_t(a)].compare(bytes_[size_t(b)]);
         return c != 0 ? c < 0 : a < b;
     });
+    for (int b = 0, i = 0; b <= 256; ++b) {
+        while (i < int(sorted_.size()) && uint8_t(bytes_[size_t(sorted_[size_t(i)])][0]) < b) ++i;
+        first_begin_[size_t(b)] = i;
+    }
     lcp_.assign(sorted_.size(), 0);
     for (size_t i = 1; i < sorted_.size(); ++i) {
         const std::string& a = bytes_[size_t(sorted_[i - 1])];
@@ -235,7 +239,19 @@ CompiledGrammar::PositionMask CompiledGrammar::precompute(int32_t start) {
     std::vector<int32_t> accepted;
     PositionMask pm;
     size_t valid = 0;  // sets[0..valid] belong to the current token's prefix
+    // Tokens are grouped by first byte: a group whose byte the start refuses is skipped whole (its
+    // tokens are rejected: the start holds no context marker). Most positions are narrow literals.
+    int b = 0;
+    size_t group_end = 0;
     for (size_t i = 0; i < order.size();) {
+        if (i >= group_end) {
+            while (b < 256 && (vt.first_begin(b) == vt.first_begin(b + 1) || next_set(sets[0], uint8_t(b)) == kDead)) ++b;
+            if (b == 256) break;
+            i = size_t(vt.first_begin(b));
+            group_end = size_t(vt.first_begin(b + 1));
+            valid = 0;
+            ++b;
+        }
         const std::string& t = vt.bytes(order[i]);
         size_t d = std::min(valid, size_t(lcp[i]));
         if (sets.size() < t.size() + 1) sets.resize(t.size() + 1), hit.resize(t.size() + 1);

@@ -47,12 +47,15 @@ public:
     // Allowed tokens in byte order, and each one's common prefix length with the one before.
     const std::vector<int32_t>& sorted() const { return sorted_; }
     const std::vector<int32_t>& lcp() const { return lcp_; }
+    // sorted()[first_begin(b) .. first_begin(b + 1)) are the tokens whose first byte is b.
+    int32_t first_begin(int b) const { return first_begin_[size_t(b)]; }
 
 private:
     std::vector<std::string> bytes_;
     std::vector<bool> excluded_;
     std::vector<std::pair<int32_t, std::string>> first_bytes_;  // ascending ids
     std::vector<int32_t> sorted_, lcp_;
+    std::array<int32_t, 257> first_begin_{};
 };
 
 // A tokenizer's table for a model with `vocab_size` logits (0: the tokenizer's size): each token's

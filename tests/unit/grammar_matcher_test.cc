@@ -103,7 +103,7 @@ TEST(Gbnf, DeepNestingIsRefusedNotACrash) {
 TEST(Gbnf, ChoicesAsATrie) {
     StructuredSpec spec;
     spec.kind = StructuredSpec::Kind::kChoice;
-    spec.choices = {"no", "no way", "not now", "yes", "y", "n\xc3\xa9", "n\xc3\xa9e", "yes", "\"q\""};
+    spec.choices = {"no", "no way", "not now", "yes", "y", "n\xc3\xa9", "n\xc3\xa9" "e", "yes", "\"q\""};
     auto text = spec_to_gbnf(spec);
     ASSERT_TRUE(text.is_ok()) << text.status().message();
     const Grammar g = parse(*text);
