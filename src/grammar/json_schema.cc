@@ -29,6 +29,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "grammar/gbnf.h"
 #include "grammar/json_schema_internal.h"
@@ -321,6 +322,8 @@ Result<std::vector<std::string>> Converter::enum_alternatives(const Json& s, con
     if (auto e = s.find("enum"); e != s.end()) {
         if (!e->is_array() || e->empty())
             return error(StatusCode::kInvalidArgument) << "enum at " << where(ptr) << " is not a non-empty list";
+        if (e->size() > 10000)  // as choices: each value is a stack of its own while its prefix is being written
+            return error(StatusCode::kUnsupported) << "enum at " << where(ptr) << " has more than 10000 values";
         for (const auto& v : *e)
             if (!s.contains("const") || v == s["const"]) values.push_back(v);
     } else {
@@ -328,11 +331,12 @@ Result<std::vector<std::string>> Converter::enum_alternatives(const Json& s, con
     }
     KILN_ASSIGN_OR_RETURN(std::vector<std::string> types, read_types(s, ptr));
     std::vector<std::string> alts;
+    std::set<std::string> seen;
     for (const auto& v : values) {
         bool typed = types.empty() ||
                      std::any_of(types.begin(), types.end(), [&](const std::string& t) { return has_type(v, t); });
         std::string lit = gbnf_literal(compact(v));
-        if (typed && std::find(alts.begin(), alts.end(), lit) == alts.end()) alts.push_back(lit);
+        if (typed && seen.insert(lit).second) alts.push_back(lit);
     }
     if (alts.empty())
         return error(StatusCode::kInvalidArgument)

@@ -171,5 +171,23 @@ TEST(JsonSchema, MalformedSchemasAreInvalidArguments) {
     }
 }
 
+TEST(JsonSchema, HugeEnumsAreRefusedAndLargeOnesStayExact) {
+    json big = json::object();
+    big["enum"] = json::array();
+    for (int i = 0; i < 10001; ++i) big["enum"].push_back("v" + std::to_string(i));
+    auto r = json_schema_to_gbnf(big);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().code(), core::StatusCode::kUnsupported);
+    EXPECT_NE(r.status().message().find("more than 10000"), std::string::npos);
+    big["enum"].erase(10000);
+    big["enum"][9999] = "v0";  // a repeat: kept once
+    auto g = compile(big, "10000 values");
+    ASSERT_TRUE(g);
+    EXPECT_TRUE(full_match(*g, "\"v9998\""));
+    EXPECT_FALSE(full_match(*g, "\"v9999\""));
+    EXPECT_TRUE(full_match(*g, "\"v0\""));
+    EXPECT_FALSE(full_match(*g, "\"v10000\""));
+}
+
 }  // namespace
 }  // namespace kiln::grammar
