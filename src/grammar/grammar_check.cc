@@ -33,9 +33,12 @@ std::vector<bool> fixpoint(const Grammar& g, const std::function<bool(const Elem
 
 }  // namespace
 
+std::vector<bool> nullable_rules(const Grammar& g) {
+    return fixpoint(g, [](const Element& e, const std::vector<bool>& y) { return e.kind == K::kRule && y[size_t(e.value)]; });
+}
+
 core::Status check_grammar(const Grammar& g) {
-    const std::vector<bool> nullable =
-        fixpoint(g, [](const Element& e, const std::vector<bool>& y) { return e.kind == K::kRule && y[size_t(e.value)]; });
+    const std::vector<bool> nullable = nullable_rules(g);
     const std::vector<bool> productive =
         fixpoint(g, [](const Element& e, const std::vector<bool>& y) { return e.kind == K::kBytes || y[size_t(e.value)]; });
     // Rules reachable from root; calls made before any byte is consumed ("left calls"), and whether

@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "core/check.h"
+#include "grammar/utf8_ranges.h"
 
 namespace kiln::grammar {
 namespace {
@@ -71,6 +72,7 @@ CompiledGrammar::CompiledGrammar(Grammar g, std::shared_ptr<const TokenTable> vo
     size_t longest = 0;
     for (int32_t id : vocab_->sorted()) longest = std::max(longest, vocab_->bytes(id).size());
     const int32_t cap = int32_t(longest) + 2;
+    cap_ = cap;
     canon_.resize(g_.elements.size());
     for (size_t p = 0; p < canon_.size(); ++p) canon_[p] = int32_t(p);
     // Chains are made in rank order (R_(k-1) before R_k), so one pass in id order finds each rule's
@@ -84,6 +86,22 @@ CompiledGrammar::CompiledGrammar(Grammar g, std::shared_ptr<const TokenTable> vo
         for (size_t a = 0; a < g_.rules[r].size(); ++a)
             for (int32_t p = g_.rules[r][a], q = g_.rules[size_t(c)][a]; g_.elements[size_t(p)].kind != K::kEnd; ++p, ++q)
                 canon_[size_t(p)] = q;
+    }
+    pos_rule_.assign(g_.elements.size(), -1);
+    pos_alt_.assign(g_.elements.size(), 0);
+    pos_off_.assign(g_.elements.size(), 0);
+    for (size_t r = 0; r < g_.rules.size(); ++r)
+        for (size_t a = 0; a < g_.rules[r].size(); ++a)
+            for (int32_t p = g_.rules[r][a], o = 0; g_.elements[size_t(p)].kind != K::kEnd; ++p, ++o)
+                pos_rule_[size_t(p)] = int32_t(r), pos_alt_[size_t(p)] = int32_t(a), pos_off_[size_t(p)] = o;
+    const std::vector<bool> nullable = nullable_rules(g_);
+    chain_up_.assign(g_.rules.size(), -1);
+    chain_ok_.assign(g_.rules.size(), false);
+    for (size_t r = 0; r < g_.rules.size() && r < g_.chain_rank.size(); ++r) {
+        if (g_.chain_rank[r] == 0) continue;
+        if (g_.chain_next[r] >= 0) chain_up_[size_t(g_.chain_next[r])] = int32_t(r);
+        const Element& unit = g_.elements[size_t(g_.rules[r][0])];
+        chain_ok_[r] = unit.kind == K::kBytes || !nullable[size_t(unit.value)];
     }
 }
 
@@ -217,20 +235,95 @@ const CompiledGrammar::PositionMask& CompiledGrammar::position_mask(int32_t stac
     int32_t below = stack;
     for (; n < kFrames && below != kDone; below = nodes_[size_t(below)].parent)
         chain[n++] = canon_[size_t(nodes_[size_t(below)].pos)];
+    return mask_for(chain, n, below == kDone);
+}
+
+constexpr int32_t kMinDerived = 12;
+
+const CompiledGrammar::PositionMask& CompiledGrammar::mask_for(const int32_t* chain, int n, bool done) {
     // Key: the positions, then whether the stack ends there (then nothing depends on a context).
     std::string key(reinterpret_cast<const char*>(chain), size_t(n) * sizeof(int32_t));
-    key += below == kDone ? 'w' : 'c';
+    key += done ? 'w' : 'c';
     if (auto it = positions_.find(key); it != positions_.end()) return it->second;
-    int32_t start = below == kDone ? kDone : kContext;
+    int32_t start = done ? kDone : kContext;
     for (int i = n - 1; i >= 0; --i) start = intern(start, chain[i]);
-    PositionMask pm = precompute(start);
+    // A frame in a bounded chain R_k with R_(k+1) above it: the same key one rank up classifies every
+    // token shorter than k bytes; walk only the rest.
+    int frame = -1;
+    size_t k = 0;
+    // Only where the walk is long: a narrow class (a literal's byte) walks a few tokens anyway.
+    const bool broad = g_.byte_sets[size_t(g_.elements[size_t(chain[0])].value)].count() >= 32;
+    for (int i = 0; i < n && frame < 0 && broad; ++i) {
+        const int32_t r = pos_rule_[size_t(chain[i])];
+        // Below cap_ only: ranks above it share R_cap's positions (canon_), which has no distinct rank up.
+        // From kMinDerived up: below it most tokens are long enough to need their own walk anyway.
+        if (r >= 0 && size_t(r) < g_.chain_rank.size() && g_.chain_rank[size_t(r)] >= kMinDerived &&
+            g_.chain_rank[size_t(r)] < cap_ && chain_ok_[size_t(r)] && chain_up_[size_t(r)] >= 0)
+            frame = i, k = size_t(g_.chain_rank[size_t(r)]);
+    }
+    PositionMask pm;
+    if (frame < 0) {
+        pm = precompute(start);
+    } else {
+        int32_t up[kFrames];
+        std::copy(chain, chain + n, up);
+        const int32_t p = chain[frame], r = chain_up_[size_t(pos_rule_[size_t(p)])];
+        up[frame] = canon_[size_t(g_.rules[size_t(r)][size_t(pos_alt_[size_t(p)])] + pos_off_[size_t(p)])];
+        const PositionMask& base = mask_for(up, n, done);  // may rehash positions_: copy what is needed now
+        const TokenTable& vt = *vocab_;
+        const std::vector<uint64_t>& shorter = short_bits(k);
+        PositionMask longer = precompute(start, k);
+        // accepted = base's accepted among the short tokens + the long tokens' walk.
+        std::vector<uint64_t> bits(size_t(mask_words()), 0);
+        if (!base.bits.empty()) {
+            for (size_t w = 0; w < bits.size(); ++w) bits[w] = base.bits[w] & shorter[w];
+        } else {
+            for (int32_t id : base.ids)
+                if (get_bit(shorter, id)) set_bit(bits, id);
+        }
+        if (!longer.bits.empty()) {
+            for (size_t w = 0; w < bits.size(); ++w) bits[w] |= longer.bits[w];
+        } else {
+            for (int32_t id : longer.ids) set_bit(bits, id);
+        }
+        for (int32_t id : base.depends)
+            if (get_bit(shorter, id)) pm.depends.push_back(id);
+        pm.depends.insert(pm.depends.end(), longer.depends.begin(), longer.depends.end());
+        int64_t count = 0;
+        for (uint64_t w : bits) count += __builtin_popcountll(w);
+        if (count * 32 > vt.vocab_size()) {
+            pm.bits = std::move(bits);
+        } else {
+            for (size_t w = 0; w < bits.size(); ++w)
+                for (uint64_t m = bits[w]; m; m &= m - 1) pm.ids.push_back(int32_t(w * 64 + size_t(__builtin_ctzll(m))));
+        }
+    }
     position_bytes_ += pm.bits.size() * 8 + (pm.ids.size() + pm.depends.size()) * 4 + key.size() + 64;
     return positions_.emplace(key, std::move(pm)).first->second;
 }
 
-CompiledGrammar::PositionMask CompiledGrammar::precompute(int32_t start) {
+const std::vector<int32_t>& CompiledGrammar::long_tokens(size_t k) {
+    auto [it, fresh] = long_tokens_.try_emplace(k);
+    if (fresh)
+        for (int32_t id : vocab_->sorted())
+            if (vocab_->bytes(id).size() >= k) it->second.push_back(id);
+    return it->second;
+}
+
+const std::vector<uint64_t>& CompiledGrammar::short_bits(size_t k) {
+    auto [it, fresh] = short_bits_.try_emplace(k);
+    if (fresh) {
+        it->second.assign(size_t(mask_words()), 0);
+        for (int32_t id : vocab_->sorted())
+            if (vocab_->bytes(id).size() < k) set_bit(it->second, id);
+    }
+    return it->second;
+}
+
+CompiledGrammar::PositionMask CompiledGrammar::precompute(int32_t start, size_t min_len) {
     const TokenTable& vt = *vocab_;
-    const std::vector<int32_t>& order = vt.sorted();
+    // min_len > 0: only the tokens of at least min_len bytes (their own byte-ordered list).
+    const std::vector<int32_t>& order = min_len > 0 ? long_tokens(min_len) : vt.sorted();
     const std::vector<int32_t>& lcp = vt.lcp();
     // sets[d]: the state after the first d bytes of the current token; hit[d]: some state before
     // depth d held kContext (the frames returned with bytes left).
@@ -243,6 +336,7 @@ CompiledGrammar::PositionMask CompiledGrammar::precompute(int32_t start) {
     // tokens are rejected: the start holds no context marker). Most positions are narrow literals.
     int b = 0;
     size_t group_end = 0;
+    if (min_len > 0) group_end = order.size();  // one list, no first-byte groups
     for (size_t i = 0; i < order.size();) {
         if (i >= group_end) {
             while (b < 256 && (vt.first_begin(b) == vt.first_begin(b + 1) || next_set(sets[0], uint8_t(b)) == kDead)) ++b;
@@ -253,7 +347,14 @@ CompiledGrammar::PositionMask CompiledGrammar::precompute(int32_t start) {
             ++b;
         }
         const std::string& t = vt.bytes(order[i]);
-        size_t d = std::min(valid, size_t(lcp[i]));
+        size_t common = 0;
+        if (min_len == 0) {
+            common = size_t(lcp[i]);
+        } else if (i > 0) {  // lcp is for the whole vocabulary's order
+            const std::string& prev = vt.bytes(order[i - 1]);
+            while (common < prev.size() && common < t.size() && prev[common] == t[common]) ++common;
+        }
+        size_t d = std::min(valid, common);
         if (sets.size() < t.size() + 1) sets.resize(t.size() + 1), hit.resize(t.size() + 1);
         bool dead = false;
         while (d < t.size()) {

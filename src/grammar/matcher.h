@@ -98,6 +98,19 @@ private:
     // R_k (gbnf.h) with k above the longest token's length maps to the same spot in R_cap: no
     // token can reach the chain's end from either, so x{0,200} needs one walk, not 200.
     std::vector<int32_t> canon_;
+    // Bounded chains, walked once per rank otherwise: from R_k (unit never empty) a token of fewer
+    // than k bytes cannot reach the chain's end, so it classifies as from R_(k+1); only longer tokens
+    // are walked. chain_up_[r]: R_(k+1) for R_k (-1: none); chain_ok_[r]: r's unit is never empty;
+    // pos_rule_ / pos_alt_ / pos_off_: where each element sits.
+    std::vector<int32_t> chain_up_, pos_rule_, pos_alt_, pos_off_;
+    std::vector<bool> chain_ok_;
+    int32_t cap_ = 0;  // the rank past which chain positions are canonical (the longest token + 2)
+    // Per length k (made on first use): the tokens of at least k bytes in byte order, and a bitmap of
+    // the tokens shorter than k.
+    const std::vector<int32_t>& long_tokens(size_t k);
+    const std::vector<uint64_t>& short_bits(size_t k);
+    std::unordered_map<size_t, std::vector<int32_t>> long_tokens_;
+    std::unordered_map<size_t, std::vector<uint64_t>> short_bits_;
 
     static constexpr int32_t kDead = 0;  // the empty set of stacks: the text left the grammar
 
@@ -109,7 +122,10 @@ private:
     int32_t next_set(int32_t set, uint8_t byte);
     int32_t walk(int32_t set, std::string_view bytes);  // kDead as soon as a byte is refused
     const PositionMask& position_mask(int32_t stack);
-    PositionMask precompute(int32_t start);
+    // The classes for the key (chain[0..n): positions, top first; done: nothing below them).
+    const PositionMask& mask_for(const int32_t* chain, int n, bool done);
+    // Walks the tokens of at least min_len bytes from `start` (all of them with 0).
+    PositionMask precompute(int32_t start, size_t min_len = 0);
     int32_t initial_state();
     void fill_mask(int32_t set, std::vector<uint64_t>& mask);
     // The first token's mask: the initial state's, with the tokens whose first-token bytes differ

@@ -35,5 +35,7 @@ void append_utf8(std::string& out, uint32_t cp);
 // rule calls itself before consuming a byte with something left to do after the call (left
 // recursion, which a top-down matcher cannot run). kInvalidArgument naming the rule.
 core::Status check_grammar(const Grammar& g);
+// Rules that can match the empty string.
+std::vector<bool> nullable_rules(const Grammar& g);
 
 }  // namespace kiln::grammar

@@ -244,6 +244,14 @@ TEST(Matcher, SmolLM2VocabularyAgainstBruteForce) {
     auto choice = compiler.compile(spec);
     ASSERT_TRUE(choice.is_ok()) << choice.status().message();
     check_masks_against_brute_force(*choice, 5, 10, 4);
+    // Bounded strings: chains of ranks past kMinDerived take their short tokens' classes from the
+    // rank above (matcher.cc mask_for); the walks must still equal brute force at every rank.
+    spec.kind = StructuredSpec::Kind::kGrammar;
+    spec.value = R"(root ::= "\"" ch{0,40} "\"" ( ", \"" [a-z ]{0,30} "\"" )?
+ch ::= [^"\\] | "\\" ["\\n])";
+    auto bounded = compiler.compile(spec);
+    ASSERT_TRUE(bounded.is_ok()) << bounded.status().message();
+    check_masks_against_brute_force(*bounded, 4, 30, 5);
 }
 
 }  // namespace
