@@ -453,6 +453,7 @@ bool EngineCore::step() {
         if (!s.sample) continue;
         const Live& live = requests_.at(s.id);
         const sampling::SamplingParams& p = live.request.params;
+        // Rows the host must see: logprobs, raw logits, or a grammar's mask to apply before sampling.
         const bool wants_logits = p.logprobs >= 0 || live.request.return_logits || live.matcher;
         plain_greedy = plain_greedy && !wants_logits && live.sampler->is_greedy() && p.logit_bias.empty() &&
                        p.repetition_penalty == 1.0f && p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f;

@@ -6,6 +6,7 @@
 #include "grammar/gbnf.h"
 #include "grammar/json_schema.h"
 #include "grammar/regex.h"
+#include "tokenizer/unicode.h"
 
 namespace kiln::grammar {
 namespace {
@@ -18,11 +19,7 @@ core::Status prefixed(const core::Status& st, const char* what) {
 }
 
 // Length in bytes of the first UTF-8 character of s (1 for a stray byte).
-size_t char_len(std::string_view s) {
-    const unsigned char c = static_cast<unsigned char>(s[0]);
-    const size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
-    return std::min(n, s.size());
-}
+size_t char_len(std::string_view s) { return std::min(tokenizer::utf8_len(uint8_t(s[0])), s.size()); }
 
 // Choices as a trie of rules (one per branching point), so a state holds one stack however many
 // choices share a prefix: a flat list of alternatives would keep one stack per choice alive.

@@ -9,6 +9,7 @@
 
 #include "grammar/gbnf.h"
 #include "grammar/utf8_ranges.h"
+#include "tokenizer/unicode.h"
 
 namespace kiln::grammar {
 namespace {
@@ -365,7 +366,9 @@ private:
             return true;
         }
         size_t n = 0;
-        if (!decode_utf8(s_.substr(p_), cp, n)) return failed("invalid UTF-8");
+        const int32_t c = tokenizer::utf8_decode(s_, p_, &n);
+        if (c < 0) return failed("invalid UTF-8");
+        cp = uint32_t(c);
         p_ += n;
         return true;
     }
@@ -381,7 +384,7 @@ private:
             uint32_t cp = 0;
             bool escaped = false;
             if (!next_code_point(cp, escaped)) return false;
-            append_utf8(out, cp);
+            tokenizer::utf8_append(out, cp);
         }
     }
 

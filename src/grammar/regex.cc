@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "grammar/regex_tree.h"
+#include "tokenizer/unicode.h"
 
 namespace kiln::grammar {
 namespace {
@@ -59,19 +60,10 @@ private:
 
     core::Status decode() {
         for (size_t p = 0; p < pattern_.size();) {
-            auto b = uint8_t(pattern_[p]);
-            size_t len = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
-            uint32_t cp = len == 1 ? b : len == 2 ? (b & 0x1F) : len == 3 ? (b & 0x0F) : (b & 0x07);
-            bool ok = len > 0 && p + len <= pattern_.size();
-            for (size_t k = 1; ok && k < len; ++k) {
-                auto c = uint8_t(pattern_[p + k]);
-                ok = (c & 0xC0) == 0x80;
-                cp = (cp << 6) | (c & 0x3F);
-            }
-            static constexpr uint32_t kMinForLen[] = {0, 0, 0x80, 0x800, 0x10000};
-            if (!ok || cp < kMinForLen[len] || cp > kMaxCodePoint || (cp >= kSurrogateLo && cp <= kSurrogateHi))
-                return core::error(StatusCode::kInvalidArgument) << "regex: invalid UTF-8 at offset " << p;
-            cps_.push_back(cp);
+            size_t len = 1;
+            const int32_t cp = tokenizer::utf8_decode(pattern_, p, &len);
+            if (cp < 0) return core::error(StatusCode::kInvalidArgument) << "regex: invalid UTF-8 at offset " << p;
+            cps_.push_back(uint32_t(cp));
             offs_.push_back(p);
             p += len;
         }

@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <utility>
 
+#include "tokenizer/unicode.h"
+
 namespace kiln::grammar::regex_tree {
 namespace {
 
@@ -98,24 +100,6 @@ Node star_body(const Node& n) {
     return n;
 }
 
-void append_utf8(std::string& out, uint32_t cp) {
-    if (cp < 0x80) {
-        out += char(cp);
-    } else if (cp < 0x800) {
-        out += char(0xC0 | (cp >> 6));
-        out += char(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        out += char(0xE0 | (cp >> 12));
-        out += char(0x80 | ((cp >> 6) & 0x3F));
-        out += char(0x80 | (cp & 0x3F));
-    } else {
-        out += char(0xF0 | (cp >> 18));
-        out += char(0x80 | ((cp >> 12) & 0x3F));
-        out += char(0x80 | ((cp >> 6) & 0x3F));
-        out += char(0x80 | (cp & 0x3F));
-    }
-}
-
 // One code point inside a GBNF literal ("...") or class ([...]). Printable ASCII and the letters
 // and CJK of the BMP are written as themselves; controls, separators, format characters and
 // everything astral as \xHH / \uHHHH / \UHHHHHHHH.
@@ -137,7 +121,7 @@ void append_char(std::string& out, uint32_t cp, bool in_class) {
         out += buf;
     } else if (cp < 0x7F || (cp >= 0xA1 && cp <= 0x1FFF && cp != 0xAD) || (cp >= 0x2E80 && cp <= 0xD7A3) ||
                (cp >= 0xF900 && cp <= 0xFDCF)) {
-        append_utf8(out, cp);
+        tokenizer::utf8_append(out, cp);
     } else if (cp <= 0xFFFF) {
         std::snprintf(buf, sizeof buf, "\\u%04X", unsigned(cp));
         out += buf;

@@ -105,36 +105,4 @@ std::vector<ByteRangeSeq> utf8_sequences(const std::vector<CodeRange>& ranges) {
     return out;
 }
 
-bool decode_utf8(std::string_view s, uint32_t& cp, size_t& len) {
-    if (s.empty()) return false;
-    const uint8_t b0 = uint8_t(s[0]);
-    int n = b0 < 0x80 ? 1 : (b0 >> 5) == 6 ? 2 : (b0 >> 4) == 14 ? 3 : (b0 >> 3) == 30 ? 4 : 0;
-    if (n == 0 || s.size() < size_t(n)) return false;
-    cp = n == 1 ? b0 : n == 2 ? (b0 & 0x1F) : n == 3 ? (b0 & 0x0F) : (b0 & 0x07);
-    for (int i = 1; i < n; ++i) {
-        const uint8_t b = uint8_t(s[size_t(i)]);
-        if ((b >> 6) != 2) return false;
-        cp = (cp << 6) | (b & 0x3F);
-    }
-    if (utf8_len(cp) != n || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    len = size_t(n);
-    return true;
-}
-
-bool valid_utf8(std::string_view s) {
-    for (size_t i = 0; i < s.size();) {
-        uint32_t cp = 0;
-        size_t n = 0;
-        if (!decode_utf8(s.substr(i), cp, n)) return false;
-        i += n;
-    }
-    return true;
-}
-
-void append_utf8(std::string& out, uint32_t cp) {
-    uint8_t b[4];
-    encode(cp, b);
-    out.append(reinterpret_cast<const char*>(b), size_t(utf8_len(cp)));
-}
-
 }  // namespace kiln::grammar

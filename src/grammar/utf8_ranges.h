@@ -26,10 +26,7 @@ std::vector<CodeRange> complement_ranges(const std::vector<CodeRange>& ranges);
 // Byte-range sequences whose union is exactly the UTF-8 encodings of `ranges` (normalized).
 std::vector<ByteRangeSeq> utf8_sequences(const std::vector<CodeRange>& ranges);
 
-// One code point from the front of `s`: false for invalid UTF-8 (overlong, surrogate, truncated).
-bool decode_utf8(std::string_view s, uint32_t& cp, size_t& len);
-bool valid_utf8(std::string_view s);
-void append_utf8(std::string& out, uint32_t cp);
+// UTF-8 decoding and encoding of single code points: tokenizer/unicode.h.
 
 // Checks a lowered grammar (gbnf.h): every rule reachable from root can match something, and no
 // rule calls itself before consuming a byte with something left to do after the call (left
