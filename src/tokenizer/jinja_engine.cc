@@ -1,222 +1,98 @@
-// Jinja2 subset: tree-walking evaluator over the AST built by jinja_parse.cc. See jinja_engine.h
-// for the supported subset. Errors are thrown internally as JinjaError and turned into a Status at
-// render(); nothing else escapes.
+// Jinja evaluator: runs the AST of jinja_parse.cc with jinja2's scoping (a scope per loop iteration, macro
+// and with block; macros see their defining scope as it is when they run), undefined values, macros,
+// call blocks and loop controls. Filters, tests, methods and global functions live in jinja_builtins.cc.
+// Errors are thrown internally as JinjaError and turned into a Status at render(); nothing else escapes.
 #include "tokenizer/jinja_engine.h"
 
 #include <algorithm>
-#include <cmath>
-#include <cstdio>
-#include <map>
-#include <set>
+#include <unordered_map>
 
-#include "tokenizer/jinja_ast.h"
+#include "tokenizer/jinja_builtins.h"
+#include "tokenizer/jinja_value.h"
 
 namespace kiln::tokenizer::jinja {
 namespace {
 
 using namespace detail;
 
-// ---------------------------------------------------------------- evaluator
-
-bool truthy(const Value& v) {
-    switch (v.type) {
-        case Type::kUndefined: case Type::kNone: return false;
-        case Type::kBool: return v.b;
-        case Type::kInt: return v.i != 0;
-        case Type::kFloat: return v.f != 0.0;
-        case Type::kString: return !v.s.empty();
-        case Type::kList: return !v.list->empty();
-        case Type::kDict: return !v.dict->empty();
-        case Type::kNamespace: return true;
-    }
-    return false;
-}
-
-std::string fmt_float(double f) {
-    if (std::isnan(f)) return "nan";
-    if (std::isinf(f)) return f > 0 ? "inf" : "-inf";
-    char buf[64];
-    for (int prec = 1; prec <= 17; ++prec) {
-        std::snprintf(buf, sizeof(buf), "%.*g", prec, f);
-        if (std::strtod(buf, nullptr) == f) break;
-    }
-    std::string s = buf;
-    if (s.find_first_of(".eni") == std::string::npos) s += ".0";
-    return s;
-}
-
-std::string repr(const Value& v);
-std::string to_str(const Value& v) {  // Python str()
-    switch (v.type) {
-        case Type::kUndefined: return "";
-        case Type::kNone: return "None";
-        case Type::kBool: return v.b ? "True" : "False";
-        case Type::kInt: return std::to_string(v.i);
-        case Type::kFloat: return fmt_float(v.f);
-        case Type::kString: return v.s;
-        default: return repr(v);
-    }
-}
-std::string repr(const Value& v) {  // Python repr(), close enough for lists/dicts of plain values
-    if (v.type == Type::kString) {
-        std::string q = v.s.find('\'') != std::string::npos && v.s.find('"') == std::string::npos ? "\"" : "'";
-        std::string out = q;
-        for (char c : v.s) {
-            if (c == '\\') out += "\\\\";
-            else if (c == '\n') out += "\\n";
-            else if (c == '\t') out += "\\t";
-            else if (std::string(1, c) == q) out += "\\" + q;
-            else out += c;
-        }
-        return out + q;
-    }
-    if (v.type == Type::kList) {
-        std::string out = "[";
-        for (size_t k = 0; k < v.list->size(); ++k) out += (k ? ", " : "") + repr((*v.list)[k]);
-        return out + "]";
-    }
-    if (v.type == Type::kDict || v.type == Type::kNamespace) {
-        std::string out = v.type == Type::kNamespace ? "<Namespace {" : "{";
-        for (size_t k = 0; k < v.dict->size(); ++k)
-            out += (k ? ", " : "") + repr(Value::str((*v.dict)[k].first)) + ": " + repr((*v.dict)[k].second);
-        return out + (v.type == Type::kNamespace ? "}>" : "}");
-    }
-    return to_str(v);
-}
-
-void json_str(const std::string& s, std::string& out) {  // json.dumps(ensure_ascii=False)
-    out += '"';
-    for (unsigned char c : s) {
-        switch (c) {
-            case '"': out += "\\\""; break;
-            case '\\': out += "\\\\"; break;
-            case '\n': out += "\\n"; break;
-            case '\r': out += "\\r"; break;
-            case '\t': out += "\\t"; break;
-            case '\b': out += "\\b"; break;
-            case '\f': out += "\\f"; break;
-            default:
-                if (c < 0x20) { char b[8]; std::snprintf(b, sizeof(b), "\\u%04x", c); out += b; }
-                else out += static_cast<char>(c);
-        }
-    }
-    out += '"';
-}
-
-void to_json(const Value& v, int indent, int level, std::string& out, int depth) {
-    if (depth > 256) fail("tojson: value nested too deeply");
-    auto nl = [&](int lv) {
-        if (indent >= 0) { out += '\n'; out.append(static_cast<size_t>(indent * lv), ' '); }
-    };
-    switch (v.type) {
-        case Type::kUndefined: case Type::kNone: out += "null"; return;
-        case Type::kBool: out += v.b ? "true" : "false"; return;
-        case Type::kInt: out += std::to_string(v.i); return;
-        case Type::kFloat: out += fmt_float(v.f); return;
-        case Type::kString: json_str(v.s, out); return;
-        case Type::kList:
-            if (v.list->empty()) { out += "[]"; return; }
-            out += '[';
-            for (size_t k = 0; k < v.list->size(); ++k) {
-                if (k) out += indent >= 0 ? "," : ", ";
-                nl(level + 1);
-                to_json((*v.list)[k], indent, level + 1, out, depth + 1);
-            }
-            nl(level);
-            out += ']';
-            return;
-        case Type::kDict: case Type::kNamespace:
-            if (v.dict->empty()) { out += "{}"; return; }
-            out += '{';
-            for (size_t k = 0; k < v.dict->size(); ++k) {
-                if (k) out += indent >= 0 ? "," : ", ";
-                nl(level + 1);
-                json_str((*v.dict)[k].first, out);
-                out += ": ";
-                to_json((*v.dict)[k].second, indent, level + 1, out, depth + 1);
-            }
-            nl(level);
-            out += '}';
-            return;
-    }
-}
-
-bool is_num(const Value& v) { return v.type == Type::kInt || v.type == Type::kFloat || v.type == Type::kBool; }
-double num(const Value& v) { return v.type == Type::kFloat ? v.f : v.type == Type::kBool ? v.b : static_cast<double>(v.i); }
-
-bool equal(const Value& a, const Value& b) {
-    if (is_num(a) && is_num(b)) return num(a) == num(b);
-    if (a.type != b.type) return false;
-    switch (a.type) {
-        case Type::kString: return a.s == b.s;
-        case Type::kList:
-            if (a.list->size() != b.list->size()) return false;
-            for (size_t k = 0; k < a.list->size(); ++k) if (!equal((*a.list)[k], (*b.list)[k])) return false;
-            return true;
-        case Type::kDict: case Type::kNamespace:
-            if (a.dict->size() != b.dict->size()) return false;
-            for (size_t k = 0; k < a.dict->size(); ++k)
-                if ((*a.dict)[k].first != (*b.dict)[k].first || !equal((*a.dict)[k].second, (*b.dict)[k].second)) return false;
-            return true;
-        default: return true;  // undefined == undefined, none == none
-    }
-}
-
-const Value* dict_get(const Value& d, const std::string& key) {
-    for (const auto& [k, v] : *d.dict) if (k == key) return &v;
-    return nullptr;
-}
-
-std::vector<Value> iterate(const Value& v) {
-    if (v.type == Type::kList) return *v.list;
-    if (v.type == Type::kDict) {
-        std::vector<Value> keys;
-        for (const auto& kv : *v.dict) keys.push_back(Value::str(kv.first));
-        return keys;
-    }
-    if (v.type == Type::kString) {
-        std::vector<Value> chars;
-        for (char c : v.s) chars.push_back(Value::str(std::string(1, c)));
-        return chars;
-    }
-    if (v.type == Type::kUndefined || v.type == Type::kNone) {
-        if (v.type == Type::kNone) fail("'NoneType' object is not iterable");
-        return {};
-    }
-    fail("value is not iterable: " + repr(v));
-}
-
-int64_t py_index(int64_t i, int64_t n) { return i < 0 ? i + n : i; }
-
 struct LoopBreak {};
 struct LoopContinue {};
 
-class Evaluator {
+struct Scope {
+    std::unordered_map<std::string, Value> vars;
+    std::shared_ptr<Scope> parent;
+};
+using ScopeP = std::shared_ptr<Scope>;
+
+class Evaluator final : public Interp {
 public:
     Evaluator(const Dict& globals, const RenderLimits& limits) : limits_(limits) {
-        scopes_.emplace_back();
-        for (const auto& [k, v] : globals) scopes_.back()[k] = v;
+        root_ = std::make_shared<Scope>();
+        for (const auto& [k, v] : globals) root_->vars[k] = v;
+        scope_ = root_;
     }
-    std::string out;
 
+    std::string render(const Body& body) {
+        std::string result;
+        out_ = &result;
+        run(body);
+        return result;
+    }
+    int line() const { return line_; }
+
+    Value call(const Value& fn, const Args& a) override {
+        if (fn.type != Type::kCallable) {
+            require_defined(fn);
+            fail(std::string("'") + type_name(fn) + "' object is not callable");
+        }
+        if (++depth_ > limits_.max_depth) fail("calls nested too deeply");
+        Value r = fn.fn->call(*this, a);
+        --depth_;
+        return r;
+    }
+    const RenderLimits& limits() const override { return limits_; }
+
+private:
+    // Runs `fn` with a fresh output buffer and a child scope of `parent`; returns what it wrote.
+    template <typename F>
+    std::string capture(ScopeP parent, F&& fn) {  // by value: callers pass scope_, which this replaces
+        std::string buf;
+        std::string* saved_out = out_;
+        ScopeP saved_scope = scope_;
+        out_ = &buf;
+        scope_ = std::make_shared<Scope>();
+        scope_->parent = parent;
+        try {
+            fn();
+        } catch (...) {
+            out_ = saved_out;
+            scope_ = saved_scope;
+            throw;
+        }
+        out_ = saved_out;
+        scope_ = saved_scope;
+        return buf;
+    }
+
+    void emit(const std::string& s) {
+        if (out_->size() + s.size() > limits_.max_output_bytes) fail("output exceeds the size limit");
+        *out_ += s;
+    }
     void run(const Body& body) {
         for (const auto& s : body) exec(*s);
     }
-
-private:
-    void emit(const std::string& s) {
-        if (out.size() + s.size() > limits_.max_output_bytes) fail("output exceeds the size limit");
-        out += s;
-    }
     Value lookup(const std::string& name) const {
-        for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
-            auto f = it->find(name);
-            if (f != it->end()) return f->second;
+        for (const Scope* sc = scope_.get(); sc; sc = sc->parent.get()) {
+            auto f = sc->vars.find(name);
+            if (f != sc->vars.end()) return f->second;
         }
-        return Value{};
+        if (Value g = builtin_global(name); g.type == Type::kCallable) return g;
+        return Value::undefined("'" + name + "' is undefined");
     }
+    void assign(const std::string& name, const Value& v) { scope_->vars[name] = v; }
 
     void exec(const Stmt& s) {
+        line_ = s.line;
         switch (s.kind) {
             case SK::kText: emit(s.text); return;
             case SK::kOutput: emit(to_str(eval(*s.exprs[0]))); return;
@@ -225,492 +101,399 @@ private:
                     if (k >= s.exprs.size() || truthy(eval(*s.exprs[k]))) { run(s.bodies[k]); return; }
                 }
                 return;
-            case SK::kSet: {
-                Value v = eval(*s.exprs[0]);
-                if (s.names.size() == 1) { scopes_.back()[s.names[0]] = v; return; }
-                Value ns = lookup(s.names[0]);
-                if (ns.type != Type::kNamespace) fail("cannot set attribute '" + s.names[1] + "' on non-namespace");
-                for (auto& kv : *ns.dict) if (kv.first == s.names[1]) { kv.second = v; return; }
-                ns.dict->emplace_back(s.names[1], v);
+            case SK::kSet: exec_set(s, eval(*s.exprs[0])); return;
+            case SK::kSetBlock: {
+                std::string text = capture(scope_, [&] { run(s.bodies[0]); });
+                exec_set(s, s.exprs[0] ? apply_block_filter(*s.exprs[0], text) : Value::str(text));
                 return;
             }
-            case SK::kFor: exec_for(s); return;
+            case SK::kFilterBlock: {
+                std::string text = capture(scope_, [&] { run(s.bodies[0]); });
+                emit(to_str(apply_block_filter(*s.exprs[0], text)));
+                return;
+            }
+            case SK::kFor: exec_for(s, iterable_of(*s.exprs[0]), 0); return;
             case SK::kBreak: throw LoopBreak{};
             case SK::kContinue: throw LoopContinue{};
+            case SK::kMacro: assign(s.text, make_macro(s, 0, s.text)); return;
+            case SK::kCallBlock: exec_call_block(s); return;
+            case SK::kWith: {
+                auto inner = std::make_shared<Scope>();
+                inner->parent = scope_;
+                for (size_t k = 0; k < s.names.size(); ++k) inner->vars[s.names[k]] = eval(*s.exprs[k]);
+                ScopeP saved = scope_;
+                scope_ = inner;
+                try { run(s.bodies[0]); } catch (...) { scope_ = saved; throw; }
+                scope_ = saved;
+                return;
+            }
+            case SK::kBlock: run(s.bodies[0]); return;
         }
     }
 
-    void bind_loop_vars(const Stmt& s, const Value& item, std::map<std::string, Value>& scope) {
-        if (s.names.size() == 1) { scope[s.names[0]] = item; return; }
-        if (item.type != Type::kList || item.list->size() != s.names.size()) fail("cannot unpack loop item " + repr(item));
-        for (size_t k = 0; k < s.names.size(); ++k) scope[s.names[k]] = (*item.list)[k];
+    void exec_set(const Stmt& s, const Value& v) {
+        if (s.names.size() > 1) {  // {% set a, b = pair %}
+            std::vector<Value> items = iterate(v);
+            if (items.size() != s.names.size())
+                fail("cannot unpack " + std::to_string(items.size()) + " values into " + std::to_string(s.names.size()));
+            for (size_t k = 0; k < items.size(); ++k) assign(s.names[k], items[k]);
+            return;
+        }
+        const std::string& target = s.names[0];
+        size_t dot = target.find('.');
+        if (dot == std::string::npos) { assign(target, v); return; }
+        Value ns = lookup(target.substr(0, dot));
+        std::string attr = target.substr(dot + 1);
+        if (ns.type != Type::kNamespace) fail("cannot assign attribute on non-namespace object");
+        for (auto& kv : *ns.dict) if (kv.first == attr) { kv.second = v; return; }
+        ns.dict->emplace_back(attr, v);
     }
 
-    void exec_for(const Stmt& s) {
-        std::vector<Value> items = iterate(eval(*s.exprs[0]));
-        if (s.exprs.size() > 1) {
+    Value apply_block_filter(const Expr& chain, const std::string& text) {
+        auto hole = std::make_shared<Scope>();
+        hole->parent = scope_;
+        hole->vars["\x01block"] = Value::str(text);
+        ScopeP saved = scope_;
+        scope_ = hole;
+        Value r;
+        try { r = eval(chain); } catch (...) { scope_ = saved; throw; }
+        scope_ = saved;
+        return r;
+    }
+
+    std::vector<Value> iterable_of(const Expr& e) {
+        Value v = eval(e);
+        if (v.type == Type::kNone) fail("'NoneType' object is not iterable");
+        return iterate(v);
+    }
+
+    void bind_targets(const Stmt& s, const Value& item, Scope& scope) {
+        if (s.names.size() == 1) { scope.vars[s.names[0]] = item; return; }
+        std::vector<Value> parts = iterate(item);
+        if (parts.size() != s.names.size())
+            fail("cannot unpack " + std::to_string(parts.size()) + " values into " + std::to_string(s.names.size()));
+        for (size_t k = 0; k < s.names.size(); ++k) scope.vars[s.names[k]] = parts[k];
+    }
+
+    void exec_for(const Stmt& s, std::vector<Value> items, int depth) {
+        if (depth > limits_.max_depth) fail("recursive loop nested too deeply");
+        if (s.exprs[1]) {  // {% for x in xs if cond %}: filtered before loop.* is computed
             std::vector<Value> kept;
             for (const auto& it : items) {
-                scopes_.emplace_back();
-                bind_loop_vars(s, it, scopes_.back());
-                bool keep = truthy(eval(*s.exprs[1]));
-                scopes_.pop_back();
+                auto probe = std::make_shared<Scope>();
+                probe->parent = scope_;
+                bind_targets(s, it, *probe);
+                ScopeP saved = scope_;
+                scope_ = probe;
+                bool keep;
+                try { keep = truthy(eval(*s.exprs[1])); } catch (...) { scope_ = saved; throw; }
+                scope_ = saved;
                 if (keep) kept.push_back(it);
             }
             items = std::move(kept);
         }
         if (items.empty()) { run(s.bodies[1]); return; }
         const int64_t n = static_cast<int64_t>(items.size());
+        auto last_changed = std::make_shared<std::vector<Value>>();
+        auto has_changed = std::make_shared<bool>(false);
+        ScopeP outer = scope_;
         for (int64_t k = 0; k < n; ++k) {
             if (++iterations_ > limits_.max_iterations) fail("loop iteration limit exceeded");
-            scopes_.emplace_back();
-            auto& scope = scopes_.back();
-            bind_loop_vars(s, items[k], scope);
+            auto iter = std::make_shared<Scope>();
+            iter->parent = outer;
+            bind_targets(s, items[k], *iter);
             Dict loop = {{"index", Value::integer(k + 1)}, {"index0", Value::integer(k)},
                          {"revindex", Value::integer(n - k)}, {"revindex0", Value::integer(n - k - 1)},
                          {"first", Value::boolean(k == 0)}, {"last", Value::boolean(k == n - 1)},
-                         {"length", Value::integer(n)}};
-            if (k > 0) loop.emplace_back("previtem", items[k - 1]);
-            if (k + 1 < n) loop.emplace_back("nextitem", items[k + 1]);
-            scope["loop"] = Value::make_dict(std::move(loop));
+                         {"length", Value::integer(n)}, {"depth", Value::integer(depth + 1)},
+                         {"depth0", Value::integer(depth)},
+                         {"previtem", k > 0 ? items[k - 1] : Value::undefined("there is no previous item")},
+                         {"nextitem", k + 1 < n ? items[k + 1] : Value::undefined("there is no next item")}};
+            loop.emplace_back("cycle", make_builtin("loop.cycle", [k](Interp&, const Args& a) {
+                if (a.pos.empty()) fail("no items for cycling given");
+                return a.pos[static_cast<size_t>(k) % a.pos.size()];
+            }));
+            loop.emplace_back("changed", make_builtin("loop.changed", [last_changed, has_changed](Interp&, const Args& a) {
+                bool same = *has_changed && last_changed->size() == a.pos.size();
+                for (size_t j = 0; same && j < a.pos.size(); ++j) same = equal((*last_changed)[j], a.pos[j]);
+                *last_changed = a.pos;
+                *has_changed = true;
+                return Value::boolean(!same);
+            }));
+            Value loop_value = Value::make_dict(std::move(loop));
+            if (s.recursive) {  // loop(children) renders the loop body over `children`, one level deeper
+                const Stmt* sp = &s;
+                loop_value.dict->emplace_back("\x01recurse", make_builtin("loop", [this, sp, depth](Interp&, const Args& a) {
+                    if (a.pos.size() != 1) fail("loop() takes one iterable");
+                    Value arg = a.pos[0];
+                    if (arg.type == Type::kNone) fail("'NoneType' object is not iterable");
+                    return Value::str(capture(scope_, [&] { exec_for(*sp, iterate(arg), depth + 1); }));
+                }));
+            }
+            iter->vars["loop"] = loop_value;
+            ScopeP saved = scope_;
+            scope_ = iter;
             bool stop = false;
             try {
                 run(s.bodies[0]);
             } catch (const LoopBreak&) {
                 stop = true;
             } catch (const LoopContinue&) {
+            } catch (...) {
+                scope_ = saved;
+                throw;
             }
-            scopes_.pop_back();
+            scope_ = saved;
             if (stop) break;
         }
     }
 
-    Value attr(const Value& obj, const std::string& name) {
-        if (obj.type == Type::kDict || obj.type == Type::kNamespace) {
-            const Value* v = dict_get(obj, name);
-            return v ? *v : Value{};
-        }
-        return Value{};
+    // A macro (or a call block's caller when `first_default` is 1) as a callable closing over the scope it
+    // was defined in.
+    Value make_macro(const Stmt& s, size_t first_default, const std::string& name) {
+        const Stmt* sp = &s;
+        ScopeP defined_in = scope_;
+        const Body* body = &s.bodies[0];
+        return make_builtin(name, [this, sp, defined_in, body, first_default](Interp&, const Args& a) {
+            return Value::str(capture(defined_in, [&] {
+                const auto& params = sp->names;
+                for (size_t k = 0; k < params.size(); ++k) {
+                    const Value* v = nullptr;
+                    for (const auto& [kn, kv] : a.kw) if (kn == params[k]) v = &kv;
+                    if (!v && k < a.pos.size()) v = &a.pos[k];
+                    if (v) {
+                        assign(params[k], *v);
+                    } else if (sp->exprs.size() > first_default + k && sp->exprs[first_default + k]) {
+                        assign(params[k], eval(*sp->exprs[first_default + k]));
+                    } else {
+                        assign(params[k], Value::undefined("parameter '" + params[k] + "' was not provided"));
+                    }
+                }
+                List varargs(a.pos.begin() + static_cast<std::ptrdiff_t>(std::min(a.pos.size(), params.size())), a.pos.end());
+                assign("varargs", make_tuple(std::move(varargs)));
+                Dict kwargs;
+                for (const auto& [kn, kv] : a.kw) {
+                    if (kn == "caller") { assign("caller", kv); continue; }
+                    if (std::find(params.begin(), params.end(), kn) == params.end()) kwargs.emplace_back(kn, kv);
+                }
+                assign("kwargs", Value::make_dict(std::move(kwargs)));
+                run(*body);
+            }));
+        });
     }
 
-    Value index(const Value& obj, const Value& key) {
-        if (obj.type == Type::kDict || obj.type == Type::kNamespace) {
-            if (key.type != Type::kString) return Value{};
-            return attr(obj, key.s);
-        }
-        if ((obj.type == Type::kList || obj.type == Type::kString) && key.type == Type::kInt) {
-            int64_t n = obj.type == Type::kList ? static_cast<int64_t>(obj.list->size()) : static_cast<int64_t>(obj.s.size());
-            int64_t i = py_index(key.i, n);
-            if (i < 0 || i >= n) return Value{};
-            return obj.type == Type::kList ? (*obj.list)[i] : Value::str(std::string(1, obj.s[i]));
-        }
-        if (obj.type == Type::kUndefined) fail("cannot index an undefined value");
-        return Value{};
+    void exec_call_block(const Stmt& s) {
+        const Expr& c = *s.exprs[0];
+        Value caller = make_macro(s, 1, "caller");
+        Args a = eval_args(c, 1);
+        a.kw.emplace_back("caller", caller);
+        emit(to_str(call(eval(*c.kids[0]), a)));
     }
 
-    Value slice(const Value& obj, const Expr& e) {
-        auto opt = [&](const ExprP& x, bool* has) -> int64_t {
-            *has = false;
-            if (!x) return 0;
-            Value v = eval(*x);
-            if (v.type == Type::kNone) return 0;
-            if (v.type != Type::kInt) fail("slice indices must be integers");
-            *has = true;
-            return v.i;
-        };
-        bool hs, he, hp;
-        int64_t start = opt(e.kids[1], &hs), stop = opt(e.kids[2], &he), step = opt(e.kids[3], &hp);
-        if (!hp) step = 1;
-        if (step == 0) fail("slice step cannot be zero");
-        int64_t n;
-        if (obj.type == Type::kList) n = static_cast<int64_t>(obj.list->size());
-        else if (obj.type == Type::kString) n = static_cast<int64_t>(obj.s.size());
-        else fail("cannot slice " + repr(obj));
-        auto clamp = [&](int64_t i, bool has, int64_t dflt) {
-            if (!has) return dflt;
-            if (i < 0) i += n;
-            if (step > 0) return std::clamp<int64_t>(i, 0, n);
-            return std::clamp<int64_t>(i, -1, n - 1);
-        };
-        start = clamp(start, hs, step > 0 ? 0 : n - 1);
-        stop = clamp(stop, he, step > 0 ? n : -1);
-        List l;
-        std::string str;
-        for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-            if (obj.type == Type::kList) l.push_back((*obj.list)[i]);
-            else str += obj.s[i];
+    Args eval_args(const Expr& e, size_t first) {
+        Args a;
+        for (size_t k = first; k < e.kids.size(); ++k) {
+            Value v = eval(*e.kids[k]);
+            const std::string& key = e.kw[k - first];
+            if (key.empty()) a.pos.push_back(std::move(v));
+            else a.kw.emplace_back(key, std::move(v));
         }
-        return obj.type == Type::kList ? Value::make_list(std::move(l)) : Value::str(str);
-    }
-
-    std::vector<Value> args_of(const Expr& e, std::vector<std::string>* kw, size_t first = 1) {
-        std::vector<Value> a;
-        for (size_t k = first; k < e.kids.size(); ++k) a.push_back(eval(*e.kids[k]));
-        *kw = e.kw;
         return a;
     }
 
     Value eval(const Expr& e);
-    Value call(const Expr& e);
-    Value method(const Value& obj, const std::string& name, const std::vector<Value>& a);
-    Value filter(const Expr& e);
-    bool test(const std::string& name, const Value& v, const std::vector<Value>& a);
-    Value binary(const std::string& op, const Value& a, const Value& b);
+    Value eval_call(const Expr& e);
+    Value eval_compare(const Expr& e);
+    Value attr(const Value& obj, const std::string& name);
+    Value index(const Value& obj, const Value& key);
+    Value slice(const Value& obj, const Expr& e);
 
     const RenderLimits& limits_;
-    std::vector<std::map<std::string, Value>> scopes_;
+    ScopeP root_, scope_;
+    std::string* out_ = nullptr;
+    int depth_ = 0;
+    int line_ = 0;
     int64_t iterations_ = 0;
 };
 
 Value Evaluator::eval(const Expr& e) {
+    line_ = e.line;
     switch (e.kind) {
         case EK::kLit: return e.lit;
         case EK::kName: return lookup(e.name);
         case EK::kAttr: return attr(eval(*e.kids[0]), e.name);
         case EK::kIndex: return index(eval(*e.kids[0]), eval(*e.kids[1]));
         case EK::kSlice: return slice(eval(*e.kids[0]), e);
-        case EK::kCall: return call(e);
-        case EK::kFilter: return filter(e);
-        case EK::kTest: {
-            std::vector<std::string> kw;
+        case EK::kCall: return eval_call(e);
+        case EK::kFilter: {
             Value v = eval(*e.kids[0]);
-            bool r = test(e.name, v, args_of(e, &kw));
-            return Value::boolean(r != e.negate);
+            return apply_filter(*this, e.name, v, eval_args(e, 1));
+        }
+        case EK::kTest: {
+            Value v = eval(*e.kids[0]);
+            bool r = apply_test(*this, e.name, v, eval_args(e, 1));
+            return Value::boolean(e.negate ? !r : r);
         }
         case EK::kNot: return Value::boolean(!truthy(eval(*e.kids[0])));
         case EK::kNeg: {
             Value v = eval(*e.kids[0]);
-            if (v.type == Type::kInt) return Value::integer(-v.i);
+            if (v.type == Type::kInt) return Value::integer(static_cast<int64_t>(0 - static_cast<uint64_t>(v.i)));
             if (v.type == Type::kFloat) return Value::number(-v.f);
-            fail("bad operand for unary -");
+            if (v.type == Type::kBool) return Value::integer(-static_cast<int64_t>(v.b));
+            require_defined(v);
+            fail(std::string("bad operand type for unary -: '") + type_name(v) + "'");
         }
-        case EK::kAnd: { Value a = eval(*e.kids[0]); return truthy(a) ? eval(*e.kids[1]) : a; }
-        case EK::kOr: { Value a = eval(*e.kids[0]); return truthy(a) ? a : eval(*e.kids[1]); }
-        case EK::kCond: return truthy(eval(*e.kids[0])) ? eval(*e.kids[1]) : eval(*e.kids[2]);
-        case EK::kBin: {
-            Value r = binary(e.name, eval(*e.kids[0]), eval(*e.kids[1]));
-            if (e.negate) r.b = !r.b;
-            return r;
+        case EK::kAnd: {
+            Value a = eval(*e.kids[0]);
+            return truthy(a) ? eval(*e.kids[1]) : a;
         }
-        case EK::kList: {
+        case EK::kOr: {
+            Value a = eval(*e.kids[0]);
+            return truthy(a) ? a : eval(*e.kids[1]);
+        }
+        case EK::kCond:
+            if (truthy(eval(*e.kids[0]))) return eval(*e.kids[1]);
+            if (e.kids[2]->kind == EK::kLit && e.kids[2]->lit.type == Type::kUndefined)
+                return Value::undefined("the inline if expression evaluated to false and no else section was defined");
+            return eval(*e.kids[2]);
+        case EK::kBin: return binary_op(*this, e.name, eval(*e.kids[0]), eval(*e.kids[1]));
+        case EK::kCompare: return eval_compare(e);
+        case EK::kList: case EK::kTuple: {
             List l;
             for (const auto& k : e.kids) l.push_back(eval(*k));
-            return Value::make_list(std::move(l));
+            return e.kind == EK::kTuple ? make_tuple(std::move(l)) : Value::make_list(std::move(l));
         }
         case EK::kDict: {
             Dict d;
             for (size_t k = 0; k + 1 < e.kids.size(); k += 2) {
-                Value key = eval(*e.kids[k]);
-                if (key.type != Type::kString) fail("only string dict keys are supported");
+                std::string key = dict_key(eval(*e.kids[k]));
                 Value v = eval(*e.kids[k + 1]);
                 bool found = false;
-                for (auto& kv : d) if (kv.first == key.s) { kv.second = v; found = true; }
-                if (!found) d.emplace_back(key.s, v);
+                for (auto& kv : d) if (kv.first == key) { kv.second = v; found = true; }
+                if (!found) d.emplace_back(key, std::move(v));
             }
             return Value::make_dict(std::move(d));
         }
     }
-    fail("internal: bad expression");
+    fail("unknown expression");
 }
 
-Value Evaluator::binary(const std::string& op, const Value& a, const Value& b) {
-    if (op == "==") return Value::boolean(equal(a, b));
-    if (op == "!=") return Value::boolean(!equal(a, b));
-    if (op == "~") return Value::str(to_str(a) + to_str(b));
-    if (op == "in") {
-        if (b.type == Type::kString) {
-            if (a.type != Type::kString) fail("'in <string>' requires a string on the left");
-            return Value::boolean(b.s.find(a.s) != std::string::npos);
+Value Evaluator::eval_compare(const Expr& e) {
+    Value left = eval(*e.kids[0]);
+    for (size_t k = 0; k < e.kw.size(); ++k) {
+        Value right = eval(*e.kids[k + 1]);
+        const std::string& op = e.kw[k];
+        bool r;
+        if (op == "==") r = equal(left, right);
+        else if (op == "!=") r = !equal(left, right);
+        else if (op == "in" || op == "notin") r = contains(right, left) == (op == "in");
+        else {
+            int c = compare(left, right);
+            r = op == "<" ? c < 0 : op == ">" ? c > 0 : op == "<=" ? c <= 0 : c >= 0;
         }
-        if (b.type == Type::kList) {
-            for (const auto& x : *b.list) if (equal(a, x)) return Value::boolean(true);
-            return Value::boolean(false);
-        }
-        if (b.type == Type::kDict || b.type == Type::kNamespace)
-            return Value::boolean(a.type == Type::kString && dict_get(b, a.s) != nullptr);
-        fail("argument of type " + repr(b) + " is not iterable");
+        if (!r) return Value::boolean(false);
+        left = std::move(right);
     }
-    if (op == "+" && a.type == Type::kString && b.type == Type::kString) {
-        if (a.s.size() + b.s.size() > limits_.max_output_bytes) fail("string exceeds the size limit");
-        return Value::str(a.s + b.s);
-    }
-    if (op == "+" && a.type == Type::kList && b.type == Type::kList) {
-        List l = *a.list;
-        l.insert(l.end(), b.list->begin(), b.list->end());
-        return Value::make_list(std::move(l));
-    }
-    if (op == "<" || op == ">" || op == "<=" || op == ">=") {
-        int c;
-        if (is_num(a) && is_num(b)) c = num(a) < num(b) ? -1 : num(a) > num(b) ? 1 : 0;
-        else if (a.type == Type::kString && b.type == Type::kString) c = a.s.compare(b.s);
-        else fail("cannot compare " + repr(a) + " and " + repr(b));
-        bool r = op == "<" ? c < 0 : op == ">" ? c > 0 : op == "<=" ? c <= 0 : c >= 0;
-        return Value::boolean(r);
-    }
-    if (op == "*" && a.type == Type::kString && b.type == Type::kInt) {
-        if (b.i > 0 && a.s.size() * static_cast<uint64_t>(b.i) > limits_.max_output_bytes) fail("string too long");
-        std::string r;
-        for (int64_t k = 0; k < b.i; ++k) r += a.s;
-        return Value::str(r);
-    }
-    if (!is_num(a) || !is_num(b)) fail("unsupported operands for '" + op + "': " + repr(a) + ", " + repr(b));
-    bool ints = a.type != Type::kFloat && b.type != Type::kFloat;
-    if (ints && op != "/") {
-        int64_t x = a.type == Type::kBool ? a.b : a.i, y = b.type == Type::kBool ? b.b : b.i;
-        if ((op == "//" || op == "%") && y == 0) fail("integer division or modulo by zero");
-        if (op == "+") return Value::integer(static_cast<int64_t>(static_cast<uint64_t>(x) + static_cast<uint64_t>(y)));
-        if (op == "-") return Value::integer(static_cast<int64_t>(static_cast<uint64_t>(x) - static_cast<uint64_t>(y)));
-        if (op == "*") return Value::integer(static_cast<int64_t>(static_cast<uint64_t>(x) * static_cast<uint64_t>(y)));
-        if (x == INT64_MIN && y == -1) fail("integer overflow");
-        int64_t q = x / y, r = x % y;
-        if (r != 0 && ((r < 0) != (y < 0))) { --q; r += y; }
-        return Value::integer(op == "//" ? q : r);
-    }
-    double x = num(a), y = num(b);
-    if ((op == "/" || op == "//" || op == "%") && y == 0) fail("division by zero");
-    if (op == "+") return Value::number(x + y);
-    if (op == "-") return Value::number(x - y);
-    if (op == "*") return Value::number(x * y);
-    if (op == "/") return Value::number(x / y);
-    if (op == "//") return Value::number(std::floor(x / y));
-    if (op == "%") return Value::number(x - std::floor(x / y) * y);
-    fail("unsupported operator " + op);
+    return Value::boolean(true);
 }
 
-std::string strip_chars(const std::string& s, const std::string& chars, bool left, bool right) {
-    size_t b = 0, e = s.size();
-    auto in = [&](char c) { return chars.empty() ? is_ws(c) : chars.find(c) != std::string::npos; };
-    if (left) while (b < e && in(s[b])) ++b;
-    if (right) while (e > b && in(s[e - 1])) --e;
-    return s.substr(b, e - b);
-}
-
-Value Evaluator::method(const Value& obj, const std::string& name, const std::vector<Value>& a) {
-    auto str_arg = [&](size_t k) -> std::string {
-        if (k >= a.size() || a[k].type != Type::kString) fail(name + "() expects a string argument");
-        return a[k].s;
-    };
-    if (obj.type == Type::kString) {
-        const std::string& s = obj.s;
-        std::string chars = !a.empty() && a[0].type == Type::kString ? a[0].s : "";
-        if (name == "strip") return Value::str(strip_chars(s, chars, true, true));
-        if (name == "lstrip") return Value::str(strip_chars(s, chars, true, false));
-        if (name == "rstrip") return Value::str(strip_chars(s, chars, false, true));
-        if (name == "upper" || name == "lower") {
-            std::string r = s;
-            for (char& c : r) c = name == "upper" ? static_cast<char>(std::toupper(static_cast<unsigned char>(c)))
-                                                  : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-            return Value::str(r);
-        }
-        if (name == "startswith") return Value::boolean(s.rfind(str_arg(0), 0) == 0);
-        if (name == "endswith") {
-            std::string x = str_arg(0);
-            return Value::boolean(s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0);
-        }
-        if (name == "replace") {
-            std::string from = str_arg(0), to = str_arg(1), r;
-            if (from.empty()) return obj;
-            size_t p = 0, q;
-            while ((q = s.find(from, p)) != std::string::npos) {
-                r += s.substr(p, q - p) + to;
-                if (r.size() > limits_.max_output_bytes) fail("string too long");
-                p = q + from.size();
-            }
-            return Value::str(r + s.substr(p));
-        }
-        if (name == "split") {
-            List parts;
-            if (a.empty() || a[0].type == Type::kNone) {
-                size_t p = 0;
-                while (p < s.size()) {
-                    while (p < s.size() && is_ws(s[p])) ++p;
-                    size_t q = p;
-                    while (q < s.size() && !is_ws(s[q])) ++q;
-                    if (q > p) parts.push_back(Value::str(s.substr(p, q - p)));
-                    p = q;
-                }
-            } else {
-                std::string sep = str_arg(0);
-                if (sep.empty()) fail("empty separator");
-                size_t p = 0, q;
-                while ((q = s.find(sep, p)) != std::string::npos) { parts.push_back(Value::str(s.substr(p, q - p))); p = q + sep.size(); }
-                parts.push_back(Value::str(s.substr(p)));
-            }
-            return Value::make_list(std::move(parts));
-        }
-    }
-    if (obj.type == Type::kDict) {
-        if (name == "items" || name == "keys" || name == "values") {
-            List l;
-            for (const auto& [k, v] : *obj.dict) {
-                if (name == "items") l.push_back(Value::make_list({Value::str(k), v}));
-                else l.push_back(name == "keys" ? Value::str(k) : v);
-            }
-            return Value::make_list(std::move(l));
-        }
-        if (name == "get") {
-            const Value* v = dict_get(obj, str_arg(0));
-            return v ? *v : a.size() > 1 ? a[1] : Value::none();
-        }
-    }
-    fail("unsupported method '" + name + "' on " + repr(obj).substr(0, 40));
-}
-
-Value Evaluator::call(const Expr& e) {
-    std::vector<std::string> kw;
-    std::vector<Value> a = args_of(e, &kw);
+Value Evaluator::eval_call(const Expr& e) {
     const Expr& callee = *e.kids[0];
-    if (callee.kind == EK::kAttr) return method(eval(*callee.kids[0]), callee.name, a);
-    if (callee.kind != EK::kName) fail("only named functions and methods can be called");
-    const std::string& fn = callee.name;
-    if (fn == "raise_exception") fail("raise_exception: " + (a.empty() ? std::string() : to_str(a[0])));
-    if (fn == "namespace") {
-        Value ns = Value::make_dict();
-        ns.type = Type::kNamespace;
-        for (size_t k = 0; k < a.size(); ++k) {
-            if (kw[k].empty()) fail("namespace() takes keyword arguments only");
-            ns.dict->emplace_back(kw[k], a[k]);
-        }
-        return ns;
+    if (callee.kind == EK::kAttr) {  // obj.method(...)
+        Value obj = eval(*callee.kids[0]);
+        Value member = (obj.type == Type::kDict || obj.type == Type::kNamespace) ? attr(obj, callee.name) : Value{};
+        Args a = eval_args(e, 1);
+        if (member.type == Type::kCallable) return call(member, a);
+        require_defined(obj);
+        return call_method(*this, obj, callee.name, a);
     }
-    if (fn == "range") {
-        int64_t start = 0, stop = 0, step = 1;
-        for (const auto& v : a) if (v.type != Type::kInt) fail("range() expects integers");
-        if (a.size() == 1) stop = a[0].i;
-        else if (a.size() >= 2) { start = a[0].i; stop = a[1].i; if (a.size() > 2) step = a[2].i; }
-        if (step == 0) fail("range() step must not be zero");
-        List l;
-        for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-            if (l.size() >= 100000) fail("range() longer than 100000");
-            l.push_back(Value::integer(i));
-        }
-        return Value::make_list(std::move(l));
+    if (callee.kind == EK::kName && callee.name == "loop") {  // loop(children) in a recursive loop
+        Value loop = lookup("loop");
+        if (loop.type == Type::kDict)
+            if (const Value* r = dict_find(loop, "\x01recurse")) return call(*r, eval_args(e, 1));
     }
-    Value f = lookup(fn);
-    if (f.type == Type::kUndefined) fail("'" + fn + "' is undefined");
-    fail("'" + fn + "' is not callable");
+    Value fn = eval(callee);
+    Args a = eval_args(e, 1);
+    return call(fn, a);
 }
 
-bool Evaluator::test(const std::string& name, const Value& v, const std::vector<Value>& a) {
-    if (name == "defined") return v.type != Type::kUndefined;
-    if (name == "undefined") return v.type == Type::kUndefined;
-    if (name == "none") return v.type == Type::kNone;
-    if (name == "string") return v.type == Type::kString;
-    if (name == "number") return v.type == Type::kInt || v.type == Type::kFloat;
-    if (name == "integer") return v.type == Type::kInt;
-    if (name == "float") return v.type == Type::kFloat;
-    if (name == "boolean") return v.type == Type::kBool;
-    if (name == "true") return v.type == Type::kBool && v.b;
-    if (name == "false") return v.type == Type::kBool && !v.b;
-    if (name == "mapping") return v.type == Type::kDict || v.type == Type::kNamespace;
-    if (name == "sequence") return v.type == Type::kList || v.type == Type::kString || v.type == Type::kDict;
-    if (name == "iterable") return v.type == Type::kList || v.type == Type::kString || v.type == Type::kDict;
-    if (name == "callable") return false;
-    if (name == "odd" || name == "even") {
-        if (v.type != Type::kInt) fail("odd/even test needs an integer");
-        return (v.i % 2 != 0) == (name == "odd");
+Value Evaluator::attr(const Value& obj, const std::string& name) {
+    switch (obj.type) {
+        case Type::kDict: case Type::kNamespace:
+            if (obj.type == Type::kDict && is_dict_method(name)) return bound_method(obj, name);
+            if (const Value* v = dict_find(obj, name)) return *v;
+            return Value::undefined(std::string("'") + type_name(obj) + " object' has no attribute '" + name + "'");
+        case Type::kUndefined: require_defined(obj); return obj;
+        case Type::kNone: return Value::undefined("'None' has no attribute '" + name + "'");
+        default:
+            if (has_method(obj, name)) return bound_method(obj, name);
+            return Value::undefined(std::string("'") + type_name(obj) + " object' has no attribute '" + name + "'");
     }
-    if (a.empty()) fail("unknown test '" + name + "'");
-    if (name == "equalto" || name == "eq" || name == "==" || name == "sameas") return equal(v, a[0]);
-    if (name == "ne" || name == "!=") return !equal(v, a[0]);
-    if (name == "in") return truthy(binary("in", v, a[0]));
-    fail("unknown test '" + name + "'");
 }
 
-Value Evaluator::filter(const Expr& e) {
-    std::vector<std::string> kw;
-    Value v = eval(*e.kids[0]);
-    std::vector<Value> a = args_of(e, &kw);
-    const std::string& f = e.name;
-    auto named = [&](const std::string& key, size_t pos) -> const Value* {
-        for (size_t k = 0; k < a.size(); ++k) if (kw[k] == key) return &a[k];
-        size_t p = 0;
-        for (size_t k = 0; k < a.size(); ++k) if (kw[k].empty() && p++ == pos) return &a[k];
-        return nullptr;
-    };
-    if (f == "trim") return Value::str(strip_chars(to_str(v), "", true, true));
-    if (f == "upper" || f == "lower") return method(Value::str(to_str(v)), f, {});
-    if (f == "string") return Value::str(to_str(v));
-    if (f == "length" || f == "count") {
-        if (v.type == Type::kString) return Value::integer(static_cast<int64_t>(v.s.size()));
-        if (v.type == Type::kList) return Value::integer(static_cast<int64_t>(v.list->size()));
-        if (v.type == Type::kDict) return Value::integer(static_cast<int64_t>(v.dict->size()));
-        if (v.type == Type::kUndefined) return Value::integer(0);
-        fail("object has no length: " + repr(v));
-    }
-    if (f == "default" || f == "d") {
-        const Value* dflt = named("default_value", 0);
-        const Value* boolean = named("boolean", 1);
-        bool use = v.type == Type::kUndefined || (boolean && truthy(*boolean) && !truthy(v));
-        return use ? (dflt ? *dflt : Value::str("")) : v;
-    }
-    if (f == "tojson") {
-        const Value* ind = named("indent", 0);
-        int indent = ind && ind->type == Type::kInt ? static_cast<int>(std::clamp<int64_t>(ind->i, 0, 64)) : -1;
-        std::string out;
-        to_json(v, indent, 0, out, 0);
-        return Value::str(out);
-    }
-    if (f == "list") return Value::make_list(iterate(v));
-    if (f == "first" || f == "last") {
-        std::vector<Value> items = iterate(v);
-        if (items.empty()) return Value{};
-        return f == "first" ? items.front() : items.back();
-    }
-    if (f == "join") {
-        const Value* sep = named("d", 0);
-        std::string s;
-        std::vector<Value> items = iterate(v);
-        for (size_t k = 0; k < items.size(); ++k) s += (k && sep ? to_str(*sep) : "") + to_str(items[k]);
-        return Value::str(s);
-    }
-    if (f == "items") return method(v, "items", {});
-    if (f == "reverse") {
-        if (v.type == Type::kString) return Value::str(std::string(v.s.rbegin(), v.s.rend()));
-        std::vector<Value> items = iterate(v);
-        std::reverse(items.begin(), items.end());
-        return Value::make_list(std::move(items));
-    }
-    if (f == "capitalize") {
-        std::string s = to_str(v);
-        for (size_t k = 0; k < s.size(); ++k)
-            s[k] = static_cast<char>(k ? std::tolower(static_cast<unsigned char>(s[k])) : std::toupper(static_cast<unsigned char>(s[k])));
-        return Value::str(s);
-    }
-    if (f == "int") {
-        if (v.type == Type::kInt) return v;
-        if (v.type == Type::kFloat) return Value::integer(static_cast<int64_t>(v.f));
-        if (v.type == Type::kString) return Value::integer(std::strtoll(v.s.c_str(), nullptr, 10));
-        return Value::integer(0);
-    }
-    if (f == "abs") {
-        if (v.type == Type::kInt) return Value::integer(v.i < 0 ? -v.i : v.i);
-        return Value::number(std::fabs(num(v)));
-    }
-    if (f == "selectattr" || f == "rejectattr" || f == "map") {
-        if (a.empty() || a[0].type != Type::kString) fail(f + " needs an attribute name");
-        List l;
-        for (const auto& it : iterate(v)) {
-            Value x = it.type == Type::kDict ? attr(it, a[0].s) : Value{};
-            if (f == "map") { l.push_back(x); continue; }
-            bool ok = a.size() < 2 ? truthy(x) : test(to_str(a[1]), x, std::vector<Value>(a.begin() + 2, a.end()));
-            if (ok == (f == "selectattr")) l.push_back(it);
+Value Evaluator::index(const Value& obj, const Value& key) {
+    switch (obj.type) {
+        case Type::kDict: case Type::kNamespace:
+            if (key.type != Type::kList && key.type != Type::kDict && key.type != Type::kUndefined) {
+                if (const Value* v = dict_find(obj, dict_key(key))) return *v;
+                if (key.type == Type::kString && obj.type == Type::kDict && is_dict_method(key.s))
+                    return bound_method(obj, key.s);
+            }
+            return Value::undefined(std::string("'") + type_name(obj) + " object' has no attribute '" + to_str(key) + "'");
+        case Type::kList: case Type::kString: {
+            if (key.type == Type::kString) return attr(obj, key.s);
+            if (key.type != Type::kInt && key.type != Type::kBool) break;
+            if (obj.lazy) fail("'generator' object is not subscriptable");
+            int64_t i = key.type == Type::kBool ? key.b : key.i;
+            if (obj.type == Type::kList) {
+                int64_t n = static_cast<int64_t>(obj.list->size());
+                if (i < 0) i += n;
+                if (i < 0 || i >= n) return Value::undefined(std::string("'") + type_name(obj) + " object' has no element " + std::to_string(key.i));
+                return (*obj.list)[static_cast<size_t>(i)];
+            }
+            if (is_ascii(obj.s)) {
+                int64_t n = static_cast<int64_t>(obj.s.size());
+                if (i < 0) i += n;
+                if (i < 0 || i >= n) return Value::undefined("'str object' has no element " + std::to_string(key.i));
+                return Value::str(std::string(1, obj.s[static_cast<size_t>(i)]));
+            }
+            std::vector<std::string> cps = code_points(obj.s);
+            int64_t n = static_cast<int64_t>(cps.size());
+            if (i < 0) i += n;
+            if (i < 0 || i >= n) return Value::undefined("'str object' has no element " + std::to_string(key.i));
+            return Value::str(cps[static_cast<size_t>(i)]);
         }
-        return Value::make_list(std::move(l));
+        case Type::kUndefined: require_defined(obj); break;
+        case Type::kNone: return Value::undefined("'None' has no element " + to_str(key));
+        default: break;
     }
-    fail("unsupported filter '" + f + "'");
+    return Value::undefined(std::string("'") + type_name(obj) + " object' has no attribute '" + to_str(key) + "'");
+}
+
+Value Evaluator::slice(const Value& obj, const Expr& e) {
+    Value bounds[3];
+    for (int k = 0; k < 3; ++k) bounds[k] = e.kids[1 + k] ? eval(*e.kids[1 + k]) : Value::none();
+    require_defined(obj);
+    return slice_value(obj, bounds[0], bounds[1], bounds[2]);
 }
 
 }  // namespace
 
 core::Result<std::string> render(const std::string& tmpl, const Dict& globals, const RenderLimits& limits) {
+    int line = 0;
     try {
         Body body = parse_template(tmpl, limits.max_depth);
         Evaluator ev(globals, limits);
-        ev.run(body);
-        return std::move(ev.out);
+        try {
+            return ev.render(body);
+        } catch (...) {
+            line = ev.line();
+            throw;
+        }
     } catch (const JinjaError& e) {
-        return core::error(core::StatusCode::kInvalidArgument) << "chat template: " << e.msg;
+        int l = e.line ? e.line : line;
+        return core::error(core::StatusCode::kInvalidArgument)
+               << "chat template" << (l ? " line " + std::to_string(l) : std::string()) << ": " << e.msg;
     } catch (const LoopBreak&) {
         return core::error(core::StatusCode::kInvalidArgument) << "chat template: break outside a loop";
     } catch (const LoopContinue&) {

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "tokenizer/jinja_ast.h"
+#include "tokenizer/unicode.h"
 
 namespace kiln::tokenizer::jinja::detail {
 namespace {
@@ -34,6 +35,29 @@ size_t find_close(const std::string& t, size_t pos, const char* closer) {
         } else if (c == closer[0] && t[p + 1] == closer[1]) {
             return p;
         }
+    }
+    return std::string::npos;
+}
+
+[[noreturn]] void fail(const std::string& msg, int line) { throw JinjaError{msg, line}; }
+
+bool is_raw(const std::string& body) {
+    size_t b = body.find_first_not_of(" \t\n\r");
+    size_t e = body.find_last_not_of(" \t\n\r");
+    return b != std::string::npos && body.substr(b, e - b + 1) == "raw";
+}
+
+// The position of the "%}" closing the first {% endraw %} at or after `pos`.
+size_t find_endraw(const std::string& t, size_t pos) {
+    for (size_t p = t.find("{%", pos); p != std::string::npos; p = t.find("{%", p + 2)) {
+        size_t q = p + 2;
+        if (q < t.size() && (t[q] == '-' || t[q] == '+')) ++q;
+        while (q < t.size() && is_ws(t[q])) ++q;
+        if (t.compare(q, 6, "endraw") != 0) continue;
+        q += 6;
+        while (q < t.size() && is_ws(t[q])) ++q;
+        if (q < t.size() && (t[q] == '-' || t[q] == '+')) ++q;
+        if (t.compare(q, 2, "%}") == 0) return q;
     }
     return std::string::npos;
 }
@@ -67,6 +91,7 @@ std::vector<Segment> lex(const std::string& t) {
         for (char c : chunk) line += c == '\n';
         if (open >= t.size()) break;
         char kind = t[open + 1];
+        const int line_of_tag = line;
         size_t inner = open + 2;
         bool minus_open = inner < t.size() && t[inner] == '-';
         bool plus_open = inner < t.size() && t[inner] == '+';
@@ -88,15 +113,32 @@ std::vector<Segment> lex(const std::string& t) {
         if (minus_open || plus_open) ++inner;
         const char* closer = kind == '{' ? "}}" : kind == '%' ? "%}" : "#}";
         size_t close = kind == '#' ? t.find("#}", inner) : find_close(t, inner, closer);
-        if (close == std::string::npos) fail("unclosed tag at line " + std::to_string(line));
+        if (close == std::string::npos) fail("unclosed tag", line);
         bool minus_close = close > inner && t[close - 1] == '-';
-        std::string body = t.substr(inner, close - inner - (minus_close ? 1 : 0));
+        bool plus_close = close > inner && t[close - 1] == '+';
+        std::string body = t.substr(inner, close - inner - (minus_close || plus_close ? 1 : 0));
         flush_text();
-        if (kind != '#') segs.push_back({kind == '{' ? SegKind::kExpr : SegKind::kStmt, body, line});
         for (char c : t.substr(open, close + 2 - open)) line += c == '\n';
         pos = close + 2;
+        if (kind == '%' && is_raw(body)) {  // {% raw %}: text up to {% endraw %} verbatim
+            size_t end = find_endraw(t, pos);
+            if (end == std::string::npos) fail("missing {% endraw %}", line);
+            size_t end_open = t.rfind("{%", end);
+            std::string raw = t.substr(pos, end_open - pos);
+            if (t[end_open + 2] == '-') while (!raw.empty() && is_ws(raw.back())) raw.pop_back();
+            if (minus_close) raw.erase(0, raw.find_first_not_of(" \t\n\r\f\v") == std::string::npos ? raw.size()
+                                               : raw.find_first_not_of(" \t\n\r\f\v"));
+            else if (!plus_close && !raw.empty() && raw[0] == '\n') raw.erase(0, 1);
+            segs.push_back({SegKind::kText, raw, line});
+            for (char c : t.substr(pos, end + 2 - pos)) line += c == '\n';
+            minus_close = t[end - 1] == '-';
+            plus_close = t[end - 1] == '+';
+            pos = end + 2;
+        } else if (kind != '#') {
+            segs.push_back({kind == '{' ? SegKind::kExpr : SegKind::kStmt, body, line_of_tag});
+        }
         if (minus_close) strip_next = true;
-        else if (kind != '{') trim_nl = true;
+        else if (kind != '{' && !plus_close) trim_nl = true;
     }
     flush_text();
     return segs;
@@ -109,6 +151,49 @@ struct Token {
     Tok kind;
     std::string text;
 };
+
+// Python's unicode-escape for the escape at s[q] (a backslash); appends it to `out` and returns the position
+// after it.
+size_t unescape(const std::string& s, size_t q, std::string& out) {
+    char e = s[q + 1];
+    auto hex = [&](size_t n) -> size_t {
+        uint32_t cp = 0;
+        for (size_t k = 0; k < n; ++k) {
+            char h = q + 2 + k < s.size() ? s[q + 2 + k] : 'x';
+            if (!std::isxdigit(static_cast<unsigned char>(h))) fail("truncated \\x/\\u escape in a string literal", 0);
+            cp = cp * 16 + static_cast<uint32_t>(std::isdigit(static_cast<unsigned char>(h)) ? h - '0'
+                                                 : std::tolower(static_cast<unsigned char>(h)) - 'a' + 10);
+        }
+        if (cp > 0x10FFFF) fail("escape out of range in a string literal", 0);
+        utf8_append(out, cp);
+        return q + 2 + n;
+    };
+    switch (e) {
+        case 'n': out += '\n'; return q + 2;
+        case 't': out += '\t'; return q + 2;
+        case 'r': out += '\r'; return q + 2;
+        case 'a': out += '\a'; return q + 2;
+        case 'b': out += '\b'; return q + 2;
+        case 'f': out += '\f'; return q + 2;
+        case 'v': out += '\v'; return q + 2;
+        case '\\': case '\'': case '"': out += e; return q + 2;
+        case '\n': return q + 2;  // line continuation
+        case 'x': return hex(2);
+        case 'u': return hex(4);
+        case 'U': return hex(8);
+        default:
+            if (e >= '0' && e <= '7') {
+                uint32_t cp = 0;
+                size_t k = q + 1;
+                for (int n = 0; n < 3 && k < s.size() && s[k] >= '0' && s[k] <= '7'; ++n, ++k) cp = cp * 8 + (s[k] - '0');
+                utf8_append(out, cp);
+                return k;
+            }
+            out += '\\';
+            out += e;
+            return q + 2;
+    }
+}
 
 std::vector<Token> tokenize(const std::string& s, int line) {
     std::vector<Token> out;
@@ -129,7 +214,16 @@ std::vector<Token> tokenize(const std::string& s, int line) {
             if (q + 1 < s.size() && s[q] == '.' && std::isdigit(static_cast<unsigned char>(s[q + 1]))) {
                 is_float = true;
                 ++q;
-                while (q < s.size() && std::isdigit(static_cast<unsigned char>(s[q]))) ++q;
+                while (q < s.size() && (std::isdigit(static_cast<unsigned char>(s[q])) || s[q] == '_')) ++q;
+            }
+            if (q < s.size() && (s[q] == 'e' || s[q] == 'E')) {  // exponent: 1e20, 1.5e-7
+                size_t r = q + 1;
+                if (r < s.size() && (s[r] == '+' || s[r] == '-')) ++r;
+                if (r < s.size() && std::isdigit(static_cast<unsigned char>(s[r]))) {
+                    is_float = true;
+                    q = r;
+                    while (q < s.size() && (std::isdigit(static_cast<unsigned char>(s[q])) || s[q] == '_')) ++q;
+                }
             }
             std::string num;
             for (size_t k = p; k < q; ++k) if (s[k] != '_') num += s[k];
@@ -140,22 +234,13 @@ std::vector<Token> tokenize(const std::string& s, int line) {
             size_t q = p + 1;
             while (q < s.size() && s[q] != c) {
                 if (s[q] == '\\' && q + 1 < s.size()) {
-                    char e = s[++q];
-                    switch (e) {
-                        case 'n': str += '\n'; break;
-                        case 't': str += '\t'; break;
-                        case 'r': str += '\r'; break;
-                        case '\\': str += '\\'; break;
-                        case '\'': str += '\''; break;
-                        case '"': str += '"'; break;
-                        default: str += '\\'; str += e;
-                    }
-                } else {
-                    str += s[q];
+                    q = unescape(s, q, str);
+                    continue;
                 }
+                str += s[q];
                 ++q;
             }
-            if (q >= s.size()) fail("unterminated string at line " + std::to_string(line));
+            if (q >= s.size()) fail("unterminated string", line);
             out.push_back({Tok::kString, str});
             p = q + 1;
         } else {
@@ -163,7 +248,7 @@ std::vector<Token> tokenize(const std::string& s, int line) {
             for (const char* o : kOps2)
                 if (s.compare(p, 2, o) == 0) op = o;
             if (op.size() == 1 && std::string("+-*/%~|()[]{},.:=<>").find(c) == std::string::npos)
-                fail(std::string("unexpected character '") + c + "' at line " + std::to_string(line));
+                fail(std::string("unexpected character '") + c + "'", line);
             out.push_back({Tok::kOp, op});
             p += op.size();
         }
@@ -190,9 +275,10 @@ public:
         return next().text;
     }
     [[noreturn]] void err(const std::string& what) const {
-        fail(what + " near '" + peek().text + "' at line " + std::to_string(line_));
+        fail(what + (at_end() ? " at the end of the tag" : " near '" + peek().text + "'"), line_);
     }
     void expect_end() { if (!at_end()) err("unexpected token"); }
+    int line() const { return line_; }
 
     ExprP expression() {
         Guard g(this);
@@ -217,6 +303,49 @@ public:
         while (at_name("or")) { next(); e = bin(EK::kOr, "or", std::move(e), and_expr()); }
         return e;
     }
+    // An expression, or a tuple of them without parentheses (`{% set a = 1, 2 %}`, `{% for x in a, b %}`).
+    ExprP tuple_or_expression(bool plain = false) {
+        ExprP e = plain ? or_expr() : expression();
+        if (!at_op(",")) return e;
+        auto l = mk(EK::kTuple);
+        l->kids.push_back(std::move(e));
+        while (at_op(",")) {
+            next();
+            if (at_end() || at_name("if") || at_name("recursive")) break;
+            l->kids.push_back(plain ? or_expr() : expression());
+        }
+        return l;
+    }
+    // `name(args)` arguments: a call's (after the callee) or a filter's.
+    void call_args(Expr* e) {
+        expect_op("(");
+        while (!at_op(")")) {
+            if (at_op("*") || at_op("**")) err("*args / **kwargs in calls are not supported");
+            if (peek().kind == Tok::kName && peek(1).kind == Tok::kOp && peek(1).text == "=") {
+                e->kw.push_back(next().text);
+                next();
+            } else {
+                e->kw.push_back("");
+            }
+            e->kids.push_back(expression());
+            if (!at_op(")")) expect_op(",");
+        }
+        next();
+    }
+    // A filter chain after `|` or `{% filter %}`, applied to `e`.
+    ExprP filter_chain(ExprP e) {
+        for (;;) {
+            auto f = mk(EK::kFilter);
+            f->name = expect_name();
+            while (at_op(".")) { next(); f->name += "." + expect_name(); }
+            f->kids.push_back(std::move(e));
+            if (at_op("(")) call_args(f.get());
+            e = std::move(f);
+            if (!at_op("|")) return e;
+            next();
+        }
+    }
+    ExprP mk(EK k) const { auto e = std::make_unique<Expr>(); e->kind = k; e->line = line_; return e; }
 
 private:
     struct Guard {
@@ -224,8 +353,7 @@ private:
         explicit Guard(Parser* pp) : p(pp) { if (++p->depth_ > p->max_depth_) p->err("expression nested too deeply"); }
         ~Guard() { --p->depth_; }
     };
-    static ExprP mk(EK k) { auto e = std::make_unique<Expr>(); e->kind = k; return e; }
-    static ExprP bin(EK k, const std::string& op, ExprP a, ExprP b) {
+    ExprP bin(EK k, const std::string& op, ExprP a, ExprP b) const {
         auto e = mk(k);
         e->name = op;
         e->kids.push_back(std::move(a));
@@ -247,23 +375,31 @@ private:
         }
         return compare();
     }
+    // Comparisons chain as in Python: a < b < c is a < b and b < c.
     ExprP compare() {
-        ExprP e = add();
+        ExprP first = add();
+        ExprP chain;
         for (;;) {
+            std::string op;
             static const char* kCmp[] = {"==", "!=", "<", ">", "<=", ">="};
-            bool found = false;
-            for (const char* op : kCmp) {
-                if (at_op(op)) { next(); e = bin(EK::kBin, op, std::move(e), add()); found = true; break; }
-            }
-            if (found) continue;
-            if (at_name("in")) { next(); e = bin(EK::kBin, "in", std::move(e), add()); continue; }
-            if (at_name("not") && peek(1).kind == Tok::kName && peek(1).text == "in") {
+            for (const char* o : kCmp) if (at_op(o)) op = o;
+            if (!op.empty()) {
+                next();
+            } else if (at_name("in")) {
+                next();
+                op = "in";
+            } else if (at_name("not") && peek(1).kind == Tok::kName && peek(1).text == "in") {
                 next(); next();
-                e = bin(EK::kBin, "in", std::move(e), add());
-                e->negate = true;
-                continue;
+                op = "notin";
+            } else {
+                return chain ? std::move(chain) : std::move(first);
             }
-            return e;
+            if (!chain) {
+                chain = mk(EK::kCompare);
+                chain->kids.push_back(std::move(first));
+            }
+            chain->kw.push_back(op);
+            chain->kids.push_back(add());
         }
     }
     ExprP add() {
@@ -277,46 +413,48 @@ private:
         return e;
     }
     ExprP mul() {
-        ExprP e = unary();
+        ExprP e = pow();
         while (at_op("*") || at_op("/") || at_op("//") || at_op("%")) {
             std::string op = next().text;
-            e = bin(EK::kBin, op, std::move(e), unary());
+            e = bin(EK::kBin, op, std::move(e), pow());
         }
         return e;
     }
-    ExprP unary() {
+    ExprP pow() {
+        ExprP e = unary(true);
+        while (at_op("**")) { next(); e = bin(EK::kBin, "**", std::move(e), unary(true)); }
+        return e;
+    }
+    ExprP unary(bool with_filter) {
         Guard g(this);
+        ExprP e;
         if (at_op("-")) {
             next();
-            auto e = mk(EK::kNeg);
-            e->kids.push_back(unary());
-            return e;
+            e = mk(EK::kNeg);
+            e->kids.push_back(unary(false));
+        } else if (at_op("+")) {
+            next();
+            e = unary(false);
+        } else {
+            e = postfix(primary());
         }
-        if (at_op("+")) { next(); return unary(); }
-        ExprP e = postfix(primary());
-        return filters(std::move(e));
-    }
-    void call_args(Expr* e) {
-        expect_op("(");
-        while (!at_op(")")) {
-            if (peek().kind == Tok::kName && peek(1).kind == Tok::kOp && peek(1).text == "=") {
-                e->kw.push_back(next().text);
-                next();
-            } else {
-                e->kw.push_back("");
-            }
-            e->kids.push_back(expression());
-            if (!at_op(")")) expect_op(",");
-        }
-        next();
+        return with_filter ? filters(std::move(e)) : std::move(e);
     }
     ExprP postfix(ExprP e) {
         for (;;) {
             if (at_op(".")) {
                 next();
                 auto a = mk(EK::kAttr);
-                a->name = expect_name();
-                a->kids.push_back(std::move(e));
+                if (peek().kind == Tok::kInt) {  // x.0 is x[0]
+                    a->kind = EK::kIndex;
+                    a->kids.push_back(std::move(e));
+                    auto lit = mk(EK::kLit);
+                    lit->lit = Value::integer(std::strtoll(next().text.c_str(), nullptr, 10));
+                    a->kids.push_back(std::move(lit));
+                } else {
+                    a->name = expect_name();
+                    a->kids.push_back(std::move(e));
+                }
                 e = std::move(a);
             } else if (at_op("[")) {
                 next();
@@ -324,6 +462,7 @@ private:
                 bool slice = false;
                 int idx = 0;
                 while (!at_op("]")) {
+                    if (at_end()) err("expected ']'");
                     if (at_op(":")) {
                         slice = true;
                         if (++idx > 2) err("bad slice");
@@ -363,13 +502,15 @@ private:
                 auto f = mk(EK::kTest);
                 if (at_name("not")) { next(); f->negate = true; }
                 f->name = expect_name();
+                if (f->name == "none" || f->name == "true" || f->name == "false") {}  // the literals as test names
                 f->kids.push_back(std::move(e));
                 if (at_op("(")) {
                     call_args(f.get());
                 } else if (peek().kind == Tok::kString || peek().kind == Tok::kInt || peek().kind == Tok::kFloat ||
+                           at_op("[") || at_op("-") ||
                            (peek().kind == Tok::kName && !at_name("and") && !at_name("or") && !at_name("if") &&
                             !at_name("else") && !at_name("in") && !at_name("is") && !at_name("not"))) {
-                    f->kw.push_back("");
+                    f->kw.push_back("");  // `x is divisibleby 3`, `x is sameas none`
                     f->kids.push_back(postfix(primary()));
                 }
                 e = std::move(f);
@@ -405,9 +546,10 @@ private:
                 return e;
             case Tok::kOp:
                 if (tk.text == "(") {
+                    if (at_op(")")) { next(); e->kind = EK::kTuple; return e; }
                     ExprP inner = expression();
-                    if (at_op(",")) {  // tuple: treat as list
-                        auto l = mk(EK::kList);
+                    if (at_op(",")) {
+                        auto l = mk(EK::kTuple);
                         l->kids.push_back(std::move(inner));
                         while (at_op(",")) { next(); if (at_op(")")) break; l->kids.push_back(expression()); }
                         inner = std::move(l);
@@ -417,13 +559,18 @@ private:
                 }
                 if (tk.text == "[") {
                     e->kind = EK::kList;
-                    while (!at_op("]")) { e->kids.push_back(expression()); if (!at_op("]")) expect_op(","); }
+                    while (!at_op("]")) {
+                        if (at_end()) err("expected ']'");
+                        e->kids.push_back(expression());
+                        if (!at_op("]")) expect_op(",");
+                    }
                     next();
                     return e;
                 }
                 if (tk.text == "{") {
                     e->kind = EK::kDict;
                     while (!at_op("}")) {
+                        if (at_end()) err("expected '}'");
                         e->kids.push_back(expression());
                         expect_op(":");
                         e->kids.push_back(expression());
@@ -435,7 +582,7 @@ private:
                 break;
             case Tok::kEnd: break;
         }
-        fail("unexpected '" + tk.text + "' at line " + std::to_string(line_));
+        fail("unexpected '" + tk.text + "'", line_);
     }
 
     std::vector<Token> t_;
@@ -452,29 +599,36 @@ public:
 
     Body parse_all() {
         std::string end;
-        Body b = block({}, &end, 0);
-        return b;
+        return block({}, &end, 0);
     }
 
 private:
     // Parses statements until one of `enders` (first keyword of a {% %} tag); returns it in *end and
     // leaves its Parser in cur_ for the caller.
     Body block(const std::set<std::string>& enders, std::string* end, int depth) {
-        if (depth > max_depth_) fail("blocks nested too deeply");
+        if (depth > max_depth_) fail("blocks nested too deeply", segs_.empty() ? 0 : segs_[std::min(i_, segs_.size() - 1)].line);
         Body body;
         while (i_ < segs_.size()) {
             const Segment& sg = segs_[i_++];
             if (sg.kind == SegKind::kText) {
                 auto s = std::make_unique<Stmt>();
                 s->kind = SK::kText;
+                s->line = sg.line;
                 s->text = sg.body;
                 body.push_back(std::move(s));
                 continue;
             }
-            auto p = std::make_unique<Parser>(tokenize(sg.body, sg.line), sg.line, max_depth_);
+            std::unique_ptr<Parser> p;
+            try {
+                p = std::make_unique<Parser>(tokenize(sg.body, sg.line), sg.line, max_depth_);
+            } catch (JinjaError& e) {
+                if (e.line == 0) e.line = sg.line;
+                throw;
+            }
             if (sg.kind == SegKind::kExpr) {
                 auto s = std::make_unique<Stmt>();
                 s->kind = SK::kOutput;
+                s->line = sg.line;
                 s->exprs.push_back(p->expression());
                 p->expect_end();
                 body.push_back(std::move(s));
@@ -488,17 +642,44 @@ private:
             }
             body.push_back(statement(kw, *p, sg.line, depth));
         }
-        if (!enders.empty()) fail("missing {% " + *enders.begin() + " %} at end of template");
+        if (!enders.empty()) fail("missing {% " + *enders.begin() + " %} at the end of the template", opened_line_);
         return body;
+    }
+
+    // The body of a block tag up to {% `ender` %} (whose tag must be otherwise empty, or name `name`).
+    Body closed(const char* ender, int line, int depth, const std::string& name = {}) {
+        std::string end;
+        int saved = opened_line_;
+        opened_line_ = line;
+        Body b = block({ender}, &end, depth + 1);
+        opened_line_ = saved;
+        if (!name.empty() && cur_->peek().kind == Tok::kName && cur_->peek().text == name) cur_->next();
+        cur_->expect_end();
+        return b;
+    }
+
+    // `(a, b=default, ...)` parameters of a macro or call block.
+    void params(Parser& p, Stmt& s) {
+        p.expect_op("(");
+        while (!p.at_op(")")) {
+            s.names.push_back(p.expect_name());
+            if (p.at_op("=")) { p.next(); s.exprs.push_back(p.expression()); }
+            else s.exprs.push_back(nullptr);
+            if (!p.at_op(")")) p.expect_op(",");
+        }
+        p.next();
     }
 
     std::unique_ptr<Stmt> statement(const std::string& kw, Parser& p, int line, int depth) {
         auto s = std::make_unique<Stmt>();
+        s->line = line;
         std::string end;
         if (kw == "if") {
             s->kind = SK::kIf;
             s->exprs.push_back(p.expression());
             p.expect_end();
+            int saved = opened_line_;
+            opened_line_ = line;
             for (;;) {
                 s->bodies.push_back(block({"elif", "else", "endif"}, &end, depth + 1));
                 auto ender = std::move(cur_);
@@ -512,16 +693,20 @@ private:
                 s->exprs.push_back(ender->expression());
                 ender->expect_end();
             }
+            opened_line_ = saved;
         } else if (kw == "for") {
             s->kind = SK::kFor;
             s->names.push_back(p.expect_name());
             while (p.at_op(",")) { p.next(); s->names.push_back(p.expect_name()); }
             if (!p.at_name("in")) p.err("expected 'in'");
             p.next();
-            s->exprs.push_back(p.or_expr());
-            if (p.at_name("if")) { p.next(); s->exprs.push_back(p.expression()); }
-            if (p.at_name("recursive")) p.err("recursive loops are not supported");
+            s->exprs.push_back(p.tuple_or_expression(/*plain=*/true));
+            s->exprs.push_back(nullptr);
+            if (p.at_name("if")) { p.next(); s->exprs.back() = p.or_expr(); }
+            if (p.at_name("recursive")) { p.next(); s->recursive = true; }
             p.expect_end();
+            int saved = opened_line_;
+            opened_line_ = line;
             s->bodies.push_back(block({"else", "endfor"}, &end, depth + 1));
             if (end == "else") {
                 cur_->expect_end();
@@ -529,20 +714,70 @@ private:
             } else {
                 s->bodies.emplace_back();
             }
+            opened_line_ = saved;
             cur_->expect_end();
         } else if (kw == "set") {
-            s->kind = SK::kSet;
-            s->names.push_back(p.expect_name());
-            if (p.at_op(".")) { p.next(); s->names.push_back(p.expect_name()); }
-            if (!p.at_op("=")) p.err("only `set name = value` is supported (no set blocks or unpacking)");
-            p.next();
-            s->exprs.push_back(p.expression());
+            std::string target = p.expect_name();
+            if (p.at_op(".")) { p.next(); target += "." + p.expect_name(); }
+            s->names.push_back(target);
+            while (p.at_op(",")) { p.next(); s->names.push_back(p.expect_name()); }
+            if (p.at_op("=")) {
+                s->kind = SK::kSet;
+                p.next();
+                s->exprs.push_back(p.tuple_or_expression());
+                p.expect_end();
+            } else {  // {% set x %}...{% endset %}, optionally {% set x | filter %}
+                if (s->names.size() != 1) p.err("a set block assigns one name");
+                s->kind = SK::kSetBlock;
+                s->exprs.push_back(nullptr);
+                if (p.at_op("|")) {
+                    p.next();
+                    auto hole = p.mk(EK::kName);
+                    hole->name = "\x01block";
+                    s->exprs[0] = p.filter_chain(std::move(hole));
+                }
+                p.expect_end();
+                s->bodies.push_back(closed("endset", line, depth));
+            }
+        } else if (kw == "filter") {
+            s->kind = SK::kFilterBlock;
+            auto hole = p.mk(EK::kName);
+            hole->name = "\x01block";
+            s->exprs.push_back(p.filter_chain(std::move(hole)));
             p.expect_end();
+            s->bodies.push_back(closed("endfilter", line, depth));
+        } else if (kw == "macro") {
+            s->kind = SK::kMacro;
+            s->text = p.expect_name();
+            params(p, *s);
+            p.expect_end();
+            s->bodies.push_back(closed("endmacro", line, depth, s->text));
+        } else if (kw == "call") {
+            s->kind = SK::kCallBlock;
+            if (p.at_op("(")) params(p, *s);
+            ExprP c = p.expression();
+            if (c->kind != EK::kCall) p.err("{% call %} needs a macro call");
+            s->exprs.insert(s->exprs.begin(), std::move(c));
+            p.expect_end();
+            s->bodies.push_back(closed("endcall", line, depth));
+        } else if (kw == "with") {
+            s->kind = SK::kWith;
+            while (!p.at_end()) {
+                s->names.push_back(p.expect_name());
+                p.expect_op("=");
+                s->exprs.push_back(p.expression());
+                if (!p.at_end()) p.expect_op(",");
+            }
+            s->bodies.push_back(closed("endwith", line, depth));
+        } else if (kw == "generation") {  // HF's assistant-mask tag: renders its body
+            s->kind = SK::kBlock;
+            p.expect_end();
+            s->bodies.push_back(closed("endgeneration", line, depth));
         } else if (kw == "break" || kw == "continue") {
             s->kind = kw == "break" ? SK::kBreak : SK::kContinue;
             p.expect_end();
         } else {
-            fail("unsupported tag {% " + kw + " %} at line " + std::to_string(line));
+            fail("unsupported tag {% " + kw + " %}", line);
         }
         return s;
     }
@@ -550,6 +785,7 @@ private:
     std::vector<Segment> segs_;
     size_t i_ = 0;
     int max_depth_;
+    int opened_line_ = 0;
     std::unique_ptr<Parser> cur_;
 };
 
