@@ -171,6 +171,38 @@ struct ChatMessage {
     std::string role, content;
 };
 
+// A chat rendered as HF's apply_chat_template renders it, from JSON (docs/tools.md): messages with tool
+// calls (function.arguments as a JSON string, as OpenAI sends it, or an object), tool results and content
+// parts; the tools the template lists; extra template variables (enable_thinking, ...).
+struct ChatTemplateArgs {
+    std::string messages_json;      // a JSON array of OpenAI-style message objects
+    std::string tools_json;         // "" or a JSON array of {"type": "function", "function": {...}}
+    std::string kwargs_json;        // "" or a JSON object of extra template variables
+    bool add_generation_prompt = true;
+    std::string chat_template;      // "" = the model's
+};
+
+// Tool calls in generated text. Formats (chosen from the chat template by tool_call_format): "hermes",
+// "qwen_xml", "llama3", "mistral", "gpt_oss", "deepseek", or "none".
+struct ToolCall {
+    std::string name;
+    std::string arguments;  // a JSON object, compact
+};
+struct ToolCallParse {
+    std::string content;
+    std::string reasoning;  // gpt_oss's analysis channel
+    std::vector<ToolCall> calls;
+};
+// Splits `text` (generated with control tokens kept) into content and calls. final = false (streaming):
+// the content only grows from one call to the next on longer text and only complete calls are returned.
+// `tools_json` ("" or the request's tools) types the qwen_xml format's parameter values.
+ToolCallParse parse_tool_calls(const std::string& format, const std::string& text, const std::string& tools_json,
+                               bool final);
+// The format a chat template writes tool calls in ("none" when it shows none).
+std::string detect_tool_call_format(const std::string& chat_template);
+// Whether `name` is one of the formats above.
+bool is_tool_call_format(const std::string& name);
+
 class Engine {
 public:
     // Loads the model and starts the step loop. nullptr with *status set on failure.
@@ -200,6 +232,8 @@ public:
     // The conversation in the model's chat template (or `chat_template` when non-empty).
     Status apply_chat_template(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                                const std::string& chat_template, std::string* text) const;
+    // The same from JSON messages, with tools and template variables; kInvalidArgument for malformed JSON.
+    Status apply_chat_template(const ChatTemplateArgs& args, std::string* text) const;
 
     struct Impl;
 

@@ -26,6 +26,7 @@
 #endif
 #include "ops/linear.h"
 #include "tokenizer/chat_template.h"
+#include "tokenizer/tool_calls.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kiln {
@@ -507,5 +508,68 @@ Status Engine::apply_chat_template(const std::vector<ChatMessage>& messages, boo
     if (text) *text = std::move(*r);
     return {};
 }
+
+Status Engine::apply_chat_template(const ChatTemplateArgs& args, std::string* text) const {
+    using ojson = nlohmann::ordered_json;
+    const tokenizer::Tokenizer& tok = *impl_->tokenizer;
+    const std::string& tmpl = args.chat_template.empty() ? tok.chat_template() : args.chat_template;
+    if (tmpl.empty())
+        return {Status::Code::kNotFound, "the model has no chat template; pass one (--chat-template FILE)"};
+    tokenizer::ChatTemplateInput in;
+    auto parse = [](const std::string& text, const char* what, ojson* out) -> Status {
+        if (text.empty()) return {};
+        *out = ojson::parse(text, nullptr, /*allow_exceptions=*/false);
+        if (out->is_discarded()) return {Status::Code::kInvalidArgument, std::string(what) + " is not valid JSON"};
+        return {};
+    };
+    if (Status st = parse(args.messages_json, "messages", &in.messages); !st.ok()) return st;
+    if (!in.messages.is_array()) return {Status::Code::kInvalidArgument, "messages must be a JSON array"};
+    if (Status st = parse(args.tools_json, "tools", &in.tools); !st.ok()) return st;
+    if (!in.tools.is_null() && !in.tools.is_array()) return {Status::Code::kInvalidArgument, "tools must be a JSON array"};
+    ojson kwargs;
+    if (Status st = parse(args.kwargs_json, "chat template kwargs", &kwargs); !st.ok()) return st;
+    if (!kwargs.is_null() && !kwargs.is_object())
+        return {Status::Code::kInvalidArgument, "chat template kwargs must be a JSON object"};
+    // Tool-call arguments arrive as JSON text (OpenAI); templates expect the object (vLLM and HF pass it so).
+    for (auto& m : in.messages) {
+        if (!m.is_object() || !m.contains("tool_calls") || !m["tool_calls"].is_array()) continue;
+        for (auto& call : m["tool_calls"]) {
+            if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) continue;
+            auto& fn = call["function"];
+            if (!fn.contains("arguments") || !fn["arguments"].is_string()) continue;
+            ojson parsed = ojson::parse(fn["arguments"].get<std::string>(), nullptr, false);
+            if (!parsed.is_discarded() && parsed.is_object()) fn["arguments"] = std::move(parsed);
+        }
+    }
+    if (kwargs.is_object())
+        for (const auto& [k, v] : kwargs.items()) in.extra.emplace_back(k, tokenizer::json_to_value(v));
+    in.add_generation_prompt = args.add_generation_prompt;
+    in.bos_token = tok.bos_id() >= 0 ? tok.token_text(tok.bos_id()) : "";
+    in.eos_token = tok.eos_id() >= 0 ? tok.token_text(tok.eos_id()) : "";
+    auto r = tokenizer::render_chat_template(tmpl, in);
+    if (!r) return to_public(r.status());
+    if (text) *text = std::move(*r);
+    return {};
+}
+
+ToolCallParse parse_tool_calls(const std::string& format, const std::string& text, const std::string& tools_json,
+                               bool final) {
+    auto f = tokenizer::tool_format_from_name(format);
+    nlohmann::ordered_json tools;
+    if (!tools_json.empty()) {
+        tools = nlohmann::ordered_json::parse(tools_json, nullptr, false);
+        if (tools.is_discarded()) tools = nullptr;
+    }
+    tokenizer::ToolParse p = tokenizer::parse_tool_calls(f.value_or(tokenizer::ToolFormat::kNone), text, tools, final);
+    ToolCallParse out{std::move(p.content), std::move(p.reasoning), {}};
+    for (auto& c : p.calls) out.calls.push_back({std::move(c.name), std::move(c.arguments)});
+    return out;
+}
+
+std::string detect_tool_call_format(const std::string& chat_template) {
+    return tokenizer::tool_format_name(tokenizer::detect_tool_format(chat_template));
+}
+
+bool is_tool_call_format(const std::string& name) { return tokenizer::tool_format_from_name(name).has_value(); }
 
 }  // namespace kiln

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <ctime>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
 
 #include "server/generation.h"
 #include "server/server_state.h"
@@ -48,7 +50,52 @@ struct Job {
     RequestLogEntry log;
     bool logged = false;
 
+    // Chat tools (docs/tools.md): kParse reads calls out of the reply in the template's format; kRequired and
+    // kNamed constrained the reply to JSON (a list of {name, parameters}; the named function's arguments).
+    enum class ToolMode { kOff, kParse, kRequired, kNamed } tool_mode = ToolMode::kOff;
+    std::string tool_format, tools_json, tool_name;
+    bool parallel_tool_calls = true;
+    std::vector<std::string> raw;         // per choice: the generated text
+    std::vector<size_t> sent_content;     // per choice, streaming: content bytes sent
+    std::vector<size_t> sent_calls;       // per choice, streaming: tool calls sent
+    std::vector<std::vector<ToolCallOut>> calls;  // per choice: the calls found so far, with their ids
+
     Job(HttpServer::State& st, Endpoint e) : s(st), ep(e) {}
+
+    std::string new_call_id() const {
+        static const char kAlnum[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+        thread_local std::mt19937_64 rng{std::random_device{}()};
+        const bool mistral = tool_format == "mistral";  // its templates want 9 alphanumerics in the history
+        std::string id = mistral ? "" : "call_";
+        for (int k = 0; k < (mistral ? 9 : 24); ++k) id += kAlnum[rng() % (sizeof kAlnum - 1)];
+        return id;
+    }
+
+    // Choice i's reply so far read as content and tool calls (final: the generation has ended). New calls get
+    // ids; the ones found before keep theirs.
+    ToolCallParse read_reply(int i, bool final) {
+        ToolCallParse p;
+        using json = nlohmann::ordered_json;
+        const std::string& text = raw[i];
+        if (tool_mode == ToolMode::kParse) {
+            p = parse_tool_calls(tool_format, text, tools_json, final);
+        } else if (final) {
+            json j = json::parse(text, nullptr, false);
+            if (tool_mode == ToolMode::kNamed && j.is_object()) {
+                p.calls.push_back({tool_name, j.dump()});
+            } else if (tool_mode == ToolMode::kRequired && j.is_array()) {
+                for (const json& c : j)
+                    if (c.is_object() && c.contains("name") && c["name"].is_string() && c.contains("parameters"))
+                        p.calls.push_back({c["name"].get<std::string>(), c["parameters"].dump()});
+            } else {
+                p.content = text;  // cut short (length) before the JSON closed
+            }
+        }
+        if (!parallel_tool_calls && p.calls.size() > 1) p.calls.resize(1);
+        for (size_t k = calls[i].size(); k < p.calls.size(); ++k)
+            calls[i].push_back({new_call_id(), p.calls[k].name, p.calls[k].arguments});
+        return p;
+    }
     ~Job() {
         gen.reset();               // aborts what is unfinished before the slot is released
         if (!logged) finish(499);  // the client went away before the stream started
@@ -70,7 +117,8 @@ struct Job {
     std::string absorb(const GenerationEvent& e, const std::vector<LogprobEntry>& lps) {
         const RequestOutput& o = e.output;
         ChoiceResult& c = choices[e.index];
-        c.text += o.text;
+        if (tool_mode == ToolMode::kOff) c.text += o.text;
+        else raw[e.index] += o.text;
         c.logprobs.insert(c.logprobs.end(), lps.begin(), lps.end());
         if (!o.token_ids.empty() && log.ttft_s < 0) log.ttft_s = since(t0);
         if (o.prompt_tokens > 0) usage.prompt_tokens = o.prompt_tokens;
@@ -80,6 +128,11 @@ struct Job {
         if (o.finish_reason == FinishReason::kError && error.empty())
             error = o.error.empty() ? "engine error" : o.error;
         c.finish_reason = finish_reason_name(o.finish_reason);
+        if (tool_mode != ToolMode::kOff) {
+            c.text = read_reply(e.index, true).content;
+            c.tool_calls = calls[e.index];
+            if (!c.tool_calls.empty() && c.finish_reason == "stop") c.finish_reason = "tool_calls";
+        }
         return c.finish_reason;
     }
 
@@ -158,10 +211,29 @@ bool run_stream(Job& job, httplib::DataSink& sink) {
             const std::string reason = job.absorb(e, lps);
             if (e.output.text.empty() && reason.empty() && lps.empty()) continue;
             if (e.output.finish_reason == FinishReason::kError) continue;
+            std::string text = e.output.text;
+            if (job.tool_mode != Job::ToolMode::kOff) {  // content that can no longer become a call, new calls
+                const std::string content =
+                    reason.empty() ? job.read_reply(e.index, false).content : job.choices[e.index].text;
+                size_t& sent = job.sent_content[e.index];
+                text = content.size() > sent ? content.substr(sent) : "";  // the content only grows (tool_calls.h)
+                sent += text.size();
+                if (job.calls[e.index].size() > job.sent_calls[e.index]) {
+                    if (!text.empty() &&
+                        !send(chunk_json(job.ep, job.log.id, job.created, job.model, e.index, text, "", false, usage_null)))
+                        return gone();
+                    text.clear();
+                    if (!send(tool_call_chunk_json(job.log.id, job.created, job.model, e.index, job.calls[e.index],
+                                                   job.sent_calls[e.index], usage_null)))
+                        return gone();
+                    job.sent_calls[e.index] = job.calls[e.index].size();
+                }
+            }
             LogprobsPart part{job.logprobs ? &lps : nullptr, job.text_offset[e.index]};
             for (const LogprobEntry& l : lps) job.text_offset[e.index] += int64_t(l.token.size());
-            if (!send(chunk_json(job.ep, job.log.id, job.created, job.model, e.index, e.output.text, reason, false,
-                                 usage_null, part)))
+            if (text.empty() && reason.empty() && lps.empty()) continue;
+            if (!send(chunk_json(job.ep, job.log.id, job.created, job.model, e.index, text, reason, false, usage_null,
+                                 part)))
                 return gone();
             last_write = Clock::now();
         }
@@ -183,7 +255,8 @@ bool run_stream(Job& job, httplib::DataSink& sink) {
 std::optional<ApiError> encode_prompt(HttpServer::State& s, const GenerationRequest& r, std::vector<int32_t>* ids) {
     if (r.endpoint == Endpoint::kChat) {
         std::string text;
-        Status st = s.engine->apply_chat_template(r.messages, true, s.opt.chat_template, &text);
+        ChatTemplateArgs args{r.messages_json, r.tools_json, r.kwargs_json, true, s.opt.chat_template};
+        Status st = s.engine->apply_chat_template(args, &text);
         if (!st.ok()) return bad_request("cannot apply the chat template: " + st.message, "messages");
         *ids = s.engine->tokenize(text, /*add_special=*/false, /*parse_special=*/true);
     } else if (r.has_prompt_ids) {
@@ -249,6 +322,21 @@ void handle_generation(HttpServer::State& s, const httplib::Request& req, httpli
     job->include_usage = r.include_usage;
     job->logprobs = r.sampling.logprobs >= 0;
     job->text_offset.assign(r.n, 0);
+    using TC = GenerationRequest::ToolChoice;
+    if (r.tool_choice != TC::kNone) {
+        job->tool_format = detect_tool_call_format(s.opt.chat_template.empty() ? info.chat_template : s.opt.chat_template);
+        job->tool_mode = r.tool_choice == TC::kRequired ? Job::ToolMode::kRequired
+                         : r.tool_choice == TC::kNamed  ? Job::ToolMode::kNamed
+                         : job->tool_format != "none"   ? Job::ToolMode::kParse
+                                                        : Job::ToolMode::kOff;
+        job->tools_json = r.tools_json;
+        job->tool_name = r.tool_name;
+        job->parallel_tool_calls = r.parallel_tool_calls;
+        job->raw.assign(r.n, "");
+        job->sent_content.assign(r.n, 0);
+        job->sent_calls.assign(r.n, 0);
+        job->calls.assign(r.n, {});
+    }
     if (!r.stream) return run_blocking(*job, res);
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");

@@ -76,11 +76,12 @@ void setup_routes(HttpServer::State& s) {
     h.Post("/tokenize", [&s](const httplib::Request& req, httplib::Response& res) {
         std::string prompt;
         bool add_special = true;
-        std::vector<ChatMessage> messages;
-        if (auto e = parse_tokenize_request(req.body, &prompt, &add_special, &messages)) return send_error(res, *e);
+        ChatTemplateArgs chat;
+        if (auto e = parse_tokenize_request(req.body, &prompt, &add_special, &chat.messages_json)) return send_error(res, *e);
         json out;
-        if (!messages.empty()) {  // the chat as the model will see it (the playground shows it)
-            Status st = s.engine->apply_chat_template(messages, true, s.opt.chat_template, &prompt);
+        if (!chat.messages_json.empty()) {  // the chat as the model will see it (the playground shows it)
+            chat.chat_template = s.opt.chat_template;
+            Status st = s.engine->apply_chat_template(chat, &prompt);
             if (!st.ok()) return send_error(res, bad_request("cannot apply the chat template: " + st.message, "messages"));
             add_special = false;
             out["prompt"] = prompt;

@@ -93,9 +93,18 @@ std::string response_json(Endpoint ep, const std::string& id, int64_t created, c
         json c = {{"index", i},
                   {"logprobs", logprobs_object(ep, part)},
                   {"finish_reason", null_or(choices[i].finish_reason)}};
-        if (ep == Endpoint::kChat)
-            c["message"] = {{"role", "assistant"}, {"content", choices[i].text}};
-        else
+        if (ep == Endpoint::kChat) {
+            const ChoiceResult& r = choices[i];
+            c["message"] = {{"role", "assistant"},
+                            {"content", r.tool_calls.empty() || !r.text.empty() ? json(r.text) : json(nullptr)}};
+            if (!r.tool_calls.empty()) {
+                json calls = json::array();
+                for (const ToolCallOut& t : r.tool_calls)
+                    calls.push_back({{"id", t.id}, {"type", "function"},
+                                     {"function", {{"name", t.name}, {"arguments", t.arguments}}}});
+                c["message"]["tool_calls"] = std::move(calls);
+            }
+        } else
             c["text"] = choices[i].text;
         arr.push_back(std::move(c));
     }
@@ -122,6 +131,31 @@ std::string chunk_json(Endpoint ep, const std::string& id, int64_t created, cons
     j["choices"] = json::array({std::move(c)});
     if (with_usage_null) j["usage"] = nullptr;
     return dump(j);
+}
+
+std::string tool_call_chunk_json(const std::string& id, int64_t created, const std::string& model, int index,
+                                 const std::vector<ToolCallOut>& calls, size_t first, bool with_usage_null) {
+    std::string out;
+    for (size_t k = first; k < calls.size(); ++k) {
+        for (int part = 0; part < 2; ++part) {
+            json call = {{"index", k}};
+            if (part == 0) {
+                call["id"] = calls[k].id;
+                call["type"] = "function";
+                call["function"] = {{"name", calls[k].name}, {"arguments", ""}};
+            } else {
+                call["function"] = {{"arguments", calls[k].arguments}};
+            }
+            json j = envelope(Endpoint::kChat, true, id, created, model);
+            json c = {{"index", index}, {"delta", {{"tool_calls", json::array({call})}}}, {"logprobs", nullptr},
+                      {"finish_reason", nullptr}};
+            j["choices"] = json::array({std::move(c)});
+            if (with_usage_null) j["usage"] = nullptr;
+            if (!out.empty()) out += "\n\ndata: ";
+            out += dump(j);
+        }
+    }
+    return out;
 }
 
 std::string usage_chunk_json(Endpoint ep, const std::string& id, int64_t created, const std::string& model,

@@ -94,8 +94,8 @@ Err reject_unsupported(const json& j, Endpoint ep) {
         return v.is_null() || (v.is_boolean() && !v.get<bool>()) || (v.is_number_integer() && v.get<int64_t>() == 0) ||
                (v.is_string() && v.get<std::string>().empty()) || (v.is_array() && v.empty());
     };
-    static const char* const kFields[] = {"echo",       "suffix",        "tools",      "tool_choice",
-                                          "functions",  "function_call", "audio",      "modalities",
+    static const char* const kFields[] = {"echo",       "suffix",          "functions",
+                                          "function_call", "audio",      "modalities",
                                           "prediction", "prompt_logprobs", "guided_whitespace_pattern"};
     for (const char* f : kFields) {
         auto it = j.find(f);
@@ -167,35 +167,168 @@ Err parse_prompt(const json& j, GenerationRequest* out) {
 }
 
 // content: a string, null, or a list of {"type": "text", "text": ...} parts (concatenated).
+Err message_text(const json& msg, const std::string& role, bool may_be_null, std::optional<std::string>* out) {
+    const json* c = field(msg, "content");
+    if (c && c->is_string()) {
+        *out = c->get<std::string>();
+    } else if (c && c->is_array()) {
+        std::string text;
+        for (const json& part : *c) {
+            if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
+                !part["text"].is_string())
+                return bad_request("only text content parts are supported", "messages");
+            text += part["text"].get<std::string>();
+        }
+        *out = std::move(text);
+    } else if (c || !may_be_null) {
+        return bad_request("the content of a " + role + " message must be a string or a list of text parts",
+                           "messages");
+    }
+    return std::nullopt;
+}
+
+// An assistant message's tool_calls: [{"id", "type": "function", "function": {"name", "arguments"}}].
+Err parse_history_calls(const json& calls, json* out) {
+    if (!calls.is_array()) return bad_request("tool_calls must be a list", "messages");
+    *out = json::array();
+    for (const json& c : calls) {
+        const json* fn = c.is_object() ? field(c, "function") : nullptr;
+        const json* name = fn && fn->is_object() ? field(*fn, "name") : nullptr;
+        if (!name || !name->is_string())
+            return bad_request("each tool call needs function.name (a string)", "messages");
+        const json* args = field(*fn, "arguments");
+        if (args && !args->is_string() && !args->is_object())
+            return bad_request("tool call arguments must be a JSON string", "messages");
+        json call = {{"type", "function"}, {"function", {{"name", *name}, {"arguments", args ? *args : json("{}")}}}};
+        if (const json* id = field(c, "id")) {
+            if (!id->is_string()) return bad_request("tool call ids must be strings", "messages");
+            call = json{{"id", *id}, {"type", "function"}, {"function", call["function"]}};
+        }
+        out->push_back(std::move(call));
+    }
+    return std::nullopt;
+}
+
 Err parse_messages(const json& j, GenerationRequest* out) {
     const json* m = field(j, "messages");
     if (!m) return bad_request("messages is required", "messages");
     if (!m->is_array() || m->empty()) return bad_request("messages must be a non-empty list", "messages");
+    json msgs = json::array();
     for (const json& msg : *m) {
         if (!msg.is_object()) return bad_request("each message must be an object", "messages");
         const json* role = field(msg, "role");
         if (!role || !role->is_string()) return bad_request("each message needs a string role", "messages");
         const std::string r = role->get<std::string>();
-        if (r != "system" && r != "user" && r != "assistant" && r != "developer")
-            return bad_request("message role '" + r + "' is not supported (system, developer, user, assistant)",
+        if (r != "system" && r != "user" && r != "assistant" && r != "developer" && r != "tool")
+            return bad_request("message role '" + r + "' is not supported (system, developer, user, assistant, tool)",
                                "messages");
-        ChatMessage cm;
-        cm.role = r == "developer" ? "system" : r;
-        const json* c = field(msg, "content");
-        if (c && c->is_string()) {
-            cm.content = c->get<std::string>();
-        } else if (c && c->is_array()) {
-            for (const json& part : *c) {
-                if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
-                    !part["text"].is_string())
-                    return bad_request("only text content parts are supported", "messages");
-                cm.content += part["text"].get<std::string>();
+        json tm = {{"role", r == "developer" ? "system" : r}};
+        json calls;
+        if (r == "assistant") {
+            if (const json* tc = field(msg, "tool_calls")) {
+                if (auto e = parse_history_calls(*tc, &calls)) return e;
             }
-        } else if (c || r != "assistant") {
-            return bad_request("message content must be a string or a list of text parts", "messages");
         }
-        out->messages.push_back(std::move(cm));
+        std::optional<std::string> text;
+        if (auto e = message_text(msg, r, r == "assistant", &text)) return e;
+        if (text) tm["content"] = *text;
+        if (r == "assistant") {
+            if (const json* rc = field(msg, "reasoning_content"); rc && rc->is_string()) tm["reasoning_content"] = *rc;
+            if (!calls.is_null() && !calls.empty()) tm["tool_calls"] = std::move(calls);
+        }
+        if (r == "tool") {
+            if (const json* id = field(msg, "tool_call_id")) {
+                if (!id->is_string()) return bad_request("tool_call_id must be a string", "messages");
+                tm["tool_call_id"] = *id;
+            }
+        }
+        if (const json* name = field(msg, "name"); name && name->is_string()) tm["name"] = *name;
+        msgs.push_back(std::move(tm));
     }
+    out->messages_json = msgs.dump();
+    return std::nullopt;
+}
+
+// tools, tool_choice, parallel_tool_calls, chat_template_kwargs. `required` and a named function are
+// enforced with the grammar engine (the reply is then JSON: a list of {name, parameters}, or the named
+// function's arguments), as vLLM does.
+Err parse_tools(const json& j, GenerationRequest* out) {
+    using TC = GenerationRequest::ToolChoice;
+    if (const json* kw = field(j, "chat_template_kwargs")) {
+        if (!kw->is_object()) return bad_request("chat_template_kwargs must be an object", "chat_template_kwargs");
+        out->kwargs_json = kw->dump();
+    }
+    if (auto e = get_bool(j, "parallel_tool_calls", &out->parallel_tool_calls)) return e;
+    const json* tools = field(j, "tools");
+    const json* choice = field(j, "tool_choice");
+    if (tools && !tools->is_array()) return bad_request("tools must be a list", "tools");
+    std::vector<std::string> names;
+    json params = json::object();
+    if (tools) {
+        for (const json& t : *tools) {
+            const json* type = t.is_object() ? field(t, "type") : nullptr;
+            if (!type || *type != "function") return bad_request("each tool must have type \"function\"", "tools");
+            const json* fn = field(t, "function");
+            const json* name = fn && fn->is_object() ? field(*fn, "name") : nullptr;
+            if (!name || !name->is_string() || name->get<std::string>().empty() || name->get<std::string>().size() > 64)
+                return bad_request("each tool needs function.name (1 to 64 characters)", "tools");
+            const std::string n = name->get<std::string>();
+            if (n.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") != std::string::npos)
+                return bad_request("tool name '" + n + "' may only hold a-z, A-Z, 0-9, _, - and .", "tools");
+            if (std::find(names.begin(), names.end(), n) != names.end())
+                return bad_request("two tools are named '" + n + "'", "tools");
+            const json* p = field(*fn, "parameters");
+            if (p && !p->is_object()) return bad_request("function.parameters must be a JSON Schema object", "tools");
+            if (const json* d = field(*fn, "description"); d && !d->is_string())
+                return bad_request("function.description must be a string", "tools");
+            names.push_back(n);
+            params[n] = p ? *p : json{{"type", "object"}};
+        }
+        if (!tools->empty()) out->tools_json = tools->dump();
+    }
+    out->tool_choice = names.empty() ? TC::kNone : TC::kAuto;
+    if (choice) {
+        if (choice->is_string()) {
+            const std::string c = choice->get<std::string>();
+            if (c == "none") out->tool_choice = TC::kNone;
+            else if (c == "auto") out->tool_choice = names.empty() ? TC::kNone : TC::kAuto;
+            else if (c == "required") out->tool_choice = TC::kRequired;
+            else return bad_request("tool_choice must be none, auto, required or {\"type\": \"function\", ...}", "tool_choice");
+        } else {
+            const json* fn = choice->is_object() ? field(*choice, "function") : nullptr;
+            const json* name = fn && fn->is_object() ? field(*fn, "name") : nullptr;
+            if (!name || !name->is_string())
+                return bad_request("tool_choice must name a function: {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                                   "tool_choice");
+            out->tool_choice = TC::kNamed;
+            out->tool_name = name->get<std::string>();
+        }
+        if (out->tool_choice != TC::kNone && names.empty())
+            return bad_request("tool_choice needs tools", "tool_choice");
+        if (out->tool_choice == TC::kNamed && std::find(names.begin(), names.end(), out->tool_name) == names.end())
+            return bad_request("tool_choice names '" + out->tool_name + "', which is not in tools", "tool_choice");
+    }
+    if (out->tool_choice == TC::kNone) out->tools_json.clear();  // none: the template does not see the tools
+    if (out->tool_choice != TC::kRequired && out->tool_choice != TC::kNamed) return std::nullopt;
+    StructuredOutput& so = out->sampling.structured;
+    if (!so.kind.empty())
+        return bad_request("tool_choice " + std::string(out->tool_choice == TC::kNamed ? "naming a function" : "required") +
+                               " cannot be combined with " + out->structured_param,
+                           "tool_choice");
+    so.kind = "json_schema";
+    out->structured_param = "tools";
+    if (out->tool_choice == TC::kNamed) {
+        so.value = params[out->tool_name].dump();
+        return std::nullopt;
+    }
+    json any = json::array();
+    for (const std::string& n : names)
+        any.push_back({{"type", "object"},
+                       {"properties", {{"name", {{"const", n}}}, {"parameters", params[n]}}},
+                       {"required", {"name", "parameters"}}});
+    json schema = {{"type", "array"}, {"minItems", 1}, {"items", {{"anyOf", any}}}};
+    if (!out->parallel_tool_calls) schema["maxItems"] = 1;
+    so.value = schema.dump();
     return std::nullopt;
 }
 
@@ -355,6 +488,8 @@ Err parse_sampling(const json& j, GenerationRequest* out) {
     if (auto e = parse_stop(j, &s)) return e;
     if (auto e = parse_logprobs(j, out->endpoint, &s)) return e;
     if (auto e = parse_structured(j, out)) return e;
+    if (out->endpoint == Endpoint::kChat)
+        if (auto e = parse_tools(j, out)) return e;
     return parse_logit_bias(j, &s);
 }
 
@@ -434,15 +569,15 @@ std::optional<ApiError> check_against_model(GenerationRequest* req, int64_t prom
 }
 
 std::optional<ApiError> parse_tokenize_request(std::string_view body, std::string* prompt, bool* add_special,
-                                               std::vector<ChatMessage>* messages) {
+                                               std::string* messages_json) {
     json j;
     if (auto e = parse_object(body, &j)) return e;
-    messages->clear();
+    messages_json->clear();
     *add_special = true;
     if (field(j, "messages")) {
         GenerationRequest chat;
         if (auto e = parse_messages(j, &chat)) return e;
-        *messages = std::move(chat.messages);
+        *messages_json = std::move(chat.messages_json);
         return std::nullopt;
     }
     const json* p = field(j, "prompt");

@@ -2,7 +2,7 @@
 // /v1/chat/completions parsed and validated into plain structs, and the JSON of responses, stream
 // chunks and errors. Follows the OpenAI API reference (completions, chat completions, streaming
 // chunks, error object); fields that would change the output and that kiln does not implement
-// (echo, suffix, prompt_logprobs, best_of > 1, tools, ...) are rejected naming the field;
+// (echo, suffix, prompt_logprobs, best_of > 1, functions, ...) are rejected naming the field;
 // unknown fields are ignored, as OpenAI-compatible servers do.
 // Invariant: parsing never throws and never aborts; every problem becomes an ApiError.
 // Checks that need the model (context length, vocabulary size) are done by the server after
@@ -39,8 +39,15 @@ struct GenerationRequest {
     std::string prompt;
     std::vector<int32_t> prompt_ids;
     bool has_prompt_ids = false;
-    // Chat: the conversation.
-    std::vector<ChatMessage> messages;
+    // Chat: the conversation as the chat template gets it (a JSON array: roles system/user/assistant/tool,
+    // text content, assistant tool_calls, tool results' tool_call_id), and the tools (docs/tools.md).
+    std::string messages_json;
+    std::string tools_json;   // "" or the validated tools array
+    std::string kwargs_json;  // chat_template_kwargs: "" or a JSON object
+    enum class ToolChoice { kNone, kAuto, kRequired, kNamed };
+    ToolChoice tool_choice = ToolChoice::kNone;  // kAuto when tools are given without tool_choice
+    std::string tool_name;                       // kNamed: the function
+    bool parallel_tool_calls = true;
     int n = 1;
     bool stream = false;
     bool include_usage = false;
@@ -65,9 +72,9 @@ std::optional<ApiError> check_against_model(GenerationRequest* req, int64_t prom
 
 // /tokenize and /detokenize bodies.
 // /tokenize: {"prompt": "...", "add_special_tokens": bool} or, as vLLM takes it, {"messages": [...]}
-// (a chat to render with the chat template; *messages non-empty then).
+// (a chat to render with the chat template; *messages_json non-empty then).
 std::optional<ApiError> parse_tokenize_request(std::string_view body, std::string* prompt, bool* add_special,
-                                               std::vector<ChatMessage>* messages);
+                                               std::string* messages_json);
 std::optional<ApiError> parse_detokenize_request(std::string_view body, std::vector<int32_t>* tokens);
 
 // ---- responses (JSON text) ----
@@ -87,10 +94,15 @@ struct LogprobsPart {
     int64_t text_offset = 0;
 };
 
+struct ToolCallOut {
+    std::string id, name, arguments;
+};
+
 struct ChoiceResult {
-    std::string text;
-    std::string finish_reason;  // "stop" / "length" (an aborted request reports "abort")
+    std::string text;           // chat with tools: the content once the calls are taken out
+    std::string finish_reason;  // "stop" / "length" / "tool_calls" (an aborted request reports "abort")
     std::vector<LogprobEntry> logprobs;
+    std::vector<ToolCallOut> tool_calls;
 };
 struct Usage {
     int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
@@ -104,6 +116,11 @@ std::string response_json(Endpoint endpoint, const std::string& id, int64_t crea
 std::string chunk_json(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model, int index,
                        const std::string& text, const std::string& finish_reason, bool role_only, bool with_usage_null,
                        const LogprobsPart& logprobs = {});
+// A chat chunk whose delta carries tool calls: `first` and on are the calls' indices. Each call goes out as
+// OpenAI streams one: a delta with index, id, type and the function's name (arguments ""), then one with
+// its arguments.
+std::string tool_call_chunk_json(const std::string& id, int64_t created, const std::string& model, int index,
+                                 const std::vector<ToolCallOut>& calls, size_t first, bool with_usage_null);
 // The final usage chunk (choices: []).
 std::string usage_chunk_json(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model,
                              const Usage& usage);

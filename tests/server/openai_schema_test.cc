@@ -59,9 +59,11 @@ TEST(OpenAiSchema, ChatMessages) {
         {"role": "assistant", "content": null}], "max_completion_tokens": 3})",
                    &r, Endpoint::kChat);
     ASSERT_FALSE(e) << e->message;
-    ASSERT_EQ(r.messages.size(), 3u);
-    EXPECT_EQ(r.messages[0].role, "system");
-    EXPECT_EQ(r.messages[1].content, "ab");
+    json m = json::parse(r.messages_json);
+    ASSERT_EQ(m.size(), 3u);
+    EXPECT_EQ(m[0]["role"], "system");
+    EXPECT_EQ(m[1]["content"], "ab");
+    EXPECT_FALSE(m[2].contains("content"));  // null content left out, as HF drops None keys
     EXPECT_EQ(r.max_tokens, 3);
 }
 
@@ -113,7 +115,7 @@ TEST(OpenAiSchema, RejectsBadBodies) {
     EXPECT_TRUE(parse(std::string(100000, '[') + std::string(100000, ']'), &r));  // nesting
     EXPECT_TRUE(parse(R"({"messages": []})", &r, Endpoint::kChat));
     EXPECT_TRUE(parse(R"({"messages": [{"role": "wizard", "content": "x"}]})", &r, Endpoint::kChat));
-    EXPECT_TRUE(parse(R"({"messages": [{"role": "user", "content": "x"}], "tools": [{}]})", &r, Endpoint::kChat));
+    EXPECT_TRUE(parse(R"({"messages": [{"role": "user", "content": "x"}], "functions": [{}]})", &r, Endpoint::kChat));
 }
 
 TEST(OpenAiSchema, HarmlessDefaultsOfUnsupportedFieldsAreAccepted) {
@@ -149,7 +151,7 @@ TEST(OpenAiSchema, ResponsesAndChunks) {
     json e = json::parse(error_json({404, "no", "invalid_request_error", "model", "model_not_found"}));
     EXPECT_EQ(e["error"]["code"], "model_not_found");
     EXPECT_TRUE(json::parse(error_json(bad_request("x")))["error"]["param"].is_null());
-    json r = json::parse(response_json(Endpoint::kChat, "id1", 1, "m", {{"hi\xff", "stop", {}}}, {3, 2, 0}));
+    json r = json::parse(response_json(Endpoint::kChat, "id1", 1, "m", {{"hi\xff", "stop", {}, {}}}, {3, 2, 0}));
     EXPECT_EQ(r["object"], "chat.completion");
     EXPECT_EQ(r["choices"][0]["message"]["content"], "hi\xef\xbf\xbd");  // invalid UTF-8 replaced
     EXPECT_EQ(r["usage"]["total_tokens"], 5);
@@ -191,18 +193,18 @@ TEST(OpenAiSchema, Logprobs) {
 
     const float inf = std::numeric_limits<float>::infinity();
     std::vector<LogprobEntry> lps = {{"ab", -0.5f, {{"ab", -0.5f}, {"c", -1.5f}}}, {"\xc3", -inf, {}}};
-    json c = json::parse(response_json(Endpoint::kCompletions, "id", 1, "m", {{"ab?", "length", lps}}, {}, true));
+    json c = json::parse(response_json(Endpoint::kCompletions, "id", 1, "m", {{"ab?", "length", lps, {}}}, {}, true));
     const json& l = c["choices"][0]["logprobs"];
     EXPECT_EQ(l["tokens"][0], "ab");
     EXPECT_EQ(l["token_logprobs"][1], -9999.0);  // JSON has no -inf
     EXPECT_EQ(l["text_offset"][1], 2);
     EXPECT_EQ(l["top_logprobs"][0]["c"], -1.5);
     EXPECT_EQ(l["top_logprobs"][1].size(), 1u);  // the chosen token is always there
-    json h = json::parse(response_json(Endpoint::kChat, "id", 1, "m", {{"ab?", "length", lps}}, {}, true));
+    json h = json::parse(response_json(Endpoint::kChat, "id", 1, "m", {{"ab?", "length", lps, {}}}, {}, true));
     const json& content = h["choices"][0]["logprobs"]["content"];
     EXPECT_EQ(content[1]["bytes"], json::array({0xc3}));
     EXPECT_EQ(content[0]["top_logprobs"][1]["token"], "c");
-    EXPECT_TRUE(json::parse(response_json(Endpoint::kChat, "id", 1, "m", {{"ab", "stop", lps}}, {},
+    EXPECT_TRUE(json::parse(response_json(Endpoint::kChat, "id", 1, "m", {{"ab", "stop", lps, {}}}, {},
                                           false))["choices"][0]["logprobs"]
                     .is_null());
     LogprobsPart part{&lps, 10};
@@ -213,7 +215,7 @@ TEST(OpenAiSchema, Logprobs) {
 TEST(OpenAiSchema, TokenizeBodies) {
     std::string p;
     bool add = false;
-    std::vector<ChatMessage> m;
+    std::string m;
     EXPECT_FALSE(parse_tokenize_request(R"({"prompt": "a b"})", &p, &add, &m));
     EXPECT_EQ(p, "a b");
     EXPECT_TRUE(add);
@@ -221,8 +223,8 @@ TEST(OpenAiSchema, TokenizeBodies) {
     EXPECT_TRUE(parse_tokenize_request(R"({"prompt": 1})", &p, &add, &m));
     // vLLM's chat form: the messages, checked as /v1/chat/completions checks them.
     EXPECT_FALSE(parse_tokenize_request(R"({"messages": [{"role": "user", "content": "hi"}]})", &p, &add, &m));
-    ASSERT_EQ(m.size(), 1u);
-    EXPECT_EQ(m[0].content, "hi");
+    ASSERT_EQ(json::parse(m).size(), 1u);
+    EXPECT_EQ(json::parse(m)[0]["content"], "hi");
     EXPECT_TRUE(parse_tokenize_request(R"({"messages": []})", &p, &add, &m));
     EXPECT_TRUE(parse_tokenize_request(R"({"messages": [{"role": "user"}]})", &p, &add, &m));
     std::vector<int32_t> ids;
@@ -270,6 +272,86 @@ TEST(OpenAiSchema, StructuredOutputFields) {
     EXPECT_TRUE(parse(R"({"prompt": "x", "guided_regex": 5})", &r));
     EXPECT_TRUE(parse(R"({"prompt": "x", "structured_outputs": {"lark": "x"}})", &r));
     EXPECT_TRUE(parse(R"({"prompt": "x", "guided_whitespace_pattern": " "})", &r));
+}
+
+}  // namespace
+}  // namespace kiln::server
+
+namespace kiln::server {
+namespace {
+
+// tools / tool_choice / tool messages: validated, the history passed on for the template, required and
+// named choices turned into JSON schemas for the grammar engine.
+TEST(OpenAiSchema, Tools) {
+    using TC = GenerationRequest::ToolChoice;
+    auto chat = [](const std::string& extra, GenerationRequest* r) {
+        return parse_generation_request(R"({"messages": [{"role": "user", "content": "hi"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+             "function": {"name": "f", "arguments": "{\"a\": 1}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "42"}])" + extra + "}",
+                                        Endpoint::kChat, r);
+    };
+    const std::string tools = R"(, "tools": [{"type": "function", "function": {"name": "f", "description": "d",
+        "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}},
+        {"type": "function", "function": {"name": "g"}}])";
+    GenerationRequest r;
+    auto e = chat(tools, &r);
+    ASSERT_FALSE(e) << e->message;
+    EXPECT_EQ(r.tool_choice, TC::kAuto);
+    EXPECT_TRUE(r.sampling.structured.kind.empty());
+    json m = json::parse(r.messages_json);
+    EXPECT_EQ(m[1]["tool_calls"][0]["function"]["arguments"], "{\"a\": 1}");
+    EXPECT_EQ(m[2]["tool_call_id"], "c1");
+    EXPECT_EQ(json::parse(r.tools_json).size(), 2u);
+
+    ASSERT_FALSE(chat(tools + R"(, "tool_choice": "none")", &r));
+    EXPECT_EQ(r.tool_choice, TC::kNone);
+    EXPECT_TRUE(r.tools_json.empty());  // the template does not see them
+
+    ASSERT_FALSE(chat(tools + R"(, "tool_choice": {"type": "function", "function": {"name": "f"}})", &r));
+    EXPECT_EQ(r.tool_choice, TC::kNamed);
+    EXPECT_EQ(r.sampling.structured.kind, "json_schema");
+    EXPECT_EQ(json::parse(r.sampling.structured.value)["required"][0], "a");
+
+    ASSERT_FALSE(chat(tools + R"(, "tool_choice": "required", "parallel_tool_calls": false)", &r));
+    json schema = json::parse(r.sampling.structured.value);
+    EXPECT_EQ(schema["minItems"], 1);
+    EXPECT_EQ(schema["maxItems"], 1);
+    EXPECT_EQ(schema["items"]["anyOf"][1]["properties"]["name"]["const"], "g");
+
+    const std::pair<std::string, std::string> bad[] = {
+        {R"(, "tool_choice": "required")", "tool_choice"},  // no tools
+        {tools + R"(, "tool_choice": {"type": "function", "function": {"name": "zz"}})", "tool_choice"},
+        {tools + R"(, "tool_choice": "sometimes")", "tool_choice"},
+        {tools + R"(, "tool_choice": "required", "response_format": {"type": "json_object"})", "tool_choice"},
+        {R"(, "tools": [{"type": "function", "function": {"name": "bad name"}}])", "tools"},
+        {R"(, "tools": [{"type": "function", "function": {"name": "f", "parameters": 3}}])", "tools"},
+        {R"(, "tools": [{"type": "retrieval"}])", "tools"},
+        {R"(, "tools": {"type": "function"})", "tools"},
+        {R"(, "chat_template_kwargs": [1])", "chat_template_kwargs"},
+    };
+    for (const auto& [extra, param] : bad) {
+        auto err = chat(extra, &r);
+        ASSERT_TRUE(err) << extra;
+        EXPECT_EQ(err->param, param) << extra;
+    }
+    EXPECT_TRUE(parse_generation_request(R"({"messages": [{"role": "assistant", "tool_calls": [{"function": {}}]}]})",
+                                         Endpoint::kChat, &r));
+
+    std::vector<ChoiceResult> choices(1);
+    choices[0].finish_reason = "tool_calls";
+    choices[0].tool_calls = {{"call_x", "f", "{\"a\":1}"}};
+    json resp = json::parse(response_json(Endpoint::kChat, "id", 1, "m", choices, {}));
+    EXPECT_TRUE(resp["choices"][0]["message"]["content"].is_null());
+    EXPECT_EQ(resp["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], "{\"a\":1}");
+    EXPECT_EQ(resp["choices"][0]["finish_reason"], "tool_calls");
+    std::string events = tool_call_chunk_json("id", 1, "m", 0, choices[0].tool_calls, 0, false);
+    size_t split = events.find("\n\ndata: ");
+    ASSERT_NE(split, std::string::npos);
+    json head = json::parse(events.substr(0, split)), args = json::parse(events.substr(split + 8));
+    EXPECT_EQ(head["choices"][0]["delta"]["tool_calls"][0]["id"], "call_x");
+    EXPECT_EQ(head["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"], "");
+    EXPECT_EQ(args["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"], "{\"a\":1}");
 }
 
 }  // namespace

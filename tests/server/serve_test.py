@@ -393,7 +393,8 @@ def hostile_cases(model_name):
         ("POST", "/v1/chat/completions", dict(chat, messages=[{"role": "wizard", "content": "x"}]), 400),
         ("POST", "/v1/chat/completions", dict(chat, messages=[{"role": "user", "content": 5}]), 400),
         ("POST", "/v1/chat/completions", dict(chat, messages=[{"content": "x"}]), 400),
-        ("POST", "/v1/chat/completions", dict(chat, tools=[{"type": "function", "function": {"name": "f"}}]), 400),
+        ("POST", "/v1/chat/completions", dict(chat, tools=[{"type": "function", "function": {"name": "f"}}],
+                                                    tool_choice={"type": "function", "function": {"name": "g"}}), 400),
         ("POST", "/v1/chat/completions", dict(chat, response_format={"type": "json_schema"}), 400),
         ("POST", "/v1/chat/completions", dict(chat, response_format={"type": "yaml"}), 400),
         ("POST", "/v1/chat/completions", dict(chat, response_format={"type": "json_schema", "json_schema": {
@@ -586,6 +587,116 @@ def structured_checks(client):
         check("not" in str(e) and e.body.get("param") == "response_format", f"refusal: {e} {e.body}")
 
 
+WEATHER_TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "The current weather in a city.",
+     "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
+                                                      "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+                    "required": ["city", "unit"]}}},
+    {"type": "function", "function": {"name": "search", "description": "Searches the web.",
+     "parameters": {"type": "object", "properties": {"query": {"type": "string", "maxLength": 30}},
+                    "required": ["query"]}}},
+]
+
+
+def collect_tool_stream(stream):
+    """The content, tool calls (accumulated from their deltas as OpenAI clients do) and finish reason."""
+    content, calls, finish = "", {}, None
+    for chunk in stream:
+        for c in chunk.choices:
+            content += c.delta.content or ""
+            for d in c.delta.tool_calls or []:
+                call = calls.setdefault(d.index, {"id": None, "name": "", "arguments": ""})
+                if d.id:
+                    call["id"] = d.id
+                if d.function and d.function.name:
+                    call["name"] += d.function.name
+                if d.function and d.function.arguments:
+                    call["arguments"] += d.function.arguments
+            if c.finish_reason:
+                finish = c.finish_reason
+    return content, [calls[k] for k in sorted(calls)], finish
+
+
+def test_tools_server():
+    """Tool calling through the official client on SmolLM2 with Qwen2.5's template (the hermes format):
+    named and required tool choices (grammar-enforced JSON), the auto path parsing <tool_call> blocks out of
+    the reply (a guided_regex makes the tiny model write one), streamed and not; the calls sent back as
+    history with tool results render through the template; tool_choice none; bad tool requests get a 400."""
+    import jsonschema
+    tmpl = os.path.join(TESTDATA, "chat-templates", "Qwen-Qwen2.5-7B-Instruct.jinja")
+    if not os.path.exists(SMOL):
+        if STRICT:
+            check(False, f"no SmolLM2 GGUF at {SMOL}; KILN_TEST_STRICT=1, so the tool checks cannot be skipped")
+        else:
+            SKIPPED.append("tools")
+        return
+    srv = Server(SMOL, "--served-model-name", "smol", "--chat-template", tmpl)
+    try:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{srv.port}/v1", api_key="x", max_retries=0)
+        msgs = [{"role": "user", "content": "What is the weather in Paris?"}]
+        params = {t["function"]["name"]: t["function"]["parameters"] for t in WEATHER_TOOLS}
+        named = {"type": "function", "function": {"name": "get_weather"}}
+        r = client.chat.completions.create(model="smol", messages=msgs, tools=WEATHER_TOOLS, tool_choice=named,
+                                           max_tokens=100, temperature=0.8, seed=3)
+        c = r.choices[0]
+        check(c.finish_reason == "tool_calls" and c.message.content is None and len(c.message.tool_calls) == 1,
+              f"named tool choice: {c}")
+        call = c.message.tool_calls[0]
+        check(call.type == "function" and call.function.name == "get_weather" and call.id.startswith("call_"),
+              f"named call: {call}")
+        jsonschema.validate(json.loads(call.function.arguments), params["get_weather"])
+        content, calls, finish = collect_tool_stream(client.chat.completions.create(
+            model="smol", messages=msgs, tools=WEATHER_TOOLS, tool_choice=named, max_tokens=100, temperature=0.8,
+            seed=3, stream=True))
+        check(finish == "tool_calls" and content == "" and len(calls) == 1 and calls[0]["name"] == "get_weather"
+              and calls[0]["arguments"] == call.function.arguments, f"streamed named call: {calls} {finish}")
+        r = client.chat.completions.create(model="smol", messages=msgs, tools=WEATHER_TOOLS, tool_choice="required",
+                                           max_tokens=200, temperature=0.8, seed=5, n=3)
+        for c in r.choices:
+            check(c.finish_reason == "tool_calls" and c.message.tool_calls, f"required tool choice: {c}")
+            for call in c.message.tool_calls or []:
+                check(call.function.name in params, f"required: unknown tool {call.function.name}")
+                jsonschema.validate(json.loads(call.function.arguments), params.get(call.function.name, {}))
+        # auto: the reply is parsed; the regex only makes SmolLM2 write a <tool_call> block.
+        regex = r'Let me check\.\n<tool_call>\n\{"name": "get_weather", "arguments": \{"city": "(Paris|Lyon)", "unit": "celsius"\}\}\n</tool_call>'
+        r = client.chat.completions.create(model="smol", messages=msgs, tools=WEATHER_TOOLS, max_tokens=80,
+                                           temperature=0, extra_body={"guided_regex": regex})
+        c = r.choices[0]
+        check(c.finish_reason == "tool_calls" and c.message.content == "Let me check.\n" and
+              len(c.message.tool_calls or []) == 1, f"auto tool call: {c}")
+        if c.message.tool_calls:
+            args = json.loads(c.message.tool_calls[0].function.arguments)
+            check(args["unit"] == "celsius" and args["city"] in ("Paris", "Lyon"), f"auto arguments: {args}")
+        content, calls, finish = collect_tool_stream(client.chat.completions.create(
+            model="smol", messages=msgs, tools=WEATHER_TOOLS, max_tokens=80, temperature=0, stream=True,
+            extra_body={"guided_regex": regex}))
+        check(content == "Let me check.\n" and finish == "tool_calls" and len(calls) == 1 and
+              calls[0]["id"] and c.message.tool_calls and calls[0]["arguments"] == c.message.tool_calls[0].function.arguments,
+              f"streamed auto call: {content!r} {calls} {finish}")
+        # The calls go back as history (the client's own message object), with a tool result.
+        history = msgs + [c.message.model_dump(exclude_none=True),
+                          {"role": "tool", "tool_call_id": c.message.tool_calls[0].id if c.message.tool_calls else "x",
+                           "content": "18 C and sunny"}]
+        r = client.chat.completions.create(model="smol", messages=history, tools=WEATHER_TOOLS, max_tokens=20,
+                                           temperature=0)
+        check(r.choices[0].finish_reason in ("stop", "length", "tool_calls"), f"after a tool result: {r}")
+        status, tok = raw("POST", "/tokenize", {"messages": history}, port=srv.port)
+        check(status == 200 and "<tool_response>\n18 C and sunny\n</tool_response>" in tok.get("prompt", "") and
+              '"name": "get_weather"' in tok.get("prompt", ""), f"tool history rendering: {tok.get('prompt')!r}")
+        r = client.chat.completions.create(model="smol", messages=msgs, tools=WEATHER_TOOLS, tool_choice="none",
+                                           max_tokens=10, temperature=0)
+        check(r.choices[0].message.tool_calls is None, f"tool_choice none gave calls: {r.choices[0]}")
+        for bad, param in [({"tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
+                           ({"tool_choice": "required", "response_format": {"type": "json_object"}}, "tool_choice")]:
+            try:
+                client.chat.completions.create(model="smol", messages=msgs, tools=WEATHER_TOOLS, max_tokens=5, **bad)
+                check(False, f"{bad} was accepted")
+            except openai.BadRequestError as e:
+                check(e.body.get("param") == param, f"{bad}: {e.body}")
+    finally:
+        srv.stop()
+
+
 def test_smollm2():
     """Chat on a model with its own template equals `kiln generate --chat`; slow streams cut by their
     clients are aborted (counted, far fewer tokens generated than asked for) and free their KV blocks;
@@ -682,7 +793,7 @@ def main():
     log = open(srv.log_path).read()
     check("/v1/completions 200" in log and "ttft=" in log, "no request log lines")
     for name, fn in [("api key + queue limit", test_key_server), ("speculative", test_spec_server),
-                     ("SmolLM2", test_smollm2)]:
+                     ("SmolLM2", test_smollm2), ("tools", test_tools_server)]:
         t0 = time.time()
         n0 = len(FAILURES)
         fn()
