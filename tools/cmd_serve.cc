@@ -28,7 +28,8 @@ namespace {
 
 constexpr const char* kServeUsage =
     "usage: kiln serve [-m MODEL] [--host HOST] [--port PORT] [--api-key KEY] [--max-queue N]\n"
-    "                  [--served-model-name NAME] [--chat-template FILE] [--log-format text|json]\n"
+    "                  [--served-model-name NAME] [--chat-template FILE] [--tool-call-parser NAME]\n"
+    "                  [--log-format text|json]\n"
     "                  [-t N] [engine options]\n"
     "\n"
     "Serves MODEL over an OpenAI-compatible HTTP API (docs/server.md): /v1/completions,\n"
@@ -41,6 +42,8 @@ constexpr const char* kServeUsage =
     "  --max-queue N          requests that may wait beyond --max-seqs before 429 (default 256)\n"
     "  --served-model-name N  the model name clients send and see (default: the model's name)\n"
     "  --chat-template FILE   a Jinja chat template instead of the model's (for models without one)\n"
+    "  --tool-call-parser F   how replies are read for tool calls: hermes, qwen_xml, glm, llama3,\n"
+    "                         mistral, gpt_oss, deepseek or none (default: the chat template's)\n"
     "  --log-format FMT       request log lines on stderr: text (default) or json\n";
 
 void print_usage(std::FILE* f) {
@@ -87,6 +90,16 @@ bool parse_server_options(const Args& args, server::ServerOptions& o) {
         }
         o.log_json = *v == "json";
     }
+    if (auto v = args.get("--tool-call-parser")) {
+        if (!is_tool_call_format(*v)) {
+            std::fprintf(stderr,
+                         "kiln serve: --tool-call-parser is one of hermes, qwen_xml, glm, llama3, mistral, gpt_oss, "
+                         "deepseek, none; got '%s'\n",
+                         v->c_str());
+            return false;
+        }
+        o.tool_call_parser = *v;
+    }
     if (auto f = args.get("--chat-template")) {
         std::ifstream in(*f, std::ios::binary);
         if (!in) {
@@ -105,7 +118,7 @@ bool parse_server_options(const Args& args, server::ServerOptions& o) {
 int cmd_serve(int argc, char** argv) {
     Args args(merged({"--help", "-h"}, engine_flags()),
               merged({"--host", "--port", "--api-key", "--max-queue", "--served-model-name", "--chat-template",
-                      "--log-format"},
+                      "--tool-call-parser", "--log-format"},
                      engine_options()));
     if (!args.parse(argc, argv, 2)) {
         std::fprintf(stderr, "kiln serve: %s\n", args.error().c_str());

@@ -182,8 +182,8 @@ struct ChatTemplateArgs {
     std::string chat_template;      // "" = the model's
 };
 
-// Tool calls in generated text. Formats (chosen from the chat template by tool_call_format): "hermes",
-// "qwen_xml", "llama3", "mistral", "gpt_oss", "deepseek", or "none".
+// Tool calls in generated text. Formats (chosen from the chat template by detect_tool_call_format):
+// "hermes", "qwen_xml", "glm", "llama3", "mistral", "gpt_oss", "deepseek", or "none".
 struct ToolCall {
     std::string name;
     std::string arguments;  // a JSON object, compact

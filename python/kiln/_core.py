@@ -3,6 +3,7 @@ and the submission of one prompt's n choices to an output channel."""
 from __future__ import annotations
 
 import functools
+import json
 import itertools
 import random
 import threading
@@ -67,23 +68,40 @@ class Core:
         raise TypeError(f"a prompt is a string, {{'prompt': str}} or {{'prompt_token_ids': [int]}}, got {prompt!r}")
 
     def render_chat(self, messages: Sequence[Message], add_generation_prompt: bool = True,
-                    chat_template: Optional[str] = None) -> str:
+                    chat_template: Optional[str] = None, tools: Optional[Sequence[Mapping]] = None,
+                    chat_template_kwargs: Optional[Mapping[str, Any]] = None) -> str:
+        """The conversation in the chat template, as `kiln serve` renders it: text content parts joined,
+        tool calls (arguments as JSON text or objects), tool results and the other message keys passed on;
+        `tools` and `chat_template_kwargs` given to the template (docs/tools.md)."""
         if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
             raise TypeError("messages must be a list of {'role': ..., 'content': ...} dicts")
-        pairs = []
+        msgs = []
         for m in messages:
             if not isinstance(m, Mapping) or not isinstance(m.get("role"), str):
                 raise ValueError(f"each message needs a string 'role', got {m!r}")
-            if m.get("tool_calls") or m.get("role") == "tool":
-                raise NotImplementedError("kiln's chat templates do not render tool calls yet")
-            pairs.append((m["role"], _content_text(m.get("content"))))
-        return self.engine.apply_chat_template(pairs, add_generation_prompt, chat_template or "")
+            msg = {k: v for k, v in m.items() if v is not None and k != "content"}
+            if m.get("content") is not None or m.get("role") != "assistant":
+                msg = {"role": m["role"], "content": _content_text(m.get("content")), **msg}
+            msgs.append(msg)
+        if tools is not None and (isinstance(tools, (str, bytes, Mapping)) or not isinstance(tools, Sequence)):
+            raise TypeError("tools must be a list of {'type': 'function', 'function': {...}} dicts")
+        if chat_template_kwargs is not None and not isinstance(chat_template_kwargs, Mapping):
+            raise TypeError("chat_template_kwargs must be a dict")
+        try:
+            messages_json = json.dumps(msgs)
+            tools_json = json.dumps(list(tools)) if tools else ""
+            kwargs_json = json.dumps(dict(chat_template_kwargs)) if chat_template_kwargs else ""
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"messages, tools and chat_template_kwargs must be JSON data: {e}") from e
+        return self.engine.apply_chat_template_json(messages_json, tools_json, kwargs_json, add_generation_prompt,
+                                                    chat_template or "")
 
     def chat_ids(self, messages: Sequence[Message], add_generation_prompt: bool = True,
-                 chat_template: Optional[str] = None) -> Tuple[str, List[int]]:
+                 chat_template: Optional[str] = None, tools: Optional[Sequence[Mapping]] = None,
+                 chat_template_kwargs: Optional[Mapping[str, Any]] = None) -> Tuple[str, List[int]]:
         """The rendered conversation and its ids (tokenized as HF's apply_chat_template: no BOS/EOS
         added, special tokens parsed), as `kiln serve` and `kiln generate --chat` do."""
-        text = self.render_chat(messages, add_generation_prompt, chat_template)
+        text = self.render_chat(messages, add_generation_prompt, chat_template, tools, chat_template_kwargs)
         return text, self.engine.tokenize(text, False, True)
 
     def submit(self, channel: int, prompts: Sequence[Tuple[Optional[str], List[int], SamplingParams]],

@@ -93,16 +93,15 @@ class LLM:
              continue_final_message: bool = False, tools: Optional[list] = None,
              chat_template_kwargs: Optional[Dict[str, Any]] = None, speculate: bool = True) -> List[RequestOutput]:
         """Answers a conversation (a list of {"role", "content"} dicts) or a list of conversations,
-        rendered with the model's chat template (or `chat_template`, a Jinja string); returns one
-        RequestOutput per conversation, whose ``prompt`` is the rendered text."""
+        rendered with the model's chat template (or `chat_template`, a Jinja string) with `tools` and
+        `chat_template_kwargs` passed to it, as vLLM's LLM.chat does (the reply is not parsed for calls:
+        `kiln serve` does that); returns one RequestOutput per conversation, whose ``prompt`` is the
+        rendered text."""
         if continue_final_message:
             raise NotImplementedError("kiln's chat does not implement continue_final_message")
-        if tools:
-            raise NotImplementedError("kiln's chat does not render tools yet")
-        if chat_template_kwargs:
-            raise NotImplementedError("kiln's chat templates take no chat_template_kwargs")
         convs = [messages] if messages and isinstance(messages[0], Mapping) else list(messages)
-        prepared = [self._core.chat_ids(c, add_generation_prompt, chat_template) for c in convs]
+        prepared = [self._core.chat_ids(c, add_generation_prompt, chat_template, tools, chat_template_kwargs)
+                    for c in convs]
         return self._run(prepared, _params_list(sampling_params, len(prepared)), use_tqdm, speculate)
 
     def stream(self, prompt: PromptType, sampling_params: Optional[SamplingParams] = None, *,

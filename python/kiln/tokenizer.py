@@ -55,11 +55,14 @@ class Tokenizer:
                             **kwargs: Any) -> Union[str, List[int]]:
         """The conversation rendered with the model's chat template (or `chat_template`), as Hugging
         Face's method: token ids by default (no BOS/EOS added: the template writes them), the text
-        with tokenize=False."""
-        for k, v in kwargs.items():
-            if v not in (None, False):
+        with tokenize=False; `tools=` and any other keyword (enable_thinking=...) reach the template."""
+        tools = kwargs.pop("tools", None)
+        template_vars = {k: v for k, v in kwargs.items() if k not in ("continue_final_message", "return_dict",
+                                                                     "return_assistant_tokens_mask", "documents")}
+        for k in ("continue_final_message", "return_dict", "return_assistant_tokens_mask", "documents"):
+            if kwargs.get(k) not in (None, False):
                 raise NotImplementedError(f"apply_chat_template: kiln does not implement '{k}'")
-        text = self._core.render_chat(conversation, add_generation_prompt, chat_template)
+        text = self._core.render_chat(conversation, add_generation_prompt, chat_template, tools, template_vars or None)
         if not tokenize:
             return text
         return self._core.engine.tokenize(text, False, True)

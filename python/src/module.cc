@@ -165,6 +165,16 @@ public:
         return text;
     }
 
+    // Messages, tools and template variables as JSON text (Engine::apply_chat_template(ChatTemplateArgs)).
+    std::string apply_chat_template_json(const std::string& messages_json, const std::string& tools_json,
+                                         const std::string& kwargs_json, bool add_generation_prompt,
+                                         const std::string& chat_template) {
+        std::string text;
+        ChatTemplateArgs args{messages_json, tools_json, kwargs_json, add_generation_prompt, chat_template};
+        check(engine()->apply_chat_template(args, &text));
+        return text;
+    }
+
     void close() {
         std::shared_ptr<Engine> e;
         {
@@ -392,6 +402,9 @@ NB_MODULE(_kiln, m) {
             nb::arg("id"))
         .def("apply_chat_template", &PyEngine::apply_chat_template, nb::arg("messages"),
              nb::arg("add_generation_prompt"), nb::arg("chat_template") = "")
+        .def("apply_chat_template_json", &PyEngine::apply_chat_template_json, nb::arg("messages_json"),
+             nb::arg("tools_json"), nb::arg("kwargs_json"), nb::arg("add_generation_prompt"),
+             nb::arg("chat_template") = "")
         .def("close", &PyEngine::close, release(), "Aborts what still runs and frees the model.");
 
     nb::class_<server::ServerOptions>(m, "ServerOptions")

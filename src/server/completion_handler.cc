@@ -82,7 +82,7 @@ struct Job {
         } else if (final) {
             json j = json::parse(text, nullptr, false);
             if (tool_mode == ToolMode::kNamed && j.is_object()) {
-                p.calls.push_back({tool_name, j.dump()});
+                p.calls.push_back({tool_name, text});  // as generated: what a stream sent in fragments
             } else if (tool_mode == ToolMode::kRequired && j.is_array()) {
                 for (const json& c : j)
                     if (c.is_object() && c.contains("name") && c["name"].is_string() && c.contains("parameters"))
@@ -92,8 +92,10 @@ struct Job {
             }
         }
         if (!parallel_tool_calls && p.calls.size() > 1) p.calls.resize(1);
-        for (size_t k = calls[i].size(); k < p.calls.size(); ++k)
-            calls[i].push_back({new_call_id(), p.calls[k].name, p.calls[k].arguments});
+        for (size_t k = 0; k < p.calls.size(); ++k) {
+            if (k < calls[i].size()) calls[i][k].arguments = p.calls[k].arguments;  // a named call streamed first
+            else calls[i].push_back({new_call_id(), p.calls[k].name, p.calls[k].arguments});
+        }
         return p;
     }
     ~Job() {
@@ -212,7 +214,20 @@ bool run_stream(Job& job, httplib::DataSink& sink) {
             if (e.output.text.empty() && reason.empty() && lps.empty()) continue;
             if (e.output.finish_reason == FinishReason::kError) continue;
             std::string text = e.output.text;
-            if (job.tool_mode != Job::ToolMode::kOff) {  // content that can no longer become a call, new calls
+            if (job.tool_mode == Job::ToolMode::kNamed) {  // the reply is the arguments: streamed as they come
+                std::vector<ToolCallOut>& calls = job.calls[e.index];
+                if (job.sent_calls[e.index] == 0 && !text.empty()) {
+                    if (calls.empty()) calls.push_back({job.new_call_id(), job.tool_name, ""});
+                    if (!send(tool_call_delta_json(job.log.id, job.created, job.model, e.index, 0, &calls[0], "",
+                                                   usage_null)))
+                        return gone();
+                    job.sent_calls[e.index] = 1;
+                }
+                if (!text.empty() && !send(tool_call_delta_json(job.log.id, job.created, job.model, e.index, 0,
+                                                                nullptr, text, usage_null)))
+                    return gone();
+                text.clear();
+            } else if (job.tool_mode != Job::ToolMode::kOff) {  // content that can no longer become a call, new calls
                 const std::string content =
                     reason.empty() ? job.read_reply(e.index, false).content : job.choices[e.index].text;
                 size_t& sent = job.sent_content[e.index];
@@ -324,7 +339,8 @@ void handle_generation(HttpServer::State& s, const httplib::Request& req, httpli
     job->text_offset.assign(r.n, 0);
     using TC = GenerationRequest::ToolChoice;
     if (r.tool_choice != TC::kNone) {
-        job->tool_format = detect_tool_call_format(s.opt.chat_template.empty() ? info.chat_template : s.opt.chat_template);
+        job->tool_format = !s.opt.tool_call_parser.empty() ? s.opt.tool_call_parser
+                           : detect_tool_call_format(s.opt.chat_template.empty() ? info.chat_template : s.opt.chat_template);
         job->tool_mode = r.tool_choice == TC::kRequired ? Job::ToolMode::kRequired
                          : r.tool_choice == TC::kNamed  ? Job::ToolMode::kNamed
                          : job->tool_format != "none"   ? Job::ToolMode::kParse

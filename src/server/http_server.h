@@ -25,6 +25,7 @@ struct ServerOptions {
     int max_seqs = 64;                 // the engine's sequences per step (to size the limit above)
     std::string served_model_name;     // "": the model's name
     std::string chat_template;         // "": the model's own
+    std::string tool_call_parser;      // "": the chat template's format (docs/tools.md); else one of its names
     bool log_json = false;             // one JSON object per request log line instead of text
     size_t max_body_bytes = 4u << 20;  // larger bodies: 413
 };

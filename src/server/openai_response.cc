@@ -133,27 +133,33 @@ std::string chunk_json(Endpoint ep, const std::string& id, int64_t created, cons
     return dump(j);
 }
 
+std::string tool_call_delta_json(const std::string& id, int64_t created, const std::string& model, int index,
+                                 size_t call_index, const ToolCallOut* header, const std::string& arguments,
+                                 bool with_usage_null) {
+    json call = {{"index", call_index}};
+    if (header) {
+        call["id"] = header->id;
+        call["type"] = "function";
+        call["function"] = {{"name", header->name}, {"arguments", arguments}};
+    } else {
+        call["function"] = {{"arguments", arguments}};
+    }
+    json j = envelope(Endpoint::kChat, true, id, created, model);
+    json c = {{"index", index}, {"delta", {{"tool_calls", json::array({call})}}}, {"logprobs", nullptr},
+              {"finish_reason", nullptr}};
+    j["choices"] = json::array({std::move(c)});
+    if (with_usage_null) j["usage"] = nullptr;
+    return dump(j);
+}
+
 std::string tool_call_chunk_json(const std::string& id, int64_t created, const std::string& model, int index,
                                  const std::vector<ToolCallOut>& calls, size_t first, bool with_usage_null) {
     std::string out;
     for (size_t k = first; k < calls.size(); ++k) {
-        for (int part = 0; part < 2; ++part) {
-            json call = {{"index", k}};
-            if (part == 0) {
-                call["id"] = calls[k].id;
-                call["type"] = "function";
-                call["function"] = {{"name", calls[k].name}, {"arguments", ""}};
-            } else {
-                call["function"] = {{"arguments", calls[k].arguments}};
-            }
-            json j = envelope(Endpoint::kChat, true, id, created, model);
-            json c = {{"index", index}, {"delta", {{"tool_calls", json::array({call})}}}, {"logprobs", nullptr},
-                      {"finish_reason", nullptr}};
-            j["choices"] = json::array({std::move(c)});
-            if (with_usage_null) j["usage"] = nullptr;
-            if (!out.empty()) out += "\n\ndata: ";
-            out += dump(j);
-        }
+        if (!out.empty()) out += "\n\ndata: ";
+        out += tool_call_delta_json(id, created, model, index, k, &calls[k], "", with_usage_null);
+        out += "\n\ndata: ";
+        out += tool_call_delta_json(id, created, model, index, k, nullptr, calls[k].arguments, with_usage_null);
     }
     return out;
 }

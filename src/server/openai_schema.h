@@ -121,6 +121,11 @@ std::string chunk_json(Endpoint endpoint, const std::string& id, int64_t created
 // its arguments.
 std::string tool_call_chunk_json(const std::string& id, int64_t created, const std::string& model, int index,
                                  const std::vector<ToolCallOut>& calls, size_t first, bool with_usage_null);
+// One such delta: with `header`, the call's index, id, type, name and `arguments`; without, `arguments` only
+// (a fragment of them, as a named tool choice streams its arguments while they are generated).
+std::string tool_call_delta_json(const std::string& id, int64_t created, const std::string& model, int index,
+                                 size_t call_index, const ToolCallOut* header, const std::string& arguments,
+                                 bool with_usage_null);
 // The final usage chunk (choices: []).
 std::string usage_chunk_json(Endpoint endpoint, const std::string& id, int64_t created, const std::string& model,
                              const Usage& usage);

@@ -75,6 +75,9 @@ public:
     virtual ~Interp() = default;
     virtual Value call(const Value& fn, const Args& a) = 0;  // calls a callable value
     virtual const RenderLimits& limits() const = 0;
+    // Namespaces are the only mutable values, so the only way values can form a reference cycle: the
+    // interpreter empties every one it was told of when the render ends.
+    virtual void track_namespace(const std::shared_ptr<Dict>& d) = 0;
 };
 
 }  // namespace kiln::tokenizer::jinja::detail

@@ -683,7 +683,7 @@ Value builtin_global(const std::string& name) {
     if (name == "raise_exception")
         return make_builtin(name, [](Interp&, const Args& a) -> Value { fail(a.pos.empty() ? std::string() : to_str(a.pos[0])); });
     if (name == "namespace" || name == "dict")
-        return make_builtin(name, [name](Interp&, const Args& a) {
+        return make_builtin(name, [name](Interp& in, const Args& a) {
             Dict d;
             for (const auto& p : a.pos) {
                 if (p.type != Type::kDict && p.type != Type::kNamespace) fail(name + "() takes a mapping or keyword arguments");
@@ -696,7 +696,10 @@ Value builtin_global(const std::string& name) {
                 if (!found) d.emplace_back(k, v);
             }
             Value r = Value::make_dict(std::move(d));
-            if (name == "namespace") r.type = Type::kNamespace;
+            if (name == "namespace") {
+                r.type = Type::kNamespace;
+                in.track_namespace(r.dict);
+            }
             return r;
         });
     if (name == "range")

@@ -32,6 +32,15 @@ public:
         scope_ = root_;
     }
 
+    ~Evaluator() override {
+        for (const auto& w : namespaces_)
+            if (auto d = w.lock()) d->clear();  // breaks any cycle a namespace closed (ns.me = ns, ...)
+        for (const auto& w : closures_)
+            if (auto sc = w.lock()) sc->vars.clear();  // and the ones macros close over their scopes
+    }
+
+    void track_namespace(const std::shared_ptr<Dict>& d) override { namespaces_.push_back(d); }
+
     std::string render(const Body& body) {
         std::string result;
         out_ = &result;
@@ -195,41 +204,54 @@ private:
         if (items.empty()) { run(s.bodies[1]); return; }
         const int64_t n = static_cast<int64_t>(items.size());
         auto last_changed = std::make_shared<std::vector<Value>>();
+        struct Clear {  // it may hold the loop object, which holds it: no cycle outlives the loop
+            std::shared_ptr<std::vector<Value>> v;
+            ~Clear() { v->clear(); }
+        } clear_changed{last_changed};
         auto has_changed = std::make_shared<bool>(false);
         ScopeP outer = scope_;
+        // One loop object, updated in place as jinja2's LoopContext is (loop.changed(loop) sees the same one).
+        auto cycle_index = std::make_shared<int64_t>(0);
+        Value loop_value = Value::make_dict(
+            {{"index", {}}, {"index0", {}}, {"revindex", {}}, {"revindex0", {}}, {"first", {}}, {"last", {}},
+             {"length", Value::integer(n)}, {"depth", Value::integer(depth + 1)}, {"depth0", Value::integer(depth)},
+             {"previtem", {}}, {"nextitem", {}}});
+        loop_value.dict->emplace_back("cycle", make_builtin("loop.cycle", [cycle_index](Interp&, const Args& a) {
+            if (a.pos.empty()) fail("no items for cycling given");
+            return a.pos[static_cast<size_t>(*cycle_index) % a.pos.size()];
+        }));
+        loop_value.dict->emplace_back("changed", make_builtin("loop.changed", [last_changed, has_changed](Interp&, const Args& a) {
+            bool same = *has_changed && last_changed->size() == a.pos.size();
+            for (size_t j = 0; same && j < a.pos.size(); ++j) same = equal((*last_changed)[j], a.pos[j]);
+            *last_changed = a.pos;
+            *has_changed = true;
+            return Value::boolean(!same);
+        }));
+        if (s.recursive) {  // loop(children) renders the loop body over `children`, one level deeper
+            const Stmt* sp = &s;
+            loop_value.dict->emplace_back("\x01recurse", make_builtin("loop", [this, sp, depth](Interp&, const Args& a) {
+                if (a.pos.size() != 1) fail("loop() takes one iterable");
+                Value arg = a.pos[0];
+                if (arg.type == Type::kNone) fail("'NoneType' object is not iterable");
+                return Value::str(capture(scope_, [&] { exec_for(*sp, iterate(arg), depth + 1); }));
+            }));
+        }
         for (int64_t k = 0; k < n; ++k) {
             if (++iterations_ > limits_.max_iterations) fail("loop iteration limit exceeded");
             auto iter = std::make_shared<Scope>();
             iter->parent = outer;
             bind_targets(s, items[k], *iter);
-            Dict loop = {{"index", Value::integer(k + 1)}, {"index0", Value::integer(k)},
-                         {"revindex", Value::integer(n - k)}, {"revindex0", Value::integer(n - k - 1)},
-                         {"first", Value::boolean(k == 0)}, {"last", Value::boolean(k == n - 1)},
-                         {"length", Value::integer(n)}, {"depth", Value::integer(depth + 1)},
-                         {"depth0", Value::integer(depth)},
-                         {"previtem", k > 0 ? items[k - 1] : Value::undefined("there is no previous item")},
-                         {"nextitem", k + 1 < n ? items[k + 1] : Value::undefined("there is no next item")}};
-            loop.emplace_back("cycle", make_builtin("loop.cycle", [k](Interp&, const Args& a) {
-                if (a.pos.empty()) fail("no items for cycling given");
-                return a.pos[static_cast<size_t>(k) % a.pos.size()];
-            }));
-            loop.emplace_back("changed", make_builtin("loop.changed", [last_changed, has_changed](Interp&, const Args& a) {
-                bool same = *has_changed && last_changed->size() == a.pos.size();
-                for (size_t j = 0; same && j < a.pos.size(); ++j) same = equal((*last_changed)[j], a.pos[j]);
-                *last_changed = a.pos;
-                *has_changed = true;
-                return Value::boolean(!same);
-            }));
-            Value loop_value = Value::make_dict(std::move(loop));
-            if (s.recursive) {  // loop(children) renders the loop body over `children`, one level deeper
-                const Stmt* sp = &s;
-                loop_value.dict->emplace_back("\x01recurse", make_builtin("loop", [this, sp, depth](Interp&, const Args& a) {
-                    if (a.pos.size() != 1) fail("loop() takes one iterable");
-                    Value arg = a.pos[0];
-                    if (arg.type == Type::kNone) fail("'NoneType' object is not iterable");
-                    return Value::str(capture(scope_, [&] { exec_for(*sp, iterate(arg), depth + 1); }));
-                }));
-            }
+            Dict& loop = *loop_value.dict;
+            auto set = [&loop](size_t slot, Value v) { loop[slot].second = std::move(v); };
+            set(0, Value::integer(k + 1));
+            set(1, Value::integer(k));
+            set(2, Value::integer(n - k));
+            set(3, Value::integer(n - k - 1));
+            set(4, Value::boolean(k == 0));
+            set(5, Value::boolean(k == n - 1));
+            set(9, k > 0 ? items[k - 1] : Value::undefined("there is no previous item"));
+            set(10, k + 1 < n ? items[k + 1] : Value::undefined("there is no next item"));
+            *cycle_index = k;
             iter->vars["loop"] = loop_value;
             ScopeP saved = scope_;
             scope_ = iter;
@@ -252,7 +274,9 @@ private:
     // was defined in.
     Value make_macro(const Stmt& s, size_t first_default, const std::string& name) {
         const Stmt* sp = &s;
+        // The macro is usually stored in the scope it closes over: a cycle, broken when the render ends.
         ScopeP defined_in = scope_;
+        closures_.push_back(scope_);
         const Body* body = &s.bodies[0];
         return make_builtin(name, [this, sp, defined_in, body, first_default](Interp&, const Args& a) {
             return Value::str(capture(defined_in, [&] {
@@ -314,6 +338,8 @@ private:
     int depth_ = 0;
     int line_ = 0;
     int64_t iterations_ = 0;
+    std::vector<std::weak_ptr<Dict>> namespaces_;
+    std::vector<std::weak_ptr<Scope>> closures_;  // scopes a macro closes over
 };
 
 Value Evaluator::eval(const Expr& e) {

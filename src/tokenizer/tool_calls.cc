@@ -185,6 +185,25 @@ std::optional<ParsedToolCall> parse_qwen_xml_body(const json& tools, std::string
     return ParsedToolCall{name, args.dump()};
 }
 
+std::optional<ParsedToolCall> parse_glm_body(const json& tools, std::string_view body) {
+    size_t first = body.find("<arg_key>");
+    std::string name = trim(body.substr(0, first));
+    if (name.empty() || name.find_first_of("\n<>{") != std::string::npos) return std::nullopt;
+    json args = json::object();
+    size_t pos = first;
+    while (pos != std::string_view::npos) {
+        size_t kend = body.find("</arg_key>", pos);
+        size_t vbeg = kend == std::string_view::npos ? kend : body.find("<arg_value>", kend);
+        size_t vend = vbeg == std::string_view::npos ? vbeg : body.find("</arg_value>", vbeg);
+        if (vend == std::string_view::npos) return std::nullopt;
+        std::string key = trim(body.substr(pos + 9, kend - pos - 9));
+        std::string value(body.substr(vbeg + 11, vend - vbeg - 11));
+        args[key] = typed_value(tools, name, key, value);
+        pos = body.find("<arg_key>", vend);
+    }
+    return ParsedToolCall{name, args.dump()};
+}
+
 ToolParse parse_llama3(const std::string& text, bool final) {
     ToolParse r;
     size_t p = text.find_first_not_of(" \t\r\n");
@@ -378,6 +397,7 @@ ToolFormat detect_tool_format(std::string_view t) {
     if (contains(t, "tool▁calls▁begin") || contains(t, "tool▁call▁begin")) return ToolFormat::kDeepSeek;
     if (contains(t, "[TOOL_CALLS]")) return ToolFormat::kMistral;
     if (contains(t, "<tool_call>") && contains(t, "<function=") && contains(t, "<parameter=")) return ToolFormat::kQwenXml;
+    if (contains(t, "<tool_call>") && contains(t, "<arg_key>")) return ToolFormat::kGlm;
     if (contains(t, "<tool_call>")) return ToolFormat::kHermes;
     if (contains(t, "<|python_tag|>") || (contains(t, "\"parameters\": ") && contains(t, "<|start_header_id|>")))
         return ToolFormat::kLlama3;
@@ -389,6 +409,7 @@ const char* tool_format_name(ToolFormat f) {
         case ToolFormat::kNone: return "none";
         case ToolFormat::kHermes: return "hermes";
         case ToolFormat::kQwenXml: return "qwen_xml";
+        case ToolFormat::kGlm: return "glm";
         case ToolFormat::kLlama3: return "llama3";
         case ToolFormat::kMistral: return "mistral";
         case ToolFormat::kGptOss: return "gpt_oss";
@@ -398,7 +419,7 @@ const char* tool_format_name(ToolFormat f) {
 }
 
 std::optional<ToolFormat> tool_format_from_name(std::string_view name) {
-    for (ToolFormat f : {ToolFormat::kNone, ToolFormat::kHermes, ToolFormat::kQwenXml, ToolFormat::kLlama3,
+    for (ToolFormat f : {ToolFormat::kNone, ToolFormat::kHermes, ToolFormat::kQwenXml, ToolFormat::kGlm, ToolFormat::kLlama3,
                          ToolFormat::kMistral, ToolFormat::kGptOss, ToolFormat::kDeepSeek})
         if (name == tool_format_name(f)) return f;
     return std::nullopt;
@@ -412,6 +433,9 @@ ToolParse parse_tool_calls(ToolFormat f, const std::string& text, const json& to
         case ToolFormat::kQwenXml:
             return parse_blocks(text, "<tool_call>", "</tool_call>", final,
                                 [&](std::string_view b) { return parse_qwen_xml_body(tools, b); });
+        case ToolFormat::kGlm:
+            return parse_blocks(text, "<tool_call>", "</tool_call>", final,
+                                [&](std::string_view b) { return parse_glm_body(tools, b); });
         case ToolFormat::kLlama3: return parse_llama3(text, final);
         case ToolFormat::kMistral: return parse_mistral(text, final);
         case ToolFormat::kGptOss: return parse_gpt_oss(text, final);

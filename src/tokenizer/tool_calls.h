@@ -4,6 +4,8 @@
 //   hermes     <tool_call>{"name": ..., "arguments": {...}}</tool_call>  (Qwen 2.5/3, Hermes 2/3, SmolLM3)
 //   qwen_xml   <tool_call><function=NAME><parameter=P>value</parameter></function></tool_call>  (Qwen3-Coder,
 //              Qwen3.5; values typed by the tool's JSON schema)
+//   glm        <tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value>...</tool_call>  (GLM 4.5+; values
+//              typed by the tool's JSON schema)
 //   llama3     [<|python_tag|>]{"name": ..., "parameters": {...}}[; {...}]  (Llama 3.1/3.2/3.3, at the start)
 //   mistral    [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]  or  [TOOL_CALLS]NAME[CALL_ID]id[ARGS]{...}
 //   gpt_oss    harmony messages: <|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...};
@@ -24,7 +26,7 @@
 
 namespace kiln::tokenizer {
 
-enum class ToolFormat { kNone, kHermes, kQwenXml, kLlama3, kMistral, kGptOss, kDeepSeek };
+enum class ToolFormat { kNone, kHermes, kQwenXml, kGlm, kLlama3, kMistral, kGptOss, kDeepSeek };
 
 // The format a chat template's tool-call examples and history rendering use; kNone when it shows none.
 ToolFormat detect_tool_format(std::string_view chat_template);
@@ -43,7 +45,7 @@ struct ToolParse {
 };
 
 // Splits `text` (generated with special tokens kept) into content and calls. `tools` (the request's tools
-// array, or null) types qwen_xml's parameter values. A call that does not parse stays in the content
+// array, or null) types qwen_xml's and glm's parameter values. A call that does not parse stays in the content
 // (final) or is not returned yet (not final).
 ToolParse parse_tool_calls(ToolFormat f, const std::string& text, const nlohmann::ordered_json& tools, bool final);
 

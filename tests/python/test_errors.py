@@ -100,8 +100,18 @@ def test_bad_requests_leave_the_engine_working(stories):
         stories.chat([{"role": "user", "content": "hi"}], chat_template="{% for m in messages %}{{ m.content ")
     with pytest.raises(ValueError):
         stories.chat([{"role": "user", "content": [{"type": "image_url"}]}], chat_template="{{ 'x' }}")
-    with pytest.raises(NotImplementedError, match="tools"):
-        stories.chat([{"role": "user", "content": "hi"}], tools=[{"type": "function"}], chat_template="x")
+    # tools, tool calls in the history and chat_template_kwargs reach the template (docs/tools.md)
+    tmpl = ("{{ tools[0].function.name }}|{{ x }}|{% for m in messages %}{{ m.role }}:"
+            "{% if m.tool_calls %}{{ m.tool_calls[0].function.arguments.a }}{% else %}{{ m.content }}{% endif %};{% endfor %}")
+    history = [{"role": "user", "content": "hi"},
+               {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "type": "function",
+                                                                      "function": {"name": "f", "arguments": '{"a": 5}'}}]},
+               {"role": "tool", "tool_call_id": "c", "content": "ok"}]
+    [out] = stories.chat(history, SamplingParams(max_tokens=1), tools=[{"type": "function", "function": {"name": "f"}}],
+                         chat_template=tmpl, chat_template_kwargs={"x": 7})
+    assert out.prompt == "f|7|user:hi;assistant:5;tool:ok;"
+    with pytest.raises(TypeError, match="tools"):
+        stories.chat([{"role": "user", "content": "hi"}], tools={"type": "function"}, chat_template="x")
     # a failing prompt in a batch queues none of them: the good one generates nothing
     before = stories.stats().generated_tokens_total
     with pytest.raises(ValueError):

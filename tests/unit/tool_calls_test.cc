@@ -31,6 +31,8 @@ TEST(ToolCalls, DetectsTheFormatOfRealTemplates) {
         {"NousResearch-Hermes-3-Llama-3.1-8B-tool_use", ToolFormat::kHermes},
         {"Qwen3.5-4B", ToolFormat::kQwenXml},
         {"Qwen3-Coder", ToolFormat::kQwenXml},
+        {"GLM-4.6", ToolFormat::kGlm},
+        {"GLM-4.7-Flash", ToolFormat::kGlm},
         {"meta-llama-Llama-3.1-8B-Instruct", ToolFormat::kLlama3},
         {"meta-llama-Llama-3.2-3B-Instruct", ToolFormat::kLlama3},
         {"meta-llama-Llama-3.3-70B-Instruct", ToolFormat::kLlama3},
@@ -72,6 +74,10 @@ std::vector<Case> cases() {
          "Sure.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nSan Francisco\n</parameter>\n<parameter=days>\n3\n</parameter>\n"
          "<parameter=zip>\n94103\n</parameter>\n</function>\n</tool_call>",
          "Sure.\n", {{"get_weather", R"({"city":"San Francisco","days":3,"zip":"94103"})"}}},
+        {ToolFormat::kGlm,
+         "I will check.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>New York</arg_value>\n"
+         "<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n</tool_call>",
+         "I will check.\n", {{"get_weather", R"({"city":"New York","days":2})"}}},
         {ToolFormat::kLlama3, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}", "",
          {{"get_weather", R"({"city":"Paris"})"}}},
         {ToolFormat::kLlama3, "<|python_tag|>{\"name\": \"a\", \"parameters\": {\"x\": 1}}; {\"name\": \"b\", \"parameters\": {}}", "",
@@ -132,7 +138,7 @@ TEST(ToolCalls, StreamingPrefixesOnlyGrow) {
 }
 
 TEST(ToolCalls, FormatNames) {
-    for (const char* n : {"none", "hermes", "qwen_xml", "llama3", "mistral", "gpt_oss", "deepseek"}) {
+    for (const char* n : {"none", "hermes", "qwen_xml", "glm", "llama3", "mistral", "gpt_oss", "deepseek"}) {
         auto f = tool_format_from_name(n);
         ASSERT_TRUE(f.has_value()) << n;
         EXPECT_STREQ(tool_format_name(*f), n);
