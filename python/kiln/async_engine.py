@@ -66,9 +66,13 @@ class AsyncEngine:
 
     async def chat(self, messages: Sequence[Message], sampling_params: Optional[SamplingParams] = None,
                    request_id: Optional[str] = None, *, chat_template: Optional[str] = None,
-                   add_generation_prompt: bool = True, speculate: bool = True) -> AsyncIterator[RequestOutput]:
-        """generate() for a conversation rendered with the model's chat template."""
-        async for out in self._generate(lambda: self._core.chat_ids(messages, add_generation_prompt, chat_template),
+                   add_generation_prompt: bool = True, tools: Optional[list] = None,
+                   chat_template_kwargs: Optional[Dict[str, Any]] = None,
+                   speculate: bool = True) -> AsyncIterator[RequestOutput]:
+        """generate() for a conversation rendered with the model's chat template (tools and template variables
+        passed to it, as LLM.chat does)."""
+        async for out in self._generate(lambda: self._core.chat_ids(messages, add_generation_prompt, chat_template,
+                                                                    tools, chat_template_kwargs),
                                          sampling_params or SamplingParams(), request_id, speculate):
             yield out
 

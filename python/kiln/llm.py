@@ -115,9 +115,10 @@ class LLM:
 
     def stream_chat(self, messages: Sequence[Message], sampling_params: Optional[SamplingParams] = None, *,
                     chat_template: Optional[str] = None, add_generation_prompt: bool = True,
+                    tools: Optional[list] = None, chat_template_kwargs: Optional[Dict[str, Any]] = None,
                     speculate: bool = True) -> Iterator[RequestOutput]:
         """stream() for a conversation, rendered as chat() renders it."""
-        text, ids = self._core.chat_ids(messages, add_generation_prompt, chat_template)
+        text, ids = self._core.chat_ids(messages, add_generation_prompt, chat_template, tools, chat_template_kwargs)
         yield from self._stream(text, ids, sampling_params or SamplingParams(), speculate)
 
     # --- the rest ---------------------------------------------------------------------------------

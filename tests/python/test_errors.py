@@ -110,6 +110,9 @@ def test_bad_requests_leave_the_engine_working(stories):
     [out] = stories.chat(history, SamplingParams(max_tokens=1), tools=[{"type": "function", "function": {"name": "f"}}],
                          chat_template=tmpl, chat_template_kwargs={"x": 7})
     assert out.prompt == "f|7|user:hi;assistant:5;tool:ok;"
+    *_, last = stories.stream_chat(history, SamplingParams(max_tokens=1), chat_template=tmpl,
+                                   tools=[{"type": "function", "function": {"name": "g"}}], chat_template_kwargs={"x": 8})
+    assert last.prompt == "g|8|user:hi;assistant:5;tool:ok;"
     with pytest.raises(TypeError, match="tools"):
         stories.chat([{"role": "user", "content": "hi"}], tools={"type": "function"}, chat_template="x")
     # a failing prompt in a batch queues none of them: the good one generates nothing

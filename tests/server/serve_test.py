@@ -630,6 +630,9 @@ def test_tools_server():
         else:
             SKIPPED.append("tools")
         return
+    bad = subprocess.run([KILN, "serve", "-m", SMOL, "--tool-call-parser", "smoke-signals", "--port", "0"],
+                         capture_output=True, text=True, timeout=60)
+    check(bad.returncode != 0 and "--tool-call-parser" in bad.stderr, f"a bad --tool-call-parser: {bad.stderr!r}")
     srv = Server(SMOL, "--served-model-name", "smol", "--chat-template", tmpl)
     try:
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{srv.port}/v1", api_key="x", max_retries=0)
