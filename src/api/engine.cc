@@ -495,18 +495,9 @@ std::string Engine::token_bytes(int32_t id) const {
 
 Status Engine::apply_chat_template(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                                    const std::string& chat_template, std::string* text) const {
-    const tokenizer::Tokenizer& tok = *impl_->tokenizer;
-    const std::string& tmpl = chat_template.empty() ? tok.chat_template() : chat_template;
-    if (tmpl.empty())
-        return {Status::Code::kNotFound, "the model has no chat template; pass one (--chat-template FILE)"};
-    std::vector<tokenizer::ChatMessage> msgs;
-    for (const ChatMessage& m : messages) msgs.push_back({m.role, m.content});
-    const std::string bos = tok.bos_id() >= 0 ? tok.token_text(tok.bos_id()) : "";
-    const std::string eos = tok.eos_id() >= 0 ? tok.token_text(tok.eos_id()) : "";
-    auto r = tokenizer::render_chat_template(tmpl, msgs, add_generation_prompt, bos, eos);
-    if (!r) return to_public(r.status());
-    if (text) *text = std::move(*r);
-    return {};
+    nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
+    for (const ChatMessage& m : messages) msgs.push_back({{"role", m.role}, {"content", m.content}});
+    return apply_chat_template(ChatTemplateArgs{msgs.dump(), "", "", add_generation_prompt, chat_template}, text);
 }
 
 Status Engine::apply_chat_template(const ChatTemplateArgs& args, std::string* text) const {

@@ -8,7 +8,6 @@
 #include <ctime>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <random>
 
 #include "server/generation.h"
 #include "server/server_state.h"
@@ -62,13 +61,10 @@ struct Job {
 
     Job(HttpServer::State& st, Endpoint e) : s(st), ep(e) {}
 
+    // The server's ids (salt + counter, hex); Mistral's templates want 9 alphanumerics in the history: the
+    // counter's end, unique per server.
     std::string new_call_id() const {
-        static const char kAlnum[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-        thread_local std::mt19937_64 rng{std::random_device{}()};
-        const bool mistral = tool_format == "mistral";  // its templates want 9 alphanumerics in the history
-        std::string id = mistral ? "" : "call_";
-        for (int k = 0; k < (mistral ? 9 : 24); ++k) id += kAlnum[rng() % (sizeof kAlnum - 1)];
-        return id;
+        return tool_format == "mistral" ? s.new_id("").substr(15) : s.new_id("call_");
     }
 
     // Choice i's reply so far read as content and tool calls (final: the generation has ended). New calls get

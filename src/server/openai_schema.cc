@@ -199,11 +199,13 @@ Err parse_history_calls(const json& calls, json* out) {
         const json* args = field(*fn, "arguments");
         if (args && !args->is_string() && !args->is_object())
             return bad_request("tool call arguments must be a JSON string", "messages");
-        json call = {{"type", "function"}, {"function", {{"name", *name}, {"arguments", args ? *args : json("{}")}}}};
+        json call = json::object();
         if (const json* id = field(c, "id")) {
             if (!id->is_string()) return bad_request("tool call ids must be strings", "messages");
-            call = json{{"id", *id}, {"type", "function"}, {"function", call["function"]}};
+            call["id"] = *id;
         }
+        call["type"] = "function";
+        call["function"] = {{"name", *name}, {"arguments", args ? *args : json("{}")}};
         out->push_back(std::move(call));
     }
     return std::nullopt;

@@ -170,14 +170,13 @@ Value do_map(Interp& in, const Value& v, const Args& a) {
     return lazy(std::move(l));
 }
 
-std::vector<Value> sorted(const Value& v, const Args& a, bool reverse, bool case_sensitive, const Value* attribute) {
+std::vector<Value> sorted(const Value& v, bool reverse, bool case_sensitive, const Value* attribute) {
     std::vector<Value> items = iterate(v);
     auto key = [&](const Value& x) { return lower_if_str(attribute ? get_path(x, *attribute) : x, case_sensitive); };
     std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
         int c = compare(key(x), key(y));
         return reverse ? c > 0 : c < 0;
     });
-    (void)a;
     return items;
 }
 
@@ -298,7 +297,7 @@ Value apply_filter(Interp& in, const std::string& f, const Value& v, const Args&
         return Value::make_list(std::move(pairs));
     }
     if (f == "sort") {
-        return Value::make_list(sorted(v, a, flag(a, "reverse", 0), flag(a, "case_sensitive", 1), a.get("attribute", 2)));
+        return Value::make_list(sorted(v, flag(a, "reverse", 0), flag(a, "case_sensitive", 1), a.get("attribute", 2)));
     }
     if (f == "unique") {
         bool cs = flag(a, "case_sensitive", 0);

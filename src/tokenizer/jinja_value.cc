@@ -2,6 +2,7 @@
 #include "tokenizer/jinja_value.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -29,10 +30,8 @@ std::string py_float(double f) {
     if (std::isinf(f)) return f > 0 ? "inf" : "-inf";
     if (f == 0) return std::signbit(f) ? "-0.0" : "0.0";
     char buf[64];
-    for (int prec = 1; prec <= 17; ++prec) {  // the shortest digits that read back exactly, as repr() picks
-        std::snprintf(buf, sizeof(buf), "%.*e", prec - 1, f);
-        if (std::strtod(buf, nullptr) == f) break;
-    }
+    auto res = std::to_chars(buf, buf + sizeof(buf) - 1, f, std::chars_format::scientific);  // shortest, as repr()
+    *res.ptr = '\0';
     std::string e = buf;  // [-]d[.ddd]e±XX
     bool neg = e[0] == '-';
     size_t epos = e.find('e');
@@ -42,16 +41,16 @@ std::string py_float(double f) {
     int decpt = std::atoi(e.c_str() + epos + 1) + 1;  // digits d1d2... = 0.d1d2... * 10^decpt
     std::string out = neg ? "-" : "";
     if (decpt > 16 || decpt < -3) {  // Python switches to exponent form outside 1e-4 <= |f| < 1e16
-        out += digits.substr(0, 1);
-        if (digits.size() > 1) out += "." + digits.substr(1);
+        out += digits[0];
+        if (digits.size() > 1) out.append(".").append(digits, 1);
         char ex[16];
         std::snprintf(ex, sizeof(ex), "e%c%02d", decpt - 1 < 0 ? '-' : '+', std::abs(decpt - 1));
-        return out + ex;
+        return out.append(ex);
     }
-    if (decpt <= 0) return out + "0." + std::string(static_cast<size_t>(-decpt), '0') + digits;
-    if (static_cast<size_t>(decpt) >= digits.size())
-        return out + digits + std::string(static_cast<size_t>(decpt) - digits.size(), '0') + ".0";
-    return out + digits.substr(0, static_cast<size_t>(decpt)) + "." + digits.substr(static_cast<size_t>(decpt));
+    const size_t point = static_cast<size_t>(std::max(decpt, 0));
+    if (decpt <= 0) return out.append("0.").append(static_cast<size_t>(-decpt), '0').append(digits);
+    if (point >= digits.size()) return out.append(digits).append(point - digits.size(), '0').append(".0");
+    return out.append(digits, 0, point).append(".").append(digits, point);
 }
 
 const char* type_name(const Value& v) {
@@ -334,7 +333,7 @@ std::vector<Value> iterate(const Value& v) {
 std::string dict_key(const Value& k) {
     if (k.type == Type::kString) return k.s;
     if (k.type == Type::kInt || k.type == Type::kFloat || k.type == Type::kBool || k.type == Type::kNone)
-        return "\x02" + (k.type == Type::kBool ? std::string(k.b ? "1" : "0") : to_str(k));
+        return std::string(1, '\x02').append(k.type == Type::kBool ? (k.b ? "1" : "0") : to_str(k));
     fail(std::string("unhashable type: '") + type_name(k) + "'");
 }
 

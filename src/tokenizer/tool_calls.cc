@@ -2,6 +2,7 @@
 #include "tokenizer/tool_calls.h"
 
 #include <algorithm>
+#include <initializer_list>
 
 namespace kiln::tokenizer {
 
@@ -27,6 +28,16 @@ size_t partial_tail(std::string_view text, std::string_view marker) {
     for (size_t n = std::min(text.size(), marker.size() - 1); n > 0; --n)
         if (text.substr(text.size() - n) == marker.substr(0, n)) return n;
     return 0;
+}
+
+// A reply without a call marker: all content, less (while streaming) a tail that could still begin one.
+ToolParse no_calls(const std::string& text, bool final, std::initializer_list<std::string_view> markers) {
+    size_t hold = 0;
+    if (!final)
+        for (std::string_view m : markers) hold = std::max(hold, partial_tail(text, m));
+    ToolParse r;
+    r.content = text.substr(0, text.size() - hold);
+    return r;
 }
 
 // The end of the JSON value starting at text[pos] (after whitespace), or npos if it is not complete.
@@ -96,21 +107,13 @@ std::optional<ParsedToolCall> call_from_json_text(std::string_view s) {
     return j ? call_from_object(*j) : std::nullopt;
 }
 
-ToolParse finish_blocks(ToolParse r, const std::string& failed) {
-    r.content += failed;
-    return r;
-}
-
 // Blocks <open>...<close>: content is the text outside them (before the first, and after the last when
 // final); each block body goes through `parse_body`.
 template <typename F>
 ToolParse parse_blocks(const std::string& text, std::string_view open, std::string_view close, bool final, F&& parse_body) {
-    ToolParse r;
     size_t first = text.find(open);
-    if (first == std::string::npos) {
-        r.content = final ? text : text.substr(0, text.size() - partial_tail(text, open));
-        return r;
-    }
+    if (first == std::string::npos) return no_calls(text, final, {open});
+    ToolParse r;
     r.content = text.substr(0, first);
     size_t pos = first;
     std::string failed;
@@ -122,7 +125,7 @@ ToolParse parse_blocks(const std::string& text, std::string_view open, std::stri
                 if (auto c = parse_body(std::string_view(text).substr(body))) r.calls.push_back(*c);
                 else failed += text.substr(pos);
             }
-            return finish_blocks(r, failed);
+            break;
         }
         if (auto c = parse_body(std::string_view(text).substr(body, end - body))) r.calls.push_back(*c);
         else if (final) failed += text.substr(pos, end + close.size() - pos);
@@ -134,7 +137,8 @@ ToolParse parse_blocks(const std::string& text, std::string_view open, std::stri
         }
         pos = next;
     }
-    return finish_blocks(r, failed);
+    r.content += failed;
+    return r;
 }
 
 // qwen_xml: a parameter value typed by the tool's schema (strings stay strings; other types are JSON when
@@ -243,12 +247,9 @@ ToolParse parse_llama3(const std::string& text, bool final) {
 
 ToolParse parse_mistral(const std::string& text, bool final) {
     constexpr std::string_view kMark = "[TOOL_CALLS]";
-    ToolParse r;
     size_t first = text.find(kMark);
-    if (first == std::string::npos) {
-        r.content = final ? text : text.substr(0, text.size() - partial_tail(text, kMark));
-        return r;
-    }
+    if (first == std::string::npos) return no_calls(text, final, {kMark});
+    ToolParse r;
     r.content = text.substr(0, first);
     size_t pos = first;
     while (pos != std::string::npos && text.compare(pos, kMark.size(), kMark) == 0) {
@@ -287,11 +288,8 @@ ToolParse parse_mistral(const std::string& text, bool final) {
 }
 
 ToolParse parse_gpt_oss(const std::string& text, bool final) {
+    if (!contains(text, "<|channel|>") && !contains(text, "<|message|>")) return no_calls(text, final, {"<|channel|>"});
     ToolParse r;
-    if (!contains(text, "<|channel|>") && !contains(text, "<|message|>")) {
-        r.content = final ? text : text.substr(0, text.size() - partial_tail(text, "<|channel|>"));
-        return r;
-    }
     size_t pos = 0;
     while (pos < text.size()) {
         size_t msg = text.find("<|message|>", pos);
@@ -367,14 +365,11 @@ ToolParse parse_deepseek(const std::string& text, bool final) {
         if (name.empty() || !j || !j->is_object()) return std::nullopt;
         return ParsedToolCall{name, j->dump()};
     };
-    ToolParse r;
     size_t begin = text.find(kDsCallsBegin);
     size_t single = text.find(kDsCallBegin);
-    if (begin == std::string::npos && single == std::string::npos) {
-        size_t hold = std::max(partial_tail(text, kDsCallsBegin), partial_tail(text, kDsCallBegin));
-        r.content = final ? text : text.substr(0, text.size() - hold);
-        return r;
-    }
+    if (begin == std::string::npos && single == std::string::npos)
+        return no_calls(text, final, {kDsCallsBegin, kDsCallBegin});
+    ToolParse r;
     size_t start = std::min(begin, single);
     std::string head = text.substr(0, start);
     std::string region = text.substr(start);
