@@ -5,9 +5,13 @@ integers with ranges, enums, booleans, arrays with maxItems; every property requ
   1. kiln's per-output-token overhead of the grammar at batch 1 and 16: time per generated token of
      a constrained run vs a plain run of the same prompts and seeds, the plain one with ignore_eos and
      each request's max_tokens = the tokens its constrained twin generated (same count, same batch
-     shape; prefill in both). Runs alternate grammar, plain, ... (same seeds each pair) in two regimes:
-     "cold", a new schema each pair (compiled by an untimed 1-token request: the per-state mask cache
-     starts empty, as for a schema's first requests); "warm", the schema's masks cached beforehand.
+     shape; prefill in both). Runs alternate grammar, plain, ... (same seeds within a pair) in three
+     regimes: "cold", a new schema each pair (compiled by an untimed 1-token request: the per-state
+     mask cache starts empty, as for a schema's first requests); "seen", a schema used before by an
+     untimed run with other seeds, each pair with new seeds (new texts meet states not seen yet, as a
+     server's later requests do); "warm", the masks of every state the pairs meet cached beforehand
+     (the same seeds run untimed first). Besides wall time, the engine's grammar_seconds (mask fill
+     and apply, matcher steps) per token: the grammar's own cost, free of the wall's run-to-run noise.
   2. kiln's first-request cost of a schema never seen (unique "description" text, ignored by the
      converter; kiln caches by schema text), a max_tokens=1 request (compile) and a whole output
      (compile + masks made on first use), each minus the same request again with the schema cached.
@@ -94,26 +98,32 @@ def timed(fn, *a, **kw):
     return time.perf_counter() - t0, r
 
 
-def overhead_runs(llm, prompts, reps, max_tokens, cold):
+def overhead_runs(llm, prompts, reps, max_tokens, regime):
     """Per-token seconds of the grammar and plain runs, per repetition, and run facts."""
-    def grammar_params(spec):
-        return [SamplingParams(temperature=0.7, seed=1000 + i, max_tokens=max_tokens, structured_outputs=spec)
+    def grammar_params(spec, seed):
+        return [SamplingParams(temperature=0.7, seed=seed + i, max_tokens=max_tokens, structured_outputs=spec)
                 for i in range(len(prompts))]
 
-    def gen(params):  # wall seconds, outputs, forward seconds, process CPU seconds (all threads)
-        f0, c0 = llm.stats().forward_seconds, time.process_time()
+    def gen(params):  # wall seconds, outputs, forward seconds, process CPU seconds (all threads), grammar seconds
+        s0, c0 = llm.stats(), time.process_time()
         t, outs = timed(llm.generate, prompts, params, use_tqdm=False)
-        return t, outs, llm.stats().forward_seconds - f0, time.process_time() - c0
+        s1 = llm.stats()
+        return (t, outs, s1.forward_seconds - s0.forward_seconds, time.process_time() - c0,
+                s1.grammar_seconds - s0.grammar_seconds)
 
-    spec = StructuredOutputsParams(json=SCHEMA)
-    if not cold:
-        gen(grammar_params(spec))  # untimed: compiles the schema, caches the masks of every state the runs meet
-    g, p, gf, pf, gc, pc, toks, unfinished, invalid = [], [], [], [], [], [], [], 0, 0
+    # A schema text of its own per regime and batch: kiln caches compiled grammars by schema text.
+    spec = StructuredOutputsParams(json=schema_with(f"{regime} {len(prompts)} {time.time_ns()}"))
+    if regime == "warm":
+        gen(grammar_params(spec, 1000))  # untimed: caches the masks of every state the runs meet
+    elif regime == "seen":
+        gen(grammar_params(spec, 50000))  # untimed: the schema used before, on other texts
+    g, p, gf, pf, gc, pc, gg, toks, unfinished, invalid = [], [], [], [], [], [], [], [], 0, 0
     for r in range(reps):
-        if cold:  # a schema never seen, compiled by an untimed 1-token request: its mask cache is empty
+        if regime == "cold":  # a schema never seen, compiled by an untimed 1-token request: its mask cache is empty
             spec = StructuredOutputsParams(json=schema_with(f"cold {r} {time.time_ns()}"))
             llm.generate(prompts[:1], SamplingParams(max_tokens=1, structured_outputs=spec), use_tqdm=False)
-        tg, outs, fg, cg = gen(grammar_params(spec))
+        seed = 1000 if regime == "warm" else 2000 + 100 * r
+        tg, outs, fg, cg, sg = gen(grammar_params(spec, seed))
         lens = [len(o.outputs[0].token_ids) for o in outs]
         for o in outs:
             unfinished += o.outputs[0].finish_reason != "stop"
@@ -121,15 +131,15 @@ def overhead_runs(llm, prompts, reps, max_tokens, cold):
                 json.loads(o.outputs[0].text)
             except ValueError:
                 invalid += 1
-        plain = [SamplingParams(temperature=0.7, seed=1000 + i, max_tokens=n, ignore_eos=True)
+        plain = [SamplingParams(temperature=0.7, seed=seed + i, max_tokens=n, ignore_eos=True)
                  for i, n in enumerate(lens)]
-        tp, pouts, fp, cp = gen(plain)
+        tp, pouts, fp, cp, _ = gen(plain)
         n = sum(lens)
         assert sum(len(o.outputs[0].token_ids) for o in pouts) == n, "plain run generated a different count"
-        for xs, v in ((g, tg), (p, tp), (gf, fg), (pf, fp), (gc, cg), (pc, cp)):
+        for xs, v in ((g, tg), (p, tp), (gf, fg), (pf, fp), (gc, cg), (pc, cp), (gg, sg)):
             xs.append(v / n)
         toks.append(n)
-    return dict(g=g, p=p, gf=gf, pf=pf, gc=gc, pc=pc, toks=toks, unfinished=unfinished, invalid=invalid)
+    return dict(g=g, p=p, gf=gf, pf=pf, gc=gc, pc=pc, gg=gg, toks=toks, unfinished=unfinished, invalid=invalid)
 
 
 def compile_runs(llm, prompt, trials, max_tokens):
@@ -185,6 +195,9 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--compile-trials", type=int, default=7)
     ap.add_argument("--max-tokens", type=int, default=400)
+    ap.add_argument("--batches", default="1,16", help="batch sizes of part 1 (comma-separated)")
+    ap.add_argument("--regimes", default="cold,seen,warm", help="mask regimes of part 1 (comma-separated)")
+    ap.add_argument("--parts", default="1,2,3", help="which parts to run (comma-separated)")
     args, t_start = ap.parse_args(), time.perf_counter()
     print(f"CPU: {cpu_model()} ({os.cpu_count()} logical CPUs); kiln threads={args.threads}; load average {loadavg()}")
     t_load, llm = timed(LLM, args.model, threads=args.threads, max_seqs=16)
@@ -197,29 +210,39 @@ def main():
                tokenize=False, add_generation_prompt=True) for n in NAMES]
 
     print(f"\n1. kiln per-output-token overhead: wall ms/token, best / median of {args.reps} alternating pairs "
-          "(same seeds each pair).\n   masks cold: a new schema each pair (compiled before, untimed); warm: the "
-          "schema's masks cached by an untimed run with the same seeds.\n   cpu ovh: the same from process CPU "
-          "time (all threads; less hurt by other load), median. rest = wall minus the engine's forward_seconds,\n"
-          "   per token, median (scheduling, masks, sampling, Python). Per-pair: each pair's wall overhead.")
+          "(same seeds within a pair).\n   masks cold: a new schema each pair (compiled before, untimed); seen: the "
+          "schema used before on other texts, new seeds each pair;\n   warm: the masks of every state met cached "
+          "by an untimed run with the same seeds. cpu ovh: the same from process CPU time\n   (all threads; less "
+          "hurt by other load), median. grammar: the engine's grammar_seconds per token, median, and as a share of\n"
+          "   the plain run's median time per token (the grammar's own added time, without the wall's noise). rest = "
+          "wall minus the engine's\n   forward_seconds, per token, median (scheduling, masks, sampling, Python). "
+          "Per-pair: each pair's wall overhead.")
     print(f"{'batch':>5} {'masks':>5} {'tok/run':>7} {'plain ms/tok':>13} {'grammar ms/tok':>14} {'ovh best':>8}"
-          f" {'ovh med':>8} {'cpu ovh':>8} {'rest plain/gram':>15}  per-pair overhead")
-    for b in (1, 16):
-        for cold in (True, False):
+          f" {'ovh med':>8} {'cpu ovh':>8} {'grammar ms/tok':>15} {'rest plain/gram':>15}  per-pair overhead")
+    parts = set(args.parts.split(","))
+    if "1" in parts:  # every prompt prefilled once, untimed: no pair pays prefill its twin gets from the cache
+        llm.generate(prompts, SamplingParams(max_tokens=1), use_tqdm=False)
+    for b in [int(x) for x in args.batches.split(",")] if "1" in parts else []:
+        for regime in args.regimes.split(","):
             t0 = time.perf_counter()
-            r = overhead_runs(llm, prompts[:b], args.reps, args.max_tokens, cold)
+            r = overhead_runs(llm, prompts[:b], args.reps, args.max_tokens, regime)
             (pb, pm), (gb, gm) = stats(r["p"]), stats(r["g"])
             med = lambda xs: statistics.median(xs) * 1e3
             rest_p = med([a - f for a, f in zip(r["p"], r["pf"])])
             rest_g = med([a - f for a, f in zip(r["g"], r["gf"])])
-            print(f"{b:>5} {'cold' if cold else 'warm':>5} {statistics.median(r['toks']):>7.0f} "
+            print(f"{b:>5} {regime:>5} {statistics.median(r['toks']):>7.0f} "
                   f"{pb*1e3:>5.2f} / {pm*1e3:<5.2f} {gb*1e3:>6.2f} / {gm*1e3:<5.2f} {100*(gb-pb)/pb:>7.1f}% "
                   f"{100*(gm-pm)/pm:>7.1f}% {100*(med(r['gc'])-med(r['pc']))/med(r['pc']):>7.1f}% "
+                  f"{med(r['gg']):>7.3f} ({100*med(r['gg'])/med(r['p']):>4.1f}%) "
                   f"{rest_p:>6.2f} / {rest_g:<6.2f} "
                   + " ".join(f"{100*(g-p)/p:.0f}%" for g, p in zip(r["g"], r["p"]))
                   + f" ({time.perf_counter()-t0:.0f} s"
                   + (f", {r['unfinished']} not ended by EOS" if r["unfinished"] else "")
                   + (f", {r['invalid']} not JSON" if r["invalid"] else "") + ")")
 
+    if "2" not in parts and "3" not in parts:
+        print(f"\ntotal {time.perf_counter()-t_start:.0f} s; load average {loadavg()}")
+        return
     t0 = time.perf_counter()
     one, whole, n = compile_runs(llm, prompts[0], args.compile_trials, args.max_tokens)
     print(f"\n2. kiln first-request cost of a new schema, batch 1, {args.compile_trials} trials: time with a new "

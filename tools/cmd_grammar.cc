@@ -4,7 +4,9 @@
 // construct kiln cannot honour). With -m: compiles against the model's tokenizer and prints the
 // compile time and table sizes. With --check FILE as well: walks FILE's tokens (the tokenizer's
 // encoding of its text) through the token masks, says whether the text is a whole sentence, and
-// times each mask, cold (the first request with this spec) and warm (any request after it).
+// times each mask, cold (the first request with this spec) and warm (any request after it); further
+// --check FILEs are walked after it ("seen": the spec's tables made so far are kept, new texts meet
+// new states).
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -23,7 +25,7 @@ namespace kiln::tools {
 namespace {
 
 constexpr const char* kGrammarUsage =
-    "usage: kiln grammar SPEC [-m MODEL [--check FILE]]\n"
+    "usage: kiln grammar SPEC [-m MODEL [--check FILE]...]\n"
     "\n"
     "Prints the GBNF grammar a structured-output spec compiles to. With -m, compiles it against the\n"
     "model's tokenizer and prints the time and table sizes; with --check FILE too, feeds FILE's text\n"
@@ -31,14 +33,16 @@ constexpr const char* kGrammarUsage =
     "\n"
     "  -m, --model MODEL      a model or tokenizer (as for kiln tokenize)\n"
     "  --check FILE           a text to walk through the masks ('-' for standard input; one final\n"
-    "                         newline is dropped, as editors add it)\n"
+    "                         newline is dropped, as editors add it); timed cold (the spec's first\n"
+    "                         text) and warm (the same text again). Repeatable: later texts are\n"
+    "                         timed as 'seen' (the tables of the texts before them kept)\n"
     "\n";
 
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 // The masks over `ids`, timed: returns false (and says where) when a token is not allowed.
-bool walk(const std::shared_ptr<grammar::CompiledGrammar>& g, const std::vector<int32_t>& ids, const char* label,
+bool walk(const std::shared_ptr<grammar::CompiledGrammar>& g, const std::vector<int32_t>& ids, const std::string& label,
           bool* whole) {
     grammar::Matcher m(g);
     std::vector<uint64_t> mask;
@@ -55,7 +59,7 @@ bool walk(const std::shared_ptr<grammar::CompiledGrammar>& g, const std::vector<
             return false;
         }
     }
-    std::printf("%s masks: %zu tokens, %.3f ms in all, mean %.1f us, worst %.3f ms\n", label, ids.size(), total,
+    std::printf("%s masks: %zu tokens, %.3f ms in all, mean %.1f us, worst %.3f ms\n", label.c_str(), ids.size(), total,
                 ids.empty() ? 0.0 : total * 1e3 / double(ids.size()), worst);
     *whole = m.can_end();
     return true;
@@ -133,35 +137,38 @@ int cmd_grammar(int argc, char** argv) {
     const grammar::Grammar& g = (*compiled)->grammar();
     std::printf("compiled in %.2f ms (first mask included): %zu rules, %zu elements\n", compile_ms, g.rules.size(),
                 g.elements.size());
-    if (auto check = args.get("--check")) {
+    const std::vector<std::string> checks = args.get_all("--check");
+    if (checks.empty()) return 0;
+    bool all_whole = true;
+    for (size_t k = 0; k < checks.size(); ++k) {
         std::string text;
-        if (*check == "-") {
-            std::stringstream ss;
+        std::stringstream ss;
+        if (checks[k] == "-") {
             ss << std::cin.rdbuf();
-            text = ss.str();
         } else {
-            std::ifstream f(*check, std::ios::binary);
+            std::ifstream f(checks[k], std::ios::binary);
             if (!f) {
-                std::fprintf(stderr, "kiln grammar: cannot read %s\n", check->c_str());
+                std::fprintf(stderr, "kiln grammar: cannot read %s\n", checks[k].c_str());
                 return 1;
             }
-            std::stringstream ss;
             ss << f.rdbuf();
-            text = ss.str();
         }
+        text = ss.str();
         if (!text.empty() && text.back() == '\n') text.pop_back();
         const std::vector<int32_t> ids = (*tok)->encode(text, /*add_special=*/false, /*parse_special=*/false);
         bool whole = false;
-        if (!walk(*compiled, ids, "cold", &whole)) return 1;
-        if (!walk(*compiled, ids, "warm", &whole)) return 1;
-        const grammar::CompiledGrammar::Stats st = (*compiled)->stats();
-        std::printf("tables: %lld precomputed positions (%lld context-dependent tokens), %lld stacks, %lld states\n",
-                    (long long)st.positions, (long long)st.context_dependent, (long long)st.stacks, (long long)st.sets);
-        std::printf(whole ? "the text is a whole sentence of the grammar\n"
-                          : "the text is a prefix of a sentence, not a whole one\n");
-        return whole ? 0 : 1;
+        if (!walk(*compiled, ids, k == 0 ? "cold" : "seen (" + checks[k] + ")", &whole)) return 1;
+        if (k == 0 && !walk(*compiled, ids, "warm", &whole)) return 1;
+        if (!whole && checks.size() > 1) std::printf("%s is a prefix of a sentence, not a whole one\n", checks[k].c_str());
+        all_whole = all_whole && whole;
     }
-    return 0;
+    const grammar::CompiledGrammar::Stats st = (*compiled)->stats();
+    std::printf("tables: %lld precomputed positions (%lld context-dependent tokens), %lld stacks, %lld states\n",
+                (long long)st.positions, (long long)st.context_dependent, (long long)st.stacks, (long long)st.sets);
+    const char* what = checks.size() > 1 ? "every text is" : "the text is";
+    if (all_whole) std::printf("%s a whole sentence of the grammar\n", what);
+    else if (checks.size() == 1) std::printf("the text is a prefix of a sentence, not a whole one\n");
+    return all_whole ? 0 : 1;
 }
 
 }  // namespace kiln::tools

@@ -152,6 +152,8 @@ struct EngineStats {
     int64_t prompt_tokens_total = 0, generated_tokens_total = 0;
     int64_t num_preemptions = 0, num_steps = 0;
     double schedule_seconds = 0, forward_seconds = 0, sample_seconds = 0;
+    // Structured output's share of sample_seconds: token masks made and applied, matchers advanced.
+    double grammar_seconds = 0;
     // Speculative decoding: draft tokens verified, of those accepted, and sequence-steps that verified
     // a draft. Acceptance rate = accepted / draft; tokens per verifying step = 1 + accepted / steps.
     int64_t spec_draft_tokens = 0, spec_accepted_tokens = 0, spec_verify_steps = 0;

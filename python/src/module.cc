@@ -358,6 +358,8 @@ NB_MODULE(_kiln, m) {
         .def_ro("num_preemptions", &EngineStats::num_preemptions)
         .def_ro("num_steps", &EngineStats::num_steps)
         .def_ro("forward_seconds", &EngineStats::forward_seconds)
+        .def_ro("sample_seconds", &EngineStats::sample_seconds)
+        .def_ro("grammar_seconds", &EngineStats::grammar_seconds)
         .def_ro("spec_draft_tokens", &EngineStats::spec_draft_tokens)
         .def_ro("spec_accepted_tokens", &EngineStats::spec_accepted_tokens);
 

@@ -471,6 +471,7 @@ EngineStats Engine::stats() const {
     o.schedule_seconds = s.schedule_seconds;
     o.forward_seconds = s.forward_seconds;
     o.sample_seconds = s.sample_seconds;
+    o.grammar_seconds = s.grammar_seconds;
     o.spec_draft_tokens = s.spec_draft_tokens;
     o.spec_accepted_tokens = s.spec_accepted_tokens;
     o.spec_verify_steps = s.spec_verify_steps;

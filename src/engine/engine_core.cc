@@ -226,8 +226,12 @@ void EngineCore::apply_grammar(Live& live, std::span<float> logits) {
         const uint64_t m = mask_[w];
         any = any || m != 0;
         if (m == ~uint64_t(0)) continue;
-        const size_t end = std::min(logits.size(), (w + 1) * 64);
-        for (size_t i = w * 64; i < end; ++i)
+        const size_t begin = w * 64, end = std::min(logits.size(), begin + 64);
+        if (m == 0) {  // most words of a narrow mask: a plain fill the compiler vectorizes
+            std::fill(logits.begin() + ptrdiff_t(begin), logits.begin() + ptrdiff_t(end), ninf);
+            continue;
+        }
+        for (size_t i = begin; i < end; ++i)
             if (!((m >> (i & 63)) & 1)) logits[i] = ninf;
     }
     live.grammar_stuck = !any;
@@ -356,7 +360,11 @@ void EngineCore::sample_step(const sched::ScheduledBatch& batch, bool ids_back,
             if (live.request.return_logits && !ids_back)
                 raw.emplace_back(new_tokens_.size(), std::vector<float>(logits.begin(), logits.end()));
             if (num_top >= 0 && !ids_back) row_copy_.assign(logits.begin(), logits.end());
-            if (live.matcher) apply_grammar(live, logits);
+            if (live.matcher) {
+                const auto tg = Clock::now();
+                apply_grammar(live, logits);
+                stats_.grammar_seconds += seconds_since(tg);
+            }
             int32_t tok = 0;
             bool accepted = false;
             if (i < nd) {
@@ -381,8 +389,11 @@ void EngineCore::sample_step(const sched::ScheduledBatch& batch, bool ids_back,
             // further, so does the sequence (the output loop finishes it).
             // A token the matcher refuses (a mask and a walk that disagree: a bug) ends the request with
             // an error, as a grammar with no way on does.
-            if (live.matcher && !live.grammar_stuck && !live.stop->is_stop_token(tok) && !live.matcher->accept_token(tok))
-                live.grammar_stuck = true;
+            if (live.matcher && !live.grammar_stuck && !live.stop->is_stop_token(tok)) {
+                const auto tg = Clock::now();
+                live.grammar_stuck = !live.matcher->accept_token(tok);
+                stats_.grammar_seconds += seconds_since(tg);
+            }
             const bool grammar_done =
                 live.matcher && (live.grammar_stuck || live.stop->is_stop_token(tok) || live.matcher->must_end());
             if (i == nd || !accepted || grammar_done) {

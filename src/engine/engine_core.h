@@ -105,6 +105,7 @@ struct EngineStats {
     int64_t prompt_tokens_total = 0, generated_tokens_total = 0;
     int64_t num_preemptions = 0, num_steps = 0;
     double schedule_seconds = 0, forward_seconds = 0, sample_seconds = 0;  // summed over steps
+    double grammar_seconds = 0;  // structured output: token masks and matcher steps (part of sample_seconds)
     // Speculative decoding: draft tokens run and verified, drafts accepted, and sequence-steps that
     // verified a draft (each emits its accepted drafts plus one token).
     int64_t spec_draft_tokens = 0, spec_accepted_tokens = 0, spec_verify_steps = 0;

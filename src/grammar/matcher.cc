@@ -34,18 +34,31 @@ TokenTable::TokenTable(std::vector<std::string> bytes, const std::vector<bool>& 
         const int c = bytes_[size_t(a)].compare(bytes_[size_t(b)]);
         return c != 0 ? c < 0 : a < b;
     });
-    for (int b = 0, i = 0; b <= 256; ++b) {
-        while (i < int(sorted_.size()) && uint8_t(bytes_[size_t(sorted_[size_t(i)])][0]) < b) ++i;
-        first_begin_[size_t(b)] = i;
+    // Byte order is the trie's preorder: token j adds a node for each of its prefixes longer than the
+    // prefix it shares with token j - 1 (none when it equals it), and closes the deeper ones before.
+    std::vector<int32_t> path;  // the nodes of the current token's prefixes
+    int32_t longest = 0;
+    for (size_t j = 0; j < sorted_.size(); ++j) {
+        const std::string& t = bytes_[size_t(sorted_[j])];
+        size_t common = 0;
+        if (j > 0) {
+            const std::string& prev = bytes_[size_t(sorted_[j - 1])];
+            while (common < prev.size() && common < t.size() && prev[common] == t[common]) ++common;
+        }
+        for (; path.size() > common; path.pop_back()) trie_[size_t(path.back())].end = int32_t(trie_.size());
+        for (size_t d = path.size() + 1; d <= t.size(); ++d) {
+            path.push_back(int32_t(trie_.size()));
+            trie_.push_back({-1, int32_t(j), int32_t(d), 0, uint8_t(t[d - 1])});
+        }
+        for (int32_t n : path) trie_[size_t(n)].longest = std::max(trie_[size_t(n)].longest, int32_t(t.size()));
+        longest = std::max(longest, int32_t(t.size()));
     }
-    lcp_.assign(sorted_.size(), 0);
-    for (size_t i = 1; i < sorted_.size(); ++i) {
-        const std::string& a = bytes_[size_t(sorted_[i - 1])];
-        const std::string& b = bytes_[size_t(sorted_[i])];
-        size_t n = 0;
-        while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
-        lcp_[i] = int32_t(n);
-    }
+    for (; !path.empty(); path.pop_back()) trie_[size_t(path.back())].end = int32_t(trie_.size());
+    trie_.push_back({int32_t(trie_.size()), int32_t(sorted_.size()), 0, longest, 0});
+    length_.assign(bytes_.size(), 0);
+    for (int32_t id : sorted_) length_[size_t(id)] = int32_t(bytes_[size_t(id)].size());
+    root_child_.fill(-1);
+    for (int32_t i = 0; i < num_nodes(); i = trie_[size_t(i)].end) root_child_[trie_[size_t(i)].byte] = i;
 }
 
 std::shared_ptr<TokenTable> token_table(const tokenizer::Tokenizer& tok, int32_t vocab_size) {
@@ -68,11 +81,9 @@ CompiledGrammar::CompiledGrammar(Grammar g, std::shared_ptr<const TokenTable> vo
     nodes_.push_back({-1, -1});  // kContext
     closure_of_.assign(2, -1);
     succ_of_.assign(2, -1);
+    single_set_.assign(2, -1);
     intern_set({});  // kDead
-    size_t longest = 0;
-    for (int32_t id : vocab_->sorted()) longest = std::max(longest, vocab_->bytes(id).size());
-    const int32_t cap = int32_t(longest) + 2;
-    cap_ = cap;
+    const int32_t cap = vocab_->longest() + 2;
     canon_.resize(g_.elements.size());
     for (size_t p = 0; p < canon_.size(); ++p) canon_[p] = int32_t(p);
     // Chains are made in rank order (R_(k-1) before R_k), so one pass in id order finds each rule's
@@ -95,13 +106,21 @@ CompiledGrammar::CompiledGrammar(Grammar g, std::shared_ptr<const TokenTable> vo
             for (int32_t p = g_.rules[r][a], o = 0; g_.elements[size_t(p)].kind != K::kEnd; ++p, ++o)
                 pos_rule_[size_t(p)] = int32_t(r), pos_alt_[size_t(p)] = int32_t(a), pos_off_[size_t(p)] = o;
     const std::vector<bool> nullable = nullable_rules(g_);
-    chain_up_.assign(g_.rules.size(), -1);
+    std::vector<int32_t> up(g_.rules.size(), -1);  // R_(k+1) for R_k
+    chain_top_.assign(g_.rules.size(), -1);
     chain_ok_.assign(g_.rules.size(), false);
     for (size_t r = 0; r < g_.rules.size() && r < g_.chain_rank.size(); ++r) {
         if (g_.chain_rank[r] == 0) continue;
-        if (g_.chain_next[r] >= 0) chain_up_[size_t(g_.chain_next[r])] = int32_t(r);
+        if (g_.chain_next[r] >= 0) up[size_t(g_.chain_next[r])] = int32_t(r);
         const Element& unit = g_.elements[size_t(g_.rules[r][0])];
         chain_ok_[r] = unit.kind == K::kBytes || !nullable[size_t(unit.value)];
+    }
+    // A chain's ranks are made in order (R_(k+1) after R_k): from the last rule down, each takes its
+    // successor's top while that is within the cap.
+    for (size_t r = std::min(g_.rules.size(), g_.chain_rank.size()); r-- > 0;) {
+        if (g_.chain_rank[r] == 0) continue;
+        const int32_t u = up[r];
+        chain_top_[r] = u >= 0 && g_.chain_rank[size_t(u)] <= cap ? chain_top_[size_t(u)] : int32_t(r);
     }
 }
 
@@ -141,6 +160,7 @@ int32_t CompiledGrammar::intern(int32_t parent, int32_t pos) {
         nodes_.push_back({parent, pos});
         closure_of_.push_back(-1);
         succ_of_.push_back(-1);
+        single_set_.push_back(-1);
     }
     return it->second;
 }
@@ -192,19 +212,33 @@ const std::vector<int32_t>& CompiledGrammar::step(int32_t stack, uint8_t byte) {
 }
 
 int32_t CompiledGrammar::intern_set(const std::vector<int32_t>& stacks) {
-    std::string key(reinterpret_cast<const char*>(stacks.data()), stacks.size() * sizeof(int32_t));
-    auto [it, fresh] = set_ids_.try_emplace(std::move(key), int32_t(sets_.size()));
-    if (fresh) {
-        sets_.push_back(stacks);
-        set_has_context_.push_back(std::binary_search(stacks.begin(), stacks.end(), kContext));
-        trans_.emplace_back();
-        trans_.back().fill(-1);
+    // Most sets hold one stack (a walk from one position rarely forks): those are found by index.
+    int32_t* single = stacks.size() == 1 ? &single_set_[size_t(stacks[0])] : nullptr;
+    if (single && *single >= 0) return *single;
+    const std::string_view key(reinterpret_cast<const char*>(stacks.data()), stacks.size() * sizeof(int32_t));
+    int32_t id = -1;
+    if (single) {
+        id = *single = int32_t(sets_.size());
+    } else if (auto it = set_ids_.find(key); it != set_ids_.end()) {
+        return it->second;
+    } else {
+        id = set_ids_.emplace(std::string(key), int32_t(sets_.size())).first->second;
     }
-    return it->second;
+    sets_.push_back(stacks);
+    set_has_context_.push_back(std::binary_search(stacks.begin(), stacks.end(), kContext));
+    const bool byte_top = single && stacks[0] != kDone && stacks[0] != kContext;
+    set_class_.push_back(byte_top ? g_.elements[size_t(nodes_[size_t(stacks[0])].pos)].value : -1);
+    set_next_.push_back(-1);
+    set_table_.push_back(-1);
+    return id;
 }
 
-int32_t CompiledGrammar::next_set(int32_t set, uint8_t byte) {
-    if (int32_t t = trans_[size_t(set)][byte]; t >= 0) return t;
+int32_t CompiledGrammar::new_transition(int32_t set, uint8_t byte) {
+    if (set_class_[size_t(set)] >= 0) {  // one stack; the byte is in its class (next_set checked)
+        const int32_t id = intern_set(step(sets_[size_t(set)][0], byte));
+        set_next_[size_t(set)] = id;
+        return id;
+    }
     std::vector<int32_t>& to = scratch_;
     to.clear();
     int matched = 0;
@@ -217,7 +251,11 @@ int32_t CompiledGrammar::next_set(int32_t set, uint8_t byte) {
     }
     if (matched > 1) sort_unique(to);
     const int32_t id = intern_set(to);
-    trans_[size_t(set)][byte] = id;
+    if (set_table_[size_t(set)] < 0) {
+        set_table_[size_t(set)] = int32_t(trans_.size());
+        trans_.emplace_back().fill(-1);
+    }
+    trans_[size_t(set_table_[size_t(set)])][byte] = id;
     return id;
 }
 
@@ -238,7 +276,7 @@ const CompiledGrammar::PositionMask& CompiledGrammar::position_mask(int32_t stac
     return mask_for(chain, n, below == kDone);
 }
 
-constexpr int32_t kMinDerived = 12;
+constexpr int32_t kMinDerived = 8;
 
 const CompiledGrammar::PositionMask& CompiledGrammar::mask_for(const int32_t* chain, int n, bool done) {
     // Key: the positions, then whether the stack ends there (then nothing depends on a context).
@@ -247,18 +285,20 @@ const CompiledGrammar::PositionMask& CompiledGrammar::mask_for(const int32_t* ch
     if (auto it = positions_.find(key); it != positions_.end()) return it->second;
     int32_t start = done ? kDone : kContext;
     for (int i = n - 1; i >= 0; --i) start = intern(start, chain[i]);
-    // A frame in a bounded chain R_k with R_(k+1) above it: the same key one rank up classifies every
-    // token shorter than k bytes; walk only the rest.
+    // A frame in a bounded chain R_k below the chain's top rank: the same key at the top classifies
+    // every token shorter than k bytes; walk only the rest.
     int frame = -1;
     size_t k = 0;
-    // Only where the walk is long: a narrow class (a literal's byte) walks a few tokens anyway.
-    const bool broad = g_.byte_sets[size_t(g_.elements[size_t(chain[0])].value)].count() >= 32;
-    for (int i = 0; i < n && frame < 0 && broad; ++i) {
+    const ByteSet& first = g_.byte_sets[size_t(g_.elements[size_t(chain[0])].value)];
+    // A broad class from kMinDerived up: below it most tokens are long enough to need their own
+    // walk anyway. A narrow one (a UTF-8 lead byte, a literal) from rank 2: its tokens are few, and
+    // often all shorter than k (then the top's classes are the whole answer).
+    const int32_t min_rank = first.count() >= 32 ? kMinDerived : 2;
+    for (int i = 0; i < n && frame < 0; ++i) {
         const int32_t r = pos_rule_[size_t(chain[i])];
-        // Below cap_ only: ranks above it share R_cap's positions (canon_), which has no distinct rank up.
-        // From kMinDerived up: below it most tokens are long enough to need their own walk anyway.
-        if (r >= 0 && size_t(r) < g_.chain_rank.size() && g_.chain_rank[size_t(r)] >= kMinDerived &&
-            g_.chain_rank[size_t(r)] < cap_ && chain_ok_[size_t(r)] && chain_up_[size_t(r)] >= 0)
+        // (Ranks past the cap are R_cap's positions already, by canon_: the top itself.)
+        if (r >= 0 && size_t(r) < g_.chain_rank.size() && g_.chain_rank[size_t(r)] >= min_rank &&
+            chain_ok_[size_t(r)] && chain_top_[size_t(r)] != r)
             frame = i, k = size_t(g_.chain_rank[size_t(r)]);
     }
     PositionMask pm;
@@ -267,127 +307,130 @@ const CompiledGrammar::PositionMask& CompiledGrammar::mask_for(const int32_t* ch
     } else {
         int32_t up[kFrames];
         std::copy(chain, chain + n, up);
-        const int32_t p = chain[frame], r = chain_up_[size_t(pos_rule_[size_t(p)])];
+        const int32_t p = chain[frame], r = chain_top_[size_t(pos_rule_[size_t(p)])];
         up[frame] = canon_[size_t(g_.rules[size_t(r)][size_t(pos_alt_[size_t(p)])] + pos_off_[size_t(p)])];
-        const PositionMask& base = mask_for(up, n, done);  // may rehash positions_: copy what is needed now
+        const PositionMask& base = mask_for(up, n, done);  // a reference into positions_ (stable)
         const TokenTable& vt = *vocab_;
-        const std::vector<uint64_t>& shorter = short_bits(k);
-        PositionMask longer = precompute(start, k);
-        // accepted = base's accepted among the short tokens + the long tokens' walk.
-        std::vector<uint64_t> bits(size_t(mask_words()), 0);
-        if (!base.bits.empty()) {
-            for (size_t w = 0; w < bits.size(); ++w) bits[w] = base.bits[w] & shorter[w];
+        // The tokens the start can take begin with a byte of `first`: the longest of them.
+        int32_t longest = 0;
+        for (int b = 0; b < 256; ++b)
+            if (first[size_t(b)] && vt.root_child(b) >= 0)
+                longest = std::max(longest, vt.trie()[size_t(vt.root_child(b))].longest);
+        if (size_t(longest) < k) {
+            pm = base;
         } else {
-            for (int32_t id : base.ids)
-                if (get_bit(shorter, id)) set_bit(bits, id);
-        }
-        if (!longer.bits.empty()) {
-            for (size_t w = 0; w < bits.size(); ++w) bits[w] |= longer.bits[w];
-        } else {
-            for (int32_t id : longer.ids) set_bit(bits, id);
-        }
-        for (int32_t id : base.depends)
-            if (get_bit(shorter, id)) pm.depends.push_back(id);
-        pm.depends.insert(pm.depends.end(), longer.depends.begin(), longer.depends.end());
-        int64_t count = 0;
-        for (uint64_t w : bits) count += __builtin_popcountll(w);
-        if (count * 32 > vt.vocab_size()) {
-            pm.bits = std::move(bits);
-        } else {
-            for (size_t w = 0; w < bits.size(); ++w)
-                for (uint64_t m = bits[w]; m; m &= m - 1) pm.ids.push_back(int32_t(w * 64 + size_t(__builtin_ctzll(m))));
+            derive(base, precompute(start, k), k, pm);
         }
     }
     position_bytes_ += pm.bits.size() * 8 + (pm.ids.size() + pm.depends.size()) * 4 + key.size() + 64;
     return positions_.emplace(key, std::move(pm)).first->second;
 }
 
-const std::vector<int32_t>& CompiledGrammar::long_tokens(size_t k) {
-    auto [it, fresh] = long_tokens_.try_emplace(k);
-    if (fresh)
-        for (int32_t id : vocab_->sorted())
-            if (vocab_->bytes(id).size() >= k) it->second.push_back(id);
-    return it->second;
+// The classes from R_k: the base's (the chain's top) for the tokens shorter than k bytes, the walk's
+// (`longer`, the tokens of at least k bytes from R_k) for the rest.
+void CompiledGrammar::derive(const PositionMask& base, const PositionMask& longer, size_t k, PositionMask& pm) {
+    const TokenTable& vt = *vocab_;
+    auto is_short = [&](int32_t id) { return size_t(vt.length(id)) < k; };
+    for (int32_t id : base.depends)
+        if (is_short(id)) pm.depends.push_back(id);
+    pm.depends.insert(pm.depends.end(), longer.depends.begin(), longer.depends.end());
+    if (base.bits.empty() && longer.bits.empty()) {  // both lists (narrow classes): no bitmap needed
+        for (int32_t id : base.ids)
+            if (is_short(id)) pm.ids.push_back(id);
+        pm.ids.insert(pm.ids.end(), longer.ids.begin(), longer.ids.end());
+        return;
+    }
+    const std::vector<uint64_t>& shorter = short_bits(k);
+    std::vector<uint64_t> bits(size_t(mask_words()), 0);
+    if (!base.bits.empty()) {
+        for (size_t w = 0; w < bits.size(); ++w) bits[w] = base.bits[w] & shorter[w];
+    } else {
+        for (int32_t id : base.ids)
+            if (is_short(id)) set_bit(bits, id);
+    }
+    if (!longer.bits.empty()) {
+        for (size_t w = 0; w < bits.size(); ++w) bits[w] |= longer.bits[w];
+    } else {
+        for (int32_t id : longer.ids) set_bit(bits, id);
+    }
+    int64_t count = 0;
+    for (uint64_t w : bits) count += __builtin_popcountll(w);
+    if (count * 32 > vt.vocab_size()) {
+        pm.bits = std::move(bits);
+    } else {
+        for (size_t w = 0; w < bits.size(); ++w)
+            for (uint64_t m = bits[w]; m; m &= m - 1) pm.ids.push_back(int32_t(w * 64 + size_t(__builtin_ctzll(m))));
+    }
 }
 
 const std::vector<uint64_t>& CompiledGrammar::short_bits(size_t k) {
     auto [it, fresh] = short_bits_.try_emplace(k);
     if (fresh) {
         it->second.assign(size_t(mask_words()), 0);
-        for (int32_t id : vocab_->sorted())
-            if (vocab_->bytes(id).size() < k) set_bit(it->second, id);
+        for (int32_t id = 0; id < vocab_->vocab_size(); ++id)  // excluded tokens have length 0
+            if (const int32_t n = vocab_->length(id); n > 0 && size_t(n) < k) set_bit(it->second, id);
     }
     return it->second;
 }
 
+// A walk of the vocabulary's trie from `start`: a node's state is its parent's stepped by its byte
+// (one table lookup once the transition is known); a dead node's whole subtree is skipped, its
+// tokens context-dependent when some state on the way held the context marker (the frames returned
+// with bytes left), rejected otherwise. min_len > 0: only the tokens of at least min_len bytes
+// (subtrees with none are skipped too).
 CompiledGrammar::PositionMask CompiledGrammar::precompute(int32_t start, size_t min_len) {
     const TokenTable& vt = *vocab_;
-    // min_len > 0: only the tokens of at least min_len bytes (their own byte-ordered list).
-    const std::vector<int32_t>& order = min_len > 0 ? long_tokens(min_len) : vt.sorted();
-    const std::vector<int32_t>& lcp = vt.lcp();
-    // sets[d]: the state after the first d bytes of the current token; hit[d]: some state before
-    // depth d held kContext (the frames returned with bytes left).
-    std::vector<int32_t> sets(1, intern_set({start}));
-    std::vector<char> hit(1, 0);
-    std::vector<int32_t> accepted;
+    const std::vector<TokenTable::TrieNode>& trie = vt.trie();
+    const std::vector<int32_t>& sorted = vt.sorted();
+    // walk_sets_[d] / walk_hit_[d]: the state after the current node's first d bytes, and whether a
+    // state before it held kContext.
+    walk_sets_.assign(size_t(vt.longest()) + 1, kDead);
+    walk_hit_.assign(size_t(vt.longest()) + 1, 0);
+    walk_sets_[0] = intern_set({start});
+    // Accepted tokens as a list while few (most walks), as a bitmap once many.
     PositionMask pm;
-    size_t valid = 0;  // sets[0..valid] belong to the current token's prefix
-    // Tokens are grouped by first byte: a group whose byte the start refuses is skipped whole (its
-    // tokens are rejected: the start holds no context marker). Most positions are narrow literals.
-    int b = 0;
-    size_t group_end = 0;
-    if (min_len > 0) group_end = order.size();  // one list, no first-byte groups
-    for (size_t i = 0; i < order.size();) {
-        if (i >= group_end) {
-            while (b < 256 && (vt.first_begin(b) == vt.first_begin(b + 1) || next_set(sets[0], uint8_t(b)) == kDead)) ++b;
+    const size_t many = size_t(vt.vocab_size() / 32);
+    auto accept = [&](int32_t id) {
+        if (!pm.bits.empty()) return set_bit(pm.bits, id);
+        pm.ids.push_back(id);
+        if (pm.ids.size() <= many) return;
+        pm.bits.assign(size_t(mask_words()), 0);
+        for (int32_t x : pm.ids) set_bit(pm.bits, x);
+        pm.ids = {};
+    };
+    const int32_t min = int32_t(min_len);
+    // First bytes the start refuses are skipped without reading their nodes (most positions are a
+    // literal's byte); the subtrees of the others are walked node by node. Their tokens are rejected:
+    // the start is a real position over the marker, not the marker itself.
+    KILN_CHECK(!set_has_context_[size_t(walk_sets_[0])]);
+    int b = 0, i = 0, subtree_end = 0;
+    while (true) {
+        if (i >= subtree_end) {
+            while (b < 256 && (vt.root_child(b) < 0 || next_set(walk_sets_[0], uint8_t(b)) == kDead)) ++b;
             if (b == 256) break;
-            i = size_t(vt.first_begin(b));
-            group_end = size_t(vt.first_begin(b + 1));
-            valid = 0;
-            ++b;
+            i = vt.root_child(b++);
+            subtree_end = trie[size_t(i)].end;
         }
-        const std::string& t = vt.bytes(order[i]);
-        size_t common = 0;
-        if (min_len == 0) {
-            common = size_t(lcp[i]);
-        } else if (i > 0) {  // lcp is for the whole vocabulary's order
-            const std::string& prev = vt.bytes(order[i - 1]);
-            while (common < prev.size() && common < t.size() && prev[common] == t[common]) ++common;
-        }
-        size_t d = std::min(valid, common);
-        if (sets.size() < t.size() + 1) sets.resize(t.size() + 1), hit.resize(t.size() + 1);
-        bool dead = false;
-        while (d < t.size()) {
-            hit[d + 1] = hit[d] || set_has_context_[size_t(sets[d])];
-            sets[d + 1] = next_set(sets[d], uint8_t(t[d]));
-            ++d;
-            if (sets[d] == kDead) {
-                dead = true;
-                break;
-            }
-        }
-        valid = d;
-        if (!dead) {
-            accepted.push_back(order[i]);
-            ++i;
+        const TokenTable::TrieNode& node = trie[size_t(i)];
+        if (node.longest < min) {
+            i = node.end;
             continue;
         }
-        // Every token starting with t[0..d) ends the same way: context-dependent or rejected.
-        const std::string_view prefix(t.data(), d);
-        const auto end = std::partition_point(order.begin() + ptrdiff_t(i), order.end(), [&](int32_t id) {
-            return std::string_view(vt.bytes(id)).substr(0, d) <= prefix;
-        });
-        const size_t j = size_t(end - order.begin());
-        if (hit[d])
-            for (size_t k = i; k < j; ++k) pm.depends.push_back(order[k]);
-        i = j;
-    }
-    const int32_t V = vt.vocab_size();
-    if (int64_t(accepted.size()) * 32 > V) {
-        pm.bits.assign(size_t((V + 63) / 64), 0);
-        for (int32_t id : accepted) set_bit(pm.bits, id);
-    } else {
-        pm.ids = std::move(accepted);
+        const int32_t parent = walk_sets_[size_t(node.depth - 1)];
+        const char hit = walk_hit_[size_t(node.depth - 1)] | set_has_context_[size_t(parent)];
+        const int32_t set = next_set(parent, node.byte);
+        if (set == kDead) {
+            if (hit)
+                for (int32_t k = node.tok, e = trie[size_t(node.end)].tok; k < e; ++k)
+                    if (vt.length(sorted[size_t(k)]) >= min) pm.depends.push_back(sorted[size_t(k)]);
+            i = node.end;
+            continue;
+        }
+        walk_sets_[size_t(node.depth)] = set;
+        walk_hit_[size_t(node.depth)] = hit;
+        if (node.depth >= min)
+            for (int32_t k = node.tok, e = trie[size_t(i) + 1].tok; k < e; ++k) accept(sorted[size_t(k)]);
+        ++i;
     }
     return pm;
 }

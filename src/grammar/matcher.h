@@ -44,18 +44,33 @@ public:
     const std::string& bytes(int32_t id) const { return bytes_[size_t(id)]; }
     const std::vector<std::pair<int32_t, std::string>>& first_bytes() const { return first_bytes_; }
     bool excluded(int32_t id) const { return excluded_[size_t(id)]; }
-    // Allowed tokens in byte order, and each one's common prefix length with the one before.
+    // Allowed tokens in byte order.
     const std::vector<int32_t>& sorted() const { return sorted_; }
-    const std::vector<int32_t>& lcp() const { return lcp_; }
-    // sorted()[first_begin(b) .. first_begin(b + 1)) are the tokens whose first byte is b.
-    int32_t first_begin(int b) const { return first_begin_[size_t(b)]; }
+    int32_t length(int32_t id) const { return length_[size_t(id)]; }  // bytes(id).size(), packed
+    // The allowed tokens as a trie, its nodes in preorder (children in byte order), one per distinct
+    // non-empty prefix, then a sentinel {end, tok} = {num_nodes, sorted().size()}. Node i is the
+    // prefix of `depth` bytes ending in `byte`; its subtree is nodes [i, end); the tokens equal to it
+    // are sorted()[tok .. node(i + 1).tok), those in its subtree sorted()[tok .. node(end).tok);
+    // `longest`: the longest of those. Walks read it front to back and skip dead subtrees whole.
+    struct TrieNode {
+        int32_t end, tok, depth, longest;
+        uint8_t byte;
+    };
+    const std::vector<TrieNode>& trie() const { return trie_; }
+    int32_t num_nodes() const { return int32_t(trie_.size()) - 1; }
+    int32_t longest() const { return trie_.back().longest; }  // the longest token's bytes
+    // The node of the one-byte prefix b (-1: no token starts with b): a walk from a narrow class
+    // jumps to its bytes' subtrees without reading the rest of the trie.
+    int32_t root_child(int b) const { return root_child_[size_t(b)]; }
 
 private:
     std::vector<std::string> bytes_;
     std::vector<bool> excluded_;
     std::vector<std::pair<int32_t, std::string>> first_bytes_;  // ascending ids
-    std::vector<int32_t> sorted_, lcp_;
-    std::array<int32_t, 257> first_begin_{};
+    std::vector<int32_t> sorted_;
+    std::vector<int32_t> length_;
+    std::vector<TrieNode> trie_;
+    std::array<int32_t, 256> root_child_{};
 };
 
 // A tokenizer's table for a model with `vocab_size` logits (0: the tokenizer's size): each token's
@@ -99,17 +114,14 @@ private:
     // token can reach the chain's end from either, so x{0,200} needs one walk, not 200.
     std::vector<int32_t> canon_;
     // Bounded chains, walked once per rank otherwise: from R_k (unit never empty) a token of fewer
-    // than k bytes cannot reach the chain's end, so it classifies as from R_(k+1); only longer tokens
-    // are walked. chain_up_[r]: R_(k+1) for R_k (-1: none); chain_ok_[r]: r's unit is never empty;
-    // pos_rule_ / pos_alt_ / pos_off_: where each element sits.
-    std::vector<int32_t> chain_up_, pos_rule_, pos_alt_, pos_off_;
+    // than k bytes cannot reach the chain's end, so it classifies as from any R_j with j > k; only
+    // the longer tokens are walked, the shorter ones take their classes from the chain's top rank
+    // (capped at the longest token + 2: canon_), walked once. chain_top_[r]: that rank's rule for R_k; chain_ok_[r]: r's unit
+    // is never empty; pos_rule_ / pos_alt_ / pos_off_: where each element sits.
+    std::vector<int32_t> chain_top_, pos_rule_, pos_alt_, pos_off_;
     std::vector<bool> chain_ok_;
-    int32_t cap_ = 0;  // the rank past which chain positions are canonical (the longest token + 2)
-    // Per length k (made on first use): the tokens of at least k bytes in byte order, and a bitmap of
-    // the tokens shorter than k.
-    const std::vector<int32_t>& long_tokens(size_t k);
+    // Per length k (made on first use): a bitmap of the tokens shorter than k bytes.
     const std::vector<uint64_t>& short_bits(size_t k);
-    std::unordered_map<size_t, std::vector<int32_t>> long_tokens_;
     std::unordered_map<size_t, std::vector<uint64_t>> short_bits_;
 
     static constexpr int32_t kDead = 0;  // the empty set of stacks: the text left the grammar
@@ -119,13 +131,25 @@ private:
     const std::vector<int32_t>& closure(int32_t stack);
     const std::vector<int32_t>& step(int32_t stack, uint8_t byte);
     int32_t intern_set(const std::vector<int32_t>& stacks);  // sorted, unique
-    int32_t next_set(int32_t set, uint8_t byte);
+    int32_t next_set(int32_t set, uint8_t byte) {  // the walks' inner step: a lookup once seen
+        if (const int32_t c = set_class_[size_t(set)]; c >= 0) {
+            if (!g_.byte_sets[size_t(c)][byte]) return kDead;
+            const int32_t n = set_next_[size_t(set)];
+            return n >= 0 ? n : new_transition(set, byte);
+        }
+        const int32_t t = set_table_[size_t(set)];
+        const int32_t n = t >= 0 ? trans_[size_t(t)][byte] : -1;
+        return n >= 0 ? n : new_transition(set, byte);
+    }
+    int32_t new_transition(int32_t set, uint8_t byte);
     int32_t walk(int32_t set, std::string_view bytes);  // kDead as soon as a byte is refused
     const PositionMask& position_mask(int32_t stack);
     // The classes for the key (chain[0..n): positions, top first; done: nothing below them).
     const PositionMask& mask_for(const int32_t* chain, int n, bool done);
     // Walks the tokens of at least min_len bytes from `start` (all of them with 0).
     PositionMask precompute(int32_t start, size_t min_len = 0);
+    // R_k's classes from its chain top's (`base`) and a walk of the tokens of at least k bytes.
+    void derive(const PositionMask& base, const PositionMask& longer, size_t k, PositionMask& pm);
     int32_t initial_state();
     void fill_mask(int32_t set, std::vector<uint64_t>& mask);
     // The first token's mask: the initial state's, with the tokens whose first-token bytes differ
@@ -142,17 +166,26 @@ private:
     std::vector<int32_t> closure_of_, succ_of_;
     std::deque<std::vector<int32_t>> results_;
     // Interned state sets: their stacks, whether they hold kContext, and their byte transitions
-    // (-1: not computed yet).
+    // (-1: not computed yet). Most sets hold one stack with a byte class on top, which every byte of
+    // the class takes to the same set: set_class_ is that class (-1: another kind of set) and
+    // set_next_ the set it leads to. Other sets have a row of 256 in trans_, set_table_ its index.
     std::deque<std::vector<int32_t>> sets_;
     std::vector<char> set_has_context_;
-    std::vector<std::array<int32_t, 256>> trans_;
-    std::unordered_map<std::string, int32_t> set_ids_;
+    std::vector<int32_t> set_class_, set_next_, set_table_;
+    std::deque<std::array<int32_t, 256>> trans_;
+    struct KeyHash {  // lets a set be looked up by a view of its stacks' bytes (no allocation)
+        using is_transparent = void;
+        size_t operator()(std::string_view s) const { return std::hash<std::string_view>()(s); }
+    };
+    std::unordered_map<std::string, int32_t, KeyHash, std::equal_to<>> set_ids_;
+    std::vector<int32_t> single_set_;  // per stack: the set holding it alone (-1: not made yet)
     std::unordered_map<std::string, PositionMask> positions_;  // by the top kFrames positions
     size_t position_bytes_ = 0;
     static constexpr size_t kCacheBytes = size_t(64) << 20;  // per cache: positions_, masks_
     std::unordered_map<int32_t, std::vector<uint64_t>> masks_;  // by state set
     double compile_seconds_ = 0;
-    std::vector<int32_t> scratch_;
+    std::vector<int32_t> scratch_, walk_sets_;  // precompute's state per trie depth
+    std::vector<char> walk_hit_;
 };
 
 // One sequence's progress through a compiled grammar. Not thread-safe; the compiled grammar it

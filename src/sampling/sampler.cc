@@ -107,11 +107,19 @@ bool Sampler::build_candidates(std::span<float> logits) {
     const float inv_t = 1.0f / params_.temperature;
     for (float& l : logits) l = std::isnan(l) ? kNegInf : l * inv_t;
 
-    // Candidates carry logits in .prob until the softmax below.
+    // Candidates carry logits in .prob until the softmax below. Banned tokens (-inf: a grammar's
+    // mask, a bias) would get probability 0: they are left out, in id order as before, so a masked
+    // row's softmax and cuts run over the tokens it allows (the same draws, fewer to look at).
     cands_.resize(size_t(vocab_size_));
-    for (int32_t i = 0; i < vocab_size_; ++i) cands_[size_t(i)] = {i, logits[size_t(i)]};
+    size_t n = 0;
+    for (int32_t i = 0; i < vocab_size_; ++i) {
+        const float l = logits[size_t(i)];
+        cands_[n] = {i, l};
+        n += l != kNegInf;
+    }
+    cands_.resize(n);
     bool sorted = false;
-    if (params_.top_k > 0 && params_.top_k < vocab_size_) {
+    if (params_.top_k > 0 && size_t(params_.top_k) < cands_.size()) {
         auto kth = cands_.begin() + params_.top_k;
         std::nth_element(cands_.begin(), kth - 1, cands_.end(), higher);
         cands_.resize(size_t(params_.top_k));

@@ -123,9 +123,12 @@ TEST(Gbnf, LiteralRoundTrip) {
 
 bool bit(const std::vector<uint64_t>& m, int32_t i) { return (m[size_t(i) >> 6] >> (i & 63)) & 1; }
 
-// Random walks through the grammar, choosing among allowed tokens; at every step the mask must equal
-// the brute force over the whole vocabulary, and can_end must agree with the reference matcher.
-void check_masks_against_brute_force(const std::shared_ptr<CompiledGrammar>& cg, int walks, int steps, uint32_t seed) {
+// Random walks through the grammar, choosing among allowed tokens (with `content`, among those with
+// a byte other than whitespace when there are any: JSON's whitespace would fill the walk otherwise);
+// at every step the mask must equal the brute force over the whole vocabulary, and can_end must
+// agree with the reference matcher.
+void check_masks_against_brute_force(const std::shared_ptr<CompiledGrammar>& cg, int walks, int steps, uint32_t seed,
+                                     bool content = false) {
     std::mt19937 rng(seed);
     const TokenTable& vt = cg->vocab();
     int64_t checked = 0, allowed_total = 0;
@@ -148,6 +151,12 @@ void check_masks_against_brute_force(const std::shared_ptr<CompiledGrammar>& cg,
             allowed_total += int64_t(allowed.size());
             EXPECT_EQ(m.can_end(), full_match(cg->grammar(), text)) << text;
             if (allowed.empty() || m.must_end()) break;
+            if (content) {
+                std::vector<int32_t> inked;
+                for (int32_t id : allowed)
+                    if (vt.bytes(id).find_first_not_of(" \t\n") != std::string::npos) inked.push_back(id);
+                if (!inked.empty()) allowed = std::move(inked);
+            }
             const int32_t id = allowed[rng() % allowed.size()];
             ASSERT_TRUE(m.accept_token(id));
             text += vt.bytes(id);
@@ -244,14 +253,26 @@ TEST(Matcher, SmolLM2VocabularyAgainstBruteForce) {
     auto choice = compiler.compile(spec);
     ASSERT_TRUE(choice.is_ok()) << choice.status().message();
     check_masks_against_brute_force(*choice, 5, 10, 4);
-    // Bounded strings: chains of ranks past kMinDerived take their short tokens' classes from the
-    // rank above (matcher.cc mask_for); the walks must still equal brute force at every rank.
+    // Bounded strings: a chain's rank R_k takes its short tokens' classes from the chain's top rank
+    // (matcher.cc mask_for; narrow classes such as UTF-8 lead bytes from rank 2, broad ones from
+    // kMinDerived); the walks must still equal brute force at every rank.
     spec.kind = StructuredSpec::Kind::kGrammar;
     spec.value = R"(root ::= "\"" ch{0,40} "\"" ( ", \"" [a-z ]{0,30} "\"" )?
 ch ::= [^"\\] | "\\" ["\\n])";
     auto bounded = compiler.compile(spec);
     ASSERT_TRUE(bounded.is_ok()) << bounded.status().message();
     check_masks_against_brute_force(*bounded, 4, 30, 5);
+    // The same through the JSON Schema converter: strings with escapes (a \u chain inside the
+    // character), several bounds, in an array and nested.
+    spec.kind = StructuredSpec::Kind::kJsonSchema;
+    spec.value = R"({"type": "object", "properties": {
+        "a": {"type": "string", "maxLength": 9},
+        "b": {"type": "array", "items": {"type": "string", "maxLength": 16}, "maxItems": 3},
+        "c": {"type": "object", "properties": {"d": {"type": "string", "maxLength": 30}}, "required": ["d"]}},
+        "required": ["a", "b", "c"]})";
+    auto schema = compiler.compile(spec);
+    ASSERT_TRUE(schema.is_ok()) << schema.status().message();
+    check_masks_against_brute_force(*schema, 4, 40, 6, /*content=*/true);
 }
 
 }  // namespace
