@@ -25,7 +25,8 @@ TokenTable::TokenTable(std::vector<std::string> bytes, const std::vector<bool>& 
                        std::vector<std::pair<int32_t, std::string>> first_bytes)
     : bytes_(std::move(bytes)), excluded_(bytes_.size(), false), first_bytes_(std::move(first_bytes)) {
     for (int32_t id = 0; id < int32_t(bytes_.size()); ++id) {
-        excluded_[size_t(id)] = size_t(id) < excluded.size() && excluded[size_t(id)];
+        excluded_[size_t(id)] = (size_t(id) < excluded.size() && excluded[size_t(id)]) ||
+                                bytes_[size_t(id)].size() > kMaxTokenBytes || size_t(id) >= kMaxTokens;
         if (bytes_[size_t(id)].empty() || excluded_[size_t(id)]) continue;
         sorted_.push_back(id);
     }
@@ -48,17 +49,17 @@ TokenTable::TokenTable(std::vector<std::string> bytes, const std::vector<bool>& 
         for (; path.size() > common; path.pop_back()) trie_[size_t(path.back())].end = int32_t(trie_.size());
         for (size_t d = path.size() + 1; d <= t.size(); ++d) {
             path.push_back(int32_t(trie_.size()));
-            trie_.push_back({-1, int32_t(j), int32_t(d), 0, uint8_t(t[d - 1])});
+            trie_.push_back({-1, uint32_t(j) << 8 | uint8_t(t[d - 1]), uint16_t(d), 0});
         }
-        for (int32_t n : path) trie_[size_t(n)].longest = std::max(trie_[size_t(n)].longest, int32_t(t.size()));
+        for (int32_t n : path) trie_[size_t(n)].longest = std::max(trie_[size_t(n)].longest, uint16_t(t.size()));
         longest = std::max(longest, int32_t(t.size()));
     }
     for (; !path.empty(); path.pop_back()) trie_[size_t(path.back())].end = int32_t(trie_.size());
-    trie_.push_back({int32_t(trie_.size()), int32_t(sorted_.size()), 0, longest, 0});
+    trie_.push_back({int32_t(trie_.size()), uint32_t(sorted_.size()) << 8, 0, uint16_t(longest)});
     length_.assign(bytes_.size(), 0);
     for (int32_t id : sorted_) length_[size_t(id)] = int32_t(bytes_[size_t(id)].size());
     root_child_.fill(-1);
-    for (int32_t i = 0; i < num_nodes(); i = trie_[size_t(i)].end) root_child_[trie_[size_t(i)].byte] = i;
+    for (int32_t i = 0; i < num_nodes(); i = trie_[size_t(i)].end) root_child_[trie_[size_t(i)].byte()] = i;
 }
 
 std::shared_ptr<TokenTable> token_table(const tokenizer::Tokenizer& tok, int32_t vocab_size) {
@@ -315,7 +316,7 @@ const CompiledGrammar::PositionMask& CompiledGrammar::mask_for(const int32_t* ch
         int32_t longest = 0;
         for (int b = 0; b < 256; ++b)
             if (first[size_t(b)] && vt.root_child(b) >= 0)
-                longest = std::max(longest, vt.trie()[size_t(vt.root_child(b))].longest);
+                longest = std::max(longest, int32_t(vt.trie()[size_t(vt.root_child(b))].longest));
         if (size_t(longest) < k) {
             pm = base;
         } else {
@@ -418,10 +419,10 @@ CompiledGrammar::PositionMask CompiledGrammar::precompute(int32_t start, size_t 
         }
         const int32_t parent = walk_sets_[size_t(node.depth - 1)];
         const char hit = walk_hit_[size_t(node.depth - 1)] | set_has_context_[size_t(parent)];
-        const int32_t set = next_set(parent, node.byte);
+        const int32_t set = next_set(parent, node.byte());
         if (set == kDead) {
             if (hit)
-                for (int32_t k = node.tok, e = trie[size_t(node.end)].tok; k < e; ++k)
+                for (int32_t k = node.tok(), e = trie[size_t(node.end)].tok(); k < e; ++k)
                     if (vt.length(sorted[size_t(k)]) >= min) pm.depends.push_back(sorted[size_t(k)]);
             i = node.end;
             continue;
@@ -429,7 +430,7 @@ CompiledGrammar::PositionMask CompiledGrammar::precompute(int32_t start, size_t 
         walk_sets_[size_t(node.depth)] = set;
         walk_hit_[size_t(node.depth)] = hit;
         if (node.depth >= min)
-            for (int32_t k = node.tok, e = trie[size_t(i) + 1].tok; k < e; ++k) accept(sorted[size_t(k)]);
+            for (int32_t k = node.tok(), e = trie[size_t(i) + 1].tok(); k < e; ++k) accept(sorted[size_t(k)]);
         ++i;
     }
     return pm;

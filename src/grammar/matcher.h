@@ -52,10 +52,15 @@ public:
     // prefix of `depth` bytes ending in `byte`; its subtree is nodes [i, end); the tokens equal to it
     // are sorted()[tok .. node(i + 1).tok), those in its subtree sorted()[tok .. node(end).tok);
     // `longest`: the longest of those. Walks read it front to back and skip dead subtrees whole.
-    struct TrieNode {
-        int32_t end, tok, depth, longest;
-        uint8_t byte;
+    struct TrieNode {  // 12 bytes: a walk streams the whole trie through the cache
+        int32_t end;
+        uint32_t tok_byte;  // tok << 8 | byte
+        uint16_t depth, longest;
+        int32_t tok() const { return int32_t(tok_byte >> 8); }
+        uint8_t byte() const { return uint8_t(tok_byte & 0xff); }
     };
+    // Tokens past these limits are excluded (no vocabulary comes near them).
+    static constexpr size_t kMaxTokenBytes = 65535, kMaxTokens = size_t(1) << 24;
     const std::vector<TrieNode>& trie() const { return trie_; }
     int32_t num_nodes() const { return int32_t(trie_.size()) - 1; }
     int32_t longest() const { return trie_.back().longest; }  // the longest token's bytes
