@@ -90,6 +90,8 @@ std::string Metrics::render(const EngineStats& s, int64_t requests_in_flight) co
     metric(&out, "kiln_spec_verify_steps_total", "counter",
            "Sequence-steps that verified a draft (each emits its accepted drafts plus one token).",
            double(s.spec_verify_steps));
+    metric(&out, "kiln_grammar_seconds_total", "counter",
+           "Seconds the engine spent on structured output's token masks and matchers.", s.grammar_seconds);
     metric(&out, "kiln_server_requests_in_flight", "gauge", "Engine requests the server is waiting on.",
            double(requests_in_flight));
     std::lock_guard<std::mutex> lock(mu_);

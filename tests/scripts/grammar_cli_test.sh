@@ -36,6 +36,17 @@ grep -q "cold masks" "$T/good.out" || fail "no timings: $(cat "$T/good.out")"
 if "$KILN_BIN" grammar --json-schema "$T/schema.json" -m "$TOK" --check "$T/bad.json" > "$T/bad.out"; then
     fail "n = 13 passed a schema with maximum 12"
 fi
+# Several texts: later ones timed with the tables kept; one that is not whole fails the run and is named.
+printf '{"name": "Tom", "n": 12}\n' > "$T/good2.json"
+"$KILN_BIN" grammar --json-schema "$T/schema.json" -m "$TOK" --check "$T/good.json" --check "$T/good2.json" > "$T/two.out" ||
+    fail "two valid instances were refused: $(cat "$T/two.out")"
+grep -q "seen ($T/good2.json) masks" "$T/two.out" && grep -q "every text is a whole sentence" "$T/two.out" ||
+    fail "second text: $(cat "$T/two.out")"
+printf '{"name": "Tom", "n": 1' > "$T/part.json"
+if "$KILN_BIN" grammar --json-schema "$T/schema.json" -m "$TOK" --check "$T/good.json" --check "$T/part.json" > "$T/two.out"; then
+    fail "a prefix passed as a whole text"
+fi
+grep -q "$T/part.json is a prefix of a sentence" "$T/two.out" || fail "the prefix not named: $(cat "$T/two.out")"
 
 set +e
 "$KILN_BIN" grammar --json-schema '{"type": "object", "patternProperties": {}}' 2> "$T/err"; rc=$?

@@ -726,6 +726,7 @@ def test_smollm2():
             model="smol", messages=[{"role": "user", "content": q}], max_tokens=24, temperature=0, stream=True))
         check(text.get(0) == want, f"SmolLM2 chat stream {text.get(0)!r} != {want!r}")
         structured_checks(client)
+        check(metric(srv.port, "kiln_grammar_seconds_total") > 0, "structured output's time not counted")
         aborts = metric(srv.port, "kiln_client_aborts_total")
         # 4000 tokens (of its 8192 context) take SmolLM2 far longer than the client takes to go, so a
         # stream still generates when its client closes, and only an abort stops it early.
