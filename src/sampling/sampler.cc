@@ -229,8 +229,40 @@ std::vector<TokenProb> Sampler::distribution(std::span<float> logits, std::span<
 int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> ids) {
     KILN_CHECK(logits.size() == size_t(vocab_size_)) << logits.size() << " vs vocab " << vocab_size_;
     apply_bias_and_penalties(logits, ids);
+    if (plain()) return sample_plain(logits);
     if (!build_candidates(logits)) return greedy_id_;
     return draw(cands_);
+}
+
+int32_t Sampler::sample_plain(std::span<float> logits) {
+    const int64_t V = int64_t(logits.size());
+    const float max_logit = softmax_.scale_max(logits.data(), 1.0f / params_.temperature, V);
+    if (max_logit == kNegInf) return argmax_lowest_id(logits);  // everything banned: the lowest id
+    const int64_t blocks = (V + kernels::cpu::kExpBlock - 1) / kernels::cpu::kExpBlock;
+    probs_.resize(size_t(V));
+    block_sums_.resize(size_t(blocks));
+    softmax_.exp_shift(logits.data(), max_logit, probs_.data(), block_sums_.data(), V);
+    double total = 0.0;
+    for (double s : block_sums_) total += s;
+    // The same draw as draw() over the normalized distribution in id order, without normalizing:
+    // u scaled by the total; the block holding it found by its sums, then the token within it.
+    const double u = uniform01() * total;
+    double cum = 0.0;
+    for (int64_t b = 0; b < blocks; ++b) {
+        const double s = block_sums_[size_t(b)];
+        if (u >= cum + s) {
+            cum += s;
+            continue;
+        }
+        const int64_t end = std::min(V, (b + 1) * kernels::cpu::kExpBlock);
+        for (int64_t i = b * kernels::cpu::kExpBlock; i < end; ++i) {
+            cum += double(probs_[size_t(i)]);
+            if (u < cum) return int32_t(i);
+        }  // (rounding left u past this block's entries: on to the next)
+    }
+    for (int64_t i = V; i-- > 0;)  // u beyond the rounded total: the last token with mass
+        if (probs_[size_t(i)] > 0.0f) return int32_t(i);
+    return argmax_lowest_id(logits);
 }
 
 int32_t Sampler::draw(std::span<const TokenProb> dist) {

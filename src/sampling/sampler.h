@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "kernels/cpu/softmax.h"
 #include "kernels/ref/sample.h"
 #include "sampling/sampling_params.h"
 
@@ -86,6 +87,10 @@ private:
     void apply_bias_and_penalties(std::span<float> logits, std::span<const int32_t> ids);
     // Fills cands_ with steps 4-7. Returns false when greedy (or everything is -inf): greedy_id_ holds the answer.
     bool build_candidates(std::span<float> logits);
+    // Steps 4 and 8 when no top-k, top-p or min-p cuts the distribution (the common case): the softmax
+    // by the SIMD kernels, a draw found through block sums without building candidates.
+    bool plain() const { return !is_greedy() && params_.top_k <= 0 && params_.top_p >= 1.0f && params_.min_p <= 0.0f; }
+    int32_t sample_plain(std::span<float> logits);
     double uniform01();  // [0, 1) with 53 random bits
 
     SamplingParams params_;
@@ -97,6 +102,9 @@ private:
     std::vector<int32_t> counts_;   // [vocab_size] zero between calls; penalties only
     std::vector<uint8_t> seen_;     // [vocab_size] zero between calls; repetition penalty only
     std::vector<float> q_dense_;    // [vocab_size] zero between calls; verify() with a draft distribution
+    std::vector<float> probs_;      // sample_plain's scratch: exp(l - max), and its block sums
+    std::vector<double> block_sums_;
+    kernels::cpu::SoftmaxKernels softmax_ = kernels::cpu::best_softmax_kernels();
 };
 
 // Index of the largest logit, lowest id on ties, NaN never chosen (0 if all are NaN/-inf).

@@ -194,6 +194,43 @@ void check_temperature(float t, uint64_t seed) {
     EXPECT_LT(chi2, 20.5) << "t=" << t;  // 3 dof: P(chi2 > 20.5) ~ 1.3e-4
 }
 
+// Temperature alone over a vocabulary of many softmax blocks (kernels/cpu/softmax.h: 256 each, and a
+// tail): the draw found through block sums picks tokens at their softmax rates, never a banned (-inf)
+// or NaN one; 16 groups of tokens (one per 150 ids, across block edges) checked by chi-square.
+TEST(Sampler, PlainDrawOverManyBlocks) {
+    const int32_t V = 2400;
+    std::vector<float> base(static_cast<size_t>(V), 0.0f);
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> u(-4.0f, 4.0f);
+    for (float& x : base) x = u(rng);
+    for (int32_t i = 7; i < V; i += 97) base[size_t(i)] = -std::numeric_limits<float>::infinity();
+    base[300] = std::numeric_limits<float>::quiet_NaN();
+    const float t = 0.8f;
+    std::vector<double> expect(16, 0.0);
+    double z = 0;
+    for (int32_t i = 0; i < V; ++i)
+        if (std::isfinite(base[size_t(i)])) z += std::exp(double(base[size_t(i)]) / t);
+    for (int32_t i = 0; i < V; ++i)
+        if (std::isfinite(base[size_t(i)])) expect[size_t(i / 150)] += std::exp(double(base[size_t(i)]) / t) / z;
+    SamplingParams p = seeded(21);
+    p.temperature = t;
+    Sampler s(p, V, 0);
+    const int n = 60000;
+    std::vector<int> counts(16, 0);
+    for (int k = 0; k < n; ++k) {
+        std::vector<float> l = base;
+        const int32_t id = s.sample(l, {});
+        ASSERT_TRUE(id >= 0 && id < V && std::isfinite(base[size_t(id)])) << "drew " << id;
+        ++counts[size_t(id / 150)];
+    }
+    double chi2 = 0;
+    for (size_t g = 0; g < 16; ++g) {
+        const double mean = n * expect[g];
+        chi2 += (counts[g] - mean) * (counts[g] - mean) / mean;
+    }
+    EXPECT_LT(chi2, 44.3) << "15 dof: P(chi2 > 44.3) ~ 1e-4";
+}
+
 TEST(Sampler, TemperatureShapesTheDistribution) {
     check_temperature(1.0f, 11);
     check_temperature(0.5f, 12);

@@ -125,4 +125,25 @@ int32_t sample_row(std::span<float> logits, const SampleRow& row, std::span<cons
     return last;  // u past the rounded total: the last kept token
 }
 
+float scale_max(float* x, float s, int64_t n) {
+    float m = kNegInf;
+    for (int64_t i = 0; i < n; ++i) {
+        x[i] = std::isnan(x[i]) ? kNegInf : x[i] * s;
+        m = std::max(m, x[i]);
+    }
+    return m;
+}
+
+void exp_shift(const float* x, float m, float* p, double* block_sums, int64_t n) {
+    constexpr int64_t kBlock = 256;  // kernels/cpu/softmax.h's kExpBlock
+    for (int64_t b = 0; b < n; b += kBlock) {
+        double sum = 0.0;
+        for (int64_t i = b; i < std::min(n, b + kBlock); ++i) {
+            p[i] = std::isnan(x[i]) || x[i] == kNegInf ? 0.0f : std::exp(x[i] - m);
+            sum += double(p[i]);
+        }
+        block_sums[b / kBlock] = sum;
+    }
+}
+
 }  // namespace kiln::kernels::ref

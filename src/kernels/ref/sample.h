@@ -45,6 +45,12 @@ void apply_adjustments(std::span<float> logits, const SampleRow& row, std::span<
 int32_t sample_row_filter(std::span<float> logits, const SampleRow& row, std::span<const LogitAdjustment> adjust,
                           double* kept_mass);
 
+// The CPU sampler's softmax (kernels/cpu/softmax.h's references): scale_max: x [n] *= s (NaN: -inf),
+// returns the largest (-inf when all are); exp_shift: p [n] = exp(x [n] - m) (0 for -inf or NaN x),
+// block_sums [ceil(n / 256)] = each block of 256's sum of p, in double, in order.
+float scale_max(float* x, float s, int64_t n);
+void exp_shift(const float* x, float m, float* p, double* block_sums, int64_t n);
+
 // The whole pipeline: the sampled token. logits [vocab] is scratch.
 int32_t sample_row(std::span<float> logits, const SampleRow& row, std::span<const LogitAdjustment> adjust);
 

@@ -5,7 +5,9 @@
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_isa.h"
+#include "kernels/cpu/softmax.h"
 #include "kernels/ref/quant_matmul.h"
+#include "kernels/ref/sample.h"
 #include "kernels/ref/transformer.h"
 
 namespace kiln::kernels::cpu {
@@ -50,6 +52,26 @@ SiluMulFn best_silu_mul_kernel() {
         const Isa isa = best_isa();
         SiluMulFn fn = find_silu_mul_kernel(isa);
         return fn ? fn : find_silu_mul_kernel(Isa::kRef);
+    }();
+    return best;
+}
+
+SoftmaxKernels find_softmax_kernels(Isa isa) {
+    switch (isa) {
+        case Isa::kRef:
+            return {&ref::scale_max, &ref::exp_shift};
+        case Isa::kAvx2:
+        case Isa::kAvx512:  // elementwise and memory-light: the 8-wide body serves every SIMD level
+        case Isa::kAvx512Vnni:
+            return avx2_softmax_kernels();
+    }
+    return {};
+}
+
+SoftmaxKernels best_softmax_kernels() {
+    static const SoftmaxKernels best = [] {
+        const SoftmaxKernels k = find_softmax_kernels(best_isa());
+        return k.exp_shift ? k : find_softmax_kernels(Isa::kRef);
     }();
     return best;
 }
