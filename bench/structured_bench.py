@@ -214,11 +214,12 @@ def main():
           "schema used before on other texts, new seeds each pair;\n   warm: the masks of every state met cached "
           "by an untimed run with the same seeds. cpu ovh: the same from process CPU time\n   (all threads; less "
           "hurt by other load), median. grammar: the engine's grammar_seconds per token, median, and as a share of\n"
-          "   the plain run's median time per token (the grammar's own added time, without the wall's noise). rest = "
-          "wall minus the engine's\n   forward_seconds, per token, median (scheduling, masks, sampling, Python). "
-          "Per-pair: each pair's wall overhead.")
+          "   the plain run's median time per token (the grammar's own added time, without the wall's noise). fwd +: "
+          "the constrained run's\n   forward_seconds per token over the plain run's, medians. rest = wall minus the "
+          "engine's forward_seconds, per token, median\n   (scheduling, masks, sampling, Python). Per-pair: each "
+          "pair's wall overhead.")
     print(f"{'batch':>5} {'masks':>5} {'tok/run':>7} {'plain ms/tok':>13} {'grammar ms/tok':>14} {'ovh best':>8}"
-          f" {'ovh med':>8} {'cpu ovh':>8} {'grammar ms/tok':>15} {'rest plain/gram':>15}  per-pair overhead")
+          f" {'ovh med':>8} {'cpu ovh':>8} {'grammar ms/tok':>15} {'fwd +':>7} {'rest plain/gram':>15}  per-pair overhead")
     parts = set(args.parts.split(","))
     if "1" in parts:  # every prompt prefilled once, untimed: no pair pays prefill its twin gets from the cache
         llm.generate(prompts, SamplingParams(max_tokens=1), use_tqdm=False)
@@ -234,6 +235,7 @@ def main():
                   f"{pb*1e3:>5.2f} / {pm*1e3:<5.2f} {gb*1e3:>6.2f} / {gm*1e3:<5.2f} {100*(gb-pb)/pb:>7.1f}% "
                   f"{100*(gm-pm)/pm:>7.1f}% {100*(med(r['gc'])-med(r['pc']))/med(r['pc']):>7.1f}% "
                   f"{med(r['gg']):>7.3f} ({100*med(r['gg'])/med(r['p']):>4.1f}%) "
+                  f"{100*(med(r['gf'])-med(r['pf']))/med(r['pf']):>6.1f}% "
                   f"{rest_p:>6.2f} / {rest_g:<6.2f} "
                   + " ".join(f"{100*(g-p)/p:.0f}%" for g, p in zip(r["g"], r["p"]))
                   + f" ({time.perf_counter()-t0:.0f} s"

@@ -208,7 +208,7 @@ core::Status EngineCore::add(int64_t id, Request request) {
     return core::Status::ok();
 }
 
-void EngineCore::apply_grammar(Live& live, std::span<float> logits) {
+void EngineCore::apply_grammar(Live& live, std::span<float> logits, bool write) {
     live.matcher->fill_mask(mask_);
     // EOS (unless ignore_eos) and the request's stop tokens end the text: allowed once it is whole,
     // never before (even when a tokenizer does not mark them as control tokens).
@@ -222,9 +222,11 @@ void EngineCore::apply_grammar(Live& live, std::span<float> logits) {
     for (int32_t id : live.request.params.stop_ids) set(id, end_ok);
     const float ninf = -std::numeric_limits<float>::infinity();
     bool any = false;
+    for (uint64_t m : mask_) any = any || m != 0;
+    live.grammar_stuck = !any;
+    if (!write) return;
     for (size_t w = 0; w < mask_.size(); ++w) {
         const uint64_t m = mask_[w];
-        any = any || m != 0;
         if (m == ~uint64_t(0)) continue;
         const size_t begin = w * 64, end = std::min(logits.size(), begin + 64);
         if (m == 0) {  // most words of a narrow mask: a plain fill the compiler vectorizes
@@ -234,7 +236,6 @@ void EngineCore::apply_grammar(Live& live, std::span<float> logits) {
         for (size_t i = begin; i < end; ++i)
             if (!((m >> (i & 63)) & 1)) logits[i] = ninf;
     }
-    live.grammar_stuck = !any;
 }
 
 void EngineCore::finish(int64_t id, Live& live, FinishReason reason, StepOutput& out) {
@@ -362,7 +363,9 @@ void EngineCore::sample_step(const sched::ScheduledBatch& batch, bool ids_back,
             if (num_top >= 0 && !ids_back) row_copy_.assign(logits.begin(), logits.end());
             if (live.matcher) {
                 const auto tg = Clock::now();
-                apply_grammar(live, logits);
+                // A row the sampler draws from takes the mask as it is; a draft's row is verified
+                // against logits with -inf written outside it.
+                apply_grammar(live, logits, /*write=*/i < nd);
                 stats_.grammar_seconds += seconds_since(tg);
             }
             int32_t tok = 0;
@@ -380,7 +383,9 @@ void EngineCore::sample_step(const sched::ScheduledBatch& batch, bool ids_back,
                     accepted = v.accepted;
                 }
             } else {
-                tok = ids_back ? sampled_[row] : live.sampler->sample(logits, hist);
+                tok = ids_back ? sampled_[row]
+                               : live.sampler->sample(logits, hist,
+                                                      live.matcher ? std::span<const uint64_t>(mask_) : std::span<const uint64_t>());
             }
             new_tokens_.push_back(tok);
             if (num_top >= 0 && !ids_back)

@@ -199,9 +199,9 @@ private:
     void sample_step(const sched::ScheduledBatch& batch, bool ids_back,
                      std::vector<std::pair<size_t, std::vector<float>>>& raw,
                      std::vector<std::pair<size_t, sampling::TokenLogprobs>>& lps);
-    // Structured output: -inf for the tokens the grammar does not allow next (EOS and the request's
-    // stop tokens allowed once the text is whole).
-    void apply_grammar(Live& live, std::span<float> logits);
+    // Structured output: the row's grammar mask into mask_ (EOS and stop tokens only once the text is whole); with
+    // `write`, -inf into the logits outside it too.
+    void apply_grammar(Live& live, std::span<float> logits, bool write);
     void finish(int64_t id, Live& live, FinishReason reason, StepOutput& out);
     void release(int64_t id);  // out of the scheduler (its blocks freed) and the draft model
     void fail_batch(const sched::ScheduledBatch& batch, const core::Status& st);

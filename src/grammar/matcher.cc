@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
+#include <tuple>
 #include <unordered_set>
 
 #include "core/check.h"
@@ -87,17 +89,57 @@ CompiledGrammar::CompiledGrammar(Grammar g, std::shared_ptr<const TokenTable> vo
     const int32_t cap = vocab_->longest() + 2;
     canon_.resize(g_.elements.size());
     for (size_t p = 0; p < canon_.size(); ++p) canon_[p] = int32_t(p);
-    // Chains are made in rank order (R_(k-1) before R_k), so one pass in id order finds each rule's
-    // canonical rule from its successor's.
+    // Chains are made in rank order (R_(k-1) before R_k): one pass in id order finds each chain
+    // rule's bottom (R_1), and each chain's top rank.
+    const size_t num_chain_rules = std::min(g_.rules.size(), g_.chain_rank.size());
+    std::vector<int32_t> bottom(g_.rules.size(), -1), up(g_.rules.size(), -1), top_rank(g_.rules.size(), 0);
+    for (size_t r = 0; r < num_chain_rules; ++r) {
+        if (g_.chain_rank[r] == 0) continue;
+        const int32_t next = g_.chain_next[r];
+        bottom[r] = next >= 0 ? bottom[size_t(next)] : int32_t(r);
+        if (next >= 0) up[size_t(next)] = int32_t(r);
+        top_rank[size_t(bottom[r])] = std::max(top_rank[size_t(bottom[r])], g_.chain_rank[r]);
+    }
+    // Every chain over the same unit (a string's character, say) classifies tokens alike at the same
+    // rank: the frames a key holds are the chain's own rules, all of one shape, and what lies below
+    // them is the context marker. So each rank maps to that rank of the longest such chain (capped:
+    // past the longest token + 2 no token reaches a chain's end, so those ranks are one), and the
+    // strings of a schema share their walks.
+    std::map<std::pair<int, int32_t>, int32_t> longest_chain;  // unit (kind, value) -> its bottom
+    for (size_t b = 0; b < num_chain_rules; ++b) {
+        if (g_.chain_rank[b] != 1) continue;
+        const Element& unit = g_.elements[size_t(g_.rules[b][0])];
+        auto [it, fresh] = longest_chain.try_emplace({int(unit.kind), unit.value}, int32_t(b));
+        if (!fresh && top_rank[b] > top_rank[size_t(it->second)]) it->second = int32_t(b);
+    }
+    std::map<int32_t, std::vector<int32_t>> ranks;  // a longest chain's bottom -> its rules by rank - 1
+    for (const auto& [unit, b] : longest_chain)
+        for (int32_t r = b; r >= 0; r = up[size_t(r)]) ranks[b].push_back(r);
     std::vector<int32_t> canon_rule(g_.rules.size());
+    for (size_t r = 0; r < g_.rules.size(); ++r) canon_rule[r] = int32_t(r);
+    for (size_t r = 0; r < num_chain_rules; ++r) {
+        if (g_.chain_rank[r] == 0) continue;
+        const Element& unit = g_.elements[size_t(g_.rules[size_t(bottom[r])][0])];
+        const std::vector<int32_t>& to = ranks[longest_chain[{int(unit.kind), unit.value}]];
+        canon_rule[r] = to[size_t(std::min(g_.chain_rank[r], cap)) - 1];
+    }
+    // Then any two positions whose alternatives go on alike to their ends (the same elements, calls
+    // to the same canonical rules) in rules of the same rank (0: not a chain) are one: the closing
+    // quote after one string's characters is the closing quote after another's. Each position is
+    // (its element, the rest's canonical position), made from an alternative's end backwards.
+    std::map<std::tuple<int32_t, int, int32_t, int32_t>, int32_t> same;  // (rank, kind, value, next) -> position
     for (size_t r = 0; r < g_.rules.size(); ++r) {
-        const bool deep = r < g_.chain_rank.size() && g_.chain_rank[r] > cap;
-        canon_rule[r] = deep ? canon_rule[size_t(g_.chain_next[r])] : int32_t(r);
-        if (!deep) continue;
-        const int32_t c = canon_rule[r];
-        for (size_t a = 0; a < g_.rules[r].size(); ++a)
-            for (int32_t p = g_.rules[r][a], q = g_.rules[size_t(c)][a]; g_.elements[size_t(p)].kind != K::kEnd; ++p, ++q)
-                canon_[size_t(p)] = q;
+        const int32_t rank = r < g_.chain_rank.size() ? std::min(g_.chain_rank[r], cap) : 0;
+        for (int32_t start : g_.rules[r]) {
+            int32_t end = start;
+            while (g_.elements[size_t(end)].kind != K::kEnd) ++end;
+            int32_t next = -1;  // the canonical position after this one (-1: the alternative's end)
+            for (int32_t p = end - 1; p >= start; --p) {
+                const Element& e = g_.elements[size_t(p)];
+                const int32_t value = e.kind == K::kRule ? canon_rule[size_t(e.value)] : e.value;
+                next = canon_[size_t(p)] = same.try_emplace({rank, int(e.kind), value, next}, p).first->second;
+            }
+        }
     }
     pos_rule_.assign(g_.elements.size(), -1);
     pos_alt_.assign(g_.elements.size(), 0);
@@ -107,12 +149,10 @@ CompiledGrammar::CompiledGrammar(Grammar g, std::shared_ptr<const TokenTable> vo
             for (int32_t p = g_.rules[r][a], o = 0; g_.elements[size_t(p)].kind != K::kEnd; ++p, ++o)
                 pos_rule_[size_t(p)] = int32_t(r), pos_alt_[size_t(p)] = int32_t(a), pos_off_[size_t(p)] = o;
     const std::vector<bool> nullable = nullable_rules(g_);
-    std::vector<int32_t> up(g_.rules.size(), -1);  // R_(k+1) for R_k
     chain_top_.assign(g_.rules.size(), -1);
     chain_ok_.assign(g_.rules.size(), false);
-    for (size_t r = 0; r < g_.rules.size() && r < g_.chain_rank.size(); ++r) {
+    for (size_t r = 0; r < num_chain_rules; ++r) {
         if (g_.chain_rank[r] == 0) continue;
-        if (g_.chain_next[r] >= 0) up[size_t(g_.chain_next[r])] = int32_t(r);
         const Element& unit = g_.elements[size_t(g_.rules[r][0])];
         chain_ok_[r] = unit.kind == K::kBytes || !nullable[size_t(unit.value)];
     }

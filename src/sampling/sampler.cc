@@ -99,25 +99,43 @@ void Sampler::apply_bias_and_penalties(std::span<float> logits, std::span<const 
     }
 }
 
-bool Sampler::build_candidates(std::span<float> logits) {
-    if (is_greedy()) {
-        greedy_id_ = argmax_lowest_id(logits);
-        return false;
+bool Sampler::build_candidates(std::span<float> logits, std::span<const uint64_t> allowed) {
+    // Candidates carry logits in .prob until the softmax below. Banned tokens (-inf: a bias, a
+    // grammar's mask written into the logits) would get probability 0: they are left out, in id
+    // order, so the softmax and the cuts run over the tokens a row allows (the same draws).
+    if (!allowed.empty()) {  // only the allowed tokens, gathered in id order; the logits stay as they are
+        const float inv_t = is_greedy() ? 1.0f : 1.0f / params_.temperature;
+        cands_.clear();
+        for (size_t w = 0; w < allowed.size(); ++w)
+            for (uint64_t m = allowed[w]; m; m &= m - 1) {
+                const int32_t id = int32_t(w * 64 + size_t(__builtin_ctzll(m)));
+                if (id >= vocab_size_) break;
+                const float l = logits[size_t(id)];
+                if (!std::isnan(l) && l != kNegInf) cands_.push_back({id, l * inv_t});
+            }
+        if (cands_.empty() || is_greedy()) {  // the first largest (lowest id on ties); 0 as argmax_lowest_id
+            greedy_id_ = 0;
+            float best = kNegInf;
+            for (const TokenProb& c : cands_)
+                if (c.prob > best) best = c.prob, greedy_id_ = c.id;
+            return false;
+        }
+    } else {
+        if (is_greedy()) {
+            greedy_id_ = argmax_lowest_id(logits);
+            return false;
+        }
+        const float inv_t = 1.0f / params_.temperature;
+        for (float& l : logits) l = std::isnan(l) ? kNegInf : l * inv_t;
+        cands_.resize(size_t(vocab_size_));
+        size_t n = 0;
+        for (int32_t i = 0; i < vocab_size_; ++i) {
+            const float l = logits[size_t(i)];
+            cands_[n] = {i, l};
+            n += l != kNegInf;
+        }
+        cands_.resize(n);
     }
-    const float inv_t = 1.0f / params_.temperature;
-    for (float& l : logits) l = std::isnan(l) ? kNegInf : l * inv_t;
-
-    // Candidates carry logits in .prob until the softmax below. Banned tokens (-inf: a grammar's
-    // mask, a bias) would get probability 0: they are left out, in id order as before, so a masked
-    // row's softmax and cuts run over the tokens it allows (the same draws, fewer to look at).
-    cands_.resize(size_t(vocab_size_));
-    size_t n = 0;
-    for (int32_t i = 0; i < vocab_size_; ++i) {
-        const float l = logits[size_t(i)];
-        cands_[n] = {i, l};
-        n += l != kNegInf;
-    }
-    cands_.resize(n);
     bool sorted = false;
     if (params_.top_k > 0 && size_t(params_.top_k) < cands_.size()) {
         auto kth = cands_.begin() + params_.top_k;
@@ -226,11 +244,12 @@ std::vector<TokenProb> Sampler::distribution(std::span<float> logits, std::span<
     return cands_;
 }
 
-int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> ids) {
+int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> ids, std::span<const uint64_t> allowed) {
     KILN_CHECK(logits.size() == size_t(vocab_size_)) << logits.size() << " vs vocab " << vocab_size_;
+    KILN_CHECK(allowed.empty() || allowed.size() == size_t(vocab_size_ + 63) / 64) << allowed.size() << " mask words";
     apply_bias_and_penalties(logits, ids);
-    if (plain()) return sample_plain(logits);
-    if (!build_candidates(logits)) return greedy_id_;
+    if (allowed.empty() && plain()) return sample_plain(logits);
+    if (!build_candidates(logits, allowed)) return greedy_id_;
     return draw(cands_);
 }
 

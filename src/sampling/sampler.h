@@ -48,7 +48,11 @@ public:
 
     // Applies the pipeline to `logits` (modified in place) and draws a token.
     // prompt_and_generated_ids: the prompt followed by every token generated so far.
-    int32_t sample(std::span<float> logits, std::span<const int32_t> prompt_and_generated_ids);
+    // allowed (ceil(vocab / 64) words; empty: all): bit i = token i may be drawn, as if every other
+    // logit were -inf (a grammar's mask): steps 4-8 then run over the allowed tokens alone, and the
+    // logits keep their values after step 3.
+    int32_t sample(std::span<float> logits, std::span<const int32_t> prompt_and_generated_ids,
+                   std::span<const uint64_t> allowed = {});
 
     // Speculative decoding's acceptance rule (Leviathan et al. 2023, Chen et al. 2023) for one drafted
     // token: p is steps 1-7 of this row (the distribution sample() draws from), q the proposer's
@@ -85,8 +89,9 @@ public:
 
 private:
     void apply_bias_and_penalties(std::span<float> logits, std::span<const int32_t> ids);
-    // Fills cands_ with steps 4-7. Returns false when greedy (or everything is -inf): greedy_id_ holds the answer.
-    bool build_candidates(std::span<float> logits);
+    // Fills cands_ with steps 4-7 (over the `allowed` tokens alone when given). Returns false when greedy
+    // (or everything is -inf): greedy_id_ holds the answer.
+    bool build_candidates(std::span<float> logits, std::span<const uint64_t> allowed = {});
     // Steps 4 and 8 when no top-k, top-p or min-p cuts the distribution (the common case): the softmax
     // by the SIMD kernels, a draw found through block sums without building candidates.
     bool plain() const { return !is_greedy() && params_.top_k <= 0 && params_.top_p >= 1.0f && params_.min_p <= 0.0f; }

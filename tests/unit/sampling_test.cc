@@ -231,6 +231,61 @@ TEST(Sampler, PlainDrawOverManyBlocks) {
     EXPECT_LT(chi2, 44.3) << "15 dof: P(chi2 > 44.3) ~ 1e-4";
 }
 
+// A grammar's mask given to sample(): the same as -inf written outside it. Greedy picks the same
+// token; a draw never leaves the allowed tokens and follows the softmax over them (chi-square), with
+// and without top-k / top-p; nothing allowed but -inf logits falls back as the written row does.
+TEST(Sampler, AllowedMaskActsAsMinusInfinity) {
+    const int32_t V = 700;
+    std::vector<float> base(static_cast<size_t>(V), 0.0f);
+    std::mt19937 rng(9);
+    std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+    for (float& x : base) x = u(rng);
+    std::vector<uint64_t> allowed(size_t(V + 63) / 64, 0);
+    std::vector<int32_t> ids;
+    for (int32_t i = 3; i < V; i += 37) ids.push_back(i), allowed[size_t(i) >> 6] |= uint64_t(1) << (i & 63);
+    base[size_t(ids[2])] = base[size_t(ids[5])] = 5.0f;  // a tie at the top: the lower id wins greedy
+    auto written = [&] {
+        std::vector<float> l(static_cast<size_t>(V), -std::numeric_limits<float>::infinity());
+        for (int32_t i : ids) l[size_t(i)] = base[size_t(i)];
+        return l;
+    };
+    SamplingParams g = seeded(1);
+    g.temperature = 0.0f;
+    Sampler sg(g, V, 0);
+    std::vector<float> l1 = base, l2 = written();
+    EXPECT_EQ(sg.sample(l1, {}, allowed), ids[2]);
+    EXPECT_EQ(sg.sample(l2, {}), ids[2]);
+    for (int variant = 0; variant < 3; ++variant) {
+        SamplingParams p = seeded(40 + uint64_t(variant));
+        p.temperature = 0.9f;
+        if (variant == 1) p.top_k = 10;
+        if (variant == 2) p.top_p = 0.8f;
+        Sampler want(p, V, 0);  // the distribution over the written row
+        std::vector<float> lw = written();
+        std::map<int32_t, double> expect;
+        for (const TokenProb& t : want.distribution(lw, {})) expect[t.id] = t.prob;
+        Sampler s(p, V, 0);
+        std::map<int32_t, int> counts;
+        const int n = 20000;
+        for (int k = 0; k < n; ++k) {
+            std::vector<float> l = base;
+            const int32_t id = s.sample(l, {}, allowed);
+            ASSERT_TRUE((allowed[size_t(id) >> 6] >> (id & 63)) & 1) << "drew " << id << " (variant " << variant << ")";
+            ++counts[id];
+        }
+        double chi2 = 0;
+        for (const auto& [id, pr] : expect) chi2 += (counts[id] - n * pr) * (counts[id] - n * pr) / (n * pr);
+        for (const auto& [id, c] : counts) EXPECT_TRUE(expect.count(id)) << "drew " << id << " outside the distribution";
+        EXPECT_LT(chi2, 20.0 + 2.0 * double(expect.size())) << "variant " << variant << ", " << expect.size() << " tokens";
+    }
+    std::vector<float> dead = base, dead_written(static_cast<size_t>(V), -std::numeric_limits<float>::infinity());
+    for (int32_t i : ids) dead[size_t(i)] = -std::numeric_limits<float>::infinity();
+    SamplingParams t = seeded(3);
+    t.temperature = 0.7f;
+    Sampler s1(t, V, 0), s2(t, V, 0);
+    EXPECT_EQ(s1.sample(dead, {}, allowed), s2.sample(dead_written, {}));
+}
+
 TEST(Sampler, TemperatureShapesTheDistribution) {
     check_temperature(1.0f, 11);
     check_temperature(0.5f, 12);
