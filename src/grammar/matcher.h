@@ -114,15 +114,18 @@ private:
     // (a character of a string), so nearly every token would depend on the context; a few frames
     // reach the loop and the closing quote around it.
     static constexpr int kFrames = 3;
-    // canon_[p]: the position whose tokens classify like p's. A position in a repetition chain rule
-    // R_k (gbnf.h) with k above the longest token's length maps to the same spot in R_cap: no
-    // token can reach the chain's end from either, so x{0,200} needs one walk, not 200.
+    // canon_[p]: the position whose tokens classify like p's, in keys: positions whose alternatives go
+    // on alike to their ends (the same elements, calls to the same canonical rules) are one, since
+    // below a key's frames is the marker anyway; a repetition chain's rank R_k (gbnf.h) is that rank
+    // of the longest chain over the same unit, and ranks past the longest token's length + 2 are one
+    // (no token can reach the chain's end from either), so x{0,200} needs one walk, not 200, and a
+    // schema's strings share theirs.
     std::vector<int32_t> canon_;
     // Bounded chains, walked once per rank otherwise: from R_k (unit never empty) a token of fewer
     // than k bytes cannot reach the chain's end, so it classifies as from any R_j with j > k; only
     // the longer tokens are walked, the shorter ones take their classes from the chain's top rank
-    // (capped at the longest token + 2: canon_), walked once. chain_top_[r]: that rank's rule for R_k; chain_ok_[r]: r's unit
-    // is never empty; pos_rule_ / pos_alt_ / pos_off_: where each element sits.
+    // (capped as canon_ caps it), walked once. chain_top_[r]: that rank's rule for R_k;
+    // chain_ok_[r]: r's unit is never empty; pos_rule_ / pos_alt_ / pos_off_: where each element sits.
     std::vector<int32_t> chain_top_, pos_rule_, pos_alt_, pos_off_;
     std::vector<bool> chain_ok_;
     // Per length k (made on first use): a bitmap of the tokens shorter than k bytes.

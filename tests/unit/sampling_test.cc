@@ -194,15 +194,21 @@ void check_temperature(float t, uint64_t seed) {
     EXPECT_LT(chi2, 20.5) << "t=" << t;  // 3 dof: P(chi2 > 20.5) ~ 1.3e-4
 }
 
+// n logits drawn uniformly from [-spread, spread].
+std::vector<float> uniform_logits(int32_t n, uint32_t seed, float spread) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(-spread, spread);
+    std::vector<float> out(static_cast<size_t>(n));
+    for (float& x : out) x = u(rng);
+    return out;
+}
+
 // Temperature alone over a vocabulary of many softmax blocks (kernels/cpu/softmax.h: 256 each, and a
 // tail): the draw found through block sums picks tokens at their softmax rates, never a banned (-inf)
 // or NaN one; 16 groups of tokens (one per 150 ids, across block edges) checked by chi-square.
 TEST(Sampler, PlainDrawOverManyBlocks) {
     const int32_t V = 2400;
-    std::vector<float> base(static_cast<size_t>(V), 0.0f);
-    std::mt19937 rng(5);
-    std::uniform_real_distribution<float> u(-4.0f, 4.0f);
-    for (float& x : base) x = u(rng);
+    std::vector<float> base = uniform_logits(V, 5, 4.0f);
     for (int32_t i = 7; i < V; i += 97) base[size_t(i)] = -std::numeric_limits<float>::infinity();
     base[300] = std::numeric_limits<float>::quiet_NaN();
     const float t = 0.8f;
@@ -236,10 +242,7 @@ TEST(Sampler, PlainDrawOverManyBlocks) {
 // and without top-k / top-p; nothing allowed but -inf logits falls back as the written row does.
 TEST(Sampler, AllowedMaskActsAsMinusInfinity) {
     const int32_t V = 700;
-    std::vector<float> base(static_cast<size_t>(V), 0.0f);
-    std::mt19937 rng(9);
-    std::uniform_real_distribution<float> u(-3.0f, 3.0f);
-    for (float& x : base) x = u(rng);
+    std::vector<float> base = uniform_logits(V, 9, 3.0f);
     std::vector<uint64_t> allowed(size_t(V + 63) / 64, 0);
     std::vector<int32_t> ids;
     for (int32_t i = 3; i < V; i += 37) ids.push_back(i), allowed[size_t(i) >> 6] |= uint64_t(1) << (i & 63);
