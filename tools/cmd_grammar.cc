@@ -141,7 +141,6 @@ int cmd_grammar(int argc, char** argv) {
     if (checks.empty()) return 0;
     bool all_whole = true;
     for (size_t k = 0; k < checks.size(); ++k) {
-        std::string text;
         std::stringstream ss;
         if (checks[k] == "-") {
             ss << std::cin.rdbuf();
@@ -153,7 +152,7 @@ int cmd_grammar(int argc, char** argv) {
             }
             ss << f.rdbuf();
         }
-        text = ss.str();
+        std::string text = ss.str();
         if (!text.empty() && text.back() == '\n') text.pop_back();
         const std::vector<int32_t> ids = (*tok)->encode(text, /*add_special=*/false, /*parse_special=*/false);
         bool whole = false;

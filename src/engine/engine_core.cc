@@ -220,11 +220,11 @@ void EngineCore::apply_grammar(Live& live, std::span<float> logits, bool write) 
     };
     for (int32_t id : eos_ids_) set(id, end_ok && !live.request.params.ignore_eos);
     for (int32_t id : live.request.params.stop_ids) set(id, end_ok);
-    const float ninf = -std::numeric_limits<float>::infinity();
     bool any = false;
     for (uint64_t m : mask_) any = any || m != 0;
     live.grammar_stuck = !any;
     if (!write) return;
+    const float ninf = -std::numeric_limits<float>::infinity();
     for (size_t w = 0; w < mask_.size(); ++w) {
         const uint64_t m = mask_[w];
         if (m == ~uint64_t(0)) continue;

@@ -158,7 +158,7 @@ CompiledGrammar::CompiledGrammar(Grammar g, std::shared_ptr<const TokenTable> vo
     }
     // A chain's ranks are made in order (R_(k+1) after R_k): from the last rule down, each takes its
     // successor's top while that is within the cap.
-    for (size_t r = std::min(g_.rules.size(), g_.chain_rank.size()); r-- > 0;) {
+    for (size_t r = num_chain_rules; r-- > 0;) {
         if (g_.chain_rank[r] == 0) continue;
         const int32_t u = up[r];
         chain_top_[r] = u >= 0 && g_.chain_rank[size_t(u)] <= cap ? chain_top_[size_t(u)] : int32_t(r);

@@ -201,6 +201,7 @@ struct LogitAdjustment {
 // in fixed point (constexpr: the CUDA kernel calls them too), a probability truncated to a multiple
 // of 2^-40, and the target (top_p - slack) * 2^40, at least 1 (one token).
 inline constexpr float kSampleGreedyTemperature = 1e-5f;    // sampling::kGreedyTemperature
+inline constexpr int64_t kExpBlock = 256;  // the CPU sampler's softmax block (kernels/cpu/softmax.h)
 inline constexpr double kTopPSlack = 1e-6;                  // sampling::Sampler's
 inline constexpr double kTopPFixedScale = 1099511627776.0;  // 2^40
 constexpr uint64_t top_p_mass(float p) {

@@ -13,7 +13,7 @@
 
 namespace kiln::kernels::cpu {
 
-inline constexpr int64_t kExpBlock = 256;
+using kernels::kExpBlock;  // kernel_params.h: shared with kernels::ref's exp_shift
 
 // x [n] = x * s (NaN: -inf); returns max x (-inf when all are).
 using ScaleMaxFn = float (*)(float* x, float s, int64_t n);

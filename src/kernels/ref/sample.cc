@@ -135,14 +135,13 @@ float scale_max(float* x, float s, int64_t n) {
 }
 
 void exp_shift(const float* x, float m, float* p, double* block_sums, int64_t n) {
-    constexpr int64_t kBlock = 256;  // kernels/cpu/softmax.h's kExpBlock
-    for (int64_t b = 0; b < n; b += kBlock) {
+    for (int64_t b = 0; b < n; b += kExpBlock) {
         double sum = 0.0;
-        for (int64_t i = b; i < std::min(n, b + kBlock); ++i) {
+        for (int64_t i = b; i < std::min(n, b + kExpBlock); ++i) {
             p[i] = std::isnan(x[i]) || x[i] == kNegInf ? 0.0f : std::exp(x[i] - m);
             sum += double(p[i]);
         }
-        block_sums[b / kBlock] = sum;
+        block_sums[b / kExpBlock] = sum;
     }
 }
 

@@ -31,6 +31,7 @@ using kernels::SampleRow;
 
 using kernels::kSampleGreedyTemperature;  // the sampling contract's constants (kernel_params.h)
 using kernels::kTopPFixedScale;
+using kernels::kExpBlock;
 using kernels::kTopPSlack;
 using kernels::top_p_mass;
 using kernels::top_p_target;
@@ -47,7 +48,7 @@ int32_t sample_row_filter(std::span<float> logits, const SampleRow& row, std::sp
 
 // The CPU sampler's softmax (kernels/cpu/softmax.h's references): scale_max: x [n] *= s (NaN: -inf),
 // returns the largest (-inf when all are); exp_shift: p [n] = exp(x [n] - m) (0 for -inf or NaN x),
-// block_sums [ceil(n / 256)] = each block of 256's sum of p, in double, in order.
+// block_sums [ceil(n / kExpBlock)] = each block's sum of p, in double, in order.
 float scale_max(float* x, float s, int64_t n);
 void exp_shift(const float* x, float m, float* p, double* block_sums, int64_t n);
 
