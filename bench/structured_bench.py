@@ -198,10 +198,16 @@ def main():
     ap.add_argument("--batches", default="1,16", help="batch sizes of part 1 (comma-separated)")
     ap.add_argument("--regimes", default="cold,seen,warm", help="mask regimes of part 1 (comma-separated)")
     ap.add_argument("--parts", default="1,2,3", help="which parts to run (comma-separated)")
+    ap.add_argument("--kv-gb", type=float, default=1.0, help="KV cache budget in GiB (default 1)")
+    ap.add_argument("--lazy-kv", action="store_true",
+                    help="commit the KV cache on first use, not at start (kv_prefault=False): on a VM whose memory "
+                         "the host backs lazily, runs that first use new KV memory then pay for it")
     args, t_start = ap.parse_args(), time.perf_counter()
     print(f"CPU: {cpu_model()} ({os.cpu_count()} logical CPUs); kiln threads={args.threads}; load average {loadavg()}")
-    t_load, llm = timed(LLM, args.model, threads=args.threads, max_seqs=16)
-    print(f"model: {os.path.basename(args.model)} (kiln load {t_load:.2f} s); schema: 20 properties, depth 3, "
+    t_load, llm = timed(LLM, args.model, threads=args.threads, max_seqs=16, kv_cache_bytes=int(args.kv_gb * (1 << 30)),
+                        kv_prefault=not args.lazy_kv)
+    print(f"model: {os.path.basename(args.model)} (kiln load {t_load:.2f} s, KV {args.kv_gb:g} GiB "
+          f"{'lazy' if args.lazy_kv else 'prefaulted'}); schema: 20 properties, depth 3, "
           f"{len(json.dumps(SCHEMA))} chars")
     tk = llm.get_tokenizer()
     prompts = [tk.apply_chat_template([{"role": "user", "content":

@@ -10,7 +10,7 @@
 namespace kiln::tools {
 
 std::set<std::string> engine_flags() {
-    return merged({"--no-prefix-cache", "--mmap"}, kSessionFlags);
+    return merged({"--no-prefix-cache", "--mmap", "--kv-prefault"}, kSessionFlags);
 }
 std::set<std::string> engine_options() {
     return merged({"--kv-cache-gb", "--kv-cache-dtype", "--block-size", "--max-batch-tokens", "--max-seqs",
@@ -28,6 +28,8 @@ const char* const kEngineHelp =
     "                         (default 0.9); the KV cache gets what the rest leaves\n"
     "  --kv-cache-gb G        KV cache budget in GiB on the CPU (default: a quarter of available memory,\n"
     "                         at most what --max-seqs full contexts need)\n"
+    "  --kv-prefault          commit the whole KV cache at start (slower start; no page faults when\n"
+    "                         requests first use its memory, which are slow on some VMs; CPU only)\n"
     "  --kv-cache-dtype T     f32 or f16 (half the memory; K/V rounded to half); default f32 on the CPU,\n"
     "                         f16 on a GPU\n"
     "  --block-size N         tokens per KV block (default 16)\n"
@@ -224,6 +226,7 @@ bool parse_engine_options(const Args& args, const char* cmd, EngineOptions& out)
     }
     out.prefix_cache = !args.has("--no-prefix-cache");
     out.mmap_weights = args.has("--mmap");
+    out.kv_prefault = args.has("--kv-prefault");
     return true;
 }
 

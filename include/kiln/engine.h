@@ -127,6 +127,9 @@ struct EngineOptions {
     int64_t max_batch_tokens = 512;  // tokens per step (decode tokens + prompt chunks)
     int32_t max_seqs = 64;           // sequences per step
     bool prefix_cache = true;
+    // Commit the whole KV cache at start (as llama.cpp and vLLM do) instead of as blocks are first used:
+    // a slower start for no first-touch page faults mid-request (CPU only; docs/kv.md).
+    bool kv_prefault = false;
     int64_t max_model_len = 0;  // 0 = the model's context length
     // Speculative decoding (docs/speculative.md): "" = off; "ngram" = prompt lookup (drafts copied
     // from earlier in the sequence); "draft" = drafts from `draft_model` (same tokenizer, run

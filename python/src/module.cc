@@ -296,6 +296,7 @@ NB_MODULE(_kiln, m) {
         .def_rw("kv_cache_bytes", &EngineOptions::kv_cache_bytes)
         .def_rw("block_size", &EngineOptions::block_size)
         .def_rw("kv_cache_dtype", &EngineOptions::kv_cache_dtype)
+        .def_rw("kv_prefault", &EngineOptions::kv_prefault)
         .def_rw("max_batch_tokens", &EngineOptions::max_batch_tokens)
         .def_rw("max_seqs", &EngineOptions::max_seqs)
         .def_rw("prefix_cache", &EngineOptions::prefix_cache)

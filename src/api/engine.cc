@@ -241,6 +241,7 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o, Status* status) {
     ec.max_batch_tokens = o.max_batch_tokens;
     ec.max_seqs = o.max_seqs;
     ec.prefix_cache = o.prefix_cache;
+    ec.kv_prefault = o.kv_prefault;
     ec.max_model_len = o.max_model_len;
     auto spec = parse_speculative(o);
     if (!spec) return fail(spec.status());

@@ -1,9 +1,11 @@
 // ThreadPool implementation: a seqlock-style generation counter hands each job to the workers (see
 // the member comments in thread_pool.h); chunks are claimed from an atomic counter and counted done
 // atomically. Workers and the caller spin (pause) before sleeping, so small jobs cost no syscalls.
+// An idle worker then polls between yields for a few milliseconds before it parks.
 #include "core/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "core/check.h"
 #include "core/cpu_info.h"
@@ -13,8 +15,13 @@ namespace {
 
 thread_local bool t_in_pool_job = false;
 
-// Pause iterations a worker spins before parking: ~40 ns each on current x86 cores.
+// Pause iterations a worker spins after a job: ~25-40 ns each on current x86 cores.
 constexpr int kSpinIterations = 2000;
+// Then, until this long after its last job, it polls between sched_yield calls (the core goes to any
+// other runnable thread) before it parks: the engine's serial work between two forward passes (a
+// grammar's new token masks, for one) can take milliseconds, and waking a parked worker costs the next
+// pass more than that wait (measured: docs/performance.md "Workers kept awake between steps").
+constexpr std::chrono::microseconds kYieldWindow(4000);
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -62,9 +69,20 @@ void ThreadPool::worker_loop() {
     uint64_t seen = 0;
     for (;;) {
         uint64_t g = generation_.load();
-        for (int i = 0; i < kSpinIterations && (g == seen || (g & 1)) && !stop_.load(std::memory_order_relaxed); ++i) {
+        auto idle = [&] { return (g == seen || (g & 1)) && !stop_.load(std::memory_order_relaxed); };
+        for (int i = 0; i < kSpinIterations && idle(); ++i) {
             cpu_relax();
             g = generation_.load();
+        }
+        if (idle()) {
+            const auto until = std::chrono::steady_clock::now() + kYieldWindow;
+            while (idle() && std::chrono::steady_clock::now() < until) {
+                std::this_thread::yield();
+                for (int i = 0; i < 64 && idle(); ++i) {
+                    cpu_relax();
+                    g = generation_.load();
+                }
+            }
         }
         if (g == seen || (g & 1)) {
             std::unique_lock<std::mutex> lock(mu_);

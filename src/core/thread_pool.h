@@ -1,8 +1,10 @@
 // ThreadPool: a persistent pool of worker threads for data-parallel loops. Threads are created
 // once, in the constructor; no op creates threads. Between jobs a worker spins for a short while
-// (kSpinIterations pause instructions, ~50-100 us) before it parks on a condition variable, so the
-// back-to-back small jobs of a decode step (a few per layer) start without a wake-up syscall, and an
-// idle pool still sleeps. The caller spins while waiting for the workers to finish.
+// (kSpinIterations pause instructions, ~50-100 us), then polls between sched_yield calls until 4 ms
+// after its last job, and only then parks on a condition variable: the back-to-back small jobs of a
+// decode step (a few per layer) start without a wake-up syscall, so does the next step after
+// milliseconds of serial work (grammar masks, scheduling), an idle pool still sleeps, and a core
+// another thread needs is given up. The caller spins while waiting for the workers to finish.
 // parallel_for(n, fn) splits [0, n) into contiguous chunks whose boundaries depend only on n and
 // num_threads() (never on timing), so the same call always computes the same chunks; the calling
 // thread runs chunks too. A parallel_for issued from inside a worker (nested) runs serially on that

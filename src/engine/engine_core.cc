@@ -104,6 +104,7 @@ core::Result<std::unique_ptr<EngineCore>> EngineCore::create(model::CpuModel* mo
         return core::error(core::StatusCode::kInvalidArgument) << "too many KV blocks: " << c.num_kv_blocks;
     KILN_ASSIGN_OR_RETURN(std::unique_ptr<kv::KvStorage> storage,
                           kv::KvStorage::create(mc.num_layers, c.num_kv_blocks, c.block_size, mc.kv_dim(), elem_bytes));
+    if (c.kv_prefault) storage->prefault(model->pool());
     auto layers = std::make_shared<model::KvLayers>();
     for (int64_t l = 0; l < mc.num_layers; ++l) {
         layers->k.push_back(storage->k(l));

@@ -94,6 +94,9 @@ struct EngineConfig {
     int64_t max_batch_tokens = 512;
     int32_t max_seqs = 64;
     bool prefix_cache = true;
+    // Commit the whole K/V pool at creation (KvStorage::prefault) instead of page by page on first use:
+    // a slower start, no first-touch page faults inside steps.
+    bool kv_prefault = false;
     int64_t max_model_len = 0;  // 0: the model's context length
     SpecConfig spec;
 };

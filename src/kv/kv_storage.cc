@@ -3,6 +3,8 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
+
 namespace kiln::kv {
 
 int64_t KvStorage::bytes_per_block(int64_t num_layers, int64_t block_size, int64_t kv_dim, int64_t elem_bytes) {
@@ -34,6 +36,21 @@ core::Result<std::unique_ptr<KvStorage>> KvStorage::create(int64_t num_layers, i
 #endif
     s->base_ = static_cast<uint8_t*>(p);
     return s;
+}
+
+void KvStorage::prefault(core::ThreadPool& pool) {
+    constexpr size_t kRange = size_t(2) << 20, kPage = 4096;
+    const int64_t num_ranges = int64_t((bytes_ + kRange - 1) / kRange);
+    pool.parallel_for(num_ranges, [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+            uint8_t* p = base_ + size_t(r) * kRange;
+            const size_t n = std::min(kRange, bytes_ - size_t(r) * kRange);
+#ifdef MADV_POPULATE_WRITE
+            if (madvise(p, n, MADV_POPULATE_WRITE) == 0) continue;
+#endif
+            for (size_t o = 0; o < n; o += kPage) reinterpret_cast<volatile uint8_t*>(p)[o] = 0;
+        }
+    });
 }
 
 KvStorage::~KvStorage() {

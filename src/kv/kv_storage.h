@@ -3,7 +3,8 @@
 // num_kv_heads * head_dim): token slot s = block * block_size + offset is row s, so one block of one
 // layer is block_size * kv_dim contiguous floats. See docs/kv.md "Storage layout".
 // The memory is one anonymous mapping (committed lazily by the OS as blocks are first written,
-// MADV_HUGEPAGE advised), so a large budget costs nothing until it is used.
+// MADV_HUGEPAGE advised), so a large budget costs nothing until it is used; prefault() commits it all
+// at once instead, for hosts where a first touch is slow (see docs/kv.md "Storage layout").
 #pragma once
 
 #include <cstddef>
@@ -11,6 +12,7 @@
 #include <memory>
 
 #include "core/status.h"
+#include "core/thread_pool.h"
 
 namespace kiln::kv {
 
@@ -23,6 +25,9 @@ public:
     static core::Result<std::unique_ptr<KvStorage>> create(int64_t num_layers, int64_t num_blocks, int64_t block_size,
                                                            int64_t kv_dim, int64_t elem_bytes = 4);
     ~KvStorage();
+    // Commits every page of the pool now (MADV_POPULATE_WRITE per 2 MiB range, or a write per page where
+    // the kernel lacks it), the ranges split over the pool's threads. The contents stay zero.
+    void prefault(core::ThreadPool& pool);
     KvStorage(const KvStorage&) = delete;
     KvStorage& operator=(const KvStorage&) = delete;
 

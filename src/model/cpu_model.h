@@ -101,6 +101,7 @@ public:
                                                          const ops::LinearOptions& linear = {});
 
     const ModelConfig& config() const { return config_; }
+    core::ThreadPool& pool() const { return *pool_; }
 
     // Runs `tokens` at positions cache.size() .. and appends them to the cache. Returns logits
     // [num_tokens, vocab] when all_logits, else [1, vocab] for the last token. kInvalidArgument for

@@ -2,8 +2,8 @@
 # `kiln bench offline` end to end on stories260K: 12 requests sharing a prefix through the serving
 # engine, checked for consistency (no timing): every JSON field present and finite, output tokens/s =
 # requests x output-len / seconds, a prefix-cache hit rate > 0 with a shared prefix and 0 without the
-# cache, a warm/cold TTFT probe, KV blocks used within the pool. A tiny KV budget still completes
-# (preemption); impossible parameters exit 2 with a message.
+# cache, a warm/cold TTFT probe, KV blocks used within the pool. A tiny KV budget (committed at start,
+# --kv-prefault) still completes (preemption); impossible parameters exit 2 with a message.
 set -euo pipefail
 : "${KILN_BIN:?}" "${KILN_TESTDATA:?}"
 M="$KILN_TESTDATA/models/stories260K/stories260K.bin"
@@ -14,7 +14,7 @@ trap 'rm -rf "$T"' EXIT
 run() { "$KILN_BIN" bench offline -m "$M" -t 2 --json "$@"; }
 run --requests 12 --input-len 40 --output-len 10 --shared-prefix 32 > "$T/shared.json"
 run --requests 12 --input-len 40 --output-len 10 --shared-prefix 32 --no-prefix-cache > "$T/nocache.json"
-run --requests 6 --input-len 60 --output-len 20 --kv-cache-gb 0.0004 --block-size 4 > "$T/tight.json"
+run --requests 6 --input-len 60 --output-len 20 --kv-cache-gb 0.0004 --block-size 4 --kv-prefault > "$T/tight.json"
 python3 - "$T" <<'PY'
 import json, math, os, sys
 T = sys.argv[1]

@@ -1,5 +1,5 @@
 // ThreadPool: every index is visited exactly once, chunks are contiguous and deterministic, the pool
-// survives many back-to-back jobs, nested calls run inline, 1 thread means no workers, and
+// survives many back-to-back jobs and jobs after idle gaps of every length, nested calls run inline, 1 thread means no workers, and
 // parallel_tasks hands out single indices to whichever thread is free.
 #include "core/thread_pool.h"
 
@@ -80,6 +80,30 @@ TEST(ThreadPool, ChunksRunConcurrently) {
     });
     EXPECT_FALSE(timed_out.load());
     EXPECT_EQ(arrived.load(), 3);
+}
+
+// Jobs after idle gaps that end in each of a worker's idle phases (pause spin, polling between yields
+// for 4 ms, parked): every job still gets all 3 threads inside it at once.
+TEST(ThreadPool, WorkersJoinAfterEveryKindOfIdleGap) {
+    ThreadPool pool(3);
+    for (int gap_us : {0, 20, 300, 2000, 6000, 30000, 0, 6000, 300}) {
+        std::this_thread::sleep_for(std::chrono::microseconds(gap_us));
+        std::atomic<int> arrived{0};
+        std::atomic<bool> timed_out{false};
+        pool.parallel_for(3, [&](int64_t, int64_t) {
+            arrived++;
+            auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+            while (arrived.load() < 3) {
+                if (std::chrono::steady_clock::now() > deadline) {
+                    timed_out = true;
+                    return;
+                }
+                std::this_thread::yield();
+            }
+        });
+        EXPECT_FALSE(timed_out.load()) << "after " << gap_us << " us idle";
+        EXPECT_EQ(arrived.load(), 3) << "after " << gap_us << " us idle";
+    }
 }
 
 // Back-to-back jobs of different sizes: a worker waking late for one job must never run a chunk of
