@@ -50,6 +50,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "core/huge_pages.h"
 #include "model_session.h"
 #include "core/thread_pool.h"
 #include "kernels/roofline/roofline.h"
@@ -453,6 +454,7 @@ int cmd_bench(int argc, char** argv) {
         std::fprintf(stderr, "kiln bench: %s\n", model.status().to_string().c_str());
         return 1;
     }
+    core::wait_huge_page_collapse();  // measure the weights on the huge pages a server gets once loaded
     const double loaded_mib = resident_mib();  // before the bandwidth probe maps its buffer
     auto roof = kernels::roofline::measure_roofline(pool, uint64_t(probe_mib) << 20);
     if (!roof) {

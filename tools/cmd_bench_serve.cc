@@ -8,8 +8,9 @@
 // the previous one ends; --rate R sends Poisson arrivals (seeded exponential gaps; `inf` = all at
 // once), with at most C in flight when --concurrency is also given (vllm's --max-concurrency), else
 // at most min(N, 256). Prompts of exactly I tokens are seeded random words tokenized by the server's
-// /tokenize, cut to I ids and sent as token ids (a different text per request, so the prefix cache
-// cannot serve them); with --endpoint chat the text goes as a user message (length approximate).
+// /tokenize (kiln's and vLLM's form) or here (--tokenizer, for any server), cut to I ids and sent as
+// token ids (a different text per request, so the prefix cache cannot serve them); with --endpoint
+// chat the text goes as a user message (length approximate).
 // Greedy decoding with ignore_eos and max_tokens O makes every request produce O tokens.
 // Exit: 0 all requests succeeded, 1 any failed (or none completed, or the server is unreachable),
 // 2 bad flags.
@@ -33,6 +34,7 @@
 #include "bench_serve_client.h"
 #include "bench_serve_stats.h"
 #include "commands.h"
+#include "loader/checkpoint_tokenizer.h"
 
 namespace kiln::tools {
 namespace {
@@ -42,7 +44,7 @@ using Clock = std::chrono::steady_clock;
 constexpr const char* kUsage =
     "usage: kiln bench serve [--url URL] [--requests N | --duration S] [--rate R] [--concurrency C]\n"
     "                        [--input-len I] [--output-len O] [--endpoint completions|chat]\n"
-    "                        [--model NAME] [--api-key KEY] [--seed S] [--json]\n"
+    "                        [--model NAME] [--tokenizer T] [--api-key KEY] [--seed S] [--json]\n"
     "\n"
     "Load generator for an OpenAI-compatible server such as `kiln serve` (like `vllm bench serve`).\n"
     "Every request streams; reports request and token throughput and the mean, median and p99 of\n"
@@ -58,7 +60,10 @@ constexpr const char* kUsage =
     "  --rate R            open loop: Poisson arrivals at R requests/s; `inf` sends all at once\n"
     "                      (at most C in flight with --concurrency, else at most min(N, 256))\n"
     "  --input-len I       prompt tokens per request (default 128): seeded random words tokenized by\n"
-    "                      the server's /tokenize, cut to I ids and sent as token ids\n"
+    "                      the server's /tokenize (kiln's or vLLM's), cut to I ids and sent as token ids\n"
+    "  --tokenizer T       tokenize here with T instead (the served GGUF file or HF folder, a\n"
+    "                      tokenizer.json, a llama2.c tokenizer .bin): for servers without that\n"
+    "                      /tokenize (llama-server, SGLang); the context length is then not checked\n"
     "  --output-len O      tokens per request (default 64): max_tokens O with ignore_eos, greedy\n"
     "  --endpoint E        completions (default: /v1/completions) or chat (/v1/chat/completions; the\n"
     "                      prompt goes as a user message of about I tokens, plus the chat template)\n"
@@ -82,6 +87,7 @@ struct Config {
     int64_t input_len = 128, output_len = 64;
     uint64_t seed = 0;
     bool json = false;
+    std::shared_ptr<const tokenizer::Tokenizer> tokenizer;  // --tokenizer: prompts tokenized here
 };
 
 // A positive number (or `inf` when allowed).
@@ -146,10 +152,18 @@ bool parse_config(const Args& args, Config& c) {
     c.target.model = args.get("--model").value_or("");
     c.target.api_key = args.get("--api-key").value_or("");
     c.json = args.has("--json");
+    if (auto path = args.get("--tokenizer")) {
+        auto tok = loader::load_tokenizer(*path);
+        if (!tok.is_ok()) {
+            std::fprintf(stderr, "kiln bench serve: --tokenizer: %s\n", tok.status().to_string().c_str());
+            return false;
+        }
+        c.tokenizer = std::move(*tok);
+    }
     return true;
 }
 
-// The prompt of request `idx`: seeded random words, tokenized by the server. Completions: exactly
+// The prompt of request `idx`: seeded random words, tokenized by the server (or c.tokenizer). Completions: exactly
 // `input_len` ids (BOS included when the tokenizer adds one). Chat: the text of the first words that
 // reach `input_len` tokens (without special tokens).
 bool make_prompt(httplib::Client& client, const Config& c, uint64_t idx, BenchPrompt* p, int64_t* max_model_len,
@@ -171,7 +185,11 @@ bool make_prompt(httplib::Client& client, const Config& c, uint64_t idx, BenchPr
             if (!text.empty()) text += words % 12 == 11 ? ". " : " ";
             text += kWords[pick(rng)];
         }
-        if (!tokenize_text(client, c.target, text, !c.target.chat, &p->ids, max_model_len, err)) return false;
+        if (c.tokenizer) {
+            p->ids = c.tokenizer->encode(text, !c.target.chat, false);
+        } else if (!tokenize_text(client, c.target, text, !c.target.chat, &p->ids, max_model_len, err)) {
+            return false;
+        }
         if (int64_t(p->ids.size()) >= c.input_len) {
             p->ids.resize(size_t(c.input_len));
             p->text = text;
@@ -249,7 +267,7 @@ void client_loop(const Config& c, const std::vector<BenchPrompt>& prompts, Dispa
 int cmd_bench_serve(int argc, char** argv) {
     Args args({"--help", "-h", "--json"},
               {"--url", "--requests", "--rate", "--concurrency", "--duration", "--input-len", "--output-len", "--model",
-               "--api-key", "--seed", "--endpoint"});
+               "--api-key", "--seed", "--endpoint", "--tokenizer"});
     if (!args.parse(argc, argv, 3)) {
         std::fprintf(stderr, "kiln bench serve: %s\n%s", args.error().c_str(), kUsage);
         return 2;

@@ -1,16 +1,106 @@
 // map_huge_pages: over-map by 2 MiB and trim to an aligned start. huge_page_buffer: a bump allocator
-// over the current chunk, which the arena holds only weakly (its buffers own it).
+// over the current chunk, which the arena holds only weakly (its buffers own it). Deferred mappings
+// wait in a list (weakly held) until start_huge_page_collapse() queues them for one detached thread.
 #include "core/huge_pages.h"
 
+#include <sched.h>
 #include <sys/mman.h>
 
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <mutex>
+#include <thread>
+#include <vector>
+
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25  // Linux 6.1; older headers lack it (the kernel then answers EINVAL)
+#endif
 
 namespace kiln::core {
+namespace {
 
-Result<std::shared_ptr<uint8_t>> map_huge_pages(size_t bytes) {
+struct Deferred {
+    std::weak_ptr<uint8_t> map;
+    size_t len = 0;
+};
+
+// Never destroyed: the detached thread may still use it while the process exits.
+struct Collapser {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<Deferred> waiting;  // mapped, not yet handed over
+    std::deque<Deferred> queue;     // handed over, not yet taken by the thread
+    int busy = 0;                   // taken, being collapsed
+    bool thread_started = false;
+};
+
+Collapser& collapser() {
+    static Collapser* c = new Collapser;
+    return *c;
+}
+
+void collapse(const Deferred& d) {
+    {
+        std::shared_ptr<uint8_t> m = d.map.lock();
+        if (!m) return;
+        madvise(m.get(), d.len, MADV_HUGEPAGE);
+    }
+    // One 2 MiB at a time, the mapping held only meanwhile: its owner may let it go between steps.
+    for (size_t off = 0; off < d.len; off += kHugePageBytes) {
+        std::shared_ptr<uint8_t> m = d.map.lock();
+        if (!m) return;
+        if (madvise(m.get() + off, kHugePageBytes, MADV_COLLAPSE) != 0 && errno == EINVAL) return;  // no MADV_COLLAPSE
+    }
+}
+
+void collapse_loop() {
+    sched_param idle{};
+    sched_setscheduler(0, SCHED_IDLE, &idle);  // this thread only (Linux): best effort
+    Collapser& c = collapser();
+    for (;;) {
+        Deferred d;
+        {
+            std::unique_lock<std::mutex> lock(c.mu);
+            c.cv.wait(lock, [&] { return !c.queue.empty(); });
+            d = std::move(c.queue.front());
+            c.queue.pop_front();
+            ++c.busy;
+        }
+        collapse(d);
+        {
+            std::lock_guard<std::mutex> lock(c.mu);
+            --c.busy;
+        }
+        c.cv.notify_all();
+    }
+}
+
+}  // namespace
+
+void start_huge_page_collapse() {
+    Collapser& c = collapser();
+    {
+        std::lock_guard<std::mutex> lock(c.mu);
+        if (c.waiting.empty()) return;
+        for (Deferred& d : c.waiting) c.queue.push_back(std::move(d));
+        c.waiting.clear();
+        if (!c.thread_started) {
+            std::thread(collapse_loop).detach();
+            c.thread_started = true;
+        }
+    }
+    c.cv.notify_all();
+}
+
+void wait_huge_page_collapse() {
+    Collapser& c = collapser();
+    std::unique_lock<std::mutex> lock(c.mu);
+    c.cv.wait(lock, [&] { return c.queue.empty() && c.busy == 0; });
+}
+
+Result<std::shared_ptr<uint8_t>> map_huge_pages(size_t bytes, HugePages when) {
     if (bytes == 0) return error(StatusCode::kInvalidArgument) << "map_huge_pages: 0 bytes";
     const size_t len = (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
     void* p = mmap(nullptr, len + kHugePageBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -22,10 +112,17 @@ Result<std::shared_ptr<uint8_t>> map_huge_pages(size_t bytes) {
     const uintptr_t end = start + len + kHugePageBytes;
     if (end > aligned + len) munmap(reinterpret_cast<void*>(aligned + len), end - (aligned + len));
     auto* q = reinterpret_cast<uint8_t*>(aligned);
-#ifdef MADV_HUGEPAGE
-    madvise(q, len, MADV_HUGEPAGE);  // advisory: without THP the mapping simply keeps 4 KiB pages
-#endif
-    return std::shared_ptr<uint8_t>(q, [len](uint8_t* r) { munmap(r, len); });
+    std::shared_ptr<uint8_t> owner(q, [len](uint8_t* r) { munmap(r, len); });
+    if (when == HugePages::kAtFirstTouch) {
+        madvise(q, len, MADV_HUGEPAGE);  // advisory: without THP the mapping simply keeps 4 KiB pages
+    } else {
+        madvise(q, len, MADV_NOHUGEPAGE);  // (under THP "always", first touches would take huge pages)
+        Collapser& c = collapser();
+        std::lock_guard<std::mutex> lock(c.mu);
+        std::erase_if(c.waiting, [](const Deferred& d) { return d.map.expired(); });
+        c.waiting.push_back({owner, len});
+    }
+    return owner;
 }
 
 Result<std::shared_ptr<uint8_t>> huge_page_buffer(size_t bytes) {
@@ -38,7 +135,7 @@ Result<std::shared_ptr<uint8_t>> huge_page_buffer(size_t bytes) {
     std::shared_ptr<uint8_t> c = chunk.lock();
     if (!c || size - used < need) {
         const size_t chunk_bytes = need > kArenaChunkBytes ? need : kArenaChunkBytes;
-        KILN_ASSIGN_OR_RETURN(c, map_huge_pages(chunk_bytes));
+        KILN_ASSIGN_OR_RETURN(c, map_huge_pages(chunk_bytes, HugePages::kDeferred));
         chunk = c;
         used = 0;
         size = (chunk_bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;

@@ -5,6 +5,10 @@
 // each 4 KiB page), and a mapping that starts anywhere else gets no huge page for its first and last
 // partial 2 MiB: a separate mapping per packed matrix of 2-13 MB left a quarter of tinyllama's packed
 // weights on 4 KiB pages (docs/performance.md).
+// Where a huge page's first touch is slow (a VM whose host backs memory lazily: ~20 ms per 2 MiB,
+// against ~1.5 ms on 4 KiB pages), loading a model onto huge pages took seconds; so weights are mapped
+// with HugePages::kDeferred: 4 KiB pages while they are written, turned into huge pages afterwards by
+// a background thread at idle priority (MADV_COLLAPSE) once start_huge_page_collapse() is called.
 #pragma once
 
 #include <cstddef>
@@ -17,15 +21,28 @@ namespace kiln::core {
 
 inline constexpr size_t kHugePageBytes = size_t(2) << 20;
 
-// A zero-filled mapping of `bytes` (> 0) starting on a 2 MiB boundary, huge pages advised; unmapped
-// when the last owner goes. kInvalidArgument for 0 bytes, kOutOfMemory when the mapping fails.
-Result<std::shared_ptr<uint8_t>> map_huge_pages(size_t bytes);
+// kAtFirstTouch: MADV_HUGEPAGE at once, every whole 2 MiB a huge page from its first write on.
+// kDeferred: 4 KiB pages until start_huge_page_collapse() hands the mapping to the background thread.
+enum class HugePages { kAtFirstTouch, kDeferred };
+
+// A zero-filled mapping of `bytes` (> 0) starting on a 2 MiB boundary, huge pages advised (now or
+// deferred); unmapped when the last owner goes. kInvalidArgument for 0 bytes, kOutOfMemory when the
+// mapping fails.
+Result<std::shared_ptr<uint8_t>> map_huge_pages(size_t bytes, HugePages when = HugePages::kAtFirstTouch);
+
+// Hands every kDeferred mapping made so far to the background thread (started on first use, at
+// SCHED_IDLE priority: it runs on cores nothing else wants), which advises huge pages and collapses
+// each whole 2 MiB of them (MADV_COLLAPSE; where the kernel lacks it, khugepaged does it in its own
+// time). The contents are unchanged; a mapping freed meanwhile is skipped. Thread safe.
+void start_huge_page_collapse();
+// Blocks until the mappings handed over so far are done (benchmarks: measure on huge pages).
+void wait_huge_page_collapse();
 
 // `bytes` (> 0) of zero-filled memory, 64-byte aligned, carved out of shared map_huge_pages chunks of
 // kArenaChunkBytes (or one of its own when larger), one after the other, so that many buffers of a
-// few MB (a model's packed matrices) are covered by huge pages end to end. A chunk is unmapped when
-// every buffer carved from it is gone; the unused end of a chunk costs address space only. Thread
-// safe. Errors as map_huge_pages.
+// few MB (a model's packed matrices) are covered by huge pages end to end (kDeferred chunks). A chunk
+// is unmapped when every buffer carved from it is gone; the unused end of a chunk costs address space
+// only. Thread safe. Errors as map_huge_pages.
 inline constexpr size_t kArenaChunkBytes = size_t(64) << 20;
 Result<std::shared_ptr<uint8_t>> huge_page_buffer(size_t bytes);
 

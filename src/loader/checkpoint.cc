@@ -620,7 +620,8 @@ core::Status copy_to_anonymous(loader::Checkpoint& ck, const std::vector<std::st
     for (const loader::TensorRef& t : ck.tensors)
         if (copied(t)) total += (t.num_bytes + 63) / 64 * 64;
     if (total == 0) return core::Status::ok();
-    auto mapped = core::map_huge_pages(size_t(total));  // 2 MiB aligned, huge pages advised
+    // 2 MiB aligned; huge pages once loaded (core::start_huge_page_collapse, called by create_model)
+    auto mapped = core::map_huge_pages(size_t(total), core::HugePages::kDeferred);
     if (!mapped.is_ok())
         return core::error(core::StatusCode::kOutOfMemory)
                << ck.path << ": cannot allocate " << total << " bytes for the weights";

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/huge_pages.h"
 #include "core/bytes.h"
 #include "core/check.h"
 #include "core/numeric.h"
@@ -327,6 +328,7 @@ core::Result<std::unique_ptr<CpuModel>> create_model(Checkpoint& ck, core::Threa
 #ifdef __GLIBC__
     malloc_trim(0);  // hand the freed conversion buffers back to the OS (glibc keeps them otherwise)
 #endif
+    core::start_huge_page_collapse();  // the weights were written on 4 KiB pages: huge pages from here on
     return m;
 }
 

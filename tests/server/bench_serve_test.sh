@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `kiln bench serve` against a live `kiln serve` on stories260K (needs KILN_BIN and KILN_TESTDATA):
-# a closed loop, Poisson arrivals, a --duration run and the chat endpoint must complete every request
-# with exactly requests x output-len generated tokens and sane figures (positive, p50 <= p99); a
+# a closed loop, Poisson arrivals, a --duration run, the chat endpoint and prompts tokenized here
+# (--tokenizer) must complete every request with exactly requests x output-len generated tokens (and
+# input-len prompt tokens) and sane figures (positive, p50 <= p99); a
 # request the server rejects counts as failed (exit 1); an unreachable URL exits non-zero with a
 # clear message; bad flags exit 2; the server exits 0 on SIGTERM. Skips (exit 77, a failure under
 # KILN_TEST_STRICT=1) without the test data.
@@ -87,6 +88,13 @@ if run duration 0 --url "$url" --duration 3 --concurrency 3 --input-len 16 --out
     n="$(python3 -c "import json; print(json.load(open('$tmp/duration.out'))['completed'])")"
     if [ "$n" -lt 1 ]; then fail "--duration 3 completed no request"; else check_json "$tmp/duration.out" "$n" 8 16 || fail "duration figures"; fi
 fi
+# --tokenizer: the same prompts tokenized here with the served file's tokenizer, not through /tokenize.
+if run localtok 0 --url "$url" --requests 6 --concurrency 2 --input-len 32 --output-len 8 --seed 1 --json \
+    --tokenizer "$(dirname "$model")/tok512.bin"; then
+    check_json "$tmp/localtok.out" 6 8 32 || fail "--tokenizer figures"
+fi
+run badtok 2 --url "$url" --tokenizer /no/such/model.gguf || true
+grep -q -- "--tokenizer" "$tmp/badtok.err" || fail "bad --tokenizer message: $(cat "$tmp/badtok.err")"
 if run table 0 --url "$url" --requests 4 --concurrency 2 --input-len 16 --output-len 4 --seed 6; then
     for label in "Successful requests:" "Failed requests:" "Request throughput (req/s):" "P99 TTFT (ms):" \
         "Median TPOT (ms):" "Mean ITL (ms):" "P99 E2EL (ms):"; do
