@@ -23,7 +23,7 @@ namespace {
 
 struct Deferred {
     std::weak_ptr<uint8_t> map;
-    size_t len = 0;
+    size_t offset = 0, len = 0;
 };
 
 // Never destroyed: the detached thread may still use it while the process exits.
@@ -45,10 +45,10 @@ void collapse(const Deferred& d) {
     {
         std::shared_ptr<uint8_t> m = d.map.lock();
         if (!m) return;
-        madvise(m.get(), d.len, MADV_HUGEPAGE);
+        madvise(m.get() + d.offset, d.len, MADV_HUGEPAGE);
     }
     // One 2 MiB at a time, the mapping held only meanwhile: its owner may let it go between steps.
-    for (size_t off = 0; off < d.len; off += kHugePageBytes) {
+    for (size_t off = d.offset; off < d.offset + d.len; off += kHugePageBytes) {
         std::shared_ptr<uint8_t> m = d.map.lock();
         if (!m) return;
         if (madvise(m.get() + off, kHugePageBytes, MADV_COLLAPSE) != 0 && errno == EINVAL) return;  // no MADV_COLLAPSE
@@ -77,21 +77,37 @@ void collapse_loop() {
     }
 }
 
-}  // namespace
-
-void start_huge_page_collapse() {
+// Queues `ds` for the thread (started on first use).
+void hand_over(std::vector<Deferred>& ds) {
     Collapser& c = collapser();
     {
         std::lock_guard<std::mutex> lock(c.mu);
-        if (c.waiting.empty()) return;
-        for (Deferred& d : c.waiting) c.queue.push_back(std::move(d));
-        c.waiting.clear();
+        if (ds.empty()) return;
+        for (Deferred& d : ds) c.queue.push_back(std::move(d));
+        ds.clear();
         if (!c.thread_started) {
             std::thread(collapse_loop).detach();
             c.thread_started = true;
         }
     }
     c.cv.notify_all();
+}
+
+}  // namespace
+
+void start_huge_page_collapse() {
+    Collapser& c = collapser();
+    std::vector<Deferred> ds;
+    {
+        std::lock_guard<std::mutex> lock(c.mu);
+        ds.swap(c.waiting);
+    }
+    hand_over(ds);
+}
+
+void collapse_in_background(std::weak_ptr<uint8_t> map, size_t offset, size_t len) {
+    std::vector<Deferred> ds{{std::move(map), offset, len}};
+    hand_over(ds);
 }
 
 void wait_huge_page_collapse() {
@@ -103,7 +119,8 @@ void wait_huge_page_collapse() {
 Result<std::shared_ptr<uint8_t>> map_huge_pages(size_t bytes, HugePages when) {
     if (bytes == 0) return error(StatusCode::kInvalidArgument) << "map_huge_pages: 0 bytes";
     const size_t len = (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
-    void* p = mmap(nullptr, len + kHugePageBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void* p = mmap(nullptr, len + kHugePageBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
     if (p == MAP_FAILED)
         return error(StatusCode::kOutOfMemory) << "cannot map " << bytes << " bytes: " << std::strerror(errno);
     const uintptr_t start = reinterpret_cast<uintptr_t>(p);
@@ -117,10 +134,11 @@ Result<std::shared_ptr<uint8_t>> map_huge_pages(size_t bytes, HugePages when) {
         madvise(q, len, MADV_HUGEPAGE);  // advisory: without THP the mapping simply keeps 4 KiB pages
     } else {
         madvise(q, len, MADV_NOHUGEPAGE);  // (under THP "always", first touches would take huge pages)
+        if (when == HugePages::kOnRequest) return owner;
         Collapser& c = collapser();
         std::lock_guard<std::mutex> lock(c.mu);
         std::erase_if(c.waiting, [](const Deferred& d) { return d.map.expired(); });
-        c.waiting.push_back({owner, len});
+        c.waiting.push_back({owner, 0, len});
     }
     return owner;
 }

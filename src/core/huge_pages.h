@@ -23,7 +23,8 @@ inline constexpr size_t kHugePageBytes = size_t(2) << 20;
 
 // kAtFirstTouch: MADV_HUGEPAGE at once, every whole 2 MiB a huge page from its first write on.
 // kDeferred: 4 KiB pages until start_huge_page_collapse() hands the mapping to the background thread.
-enum class HugePages { kAtFirstTouch, kDeferred };
+// kOnRequest: 4 KiB pages until the owner hands ranges over (collapse_in_background).
+enum class HugePages { kAtFirstTouch, kDeferred, kOnRequest };
 
 // A zero-filled mapping of `bytes` (> 0) starting on a 2 MiB boundary, huge pages advised (now or
 // deferred); unmapped when the last owner goes. kInvalidArgument for 0 bytes, kOutOfMemory when the
@@ -35,6 +36,8 @@ Result<std::shared_ptr<uint8_t>> map_huge_pages(size_t bytes, HugePages when = H
 // each whole 2 MiB of them (MADV_COLLAPSE; where the kernel lacks it, khugepaged does it in its own
 // time). The contents are unchanged; a mapping freed meanwhile is skipped. Thread safe.
 void start_huge_page_collapse();
+// Hands [offset, offset + len) of a kOnRequest mapping (offset 2 MiB aligned) to the same thread.
+void collapse_in_background(std::weak_ptr<uint8_t> map, size_t offset, size_t len);
 // Blocks until the mappings handed over so far are done (benchmarks: measure on huge pages).
 void wait_huge_page_collapse();
 

@@ -117,8 +117,12 @@ core::Result<std::unique_ptr<EngineCore>> EngineCore::create(model::CpuModel* mo
     pm.config = &mc;
     pm.num_kv_blocks = c.num_kv_blocks;
     pm.block_size = c.block_size;
-    pm.forward = [model, layers](std::span<const int32_t> tokens, std::span<const model::BatchSeq> seqs,
-                                 std::vector<float>& logits) {
+    pm.forward = [model, layers, st = storage.get()](std::span<const int32_t> tokens,
+                                                     std::span<const model::BatchSeq> seqs, std::vector<float>& logits) {
+        int32_t end = 0;  // the blocks this step writes or reads: their memory to huge pages (in the background)
+        for (const model::BatchSeq& s : seqs)
+            for (int32_t b : s.block_table) end = std::max(end, b + 1);
+        st->collapse_blocks(end);
         return model->forward_batch(tokens, seqs, *layers, logits);
     };
     KILN_ASSIGN_OR_RETURN(std::unique_ptr<EngineCore> e, create(std::move(pm), tokenizer, c));

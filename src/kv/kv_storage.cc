@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "core/huge_pages.h"
+
 namespace kiln::kv {
 
 int64_t KvStorage::bytes_per_block(int64_t num_layers, int64_t block_size, int64_t kv_dim, int64_t elem_bytes) {
@@ -27,15 +29,30 @@ core::Result<std::unique_ptr<KvStorage>> KvStorage::create(int64_t num_layers, i
     s->elem_bytes_ = elem_bytes;
     s->layer_bytes_ = num_blocks * block_size * kv_dim * elem_bytes;
     s->bytes_ = size_t(2 * num_layers) * size_t(s->layer_bytes_);
-    void* p = mmap(nullptr, s->bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED)
+    auto mem = core::map_huge_pages(s->bytes_, core::HugePages::kOnRequest);
+    if (!mem.is_ok())
         return core::error(core::StatusCode::kOutOfMemory)
                << "KV storage: cannot map " << s->bytes_ / (1 << 20) << " MiB for " << num_blocks << " blocks";
-#ifdef MADV_HUGEPAGE
-    madvise(p, s->bytes_, MADV_HUGEPAGE);
-#endif
-    s->base_ = static_cast<uint8_t*>(p);
+    s->mem_ = std::move(mem).value();
+    s->base_ = s->mem_.get();
+    s->region_handed_.assign((s->bytes_ + core::kHugePageBytes - 1) / core::kHugePageBytes, false);
     return s;
+}
+
+void KvStorage::collapse_blocks(int64_t end) {
+    end = std::min(end, num_blocks_);
+    if (end <= collapsed_end_) return;
+    const size_t block_bytes = size_t(block_size_ * kv_dim_ * elem_bytes_), R = core::kHugePageBytes;
+    for (int64_t plane = 0; plane < 2 * num_layers_; ++plane) {
+        const size_t lo = size_t(plane * layer_bytes_) + size_t(collapsed_end_) * block_bytes;
+        const size_t hi = size_t(plane * layer_bytes_) + size_t(end) * block_bytes;
+        for (size_t r = lo / R; r * R < hi; ++r) {
+            if (region_handed_[r]) continue;
+            region_handed_[r] = true;
+            core::collapse_in_background(mem_, r * R, std::min(R, bytes_ - r * R));
+        }
+    }
+    collapsed_end_ = end;
 }
 
 void KvStorage::prefault(core::ThreadPool& pool) {
@@ -51,10 +68,7 @@ void KvStorage::prefault(core::ThreadPool& pool) {
             for (size_t o = 0; o < n; o += kPage) reinterpret_cast<volatile uint8_t*>(p)[o] = 0;
         }
     });
-}
-
-KvStorage::~KvStorage() {
-    if (base_) munmap(base_, bytes_);
+    collapse_blocks(num_blocks_);
 }
 
 }  // namespace kiln::kv

@@ -2,14 +2,17 @@
 // BlockPool keeps the metadata). Per layer, K and V are each [num_blocks, block_size, kv_dim] f32 (kv_dim =
 // num_kv_heads * head_dim): token slot s = block * block_size + offset is row s, so one block of one
 // layer is block_size * kv_dim contiguous floats. See docs/kv.md "Storage layout".
-// The memory is one anonymous mapping (committed lazily by the OS as blocks are first written,
-// MADV_HUGEPAGE advised), so a large budget costs nothing until it is used; prefault() commits it all
-// at once instead, for hosts where a first touch is slow (see docs/kv.md "Storage layout").
+// The memory is one anonymous mapping, 2 MiB aligned, committed lazily by the OS as blocks are first
+// written (so a large budget costs nothing until it is used), on 4 KiB pages; collapse_blocks() hands
+// the 2 MiB ranges that blocks [0, end) touch to core's background thread, which makes them huge
+// pages (core/huge_pages.h): a new block range never waits on huge-page faults, which are slow on some
+// VMs. prefault() commits it all at once instead (see docs/kv.md "Storage layout").
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "core/status.h"
 #include "core/thread_pool.h"
@@ -24,10 +27,14 @@ public:
     // kInvalidArgument for non-positive sizes or another element size; kOutOfMemory when the mapping fails.
     static core::Result<std::unique_ptr<KvStorage>> create(int64_t num_layers, int64_t num_blocks, int64_t block_size,
                                                            int64_t kv_dim, int64_t elem_bytes = 4);
-    ~KvStorage();
     // Commits every page of the pool now (MADV_POPULATE_WRITE per 2 MiB range, or a write per page where
-    // the kernel lacks it), the ranges split over the pool's threads. The contents stay zero.
+    // the kernel lacks it), the ranges split over the pool's threads, and hands them all to
+    // collapse_blocks. The contents stay zero.
     void prefault(core::ThreadPool& pool);
+    // Blocks [0, end) are in use or about to be: the 2 MiB ranges they touch in every layer's K and V
+    // that were not handed over yet go to the background collapse. Cheap when nothing is new (one
+    // comparison); call it from one thread.
+    void collapse_blocks(int64_t end);
     KvStorage(const KvStorage&) = delete;
     KvStorage& operator=(const KvStorage&) = delete;
 
@@ -43,8 +50,11 @@ public:
 
 private:
     KvStorage() = default;
+    std::shared_ptr<uint8_t> mem_;
     uint8_t* base_ = nullptr;
     size_t bytes_ = 0;
+    int64_t collapsed_end_ = 0;        // blocks [0, collapsed_end_) handed over
+    std::vector<bool> region_handed_;  // per 2 MiB of the mapping
     int64_t num_layers_ = 0, num_blocks_ = 0, block_size_ = 0, kv_dim_ = 0, elem_bytes_ = 4, layer_bytes_ = 0;
 };
 

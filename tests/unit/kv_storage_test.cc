@@ -1,6 +1,9 @@
-// KvStorage: sizes and argument errors, K/V arrays that do not overlap, and prefault(): every page of
-// the pool resident afterwards (mincore) and still zero.
+// KvStorage: sizes and argument errors, K/V arrays that do not overlap, prefault(): every page of
+// the pool resident afterwards (mincore) and still zero, and collapse_blocks(): written K/V intact
+// after the background collapse.
 #include "kv/kv_storage.h"
+
+#include "core/huge_pages.h"
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>
@@ -57,6 +60,34 @@ TEST(KvStorage, PrefaultCommitsEveryPageAndKeepsZeros) {
     const auto* p = static_cast<const uint8_t*>((*s)->k(0));
     std::vector<uint8_t> zeros(n, 0);
     EXPECT_EQ(std::memcmp(p, zeros.data(), n), 0);
+}
+
+TEST(KvStorage, CollapsedBlocksKeepTheirContents) {
+    // 2 layers x 300 blocks x 16 x 128 f32 = 8 KiB per block and plane: 256 blocks per 2 MiB.
+    auto s = KvStorage::create(2, 300, 16, 128);
+    ASSERT_TRUE(s) << s.status().to_string();
+    const size_t block = 16 * 128 * 4;
+    auto fill = [&](int64_t b0, int64_t b1) {
+        for (int64_t l = 0; l < 2; ++l)
+            for (int64_t b = b0; b < b1; ++b)
+                for (int kv = 0; kv < 2; ++kv) {
+                    auto* p = static_cast<uint8_t*>(kv ? (*s)->v(l) : (*s)->k(l)) + size_t(b) * block;
+                    for (size_t i = 0; i < block; ++i) p[i] = uint8_t(b * 7 + l * 3 + kv + i);
+                }
+    };
+    fill(0, 10);
+    (*s)->collapse_blocks(10);
+    (*s)->collapse_blocks(5);  // nothing new
+    fill(10, 270);
+    (*s)->collapse_blocks(270);
+    core::wait_huge_page_collapse();
+    for (int64_t l = 0; l < 2; ++l)
+        for (int64_t b = 0; b < 270; ++b)
+            for (int kv = 0; kv < 2; ++kv) {
+                const auto* p = static_cast<const uint8_t*>(kv ? (*s)->v(l) : (*s)->k(l)) + size_t(b) * block;
+                for (size_t i = 0; i < block; i += 97)
+                    ASSERT_EQ(p[i], uint8_t(b * 7 + l * 3 + kv + i)) << "layer " << l << " block " << b;
+            }
 }
 
 }  // namespace
