@@ -215,8 +215,11 @@ bool tokenize_text(httplib::Client& client, const ServerTarget& target, const st
     return true;
 }
 
-RequestResult run_stream_request(httplib::Client& client, const ServerTarget& target, const BenchPrompt& prompt,
-                                 int64_t output_len) {
+namespace {
+
+// One attempt; *no_reply: it failed before any response came (a stale kept-alive connection).
+RequestResult stream_once(httplib::Client& client, const ServerTarget& target, const BenchPrompt& prompt,
+                          int64_t output_len, bool* no_reply) {
     json body = {{"max_tokens", output_len},
                  {"temperature", 0.0},
                  {"ignore_eos", true},
@@ -254,6 +257,7 @@ RequestResult run_stream_request(httplib::Client& client, const ServerTarget& ta
     };
     httplib::Result res = client.send(req);
     r.e2e_ms = ms_between(start, Clock::now());
+    *no_reply = !res && status == 0;
     if (!r.error.empty()) return r;  // an error event stopped the stream
     if (!res) {
         r.error = "transport error: " + httplib::to_string(res.error());
@@ -273,6 +277,18 @@ RequestResult run_stream_request(httplib::Client& client, const ServerTarget& ta
     } else {
         r.ok = true;
     }
+    return r;
+}
+
+}  // namespace
+
+RequestResult run_stream_request(httplib::Client& client, const ServerTarget& target, const BenchPrompt& prompt,
+                                 int64_t output_len) {
+    bool no_reply = false;
+    RequestResult r = stream_once(client, target, prompt, output_len, &no_reply);
+    // Servers that close a connection after a streamed reply (llama-server) leave the kept-alive
+    // socket stale: the next request on it fails before any reply. Once more, on a new connection.
+    if (!r.ok && no_reply) r = stream_once(client, target, prompt, output_len, &no_reply);
     return r;
 }
 
