@@ -61,10 +61,9 @@ TEST(ThreadPool, ManyJobsReuseTheSameThreads) {
     EXPECT_LE(ids.size(), 3u);  // no thread is ever created per job
 }
 
-// Each of the 3 chunks waits until 3 threads are inside the job at once: only a pool whose workers
-// really run chunks (the caller included) gets through.
-TEST(ThreadPool, ChunksRunConcurrently) {
-    ThreadPool pool(3);
+// A 3-chunk job whose chunks each wait (up to 30 s) until 3 threads are inside it at once: true when
+// they all met, which only a pool whose workers really run chunks (the caller included) achieves.
+bool three_threads_meet(ThreadPool& pool) {
     std::atomic<int> arrived{0};
     std::atomic<bool> timed_out{false};
     pool.parallel_for(3, [&](int64_t, int64_t) {
@@ -78,8 +77,12 @@ TEST(ThreadPool, ChunksRunConcurrently) {
             std::this_thread::yield();
         }
     });
-    EXPECT_FALSE(timed_out.load());
-    EXPECT_EQ(arrived.load(), 3);
+    return !timed_out.load() && arrived.load() == 3;
+}
+
+TEST(ThreadPool, ChunksRunConcurrently) {
+    ThreadPool pool(3);
+    EXPECT_TRUE(three_threads_meet(pool));
 }
 
 // Jobs after idle gaps that end in each of a worker's idle phases (pause spin, polling between yields
@@ -88,21 +91,7 @@ TEST(ThreadPool, WorkersJoinAfterEveryKindOfIdleGap) {
     ThreadPool pool(3);
     for (int gap_us : {0, 20, 300, 2000, 6000, 30000, 0, 6000, 300}) {
         std::this_thread::sleep_for(std::chrono::microseconds(gap_us));
-        std::atomic<int> arrived{0};
-        std::atomic<bool> timed_out{false};
-        pool.parallel_for(3, [&](int64_t, int64_t) {
-            arrived++;
-            auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-            while (arrived.load() < 3) {
-                if (std::chrono::steady_clock::now() > deadline) {
-                    timed_out = true;
-                    return;
-                }
-                std::this_thread::yield();
-            }
-        });
-        EXPECT_FALSE(timed_out.load()) << "after " << gap_us << " us idle";
-        EXPECT_EQ(arrived.load(), 3) << "after " << gap_us << " us idle";
+        EXPECT_TRUE(three_threads_meet(pool)) << "after " << gap_us << " us idle";
     }
 }
 
