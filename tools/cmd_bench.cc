@@ -50,8 +50,8 @@
 
 #include "args.h"
 #include "commands.h"
-#include "core/huge_pages.h"
 #include "model_session.h"
+#include "core/huge_pages.h"
 #include "core/thread_pool.h"
 #include "kernels/roofline/roofline.h"
 #include "loader/layer_tensors.h"

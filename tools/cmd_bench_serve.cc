@@ -163,9 +163,9 @@ bool parse_config(const Args& args, Config& c) {
     return true;
 }
 
-// The prompt of request `idx`: seeded random words, tokenized by the server (or c.tokenizer). Completions: exactly
-// `input_len` ids (BOS included when the tokenizer adds one). Chat: the text of the first words that
-// reach `input_len` tokens (without special tokens).
+// The prompt of request `idx`: seeded random words, tokenized by the server (or c.tokenizer).
+// Completions: exactly `input_len` ids (BOS included when the tokenizer adds one). Chat: the text of
+// the first words that reach `input_len` tokens (without special tokens).
 bool make_prompt(httplib::Client& client, const Config& c, uint64_t idx, BenchPrompt* p, int64_t* max_model_len,
                  std::string* err) {
     static const char* const kWords[] = {

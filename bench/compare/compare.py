@@ -79,7 +79,8 @@ def bench_part(a, model):
     print(f"\n{os.path.basename(model)}: pp{a.p} / tg{a.n} tokens/s, {a.threads} threads, median (samples)")
     print(f"  kiln      pp {fmt(kiln['pp'])}   tg {fmt(kiln['tg'], 2)}")
     print(f"  llama.cpp pp {fmt(llama['pp'])}   tg {fmt(llama['tg'], 2)}")
-    print(f"  kiln / llama.cpp: pp {med(kiln['pp']) / med(llama['pp']):.2f}x, tg {med(kiln['tg']) / med(llama['tg']):.2f}x")
+    print(f"  kiln / llama.cpp: pp {med(kiln['pp']) / med(llama['pp']):.2f}x, "
+          f"tg {med(kiln['tg']) / med(llama['tg']):.2f}x")
     gbps = [t * bytes_per_token / 1e9 for t in kiln["tg"]]
     print(f"  kiln tg reads {fmt(gbps)} GB/s; its runs' read probe {fmt(kiln['bw'])} GB/s, read passes between "
           f"its decode steps {fmt(kiln['amb'])} GB/s; llama.cpp tg at kiln's bytes/token "
@@ -216,7 +217,8 @@ def main():
     ap.add_argument("-p", type=int, default=512, help="prompt tokens of the prefill test (default 512)")
     ap.add_argument("-n", type=int, default=128, help="tokens of the decode test (default 128)")
     ap.add_argument("--settle", type=float, default=20, help="seconds to wait before each start-up run (default 20)")
-    ap.add_argument("--text", default=os.path.join(os.path.dirname(__file__), "../../../shared/testdata/eval/wiki.test.raw"))
+    ap.add_argument("--text", default=os.path.join(os.path.dirname(__file__),
+                                                   "../../../shared/testdata/eval/wiki.test.raw"))
     ap.add_argument("--text-kb", type=int, default=64, help="KiB of --text scored (default 64)")
     ap.add_argument("--ctx", type=int, default=512)
     a = ap.parse_args()

@@ -13,8 +13,8 @@ from ._hub import resolve_model
 _KILN = {
     "tokenizer": str, "threads": int, "isa": str, "f32_activations": bool, "mmap_weights": bool,
     "kv_cache_bytes": int, "block_size": int, "kv_cache_dtype": str, "max_batch_tokens": int, "max_seqs": int,
-    "prefix_cache": bool, "kv_prefault": bool, "max_model_len": int, "speculative": str, "draft_model": str, "num_draft": int,
-    "spec_ngram_min": int, "spec_ngram_max": int, "spec_max_batch": int, "device": str,
+    "prefix_cache": bool, "kv_prefault": bool, "max_model_len": int, "speculative": str, "draft_model": str,
+    "num_draft": int, "spec_ngram_min": int, "spec_ngram_max": int, "spec_max_batch": int, "device": str,
     "gpu_memory_utilization": float,
 }
 # vLLM's names for the same things.

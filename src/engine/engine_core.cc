@@ -118,10 +118,15 @@ core::Result<std::unique_ptr<EngineCore>> EngineCore::create(model::CpuModel* mo
     pm.num_kv_blocks = c.num_kv_blocks;
     pm.block_size = c.block_size;
     pm.forward = [model, layers, st = storage.get()](std::span<const int32_t> tokens,
-                                                     std::span<const model::BatchSeq> seqs, std::vector<float>& logits) {
-        int32_t end = 0;  // the blocks this step writes or reads: their memory to huge pages (in the background)
+                                                     std::span<const model::BatchSeq> seqs,
+                                                     std::vector<float>& logits) {
+        // The blocks this step writes (a block it only reads was written, so handed over, before): their
+        // memory to huge pages, in the background.
+        int32_t end = 0;
+        const int64_t bs = layers->block_size;
         for (const model::BatchSeq& s : seqs)
-            for (int32_t b : s.block_table) end = std::max(end, b + 1);
+            for (int64_t i = s.start / bs; i < (s.start + s.num_tokens + bs - 1) / bs; ++i)
+                end = std::max(end, s.block_table[size_t(i)] + 1);
         st->collapse_blocks(end);
         return model->forward_batch(tokens, seqs, *layers, logits);
     };

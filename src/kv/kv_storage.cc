@@ -34,7 +34,6 @@ core::Result<std::unique_ptr<KvStorage>> KvStorage::create(int64_t num_layers, i
         return core::error(core::StatusCode::kOutOfMemory)
                << "KV storage: cannot map " << s->bytes_ / (1 << 20) << " MiB for " << num_blocks << " blocks";
     s->mem_ = std::move(mem).value();
-    s->base_ = s->mem_.get();
     s->region_handed_.assign((s->bytes_ + core::kHugePageBytes - 1) / core::kHugePageBytes, false);
     return s;
 }
@@ -56,12 +55,12 @@ void KvStorage::collapse_blocks(int64_t end) {
 }
 
 void KvStorage::prefault(core::ThreadPool& pool) {
-    constexpr size_t kRange = size_t(2) << 20, kPage = 4096;
-    const int64_t num_ranges = int64_t((bytes_ + kRange - 1) / kRange);
+    constexpr size_t R = core::kHugePageBytes, kPage = 4096;
+    const int64_t num_ranges = int64_t((bytes_ + R - 1) / R);
     pool.parallel_for(num_ranges, [&](int64_t begin, int64_t end) {
         for (int64_t r = begin; r < end; ++r) {
-            uint8_t* p = base_ + size_t(r) * kRange;
-            const size_t n = std::min(kRange, bytes_ - size_t(r) * kRange);
+            uint8_t* p = mem_.get() + size_t(r) * R;
+            const size_t n = std::min(R, bytes_ - size_t(r) * R);
 #ifdef MADV_POPULATE_WRITE
             if (madvise(p, n, MADV_POPULATE_WRITE) == 0) continue;
 #endif

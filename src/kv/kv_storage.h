@@ -39,8 +39,8 @@ public:
     KvStorage& operator=(const KvStorage&) = delete;
 
     // [num_blocks * block_size, kv_dim] elements of elem_bytes()
-    void* k(int64_t layer) const { return base_ + (2 * layer) * layer_bytes_; }
-    void* v(int64_t layer) const { return base_ + (2 * layer + 1) * layer_bytes_; }
+    void* k(int64_t layer) const { return mem_.get() + (2 * layer) * layer_bytes_; }
+    void* v(int64_t layer) const { return mem_.get() + (2 * layer + 1) * layer_bytes_; }
     int64_t elem_bytes() const { return elem_bytes_; }
     int64_t num_layers() const { return num_layers_; }
     int64_t num_blocks() const { return num_blocks_; }
@@ -51,7 +51,6 @@ public:
 private:
     KvStorage() = default;
     std::shared_ptr<uint8_t> mem_;
-    uint8_t* base_ = nullptr;
     size_t bytes_ = 0;
     int64_t collapsed_end_ = 0;        // blocks [0, collapsed_end_) handed over
     std::vector<bool> region_handed_;  // per 2 MiB of the mapping

@@ -9,9 +9,9 @@
 #include <algorithm>
 #include <cstring>
 
-#include "core/huge_pages.h"
 #include "core/bytes.h"
 #include "core/check.h"
+#include "core/huge_pages.h"
 #include "core/numeric.h"
 #include "kernels/ref/dequant.h"
 #include "loader/layer_tensors.h"

@@ -1,6 +1,6 @@
 // ThreadPool: every index is visited exactly once, chunks are contiguous and deterministic, the pool
-// survives many back-to-back jobs and jobs after idle gaps of every length, nested calls run inline, 1 thread means no workers, and
-// parallel_tasks hands out single indices to whichever thread is free.
+// survives many back-to-back jobs and jobs after idle gaps of every length, nested calls run inline,
+// 1 thread means no workers, and parallel_tasks hands out single indices to whichever thread is free.
 #include "core/thread_pool.h"
 
 #include <gtest/gtest.h>
