@@ -129,7 +129,7 @@ std::optional<loader::QuantScheme> scheme_from_args(const Args& args) {
         std::fprintf(stderr, "kiln numerics: --format: %s\n", scheme.status().message().c_str());
         return std::nullopt;
     }
-    if (zp && scheme->format != loader::QuantFormat::kW4) {
+    if (zp && scheme->format != loader::QuantFormat::kPackedInt) {
         std::fprintf(stderr, "kiln numerics: --zero-point applies to the INT4 formats (w4-gN) only\n");
         return std::nullopt;
     }

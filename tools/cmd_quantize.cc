@@ -119,7 +119,7 @@ int cmd_quantize(int argc, char** argv) {
         return 2;
     }
     auto scheme = loader::parse_quant_scheme(format);
-    if (!scheme.is_ok() || ((o.awq || o.gptq) && scheme->format != loader::QuantFormat::kW4)) {
+    if (!scheme.is_ok() || ((o.awq || o.gptq) && scheme->format != loader::QuantFormat::kPackedInt)) {
         std::fprintf(stderr, "kiln quantize: --format: %s\n",
                      scheme.is_ok()
                          ? "AWQ and GPTQ apply to w4-gN only (awq-w4-g32, gptq-w4-g128, awq-gptq-w4-g64, ...)"
@@ -132,7 +132,7 @@ int cmd_quantize(int argc, char** argv) {
         std::fprintf(stderr, "kiln quantize: --zero-point and --no-zero-point exclude each other\n");
         return 2;
     }
-    if (o.scheme.format == loader::QuantFormat::kW4)
+    if (o.scheme.format == loader::QuantFormat::kPackedInt)
         o.scheme.zero_point = zp;
     else if (args.has("--zero-point") || args.has("--no-zero-point")) {
         std::fprintf(stderr, "kiln quantize: --zero-point applies to the INT4 formats only\n");

@@ -1,15 +1,17 @@
 // compressed-tensors: reading quantization_config and turning one Linear's stored parts back into
 // a runtime weight (see compressed_tensors.h). Every dtype and shape is checked before any
 // quant:: routine (which asserts its invariants) sees the data. Runtime dtypes: INT8 -> I8 with row
-// scales (TensorRef::row_scale, any row length), INT4 ->
-// Q4_0/Q4_1, MXFP4 -> kMxfp4, NVFP4 -> kNvfp4, FP8 -> kE4m3B32, MXFP8 -> kMxfp8 when the row length
-// is whole kernel blocks (32), f32 otherwise. E4M3 NaN codes in FP8 weights are kCorrupt.
+// scales (TensorRef::row_scale, any row length), packed INT4 -> Q4_0/Q4_1, packed INT8 -> I8 rows or
+// Q8_0, MXFP4 -> kMxfp4, NVFP4 -> kNvfp4, FP8 -> kE4m3B32, MXFP8 -> kMxfp8 when the row length is
+// whole kernel blocks (32), f32 otherwise. E4M3 NaN codes in FP8 weights are kCorrupt.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/numeric.h"
 #include "loader/compressed_tensors.h"
 #include "quant/fp4_blocks.h"
 #include "quant/fp8.h"
@@ -45,48 +47,127 @@ std::string get_str(const json& j, const char* key) {
     return v && v->is_string() ? v->get<std::string>() : "";
 }
 
+// GPTQ's "actorder": null / false / "static" / "weight" only changed the order in which it visited
+// columns (groups stay contiguous); "group" / true group columns by weight_g_idx.
+core::Result<bool> act_order_groups(const json& w) {
+    const json* a = get(w, "actorder");
+    if (!a || *a == false || *a == "static" || *a == "weight") return false;
+    if (*a == true || *a == "group") return true;
+    return unsupported("actorder " + a->dump());
+}
+
 core::Result<QuantScheme> scheme_from(const std::string& format, const json& w) {
     const int64_t bits = get_int(w, "num_bits", 0);
     const std::string type = get_str(w, "type"), strategy = get_str(w, "strategy");
-    const bool symmetric = !get(w, "symmetric") || (*get(w, "symmetric")).get<bool>();
-    if (get(w, "actorder")) return unsupported("activation-ordered weights (actorder) are not supported");
-    if (format == "int-quantized" && bits == 8 && type == "int" && strategy == "channel" && symmetric)
-        return QuantScheme{QuantFormat::kInt8, 0, false};
-    if (format == "pack-quantized" && bits == 4 && type == "int" && strategy == "group") {
-        const int64_t g = get_int(w, "group_size", 0);
-        if (g != 32 && g != 64 && g != 128)
-            return unsupported("INT4 group size " + std::to_string(g) + " (32, 64, 128)");
-        return QuantScheme{QuantFormat::kW4, g, !symmetric};
+    const json* sym = get(w, "symmetric");
+    const bool symmetric = !sym || *sym == true;
+    const std::string what = "format '" + format + "' with " + std::to_string(bits) + "-bit " + type + " weights (" +
+                             strategy + (symmetric ? "" : ", asymmetric") + ")";
+    KILN_ASSIGN_OR_RETURN(const bool act_order, act_order_groups(w));
+    if (act_order && format != "pack-quantized") return unsupported("act-order groups (g_idx) in " + what);
+    QuantScheme s;
+    if (format == "int-quantized" && bits == 8 && type == "int" && symmetric &&
+        (strategy == "channel" || strategy == "tensor")) {
+        s.format = QuantFormat::kInt8;
+        s.tensor_scale = strategy == "tensor";
+        return s;
     }
-    if ((format == "float-quantized" || format == "naive-quantized") && bits == 8 && type == "float") {
-        if (strategy == "channel") return QuantScheme{QuantFormat::kFp8, 0, false};
+    if (format == "pack-quantized" && type == "int" && bits >= 2 && bits <= 8 &&
+        (strategy == "group" || strategy == "channel")) {
+        s.format = QuantFormat::kPackedInt;
+        s.bits = int(bits);
+        s.zero_point = !symmetric;
+        s.act_order = act_order;
+        if (strategy == "group") {
+            s.group_size = get_int(w, "group_size", 0);
+            if (s.group_size <= 0 || s.group_size > int64_t(1) << 31)
+                return unsupported(what + " without a valid group_size");
+        }
+        return s;
+    }
+    if ((format == "float-quantized" || format == "naive-quantized") && bits == 8 && type == "float" && symmetric) {
         const json* b = get(w, "block_structure");
-        if (strategy == "block" && b && *b == json::array({128, 128}))
-            return QuantScheme{QuantFormat::kFp8Block, 0, false};
-        return unsupported("FP8 weight strategy '" + strategy + "' (channel, or block with 128x128)");
+        if (strategy == "channel" || strategy == "tensor") {
+            s.format = QuantFormat::kFp8;
+            s.tensor_scale = strategy == "tensor";
+        } else if (strategy == "block" && b && *b == json::array({128, 128})) {
+            s.format = QuantFormat::kFp8Block;
+        } else {
+            return unsupported(what + ": FP8 weights per channel, per tensor or in 128x128 blocks");
+        }
+        return s;
     }
-    if (format == "mxfp8-quantized" && bits == 8) return QuantScheme{QuantFormat::kMxfp8, 0, false};
-    if (format == "mxfp4-pack-quantized" && bits == 4) return QuantScheme{QuantFormat::kMxfp4, 0, false};
-    if (format == "nvfp4-pack-quantized" && bits == 4) return QuantScheme{QuantFormat::kNvfp4, 0, false};
-    return unsupported("format '" + format + "' with " + std::to_string(bits) + "-bit " + type + " weights (" +
-                       strategy + ")");
+    if (format == "mxfp8-quantized" && bits == 8) s.format = QuantFormat::kMxfp8;
+    else if (format == "mxfp4-pack-quantized" && bits == 4) s.format = QuantFormat::kMxfp4;
+    else if (format == "nvfp4-pack-quantized" && bits == 4) s.format = QuantFormat::kNvfp4;
+    else return unsupported(what);
+    return s;
 }
 
 // ---- part checks ----
-core::Result<const TensorPart*> part(const std::map<std::string, TensorPart>& parts, const std::string& module,
-                                     const char* name, DType dtype, const std::vector<uint64_t>& shape) {
+std::string shape_text(const std::vector<uint64_t>& shape) {
+    std::ostringstream o;
+    o << "[";
+    for (size_t i = 0; i < shape.size(); ++i) o << (i ? "," : "") << shape[i];
+    o << "]";
+    return o.str();
+}
+
+core::Result<const TensorPart*> find_part(const std::map<std::string, TensorPart>& parts, const std::string& module,
+                                          const char* name) {
     auto it = parts.find(name);
     if (it == parts.end())
         return core::error(StatusCode::kCorrupt) << "quantized module '" << module << "' has no " << name;
-    const TensorPart& p = it->second;
-    if (p.dtype != dtype || p.shape != shape) {
-        std::ostringstream want;
-        for (uint64_t d : shape) want << (want.tellp() ? "," : "") << d;
-        return core::error(StatusCode::kCorrupt)
-               << "'" << module << "." << name << "' is " << core::dtype_name(p.dtype) << " of another shape; expected "
-               << core::dtype_name(dtype) << " [" << want.str() << "]";
+    return &it->second;
+}
+
+core::Status wrong_part(const std::string& module, const char* name, const TensorPart& p, const std::string& want) {
+    return core::error(StatusCode::kCorrupt) << "'" << module << "." << name << "' is " << core::dtype_name(p.dtype)
+                                             << " " << shape_text(p.shape) << "; expected " << want;
+}
+
+core::Result<const TensorPart*> part(const std::map<std::string, TensorPart>& parts, const std::string& module,
+                                     const char* name, DType dtype, const std::vector<uint64_t>& shape) {
+    KILN_ASSIGN_OR_RETURN(const TensorPart* p, find_part(parts, module, name));
+    if (p->dtype != dtype || p->shape != shape)
+        return wrong_part(module, name, *p, std::string(core::dtype_name(dtype)) + " " + shape_text(shape));
+    return p;
+}
+
+// A float part (f32 as kiln writes it; bf16 or f16 as llmcompressor writes scales, in the model's
+// dtype) as f32, exactly. With `tensor`, any shape of one element, repeated to `shape`'s size.
+core::Result<std::vector<float>> float_part(const std::map<std::string, TensorPart>& parts, const std::string& module,
+                                            const char* name, const std::vector<uint64_t>& shape, bool tensor = false) {
+    KILN_ASSIGN_OR_RETURN(const TensorPart* p, find_part(parts, module, name));
+    uint64_t stored = 1, want = 1;
+    for (uint64_t d : p->shape) stored *= d;
+    for (uint64_t d : shape) want *= d;
+    const bool shape_ok = tensor ? stored == 1 && p->shape.size() <= 2 : p->shape == shape;
+    const bool dtype_ok = p->dtype == DType::kF32 || p->dtype == DType::kBF16 || p->dtype == DType::kF16;
+    if (!shape_ok || !dtype_ok)
+        return wrong_part(module, name, *p, "F32, BF16 or F16 " + (tensor ? std::string("[1]") : shape_text(shape)));
+    std::vector<float> v(static_cast<size_t>(stored));
+    for (size_t i = 0; i < v.size(); ++i) {
+        uint16_t h = 0;
+        if (p->dtype == DType::kF32) {
+            std::memcpy(&v[i], p->data + 4 * i, 4);
+            continue;
+        }
+        std::memcpy(&h, p->data + 2 * i, 2);
+        v[i] = p->dtype == DType::kBF16 ? core::bf16_to_f32(h) : core::fp16_to_f32(h);
     }
-    return &p;
+    if (tensor) v.assign(size_t(want), v[0]);
+    return v;
+}
+
+// Field i of `bits` bits in int32 words packed densely (field i at bit i * bits, possibly straddling
+// two words; compressed-tensors' pack_to_int32), as stored (unsigned). Word k is words[k * stride].
+uint32_t packed_field(const int32_t* words, int64_t stride, int64_t i, int bits) {
+    const int64_t bit = i * bits, k = bit / 32;
+    const int off = int(bit % 32);
+    uint64_t v = uint64_t(uint32_t(words[k * stride])) >> off;
+    if (off + bits > 32) v |= uint64_t(uint32_t(words[(k + 1) * stride])) << (32 - off);
+    return uint32_t(v) & ((1u << bits) - 1);
 }
 
 template <typename T>
@@ -114,7 +195,7 @@ core::Status check_e4m3_codes(const std::vector<uint8_t>& codes, int64_t cols, c
 // A tensor that owns its bytes (TensorRef::storage).
 TensorRef own(std::string name, DType dtype, uint64_t rows, uint64_t cols, std::vector<uint8_t> bytes) {
     auto buf = std::make_shared<std::vector<uint8_t>>(std::move(bytes));
-    TensorRef t{std::move(name), dtype, {rows, cols}, buf->data(), buf->size()};
+    TensorRef t{std::move(name), dtype, {rows, cols}, buf->data(), buf->size(), nullptr, {}};
     t.storage = std::move(buf);
     return t;
 }
@@ -127,7 +208,7 @@ TensorRef own_f32(std::string name, uint64_t rows, uint64_t cols, const std::vec
 
 // The weight's [out, in] from weight_shape (packed schemes) or the weight itself.
 core::Result<std::pair<uint64_t, uint64_t>> weight_dims(const std::map<std::string, TensorPart>& parts,
-                                                        const std::string& module, const char* main) {
+                                                        const std::string& module, const char* main, int int_bits) {
     auto it = parts.find(main);
     if (it == parts.end())
         return core::error(StatusCode::kCorrupt) << "quantized module '" << module << "' has no " << main;
@@ -143,12 +224,107 @@ core::Result<std::pair<uint64_t, uint64_t>> weight_dims(const std::map<std::stri
                 return core::error(StatusCode::kCorrupt)
                        << "'" << module << ".weight_shape' disagrees with weight_packed";
             cols = uint64_t(dims[1]);
+        } else if (it->second.dtype == DType::kI32 && 32 % int_bits == 0) {
+            cols *= uint64_t(32 / int_bits);  // fields per int32
+        } else if (it->second.dtype == DType::kI32) {
+            return core::error(StatusCode::kCorrupt) << "'" << module << "' has no weight_shape";
         } else {
-            cols *= it->second.dtype == DType::kI32 ? 8 : 2;  // eight INT4 per int32, two FP4 per byte
+            cols *= 2;  // two FP4 per byte
         }
     }
     if (rows == 0 || cols == 0) return core::error(StatusCode::kCorrupt) << "'" << module << "' has an empty weight";
     return std::make_pair(rows, cols);
+}
+
+// I8 rows with their row scales as stored (the W8A8 kernels, any row length); the values are
+// q * scale, what weight_row decodes.
+TensorRef int8_rows(std::string name, uint64_t rows, uint64_t cols, std::vector<uint8_t> q, std::vector<float> scales,
+                    std::vector<std::shared_ptr<const void>>* owners) {
+    auto kept = std::make_shared<std::vector<float>>(std::move(scales));
+    TensorRef t = own(std::move(name), DType::kI8, rows, cols, std::move(q));
+    t.row_scale = kept->data();
+    owners->push_back(std::move(kept));
+    return t;
+}
+
+// pack-quantized integers: w = (q - zp) * scale per group (of contiguous columns, or by
+// weight_g_idx). 4-bit -> Q4_0 / Q4_1 and symmetric 8-bit -> I8 rows / Q8_0 where rows and groups
+// are whole 32-element blocks and groups contiguous; f32 otherwise (exact).
+core::Result<TensorRef> packed_int(const QuantScheme& s, const std::string& m,
+                                   const std::map<std::string, TensorPart>& parts, uint64_t R, uint64_t C,
+                                   std::vector<std::shared_ptr<const void>>* owners) {
+    const int64_t rows = int64_t(R), cols = int64_t(C), bits = s.bits, offset = int64_t(1) << (bits - 1);
+    const int64_t group = s.group_size ? std::min(s.group_size, cols) : cols, groups = (cols + group - 1) / group;
+    const std::string name = m + ".weight";
+    KILN_ASSIGN_OR_RETURN(const TensorPart* w, part(parts, m, "weight_packed", DType::kI32,
+                                                    {R, uint64_t((cols * bits + 31) / 32)}));
+    KILN_ASSIGN_OR_RETURN(std::vector<float> scales, float_part(parts, m, "weight_scale", {R, uint64_t(groups)}));
+    KILN_RETURN_IF_ERROR(check_scales(scales, m));
+    std::vector<int32_t> zp;  // signed zero points [rows, groups]; empty when symmetric
+    if (s.zero_point) {
+        KILN_ASSIGN_OR_RETURN(const TensorPart* z, part(parts, m, "weight_zero_point", DType::kI32,
+                                                        {uint64_t((rows * bits + 31) / 32), uint64_t(groups)}));
+        const std::vector<int32_t> packed = copy_of<int32_t>(*z);
+        zp.resize(size_t(rows * groups));
+        for (int64_t g = 0; g < groups; ++g)
+            for (int64_t r = 0; r < rows; ++r)
+                zp[size_t(r * groups + g)] = int32_t(packed_field(packed.data() + g, groups, r, int(bits))) - int32_t(offset);
+    }
+    std::vector<int32_t> g_idx;  // the group of each column; empty when groups are contiguous
+    if (parts.count("weight_g_idx") || s.act_order) {
+        KILN_ASSIGN_OR_RETURN(const TensorPart* gi, part(parts, m, "weight_g_idx", DType::kI32, {C}));
+        g_idx = copy_of<int32_t>(*gi);
+        bool contiguous = true;
+        for (int64_t c = 0; c < cols; ++c) {
+            if (g_idx[size_t(c)] < 0 || g_idx[size_t(c)] >= groups)
+                return core::error(StatusCode::kCorrupt) << "'" << m << ".weight_g_idx' names group " << g_idx[size_t(c)]
+                                                         << " of " << groups << " (column " << c << ")";
+            contiguous = contiguous && g_idx[size_t(c)] == c / group;
+        }
+        if (contiguous) g_idx.clear();
+    }
+    const std::vector<int32_t> words = copy_of<int32_t>(*w);
+    const int64_t row_words = (cols * bits + 31) / 32;
+    std::vector<int8_t> q(size_t(rows * cols));  // signed values
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c)
+            q[size_t(r * cols + c)] = int8_t(int64_t(packed_field(words.data() + r * row_words, 1, c, int(bits))) - offset);
+    const bool blocks = g_idx.empty() && cols % 32 == 0 && group % 32 == 0;
+    if (blocks && bits == 4) {
+        quant::Int4Matrix q4 = quant::empty_int4(rows, cols, group, s.zero_point ? quant::Int4Mode::kAsymmetric
+                                                                                 : quant::Int4Mode::kSymmetric);
+        q4.scales = std::move(scales);
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < cols; ++c) {
+                // Symmetric codes are two's complement; asymmetric ones are unsigned with unsigned zeros.
+                const int v = q[size_t(r * cols + c)];
+                const uint8_t code = uint8_t((s.zero_point ? v + 8 : v) & 0xF);
+                uint8_t& byte = q4.data[size_t(r * q4.row_bytes + c / 2)];
+                byte = uint8_t(byte | (c % 2 == 0 ? code : code << 4));
+            }
+        for (size_t i = 0; i < zp.size(); ++i) q4.zeros[i] = uint8_t(zp[i] + 8);
+        KILN_ASSIGN_OR_RETURN(std::vector<uint8_t> b, s.zero_point ? quant::to_q4_1(q4) : quant::to_q4_0(q4));
+        return own(name, s.zero_point ? DType::kQ4_1 : DType::kQ4_0, R, C, std::move(b));
+    }
+    if (g_idx.empty() && bits == 8 && !s.zero_point) {
+        if (groups == 1) {
+            std::vector<uint8_t> bytes(q.size());
+            std::memcpy(bytes.data(), q.data(), bytes.size());
+            return int8_rows(name, R, C, std::move(bytes), std::move(scales), owners);
+        }
+        if (blocks) {
+            KILN_ASSIGN_OR_RETURN(std::vector<uint8_t> b, quant::to_q8_0(q, rows, cols, scales, group));
+            return own(name, DType::kQ8_0, R, C, std::move(b));
+        }
+    }
+    std::vector<float> f(q.size());
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) {
+            const int64_t g = r * groups + (g_idx.empty() ? c / group : g_idx[size_t(c)]);
+            const int32_t z = zp.empty() ? 0 : zp[size_t(g)];
+            f[size_t(r * cols + c)] = float(int32_t(q[size_t(r * cols + c)]) - z) * scales[size_t(g)];
+        }
+    return own_f32(name, R, C, f);
 }
 
 }  // namespace
@@ -175,15 +351,20 @@ core::Result<std::optional<CompressedConfig>> read_quantization_config(const std
         return unsupported("config group targets other than [\"Linear\"]");
     const json* w = get(g, "weights");
     if (!w || !w->is_object()) return unsupported("a config group without weight quantization");
-    if (const json* a = get(g, "input_activations"); a && a->is_object()) {
-        const json* dyn = get(*a, "dynamic");
-        if (!dyn || *dyn == false)
-            return unsupported("static activation scales (kiln quantizes activations dynamically)");
-    }
+    // Weights stored rotated or sparse need more than their parts: refused by name.
+    if (const json* t = get(*q, "transform_config"); t && !t->empty())
+        return unsupported("transform_config (rotated weights: SpinQuant / QuIP transforms)");
+    if (const json* sp = get(*q, "sparsity_config"); sp && !sp->empty() && get_str(*sp, "format") != "dense")
+        return unsupported("sparsity_config format '" + get_str(*sp, "format") + "' (sparse compressed weights)");
     std::string format = get_str(*q, "format");
     if (const std::string gf = get_str(g, "format"); !gf.empty()) format = gf;
     CompressedConfig c;
     KILN_ASSIGN_OR_RETURN(c.scheme, scheme_from(format, *w));
+    // Activations: kiln quantizes its own way at run time; static scales are recorded, not used.
+    if (const json* a = get(g, "input_activations"); a && a->is_object()) {
+        const json* dyn = get(*a, "dynamic");
+        c.scheme.static_inputs = !dyn || *dyn == false;
+    }
     if (const json* ig = get(*q, "ignore"); ig && ig->is_array())
         for (const json& x : *ig)
             if (x.is_string()) c.ignore.push_back(x.get<std::string>());
@@ -207,69 +388,20 @@ core::Result<TensorRef> decompress_weight(const CompressedConfig& config, const 
                                           std::vector<std::shared_ptr<const void>>* owners) {
     const QuantScheme& s = config.scheme;
     const bool packed =
-        s.format == QuantFormat::kW4 || s.format == QuantFormat::kMxfp4 || s.format == QuantFormat::kNvfp4;
-    KILN_ASSIGN_OR_RETURN(auto dims, weight_dims(parts, m, packed ? "weight_packed" : "weight"));
+        s.format == QuantFormat::kPackedInt || s.format == QuantFormat::kMxfp4 || s.format == QuantFormat::kNvfp4;
+    KILN_ASSIGN_OR_RETURN(auto dims, weight_dims(parts, m, packed ? "weight_packed" : "weight", s.bits));
     const auto [R, C] = dims;
     const int64_t rows = int64_t(R), cols = int64_t(C);
     const std::string name = m + ".weight";
     switch (s.format) {
         case QuantFormat::kInt8: {
-            quant::Int8Matrix q{rows, cols, {}, {}};
             KILN_ASSIGN_OR_RETURN(const TensorPart* w, part(parts, m, "weight", DType::kI8, {R, C}));
-            KILN_ASSIGN_OR_RETURN(const TensorPart* sc, part(parts, m, "weight_scale", DType::kF32, {R, 1}));
-            q.data = copy_of<int8_t>(*w);
-            q.scales = copy_of<float>(*sc);
-            KILN_RETURN_IF_ERROR(check_scales(q.scales, m));
-            // I8 rows with their row scales as stored (the W8A8 kernels, any row length); the quant::
-            // reference values are q * scale, exactly what weight_row decodes.
-            auto scales = std::make_shared<std::vector<float>>(std::move(q.scales));
-            std::vector<uint8_t> bytes(q.data.size());
-            std::memcpy(bytes.data(), q.data.data(), bytes.size());
-            TensorRef t = own(name, DType::kI8, R, C, std::move(bytes));
-            t.row_scale = scales->data();
-            owners->push_back(std::move(scales));
-            return t;
+            KILN_ASSIGN_OR_RETURN(std::vector<float> scales, float_part(parts, m, "weight_scale", {R, 1}, s.tensor_scale));
+            KILN_RETURN_IF_ERROR(check_scales(scales, m));
+            return int8_rows(name, R, C, copy_of<uint8_t>(*w), std::move(scales), owners);
         }
-        case QuantFormat::kW4: {
-            const int64_t words = (cols + 7) / 8, groups = (cols + s.group_size - 1) / s.group_size;
-            KILN_ASSIGN_OR_RETURN(const TensorPart* w,
-                                  part(parts, m, "weight_packed", DType::kI32, {R, uint64_t(words)}));
-            KILN_ASSIGN_OR_RETURN(const TensorPart* sc,
-                                  part(parts, m, "weight_scale", DType::kF32, {R, uint64_t(groups)}));
-            quant::Int4Matrix q;
-            q.mode = s.zero_point ? quant::Int4Mode::kAsymmetric : quant::Int4Mode::kSymmetric;
-            q.rows = rows;
-            q.cols = cols;
-            q.group_size = s.group_size;
-            q.row_bytes = (cols + 1) / 2;
-            q.data.assign(size_t(rows * q.row_bytes), 0);
-            q.scales = copy_of<float>(*sc);
-            KILN_RETURN_IF_ERROR(check_scales(q.scales, m));
-            const std::vector<int32_t> pk = copy_of<int32_t>(*w);
-            for (int64_t r = 0; r < rows; ++r)
-                for (int64_t c = 0; c < cols; ++c) {
-                    const uint32_t u = (uint32_t(pk[size_t(r * words + c / 8)]) >> (4 * (c % 8))) & 0xF;
-                    // Stored: signed value + 8. Ours: asymmetric q = u; symmetric two's complement.
-                    const uint8_t code = s.zero_point ? uint8_t(u) : uint8_t((u ^ 0x8) & 0xF);
-                    uint8_t& byte = q.data[size_t(r * q.row_bytes + c / 2)];
-                    byte = uint8_t(byte | (c % 2 == 0 ? code : code << 4));
-                }
-            if (s.zero_point) {
-                KILN_ASSIGN_OR_RETURN(const TensorPart* zp, part(parts, m, "weight_zero_point", DType::kI32,
-                                                                 {(R + 7) / 8, uint64_t(groups)}));
-                const std::vector<int32_t> z = copy_of<int32_t>(*zp);
-                q.zeros.resize(size_t(rows * groups));
-                for (int64_t r = 0; r < rows; ++r)
-                    for (int64_t g = 0; g < groups; ++g)
-                        q.zeros[size_t(r * groups + g)] =
-                            uint8_t((uint32_t(z[size_t(r / 8 * groups + g)]) >> (4 * (r % 8))) & 0xF);
-            }
-            if (cols % 32 == 0) {
-                KILN_ASSIGN_OR_RETURN(std::vector<uint8_t> b, s.zero_point ? quant::to_q4_1(q) : quant::to_q4_0(q));
-                return own(name, s.zero_point ? DType::kQ4_1 : DType::kQ4_0, R, C, std::move(b));
-            }
-            return own_f32(name, R, C, quant::dequantize(q));
-        }
+        case QuantFormat::kPackedInt:
+            return packed_int(s, m, parts, R, C, owners);
         case QuantFormat::kFp8:
         case QuantFormat::kFp8Block: {
             const bool block = s.format == QuantFormat::kFp8Block;
@@ -280,9 +412,8 @@ core::Result<TensorRef> decompress_weight(const CompressedConfig& config, const 
             std::vector<uint64_t> scale_shape = {R, 1};
             if (block) scale_shape = {(R + 127) / 128, (C + 127) / 128};
             KILN_ASSIGN_OR_RETURN(const TensorPart* w, part(parts, m, "weight", DType::kF8E4M3, {R, C}));
-            KILN_ASSIGN_OR_RETURN(const TensorPart* sc, part(parts, m, "weight_scale", DType::kF32, scale_shape));
+            KILN_ASSIGN_OR_RETURN(q.scales, float_part(parts, m, "weight_scale", scale_shape, s.tensor_scale));
             q.data = copy_of<uint8_t>(*w);
-            q.scales = copy_of<float>(*sc);
             KILN_RETURN_IF_ERROR(check_scales(q.scales, m));
             KILN_RETURN_IF_ERROR(check_e4m3_codes(q.data, cols, m));
             if (cols % 32 == 0) {  // the FP8 kernels' blocks, exact
@@ -326,8 +457,7 @@ core::Result<TensorRef> decompress_weight(const CompressedConfig& config, const 
                                   part(parts, m, "weight_packed", DType::kU8, {R, uint64_t(q.row_bytes)}));
             KILN_ASSIGN_OR_RETURN(const TensorPart* sc,
                                   part(parts, m, "weight_scale", DType::kF8E4M3, {R, uint64_t(q.blocks_per_row())}));
-            KILN_ASSIGN_OR_RETURN(const TensorPart* gs, part(parts, m, "weight_global_scale", DType::kF32, {1}));
-            const std::vector<float> global = copy_of<float>(*gs);
+            KILN_ASSIGN_OR_RETURN(const std::vector<float> global, float_part(parts, m, "weight_global_scale", {1}));
             KILN_RETURN_IF_ERROR(check_scales(global, m));
             q.data = copy_of<uint8_t>(*w);
             q.block_scales = copy_of<uint8_t>(*sc);

@@ -15,6 +15,8 @@ using core::DType;
 using core::StatusCode;
 using json = nlohmann::ordered_json;
 
+constexpr const char* kWrittenSchemes = "int8, w4-g32, w4-g64, w4-g128, fp8, fp8-block, mxfp8, mxfp4, nvfp4";
+
 // Appends a tensor that owns `data`.
 template <typename T>
 void add(std::vector<formats::SafetensorsTensorIn>* out, std::vector<std::shared_ptr<const void>>* owners,
@@ -31,8 +33,8 @@ json weight_args(const QuantScheme& s) {
     switch (s.format) {
         case QuantFormat::kInt8:
             break;
-        case QuantFormat::kW4:
-            w["num_bits"] = 4;
+        case QuantFormat::kPackedInt:
+            w["num_bits"] = s.bits;
             w["symmetric"] = !s.zero_point;
             w["strategy"] = "group";
             w["group_size"] = s.group_size;
@@ -85,7 +87,7 @@ const char* format_string(QuantFormat f) {
     switch (f) {
         case QuantFormat::kInt8:
             return "int-quantized";
-        case QuantFormat::kW4:
+        case QuantFormat::kPackedInt:
             return "pack-quantized";
         case QuantFormat::kFp8:
         case QuantFormat::kFp8Block:
@@ -113,11 +115,19 @@ uint32_t stored_nibble(const quant::Int4Matrix& m, int64_t r, int64_t c) {
 std::string QuantScheme::name() const {
     switch (format) {
         case QuantFormat::kInt8:
-            return "int8";
-        case QuantFormat::kW4:
-            return "w4-g" + std::to_string(group_size) + (zero_point ? "-zp" : "");
+            return tensor_scale ? "int8-tensor" : "int8";
+        case QuantFormat::kPackedInt:
+        {
+            std::string n = "w";  // appended piece by piece (GCC 12 warns on "w" + std::to_string)
+            n += std::to_string(bits);
+            n += group_size ? "-g" : "-channel";
+            if (group_size) n += std::to_string(group_size);
+            if (zero_point) n += "-zp";
+            if (act_order) n += "-actorder";
+            return n;
+        }
         case QuantFormat::kFp8:
-            return "fp8";
+            return tensor_scale ? "fp8-tensor" : "fp8";
         case QuantFormat::kFp8Block:
             return "fp8-block";
         case QuantFormat::kMxfp8:
@@ -137,10 +147,9 @@ core::Result<QuantScheme> parse_quant_scheme(std::string_view name) {
     for (const auto& [n, f] : kNames)
         if (name == n) return QuantScheme{f, 0, false};
     for (int64_t g : {32, 64, 128})
-        if (name == "w4-g" + std::to_string(g)) return QuantScheme{QuantFormat::kW4, g, false};
+        if (name == "w4-g" + std::to_string(g)) return QuantScheme{QuantFormat::kPackedInt, g, false};
     return core::error(StatusCode::kInvalidArgument)
-           << "unknown quantization format '" << name
-           << "' (int8, w4-g32, w4-g64, w4-g128, fp8, fp8-block, mxfp8, mxfp4, nvfp4)";
+           << "unknown quantization format '" << name << "' (" << kWrittenSchemes << ")";
 }
 
 std::string quantization_config_json(const QuantScheme& s, const std::vector<std::string>& ignore) {
@@ -189,6 +198,9 @@ core::Status compress_weight(const QuantScheme& s, const std::string& m, std::sp
                              int64_t cols, std::vector<formats::SafetensorsTensorIn>* out,
                              std::vector<std::shared_ptr<const void>>* owners) {
     const uint64_t R = uint64_t(rows), C = uint64_t(cols);
+    if (s.tensor_scale || (s.format == QuantFormat::kPackedInt && (s.bits != 4 || s.group_size == 0 || s.act_order)))
+        return core::error(StatusCode::kUnsupported)
+               << "kiln quantize does not write " << s.name() << " (it reads it; it writes " << kWrittenSchemes << ")";
     switch (s.format) {
         case QuantFormat::kInt8: {
             KILN_ASSIGN_OR_RETURN(quant::Int8Matrix q, quant::quantize_int8_rows(w, rows, cols));
@@ -196,7 +208,7 @@ core::Status compress_weight(const QuantScheme& s, const std::string& m, std::sp
             add(out, owners, m + ".weight_scale", DType::kF32, {R, 1}, std::move(q.scales));
             return core::Status::ok();
         }
-        case QuantFormat::kW4: {
+        case QuantFormat::kPackedInt: {
             const auto mode = s.zero_point ? quant::Int4Mode::kAsymmetric : quant::Int4Mode::kSymmetric;
             KILN_ASSIGN_OR_RETURN(quant::Int4Matrix q, quant::quantize_int4(w, rows, cols, s.group_size, mode));
             return write_int4_weight(q, m, out, owners);

@@ -57,17 +57,24 @@ core::Result<std::vector<uint8_t>> to_q4(const Int4Matrix& m, bool with_min) {
 
 }  // namespace
 
-core::Result<std::vector<uint8_t>> to_q8_0(const Int8Matrix& m) {
-    KILN_RETURN_IF_ERROR(check_cols(m.cols, kGgmlBlock));
-    const int64_t blocks = m.cols / kGgmlBlock;
-    std::vector<uint8_t> out(size_t(m.rows * blocks) * 34);
-    for (int64_t r = 0; r < m.rows; ++r)
+core::Result<std::vector<uint8_t>> to_q8_0(std::span<const int8_t> q, int64_t rows, int64_t cols,
+                                           std::span<const float> scales, int64_t group_size) {
+    KILN_RETURN_IF_ERROR(check_cols(cols, group_size));
+    const int64_t blocks = cols / kGgmlBlock, groups = cols / group_size;
+    if (q.size() != size_t(rows * cols) || scales.size() != size_t(rows * groups))
+        return core::error(StatusCode::kInvalidArgument) << "int8 values or scales of the wrong size";
+    std::vector<uint8_t> out(size_t(rows * blocks) * 34);
+    for (int64_t r = 0; r < rows; ++r)
         for (int64_t b = 0; b < blocks; ++b) {
             uint8_t* blk = out.data() + size_t(r * blocks + b) * 34;
-            put_f16(blk, m.scales[size_t(r)]);
-            std::memcpy(blk + 2, m.data.data() + r * m.cols + b * kGgmlBlock, kGgmlBlock);
+            put_f16(blk, scales[size_t(r * groups + b * kGgmlBlock / group_size)]);
+            std::memcpy(blk + 2, q.data() + r * cols + b * kGgmlBlock, kGgmlBlock);
         }
     return out;
+}
+
+core::Result<std::vector<uint8_t>> to_q8_0(const Int8Matrix& m) {
+    return to_q8_0(m.data, m.rows, m.cols, m.scales, m.cols);  // one group per row
 }
 
 core::Result<std::vector<uint8_t>> to_q4_0(const Int4Matrix& m) {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "core/status.h"
@@ -20,6 +21,10 @@ inline constexpr int64_t kGgmlBlock = 32;
 
 // Q8_0 blocks {fp16 d; int8 q[32]}: w = d * q.
 core::Result<std::vector<uint8_t>> to_q8_0(const Int8Matrix& m);
+// The same from int8 values q [rows, cols] with one scale per group of `group_size` columns
+// (scales [rows, cols / group_size]; group_size a multiple of 32).
+core::Result<std::vector<uint8_t>> to_q8_0(std::span<const int8_t> q, int64_t rows, int64_t cols,
+                                           std::span<const float> scales, int64_t group_size);
 // Q4_0 blocks {fp16 d; uint8 qs[16]} (element j in the low nibble of qs[j], j + 16 in the high):
 // w = d * (nibble - 8). Needs a kSymmetric matrix.
 // Q4_1 blocks {fp16 d; fp16 m; uint8 qs[16]}: w = d * nibble + m. Needs a kAsymmetric matrix.

@@ -355,9 +355,9 @@ core::Status embed_llama2c_tokenizer(Checkpoint& ck, const std::string& explicit
 
 core::Result<QuantizeReport> quantize_checkpoint(const Checkpoint& source, const std::string& out_dir,
                                                  const QuantizeOptions& o, core::ThreadPool* pool) {
-    if (o.awq && o.scheme.format != loader::QuantFormat::kW4)
+    if (o.awq && o.scheme.format != loader::QuantFormat::kPackedInt)
         return core::error(StatusCode::kInvalidArgument) << "AWQ applies to the INT4 formats (awq-w4-gN) only";
-    if (o.gptq && o.scheme.format != loader::QuantFormat::kW4)
+    if (o.gptq && o.scheme.format != loader::QuantFormat::kPackedInt)
         return core::error(StatusCode::kInvalidArgument) << "GPTQ applies to the INT4 formats (gptq-w4-gN) only";
     if (o.smoothquant_alpha >= 0 && o.scheme.format != loader::QuantFormat::kInt8)
         return core::error(StatusCode::kInvalidArgument) << "SmoothQuant applies to int8 only";

@@ -32,14 +32,14 @@ namespace kiln::quant_tools {
 
 struct QuantizeOptions {
     loader::QuantScheme scheme;
-    bool awq = false;                   // kW4 only; needs calib_tokens
+    bool awq = false;                   // INT4 (kPackedInt) only; needs calib_tokens
     bool awq_duo_scaling = false;       // AWQ scales from activations and weights (quant/awq.h)
     bool awq_clip = true;               // AWQ weight clipping search after the scales (quant/awq_clip.h)
     bool awq_attn_loss = true;          // q/k/v scales by the attention block's output error (awq_block.h)
     bool awq_mlp_loss = false;          // gate/up scales by the MLP's output error (measured worse at g32)
     int64_t awq_attn_tokens = 2048;     // calibration rows of whole sequences for awq_attn_loss
     double smoothquant_alpha = -1;      // kInt8 only, needs calib_tokens: SmoothQuant with this alpha (< 0: off)
-    bool gptq = false;                  // kW4 only; needs calib_tokens: GPTQ codes (quant/gptq.h), after AWQ if both
+    bool gptq = false;                  // INT4 (kPackedInt) only; needs calib_tokens: GPTQ codes (quant/gptq.h), after AWQ if both
     int64_t gptq_samples = 4096;        // calibration rows per projection input for GPTQ's Hessians
     bool gptq_sequential = true;        // layer l's Hessians with layers < l already GPTQ-quantized
     std::vector<int32_t> calib_tokens;  // calibration text, tokenized

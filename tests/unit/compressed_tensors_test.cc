@@ -2,7 +2,7 @@
 // against the quant:: quantizer's own values (the same weights quantized and dequantized by
 // quant::dequantize, or, for INT4 rows kiln repacks into GGML blocks, those blocks decoded by
 // kernels::ref), plus the loader's checks: wrong shapes and dtypes are kCorrupt, configs
-// kiln cannot run are kUnsupported, never a crash.
+// kiln cannot run are kUnsupported, never a crash; GPTQ act-order groups follow weight_g_idx.
 #include "loader/compressed_tensors.h"
 
 #include <gtest/gtest.h>
@@ -13,6 +13,7 @@
 #include <fstream>
 #include <random>
 
+#include "core/numeric.h"
 #include "kernels/ref/dequant.h"
 #include "loader/checkpoint.h"
 #include "quant/fp4_blocks.h"
@@ -91,7 +92,7 @@ std::vector<float> reference_values(const QuantScheme& s, const std::vector<floa
     switch (s.format) {
         case QuantFormat::kInt8:
             return value(quant::quantize_int8_rows(w, rows, cols));
-        case QuantFormat::kW4: {
+        case QuantFormat::kPackedInt: {
             const auto mode = s.zero_point ? quant::Int4Mode::kAsymmetric : quant::Int4Mode::kSymmetric;
             auto q = quant::quantize_int4(w, rows, cols, s.group_size, mode);
             EXPECT_TRUE(q.is_ok());
@@ -137,7 +138,7 @@ TEST(CompressedTensors, EverySchemeRoundTrips) {
             for (bool zp : {false, true}) {
                 auto s = parse_quant_scheme(n);
                 ASSERT_TRUE(s.is_ok()) << n;
-                if (zp && s->format != QuantFormat::kW4) continue;
+                if (zp && s->format != QuantFormat::kPackedInt) continue;
                 s->zero_point = zp;
                 Packed p;
                 ASSERT_TRUE(compress_weight(*s, "m", w, rows, cols, &p.tensors, &p.owners).is_ok()) << n;
@@ -150,7 +151,7 @@ TEST(CompressedTensors, EverySchemeRoundTrips) {
                 if (s->format == QuantFormat::kInt8) {
                     EXPECT_EQ(t->dtype, core::DType::kI8) << s->name() << " should run on the W8A8 kernels";
                     EXPECT_NE(t->row_scale, nullptr);
-                } else if (cols % 32 == 0 && s->format == QuantFormat::kW4)
+                } else if (cols % 32 == 0 && s->format == QuantFormat::kPackedInt)
                     EXPECT_NE(t->dtype, core::DType::kF32) << s->name() << " should run on the int8 kernels";
                 else if (cols % 32 == 0 && s->format == QuantFormat::kMxfp4)
                     EXPECT_EQ(t->dtype, core::DType::kMxfp4) << s->name() << " should run on the FP4 kernels";
@@ -195,7 +196,7 @@ TEST(CompressedTensors, WrongPartsAreCorrupt) {
         reshaped["weight_scale"].shape[0] += 1;
         EXPECT_EQ(decompress_weight(cfg, "m", reshaped, &owners).status().code(), core::StatusCode::kCorrupt) << n;
         auto retyped = parts;
-        retyped["weight_scale"].dtype = core::DType::kF16;
+        retyped["weight_scale"].dtype = core::DType::kI32;
         EXPECT_EQ(decompress_weight(cfg, "m", retyped, &owners).status().code(), core::StatusCode::kCorrupt) << n;
     }
     // A negative or NaN scale is corrupt, not NaN weights.
@@ -244,21 +245,102 @@ TEST(CompressedTensors, ConfigsRoundTripAndUnsupportedOnesAreRefused) {
         EXPECT_EQ((*c)->scheme.name(), s->name());
         EXPECT_EQ((*c)->ignore.size(), 2u);
     }
-    QuantScheme zp{QuantFormat::kW4, 128, true};
+    QuantScheme zp{QuantFormat::kPackedInt, 128, true};
     write(quantization_config_json(zp, {}));
     EXPECT_EQ((*read_quantization_config(path))->scheme.name(), "w4-g128-zp");
     write(R"({"quant_method": "awq", "bits": 4})");
     EXPECT_EQ(read_quantization_config(path).status().code(), core::StatusCode::kUnsupported);
+    // Static activation scales load (kiln's activations stay dynamic); the scheme records them.
     std::string static_act = quantization_config_json(*parse_quant_scheme("int8"), {});
     static_act.replace(static_act.find(R"("dynamic":true)"), 14, R"("dynamic":false)");
     write(static_act);
-    EXPECT_EQ(read_quantization_config(path).status().code(), core::StatusCode::kUnsupported);
+    auto st = read_quantization_config(path);
+    ASSERT_TRUE(st.is_ok()) << st.status().message();
+    EXPECT_TRUE((*st)->scheme.static_inputs);
+    // What kiln cannot run is refused by name.
+    const std::string base = quantization_config_json(*parse_quant_scheme("w4-g32"), {});
+    const std::pair<std::string, std::string> refused[] = {
+        {R"("sparsity_config":{})", R"("sparsity_config":{"format":"sparse-24-bitmask"})"},
+        {R"("sparsity_config":{})", R"("sparsity_config":{},"transform_config":{"config_groups":{"u":{}}})"},
+        {R"("actorder":null)", R"("actorder":"sideways")"},
+        {R"("num_bits":4)", R"("num_bits":12)"},
+        {R"("type":"int")", R"("type":"float")"},
+    };
+    for (const auto& [from, to] : refused) {
+        std::string q = base;
+        ASSERT_NE(q.find(from), std::string::npos) << from;
+        q.replace(q.find(from), from.size(), to);
+        write(q);
+        auto r = read_quantization_config(path);
+        EXPECT_EQ(r.status().code(), core::StatusCode::kUnsupported) << to;
+    }
+    std::string asym_int8 = quantization_config_json(*parse_quant_scheme("int8"), {});
+    asym_int8.replace(asym_int8.find(R"("symmetric":true)"), 16, R"("symmetric":false)");
+    write(asym_int8);
+    auto a8 = read_quantization_config(path);
+    EXPECT_EQ(a8.status().code(), core::StatusCode::kUnsupported);
+    EXPECT_NE(a8.status().message().find("asymmetric"), std::string::npos) << a8.status().message();
     std::ofstream(path) << R"({"model_type": "llama"})";
     auto none = read_quantization_config(path);
     ASSERT_TRUE(none.is_ok());
     EXPECT_FALSE(none->has_value());
     EXPECT_FALSE(parse_quant_scheme("w4-g48").is_ok());
     std::remove(path.c_str());
+}
+
+// GPTQ's "group" activation order (older compressed-tensors and AutoGPTQ-style checkpoints): each
+// column's group comes from weight_g_idx, not from its position. Scales in bf16, as llmcompressor
+// stores them. Non-contiguous groups load as f32 equal to (q - 0) * scale[row, g_idx[col]]; a
+// g_idx that is the contiguous order loads onto Q4_0; a group index out of range is kCorrupt.
+TEST(CompressedTensors, ActOrderGroupsFollowGIdx) {
+    constexpr int64_t kRows = 4, kCols = 64, kGroup = 32;
+    std::mt19937 rng(3);
+    std::vector<int32_t> packed(size_t(kRows * kCols / 8), 0);
+    std::vector<int> q(size_t(kRows * kCols));
+    for (int64_t r = 0; r < kRows; ++r)
+        for (int64_t c = 0; c < kCols; ++c) {
+            const int v = int(rng() % 16) - 8;
+            q[size_t(r * kCols + c)] = v;
+            uint32_t& word = reinterpret_cast<uint32_t&>(packed[size_t(r * kCols / 8 + c / 8)]);
+            word |= uint32_t(v + 8) << (4 * (c % 8));
+        }
+    std::vector<uint16_t> scales_bf16(size_t(kRows * 2));
+    for (size_t i = 0; i < scales_bf16.size(); ++i) scales_bf16[i] = core::f32_to_bf16(0.01f * float(i + 1));
+    std::vector<int32_t> g_idx(kCols);
+    for (int64_t c = 0; c < kCols; ++c) g_idx[size_t(c)] = int32_t((c * 7) % kCols < kGroup ? 0 : 1);
+    const std::vector<int64_t> shape = {kRows, kCols};
+    auto parts_with = [&](const std::vector<int32_t>& gi) {
+        std::map<std::string, TensorPart> p;
+        p["weight_packed"] = {core::DType::kI32, {kRows, kCols / 8}, reinterpret_cast<const uint8_t*>(packed.data()),
+                              packed.size() * 4};
+        p["weight_scale"] = {core::DType::kBF16, {kRows, 2}, reinterpret_cast<const uint8_t*>(scales_bf16.data()),
+                             scales_bf16.size() * 2};
+        p["weight_shape"] = {core::DType::kI64, {2}, reinterpret_cast<const uint8_t*>(shape.data()), 16};
+        p["weight_g_idx"] = {core::DType::kI32, {kCols}, reinterpret_cast<const uint8_t*>(gi.data()), gi.size() * 4};
+        return p;
+    };
+    QuantScheme s;
+    s.format = QuantFormat::kPackedInt;
+    s.group_size = kGroup;
+    s.act_order = true;
+    std::vector<std::shared_ptr<const void>> owners;
+    auto t = decompress_weight({s, {}}, "m", parts_with(g_idx), &owners);
+    ASSERT_TRUE(t.is_ok()) << t.status().message();
+    ASSERT_EQ(t->dtype, core::DType::kF32);
+    const std::vector<float> got = to_f32(*t);
+    for (int64_t r = 0; r < kRows; ++r)
+        for (int64_t c = 0; c < kCols; ++c) {
+            const float scale = core::bf16_to_f32(scales_bf16[size_t(r * 2 + g_idx[size_t(c)])]);
+            ASSERT_EQ(got[size_t(r * kCols + c)], float(q[size_t(r * kCols + c)]) * scale) << r << ", " << c;
+        }
+    std::vector<int32_t> in_order(kCols);
+    for (int64_t c = 0; c < kCols; ++c) in_order[size_t(c)] = int32_t(c / kGroup);
+    auto blocks = decompress_weight({s, {}}, "m", parts_with(in_order), &owners);
+    ASSERT_TRUE(blocks.is_ok()) << blocks.status().message();
+    EXPECT_EQ(blocks->dtype, core::DType::kQ4_0);
+    std::vector<int32_t> bad = g_idx;
+    bad[9] = 2;
+    EXPECT_EQ(decompress_weight({s, {}}, "m", parts_with(bad), &owners).status().code(), core::StatusCode::kCorrupt);
 }
 
 }  // namespace
