@@ -27,14 +27,17 @@ FP16_FIELDS = {
     T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q5_1: [0, 2], T.Q8_0: [0],
     T.Q2_K: [80, 82], T.Q3_K: [108], T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208],
 }
-NUM_BLOCKS = {T.Q2_K: 3, T.Q3_K: 3, T.Q4_K: 3, T.Q5_K: 3, T.Q6_K: 3}  # others: 8 blocks of 32
+# IQ4_NL / IQ4_XS (added after MXFP4): the fp16 d at byte 0; IQ4_XS's scales_h / scales_l and the
+# nibbles stay random, so every 6-bit sub-block scale and every level occurs.
+LATER_FP16_FIELDS = {T.IQ4_NL: [0], T.IQ4_XS: [0]}
+NUM_BLOCKS = {T.IQ4_XS: 3, T.Q2_K: 3, T.Q3_K: 3, T.Q4_K: 3, T.Q5_K: 3, T.Q6_K: 3}  # others: 8 blocks of 32
 
 
 def quant_record(rng, qtype):
     block_size, type_size = GGML_QUANT_SIZES[qtype]
     num_blocks = NUM_BLOCKS.get(qtype, 8)
     raw = rng.integers(0, 256, size=(num_blocks, type_size), dtype=np.uint8)
-    for off in FP16_FIELDS[qtype]:
+    for off in {**FP16_FIELDS, **LATER_FP16_FIELDS}[qtype]:
         scales = (rng.standard_normal(num_blocks) * 0.05).astype(np.float16)
         scales[0] = np.frombuffer(b"\x01\x00", dtype=np.float16)[0]  # smallest subnormal
         scales[1] = -scales[1]
@@ -84,7 +87,9 @@ def main():
         records.append((qtype, *plain_record(rng, qtype)))
     for qtype in FP16_FIELDS:
         records.append((qtype, *quant_record(rng, qtype)))
-    records.append((T.MXFP4, *mxfp4_record(rng)))  # last: the records above keep their bytes
+    records.append((T.MXFP4, *mxfp4_record(rng)))  # after the others: the records above keep their bytes
+    for qtype in LATER_FP16_FIELDS:  # types added later, at the end for the same reason
+        records.append((qtype, *quant_record(rng, qtype)))
     blob = bytearray(b"KDQG" + struct.pack("<II", 1, len(records)))
     for qtype, raw, values, n in records:
         values = np.ascontiguousarray(values, dtype="<f4")

@@ -177,6 +177,11 @@ def reference_model(path):
         else:
             w = compressor.decompress(sd, scheme)["weight"]
         dense[f"{mod}.weight"] = w.float()
+    return reference_from_state(dense)
+
+
+def reference_from_state(dense):
+    """transformers' Llama of CONFIG in float32 with the given weights (lm_head tied)."""
     torch.manual_seed(0)
     lcfg = LlamaConfig(**CONFIG)
     lcfg._attn_implementation = "eager"
@@ -189,7 +194,11 @@ def reference_model(path):
 
 
 def goldens(path, seed):
-    model = reference_model(path)
+    write_goldens(reference_model(path), path, seed)
+
+
+def write_goldens(model, path, seed, tools=None):
+    """golden.json and logits.f32 of `model` in `path`: three random prompts, 16 greedy tokens."""
     g = torch.Generator().manual_seed(seed)
     prompts = [[1] + torch.randint(3, VOCAB, (n,), generator=g).tolist() for n in (4, 9, 13)]
     blobs, shapes = [], []
@@ -208,7 +217,7 @@ def goldens(path, seed):
         f.write(b"".join(blobs))
     meta = {"prompts": prompts, "logits_shapes": shapes, "greedy_prompt": len(prompts) - 1, "greedy": greedy,
             "tools": {"llmcompressor": llmcompressor.__version__, "compressed-tensors": compressed_tensors.__version__,
-                      "transformers": transformers.__version__, "torch": torch.__version__}}
+                      "transformers": transformers.__version__, "torch": torch.__version__, **(tools or {})}}
     with open(os.path.join(path, "golden.json"), "w") as f:
         json.dump(meta, f, indent=1)
 

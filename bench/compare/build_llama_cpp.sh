@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds llama.cpp's llama-bench, llama-completion, llama-perplexity and llama-server from the source that
+# Builds llama.cpp's llama-bench, llama-completion, llama-perplexity, llama-server and llama-quantize from the source that
 # PyPI's llama-cpp-python sdist vendors, into a scratch folder outside the repository (kiln never
 # commits llama.cpp's code). Not part of the tests. Prints the folder holding the binaries.
 #
@@ -21,5 +21,5 @@ BUILD="$SCRATCH/llama.cpp-build"
 # Native CPU flags, as a user building llama.cpp on this machine would get; no network, no GPU.
 cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_SERVER=ON -DBUILD_SHARED_LIBS=OFF >&2
-cmake --build "$BUILD" -j "$JOBS" --target llama-bench llama-completion llama-perplexity llama-server >&2
+cmake --build "$BUILD" -j "$JOBS" --target llama-bench llama-completion llama-perplexity llama-server llama-quantize >&2
 echo "$BUILD/bin"

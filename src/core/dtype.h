@@ -12,6 +12,12 @@
 //    per-tensor, per-channel and 128x128-block scales (every 32-element block lies in one scale group).
 //  - kMxfp8: kiln-internal (ggml has no MXFP8 type): {uint8 e (E8M0); uint8 qs[32]},
 //    x = e4m3(qs[j]) * 2^(e - 127) (OCP MX v1.0 MXFP8 with E4M3 elements).
+// Non-linear 4-bit types (ggml's I-quants; x = scale * kvalues_iq4nl[code], 16 int8 levels from -127
+// to 113; kernels/block_layouts.h):
+//  - kIq4Nl: block_iq4_nl (GGML_TYPE_IQ4_NL = 20): {fp16 d; uint8 qs[16]}, nibbles as Q4_0's.
+//  - kIq4Xs: block_iq4_xs (GGML_TYPE_IQ4_XS = 23), 256 elements: {fp16 d; uint16 scales_h; uint8
+//    scales_l[4]; uint8 qs[128]}; sub-block j of 32 has the 6-bit scale ls_j (low 4 bits from
+//    scales_l, high 2 from scales_h) and scale d * (ls_j - 32); its nibbles are qs[16j .. 16j + 15].
 #pragma once
 
 #include <cstdint>
@@ -23,7 +29,7 @@ namespace kiln::core {
 enum class DType : uint8_t {
     kF32, kF16, kBF16, kF64, kI8, kU8, kI16, kI32, kI64, kBool, kF8E4M3, kF8E5M2,
     kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ8_0, kQ8_1, kQ2_K, kQ3_K, kQ4_K, kQ5_K, kQ6_K, kQ8_K,
-    kMxfp4, kNvfp4, kE4m3B32, kMxfp8,
+    kMxfp4, kNvfp4, kE4m3B32, kMxfp8, kIq4Nl, kIq4Xs,
 };
 
 struct DTypeInfo {

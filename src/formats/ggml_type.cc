@@ -20,7 +20,8 @@ constexpr GgmlPair kPairs[] = {
     {GgmlType::kI8, core::DType::kI8},       {GgmlType::kI16, core::DType::kI16},
     {GgmlType::kI32, core::DType::kI32},     {GgmlType::kI64, core::DType::kI64},
     {GgmlType::kF64, core::DType::kF64},     {GgmlType::kBF16, core::DType::kBF16},
-    {GgmlType::kMxfp4, core::DType::kMxfp4},
+    {GgmlType::kMxfp4, core::DType::kMxfp4},   {GgmlType::kIq4Nl, core::DType::kIq4Nl},
+    {GgmlType::kIq4Xs, core::DType::kIq4Xs},
 };
 
 // Names for every id in ggml.h up to MXFP4 (39), so errors can say what an unsupported tensor is.

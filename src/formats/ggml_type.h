@@ -26,6 +26,8 @@ enum class GgmlType : uint32_t {
     kQ5_K = 13,
     kQ6_K = 14,
     kQ8_K = 15,
+    kIq4Nl = 20,  // block_iq4_nl: fp16 d + 16 nibble bytes (non-linear levels), 32 elements
+    kIq4Xs = 23,  // block_iq4_xs: 256 elements, 6-bit sub-block scales
     kI8 = 24,
     kI16 = 25,
     kI32 = 26,

@@ -51,6 +51,14 @@ constexpr size_t kNvfp4Bytes = 10, kNvfp4D = 0, kNvfp4Qs = 2;
 constexpr size_t kE4m3B32Bytes = 36, kE4m3B32D = 0, kE4m3B32Qs = 4;
 // MXFP8 (kiln's, OCP MX v1.0 with E4M3 elements): E8M0 e | 32 E4M3 codes. x = e4m3(q) 2^(e - 127).
 constexpr size_t kMxfp8Bytes = 33, kMxfp8E = 0, kMxfp8Qs = 1;
+// IQ4_NL (ggml block_iq4_nl): fp16 d | 16 bytes nibbles (as Q4_0). x = d kIq4Values[q].
+constexpr size_t kIq4NlBytes = 18, kIq4NlD = 0, kIq4NlQs = 2;
+// IQ4_XS (ggml block_iq4_xs), 256 elements: fp16 d | u16 scales_h | 4 bytes scales_l | 128 bytes
+// nibbles. Sub-block j (32 elements): ls = (scales_l[j / 2] >> 4 (j % 2)) & 15 | ((scales_h >> 2j) & 3)
+// << 4, x = (d (ls - 32)) kIq4Values[q], nibbles qs[16j .. 16j + 15] as Q4_0's.
+constexpr size_t kIq4XsBytes = 136, kIq4XsD = 0, kIq4XsScalesH = 2, kIq4XsScalesL = 4, kIq4XsQs = 8;
+// The 16 non-linear levels of IQ4_NL / IQ4_XS (ggml kvalues_iq4nl).
+constexpr signed char kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 // E2M1 code -> 2 * value, an exact int8 ({0, 1, 2, 3, 4, 6, 8, 12} and negatives; ggml kvalues_mxfp4).
 constexpr signed char kE2M1x2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 

@@ -438,7 +438,7 @@ core::Result<Checkpoint> load_hf_checkpoint(const std::string& path) {
             }
         }
         for (auto it = modules.begin(); it != modules.end();)  // a module is quantized when it has scales
-            it = it->second.count("weight_scale") ? std::next(it) : modules.erase(it);
+            it = it->second.count("weight_scale") || it->second.count("scales") ? std::next(it) : modules.erase(it);
     }
     std::set<std::string> names;
     for (size_t i = 0; i < st->num_tensors(); ++i) {
@@ -460,7 +460,7 @@ core::Result<Checkpoint> load_hf_checkpoint(const std::string& path) {
             auto mod = modules.find(module);
             if (mod != modules.end()) {
                 // The module's weight is built once, at its main part; its other parts are consumed.
-                const bool main = split ? split->second == "weight_packed" : true;
+                const bool main = split ? split->second == "weight_packed" || split->second == "qweight" : true;
                 if (!main) continue;
                 auto w = decompress_weight(*quantized, module, mod->second, &ck.owners);
                 if (!w.is_ok()) return core::error(w.status().code()) << path << ": " << w.status().message();

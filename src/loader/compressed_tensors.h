@@ -55,7 +55,8 @@
 
 namespace kiln::loader {
 
-enum class QuantFormat { kInt8, kPackedInt, kFp8, kFp8Block, kMxfp8, kMxfp4, kNvfp4 };
+// kAwq, kGptq: AutoAWQ's GEMM layout and GPTQ's (awq_gptq_read.cc), read only.
+enum class QuantFormat { kInt8, kPackedInt, kFp8, kFp8Block, kMxfp8, kMxfp4, kNvfp4, kAwq, kGptq };
 
 struct QuantScheme {
     QuantFormat format = QuantFormat::kInt8;
@@ -65,6 +66,7 @@ struct QuantScheme {
     bool tensor_scale = false;   // kInt8 / kFp8: one weight scale for the whole matrix
     bool act_order = false;      // kPackedInt: columns grouped by weight_g_idx (GPTQ "group" actorder)
     bool static_inputs = false;  // the checkpoint calibrated static activation scales (kiln ignores them)
+    bool gptq_v2 = false;        // kGptq: zeros stored as they are (GPTQModel's gptq_v2), not zero - 1
     std::string name() const;    // "int8", "w4-g128", "w4-g128-zp", "w8-channel", "fp8", "fp8-tensor", ...
 };
 
@@ -94,6 +96,10 @@ struct CompressedConfig {
 // quant methods and schemes kiln does not load (several config groups, asymmetric INT8, ...).
 core::Result<std::optional<CompressedConfig>> read_quantization_config(const std::string& config_json_path);
 
+// AutoAWQ ("quant_method": "awq", GEMM layout) and GPTQ ("gptq") quantization_config objects (JSON
+// text) as a CompressedConfig; kUnsupported naming what is not read (other AWQ versions, Marlin, 2/3 bits).
+core::Result<CompressedConfig> awq_gptq_config(const std::string& quant_config_json);
+
 // One safetensors tensor: its header entry and bytes.
 struct TensorPart {
     core::DType dtype = core::DType::kF32;
@@ -101,7 +107,11 @@ struct TensorPart {
     const uint8_t* data = nullptr;
     uint64_t num_bytes = 0;
 };
-// Splits "M.weight_scale" into ("M", "weight_scale") for the part names this layout uses; nullopt
+// AutoAWQ's / GPTQ's parts of `module` ("qweight", "qzeros", "scales", "g_idx") as a runtime weight.
+core::Result<TensorRef> decompress_awq_gptq(const CompressedConfig& config, const std::string& module,
+                                            const std::map<std::string, TensorPart>& parts);
+// Splits "M.weight_scale" into ("M", "weight_scale") for the part names this layout uses (and
+// AutoAWQ's / GPTQ's "M.qweight", "M.qzeros", "M.scales", "M.g_idx"); nullopt
 // for any other name (plain tensors such as norms or biases, and M.weight).
 std::optional<std::pair<std::string, std::string>> split_quant_part(const std::string& name);
 // The runtime weight of `module` from its parts ("weight", "weight_packed", "weight_scale", ...),

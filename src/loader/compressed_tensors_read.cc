@@ -13,6 +13,7 @@
 
 #include "core/numeric.h"
 #include "loader/compressed_tensors.h"
+#include "loader/quant_parts.h"
 #include "quant/fp4_blocks.h"
 #include "quant/fp8.h"
 #include "quant/fp8_blocks.h"
@@ -27,6 +28,7 @@ namespace {
 using core::DType;
 using core::StatusCode;
 using json = nlohmann::json;
+using namespace quant_parts;
 
 core::Status unsupported(const std::string& what) {
     return core::error(StatusCode::kUnsupported) << "compressed-tensors checkpoint: " << what;
@@ -104,108 +106,6 @@ core::Result<QuantScheme> scheme_from(const std::string& format, const json& w) 
     return s;
 }
 
-// ---- part checks ----
-std::string shape_text(const std::vector<uint64_t>& shape) {
-    std::ostringstream o;
-    o << "[";
-    for (size_t i = 0; i < shape.size(); ++i) o << (i ? "," : "") << shape[i];
-    o << "]";
-    return o.str();
-}
-
-core::Result<const TensorPart*> find_part(const std::map<std::string, TensorPart>& parts, const std::string& module,
-                                          const char* name) {
-    auto it = parts.find(name);
-    if (it == parts.end())
-        return core::error(StatusCode::kCorrupt) << "quantized module '" << module << "' has no " << name;
-    return &it->second;
-}
-
-core::Status wrong_part(const std::string& module, const char* name, const TensorPart& p, const std::string& want) {
-    return core::error(StatusCode::kCorrupt) << "'" << module << "." << name << "' is " << core::dtype_name(p.dtype)
-                                             << " " << shape_text(p.shape) << "; expected " << want;
-}
-
-core::Result<const TensorPart*> part(const std::map<std::string, TensorPart>& parts, const std::string& module,
-                                     const char* name, DType dtype, const std::vector<uint64_t>& shape) {
-    KILN_ASSIGN_OR_RETURN(const TensorPart* p, find_part(parts, module, name));
-    if (p->dtype != dtype || p->shape != shape)
-        return wrong_part(module, name, *p, std::string(core::dtype_name(dtype)) + " " + shape_text(shape));
-    return p;
-}
-
-// A float part (f32 as kiln writes it; bf16 or f16 as llmcompressor writes scales, in the model's
-// dtype) as f32, exactly. With `tensor`, any shape of one element, repeated to `shape`'s size.
-core::Result<std::vector<float>> float_part(const std::map<std::string, TensorPart>& parts, const std::string& module,
-                                            const char* name, const std::vector<uint64_t>& shape, bool tensor = false) {
-    KILN_ASSIGN_OR_RETURN(const TensorPart* p, find_part(parts, module, name));
-    uint64_t stored = 1, want = 1;
-    for (uint64_t d : p->shape) stored *= d;
-    for (uint64_t d : shape) want *= d;
-    const bool shape_ok = tensor ? stored == 1 && p->shape.size() <= 2 : p->shape == shape;
-    const bool dtype_ok = p->dtype == DType::kF32 || p->dtype == DType::kBF16 || p->dtype == DType::kF16;
-    if (!shape_ok || !dtype_ok)
-        return wrong_part(module, name, *p, "F32, BF16 or F16 " + (tensor ? std::string("[1]") : shape_text(shape)));
-    std::vector<float> v(static_cast<size_t>(stored));
-    for (size_t i = 0; i < v.size(); ++i) {
-        uint16_t h = 0;
-        if (p->dtype == DType::kF32) {
-            std::memcpy(&v[i], p->data + 4 * i, 4);
-            continue;
-        }
-        std::memcpy(&h, p->data + 2 * i, 2);
-        v[i] = p->dtype == DType::kBF16 ? core::bf16_to_f32(h) : core::fp16_to_f32(h);
-    }
-    if (tensor) v.assign(size_t(want), v[0]);
-    return v;
-}
-
-// Field i of `bits` bits in int32 words packed densely (field i at bit i * bits, possibly straddling
-// two words; compressed-tensors' pack_to_int32), as stored (unsigned). Word k is words[k * stride].
-uint32_t packed_field(const int32_t* words, int64_t stride, int64_t i, int bits) {
-    const int64_t bit = i * bits, k = bit / 32;
-    const int off = int(bit % 32);
-    uint64_t v = uint64_t(uint32_t(words[k * stride])) >> off;
-    if (off + bits > 32) v |= uint64_t(uint32_t(words[(k + 1) * stride])) << (32 - off);
-    return uint32_t(v) & ((1u << bits) - 1);
-}
-
-template <typename T>
-std::vector<T> copy_of(const TensorPart& p) {
-    std::vector<T> v(p.num_bytes / sizeof(T));
-    std::memcpy(v.data(), p.data, v.size() * sizeof(T));
-    return v;
-}
-
-core::Status check_scales(const std::vector<float>& s, const std::string& module) {
-    for (float x : s)
-        if (!std::isfinite(x) || x <= 0)
-            return core::error(StatusCode::kCorrupt)
-                   << "'" << module << "': a weight scale is " << x << " (must be > 0)";
-    return core::Status::ok();
-}
-
-core::Status check_e4m3_codes(const std::vector<uint8_t>& codes, int64_t cols, const std::string& module) {
-    const int64_t i = quant::find_e4m3_nan(codes);
-    if (i < 0) return core::Status::ok();
-    return core::error(StatusCode::kCorrupt) << "'" << module << "': weight element (" << i / cols << ", " << i % cols
-                                             << ") is an E4M3 NaN code (0x" << std::hex << int(codes[size_t(i)]) << ")";
-}
-
-// A tensor that owns its bytes (TensorRef::storage).
-TensorRef own(std::string name, DType dtype, uint64_t rows, uint64_t cols, std::vector<uint8_t> bytes) {
-    auto buf = std::make_shared<std::vector<uint8_t>>(std::move(bytes));
-    TensorRef t{std::move(name), dtype, {rows, cols}, buf->data(), buf->size(), nullptr, {}};
-    t.storage = std::move(buf);
-    return t;
-}
-
-TensorRef own_f32(std::string name, uint64_t rows, uint64_t cols, const std::vector<float>& v) {
-    std::vector<uint8_t> bytes(v.size() * 4);
-    std::memcpy(bytes.data(), v.data(), bytes.size());
-    return own(std::move(name), DType::kF32, rows, cols, std::move(bytes));
-}
-
 // The weight's [out, in] from weight_shape (packed schemes) or the weight itself.
 core::Result<std::pair<uint64_t, uint64_t>> weight_dims(const std::map<std::string, TensorPart>& parts,
                                                         const std::string& module, const char* main, int int_bits) {
@@ -234,17 +134,6 @@ core::Result<std::pair<uint64_t, uint64_t>> weight_dims(const std::map<std::stri
     }
     if (rows == 0 || cols == 0) return core::error(StatusCode::kCorrupt) << "'" << module << "' has an empty weight";
     return std::make_pair(rows, cols);
-}
-
-// I8 rows with their row scales as stored (the W8A8 kernels, any row length); the values are
-// q * scale, what weight_row decodes.
-TensorRef int8_rows(std::string name, uint64_t rows, uint64_t cols, std::vector<uint8_t> q, std::vector<float> scales,
-                    std::vector<std::shared_ptr<const void>>* owners) {
-    auto kept = std::make_shared<std::vector<float>>(std::move(scales));
-    TensorRef t = own(std::move(name), DType::kI8, rows, cols, std::move(q));
-    t.row_scale = kept->data();
-    owners->push_back(std::move(kept));
-    return t;
 }
 
 // pack-quantized integers: w = (q - zp) * scale per group (of contiguous columns, or by
@@ -339,9 +228,13 @@ core::Result<std::optional<CompressedConfig>> read_quantization_config(const std
     const json* q = get(j, "quantization_config");
     if (!q) q = get(j, "compression_config");
     if (!q) return std::optional<CompressedConfig>();
+    if (q->is_object() && (get_str(*q, "quant_method") == "awq" || get_str(*q, "quant_method") == "gptq")) {
+        KILN_ASSIGN_OR_RETURN(CompressedConfig c, awq_gptq_config(q->dump()));
+        return std::optional<CompressedConfig>(std::move(c));
+    }
     if (!q->is_object() || get_str(*q, "quant_method") != "compressed-tensors")
         return unsupported(path + ": quant_method '" + (q->is_object() ? get_str(*q, "quant_method") : "") +
-                           "' (kiln loads compressed-tensors checkpoints)");
+                           "' (kiln loads compressed-tensors, AutoAWQ and GPTQ checkpoints)");
     const json* groups = get(*q, "config_groups");
     if (!groups || !groups->is_object() || groups->size() != 1)
         return unsupported("exactly one config group is supported");
@@ -374,7 +267,9 @@ core::Result<std::optional<CompressedConfig>> read_quantization_config(const std
 std::optional<std::pair<std::string, std::string>> split_quant_part(const std::string& name) {
     static const char* const kParts[] = {"weight_packed",      "weight_scale",        "weight_zero_point",
                                          "weight_shape",       "weight_global_scale", "input_scale",
-                                         "input_global_scale", "input_zero_point",    "weight_g_idx"};
+                                         "input_global_scale", "input_zero_point",    "weight_g_idx",
+                                         "qweight",            "qzeros",              "scales",
+                                         "g_idx"};
     const size_t dot = name.rfind('.');
     if (dot == std::string::npos) return std::nullopt;
     const std::string suffix = name.substr(dot + 1);
@@ -387,6 +282,7 @@ core::Result<TensorRef> decompress_weight(const CompressedConfig& config, const 
                                           const std::map<std::string, TensorPart>& parts,
                                           std::vector<std::shared_ptr<const void>>* owners) {
     const QuantScheme& s = config.scheme;
+    if (s.format == QuantFormat::kAwq || s.format == QuantFormat::kGptq) return decompress_awq_gptq(config, m, parts);
     const bool packed =
         s.format == QuantFormat::kPackedInt || s.format == QuantFormat::kMxfp4 || s.format == QuantFormat::kNvfp4;
     KILN_ASSIGN_OR_RETURN(auto dims, weight_dims(parts, m, packed ? "weight_packed" : "weight", s.bits));
@@ -394,6 +290,9 @@ core::Result<TensorRef> decompress_weight(const CompressedConfig& config, const 
     const int64_t rows = int64_t(R), cols = int64_t(C);
     const std::string name = m + ".weight";
     switch (s.format) {
+        case QuantFormat::kAwq:  // handled above
+        case QuantFormat::kGptq:
+            break;
         case QuantFormat::kInt8: {
             KILN_ASSIGN_OR_RETURN(const TensorPart* w, part(parts, m, "weight", DType::kI8, {R, C}));
             KILN_ASSIGN_OR_RETURN(std::vector<float> scales, float_part(parts, m, "weight_scale", {R, 1}, s.tensor_scale));

@@ -32,6 +32,8 @@ json weight_args(const QuantScheme& s) {
               {"dynamic", false},      {"actorder", nullptr},   {"observer", "minmax"}};
     switch (s.format) {
         case QuantFormat::kInt8:
+        case QuantFormat::kAwq:  // not written (compress_weight refuses them)
+        case QuantFormat::kGptq:
             break;
         case QuantFormat::kPackedInt:
             w["num_bits"] = s.bits;
@@ -98,6 +100,9 @@ const char* format_string(QuantFormat f) {
             return "mxfp4-pack-quantized";
         case QuantFormat::kNvfp4:
             return "nvfp4-pack-quantized";
+        case QuantFormat::kAwq:  // not written
+        case QuantFormat::kGptq:
+            return "";
     }
     return "";
 }
@@ -136,6 +141,18 @@ std::string QuantScheme::name() const {
             return "mxfp4";
         case QuantFormat::kNvfp4:
             return "nvfp4";
+        case QuantFormat::kAwq:
+            return "awq-w4-g" + std::to_string(group_size);
+        case QuantFormat::kGptq: {
+            std::string n = "gptq-w";  // appended piece by piece (GCC 12 warns on "w" + std::to_string)
+            n += std::to_string(bits);
+            n += group_size ? "-g" : "-channel";
+            if (group_size) n += std::to_string(group_size);
+            if (zero_point) n += "-zp";
+            if (act_order) n += "-actorder";
+            if (gptq_v2) n += "-v2";
+            return n;
+        }
     }
     return "";
 }
@@ -198,10 +215,14 @@ core::Status compress_weight(const QuantScheme& s, const std::string& m, std::sp
                              int64_t cols, std::vector<formats::SafetensorsTensorIn>* out,
                              std::vector<std::shared_ptr<const void>>* owners) {
     const uint64_t R = uint64_t(rows), C = uint64_t(cols);
-    if (s.tensor_scale || (s.format == QuantFormat::kPackedInt && (s.bits != 4 || s.group_size == 0 || s.act_order)))
+    if (s.tensor_scale || s.format == QuantFormat::kAwq || s.format == QuantFormat::kGptq ||
+        (s.format == QuantFormat::kPackedInt && (s.bits != 4 || s.group_size == 0 || s.act_order)))
         return core::error(StatusCode::kUnsupported)
                << "kiln quantize does not write " << s.name() << " (it reads it; it writes " << kWrittenSchemes << ")";
     switch (s.format) {
+        case QuantFormat::kAwq:  // refused above
+        case QuantFormat::kGptq:
+            break;
         case QuantFormat::kInt8: {
             KILN_ASSIGN_OR_RETURN(quant::Int8Matrix q, quant::quantize_int8_rows(w, rows, cols));
             add(out, owners, m + ".weight", DType::kI8, {R, C}, std::move(q.data));

@@ -1,10 +1,12 @@
-// Quantized checkpoints as llmcompressor writes them (compressed-tensors: pack-quantized INT4 / INT8
+// Quantized checkpoints as the common tools write them. llmcompressor (compressed-tensors: pack-quantized INT4 / INT8
 // with groups, zero points and GPTQ's activation order; int-quantized W8A8 with dynamic and static
 // activation scales; float-quantized FP8 per channel, per tensor and in 128x128 blocks; NVFP4;
 // MXFP4), made from one tiny random-weight bfloat16 Llama by scripts/gen_published_quant.py
 // (tests/golden/data/published/<scheme>/). The reference is compressed-tensors' own decompression of
-// the saved tensors run through transformers in float32. kiln loads each folder as published and
-// must give, on its f32-activation path, every logit within 1e-4 of the prompt's logit range (1e-3
+// the saved tensors run through transformers in float32. AutoAWQ (GEMM) and GPTQ checkpoints
+// (4-bit symmetric, asymmetric, desc_act's g_idx, 8-bit) are packed by AutoAWQ's and AutoGPTQ's own
+// code and referenced to their own dequantization (scripts/gen_awq_gptq_goldens.py). kiln loads each folder as published and
+// must give, on its f32-activation path, every logit within 1e-4 of the prompt's logit range (3e-3
 // where kiln's blocks round a scale product to fp16) and the same 16 greedy tokens; each weight must land on the runtime dtype of kiln's fast kernels (not
 // an f32 fallback, except where no kernel format holds the scheme exactly: 3-bit, 8-bit with zero
 // points); the default path (activations quantized at run time) stays within 5%.
@@ -39,6 +41,10 @@ const std::map<std::string, core::DType>& expected_dtypes() {
         {"fp8-static", DType::kE4m3B32},   {"fp8-block", DType::kE4m3B32},
         {"nvfp4", DType::kNvfp4},          {"nvfp4a16", DType::kNvfp4},
         {"mxfp4a16", DType::kMxfp4},
+        // AutoAWQ's GEMM layout and GPTQ's, packed by those tools (scripts/gen_awq_gptq_goldens.py)
+        {"awq-gemm-g32", DType::kQ4_1},    {"gptq-w4-g32", DType::kQ4_0},
+        {"gptq-w4-asym-g64", DType::kQ4_1}, {"gptq-w4-g32-desc-act", DType::kF32},
+        {"gptq-w8-g32", DType::kQ8_0},
     };
     return m;
 }
@@ -58,11 +64,12 @@ TEST_P(Published, MatchesCompressedTensorsDecompression) {
                                                               << core::dtype_name(w->dtype);
     }
     // Q4_1 keeps the offset -zero * scale and NVFP4 the folded scale block * (1 / global) in fp16
-    // (2^-12 relative), which moves logits by a few 1e-4 of the range here; every other scheme
-    // loads exactly.
+    // (2^-12 relative; for a zero of 15 that is 0.4% of a quantization step), which moves logits by
+    // 3e-4 - 5e-4 of the range with bf16 scales (llmcompressor) and up to 1.2e-3 with fp16 ones
+    // (AutoAWQ, GPTQ); every other scheme loads exactly.
     const core::DType dt = expected_dtypes().at(GetParam());
     const bool fp16_folded = dt == core::DType::kQ4_1 || dt == core::DType::kNvfp4;
-    test::check_model(*ck, g, GetParam() + " (f32 activations)", fp16_folded ? 1e-3 : 1e-4);
+    test::check_model(*ck, g, GetParam() + " (f32 activations)", fp16_folded ? 3e-3 : 1e-4);
     // The default kernels quantize activations to int8 (per 32-element block; per token for I8 rows):
     // on this random model the logits move by 1-3% of the range (measured), and a weight decoded
     // wrongly by the fast kernels would move them by about the whole range.

@@ -29,7 +29,8 @@ using test::upload;
 
 constexpr DType kTypes[] = {DType::kQ8_0,  DType::kQ4_0,  DType::kQ4_1,    DType::kQ5_0, DType::kQ5_1,
                             DType::kQ2_K,  DType::kQ3_K,  DType::kQ4_K,    DType::kQ5_K, DType::kQ6_K,
-                            DType::kMxfp4, DType::kNvfp4, DType::kE4m3B32, DType::kMxfp8};
+                            DType::kMxfp4, DType::kNvfp4, DType::kE4m3B32, DType::kMxfp8, DType::kIq4Nl,
+                            DType::kIq4Xs};
 
 // n rows of k weights in `type`'s blocks: random quants, finite small fp16 scales (Q4_1's minimum
 // negative, the K-quants' dmin positive).

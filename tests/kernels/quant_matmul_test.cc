@@ -35,7 +35,7 @@ using core::DType;
 
 const DType kTypes[] = {DType::kQ4_1, DType::kQ8_0, DType::kQ4_0, DType::kF32,  DType::kF16,
                         DType::kBF16, DType::kQ6_K, DType::kQ4_K, DType::kQ5_K, DType::kQ5_0,
-                        DType::kQ5_1, DType::kQ2_K, DType::kQ3_K};
+                        DType::kQ5_1, DType::kQ2_K, DType::kQ3_K, DType::kIq4Nl, DType::kIq4Xs};
 
 void put_f16(uint8_t* p, float v) {
     const uint16_t h = core::f32_to_fp16(v);
@@ -69,7 +69,11 @@ std::vector<uint8_t> random_weights(DType t, int64_t rows, int64_t k, uint32_t s
             case DType::kQ4_0:
             case DType::kQ5_0:
             case DType::kQ8_0:
+            case DType::kIq4Nl:
                 put_f16(blk, sign * 0.01f * uni(rng));
+                break;
+            case DType::kIq4Xs:  // scales_h / scales_l random: every sub-block scale d * (ls - 32)
+                put_f16(blk, 0.0005f * uni(rng));
                 break;
             case DType::kQ4_1:
             case DType::kQ5_1:

@@ -116,6 +116,9 @@ std::vector<float> reference_values(const QuantScheme& s, const std::vector<floa
             if (cols % 32 != 0) return quant::dequantize(*q);
             return decode_blocks(core::DType::kNvfp4, quant::to_nvfp4_blocks(*q), rows * cols);
         }
+        case QuantFormat::kAwq:  // read only: not among the written schemes
+        case QuantFormat::kGptq:
+            break;
     }
     ADD_FAILURE() << "unhandled scheme " << s.name();
     return {};
@@ -248,8 +251,12 @@ TEST(CompressedTensors, ConfigsRoundTripAndUnsupportedOnesAreRefused) {
     QuantScheme zp{QuantFormat::kPackedInt, 128, true};
     write(quantization_config_json(zp, {}));
     EXPECT_EQ((*read_quantization_config(path))->scheme.name(), "w4-g128-zp");
-    write(R"({"quant_method": "awq", "bits": 4})");
-    EXPECT_EQ(read_quantization_config(path).status().code(), core::StatusCode::kUnsupported);
+    for (const char* other : {R"({"quant_method": "awq", "bits": 4, "version": "gemv"})",
+                              R"({"quant_method": "gptq", "bits": 3, "group_size": 128})",
+                              R"({"quant_method": "bitsandbytes", "load_in_4bit": true})"}) {
+        write(other);
+        EXPECT_EQ(read_quantization_config(path).status().code(), core::StatusCode::kUnsupported) << other;
+    }
     // Static activation scales load (kiln's activations stay dynamic); the scheme records them.
     std::string static_act = quantization_config_json(*parse_quant_scheme("int8"), {});
     static_act.replace(static_act.find(R"("dynamic":true)"), 14, R"("dynamic":false)");

@@ -151,8 +151,8 @@ TEST(GgufCorrupt, BadTensorInfos) {
     ASSERT_TRUE(GgufFile::parse(good.bytes.data(), good.size(), "ok.gguf").is_ok());
     expect_error(one_tensor({1, 1, 1, 1, 1}, kGgmlF32, 0, 32).bytes, StatusCode::kCorrupt,
                  {"tensor 'w'", "n_dims 5", "byte offset 33"});
-    expect_error(one_tensor({32}, 20, 0, 64).bytes, StatusCode::kUnsupported,
-                 {"tensor 'w'", "ggml type 20 (iq4_nl)", "byte offset 45"});
+    expect_error(one_tensor({256}, 16, 0, 64).bytes, StatusCode::kUnsupported,
+                 {"tensor 'w'", "ggml type 16 (iq2_xxs)", "byte offset 45"});
     expect_error(one_tensor({32}, 4242, 0, 64).bytes, StatusCode::kUnsupported, {"tensor 'w'", "4242"});
     expect_error(one_tensor({16}, kGgmlQ4_0, 0, 64).bytes, StatusCode::kCorrupt,
                  {"tensor 'w'", "row length 16", "block size 32"});

@@ -10,6 +10,7 @@
 #include "kernels/cpu/simd_fp4_kernels.h"
 #include "kernels/cpu/simd_fp8_kernels.h"
 #include "kernels/cpu/simd_i8_kernels.h"
+#include "kernels/cpu/simd_iq4_kernels.h"
 #include "kernels/cpu/simd_kquant_kernels.h"
 #include "kernels/cpu/simd_legacy_kernels.h"
 #include "kernels/cpu/simd_vnni_kernels.h"
@@ -27,6 +28,7 @@ const MatmulKernel* avx512vnni_matmul_kernel(core::DType weight_type) {
     if (weight_type == core::DType::kBF16) return &kBf16Dot;  // vdpbf16ps (simd_vnni_kernels.h)
     if (const MatmulKernel* k = simd_legacy_kernel(weight_type)) return k;
     if (const MatmulKernel* k = simd_fp4_kernel(weight_type)) return k;
+    if (const MatmulKernel* k = simd_iq4_kernel(weight_type)) return k;
     if (const MatmulKernel* k = simd_fp8_kernel(weight_type)) return k;
     return simd_kquant_kernel(weight_type);
 }

@@ -1,5 +1,5 @@
 // Block decoders for the CUDA kernels (nvcc only), GGML's and kiln's FP4 / FP8 blocks: each
-// format's kBytes per block of kElems elements (32; 256 for the K-quants, 16 for NVFP4) and
+// format's kBytes per block of kElems elements (32; 256 for the K-quants and IQ4_XS, 16 for NVFP4) and
 // decode_group(row, g, v), the 32 values of group g (elements 32g .. 32g+31) of a row of whole
 // blocks in f32, exactly as kernels/ref dequantize_row computes them (same operations in the same
 // order, no FMA contraction). Used by gemv_quant.cu (decode-sized GEMV, dequantize_blocks) and
@@ -20,7 +20,8 @@ __host__ __device__ constexpr bool decodes(core::DType t) {
     using core::DType;
     return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ5_1 ||
            t == DType::kQ2_K || t == DType::kQ3_K || t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K ||
-           t == DType::kMxfp4 || t == DType::kNvfp4 || t == DType::kE4m3B32 || t == DType::kMxfp8;
+           t == DType::kMxfp4 || t == DType::kNvfp4 || t == DType::kE4m3B32 || t == DType::kMxfp8 ||
+           t == DType::kIq4Nl || t == DType::kIq4Xs;
 }
 
 template <class B>
@@ -243,6 +244,44 @@ struct Nvfp4 {
     }
 };
 
+// The 16 non-linear levels of IQ4_NL / IQ4_XS (ggml kvalues_iq4nl; kernels/block_layouts.h).
+__device__ __forceinline__ float iq4_level(int code) {
+    constexpr signed char kLevels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+    return float(kLevels[code]);
+}
+
+// IQ4_NL (18 bytes: fp16 d, qs[16] as Q4_0's): x = d * level.
+struct Iq4Nl {
+    static constexpr int kBytes = 18, kElems = 32;
+    __device__ static void decode_group(const uint8_t* row, int64_t g, float* v) {
+        const uint8_t* b = row + g * kBytes;
+        const float d = half_at(b);
+        for (int j = 0; j < 16; ++j) {
+            v[j] = __fmul_rn(d, iq4_level(b[2 + j] & 0x0f));
+            v[j + 16] = __fmul_rn(d, iq4_level(b[2 + j] >> 4));
+        }
+    }
+};
+
+// IQ4_XS (136 bytes per 256: fp16 d, u16 scales_h, scales_l[4], qs[128]); group g of a super-block
+// = sub-block s = g % 8 with ls = (scales_l[s / 2] >> 4 (s % 2)) & 15 | ((scales_h >> 2s) & 3) << 4:
+// x = (d * (ls - 32)) * level, nibbles qs[16s ..] as Q4_0's.
+struct Iq4Xs {
+    static constexpr int kBytes = 136, kElems = 256;
+    __device__ static void decode_group(const uint8_t* row, int64_t g, float* v) {
+        const uint8_t* b = row + (g / 8) * kBytes;
+        const int s = int(g % 8);
+        const int sh = int(b[2]) | int(b[3]) << 8;
+        const int ls = ((b[4 + s / 2] >> (4 * (s % 2))) & 0x0f) | (((sh >> (2 * s)) & 3) << 4);
+        const float dl = __fmul_rn(half_at(b), float(ls - 32));
+        const uint8_t* q = b + 8 + 16 * s;
+        for (int j = 0; j < 16; ++j) {
+            v[j] = __fmul_rn(dl, iq4_level(q[j] & 0x0f));
+            v[j + 16] = __fmul_rn(dl, iq4_level(q[j] >> 4));
+        }
+    }
+};
+
 // E4M3_B32 (36 bytes: fp32 d, qs[32]) and MXFP8 (33 bytes: e, qs[32]).
 template <bool kMx>
 struct Fp8Block {
@@ -265,7 +304,7 @@ template <class F>
 core::Status with_decoder(core::DType type, int64_t k, const char* what, F&& f) {
     using core::DType;
     const bool super = type == DType::kQ2_K || type == DType::kQ3_K || type == DType::kQ4_K || type == DType::kQ5_K ||
-                       type == DType::kQ6_K;
+                       type == DType::kQ6_K || type == DType::kIq4Xs;
     if (decodes(type) && k % (super ? 256 : 32) != 0)
         return core::error(core::StatusCode::kInvalidArgument)
                << what << ": " << k << " elements per row are not whole " << core::dtype_name(type) << " blocks";
@@ -298,10 +337,14 @@ core::Status with_decoder(core::DType type, int64_t k, const char* what, F&& f) 
             return f(E4m3B32{});
         case DType::kMxfp8:
             return f(Mxfp8{});
+        case DType::kIq4Nl:
+            return f(Iq4Nl{});
+        case DType::kIq4Xs:
+            return f(Iq4Xs{});
         default:
             return core::error(core::StatusCode::kUnsupported)
                    << what << ": weight type " << core::dtype_name(type)
-                   << " (q8_0, q4_0, q4_1, q5_0, q5_1, q2_k - q6_k, mxfp4, nvfp4, e4m3_b32 and mxfp8 are built)";
+                   << " (q8_0, q4_0, q4_1, q5_0, q5_1, q2_k - q6_k, iq4_nl, iq4_xs, mxfp4, nvfp4, e4m3_b32 and mxfp8 are built)";
     }
 }
 

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/numeric.h"
+#include "kernels/block_layouts.h"
 
 // Bit-exactness needs `a * b - c` rounded twice, as ggml/gguf-py do: forbid fusing it into an FMA
 // (clang contracts within expressions by default when the target has FMA; GCC's ISO-mode default is off).
@@ -130,6 +131,21 @@ struct BlockMxfp8 {
     uint8_t e;
     uint8_t qs[kQK];
 };
+// IQ4_NL (ggml block_iq4_nl): 32 codes of the non-linear levels kIq4Values, nibbles as Q4_0's:
+// x = d * kIq4Values[code].
+struct BlockIq4Nl {
+    uint16_t d;
+    uint8_t qs[kQK / 2];
+};
+// IQ4_XS (ggml block_iq4_xs): 8 sub-blocks of 32, each with a 6-bit scale (see block_layouts.h):
+// x = (d * (ls - 32)) * kIq4Values[code].
+struct BlockIq4Xs {
+    uint16_t d;
+    uint16_t scales_h;
+    uint8_t scales_l[kQK_K / 64];
+    uint8_t qs[kQK_K / 2];
+};
+static_assert(sizeof(BlockIq4Nl) == 18 && sizeof(BlockIq4Xs) == 136);
 static_assert(sizeof(BlockMxfp4) == 17 && sizeof(BlockNvfp4) == 10);
 static_assert(sizeof(BlockE4m3B32) == 36 && sizeof(BlockMxfp8) == 33);
 
@@ -338,6 +354,27 @@ void dequant_mxfp8(const BlockMxfp8& b, float* y) {
     for (int j = 0; j < kQK; ++j) y[j] = core::fp8_e4m3_to_f32(b.qs[j]) * d;
 }
 
+void dequant_iq4_nl(const BlockIq4Nl& b, float* y) {
+    const float d = h2f(b.d);
+    for (int j = 0; j < kQK / 2; ++j) {
+        y[j] = d * float(blocks::kIq4Values[b.qs[j] & 0x0f]);
+        y[j + kQK / 2] = d * float(blocks::kIq4Values[b.qs[j] >> 4]);
+    }
+}
+
+void dequant_iq4_xs(const BlockIq4Xs& b, float* y) {
+    const float d = h2f(b.d);
+    for (int s = 0; s < kQK_K / kQK; ++s) {
+        const int ls = ((b.scales_l[s / 2] >> (4 * (s % 2))) & 0x0f) | (((b.scales_h >> (2 * s)) & 3) << 4);
+        const float dl = d * float(ls - 32);
+        const uint8_t* qs = b.qs + 16 * s;
+        for (int j = 0; j < 16; ++j) {
+            y[kQK * s + j] = dl * float(blocks::kIq4Values[qs[j] & 0x0f]);
+            y[kQK * s + j + 16] = dl * float(blocks::kIq4Values[qs[j] >> 4]);
+        }
+    }
+}
+
 template <typename Block, typename Fn>
 void for_blocks(const void* src, float* dst, int64_t num_blocks, int block_size, Fn fn) {
     for (int64_t i = 0; i < num_blocks; ++i) fn(load<Block>(src, i), dst + i * block_size);
@@ -366,6 +403,8 @@ bool dequant_supported(core::DType type) {
         case core::DType::kNvfp4:
         case core::DType::kE4m3B32:
         case core::DType::kMxfp8:
+        case core::DType::kIq4Nl:
+        case core::DType::kIq4Xs:
             return true;
         default:
             return false;
@@ -443,6 +482,12 @@ core::Status dequantize_row(core::DType type, const void* src, float* dst, int64
             break;
         case core::DType::kMxfp8:
             for_blocks<BlockMxfp8>(src, dst, nb, kQK, dequant_mxfp8);
+            break;
+        case core::DType::kIq4Nl:
+            for_blocks<BlockIq4Nl>(src, dst, nb, kQK, dequant_iq4_nl);
+            break;
+        case core::DType::kIq4Xs:
+            for_blocks<BlockIq4Xs>(src, dst, nb, kQK_K, dequant_iq4_xs);
             break;
         default:
             break;

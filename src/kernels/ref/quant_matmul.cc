@@ -113,6 +113,26 @@ double nvfp4_pair_dot(const uint8_t* b, const ActQ8& x) {
     return sum;
 }
 
+// IQ4_NL / IQ4_XS: integer dot of the non-linear levels (kIq4Values, exact int8) of one 32-element
+// block's nibbles with the ActQ8 values, scaled by d_w * d_x (d_w: the block's d, or for IQ4_XS the
+// sub-block's d * (ls - 32)).
+double iq4_block_dot(const uint8_t* qs, float dw, const ActQ8& x) {
+    int32_t isum = 0;
+    for (int j = 0; j < 16; ++j) {
+        isum += blk::kIq4Values[qs[j] & 0x0f] * int32_t(x.q[j]);
+        isum += blk::kIq4Values[qs[j] >> 4] * int32_t(x.q[j + 16]);
+    }
+    return double((dw * x.d) * float(isum));
+}
+
+// IQ4_XS sub-block s (0..7) of the super-block at b: its scale d * (ls - 32).
+float iq4_xs_scale(const uint8_t* b, int s) {
+    uint16_t sh;
+    std::memcpy(&sh, b + blk::kIq4XsScalesH, 2);
+    const int ls = ((b[blk::kIq4XsScalesL + s / 2] >> (4 * (s % 2))) & 0x0f) | (((sh >> (2 * s)) & 3) << 4);
+    return half_at(b + blk::kIq4XsD) * float(ls - 32);
+}
+
 // Q4_K/Q5_K 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes (as dequant.cc).
 void k4_scale_min(const uint8_t* q, int j, int* sc, int* m) {
     if (j < 4) {
@@ -241,6 +261,18 @@ float quant_row_dot(const uint8_t* w, const uint8_t* act, int64_t k) {
                 sum += q3_k_block_dot(b, x);
             } else {
                 sum += k4_block_dot<kType == core::DType::kQ5_K>(b, x);
+            }
+        }
+    } else if constexpr (kType == core::DType::kIq4Nl || kType == core::DType::kIq4Xs) {
+        for (int64_t i = 0; i < k / blk::kQK; ++i) {
+            ActQ8 x;
+            std::memcpy(&x, act + i * int64_t(sizeof(ActQ8)), sizeof(ActQ8));
+            if constexpr (kType == core::DType::kIq4Nl) {
+                const uint8_t* b = w + i * int64_t(blk::kIq4NlBytes);
+                sum += iq4_block_dot(b + blk::kIq4NlQs, half_at(b + blk::kIq4NlD), x);
+            } else {
+                const uint8_t* b = w + (i / 8) * int64_t(blk::kIq4XsBytes);
+                sum += iq4_block_dot(b + blk::kIq4XsQs + 16 * (i % 8), iq4_xs_scale(b, int(i % 8)), x);
             }
         }
     } else if constexpr (kType == core::DType::kMxfp4 || kType == core::DType::kNvfp4) {
@@ -415,6 +447,8 @@ constexpr MatmulKernel kMxfp4Kernel{ActFormat::kQ8, q8_row_bytes, quantize_q8_vo
                                          gemm<core::DType::kMxfp4>};
 constexpr MatmulKernel kNvfp4Kernel{ActFormat::kQ8, q8_row_bytes, quantize_q8_void,
                                          gemm<core::DType::kNvfp4>};
+constexpr MatmulKernel kIq4NlKernel{ActFormat::kQ8, q8_row_bytes, quantize_q8_void, gemm<core::DType::kIq4Nl>};
+constexpr MatmulKernel kIq4XsKernel{ActFormat::kQ8, q8_row_bytes, quantize_q8_void, gemm<core::DType::kIq4Xs>};
 constexpr MatmulKernel kE4m3B32Kernel{ActFormat::kF32, f32_row_bytes, copy_row,
                                            gemm<core::DType::kE4m3B32>};
 constexpr MatmulKernel kMxfp8Kernel{ActFormat::kF32, f32_row_bytes, copy_row, gemm<core::DType::kMxfp8>};
@@ -513,6 +547,10 @@ const MatmulKernel* ref_matmul_kernel(core::DType weight_type) {
             return &kMxfp4Kernel;
         case core::DType::kNvfp4:
             return &kNvfp4Kernel;
+        case core::DType::kIq4Nl:
+            return &kIq4NlKernel;
+        case core::DType::kIq4Xs:
+            return &kIq4XsKernel;
         case core::DType::kE4m3B32:
             return &kE4m3B32Kernel;
         case core::DType::kMxfp8:
