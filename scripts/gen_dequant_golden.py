@@ -28,9 +28,10 @@ FP16_FIELDS = {
     T.Q2_K: [80, 82], T.Q3_K: [108], T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208],
 }
 # IQ4_NL / IQ4_XS (added after MXFP4): the fp16 d at byte 0; IQ4_XS's scales_h / scales_l and the
-# nibbles stay random, so every 6-bit sub-block scale and every level occurs.
-LATER_FP16_FIELDS = {T.IQ4_NL: [0], T.IQ4_XS: [0]}
-NUM_BLOCKS = {T.IQ4_XS: 3, T.Q2_K: 3, T.Q3_K: 3, T.Q4_K: 3, T.Q5_K: 3, T.Q6_K: 3}  # others: 8 blocks of 32
+# nibbles stay random, so every 6-bit sub-block scale and every level occurs. TQ1_0 / TQ2_0: d at the
+# end; random bytes cover every base-3 byte (and TQ2_0's unused code 3).
+LATER_FP16_FIELDS = {T.IQ4_NL: [0], T.IQ4_XS: [0], T.TQ1_0: [52], T.TQ2_0: [64]}
+NUM_BLOCKS = {T.IQ4_XS: 3, T.TQ1_0: 3, T.TQ2_0: 3, T.Q2_K: 3, T.Q3_K: 3, T.Q4_K: 3, T.Q5_K: 3, T.Q6_K: 3}  # others: 8 blocks of 32
 
 
 def quant_record(rng, qtype):

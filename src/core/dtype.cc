@@ -19,9 +19,10 @@ constexpr DTypeInfo kInfos[] = {
     {"q5_k", 256, 176, false, true}, {"q6_k", 256, 210, false, true}, {"q8_k", 256, 292, false, true},
     {"mxfp4", 32, 17, false, true},  {"nvfp4", 16, 10, false, true}, {"e4m3_b32", 32, 36, false, true},
     {"mxfp8", 32, 33, false, true},  {"iq4_nl", 32, 18, false, true}, {"iq4_xs", 256, 136, false, true},
+    {"tq1_0", 256, 54, false, true}, {"tq2_0", 256, 66, false, true},
 };
 constexpr int kNumTypes = sizeof(kInfos) / sizeof(kInfos[0]);
-static_assert(kNumTypes == int(DType::kIq4Xs) + 1, "kInfos must list every DType in order");
+static_assert(kNumTypes == int(DType::kTq2_0) + 1, "kInfos must list every DType in order");
 
 }  // namespace
 

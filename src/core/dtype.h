@@ -18,6 +18,10 @@
 //  - kIq4Xs: block_iq4_xs (GGML_TYPE_IQ4_XS = 23), 256 elements: {fp16 d; uint16 scales_h; uint8
 //    scales_l[4]; uint8 qs[128]}; sub-block j of 32 has the 6-bit scale ls_j (low 4 bits from
 //    scales_l, high 2 from scales_h) and scale d * (ls_j - 32); its nibbles are qs[16j .. 16j + 15].
+// Ternary types (ggml's TQ1_0 / TQ2_0, BitNet b1.58 weights: x = d * t, t in {-1, 0, 1}, 256 elements,
+// one fp16 d at the end; kernels/block_layouts.h):
+//  - kTq1_0 (GGML_TYPE_TQ1_0 = 34): {uint8 qs[48]; uint8 qh[4]; fp16 d}, five trits per byte (base 3).
+//  - kTq2_0 (GGML_TYPE_TQ2_0 = 35): {uint8 qs[64]; fp16 d}, four 2-bit codes (t + 1) per byte.
 #pragma once
 
 #include <cstdint>
@@ -29,7 +33,7 @@ namespace kiln::core {
 enum class DType : uint8_t {
     kF32, kF16, kBF16, kF64, kI8, kU8, kI16, kI32, kI64, kBool, kF8E4M3, kF8E5M2,
     kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ8_0, kQ8_1, kQ2_K, kQ3_K, kQ4_K, kQ5_K, kQ6_K, kQ8_K,
-    kMxfp4, kNvfp4, kE4m3B32, kMxfp8, kIq4Nl, kIq4Xs,
+    kMxfp4, kNvfp4, kE4m3B32, kMxfp8, kIq4Nl, kIq4Xs, kTq1_0, kTq2_0,
 };
 
 struct DTypeInfo {

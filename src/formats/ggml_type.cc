@@ -21,7 +21,8 @@ constexpr GgmlPair kPairs[] = {
     {GgmlType::kI32, core::DType::kI32},     {GgmlType::kI64, core::DType::kI64},
     {GgmlType::kF64, core::DType::kF64},     {GgmlType::kBF16, core::DType::kBF16},
     {GgmlType::kMxfp4, core::DType::kMxfp4},   {GgmlType::kIq4Nl, core::DType::kIq4Nl},
-    {GgmlType::kIq4Xs, core::DType::kIq4Xs},
+    {GgmlType::kIq4Xs, core::DType::kIq4Xs},   {GgmlType::kTq1_0, core::DType::kTq1_0},
+    {GgmlType::kTq2_0, core::DType::kTq2_0},
 };
 
 // Names for every id in ggml.h up to MXFP4 (39), so errors can say what an unsupported tensor is.

@@ -34,6 +34,8 @@ enum class GgmlType : uint32_t {
     kI64 = 27,
     kF64 = 28,
     kBF16 = 30,
+    kTq1_0 = 34,  // block_tq1_0: 256 ternary weights, five per byte in base 3, fp16 d
+    kTq2_0 = 35,  // block_tq2_0: 256 ternary weights, four 2-bit codes per byte, fp16 d
     kMxfp4 = 39,  // block_mxfp4: E8M0 e + 16 nibble bytes, 32 elements
 };
 

@@ -57,6 +57,14 @@ constexpr size_t kIq4NlBytes = 18, kIq4NlD = 0, kIq4NlQs = 2;
 // nibbles. Sub-block j (32 elements): ls = (scales_l[j / 2] >> 4 (j % 2)) & 15 | ((scales_h >> 2j) & 3)
 // << 4, x = (d (ls - 32)) kIq4Values[q], nibbles qs[16j .. 16j + 15] as Q4_0's.
 constexpr size_t kIq4XsBytes = 136, kIq4XsD = 0, kIq4XsScalesH = 2, kIq4XsScalesL = 4, kIq4XsQs = 8;
+// TQ2_0 (ggml block_tq2_0), 256 elements: 64 bytes qs | fp16 d. Element 128c + 32s + j is bits 2s, 2s+1
+// of qs[32c + j]: x = d (code - 1).
+constexpr size_t kTq2_0Bytes = 66, kTq2_0Qs = 0, kTq2_0D = 64;
+// TQ1_0 (ggml block_tq1_0), 256 elements: 48 bytes qs | 4 bytes qh | fp16 d, five trits per byte in
+// base 3: trit m of byte q is ((q * 3^m) mod 256 * 3) >> 8 (as gguf-py decodes it). Element 32m + j
+// (m < 5) is trit m of qs[j] (j < 32), 160 + 16m + j of qs[32 + j] (j < 16), 240 + 4m + j (m < 4)
+// of qh[j]. x = d (trit - 1).
+constexpr size_t kTq1_0Bytes = 54, kTq1_0Qs = 0, kTq1_0Qh = 48, kTq1_0D = 52;
 // The 16 non-linear levels of IQ4_NL / IQ4_XS (ggml kvalues_iq4nl).
 constexpr signed char kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 // E2M1 code -> 2 * value, an exact int8 ({0, 1, 2, 3, 4, 6, 8, 12} and negatives; ggml kvalues_mxfp4).

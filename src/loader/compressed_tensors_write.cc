@@ -118,19 +118,21 @@ uint32_t stored_nibble(const quant::Int4Matrix& m, int64_t r, int64_t c) {
 }  // namespace
 
 std::string QuantScheme::name() const {
+    // "w4-g32", "w8-channel-zp", ...: appended piece by piece (GCC 12 warns on "w" + std::to_string).
+    auto int_name = [this](const char* prefix) {
+        std::string n = prefix;
+        n += std::to_string(bits);
+        n += group_size ? "-g" : "-channel";
+        if (group_size) n += std::to_string(group_size);
+        if (zero_point) n += "-zp";
+        if (act_order) n += "-actorder";
+        return n;
+    };
     switch (format) {
         case QuantFormat::kInt8:
             return tensor_scale ? "int8-tensor" : "int8";
         case QuantFormat::kPackedInt:
-        {
-            std::string n = "w";  // appended piece by piece (GCC 12 warns on "w" + std::to_string)
-            n += std::to_string(bits);
-            n += group_size ? "-g" : "-channel";
-            if (group_size) n += std::to_string(group_size);
-            if (zero_point) n += "-zp";
-            if (act_order) n += "-actorder";
-            return n;
-        }
+            return int_name("w");
         case QuantFormat::kFp8:
             return tensor_scale ? "fp8-tensor" : "fp8";
         case QuantFormat::kFp8Block:
@@ -143,16 +145,8 @@ std::string QuantScheme::name() const {
             return "nvfp4";
         case QuantFormat::kAwq:
             return "awq-w4-g" + std::to_string(group_size);
-        case QuantFormat::kGptq: {
-            std::string n = "gptq-w";  // appended piece by piece (GCC 12 warns on "w" + std::to_string)
-            n += std::to_string(bits);
-            n += group_size ? "-g" : "-channel";
-            if (group_size) n += std::to_string(group_size);
-            if (zero_point) n += "-zp";
-            if (act_order) n += "-actorder";
-            if (gptq_v2) n += "-v2";
-            return n;
-        }
+        case QuantFormat::kGptq:
+            return int_name("gptq-w") + (gptq_v2 ? "-v2" : "");
     }
     return "";
 }

@@ -30,7 +30,7 @@ using test::upload;
 constexpr DType kTypes[] = {DType::kQ8_0,  DType::kQ4_0,  DType::kQ4_1,    DType::kQ5_0, DType::kQ5_1,
                             DType::kQ2_K,  DType::kQ3_K,  DType::kQ4_K,    DType::kQ5_K, DType::kQ6_K,
                             DType::kMxfp4, DType::kNvfp4, DType::kE4m3B32, DType::kMxfp8, DType::kIq4Nl,
-                            DType::kIq4Xs};
+                            DType::kIq4Xs, DType::kTq1_0, DType::kTq2_0};
 
 // n rows of k weights in `type`'s blocks: random quants, finite small fp16 scales (Q4_1's minimum
 // negative, the K-quants' dmin positive).
@@ -57,6 +57,10 @@ std::vector<uint8_t> random_blocks(DType type, int64_t n, int64_t k, std::mt1993
                 if ((w[i] & 0x7f) == 0x7f) w[i] = 0;
         if (type == DType::kMxfp4 || type == DType::kNvfp4 || type == DType::kE4m3B32 || type == DType::kMxfp8)
             continue;
+        if (type == DType::kTq1_0 || type == DType::kTq2_0) {  // quants, then d
+            std::memcpy(&w[off + (type == DType::kTq1_0 ? 52 : 64)], &d, 2);
+            continue;
+        }
         if (type == DType::kQ6_K || type == DType::kQ3_K) {  // quants and scales, then d
             std::memcpy(&w[off + (type == DType::kQ6_K ? 208 : 108)], &d, 2);
             continue;

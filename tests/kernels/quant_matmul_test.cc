@@ -35,7 +35,8 @@ using core::DType;
 
 const DType kTypes[] = {DType::kQ4_1, DType::kQ8_0, DType::kQ4_0, DType::kF32,  DType::kF16,
                         DType::kBF16, DType::kQ6_K, DType::kQ4_K, DType::kQ5_K, DType::kQ5_0,
-                        DType::kQ5_1, DType::kQ2_K, DType::kQ3_K, DType::kIq4Nl, DType::kIq4Xs};
+                        DType::kQ5_1, DType::kQ2_K, DType::kQ3_K, DType::kIq4Nl, DType::kIq4Xs,
+                        DType::kTq1_0, DType::kTq2_0};
 
 void put_f16(uint8_t* p, float v) {
     const uint16_t h = core::f32_to_fp16(v);
@@ -74,6 +75,12 @@ std::vector<uint8_t> random_weights(DType t, int64_t rows, int64_t k, uint32_t s
                 break;
             case DType::kIq4Xs:  // scales_h / scales_l random: every sub-block scale d * (ls - 32)
                 put_f16(blk, 0.0005f * uni(rng));
+                break;
+            case DType::kTq1_0:  // every byte decodes to valid trits
+                put_f16(blk + blocks::kTq1_0D, sign * 0.01f * uni(rng));
+                break;
+            case DType::kTq2_0:  // code 3 (t = 2) does not occur in real files; kept: the arithmetic is the same
+                put_f16(blk + blocks::kTq2_0D, sign * 0.01f * uni(rng));
                 break;
             case DType::kQ4_1:
             case DType::kQ5_1:

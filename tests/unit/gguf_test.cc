@@ -213,12 +213,12 @@ TEST(Gguf, WriterRejectsMalformedValues) {
 
 TEST(Gguf, GgmlTypeMapping) {
     for (uint32_t id :
-         {0u, 1u, 2u, 3u, 6u, 7u, 8u, 9u, 10u, 11u, 12u, 13u, 14u, 15u, 20u, 23u, 24u, 25u, 26u, 27u, 28u, 30u, 39u}) {
+         {0u, 1u, 2u, 3u, 6u, 7u, 8u, 9u, 10u, 11u, 12u, 13u, 14u, 15u, 20u, 23u, 24u, 25u, 26u, 27u, 28u, 30u, 34u, 35u, 39u}) {
         std::optional<DType> d = dtype_from_ggml(id);
         ASSERT_TRUE(d.has_value()) << id;
         EXPECT_EQ(ggml_from_dtype(*d), id);
     }
-    for (uint32_t id : {4u, 5u, 16u, 17u, 21u, 29u, 31u, 34u, 40u, 1000u}) EXPECT_FALSE(dtype_from_ggml(id)) << id;
+    for (uint32_t id : {4u, 5u, 16u, 17u, 21u, 29u, 31u, 36u, 40u, 1000u}) EXPECT_FALSE(dtype_from_ggml(id)) << id;
     EXPECT_EQ(dtype_from_ggml(12), DType::kQ4_K);
     EXPECT_EQ(dtype_from_ggml(39), DType::kMxfp4);
     EXPECT_FALSE(ggml_from_dtype(DType::kNvfp4));  // kiln-internal block

@@ -10,6 +10,7 @@
 #include "kernels/cpu/simd_iq4_kernels.h"
 #include "kernels/cpu/simd_kquant_kernels.h"
 #include "kernels/cpu/simd_legacy_kernels.h"
+#include "kernels/cpu/simd_tq_kernels.h"
 
 namespace kiln::kernels::cpu {
 
@@ -18,6 +19,7 @@ const MatmulKernel* avx512_matmul_kernel(core::DType weight_type) {
     if (const MatmulKernel* k = simd_legacy_kernel(weight_type)) return k;
     if (const MatmulKernel* k = simd_fp4_kernel(weight_type)) return k;
     if (const MatmulKernel* k = simd_iq4_kernel(weight_type)) return k;
+    if (const MatmulKernel* k = simd_tq_kernel(weight_type)) return k;
     if (const MatmulKernel* k = simd_fp8_kernel(weight_type)) return k;
     return simd_kquant_kernel(weight_type);
 }

@@ -13,6 +13,7 @@
 #include "kernels/cpu/simd_iq4_kernels.h"
 #include "kernels/cpu/simd_kquant_kernels.h"
 #include "kernels/cpu/simd_legacy_kernels.h"
+#include "kernels/cpu/simd_tq_kernels.h"
 #include "kernels/cpu/simd_vnni_kernels.h"
 #include "kernels/cpu/simd_vnni_kquant.h"
 #include "kernels/cpu/simd_vnni_q4.h"
@@ -29,6 +30,7 @@ const MatmulKernel* avx512vnni_matmul_kernel(core::DType weight_type) {
     if (const MatmulKernel* k = simd_legacy_kernel(weight_type)) return k;
     if (const MatmulKernel* k = simd_fp4_kernel(weight_type)) return k;
     if (const MatmulKernel* k = simd_iq4_kernel(weight_type)) return k;
+    if (const MatmulKernel* k = simd_tq_kernel(weight_type)) return k;
     if (const MatmulKernel* k = simd_fp8_kernel(weight_type)) return k;
     return simd_kquant_kernel(weight_type);
 }

@@ -92,7 +92,7 @@ inline __m256 iq4_xs_sub_scales(const uint8_t* sb) {
 struct Iq4XsSrc {
     using Decoded = Rows8;
     const uint8_t* const* rows;
-    mutable __m256 sub_scales[8];
+    mutable __m256 sub_scales[8] = {};
     mutable int64_t scales_of = -1;  // the super-block sub_scales holds
     static const uint8_t* super(const uint8_t* row, int64_t b) { return row + (b / 8) * int64_t(blk::kIq4XsBytes); }
     void decode(int64_t b, Rows8* w) const {

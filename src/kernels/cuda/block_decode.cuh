@@ -1,5 +1,5 @@
 // Block decoders for the CUDA kernels (nvcc only), GGML's and kiln's FP4 / FP8 blocks: each
-// format's kBytes per block of kElems elements (32; 256 for the K-quants and IQ4_XS, 16 for NVFP4) and
+// format's kBytes per block of kElems elements (32; 256 for the K-quants, IQ4_XS and TQ, 16 for NVFP4) and
 // decode_group(row, g, v), the 32 values of group g (elements 32g .. 32g+31) of a row of whole
 // blocks in f32, exactly as kernels/ref dequantize_row computes them (same operations in the same
 // order, no FMA contraction). Used by gemv_quant.cu (decode-sized GEMV, dequantize_blocks) and
@@ -21,7 +21,7 @@ __host__ __device__ constexpr bool decodes(core::DType t) {
     return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ5_1 ||
            t == DType::kQ2_K || t == DType::kQ3_K || t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K ||
            t == DType::kMxfp4 || t == DType::kNvfp4 || t == DType::kE4m3B32 || t == DType::kMxfp8 ||
-           t == DType::kIq4Nl || t == DType::kIq4Xs;
+           t == DType::kIq4Nl || t == DType::kIq4Xs || t == DType::kTq1_0 || t == DType::kTq2_0;
 }
 
 template <class B>
@@ -282,6 +282,35 @@ struct Iq4Xs {
     }
 };
 
+// TQ2_0 (66 bytes per 256: qs[64], fp16 d): element 128c + 32s + j is bits 2s, 2s+1 of qs[32c + j],
+// x = d * (code - 1). TQ1_0 (54 bytes: qs[48], qh[4], fp16 d): five base-3 trits per byte, trit m of
+// byte q = ((q * 3^m mod 256) * 3) >> 8; element 32m + j of qs[j], 160 + 16m + j of qs[32 + j], 240 +
+// 4m + j of qh[j]; x = d * (trit - 1).
+template <bool kBase3>
+struct Tq {
+    static constexpr int kBytes = kBase3 ? 54 : 66, kElems = 256;
+    __device__ static void decode_group(const uint8_t* row, int64_t g, float* v) {
+        const uint8_t* b = row + (g / 8) * kBytes;
+        const int k = int(g % 8);
+        const float d = half_at(b + (kBase3 ? 52 : 64));
+        for (int j = 0; j < 32; ++j) {
+            int t;
+            if (kBase3) {
+                const int e = 32 * k + j;
+                const int byte = e < 160 ? e % 32 : e < 240 ? 32 + (e - 160) % 16 : 48 + (e - 240) % 4;
+                const int m = e < 160 ? e / 32 : e < 240 ? (e - 160) / 16 : (e - 240) / 4;
+                constexpr int kPow3[5] = {1, 3, 9, 27, 81};
+                t = ((int((b[byte] * kPow3[m]) & 0xFF) * 3) >> 8) - 1;
+            } else {
+                t = ((b[32 * (k / 4) + j] >> (2 * (k % 4))) & 3) - 1;
+            }
+            v[j] = __fmul_rn(d, float(t));
+        }
+    }
+};
+using Tq1_0 = Tq<true>;
+using Tq2_0 = Tq<false>;
+
 // E4M3_B32 (36 bytes: fp32 d, qs[32]) and MXFP8 (33 bytes: e, qs[32]).
 template <bool kMx>
 struct Fp8Block {
@@ -304,7 +333,8 @@ template <class F>
 core::Status with_decoder(core::DType type, int64_t k, const char* what, F&& f) {
     using core::DType;
     const bool super = type == DType::kQ2_K || type == DType::kQ3_K || type == DType::kQ4_K || type == DType::kQ5_K ||
-                       type == DType::kQ6_K || type == DType::kIq4Xs;
+                       type == DType::kQ6_K || type == DType::kIq4Xs || type == DType::kTq1_0 ||
+                       type == DType::kTq2_0;
     if (decodes(type) && k % (super ? 256 : 32) != 0)
         return core::error(core::StatusCode::kInvalidArgument)
                << what << ": " << k << " elements per row are not whole " << core::dtype_name(type) << " blocks";
@@ -341,10 +371,14 @@ core::Status with_decoder(core::DType type, int64_t k, const char* what, F&& f) 
             return f(Iq4Nl{});
         case DType::kIq4Xs:
             return f(Iq4Xs{});
+        case DType::kTq1_0:
+            return f(Tq1_0{});
+        case DType::kTq2_0:
+            return f(Tq2_0{});
         default:
             return core::error(core::StatusCode::kUnsupported)
                    << what << ": weight type " << core::dtype_name(type)
-                   << " (q8_0, q4_0, q4_1, q5_0, q5_1, q2_k - q6_k, iq4_nl, iq4_xs, mxfp4, nvfp4, e4m3_b32 and mxfp8 are built)";
+                   << " (q8_0, q4_0, q4_1, q5_0, q5_1, q2_k - q6_k, iq4_nl, iq4_xs, tq1_0, tq2_0, mxfp4, nvfp4, e4m3_b32 and mxfp8 are built)";
     }
 }
 

@@ -375,6 +375,15 @@ void dequant_iq4_xs(const BlockIq4Xs& b, float* y) {
     }
 }
 
+// 256 ternary weights of a TQ block, then x = d * t (gguf-py's order: d times the float value).
+void dequant_tq(core::DType type, const uint8_t* b, float* y) {
+    int8_t t[kQK_K];
+    tq_trits(type, b, t);
+    const size_t d_off = type == core::DType::kTq1_0 ? blocks::kTq1_0D : blocks::kTq2_0D;
+    const float d = h2f(uint16_t(b[d_off] | b[d_off + 1] << 8));
+    for (int i = 0; i < kQK_K; ++i) y[i] = d * float(t[i]);
+}
+
 template <typename Block, typename Fn>
 void for_blocks(const void* src, float* dst, int64_t num_blocks, int block_size, Fn fn) {
     for (int64_t i = 0; i < num_blocks; ++i) fn(load<Block>(src, i), dst + i * block_size);
@@ -405,6 +414,8 @@ bool dequant_supported(core::DType type) {
         case core::DType::kMxfp8:
         case core::DType::kIq4Nl:
         case core::DType::kIq4Xs:
+        case core::DType::kTq1_0:
+        case core::DType::kTq2_0:
             return true;
         default:
             return false;
@@ -489,10 +500,39 @@ core::Status dequantize_row(core::DType type, const void* src, float* dst, int64
         case core::DType::kIq4Xs:
             for_blocks<BlockIq4Xs>(src, dst, nb, kQK_K, dequant_iq4_xs);
             break;
+        case core::DType::kTq1_0:
+        case core::DType::kTq2_0: {
+            const size_t bytes = core::dtype_info(type).block_bytes;
+            for (int64_t i = 0; i < nb; ++i) dequant_tq(type, p + i * int64_t(bytes), dst + i * kQK_K);
+            break;
+        }
         default:
             break;
     }
     return core::Status::ok();
+}
+
+void tq_trits(core::DType type, const uint8_t* b, int8_t* t) {
+    if (type == core::DType::kTq2_0) {
+        for (int c = 0; c < 2; ++c)
+            for (int s = 0; s < 4; ++s)
+                for (int j = 0; j < 32; ++j) t[128 * c + 32 * s + j] = int8_t(((b[32 * c + j] >> (2 * s)) & 3) - 1);
+        return;
+    }
+    // TQ1_0: trit m of byte q is ((q * 3^m mod 256) * 3) >> 8.
+    auto trit = [](uint8_t q, int m) {
+        static constexpr uint8_t kPow3[5] = {1, 3, 9, 27, 81};
+        const uint8_t v = uint8_t(q * kPow3[m]);
+        return int8_t(((uint16_t(v) * 3) >> 8) - 1);
+    };
+    const uint8_t* qs = b + blocks::kTq1_0Qs;
+    const uint8_t* qh = b + blocks::kTq1_0Qh;
+    for (int m = 0; m < 5; ++m) {
+        for (int j = 0; j < 32; ++j) t[32 * m + j] = trit(qs[j], m);
+        for (int j = 0; j < 16; ++j) t[160 + 16 * m + j] = trit(qs[32 + j], m);
+    }
+    for (int m = 0; m < 4; ++m)
+        for (int j = 0; j < 4; ++j) t[240 + 4 * m + j] = trit(qh[j], m);
 }
 
 }  // namespace kiln::kernels::ref

@@ -22,4 +22,7 @@ bool dequant_supported(core::DType type);
 // negative or not a multiple of the type's block size.
 core::Status dequantize_row(core::DType type, const void* src, float* dst, int64_t num_elements);
 
+// The 256 ternary values t (-1, 0, 1; x = d * t) of one TQ1_0 or TQ2_0 block, in element order.
+void tq_trits(core::DType type, const uint8_t* block, int8_t* t);
+
 }  // namespace kiln::kernels::ref

@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "core/numeric.h"
 #include "kernels/block_layouts.h"
+#include "kernels/ref/dequant.h"
 
 namespace kiln::kernels::ref {
 namespace {
@@ -263,6 +264,24 @@ float quant_row_dot(const uint8_t* w, const uint8_t* act, int64_t k) {
                 sum += k4_block_dot<kType == core::DType::kQ5_K>(b, x);
             }
         }
+    } else if constexpr (kType == core::DType::kTq1_0 || kType == core::DType::kTq2_0) {
+        // Ternary weights: per 32-element sub-block, the integer dot of t with the ActQ8 values, times
+        // d_w * d_x (d_w the super-block's d).
+        const int64_t bytes = int64_t(core::dtype_info(kType).block_bytes);
+        const size_t d_off = kType == core::DType::kTq1_0 ? blk::kTq1_0D : blk::kTq2_0D;
+        for (int64_t sb = 0; sb < k / blk::kQK_K; ++sb) {
+            const uint8_t* b = w + sb * bytes;
+            int8_t t[blk::kQK_K];
+            tq_trits(kType, b, t);
+            const float d = half_at(b + d_off);
+            for (int64_t i = 0; i < blk::kQK_K / blk::kQK; ++i) {
+                ActQ8 x;
+                std::memcpy(&x, act + (sb * (blk::kQK_K / blk::kQK) + i) * int64_t(sizeof(ActQ8)), sizeof(ActQ8));
+                int32_t isum = 0;
+                for (int j = 0; j < blk::kQK; ++j) isum += int32_t(t[blk::kQK * i + j]) * int32_t(x.q[j]);
+                sum += double((d * x.d) * float(isum));
+            }
+        }
     } else if constexpr (kType == core::DType::kIq4Nl || kType == core::DType::kIq4Xs) {
         for (int64_t i = 0; i < k / blk::kQK; ++i) {
             ActQ8 x;
@@ -449,6 +468,8 @@ constexpr MatmulKernel kNvfp4Kernel{ActFormat::kQ8, q8_row_bytes, quantize_q8_vo
                                          gemm<core::DType::kNvfp4>};
 constexpr MatmulKernel kIq4NlKernel{ActFormat::kQ8, q8_row_bytes, quantize_q8_void, gemm<core::DType::kIq4Nl>};
 constexpr MatmulKernel kIq4XsKernel{ActFormat::kQ8, q8_row_bytes, quantize_q8_void, gemm<core::DType::kIq4Xs>};
+constexpr MatmulKernel kTq1_0Kernel{ActFormat::kQ8, q8_row_bytes, quantize_q8_void, gemm<core::DType::kTq1_0>};
+constexpr MatmulKernel kTq2_0Kernel{ActFormat::kQ8, q8_row_bytes, quantize_q8_void, gemm<core::DType::kTq2_0>};
 constexpr MatmulKernel kE4m3B32Kernel{ActFormat::kF32, f32_row_bytes, copy_row,
                                            gemm<core::DType::kE4m3B32>};
 constexpr MatmulKernel kMxfp8Kernel{ActFormat::kF32, f32_row_bytes, copy_row, gemm<core::DType::kMxfp8>};
@@ -551,6 +572,10 @@ const MatmulKernel* ref_matmul_kernel(core::DType weight_type) {
             return &kIq4NlKernel;
         case core::DType::kIq4Xs:
             return &kIq4XsKernel;
+        case core::DType::kTq1_0:
+            return &kTq1_0Kernel;
+        case core::DType::kTq2_0:
+            return &kTq2_0Kernel;
         case core::DType::kE4m3B32:
             return &kE4m3B32Kernel;
         case core::DType::kMxfp8:
