@@ -108,19 +108,8 @@ struct Iq4XsSrc {
     }
 };
 
-void iq4_xs_gemm(const void* w, size_t wrb, const void* act, size_t arb, int64_t n, int64_t k, float* y, int64_t ldy,
-                 int64_t r0, int64_t r1) {
-    const uint8_t* wb = static_cast<const uint8_t*>(w);
-    const uint8_t* rows[8];
-    auto at = [&](int64_t r) {
-        const int valid = group_rows8(wb, wrb, r, r1, rows);
-        return RowGroup<Iq4XsSrc>{Iq4XsSrc{rows}, valid, wb + (r + 8) * int64_t(wrb)};
-    };
-    run_groups<Legacy<FmtIq4Xs>>(at, static_cast<const uint8_t*>(act), arb, n, k, y, ldy, r0, r1);
-}
-
 constexpr MatmulKernel kIq4Nl{ActFormat::kQ8, q8_row_bytes, quantize_q8, Legacy<FmtIq4Nl>::gemm};
-constexpr MatmulKernel kIq4Xs{ActFormat::kQ8, q8_row_bytes, quantize_q8, iq4_xs_gemm};
+constexpr MatmulKernel kIq4Xs{ActFormat::kQ8, q8_row_bytes, quantize_q8, rows_gemm<FmtIq4Xs, Iq4XsSrc>};
 
 inline const MatmulKernel* simd_iq4_kernel(core::DType weight_type) {
     switch (weight_type) {

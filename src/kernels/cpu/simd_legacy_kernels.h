@@ -583,6 +583,21 @@ struct Float {
     }
 };
 
+// MatmulKernel::gemm through Legacy's tiles for a format whose blocks are not one fixed-size block per
+// 32 elements (IQ4_XS, TQ1_0, TQ2_0: super-blocks of 256): Src reads sub-block b of the 8 rows it is
+// built from (Src{rows}: decode(b, Rows8*), scales(b, dw, mw)), as RowSrc does for the legacy layout.
+template <class Fmt, class Src>
+void rows_gemm(const void* w, size_t wrb, const void* act, size_t arb, int64_t n, int64_t k, float* y, int64_t ldy,
+               int64_t r0, int64_t r1) {
+    const uint8_t* wb = static_cast<const uint8_t*>(w);
+    const uint8_t* rows[8];
+    auto at = [&](int64_t r) {
+        const int valid = group_rows8(wb, wrb, r, r1, rows);
+        return RowGroup<Src>{Src{rows}, valid, wb + (r + 8) * int64_t(wrb)};
+    };
+    run_groups<Legacy<Fmt>>(at, static_cast<const uint8_t*>(act), arb, n, k, y, ldy, r0, r1);
+}
+
 constexpr MatmulKernel kF32{ActFormat::kF32, f32_row_bytes, copy_row, avx2_gemm<Float<FloatF32>>};
 constexpr MatmulKernel kF16{ActFormat::kF32, f32_row_bytes, copy_row, avx2_gemm<Float<FloatF16>>};
 constexpr MatmulKernel kBF16{ActFormat::kBF16, bf16_row_bytes, quantize_bf16, avx2_gemm<Float<FloatBF16, FloatBF16>>};

@@ -115,20 +115,8 @@ struct Tq1Src {
     }
 };
 
-template <class Src, size_t kBlockBytes>
-void tq_gemm(const void* w, size_t wrb, const void* act, size_t arb, int64_t n, int64_t k, float* y, int64_t ldy,
-             int64_t r0, int64_t r1) {
-    const uint8_t* wb = static_cast<const uint8_t*>(w);
-    const uint8_t* rows[8];
-    auto at = [&](int64_t r) {
-        const int valid = group_rows8(wb, wrb, r, r1, rows);
-        return RowGroup<Src>{Src{rows}, valid, wb + (r + 8) * int64_t(wrb)};
-    };
-    run_groups<Legacy<FmtTq<kBlockBytes>>>(at, static_cast<const uint8_t*>(act), arb, n, k, y, ldy, r0, r1);
-}
-
-constexpr MatmulKernel kTq1_0{ActFormat::kQ8, q8_row_bytes, quantize_q8, tq_gemm<Tq1Src, blk::kTq1_0Bytes>};
-constexpr MatmulKernel kTq2_0{ActFormat::kQ8, q8_row_bytes, quantize_q8, tq_gemm<Tq2Src, blk::kTq2_0Bytes>};
+constexpr MatmulKernel kTq1_0{ActFormat::kQ8, q8_row_bytes, quantize_q8, rows_gemm<FmtTq<blk::kTq1_0Bytes>, Tq1Src>};
+constexpr MatmulKernel kTq2_0{ActFormat::kQ8, q8_row_bytes, quantize_q8, rows_gemm<FmtTq<blk::kTq2_0Bytes>, Tq2Src>};
 
 inline const MatmulKernel* simd_tq_kernel(core::DType weight_type) {
     switch (weight_type) {
