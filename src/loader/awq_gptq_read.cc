@@ -15,13 +15,10 @@
 //   M.scales  F16 [groups, out]; M.g_idx I32 [in]: the group of each input (desc_act reorders
 //             them; without it i / g); group_size -1: one group
 //   w[o][i] = scale[g_idx[i]][o] * (q - zero[g_idx[i]][o])   (auto_gptq qlinear_cuda.py's dequantization)
-#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "loader/compressed_tensors.h"
 #include "loader/quant_parts.h"
-#include "quant/ggml_blocks.h"
-#include "quant/int_quant.h"
 
 namespace kiln::loader {
 namespace {
@@ -34,52 +31,6 @@ using namespace quant_parts;
 // Nibble of output 8c + o inside AutoAWQ's word c (the inverse of its pack order 0 2 4 6 1 3 5 7).
 constexpr int kAwqNibble[8] = {0, 4, 1, 5, 2, 6, 3, 7};
 
-// One Linear as (code - zero) * scale per (output, group) with unsigned codes: Q4_1 (or Q4_0 when every
-// zero is 8; 8-bit codes: Q8_0 when every zero is 128) blocks where the row length and groups are
-// whole 32-element blocks and the groups contiguous, f32 otherwise (exact). codes [out, in]; zeros and scales [out, groups]; g_idx [in] or
-// empty (contiguous groups of g).
-core::Result<TensorRef> int_weight(const std::string& name, int64_t out, int64_t in, int64_t g, int bits,
-                                   const std::vector<uint8_t>& codes, const std::vector<int32_t>& zeros,
-                                   const std::vector<float>& scales, const std::vector<int32_t>& g_idx) {
-    const int64_t groups = scales.size() / size_t(out);
-    if (g_idx.empty() && bits == 4 && in % 32 == 0 && g % 32 == 0) {
-        bool all_eight = true;
-        for (int32_t z : zeros) all_eight = all_eight && z == 8;
-        bool zeros_fit = true;
-        for (int32_t z : zeros) zeros_fit = zeros_fit && z >= 0 && z <= 255;
-        if (zeros_fit) {
-            const auto mode = all_eight ? quant::Int4Mode::kSymmetric : quant::Int4Mode::kAsymmetric;
-            quant::Int4Matrix q = quant::empty_int4(out, in, g, mode);
-            q.scales = scales;
-            for (int64_t r = 0; r < out; ++r)
-                for (int64_t c = 0; c < in; ++c) {
-                    const uint8_t u = codes[size_t(r * in + c)];
-                    const uint8_t code = all_eight ? uint8_t((u ^ 0x8) & 0xF) : u;  // symmetric: two's complement
-                    uint8_t& byte = q.data[size_t(r * q.row_bytes + c / 2)];
-                    byte = uint8_t(byte | (c % 2 == 0 ? code : code << 4));
-                }
-            if (!all_eight)
-                for (size_t i = 0; i < zeros.size(); ++i) q.zeros[i] = uint8_t(zeros[i]);
-            KILN_ASSIGN_OR_RETURN(std::vector<uint8_t> b, all_eight ? quant::to_q4_0(q) : quant::to_q4_1(q));
-            return own(name, all_eight ? DType::kQ4_0 : DType::kQ4_1, uint64_t(out), uint64_t(in), std::move(b));
-        }
-    }
-    if (g_idx.empty() && bits == 8 && in % 32 == 0 && g % 32 == 0 &&
-        std::all_of(zeros.begin(), zeros.end(), [](int32_t z) { return z == 128; })) {
-        std::vector<int8_t> q(codes.size());  // symmetric 8-bit: q - 128 is exact in int8 (Q8_0)
-        for (size_t i = 0; i < q.size(); ++i) q[i] = int8_t(int32_t(codes[i]) - 128);
-        KILN_ASSIGN_OR_RETURN(std::vector<uint8_t> b, quant::to_q8_0(q, out, in, scales, g));
-        return own(name, DType::kQ8_0, uint64_t(out), uint64_t(in), std::move(b));
-    }
-    std::vector<float> f(size_t(out * in));
-    for (int64_t r = 0; r < out; ++r)
-        for (int64_t c = 0; c < in; ++c) {
-            const int64_t k = r * groups + (g_idx.empty() ? c / g : g_idx[size_t(c)]);
-            f[size_t(r * in + c)] = float(int32_t(codes[size_t(r * in + c)]) - zeros[size_t(k)]) * scales[size_t(k)];
-        }
-    return own_f32(name, uint64_t(out), uint64_t(in), f);
-}
-
 // scales stored [groups, out] -> [out, groups].
 std::vector<float> transpose(const std::vector<float>& s, int64_t groups, int64_t out) {
     std::vector<float> t(s.size());
@@ -88,7 +39,8 @@ std::vector<float> transpose(const std::vector<float>& s, int64_t groups, int64_
     return t;
 }
 
-core::Result<TensorRef> awq(const QuantScheme& s, const std::string& m, const std::map<std::string, TensorPart>& parts) {
+core::Result<TensorRef> awq(const QuantScheme& s, const std::string& m, const std::map<std::string, TensorPart>& parts,
+                            std::vector<std::shared_ptr<const void>>* owners) {
     KILN_ASSIGN_OR_RETURN(const TensorPart* qw, find_part(parts, m, "qweight"));
     if (qw->dtype != DType::kI32 || qw->shape.size() != 2 || qw->shape[0] == 0 || qw->shape[1] == 0)
         return wrong_part(m, "qweight", *qw, "I32 [in, out / 8]");
@@ -111,10 +63,11 @@ core::Result<TensorRef> awq(const QuantScheme& s, const std::string& m, const st
     for (int64_t k = 0; k < groups; ++k)
         for (int64_t o = 0; o < out; ++o)
             zeros[size_t(o * groups + k)] = int32_t((uint32_t(z[size_t(k * wpr + o / 8)]) >> (4 * kAwqNibble[o % 8])) & 0xF);
-    return int_weight(m + ".weight", out, in, g, 4, codes, zeros, transpose(sc, groups, out), {});
+    return int_weight(m + ".weight", out, in, g, 4, codes, zeros, transpose(sc, groups, out), {}, owners);
 }
 
-core::Result<TensorRef> gptq(const QuantScheme& s, const std::string& m, const std::map<std::string, TensorPart>& parts) {
+core::Result<TensorRef> gptq(const QuantScheme& s, const std::string& m, const std::map<std::string, TensorPart>& parts,
+                             std::vector<std::shared_ptr<const void>>* owners) {
     const int bits = s.bits, per_word = 32 / bits;
     const uint32_t mask = (1u << bits) - 1;
     KILN_ASSIGN_OR_RETURN(const TensorPart* qw, find_part(parts, m, "qweight"));
@@ -129,21 +82,7 @@ core::Result<TensorRef> gptq(const QuantScheme& s, const std::string& m, const s
     KILN_RETURN_IF_ERROR(check_scales(sc, m));
     KILN_ASSIGN_OR_RETURN(const TensorPart* qz, part(parts, m, "qzeros", DType::kI32,
                                                      {uint64_t(groups), uint64_t(out / per_word)}));
-    std::vector<int32_t> g_idx;
-    if (parts.count("g_idx")) {
-        KILN_ASSIGN_OR_RETURN(const TensorPart* gi, part(parts, m, "g_idx", DType::kI32, {uint64_t(in)}));
-        g_idx = copy_of<int32_t>(*gi);
-        bool contiguous = true;
-        for (int64_t i = 0; i < in; ++i) {
-            if (g_idx[size_t(i)] < 0 || g_idx[size_t(i)] >= groups)
-                return core::error(StatusCode::kCorrupt)
-                       << "'" << m << ".g_idx' names group " << g_idx[size_t(i)] << " of " << groups << " (input " << i << ")";
-            contiguous = contiguous && g_idx[size_t(i)] == i / g;
-        }
-        if (contiguous) g_idx.clear();
-    } else if (s.act_order) {
-        return core::error(StatusCode::kCorrupt) << "'" << m << "' has no g_idx (desc_act is set)";
-    }
+    KILN_ASSIGN_OR_RETURN(std::vector<int32_t> g_idx, group_index(parts, m, "g_idx", in, g, s.act_order));
     const std::vector<int32_t> w = copy_of<int32_t>(*qw), z = copy_of<int32_t>(*qz);
     std::vector<uint8_t> codes(size_t(out * in));
     for (int64_t i = 0; i < in; ++i)
@@ -157,7 +96,7 @@ core::Result<TensorRef> gptq(const QuantScheme& s, const std::string& m, const s
             const int32_t stored = int32_t((uint32_t(z[size_t(k * zpr + o / per_word)]) >> (bits * (o % per_word))) & mask);
             zeros[size_t(o * groups + k)] = s.gptq_v2 ? stored : stored + 1;  // v1 stores zero - 1
         }
-    return int_weight(m + ".weight", out, in, g, bits, codes, zeros, transpose(sc, groups, out), g_idx);
+    return int_weight(m + ".weight", out, in, g, bits, codes, zeros, transpose(sc, groups, out), g_idx, owners);
 }
 
 core::Status unsupported(const std::string& what) {
@@ -220,9 +159,10 @@ core::Result<CompressedConfig> awq_gptq_config(const std::string& quant_config_j
 }
 
 core::Result<TensorRef> decompress_awq_gptq(const CompressedConfig& config, const std::string& module,
-                                            const std::map<std::string, TensorPart>& parts) {
-    if (config.scheme.format == QuantFormat::kAwq) return awq(config.scheme, module, parts);
-    return gptq(config.scheme, module, parts);
+                                            const std::map<std::string, TensorPart>& parts,
+                                            std::vector<std::shared_ptr<const void>>* owners) {
+    if (config.scheme.format == QuantFormat::kAwq) return awq(config.scheme, module, parts, owners);
+    return gptq(config.scheme, module, parts, owners);
 }
 
 }  // namespace kiln::loader

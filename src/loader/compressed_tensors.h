@@ -109,7 +109,8 @@ struct TensorPart {
 };
 // AutoAWQ's / GPTQ's parts of `module` ("qweight", "qzeros", "scales", "g_idx") as a runtime weight.
 core::Result<TensorRef> decompress_awq_gptq(const CompressedConfig& config, const std::string& module,
-                                            const std::map<std::string, TensorPart>& parts);
+                                            const std::map<std::string, TensorPart>& parts,
+                                            std::vector<std::shared_ptr<const void>>* owners);
 // Splits "M.weight_scale" into ("M", "weight_scale") for the part names this layout uses (and
 // AutoAWQ's / GPTQ's "M.qweight", "M.qzeros", "M.scales", "M.g_idx"); nullopt
 // for any other name (plain tensors such as norms or biases, and M.weight).

@@ -17,8 +17,6 @@
 #include "quant/fp4_blocks.h"
 #include "quant/fp8.h"
 #include "quant/fp8_blocks.h"
-#include "quant/ggml_blocks.h"
-#include "quant/int_quant.h"
 #include "quant/mx.h"
 #include "quant/nvfp4.h"
 
@@ -137,83 +135,34 @@ core::Result<std::pair<uint64_t, uint64_t>> weight_dims(const std::map<std::stri
 }
 
 // pack-quantized integers: w = (q - zp) * scale per group (of contiguous columns, or by
-// weight_g_idx). 4-bit -> Q4_0 / Q4_1 and symmetric 8-bit -> I8 rows / Q8_0 where rows and groups
-// are whole 32-element blocks and groups contiguous; f32 otherwise (exact).
+// weight_g_idx), to a runtime weight through int_weight (quant_parts.h).
 core::Result<TensorRef> packed_int(const QuantScheme& s, const std::string& m,
                                    const std::map<std::string, TensorPart>& parts, uint64_t R, uint64_t C,
                                    std::vector<std::shared_ptr<const void>>* owners) {
     const int64_t rows = int64_t(R), cols = int64_t(C), bits = s.bits, offset = int64_t(1) << (bits - 1);
     const int64_t group = s.group_size ? std::min(s.group_size, cols) : cols, groups = (cols + group - 1) / group;
-    const std::string name = m + ".weight";
     KILN_ASSIGN_OR_RETURN(const TensorPart* w, part(parts, m, "weight_packed", DType::kI32,
                                                     {R, uint64_t((cols * bits + 31) / 32)}));
     KILN_ASSIGN_OR_RETURN(std::vector<float> scales, float_part(parts, m, "weight_scale", {R, uint64_t(groups)}));
     KILN_RETURN_IF_ERROR(check_scales(scales, m));
-    std::vector<int32_t> zp;  // signed zero points [rows, groups]; empty when symmetric
+    // Codes and zero points as stored (value + 2^(bits-1)); no zero points: the offset itself.
+    std::vector<int32_t> zeros(size_t(rows * groups), int32_t(offset));
     if (s.zero_point) {
         KILN_ASSIGN_OR_RETURN(const TensorPart* z, part(parts, m, "weight_zero_point", DType::kI32,
                                                         {uint64_t((rows * bits + 31) / 32), uint64_t(groups)}));
         const std::vector<int32_t> packed = copy_of<int32_t>(*z);
-        zp.resize(size_t(rows * groups));
         for (int64_t g = 0; g < groups; ++g)
             for (int64_t r = 0; r < rows; ++r)
-                zp[size_t(r * groups + g)] = int32_t(packed_field(packed.data() + g, groups, r, int(bits))) - int32_t(offset);
+                zeros[size_t(r * groups + g)] = int32_t(packed_field(packed.data() + g, groups, r, int(bits)));
     }
-    std::vector<int32_t> g_idx;  // the group of each column; empty when groups are contiguous
-    if (parts.count("weight_g_idx") || s.act_order) {
-        KILN_ASSIGN_OR_RETURN(const TensorPart* gi, part(parts, m, "weight_g_idx", DType::kI32, {C}));
-        g_idx = copy_of<int32_t>(*gi);
-        bool contiguous = true;
-        for (int64_t c = 0; c < cols; ++c) {
-            if (g_idx[size_t(c)] < 0 || g_idx[size_t(c)] >= groups)
-                return core::error(StatusCode::kCorrupt) << "'" << m << ".weight_g_idx' names group " << g_idx[size_t(c)]
-                                                         << " of " << groups << " (column " << c << ")";
-            contiguous = contiguous && g_idx[size_t(c)] == c / group;
-        }
-        if (contiguous) g_idx.clear();
-    }
+    KILN_ASSIGN_OR_RETURN(std::vector<int32_t> g_idx, group_index(parts, m, "weight_g_idx", cols, group, s.act_order));
     const std::vector<int32_t> words = copy_of<int32_t>(*w);
     const int64_t row_words = (cols * bits + 31) / 32;
-    std::vector<int8_t> q(size_t(rows * cols));  // signed values
+    std::vector<uint8_t> codes(size_t(rows * cols));
     for (int64_t r = 0; r < rows; ++r)
         for (int64_t c = 0; c < cols; ++c)
-            q[size_t(r * cols + c)] = int8_t(int64_t(packed_field(words.data() + r * row_words, 1, c, int(bits))) - offset);
-    const bool blocks = g_idx.empty() && cols % 32 == 0 && group % 32 == 0;
-    if (blocks && bits == 4) {
-        quant::Int4Matrix q4 = quant::empty_int4(rows, cols, group, s.zero_point ? quant::Int4Mode::kAsymmetric
-                                                                                 : quant::Int4Mode::kSymmetric);
-        q4.scales = std::move(scales);
-        for (int64_t r = 0; r < rows; ++r)
-            for (int64_t c = 0; c < cols; ++c) {
-                // Symmetric codes are two's complement; asymmetric ones are unsigned with unsigned zeros.
-                const int v = q[size_t(r * cols + c)];
-                const uint8_t code = uint8_t((s.zero_point ? v + 8 : v) & 0xF);
-                uint8_t& byte = q4.data[size_t(r * q4.row_bytes + c / 2)];
-                byte = uint8_t(byte | (c % 2 == 0 ? code : code << 4));
-            }
-        for (size_t i = 0; i < zp.size(); ++i) q4.zeros[i] = uint8_t(zp[i] + 8);
-        KILN_ASSIGN_OR_RETURN(std::vector<uint8_t> b, s.zero_point ? quant::to_q4_1(q4) : quant::to_q4_0(q4));
-        return own(name, s.zero_point ? DType::kQ4_1 : DType::kQ4_0, R, C, std::move(b));
-    }
-    if (g_idx.empty() && bits == 8 && !s.zero_point) {
-        if (groups == 1) {
-            std::vector<uint8_t> bytes(q.size());
-            std::memcpy(bytes.data(), q.data(), bytes.size());
-            return int8_rows(name, R, C, std::move(bytes), std::move(scales), owners);
-        }
-        if (blocks) {
-            KILN_ASSIGN_OR_RETURN(std::vector<uint8_t> b, quant::to_q8_0(q, rows, cols, scales, group));
-            return own(name, DType::kQ8_0, R, C, std::move(b));
-        }
-    }
-    std::vector<float> f(q.size());
-    for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < cols; ++c) {
-            const int64_t g = r * groups + (g_idx.empty() ? c / group : g_idx[size_t(c)]);
-            const int32_t z = zp.empty() ? 0 : zp[size_t(g)];
-            f[size_t(r * cols + c)] = float(int32_t(q[size_t(r * cols + c)]) - z) * scales[size_t(g)];
-        }
-    return own_f32(name, R, C, f);
+            codes[size_t(r * cols + c)] = uint8_t(packed_field(words.data() + r * row_words, 1, c, int(bits)));
+    return int_weight(m + ".weight", rows, cols, group, int(bits), codes, zeros, std::move(scales), g_idx, owners);
 }
 
 }  // namespace
@@ -282,7 +231,7 @@ core::Result<TensorRef> decompress_weight(const CompressedConfig& config, const 
                                           const std::map<std::string, TensorPart>& parts,
                                           std::vector<std::shared_ptr<const void>>* owners) {
     const QuantScheme& s = config.scheme;
-    if (s.format == QuantFormat::kAwq || s.format == QuantFormat::kGptq) return decompress_awq_gptq(config, m, parts);
+    if (s.format == QuantFormat::kAwq || s.format == QuantFormat::kGptq) return decompress_awq_gptq(config, m, parts, owners);
     const bool packed =
         s.format == QuantFormat::kPackedInt || s.format == QuantFormat::kMxfp4 || s.format == QuantFormat::kNvfp4;
     KILN_ASSIGN_OR_RETURN(auto dims, weight_dims(parts, m, packed ? "weight_packed" : "weight", s.bits));

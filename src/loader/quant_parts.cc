@@ -1,12 +1,15 @@
 // Reading one quantized Linear's stored parts (see quant_parts.h).
 #include "loader/quant_parts.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <sstream>
 
 #include "core/numeric.h"
 #include "quant/fp8_blocks.h"
+#include "quant/ggml_blocks.h"
+#include "quant/int_quant.h"
 
 namespace kiln::loader::quant_parts {
 
@@ -116,6 +119,69 @@ TensorRef int8_rows(std::string name, uint64_t rows, uint64_t cols, std::vector<
     t.row_scale = kept->data();
     owners->push_back(std::move(kept));
     return t;
+}
+
+core::Result<std::vector<int32_t>> group_index(const std::map<std::string, TensorPart>& parts, const std::string& m,
+                                               const char* name, int64_t cols, int64_t group, bool required) {
+    if (!parts.count(name) && !required) return std::vector<int32_t>();
+    const int64_t groups = (cols + group - 1) / group;
+    KILN_ASSIGN_OR_RETURN(const TensorPart* gi, part(parts, m, name, DType::kI32, {uint64_t(cols)}));
+    std::vector<int32_t> g_idx = copy_of<int32_t>(*gi);
+    bool contiguous = true;
+    for (int64_t c = 0; c < cols; ++c) {
+        if (g_idx[size_t(c)] < 0 || g_idx[size_t(c)] >= groups)
+            return core::error(StatusCode::kCorrupt) << "'" << m << "." << name << "' names group " << g_idx[size_t(c)]
+                                                     << " of " << groups << " (column " << c << ")";
+        contiguous = contiguous && g_idx[size_t(c)] == c / group;
+    }
+    if (contiguous) g_idx.clear();
+    return g_idx;
+}
+
+core::Result<TensorRef> int_weight(const std::string& name, int64_t rows, int64_t cols, int64_t group, int bits,
+                                   const std::vector<uint8_t>& codes, const std::vector<int32_t>& zeros,
+                                   std::vector<float> scales, const std::vector<int32_t>& g_idx,
+                                   std::vector<std::shared_ptr<const void>>* owners) {
+    const int64_t groups = int64_t(scales.size()) / rows;
+    const uint64_t R = uint64_t(rows), C = uint64_t(cols);
+    auto all_zeros = [&](int32_t v) { return std::all_of(zeros.begin(), zeros.end(), [v](int32_t z) { return z == v; }); };
+    const bool blocks = g_idx.empty() && cols % 32 == 0 && group % 32 == 0;
+    const bool zeros_fit = std::all_of(zeros.begin(), zeros.end(), [](int32_t z) { return z >= 0 && z <= 255; });
+    if (blocks && bits == 4 && zeros_fit) {
+        const bool symmetric = all_zeros(8);
+        quant::Int4Matrix q = quant::empty_int4(rows, cols, group, symmetric ? quant::Int4Mode::kSymmetric
+                                                                              : quant::Int4Mode::kAsymmetric);
+        q.scales = std::move(scales);
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < cols; ++c) {
+                const uint8_t u = codes[size_t(r * cols + c)];
+                const uint8_t code = symmetric ? uint8_t((u ^ 0x8) & 0xF) : u;  // symmetric: two's complement
+                uint8_t& byte = q.data[size_t(r * q.row_bytes + c / 2)];
+                byte = uint8_t(byte | (c % 2 == 0 ? code : code << 4));
+            }
+        if (!symmetric)
+            for (size_t i = 0; i < zeros.size(); ++i) q.zeros[i] = uint8_t(zeros[i]);
+        KILN_ASSIGN_OR_RETURN(std::vector<uint8_t> b, symmetric ? quant::to_q4_0(q) : quant::to_q4_1(q));
+        return own(name, symmetric ? DType::kQ4_0 : DType::kQ4_1, R, C, std::move(b));
+    }
+    if (g_idx.empty() && bits == 8 && all_zeros(128) && (groups == 1 || blocks)) {
+        std::vector<int8_t> q(codes.size());  // symmetric 8-bit: code - 128 is exact in int8
+        for (size_t i = 0; i < q.size(); ++i) q[i] = int8_t(int32_t(codes[i]) - 128);
+        if (groups == 1) {
+            std::vector<uint8_t> bytes(q.size());
+            std::memcpy(bytes.data(), q.data(), bytes.size());
+            return int8_rows(name, R, C, std::move(bytes), std::move(scales), owners);
+        }
+        KILN_ASSIGN_OR_RETURN(std::vector<uint8_t> b, quant::to_q8_0(q, rows, cols, scales, group));
+        return own(name, DType::kQ8_0, R, C, std::move(b));
+    }
+    std::vector<float> f(size_t(rows * cols));
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) {
+            const int64_t k = r * groups + (g_idx.empty() ? c / group : g_idx[size_t(c)]);
+            f[size_t(r * cols + c)] = float(int32_t(codes[size_t(r * cols + c)]) - zeros[size_t(k)]) * scales[size_t(k)];
+        }
+    return own_f32(name, R, C, f);
 }
 
 }  // namespace kiln::loader::quant_parts

@@ -51,4 +51,19 @@ TensorRef own_f32(std::string name, uint64_t rows, uint64_t cols, const std::vec
 TensorRef int8_rows(std::string name, uint64_t rows, uint64_t cols, std::vector<uint8_t> q, std::vector<float> scales,
                     std::vector<std::shared_ptr<const void>>* owners);
 
+// The column -> group map of a weight of `cols` columns in groups of `group` (part `name`, I32
+// [cols], each value below ceil(cols / group)): empty when the part is absent (kCorrupt if
+// `required`) or holds the contiguous order c / group.
+core::Result<std::vector<int32_t>> group_index(const std::map<std::string, TensorPart>& parts, const std::string& module,
+                                               const char* name, int64_t cols, int64_t group, bool required);
+// A Linear stored as unsigned integer codes: w = (code - zero) * scale per (row, group). codes [rows,
+// cols] of `bits` bits; zeros and scales [rows, groups]; g_idx [cols] or empty (contiguous groups of
+// `group`). Becomes, with contiguous groups: 4-bit -> Q4_0 (every zero 8) or Q4_1 when the row and
+// the group are whole 32-element blocks; 8-bit with every zero 128 -> I8 rows (one group per row, any
+// row length) or Q8_0 (groups of 32k); otherwise f32, exact.
+core::Result<TensorRef> int_weight(const std::string& name, int64_t rows, int64_t cols, int64_t group, int bits,
+                                   const std::vector<uint8_t>& codes, const std::vector<int32_t>& zeros,
+                                   std::vector<float> scales, const std::vector<int32_t>& g_idx,
+                                   std::vector<std::shared_ptr<const void>>* owners);
+
 }  // namespace kiln::loader::quant_parts
