@@ -68,7 +68,7 @@ void bm_attention(benchmark::State& st, Model m, int64_t num_tokens, int64_t kv_
     if (f16) {
         kv.k = k16.data();
         kv.v = v16.data();
-        kv.f16 = true;
+        kv.dtype = kiln::kernels::KvDtype::kF16;
     }
     for (auto _ : st) {
         if (!kiln::ops::attention(pool, q.data(), kv, s, out.data()).is_ok())

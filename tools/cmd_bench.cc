@@ -14,7 +14,8 @@
 //   weight_bytes  = every tensor of the layers + output_norm + the output matrix (token_embd when
 //                   tied: counted once) ; the embedding lookup reads one row per token
 //   tg: bytes_per_token = weight_bytes + embd_row_bytes + kv_position_bytes * (d + (n + 1) / 2),
-//       kv_position_bytes = 2 * layers * kv_dim * 4 (K and V of one position, f32 cache): the
+//       kv_position_bytes = 2 * layers * row_bytes (K and V of one position; row_bytes = kv_dim * 4
+//       for the f32 cache, * 2 for f16, kv_dim + 4 * kv_heads for int8 / fp8): the
 //       cache every step attends to, its mean length over the run
 //   pp: bytes_per_token = weight_bytes / p + embd_row_bytes   (weights streamed once per forward)
 //   Mixture of experts: weight_bytes leaves the experts out; a forward over t tokens (1 for tg, p
@@ -53,6 +54,7 @@
 #include "model_session.h"
 #include "core/huge_pages.h"
 #include "core/thread_pool.h"
+#include "kernels/ref/kv_quant.h"
 #include "kernels/roofline/roofline.h"
 #include "loader/layer_tensors.h"
 #include "loader/checkpoint.h"
@@ -67,7 +69,7 @@ using nlohmann::ordered_json;
 
 constexpr const char* kBenchUsage =
     "usage: kiln bench -m MODEL [-p N] [-n N] [-d N] [-t N] [-r N] [--isa ISA] [--f32-activations] [--no-pack]\n"
-    "                  [--json] [--mmap] [--probe-mib N]\n"
+    "                  [--kv-cache-dtype T] [--json] [--mmap] [--probe-mib N]\n"
     "       kiln bench offline --help   (the serving engine's throughput over many requests)\n"
     "       kiln bench serve --help     (load generator for a running `kiln serve`)\n"
     "\n"
@@ -89,6 +91,7 @@ constexpr const char* kBenchUsage =
     "  --no-pack           run the weights in the file's layout, not repacked at load (8-row groups for\n"
     "                      the 8-bit, 5-bit and 4-bit block formats, 16-row panels for F32/F16/BF16 at\n"
     "                      the AVX-512 levels; `kiln inspect` shows which)\n"
+    "  --kv-cache-dtype T  K/V cache rows: f32 (default), f16, int8 or fp8 (docs/quantization.md)\n"
     "  -r, --reps N        timed runs per test (default 5)\n"
     "  --json              print a JSON array, one object per test\n"
     "  --mmap              run from the file mapping instead of a copy in anonymous memory\n"
@@ -111,16 +114,18 @@ struct Traffic {
     uint64_t embd_row_bytes = 0;    // read once per token
     uint64_t layer_mm_params = 0;   // matmul weights of the layers, per token
     uint64_t output_mm_params = 0;  // vocab * hidden, once per forward (last token's logits)
-    uint64_t kv_position_bytes = 0;  // K and V of one cache position, all layers (f32 cache)
+    uint64_t kv_position_bytes = 0;  // K and V of one cache position, all layers
+    kernels::KvDtype kv_dtype = kernels::KvDtype::kF32;
     uint64_t params = 0;
     std::string dtype;
 };
 
-Traffic count_traffic(const loader::Checkpoint& ck) {
+Traffic count_traffic(const loader::Checkpoint& ck, kernels::KvDtype kv_dtype) {
     const loader::ModelConfig& c = ck.config;
     Traffic tr;
     tr.params = ck.num_params();
-    tr.kv_position_bytes = uint64_t(2 * c.num_layers * c.kv_dim()) * sizeof(float);
+    tr.kv_dtype = kv_dtype;
+    tr.kv_position_bytes = uint64_t(2 * c.num_layers * kernels::kv_row_bytes(kv_dtype, c.num_kv_heads, c.head_dim));
     if (c.moe()) tr.expert_share = double(c.num_experts_used) / double(c.num_experts);
     for (const loader::TensorRef& t : ck.tensors) {
         const bool layer = t.name.rfind("blk.", 0) == 0;
@@ -207,10 +212,10 @@ std::vector<int32_t> bench_tokens(int64_t n, int64_t vocab) {
 
 // Seconds for one pp run (one forward of p tokens) or one tg run (`steps` single-token forwards),
 // after an untimed forward of `depth` tokens into the same cache.
-core::Result<RunTimes> run_once(model::CpuModel& m, bool prefill, int64_t count, int64_t depth,
+core::Result<RunTimes> run_once(model::CpuModel& m, bool prefill, int64_t count, int64_t depth, kernels::KvDtype kv_dtype,
                                 const kernels::roofline::ReadProbe* probe = nullptr, core::ThreadPool* pool = nullptr) {
     const loader::ModelConfig& c = m.config();
-    model::KvCache cache(c, std::max<int64_t>(depth + count, 1));
+    model::KvCache cache(c, std::max<int64_t>(depth + count, 1), kv_dtype);
     if (depth > 0) {
         KILN_ASSIGN_OR_RETURN(auto context, m.forward(bench_tokens(depth, c.vocab_size), cache, false));
         (void)context;
@@ -253,11 +258,11 @@ core::Result<TestResult> run_test(model::CpuModel& m, bool prefill, int64_t coun
     if (!prefill) r.bytes_per_token += double(tr.kv_position_bytes) * (double(depth) + double(count + 1) / 2.0);
     r.ops_per_token = 2.0 * (double(tr.layer_mm_params) + double(tr.expert_mm_params) * tr.expert_share) +
                       2.0 * double(tr.output_mm_params) / per_forward;
-    KILN_ASSIGN_OR_RETURN(RunTimes warm, run_once(m, prefill, prefill ? count : std::min<int64_t>(count, 8), depth));
+    KILN_ASSIGN_OR_RETURN(RunTimes warm, run_once(m, prefill, prefill ? count : std::min<int64_t>(count, 8), depth, tr.kv_dtype));
     (void)warm;
     std::vector<double> pct;
     for (int i = 0; i < reps; ++i) {
-        KILN_ASSIGN_OR_RETURN(RunTimes t, run_once(m, prefill, count, depth, prefill ? nullptr : probe, &pool));
+        KILN_ASSIGN_OR_RETURN(RunTimes t, run_once(m, prefill, count, depth, tr.kv_dtype, prefill ? nullptr : probe, &pool));
         r.samples.push_back(double(count) / t.seconds);
         if (t.probe_seconds > 0) {
             r.ambient_gbps.push_back(t.probe_bytes / t.probe_seconds / 1e9);
@@ -316,6 +321,7 @@ ordered_json result_json(const TestResult& r, const loader::Checkpoint& ck, cons
     j["isa"] = roof.isa;
     j["matmul"] = path.matmul;
     j["weights_memory"] = mmapped ? "mmap" : "anonymous";
+    j["kv_cache_dtype"] = kernels::ref::kv_dtype_name(tr.kv_dtype);
     j["reps"] = reps;
     j["depth"] = r.depth;
     j["tokens_per_s"] = r.tokens_per_s;
@@ -364,7 +370,8 @@ void print_table(const std::vector<TestResult>& results, const loader::Checkpoin
         "VNNI %s | BF16 %s\n",
         roof.threads, roof.isa.c_str(), roof.read_gbps, roof.fma_f32_gflops, roof.int8_gops,
         opt(roof.vnni_int8_gops).c_str(), opt(roof.bf16_gflops).c_str());
-    std::printf("matmul: %s; %% peak is of the %s peak\n\n", path.matmul.c_str(), peak_kind(roof, path));
+    std::printf("matmul: %s; %% peak is of the %s peak; KV cache %s\n\n", path.matmul.c_str(), peak_kind(roof, path),
+                kernels::ref::kv_dtype_name(tr.kv_dtype));
     std::printf("| %-11s | %10s | %10s | %9s | %7s | %10s | %9s | %7s |\n", "test", "tokens/s", "MB/token", "GB/s",
                 "% bw", "floor t/s", "GOP/s", "% peak");
     std::printf("|-------------|------------|------------|-----------|---------|------------|-----------|---------|\n");
@@ -393,7 +400,7 @@ int cmd_bench(int argc, char** argv) {
             return cmd_bench_cuda(argc, argv);
     Args args({"--help", "-h", "--json", "--mmap", "--f32-activations", "--no-pack"},
               {"-m", "--model", "-p", "--n-prompt", "-n", "--n-gen", "-d", "--depth", "-t", "--threads", "-r", "--reps",
-               "--probe-mib", "--isa", "--device"});
+               "--probe-mib", "--isa", "--device", "--kv-cache-dtype"});
     if (!args.parse(argc, argv, 2)) {
         std::fprintf(stderr, "kiln bench: %s\n%s", args.error().c_str(), kBenchUsage);
         return 2;
@@ -428,7 +435,7 @@ int cmd_bench(int argc, char** argv) {
         }
         *o.dst = *x;
     }
-    SessionOptions session;  // only its kernel choice (--isa, --f32-activations) is used here
+    SessionOptions session;  // only its kernel choice (--isa, --f32-activations) and --kv-cache-dtype are used here
     if (!parse_session_options(args, "bench", session)) return 2;
     session.linear.pack = !args.has("--no-pack");
     if (n_prompt == 0 && n_gen == 0) {
@@ -461,7 +468,7 @@ int cmd_bench(int argc, char** argv) {
         std::fprintf(stderr, "kiln bench: %s\n", roof.status().to_string().c_str());
         return 1;
     }
-    const Traffic tr = count_traffic(*ck);
+    const Traffic tr = count_traffic(*ck, session.kv_dtype.value_or(kernels::KvDtype::kF32));
     const ComputePath path = compute_path(*ck, session.linear);
     auto probe = kernels::roofline::ReadProbe::create(pool, kAmbientBytes, 1);
     if (!probe) {

@@ -166,7 +166,8 @@ int cmd_bench_cuda(int argc, char** argv) {
     };
     const int64_t H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), F = c.intermediate_size, V = c.vocab_size;
     const double layer_params = double(c.num_layers) * double(H * (Q + 2 * KV) + Q * H + 3 * H * F);
-    const double kv_pos_bytes = 2.0 * double(c.num_layers * KV) * (g.options().kv_f16 ? 2.0 : 4.0);
+    const double kv_pos_bytes =
+        2.0 * double(c.num_layers * kernels::kv_row_bytes(g.options().kv_dtype, c.num_kv_heads, c.head_dim));
     std::vector<Result> results;
     std::vector<float> logits;
     std::vector<int32_t> ids;

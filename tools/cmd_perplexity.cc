@@ -140,7 +140,9 @@ int cmd_perplexity(int argc, char** argv) {
                      (long long)c.max_seq_len);
         n_ctx = int(c.max_seq_len);
     }
+    const kernels::KvDtype kv_dtype = session_options.kv_dtype.value_or(kernels::KvDtype::kF32);
     if (!session) {
+        gpu_options.kv_dtype = kv_dtype;
         gpu_options.device = *device;
         gpu_options.max_seq_len = n_ctx;
         gpu_options.max_tokens = n_ctx;
@@ -165,7 +167,7 @@ int cmd_perplexity(int argc, char** argv) {
     std::fprintf(stderr, "%zu tokens, %lld windows of %d, scoring %d tokens each\n", tokens.size(),
                  (long long)num_windows, n_ctx, n_ctx - 1 - first);
     std::optional<model::KvCache> cache;
-    if (session) cache.emplace(c, n_ctx);
+    if (session) cache.emplace(c, n_ctx, kv_dtype);
     std::vector<float> logits;  // [n_ctx, vocab]
     double nll = 0;
     int64_t count = 0;

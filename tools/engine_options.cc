@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <optional>
 
+#include "kernels/ref/kv_quant.h"
 #include "model_session.h"
 
 namespace kiln::tools {
@@ -13,7 +14,7 @@ std::set<std::string> engine_flags() {
     return merged({"--no-prefix-cache", "--mmap", "--kv-prefault"}, kSessionFlags);
 }
 std::set<std::string> engine_options() {
-    return merged({"--kv-cache-gb", "--kv-cache-dtype", "--block-size", "--max-batch-tokens", "--max-seqs",
+    return merged({"--kv-cache-gb", "--block-size", "--max-batch-tokens", "--max-seqs",
                    "--max-model-len", "--device", "--gpu-memory-utilization", "--spec", "--draft-model", "--num-draft",
                    "--spec-ngram-min", "--spec-ngram-max", "--spec-max-batch"},
                   kSessionOptions);
@@ -30,8 +31,6 @@ const char* const kEngineHelp =
     "                         at most what --max-seqs full contexts need)\n"
     "  --kv-prefault          commit the whole KV cache at start (slower start; no page faults when\n"
     "                         requests first use its memory, which are slow on some VMs; CPU only)\n"
-    "  --kv-cache-dtype T     f32 or f16 (half the memory; K/V rounded to half); default f32 on the CPU,\n"
-    "                         f16 on a GPU\n"
     "  --block-size N         tokens per KV block (default 16)\n"
     "  --max-batch-tokens N   tokens per step, decode tokens and prompt chunks together (default 512)\n"
     "  --max-seqs N           sequences per step (default 64)\n"
@@ -121,13 +120,7 @@ bool parse_engine_options(const Args& args, const char* cmd, EngineOptions& out)
         }
         out.kv_cache_bytes = int64_t(gb * double(1 << 30));
     }
-    if (auto v = args.get("--kv-cache-dtype")) {
-        if (*v != "f32" && *v != "f16") {
-            std::fprintf(stderr, "kiln %s: --kv-cache-dtype must be f32 or f16, got '%s'\n", cmd, v->c_str());
-            return false;
-        }
-        out.kv_cache_dtype = *v;
-    }
+    if (s.kv_dtype) out.kv_cache_dtype = kernels::ref::kv_dtype_name(*s.kv_dtype);
     if (auto v = args.get("--device")) out.device = *v;  // checked by Engine::create
     if (out.device != "cpu") out.on_load_progress = print_upload_progress;
     if (auto v = args.get("--gpu-memory-utilization")) {

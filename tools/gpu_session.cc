@@ -46,7 +46,7 @@ core::Result<std::unique_ptr<GpuSequence>> open_gpu_sequence(const loader::Check
     co.max_batch_tokens = o.max_tokens;
     co.max_logits = o.max_tokens;
     co.max_seqs = 1;
-    co.kv_f16 = false;
+    co.kv_dtype = o.kv_dtype;
     if (o.max_seq_len > 0) co.num_kv_blocks = (o.max_seq_len + co.block_size - 1) / co.block_size;  // one sequence
     co.progress = print_upload_progress;
     KILN_ASSIGN_OR_RETURN(std::unique_ptr<model::CudaModel> m, model::CudaModel::create(ck, co));

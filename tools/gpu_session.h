@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "kernels/kernel_params.h"
 #include "loader/checkpoint.h"
 
 namespace kiln::tools {
@@ -23,13 +24,14 @@ struct GpuSequenceOptions {
     double gpu_memory_utilization = 0.9;
     int64_t max_seq_len = 0;   // 0: the model's context
     int64_t max_tokens = 512;  // tokens (and rows of logits) of one forward
+    kernels::KvDtype kv_dtype = kernels::KvDtype::kF32;  // as the CPU's cache by default
 };
 
 class GpuSequence {
 public:
     virtual ~GpuSequence() = default;
     virtual std::string describe() const = 0;
-    // `tokens` at positions start.. of the one sequence (f32 K/V, as the CPU's cache); logits as
+    // `tokens` at positions start.. of the one sequence (K/V as options.kv_dtype); logits as
     // model::CudaModel::forward.
     virtual core::Status forward(std::span<const int32_t> tokens, int64_t start, bool all_logits,
                                  std::vector<float>& logits) = 0;

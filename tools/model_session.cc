@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "kernels/ref/kv_quant.h"
 #include "loader/checkpoint_tokenizer.h"
 
 namespace kiln::tools {
@@ -49,7 +50,8 @@ std::optional<int> parse_threads(const std::string& s) {
 }
 
 const std::set<std::string> kSessionFlags = {"--f32-activations"};
-const std::set<std::string> kSessionOptions = {"-m", "--model", "--tokenizer", "-t", "--threads", "--isa"};
+const std::set<std::string> kSessionOptions = {"-m",    "--model", "--tokenizer", "-t",
+                                               "--threads", "--isa",  "--kv-cache-dtype"};
 const char* const kSessionHelp =
     "\nmodel and kernels:\n"
     "  -m, --model MODEL      GGUF file, safetensors file or HF folder, or llama2.c .bin\n"
@@ -58,7 +60,10 @@ const char* const kSessionHelp =
     "  -t, --threads N        worker threads (default: the physical cores this process may use)\n"
     "  --isa ISA              matmul kernels: ref, avx2, avx512, avx512-vnni (default: the best this CPU runs)\n"
     "  --f32-activations      multiply quantized weights by f32 activations (slow reference path) instead\n"
-    "                         of activations rounded to 8-bit blocks\n";
+    "                         of activations rounded to 8-bit blocks\n"
+    "  --kv-cache-dtype T     K/V cache rows: f32, f16 (half the memory; rounded to half), int8 or fp8\n"
+    "                         (E4M3; one-byte codes with an f32 scale per token and KV head: ~1/4 of f32;\n"
+    "                         docs/quantization.md). Default f32 on the CPU, f16 for the engine on a GPU\n";
 
 bool parse_session_options(const Args& args, const char* cmd, SessionOptions& out) {
     out.model = args.get_either("--model", "-m");
@@ -83,6 +88,14 @@ bool parse_session_options(const Args& args, const char* cmd, SessionOptions& ou
         out.linear.isa = *isa;
     }
     out.linear.f32_activations = args.has("--f32-activations");
+    if (auto v = args.get("--kv-cache-dtype")) {
+        out.kv_dtype = kernels::ref::parse_kv_dtype(*v);
+        if (!out.kv_dtype) {
+            std::fprintf(stderr, "kiln %s: --kv-cache-dtype must be %s, got '%s'\n", cmd, kernels::ref::kKvDtypeNames,
+                         v->c_str());
+            return false;
+        }
+    }
     return true;
 }
 

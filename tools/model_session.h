@@ -31,12 +31,14 @@ struct SessionOptions {
     std::string tokenizer;             // "" = the checkpoint's own (or one found beside it)
     std::optional<int> threads;        // nullopt = physical cores
     ops::LinearOptions linear;         // --isa, --f32-activations
+    // --kv-cache-dtype; nullopt = the command's default (f32 on the CPU, f16 for the engine on a GPU)
+    std::optional<kernels::KvDtype> kv_dtype;
 };
 // Option names for Args: flags (no value) and options (with a value) parse_session_options reads.
 extern const std::set<std::string> kSessionFlags, kSessionOptions;
 // The --help lines of those options.
 extern const char* const kSessionHelp;
-// Reads -m/--model, --tokenizer, -t/--threads, --isa, --f32-activations; false after printing
+// Reads -m/--model, --tokenizer, -t/--threads, --isa, --f32-activations, --kv-cache-dtype; false after printing
 // "kiln CMD: <what is wrong>" on a bad value.
 bool parse_session_options(const Args& args, const char* cmd, SessionOptions& out);
 core::Result<std::unique_ptr<ModelSession>> open_model_session(const SessionOptions& options);

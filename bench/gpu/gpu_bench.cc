@@ -144,7 +144,7 @@ kc::DecodeAttentionBatch f16_batch(const kc::DeviceBuffer& k, const kc::DeviceBu
     kc::DecodeAttentionBatch b;
     b.k = k.data();
     b.v = v.data();
-    b.f16 = true;
+    b.dtype = kiln::kernels::KvDtype::kF16;
     b.block_size = block;
     b.block_tables = table.as<int32_t>();
     b.max_blocks_per_seq = blocks_per_seq;

@@ -122,8 +122,10 @@ struct EngineOptions {
     bool mmap_weights = false;       // run from the file mapping (fast start) instead of a copy in anonymous memory
     int64_t kv_cache_bytes = 0;      // 0 = a quarter of available memory, at most what max_seqs full contexts need
     int32_t block_size = 16;         // tokens per KV block
-    std::string kv_cache_dtype;      // "f32", "f16" (half the memory; K/V rounded to half once); "" = f32 on
-                                     // the CPU, f16 on a GPU
+    // "f32", "f16" (half the memory; K/V rounded to half once), "int8" or "fp8" (E4M3): one-byte codes
+    // with an f32 scale per token and KV head (about a quarter of f32's memory); "" = f32 on the CPU,
+    // f16 on a GPU.
+    std::string kv_cache_dtype;
     int64_t max_batch_tokens = 512;  // tokens per step (decode tokens + prompt chunks)
     int32_t max_seqs = 64;           // sequences per step
     bool prefix_cache = true;

@@ -18,6 +18,7 @@
 #include "engine/engine_core.h"
 #include "grammar/compiler.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/ref/kv_quant.h"
 #include "loader/checkpoint.h"
 #include "loader/checkpoint_tokenizer.h"
 #include "model/cpu_model.h"
@@ -231,13 +232,17 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o, Status* status) {
     const int threads = o.threads > 0 ? o.threads : core::ThreadPool::default_num_threads();
     auto device = parse_device(o.device);
     if (!device) return fail(device.status());
-    if (!o.kv_cache_dtype.empty() && o.kv_cache_dtype != "f32" && o.kv_cache_dtype != "f16")
+    const auto kv_dtype = o.kv_cache_dtype.empty()
+                              ? std::optional(*device >= 0 ? kernels::KvDtype::kF16 : kernels::KvDtype::kF32)
+                              : kernels::ref::parse_kv_dtype(o.kv_cache_dtype);
+    if (!kv_dtype)
         return fail(core::error(core::StatusCode::kInvalidArgument)
-                    << "KV cache dtype must be f32 or f16, got '" << o.kv_cache_dtype << "'");
+                    << "KV cache dtype must be " << kernels::ref::kKvDtypeNames << ", got '" << o.kv_cache_dtype
+                    << "'");
     engine::EngineConfig ec;
     ec.kv_cache_bytes = o.kv_cache_bytes;
     ec.block_size = o.block_size;
-    ec.kv_f16 = o.kv_cache_dtype == "f16" || (o.kv_cache_dtype.empty() && *device >= 0);
+    ec.kv_dtype = *kv_dtype;
     ec.max_batch_tokens = o.max_batch_tokens;
     ec.max_seqs = o.max_seqs;
     ec.prefix_cache = o.prefix_cache;
@@ -292,7 +297,7 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o, Status* status) {
             int64_t(o.max_seqs) * (1 + (ec.spec.method == engine::SpecConfig::Method::kNone ? 0 : o.num_draft));
         co.max_seq_len = o.max_model_len;
         co.block_size = o.block_size;
-        co.kv_f16 = ec.kv_f16;
+        co.kv_dtype = ec.kv_dtype;
         co.progress = o.on_load_progress;
         auto m = model::CudaModel::create(impl->checkpoint, co);
         if (!m) return fail(m.status());

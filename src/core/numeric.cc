@@ -50,6 +50,20 @@ float fp8_e4m3_to_f32(uint8_t v) {
     return neg ? -r : r;
 }
 
+uint8_t f32_to_fp8_e4m3(float f) {
+    const uint32_t u = f32_bits(f), abs = u & 0x7fffffffu;
+    const uint8_t sign = uint8_t((u >> 24) & 0x80u);
+    if (abs > 0x7f800000u) return 0x7f;               // NaN
+    if (abs >= 0x43e00000u) return sign | 0x7e;       // >= 448 (inf too): the largest finite
+    if (abs < 0x3c800000u) {                          // below 2^-6: subnormal steps of 2^-9
+        const float q = std::nearbyint(f32_from_bits(abs) * 512.0f);  // exact product; ties to even
+        return uint8_t(sign | uint8_t(q));            // q = 8 is 2^-6, the first normal: same code
+    }
+    const uint32_t r = abs + 0x7ffffu + ((abs >> 20) & 1u);  // mantissa to 3 bits, nearest even
+    if (r >= 0x43e00000u) return sign | 0x7e;         // rounded past 448 (to 480): saturate
+    return uint8_t(sign | (((r >> 23) - 120) << 3) | ((r >> 20) & 7u));
+}
+
 float fp8_e5m2_to_f32(uint8_t v) { return fp16_to_f32(uint16_t(v) << 8); }
 
 }  // namespace kiln::core

@@ -33,6 +33,9 @@ uint16_t f32_to_fp16(float f);
 
 // fp8 E4M3FN: no infinities, 0x7f/0xff are NaN, max 448. E5M2: IEEE-like with inf/NaN.
 float fp8_e4m3_to_f32(uint8_t v);
+// f32 -> E4M3FN, round to nearest even, saturating: |f| >= 448 (inf included) gives +-448 (0x7e /
+// 0xfe), NaN gives 0x7f (OFP8's saturation mode; CUDA's __nv_cvt_float_to_fp8 with __NV_SATFINITE).
+uint8_t f32_to_fp8_e4m3(float f);
 float fp8_e5m2_to_f32(uint8_t v);
 
 }  // namespace kiln::core

@@ -90,8 +90,8 @@ core::Result<std::unique_ptr<EngineCore>> EngineCore::create(model::CpuModel* mo
     const loader::ModelConfig& mc = model->config();
     EngineConfig c = config;
     KILN_RETURN_IF_ERROR(check_config(mc, c));
-    const int64_t elem_bytes = c.kv_f16 ? 2 : 4;
-    const int64_t block_bytes = kv::KvStorage::bytes_per_block(mc.num_layers, c.block_size, mc.kv_dim(), elem_bytes);
+    const int64_t row_bytes = kernels::kv_row_bytes(c.kv_dtype, mc.num_kv_heads, mc.head_dim);
+    const int64_t block_bytes = kv::KvStorage::bytes_per_block(mc.num_layers, c.block_size, row_bytes);
     if (c.num_kv_blocks == 0) {
         if (c.kv_cache_bytes == 0)
             c.kv_cache_bytes = default_kv_cache_bytes(block_bytes / c.block_size, c.max_seqs, c.max_model_len);
@@ -103,7 +103,7 @@ core::Result<std::unique_ptr<EngineCore>> EngineCore::create(model::CpuModel* mo
     if (c.num_kv_blocks > INT32_MAX / c.block_size)
         return core::error(core::StatusCode::kInvalidArgument) << "too many KV blocks: " << c.num_kv_blocks;
     KILN_ASSIGN_OR_RETURN(std::unique_ptr<kv::KvStorage> storage,
-                          kv::KvStorage::create(mc.num_layers, c.num_kv_blocks, c.block_size, mc.kv_dim(), elem_bytes));
+                          kv::KvStorage::create(mc.num_layers, c.num_kv_blocks, c.block_size, row_bytes));
     if (c.kv_prefault) storage->prefault(model->pool());
     auto layers = std::make_shared<model::KvLayers>();
     for (int64_t l = 0; l < mc.num_layers; ++l) {
@@ -111,7 +111,7 @@ core::Result<std::unique_ptr<EngineCore>> EngineCore::create(model::CpuModel* mo
         layers->v.push_back(storage->v(l));
     }
     layers->block_size = c.block_size;
-    layers->f16 = c.kv_f16;
+    layers->dtype = c.kv_dtype;
     layers->num_slots = c.num_kv_blocks * c.block_size;
     PagedModel pm;
     pm.config = &mc;

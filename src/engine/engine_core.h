@@ -90,7 +90,9 @@ struct EngineConfig {
     int64_t num_kv_blocks = 0;   // 0: from kv_cache_bytes
     int64_t kv_cache_bytes = 0;  // 0: a default (see default_kv_cache_bytes)
     int32_t block_size = 16;
-    bool kv_f16 = false;  // K/V stored as IEEE half (half the memory), else f32
+    // K/V row format (kernels/kernel_params.h): f32, f16 (half the memory), int8 / fp8 (codes with a
+    // scale per token and KV head: about a quarter).
+    kernels::KvDtype kv_dtype = kernels::KvDtype::kF32;
     int64_t max_batch_tokens = 512;
     int32_t max_seqs = 64;
     bool prefix_cache = true;
@@ -150,7 +152,7 @@ public:
     static core::Result<std::unique_ptr<EngineCore>> create(model::CpuModel* model,
                                                             const tokenizer::Tokenizer* tokenizer,
                                                             const EngineConfig& config);
-    // Over a model with its own pool: config's num_kv_blocks, kv_cache_bytes, kv_f16 and block_size
+    // Over a model with its own pool: config's num_kv_blocks, kv_cache_bytes, kv_dtype and block_size
     // are the model's (block_size overridden by model.block_size).
     static core::Result<std::unique_ptr<EngineCore>> create(PagedModel model, const tokenizer::Tokenizer* tokenizer,
                                                             const EngineConfig& config);

@@ -132,28 +132,43 @@ struct RopeParams {
     // none. Host-side: rope_inv_freqs folds them into the inverse frequencies every kernel reads.
     std::vector<double> freq_factors;
 };
-// One sequence's cached keys and values for one layer. A row is num_kv_heads * head_dim floats.
+// How a KV cache stores one row (one token's keys, or values, across the KV heads; kv_dim =
+// num_kv_heads * head_dim):
+//  - kF32: kv_dim floats;
+//  - kF16: kv_dim IEEE halves (half the memory and traffic; rows computed in f32, rounded once);
+//  - kI8, kFp8: kv_dim one-byte codes, then num_kv_heads f32 scales (kv_dim + 4 num_kv_heads bytes):
+//    head h's element d = code[h head_dim + d] * scale[h], the code an int8 in [-127, 127] (kI8) or
+//    an OCP E4M3 ("fn") value (kFp8). Each token's head gets its own scale, amax / 127 or amax / 448
+//    (kernels/ref/kv_quant.h): a row's codes depend on that row only, so a batch never changes them.
+enum class KvDtype : uint8_t { kF32, kF16, kI8, kFp8 };
+
+// One sequence's cached keys and values for one layer, in rows of the KvDtype above.
 //  - contiguous (block_table null): row j holds the token at position j;
 //  - paged (block_table set; vLLM's PagedAttention layout): k and v point at a layer's block pool,
 //    the token at position j sits in row kv_row(kv, j), slot j % block_size of physical block
 //    block_table[j / block_size]. block_size > 0; block_table holds ceil(kv_len / block_size)
 //    entries, each a block of the pool. Slots past kv_len in the last block are never read.
 // Both layouts give bit-identical attention results for the same tokens: only addresses change.
-// Elements are f32, or IEEE half when f16 (the f16 KV cache: half the memory and traffic; the
-// kernels widen each row to f32 exactly, so the result equals the f32 kernel on the rounded cache).
+// The kernels widen each row to f32 exactly (codes times scale, rounded once), so the result equals
+// the f32 kernel on the dequantized cache.
 struct KvSpan {
-    // contiguous: [kv_len, num_kv_heads, head_dim]; paged: [num_blocks, block_size, num_kv_heads, head_dim]
+    // contiguous: [kv_len] rows; paged: [num_blocks, block_size] rows
     const void* k = nullptr;
     const void* v = nullptr;  // same layout as k
     int64_t kv_len = 0;       // tokens cached, the new ones included
     // Paged when non-null: [ceil(kv_len / block_size)] physical block of each logical block.
     const int32_t* block_table = nullptr;
     int64_t block_size = 0;  // tokens per block when paged
-    bool f16 = false;        // elements are IEEE half instead of f32
+    KvDtype dtype = KvDtype::kF32;
 };
-// Row of key/value j in k/v (units of num_kv_heads * head_dim floats).
+// Row of key/value j in k/v.
 inline int64_t kv_row(const KvSpan& kv, int64_t j) {
     return kv.block_table ? int64_t(kv.block_table[j / kv.block_size]) * kv.block_size + j % kv.block_size : j;
+}
+// Bytes of one row (see KvDtype).
+inline int64_t kv_row_bytes(KvDtype t, int64_t num_kv_heads, int64_t head_dim) {
+    const int64_t n = num_kv_heads * head_dim;
+    return t == KvDtype::kF32 ? 4 * n : t == KvDtype::kF16 ? 2 * n : n + 4 * num_kv_heads;
 }
 struct AttentionShape {
     int64_t num_tokens = 0;  // new tokens, at positions kv_len - num_tokens .. kv_len - 1

@@ -9,25 +9,22 @@
 
 namespace kiln::kv {
 
-int64_t KvStorage::bytes_per_block(int64_t num_layers, int64_t block_size, int64_t kv_dim, int64_t elem_bytes) {
-    return 2 * num_layers * block_size * kv_dim * elem_bytes;
+int64_t KvStorage::bytes_per_block(int64_t num_layers, int64_t block_size, int64_t row_bytes) {
+    return 2 * num_layers * block_size * row_bytes;
 }
 
 core::Result<std::unique_ptr<KvStorage>> KvStorage::create(int64_t num_layers, int64_t num_blocks, int64_t block_size,
-                                                           int64_t kv_dim, int64_t elem_bytes) {
-    if (elem_bytes != 4 && elem_bytes != 2)
-        return core::error(core::StatusCode::kInvalidArgument) << "KV storage: elements of 4 (f32) or 2 (f16) bytes";
-    if (num_layers <= 0 || num_blocks <= 0 || block_size <= 0 || kv_dim <= 0)
+                                                           int64_t row_bytes) {
+    if (num_layers <= 0 || num_blocks <= 0 || block_size <= 0 || row_bytes <= 0)
         return core::error(core::StatusCode::kInvalidArgument)
-               << "KV storage: layers, blocks, block size and kv_dim must be positive (" << num_layers << ", "
-               << num_blocks << ", " << block_size << ", " << kv_dim << ")";
+               << "KV storage: layers, blocks, block size and row bytes must be positive (" << num_layers << ", "
+               << num_blocks << ", " << block_size << ", " << row_bytes << ")";
     std::unique_ptr<KvStorage> s(new KvStorage());
     s->num_layers_ = num_layers;
     s->num_blocks_ = num_blocks;
     s->block_size_ = block_size;
-    s->kv_dim_ = kv_dim;
-    s->elem_bytes_ = elem_bytes;
-    s->layer_bytes_ = num_blocks * block_size * kv_dim * elem_bytes;
+    s->row_bytes_ = row_bytes;
+    s->layer_bytes_ = num_blocks * block_size * row_bytes;
     s->bytes_ = size_t(2 * num_layers) * size_t(s->layer_bytes_);
     auto mem = core::map_huge_pages(s->bytes_, core::HugePages::kOnRequest);
     if (!mem.is_ok())
@@ -41,7 +38,7 @@ core::Result<std::unique_ptr<KvStorage>> KvStorage::create(int64_t num_layers, i
 void KvStorage::collapse_blocks(int64_t end) {
     end = std::min(end, num_blocks_);
     if (end <= collapsed_end_) return;
-    const size_t block_bytes = size_t(block_size_ * kv_dim_ * elem_bytes_), R = core::kHugePageBytes;
+    const size_t block_bytes = size_t(block_size_ * row_bytes_), R = core::kHugePageBytes;
     for (int64_t plane = 0; plane < 2 * num_layers_; ++plane) {
         const size_t lo = size_t(plane * layer_bytes_) + size_t(collapsed_end_) * block_bytes;
         const size_t hi = size_t(plane * layer_bytes_) + size_t(end) * block_bytes;

@@ -1,7 +1,8 @@
-// KvStorage: the K/V elements (f32, or f16 for the half-size cache) of a paged KV cache (the block pool's data;
-// BlockPool keeps the metadata). Per layer, K and V are each [num_blocks, block_size, kv_dim] f32 (kv_dim =
-// num_kv_heads * head_dim): token slot s = block * block_size + offset is row s, so one block of one
-// layer is block_size * kv_dim contiguous floats. See docs/kv.md "Storage layout".
+// KvStorage: the K/V rows of a paged KV cache (the block pool's data; BlockPool keeps the metadata), in
+// any of the row formats of kernels/kernel_params.h KvDtype (f32, f16, int8 or fp8 codes with per-head
+// scales: row_bytes each). Per layer, K and V are each [num_blocks, block_size] rows: token slot s =
+// block * block_size + offset is row s, so one block of one layer is block_size * row_bytes contiguous
+// bytes. See docs/kv.md "Storage layout".
 // The memory is one anonymous mapping, 2 MiB aligned, committed lazily by the OS as blocks are first
 // written (so a large budget costs nothing until it is used), on 4 KiB pages; collapse_blocks() hands
 // the 2 MiB ranges that blocks [0, end) touch to core's background thread, which makes them huge
@@ -21,12 +22,11 @@ namespace kiln::kv {
 
 class KvStorage {
 public:
-    // Bytes one block takes across every layer, K and V.
-    // elem_bytes: 4 (f32) or 2 (f16).
-    static int64_t bytes_per_block(int64_t num_layers, int64_t block_size, int64_t kv_dim, int64_t elem_bytes = 4);
-    // kInvalidArgument for non-positive sizes or another element size; kOutOfMemory when the mapping fails.
+    // Bytes one block takes across every layer, K and V, for rows of row_bytes (kernels::kv_row_bytes).
+    static int64_t bytes_per_block(int64_t num_layers, int64_t block_size, int64_t row_bytes);
+    // kInvalidArgument for non-positive sizes; kOutOfMemory when the mapping fails.
     static core::Result<std::unique_ptr<KvStorage>> create(int64_t num_layers, int64_t num_blocks, int64_t block_size,
-                                                           int64_t kv_dim, int64_t elem_bytes = 4);
+                                                           int64_t row_bytes);
     // Commits every page of the pool now (MADV_POPULATE_WRITE per 2 MiB range, or a write per page where
     // the kernel lacks it), the ranges split over the pool's threads, and hands them all to
     // collapse_blocks. The contents stay zero.
@@ -38,14 +38,13 @@ public:
     KvStorage(const KvStorage&) = delete;
     KvStorage& operator=(const KvStorage&) = delete;
 
-    // [num_blocks * block_size, kv_dim] elements of elem_bytes()
+    // [num_blocks * block_size] rows of row_bytes()
     void* k(int64_t layer) const { return mem_.get() + (2 * layer) * layer_bytes_; }
     void* v(int64_t layer) const { return mem_.get() + (2 * layer + 1) * layer_bytes_; }
-    int64_t elem_bytes() const { return elem_bytes_; }
+    int64_t row_bytes() const { return row_bytes_; }
     int64_t num_layers() const { return num_layers_; }
     int64_t num_blocks() const { return num_blocks_; }
     int64_t block_size() const { return block_size_; }
-    int64_t kv_dim() const { return kv_dim_; }
     size_t bytes() const { return bytes_; }
 
 private:
@@ -54,7 +53,7 @@ private:
     size_t bytes_ = 0;
     int64_t collapsed_end_ = 0;        // blocks [0, collapsed_end_) handed over
     std::vector<bool> region_handed_;  // per 2 MiB of the mapping
-    int64_t num_layers_ = 0, num_blocks_ = 0, block_size_ = 0, kv_dim_ = 0, elem_bytes_ = 4, layer_bytes_ = 0;
+    int64_t num_layers_ = 0, num_blocks_ = 0, block_size_ = 0, row_bytes_ = 0, layer_bytes_ = 0;
 };
 
 }  // namespace kiln::kv

@@ -458,6 +458,9 @@ core::Result<Checkpoint> load_hf_checkpoint(const std::string& path) {
                                        : info.name.ends_with(".weight") ? info.name.substr(0, info.name.size() - 7)
                                                                         : std::string();
             auto mod = modules.find(module);
+            // A calibrated KV cache scale (llmcompressor's self_attn.k_scale, ModelOpt's on k_proj):
+            // read past, kiln scales its K/V cache per token (kernels/ref/kv_quant.h).
+            if (mod == modules.end() && split && (split->second == "k_scale" || split->second == "v_scale")) continue;
             if (mod != modules.end()) {
                 // The module's weight is built once, at its main part; its other parts are consumed.
                 const bool main = split ? split->second == "weight_packed" || split->second == "qweight" : true;

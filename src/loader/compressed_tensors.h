@@ -67,6 +67,9 @@ struct QuantScheme {
     bool act_order = false;      // kPackedInt: columns grouped by weight_g_idx (GPTQ "group" actorder)
     bool static_inputs = false;  // the checkpoint calibrated static activation scales (kiln ignores them)
     bool gptq_v2 = false;        // kGptq: zeros stored as they are (GPTQModel's gptq_v2), not zero - 1
+    // kNvfp4 as NVIDIA ModelOpt exports it: codes in M.weight (not weight_packed), the tensor scale
+    // itself in M.weight_scale_2 F32 [] (not its inverse in weight_global_scale).
+    bool modelopt = false;
     std::string name() const;    // "int8", "w4-g128", "w4-g128-zp", "w8-channel", "fp8", "fp8-tensor", ...
 };
 
@@ -92,8 +95,15 @@ struct CompressedConfig {
     QuantScheme scheme;
     std::vector<std::string> ignore;
 };
-// nullopt when config.json has no quantization_config; kUnsupported, naming the scheme, for other
-// quant methods and schemes kiln does not load (several config groups, asymmetric INT8, ...).
+// nullopt when config.json has no quantization_config (nor an hf_quant_config.json from ModelOpt
+// beside it); kUnsupported, naming the scheme, for other quant methods and schemes kiln does not load
+// (several config groups, asymmetric INT8, ModelOpt algorithms other than FP8 and NVFP4, ...).
+// NVIDIA ModelOpt ("quant_method": "modelopt", or hf_quant_config.json): quant_algo "FP8" is
+// M.weight F8_E4M3 with M.weight_scale F32 [] (kFp8, tensor_scale), "NVFP4" is M.weight U8
+// [out, in/2] (element 2i low nibble), M.weight_scale F8_E4M3 [out, in/16], M.weight_scale_2 F32 []
+// (w = fp4 * scale * scale_2; kNvfp4, modelopt). M.input_scale (static activation scale) and the
+// KV cache's k_proj.k_scale / v_proj.v_scale are read past: kiln scales activations and K/V per
+// token at run time.
 core::Result<std::optional<CompressedConfig>> read_quantization_config(const std::string& config_json_path);
 
 // AutoAWQ ("quant_method": "awq", GEMM layout) and GPTQ ("gptq") quantization_config objects (JSON

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -165,6 +166,47 @@ core::Result<TensorRef> packed_int(const QuantScheme& s, const std::string& m,
     return int_weight(m + ".weight", rows, cols, group, int(bits), codes, zeros, std::move(scales), g_idx, owners);
 }
 
+// NVIDIA ModelOpt's quant_algo (compressed_tensors.h): FP8 and NVFP4 (group 16); `q` holds
+// group_size where the config gives one; `ignore`: the modules left unquantized.
+core::Result<CompressedConfig> modelopt_config(const std::string& algo, const json& q, const json* ignore) {
+    CompressedConfig c;
+    if (algo == "FP8") {
+        c.scheme.format = QuantFormat::kFp8;
+        c.scheme.tensor_scale = true;
+    } else if (algo == "NVFP4") {
+        if (const int64_t g = get_int(q, "group_size", 16); g != 16)
+            return core::error(StatusCode::kUnsupported) << "ModelOpt checkpoint: NVFP4 with group_size " << g;
+        c.scheme.format = QuantFormat::kNvfp4;
+        c.scheme.modelopt = true;
+    } else {
+        return core::error(StatusCode::kUnsupported)
+               << "ModelOpt checkpoint: quant_algo '" << algo << "' (kiln loads FP8 and NVFP4)";
+    }
+    c.scheme.static_inputs = true;
+    if (ignore && ignore->is_array())
+        for (const json& x : *ignore)
+            if (x.is_string()) c.ignore.push_back(x.get<std::string>());
+    return c;
+}
+
+// hf_quant_config.json as ModelOpt writes it beside config.json ({"producer": {"name": "modelopt"},
+// "quantization": {"quant_algo", "exclude_modules", ...}}); nullopt when there is none.
+core::Result<std::optional<CompressedConfig>> modelopt_file_config(const std::filesystem::path& path) {
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) return std::optional<CompressedConfig>();
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    const json j = json::parse(ss.str(), nullptr, false);
+    const json* producer = j.is_object() ? get(j, "producer") : nullptr;
+    const json* q = j.is_object() ? get(j, "quantization") : nullptr;
+    if (!producer || !producer->is_object() || get_str(*producer, "name") != "modelopt" || !q || !q->is_object())
+        return core::error(StatusCode::kCorrupt)
+               << path.string() << ": not a ModelOpt hf_quant_config.json (producer.name \"modelopt\", quantization)";
+    KILN_ASSIGN_OR_RETURN(CompressedConfig c, modelopt_config(get_str(*q, "quant_algo"), *q, get(*q, "exclude_modules")));
+    return std::optional<CompressedConfig>(std::move(c));
+}
+
 }  // namespace
 
 core::Result<std::optional<CompressedConfig>> read_quantization_config(const std::string& path) {
@@ -176,14 +218,18 @@ core::Result<std::optional<CompressedConfig>> read_quantization_config(const std
     if (j.is_discarded() || !j.is_object()) return core::error(StatusCode::kCorrupt) << path << ": not a JSON object";
     const json* q = get(j, "quantization_config");
     if (!q) q = get(j, "compression_config");
-    if (!q) return std::optional<CompressedConfig>();
+    if (!q) return modelopt_file_config(std::filesystem::path(path).parent_path() / "hf_quant_config.json");
+    if (q->is_object() && get_str(*q, "quant_method") == "modelopt") {
+        KILN_ASSIGN_OR_RETURN(CompressedConfig c, modelopt_config(get_str(*q, "quant_algo"), *q, get(*q, "ignore")));
+        return std::optional<CompressedConfig>(std::move(c));
+    }
     if (q->is_object() && (get_str(*q, "quant_method") == "awq" || get_str(*q, "quant_method") == "gptq")) {
         KILN_ASSIGN_OR_RETURN(CompressedConfig c, awq_gptq_config(q->dump()));
         return std::optional<CompressedConfig>(std::move(c));
     }
     if (!q->is_object() || get_str(*q, "quant_method") != "compressed-tensors")
         return unsupported(path + ": quant_method '" + (q->is_object() ? get_str(*q, "quant_method") : "") +
-                           "' (kiln loads compressed-tensors, AutoAWQ and GPTQ checkpoints)");
+                           "' (kiln loads compressed-tensors, AutoAWQ, GPTQ and ModelOpt checkpoints)");
     const json* groups = get(*q, "config_groups");
     if (!groups || !groups->is_object() || groups->size() != 1)
         return unsupported("exactly one config group is supported");
@@ -218,7 +264,8 @@ std::optional<std::pair<std::string, std::string>> split_quant_part(const std::s
                                          "weight_shape",       "weight_global_scale", "input_scale",
                                          "input_global_scale", "input_zero_point",    "weight_g_idx",
                                          "qweight",            "qzeros",              "scales",
-                                         "g_idx"};
+                                         "g_idx",              "weight_scale_2",      "k_scale",
+                                         "v_scale"};
     const size_t dot = name.rfind('.');
     if (dot == std::string::npos) return std::nullopt;
     const std::string suffix = name.substr(dot + 1);
@@ -232,9 +279,10 @@ core::Result<TensorRef> decompress_weight(const CompressedConfig& config, const 
                                           std::vector<std::shared_ptr<const void>>* owners) {
     const QuantScheme& s = config.scheme;
     if (s.format == QuantFormat::kAwq || s.format == QuantFormat::kGptq) return decompress_awq_gptq(config, m, parts, owners);
-    const bool packed =
-        s.format == QuantFormat::kPackedInt || s.format == QuantFormat::kMxfp4 || s.format == QuantFormat::kNvfp4;
+    const bool packed = s.format == QuantFormat::kPackedInt || s.format == QuantFormat::kMxfp4 ||
+                        (s.format == QuantFormat::kNvfp4 && !s.modelopt);
     KILN_ASSIGN_OR_RETURN(auto dims, weight_dims(parts, m, packed ? "weight_packed" : "weight", s.bits));
+    if (s.modelopt) dims.second *= 2;  // ModelOpt's NVFP4 weight: two codes per byte
     const auto [R, C] = dims;
     const int64_t rows = int64_t(R), cols = int64_t(C);
     const std::string name = m + ".weight";
@@ -301,15 +349,19 @@ core::Result<TensorRef> decompress_weight(const CompressedConfig& config, const 
             q.rows = rows;
             q.cols = cols;
             q.row_bytes = (cols + 1) / 2;
-            KILN_ASSIGN_OR_RETURN(const TensorPart* w,
-                                  part(parts, m, "weight_packed", DType::kU8, {R, uint64_t(q.row_bytes)}));
+            KILN_ASSIGN_OR_RETURN(const TensorPart* w, part(parts, m, s.modelopt ? "weight" : "weight_packed",
+                                                            DType::kU8, {R, uint64_t(q.row_bytes)}));
             KILN_ASSIGN_OR_RETURN(const TensorPart* sc,
                                   part(parts, m, "weight_scale", DType::kF8E4M3, {R, uint64_t(q.blocks_per_row())}));
-            KILN_ASSIGN_OR_RETURN(const std::vector<float> global, float_part(parts, m, "weight_global_scale", {1}));
+            // compressed-tensors stores the tensor scale's inverse (weight_global_scale), ModelOpt the
+            // scale itself (weight_scale_2).
+            KILN_ASSIGN_OR_RETURN(const std::vector<float> global,
+                                  float_part(parts, m, s.modelopt ? "weight_scale_2" : "weight_global_scale", {1},
+                                             /*tensor=*/true));
             KILN_RETURN_IF_ERROR(check_scales(global, m));
             q.data = copy_of<uint8_t>(*w);
             q.block_scales = copy_of<uint8_t>(*sc);
-            q.tensor_scale = 1.0f / global[0];
+            q.tensor_scale = s.modelopt ? global[0] : 1.0f / global[0];
             // The NVFP4 kernels take two 16-element blocks per 32-element activation block. A scale
             // product outside fp16 makes to_nvfp4_blocks fail: such a matrix stays f32.
             if (cols % 32 == 0) {

@@ -121,12 +121,15 @@ core::Result<kernels::ref::RopeParams> rope_params(const ModelConfig& c, const s
     return p;
 }
 
-KvCache::KvCache(const ModelConfig& config, int64_t max_len)
+KvCache::KvCache(const ModelConfig& config, int64_t max_len, kernels::KvDtype dtype)
     : num_layers_(config.num_layers),
       kv_dim_(config.kv_dim()),
+      row_bytes_(kernels::kv_row_bytes(dtype, config.num_kv_heads, config.head_dim)),
       max_len_(max_len),
       k_(size_t(config.num_layers)),
-      v_(size_t(config.num_layers)) {}
+      v_(size_t(config.num_layers)) {
+    view_.dtype = dtype;
+}
 
 const std::vector<std::string>& CpuModel::supported_architectures() {
     static const std::vector<std::string> kArchs = {"llama",   "mistral",   "qwen2",     "qwen3",    "gemma2", "gemma3_text",
@@ -429,7 +432,7 @@ Status CpuModel::forward_batch(std::span<const int32_t> tokens, std::span<const 
         a.kv.kv_len = s.start + s.num_tokens;
         a.kv.block_table = kv.block_size ? s.block_table.data() : nullptr;
         a.kv.block_size = kv.block_size;
-        a.kv.f16 = kv.f16;
+        a.kv.dtype = kv.dtype;
         a.q_start = row;
         a.num_tokens = s.num_tokens;
         row += s.num_tokens;
@@ -445,7 +448,7 @@ Status CpuModel::forward_batch(std::span<const int32_t> tokens, std::span<const 
     step.seqs = w.attn;
     step.k = kv.k;
     step.v = kv.v;
-    step.kv_f16 = kv.f16;
+    step.kv_dtype = kv.dtype;
     step.logit_rows = std::span<const int64_t>(w.logit_rows.data(), size_t(num_logits));
     backend_->set_step(step);
     const bool calibrating = last_layer_ >= 0;  // the layers' inputs are all it wants: no logits
@@ -471,7 +474,7 @@ core::Status CpuModel::forward(std::span<const int32_t> tokens, KvCache& cache, 
     if (start + T > cache.max_len_)
         return core::error(StatusCode::kInvalidArgument)
                << "forward: " << start << " cached + " << T << " new tokens exceed the context of " << cache.max_len_;
-    const size_t need = size_t((start + T) * c.kv_dim());
+    const size_t need = size_t((start + T) * cache.row_bytes_);
     KvLayers& kv = cache.view_;
     if (cache.k_[0].size() < need || kv.k.empty() || kv.k[0] != cache.k_[0].data()) {  // grow, re-point (or a copy)
         kv.k.clear();
@@ -480,14 +483,14 @@ core::Status CpuModel::forward(std::span<const int32_t> tokens, KvCache& cache, 
             auto& k = cache.k_[size_t(l)];
             auto& v = cache.v_[size_t(l)];
             if (k.size() < need) {
-                const size_t grown = std::min(std::max(need, 2 * k.size()), size_t(cache.max_len_ * c.kv_dim()));
+                const size_t grown = std::min(std::max(need, 2 * k.size()), size_t(cache.max_len_ * cache.row_bytes_));
                 k.resize(grown);
                 v.resize(grown);
             }
             kv.k.push_back(static_cast<void*>(k.data()));
             kv.v.push_back(static_cast<void*>(v.data()));
         }
-        kv.num_slots = int64_t(cache.k_[0].size()) / c.kv_dim();
+        kv.num_slots = int64_t(cache.k_[0].size()) / cache.row_bytes_;
     }
     const BatchSeq seq{start, T, {}, all_logits ? T : 1};
     KILN_RETURN_IF_ERROR(forward_batch(tokens, std::span<const BatchSeq>(&seq, 1), kv, logits));

@@ -33,31 +33,31 @@ using loader::Checkpoint;
 using loader::ModelConfig;
 using loader::TensorRef;
 
-// Where the K/V of a batch live, per layer: a paged pool [num_blocks, block_size, kv_dim] shared by
+// Where the K/V of a batch live, per layer: a paged pool [num_blocks, block_size] rows shared by
 // every sequence of the batch (each has a block table), or, with block_size 0, one sequence's
-// contiguous [num_slots, kv_dim] rows (position p in row p).
-// Elements are f32, or IEEE half when f16 (rows are computed in f32 and rounded once when stored).
+// contiguous [num_slots] rows (position p in row p). Rows are of dtype (kernels/kernel_params.h
+// KvDtype: f32, or f16 / int8 / fp8 computed in f32 and stored once).
 struct KvLayers {
     std::vector<void*> k, v;  // [num_layers]
     int64_t block_size = 0;   // tokens per block; 0 = contiguous, one sequence
     int64_t num_slots = 0;    // rows of each k[l] / v[l] (num_blocks * block_size when paged)
-    bool f16 = false;
+    kernels::KvDtype dtype = kernels::KvDtype::kF32;
 };
 
-// One sequence's keys and values, contiguous per layer: k/v of layer l are [len, kv_dim] floats
-// (kv_dim = num_kv_heads * head_dim), row r = position r. Grows on demand up to max_len.
+// One sequence's keys and values, contiguous per layer: k/v of layer l are [len] rows of dtype
+// (kv_dim = num_kv_heads * head_dim elements each), row r = position r. Grows on demand up to max_len.
 class KvCache {
 public:
-    KvCache(const ModelConfig& config, int64_t max_len);
+    KvCache(const ModelConfig& config, int64_t max_len, kernels::KvDtype dtype = kernels::KvDtype::kF32);
     int64_t size() const { return len_; }  // tokens cached
     int64_t max_len() const { return max_len_; }
     void clear() { len_ = 0; }
 
 private:
     friend class CpuModel;
-    int64_t num_layers_, kv_dim_, max_len_, len_ = 0;
-    std::vector<std::vector<float>> k_, v_;  // per layer: [capacity, kv_dim]
-    KvLayers view_;                          // k_ / v_ as forward_batch takes them, rebuilt when they grow
+    int64_t num_layers_, kv_dim_, row_bytes_, max_len_, len_ = 0;
+    std::vector<std::vector<uint8_t>> k_, v_;  // per layer: [capacity] rows of row_bytes_
+    KvLayers view_;                            // k_ / v_ as forward_batch takes them, rebuilt when they grow
 };
 
 // One sequence of a forward batch.

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/numeric.h"
+#include "kernels/ref/kv_quant.h"
 #include "kernels/ref/transformer.h"
 #include "ops/transformer_ops.h"
 
@@ -94,35 +95,28 @@ Status CpuBackend::linear(const Weight& weight, const float* in, int64_t rows, c
     return linear_with(*pool_, cpu(weight), in, rows, bias, out, scratch_);
 }
 
-// n floats rounded to IEEE half (round to nearest even).
-static void store_f16(const float* x, uint16_t* h, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) h[i] = core::f32_to_fp16(x[i]);
-}
-
 Status CpuBackend::qkv_rope_kv_write(int64_t layer, float* qkv, float* q_out, const QkvRope& p) {
     const int64_t D = p.head_dim, Q = p.num_heads * D, KV = p.num_kv_heads * D;
     const int64_t T = int64_t(step_.tokens.size());
-    void* const kc = step_.k[size_t(layer)];  // [num_slots, num_kv_heads, head_dim]
-    void* const vc = step_.v[size_t(layer)];
-    const bool f16 = step_.kv_f16;
+    auto* const kc = static_cast<uint8_t*>(step_.k[size_t(layer)]);  // [num_slots] rows
+    auto* const vc = static_cast<uint8_t*>(step_.v[size_t(layer)]);
+    const kernels::KvDtype dtype = step_.kv_dtype;
+    const bool f32 = dtype == kernels::KvDtype::kF32;
+    const int64_t row_bytes = kernels::kv_row_bytes(dtype, p.num_kv_heads, D);
     const std::span<const double> inv_freq(p.inv_freq, size_t(D / 2));
     const std::span<const double> inv_freq_long(p.inv_freq_long ? p.inv_freq_long : p.inv_freq, size_t(D / 2));
     // Per token in one pass: q to its own buffer, k and v straight to their cache slots, with the
-    // q/k norms and RoPE applied in place there (an f16 cache's key is normed and rotated in its
-    // qkv row, then rounded once).
+    // q/k norms and RoPE applied in place there (the key of a cache other than f32 is normed and
+    // rotated in its qkv row, then stored once by kernels/ref kv_store_row: rounded or quantized).
     pool_->parallel_for(T, [&](int64_t b, int64_t e) {
         for (int64_t t = b; t < e; ++t) {
             float* row = qkv + t * (Q + 2 * KV);  // [Q | KV | KV]
             float* qt = q_out + t * Q;
             const int64_t slot = step_.slots[size_t(t)];
-            float* kt = f16 ? row + Q : static_cast<float*>(kc) + slot * KV;
+            float* kt = f32 ? reinterpret_cast<float*>(kc + slot * row_bytes) : row + Q;
             std::copy_n(row, Q, qt);
-            if (f16) {
-                store_f16(row + Q + KV, static_cast<uint16_t*>(vc) + slot * KV, KV);
-            } else {
-                std::copy_n(row + Q, KV, kt);
-                std::copy_n(row + Q + KV, KV, static_cast<float*>(vc) + slot * KV);
-            }
+            if (f32) std::copy_n(row + Q, KV, kt);
+            kernels::ref::kv_store_row(dtype, row + Q + KV, p.num_kv_heads, D, vc + slot * row_bytes);
             const int64_t nd = p.norm_full ? Q : D, nk = p.norm_full ? KV : D;  // norm width: all heads, or one
             if (p.q_norm)
                 for (int64_t h = 0; h < Q / nd; ++h) kernels::ref::rmsnorm(qt + h * nd, p.q_norm, qt + h * nd, nd, p.eps);
@@ -134,7 +128,7 @@ Status CpuBackend::qkv_rope_kv_write(int64_t layer, float* qkv, float* q_out, co
             if (p.q_scale != 1.0f)
                 for (int64_t i = 0; i < Q; ++i) qt[i] *= p.q_scale;
             kernels::ref::rope(kt, 1, p.num_kv_heads, D, pos, freqs);
-            if (f16) store_f16(kt, static_cast<uint16_t*>(kc) + slot * KV, KV);
+            if (!f32) kernels::ref::kv_store_row(dtype, kt, p.num_kv_heads, D, kc + slot * row_bytes);
         }
     });
     return Status::ok();

@@ -53,8 +53,8 @@ public:
         std::span<const int32_t> positions;  // [T]
         std::span<const int64_t> slots;      // [T] K/V row of each token in its layer's cache
         std::span<AttentionSeq> seqs;        // per sequence; kv.k / kv.v set per layer by attention()
-        std::span<void* const> k, v;         // per layer: the K/V cache ([num_slots, kv_dim])
-        bool kv_f16 = false;                 // cache elements IEEE half (else f32)
+        std::span<void* const> k, v;         // per layer: the K/V cache ([num_slots] rows)
+        kernels::KvDtype kv_dtype = kernels::KvDtype::kF32;  // the rows' format (kernels/kernel_params.h)
         std::span<const int64_t> logit_rows;  // the rows of x that want logits
     };
     void set_step(const Step& step) { step_ = step; }

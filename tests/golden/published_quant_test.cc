@@ -45,6 +45,8 @@ const std::map<std::string, core::DType>& expected_dtypes() {
         {"awq-gemm-g32", DType::kQ4_1},    {"gptq-w4-g32", DType::kQ4_0},
         {"gptq-w4-asym-g64", DType::kQ4_1}, {"gptq-w4-g32-desc-act", DType::kF32},
         {"gptq-w8-g32", DType::kQ8_0},
+        // NVIDIA ModelOpt's HF export (scripts/gen_modelopt_quant.py)
+        {"modelopt-fp8", DType::kE4m3B32}, {"modelopt-nvfp4", DType::kNvfp4},
     };
     return m;
 }

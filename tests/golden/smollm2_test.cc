@@ -172,7 +172,7 @@ TEST_P(SmolLM2, Greedy64ThroughTheEngineMatchesFloat64) {
         engine::EngineConfig c;
         c.block_size = block_size;
         c.max_batch_tokens = max_batch_tokens;
-        c.kv_f16 = false;
+        c.kv_dtype = kernels::KvDtype::kF32;
         c.num_kv_blocks = 64;
         auto core = engine::EngineCore::create(model_, tok_, c);
         ASSERT_TRUE(core.is_ok()) << core.status().to_string();

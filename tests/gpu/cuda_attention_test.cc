@@ -17,12 +17,14 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/prefill_attention.h"
+#include "kernels/ref/kv_quant.h"
 #include "kernels/ref/transformer.h"
 
 namespace kiln::kernels::cuda {
 namespace {
 
 using test::upload;
+using kernels::KvDtype;
 
 // decode_attention on `b` over q (device), out filled with NaN first; the output downloaded
 // (n floats), or empty after a test failure.
@@ -74,16 +76,18 @@ TEST(CudaAttention, DecodeMatchesReference) {
     const int64_t bs = 16, max_blocks = (1000 + bs - 1) / bs, num_seqs = int64_t(kv_lens.size());
     for (const Heads h : {Heads{8, 2, 64}, Heads{32, 8, 128}, Heads{9, 3, 64}, Heads{16, 1, 128}, Heads{8, 4, 8},
                           Heads{6, 2, 32}, Heads{4, 4, 16}, Heads{4, 4, 64}, Heads{8, 4, 128}, Heads{32, 4, 64}}) {
-        for (bool f16 : {false, true}) {
+        for (KvDtype dt : {KvDtype::kF32, KvDtype::kF16, KvDtype::kI8, KvDtype::kFp8}) {
             for (int64_t window : {0, 100}) {
                 const int64_t num_blocks = num_seqs * max_blocks, row = h.kv_heads * h.dim;
+                const int64_t row_bytes = kernels::kv_row_bytes(dt, h.kv_heads, h.dim);
                 std::vector<float> kf(size_t(num_blocks * bs * row)), vf(kf.size());
                 for (float& x : kf) x = dist(rng);
                 for (float& x : vf) x = dist(rng);
-                std::vector<uint16_t> kh(kf.size()), vh(vf.size());
-                if (f16) {  // the reference reads the same halves
-                    for (size_t i = 0; i < kf.size(); ++i) kh[i] = core::f32_to_fp16(kf[i]);
-                    for (size_t i = 0; i < vf.size(); ++i) vh[i] = core::f32_to_fp16(vf[i]);
+                // The rows as the CPU stores them (kernels/ref kv_store_row); the reference reads the same.
+                std::vector<uint8_t> kb(size_t(num_blocks * bs * row_bytes)), vb(kb.size());
+                for (int64_t r = 0; r < num_blocks * bs; ++r) {
+                    ref::kv_store_row(dt, kf.data() + r * row, h.kv_heads, h.dim, kb.data() + r * row_bytes);
+                    ref::kv_store_row(dt, vf.data() + r * row, h.kv_heads, h.dim, vb.data() + r * row_bytes);
                 }
                 std::vector<int32_t> perm = std::vector<int32_t>(size_t(num_blocks));
                 for (int64_t i = 0; i < num_blocks; ++i) perm[size_t(i)] = int32_t(i);
@@ -93,23 +97,23 @@ TEST(CudaAttention, DecodeMatchesReference) {
                 std::vector<float> want(q.size());
                 for (int64_t s = 0; s < num_seqs; ++s) {
                     ref::KvSpan kv;
-                    kv.k = f16 ? static_cast<const void*>(kh.data()) : kf.data();
-                    kv.v = f16 ? static_cast<const void*>(vh.data()) : vf.data();
+                    kv.k = kb.data();
+                    kv.v = vb.data();
                     kv.kv_len = kv_lens[size_t(s)];
                     kv.block_table = perm.data() + s * max_blocks;
                     kv.block_size = bs;
-                    kv.f16 = f16;
+                    kv.dtype = dt;
                     const ref::AttentionShape shape{1, h.heads, h.kv_heads, h.dim, window};
                     ref::attention(q.data() + s * h.heads * h.dim, kv, shape, want.data() + s * h.heads * h.dim);
                 }
-                DeviceBuffer dk = f16 ? upload(kh) : upload(kf), dv = f16 ? upload(vh) : upload(vf);
-                DeviceBuffer dq = upload(q), dt = upload(perm), dl = upload(kv_lens);
+                DeviceBuffer dk = upload(kb), dv = upload(vb);
+                DeviceBuffer dq = upload(q), dt_ = upload(perm), dl = upload(kv_lens);
                 DecodeAttentionBatch b;
                 b.k = dk.data();
                 b.v = dv.data();
-                b.f16 = f16;
+                b.dtype = dt;
                 b.block_size = bs;
-                b.block_tables = dt.as<int32_t>();
+                b.block_tables = dt_.as<int32_t>();
                 b.max_blocks_per_seq = max_blocks;
                 b.kv_lens = dl.as<int32_t>();
                 b.num_seqs = num_seqs;
@@ -122,8 +126,8 @@ TEST(CudaAttention, DecodeMatchesReference) {
                 ASSERT_EQ(got.size(), q.size());
                 for (size_t i = 0; i < got.size(); ++i)
                     ASSERT_NEAR(got[i], want[i], 1e-4f * (1.0f + std::fabs(want[i])))
-                        << "heads " << h.heads << "/" << h.kv_heads << " dim " << h.dim << " f16 " << f16 << " window "
-                        << window << " at " << i;
+                        << "heads " << h.heads << "/" << h.kv_heads << " dim " << h.dim << " kv "
+                        << ref::kv_dtype_name(dt) << " window " << window << " at " << i;
             }
         }
     }
@@ -301,7 +305,7 @@ TEST(CudaAttention, PrefillMatchesReference) {
                     ref::KvSpan kv;
                     kv.k = kh.data();
                     kv.v = vh.data();
-                    kv.f16 = true;
+                    kv.dtype = KvDtype::kF16;
                     kv.kv_len = pos0[size_t(s)] + t + 1;
                     kv.block_table = perm.data() + s * max_blocks;
                     kv.block_size = bs;

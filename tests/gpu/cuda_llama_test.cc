@@ -41,7 +41,7 @@ CudaModelOptions small_options() {
     o.max_seqs = 8;
     o.max_logits = 256;
     o.num_kv_blocks = 64;  // 1024 tokens: the tests' sequences, without sizing from device memory
-    o.kv_f16 = false;      // as the CPU's KvCache: f32 K/V
+    o.kv_dtype = kernels::KvDtype::kF32;  // as the CPU's KvCache: f32 K/V
     o.quantized_gemm = false;  // block weights in long steps: the exact f32 path
     return o;
 }
@@ -312,7 +312,7 @@ TEST(CudaLlama, TensorCorePrefillIsCloseToExact) {
     o.max_batch_tokens = 128;  // 300 tokens: chunks of 128, 128, 44
     o.max_logits = 128;
     o.max_seq_len = 512;
-    o.kv_f16 = true;
+    o.kv_dtype = kernels::KvDtype::kF16;
     const GreedyRun tc = run_gpu(b.ck, prompt, 4, o);
     o.tensor_core_prefill = false;
     const GreedyRun split = run_gpu(b.ck, prompt, 4, o);

@@ -20,6 +20,7 @@
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/kv_write.h"
+#include "kernels/ref/kv_quant.h"
 #include "kernels/ref/transformer.h"
 
 namespace kiln::kernels::cuda {
@@ -28,6 +29,7 @@ namespace {
 using test::download;
 using test::randn;
 using test::upload;
+using kernels::KvDtype;
 
 TEST(CudaStepKernels, ArgumentChecksWithoutLaunching) {
     const auto bad = core::StatusCode::kInvalidArgument;
@@ -127,7 +129,7 @@ TEST(CudaStepKernels, QkvRopeKvWriteMatchesReference) {
         int64_t heads, kv_heads, dim;
     };
     for (const Shape sh : {Shape{8, 4, 8}, Shape{32, 8, 128}, Shape{9, 3, 64}}) {
-        for (bool f16 : {false, true}) {
+        for (KvDtype dt : {KvDtype::kF32, KvDtype::kF16, KvDtype::kI8, KvDtype::kFp8}) {
             for (bool extras : {false, true}) {  // bias and q/k norms
                 const int64_t T = 5, D = sh.dim, Q = sh.heads * D, KV = sh.kv_heads * D, W = Q + 2 * KV;
                 const int64_t num_slots = 64;
@@ -160,12 +162,12 @@ TEST(CudaStepKernels, QkvRopeKvWriteMatchesReference) {
                     std::copy_n(k, KV, wk.begin() + t * KV);
                     std::copy_n(row.data() + Q + KV, KV, wv.begin() + t * KV);
                 }
-                const size_t cache_elems = size_t(num_slots * KV), elem = f16 ? 2 : 4;
+                const size_t row_bytes = size_t(kernels::kv_row_bytes(dt, sh.kv_heads, D)),
+                             cache_bytes = size_t(num_slots) * row_bytes;
                 DeviceBuffer dqkv = upload(qkv), dbias = upload(bias), dqn = upload(qn), dkn = upload(kn);
                 DeviceBuffer dpos = upload(positions), dslots = upload(slots), dinv = upload(inv_freq);
                 DeviceBuffer dq = upload(std::vector<float>(size_t(T * Q), NAN));
-                DeviceBuffer dk = upload(std::vector<uint8_t>(cache_elems * elem)),
-                             dv = upload(std::vector<uint8_t>(cache_elems * elem));
+                DeviceBuffer dk = upload(std::vector<uint8_t>(cache_bytes)), dv = upload(std::vector<uint8_t>(cache_bytes));
                 QkvRopeKvWrite a;
                 a.qkv = dqkv.as<float>();
                 a.bias = extras ? dbias.as<float>() : nullptr;
@@ -178,7 +180,7 @@ TEST(CudaStepKernels, QkvRopeKvWriteMatchesReference) {
                 a.q_out = dq.as<float>();
                 a.k_cache = dk.data();
                 a.v_cache = dv.data();
-                a.f16 = f16;
+                a.dtype = dt;
                 a.num_tokens = T;
                 a.num_heads = sh.heads;
                 a.num_kv_heads = sh.kv_heads;
@@ -191,28 +193,32 @@ TEST(CudaStepKernels, QkvRopeKvWriteMatchesReference) {
                 const float tol = extras ? 4e-6f : 1e-6f;
                 for (size_t i = 0; i < gq.size(); ++i)
                     ASSERT_NEAR(gq[i], wq[i], tol * (1.0f + std::fabs(wq[i]))) << "q " << i << " dim " << D;
-                const std::vector<uint8_t> gk = download<uint8_t>(dk, cache_elems * elem),
-                                           gv = download<uint8_t>(dv, cache_elems * elem);
-                auto cache_at = [&](const std::vector<uint8_t>& c, size_t i) {
-                    if (f16) {
-                        uint16_t hbits;
-                        std::memcpy(&hbits, c.data() + 2 * i, 2);
-                        return core::fp16_to_f32(hbits);
+                const std::vector<uint8_t> gk = download<uint8_t>(dk, cache_bytes), gv = download<uint8_t>(dv, cache_bytes);
+                // The reference rows, stored by kernels/ref kv_store_row as the CPU stores them.
+                std::vector<uint8_t> rk(row_bytes), rv(row_bytes);
+                for (int64_t t = 0; t < T; ++t) {
+                    ref::kv_store_row(dt, wk.data() + t * KV, sh.kv_heads, D, rk.data());
+                    ref::kv_store_row(dt, wv.data() + t * KV, sh.kv_heads, D, rv.data());
+                    const uint8_t* gk_row = gk.data() + size_t(slots[size_t(t)]) * row_bytes;
+                    const uint8_t* gv_row = gv.data() + size_t(slots[size_t(t)]) * row_bytes;
+                    // v: the bias add only, the same on both: the same bytes, codes and scales included
+                    ASSERT_EQ(std::memcmp(gv_row, rv.data(), row_bytes), 0) << "v row " << t;
+                    for (int64_t h = 0; h < sh.kv_heads; ++h) {
+                        float amax = 0.0f;
+                        for (int64_t d = 0; d < D; ++d) amax = std::max(amax, std::fabs(wk[size_t(t * KV + h * D + d)]));
+                        for (int64_t d = 0; d < D; ++d) {
+                            const float kt = ref::kv_load(dt, rk.data(), sh.kv_heads, D, h, d);
+                            const float got = ref::kv_load(dt, gk_row, sh.kv_heads, D, h, d);
+                            // k differs from the host's by an fp32 ulp or so, which may move it to the
+                            // neighbouring half, int8 step (amax / 127) or fp8 step (1/8 of the value)
+                            const float ktol = dt == KvDtype::kF32   ? tol * (1.0f + std::fabs(kt))
+                                               : dt == KvDtype::kF16 ? 1e-3f * (1.0f + std::fabs(kt))
+                                               : dt == KvDtype::kI8  ? 1.01f * amax / 127.0f
+                                                                     : 0.13f * std::fabs(kt) + 1e-3f * amax;
+                            ASSERT_NEAR(got, kt, ktol) << "k " << t << "," << h << "," << d;
+                        }
                     }
-                    float f;
-                    std::memcpy(&f, c.data() + 4 * i, 4);
-                    return f;
-                };
-                auto stored = [&](float v) { return f16 ? core::fp16_to_f32(core::f32_to_fp16(v)) : v; };
-                for (int64_t t = 0; t < T; ++t)
-                    for (int64_t j = 0; j < KV; ++j) {
-                        const size_t at = size_t(slots[size_t(t)] * KV + j), w = size_t(t * KV + j);
-                        const float kt = stored(wk[w]), vt = stored(wv[w]);
-                        // f16: an fp32 ulp of difference may round to the neighbouring half
-                        const float ktol = f16 ? 1e-3f : tol, vtol = 0.0f;  // v: the bias add only, same on both
-                        ASSERT_NEAR(cache_at(gk, at), kt, ktol * (1.0f + std::fabs(kt))) << "k " << t << "," << j;
-                        ASSERT_NEAR(cache_at(gv, at), vt, vtol * (1.0f + std::fabs(vt))) << "v " << t << "," << j;
-                    }
+                }
             }
         }
     }

@@ -23,6 +23,7 @@
 // private buffer of exactly its rows (an out-of-range write fails under ASan) and copy it back.
 // ISAs the CPU lacks are skipped.
 #include "kernels/cpu/attention.h"
+#include "kernels/ref/kv_quant.h"
 #include "kernels/ref/transformer.h"
 
 #include <gtest/gtest.h>
@@ -455,52 +456,113 @@ TEST(AttentionKernel, OpsAttentionPagedBitIdenticalToContiguous) {
 namespace kiln::kernels::cpu {
 namespace {
 
-// The f16 KV cache: every kernel (and the reference) on a paged f16 cache gives exactly what it gives
-// on the f32 cache holding the same values (each rounded to half and widened back), since widening
-// is exact and the arithmetic after it is the f32 path's.
-void check_f16_cache(Isa isa) {
+// The f16, int8 and fp8 KV caches: every kernel (and the reference) on a paged cache of those rows
+// (kernels/ref kv_store_row) gives exactly what it gives on the f32 cache holding what the rows read
+// back as (kv_load), since widening is exact (codes times the head's scale, one rounding, in every
+// kernel) and the arithmetic after it is the f32 path's.
+void check_widened_cache(Isa isa, KvDtype dt) {
     if (!isa_supported(isa)) GTEST_SKIP() << isa_name(isa) << " not supported by this CPU";
     const AttentionFn fn = find_attention_kernel(isa);
     if (!fn) GTEST_FAIL() << "this CPU runs " << isa_name(isa) << " but its kernel was not built";
-    for_each_paged_case([&](const Data& d0, const PagedCache& paged0, float, const std::string& case_what) {
-        const std::string what = std::string(isa_name(isa)) + " f16 " + case_what;
-        auto round_half = [](std::vector<float> v) {
-            for (float& x : v) x = std::isnan(x) ? x : core::fp16_to_f32(core::f32_to_fp16(x));
-            return v;
+    for_each_paged_case([&](const Data& d0, const PagedCache& paged0, float q_scale, const std::string& case_what) {
+        const std::string what = std::string(isa_name(isa)) + " " + ref::kv_dtype_name(dt) + " " + case_what;
+        const int64_t kvh = d0.s.num_kv_heads, hd = d0.s.head_dim, row = kvh * hd;
+        const int64_t row_bytes = kv_row_bytes(dt, kvh, hd);
+        // rows of floats -> the stored rows' bytes, and what they read back as
+        auto store = [&](const std::vector<float>& f) {
+            std::vector<uint8_t> bytes(f.size() / size_t(row) * size_t(row_bytes));
+            for (size_t r = 0; r < f.size() / size_t(row); ++r)
+                ref::kv_store_row(dt, f.data() + r * size_t(row), kvh, hd, bytes.data() + r * size_t(row_bytes));
+            return bytes;
         };
-        Data d = d0;  // the f32 cache of the rounded values, and its reference output
-        d.k = round_half(d0.k);
-        d.v = round_half(d0.v);
+        auto read_back = [&](const std::vector<float>& f) {
+            const std::vector<uint8_t> bytes = store(f);
+            std::vector<float> out(f.size());
+            for (size_t r = 0; r < f.size() / size_t(row); ++r)
+                for (int64_t h = 0; h < kvh; ++h)
+                    for (int64_t d = 0; d < hd; ++d)
+                        out[r * size_t(row) + size_t(h * hd + d)] =
+                            ref::kv_load(dt, bytes.data() + r * size_t(row_bytes), kvh, hd, h, d);
+            return out;
+        };
+        Data d = d0;  // the f32 cache of the read-back values, and its reference output
+        d.k = read_back(d0.k);
+        d.v = read_back(d0.v);
         ref::attention(d.q.data(), d.kv(), d.s, d.want.data());
-        std::vector<uint16_t> kh(paged0.k.size()), vh(paged0.v.size());
-        for (size_t i = 0; i < kh.size(); ++i) {
-            kh[i] = core::f32_to_fp16(paged0.k[i]);
-            vh[i] = core::f32_to_fp16(paged0.v[i]);
-        }
-        KvSpan half = paged0.kv();
-        half.k = kh.data();
-        half.v = vh.data();
-        half.f16 = true;
+        const std::vector<uint8_t> kq = store(paged0.k), vq = store(paged0.v);
+        KvSpan stored = paged0.kv();
+        stored.k = kq.data();
+        stored.v = vq.data();
+        stored.dtype = dt;
         std::vector<float> lse_f, lse_h;
         const std::vector<float> want = run_whole(fn, d, d.kv(), &lse_f);
-        const std::vector<float> got = run_whole(fn, d, half, &lse_h);
+        const std::vector<float> got = run_whole(fn, d, stored, &lse_h);
         EXPECT_TRUE(same_bits(got, want)) << what << " whole out";
         EXPECT_TRUE(same_bits(lse_h, lse_f)) << what << " whole lse";
-        EXPECT_TRUE(same_bits(run_tiles(fn, d, half, 5, &lse_h), run_tiles(fn, d, d.kv(), 5, &lse_f))) << what;
-        std::vector<float> ref_half(d.q.size());
-        ref::attention(d.q.data(), half, d.s, ref_half.data());
-        EXPECT_TRUE(same_bits(ref_half, d.want)) << what << " reference";
+        EXPECT_TRUE(same_bits(run_tiles(fn, d, stored, 5, &lse_h), run_tiles(fn, d, d.kv(), 5, &lse_f))) << what;
+        std::vector<float> ref_stored(d.q.size());
+        ref::attention(d.q.data(), stored, d.s, ref_stored.data());
+        EXPECT_TRUE(same_bits(ref_stored, d.want)) << what << " reference";
+        // And close to the f32 cache's output: the quantization error only (values ~N(0, 1); measured
+        // worst 0.013 int8, 0.068 fp8; a wrong scale or code is O(1)). Not with q_scale 30: there the
+        // softmax is nearly one-hot and a small score error may pick another key.
+        if (dt != KvDtype::kF16 && q_scale == 1.0f) {
+            float worst = 0.0f;
+            for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(got[i] - d0.want[i]));
+            EXPECT_LT(worst, dt == KvDtype::kI8 ? 0.03f : 0.15f) << what << " against the f32 cache";
+        }
     });
 }
 
-TEST(AttentionKernel, RefF16CacheEqualsF32OfRoundedValues) {
-    check_f16_cache(Isa::kRef);
+// kernels/ref kv_store_row's rules on one row of three heads: the head's largest magnitude becomes
+// code +-127 (int8) or +-448 (fp8) with scale amax / 127 or / 448, the others round to nearest, and an
+// all-zero head stores scale 0 and zero codes; kv_load reads code * scale.
+TEST(KvQuant, StoreRowFollowsTheRules) {
+    const int64_t kvh = 3, hd = 8;
+    const std::vector<float> x = {0.5f, -2.0f, 1.0f, 0.25f, 0.0f, 0.01f, -0.7f, 1.99f,  // head 0: amax 2
+                                  0,    0,     0,    0,     0,    0,     0,     0,       // head 1: zeros
+                                  3.0f, 1.0f,  -1.5f, 0.1f, 0,    0,     0,     2.9f};  // head 2: amax 3
+    for (KvDtype dt : {KvDtype::kI8, KvDtype::kFp8}) {
+        const float top = dt == KvDtype::kI8 ? 127.0f : 448.0f;
+        std::vector<uint8_t> row(size_t(kv_row_bytes(dt, kvh, hd)), 0xcd);
+        ASSERT_EQ(row.size(), size_t(kvh * hd + 4 * kvh));
+        ref::kv_store_row(dt, x.data(), kvh, hd, row.data());
+        for (int64_t h = 0; h < kvh; ++h) {
+            float amax = 0.0f, scale;
+            for (int64_t d = 0; d < hd; ++d) amax = std::max(amax, std::fabs(x[size_t(h * hd + d)]));
+            std::memcpy(&scale, row.data() + kvh * hd + 4 * h, 4);
+            EXPECT_EQ(scale, amax / top) << ref::kv_dtype_name(dt) << " head " << h;
+            for (int64_t d = 0; d < hd; ++d) {
+                const float v = x[size_t(h * hd + d)];
+                const uint8_t code = row[size_t(h * hd + d)];
+                const float got = ref::kv_load(dt, row.data(), kvh, hd, h, d);
+                if (amax == 0.0f) {
+                    EXPECT_EQ(code, 0);
+                    EXPECT_EQ(got, 0.0f);
+                    continue;
+                }
+                const float want_code = dt == KvDtype::kI8 ? std::nearbyint(v / scale) : 0.0f;
+                if (dt == KvDtype::kI8) EXPECT_EQ(float(int8_t(code)), want_code) << h << "," << d;
+                if (dt == KvDtype::kFp8) EXPECT_EQ(code, core::f32_to_fp8_e4m3(v / scale)) << h << "," << d;
+                if (std::fabs(v) == amax) EXPECT_EQ(std::fabs(got), amax * (top * scale / amax)) << h << "," << d;
+                EXPECT_NEAR(got, v, dt == KvDtype::kI8 ? 0.5f * scale : 0.0625f * std::fabs(v) + 1e-6f) << h << "," << d;
+            }
+        }
+    }
+    std::vector<uint8_t> h16(size_t(kv_row_bytes(KvDtype::kF16, kvh, hd)));
+    ref::kv_store_row(KvDtype::kF16, x.data(), kvh, hd, h16.data());
+    EXPECT_EQ(ref::kv_load(KvDtype::kF16, h16.data(), kvh, hd, 0, 5), core::fp16_to_f32(core::f32_to_fp16(0.01f)));
+    EXPECT_EQ(ref::parse_kv_dtype("fp8_e4m3"), KvDtype::kFp8);
+    EXPECT_EQ(ref::parse_kv_dtype("int8"), KvDtype::kI8);
+    EXPECT_FALSE(ref::parse_kv_dtype("int4"));
 }
-TEST(AttentionKernel, Avx2F16CacheEqualsF32OfRoundedValues) {
-    check_f16_cache(Isa::kAvx2);
-}
-TEST(AttentionKernel, Avx512F16CacheEqualsF32OfRoundedValues) {
-    check_f16_cache(Isa::kAvx512);
+
+TEST(AttentionKernel, WidenedCachesEqualF32OfTheirValues) {
+    for (KvDtype dt : {KvDtype::kF16, KvDtype::kI8, KvDtype::kFp8}) {
+        check_widened_cache(Isa::kRef, dt);
+        if (isa_supported(Isa::kAvx2)) check_widened_cache(Isa::kAvx2, dt);
+        if (isa_supported(Isa::kAvx512)) check_widened_cache(Isa::kAvx512, dt);
+    }
 }
 
 }  // namespace

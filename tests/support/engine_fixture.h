@@ -122,11 +122,12 @@ protected:
     }
 
     // Every spec alone, each in a fresh engine (`base`'s settings) without a prefix cache.
-    std::map<int64_t, Result> run_alone(const std::vector<Spec>& specs, bool kv_f16 = false,
+    std::map<int64_t, Result> run_alone(const std::vector<Spec>& specs,
+                                        kernels::KvDtype kv_dtype = kernels::KvDtype::kF32,
                                         const EngineConfig& base = {}) {
         std::map<int64_t, Result> out;
         EngineConfig c = base;
-        c.kv_f16 = kv_f16;
+        c.kv_dtype = kv_dtype;
         c.prefix_cache = false;
         c.num_kv_blocks = 256;
         for (size_t i = 0; i < specs.size(); ++i) {
@@ -171,7 +172,7 @@ protected:
     void own_pool(int64_t num_blocks, int64_t block_size, std::unique_ptr<kv::KvStorage>& storage,
                   model::KvLayers& layers) const {
         const loader::ModelConfig& mc = model_->config();
-        auto created = kv::KvStorage::create(mc.num_layers, num_blocks, block_size, mc.kv_dim());
+        auto created = kv::KvStorage::create(mc.num_layers, num_blocks, block_size, 4 * mc.kv_dim());
         ASSERT_TRUE(created.is_ok()) << created.status().to_string();
         storage = std::move(*created);
         for (int64_t l = 0; l < mc.num_layers; ++l) {

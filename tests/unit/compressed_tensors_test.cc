@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <random>
 
@@ -293,6 +294,44 @@ TEST(CompressedTensors, ConfigsRoundTripAndUnsupportedOnesAreRefused) {
     EXPECT_FALSE(none->has_value());
     EXPECT_FALSE(parse_quant_scheme("w4-g48").is_ok());
     std::remove(path.c_str());
+}
+
+// NVIDIA ModelOpt: quant_method "modelopt" in config.json, or only hf_quant_config.json beside it (older
+// exports); FP8 and NVFP4 load, other algorithms are refused by name.
+TEST(CompressedTensors, ModeloptConfigs) {
+    const std::string dir = ::testing::TempDir() + "/kiln_modelopt_config";
+    std::filesystem::create_directories(dir);
+    const std::string path = dir + "/config.json", hf = dir + "/hf_quant_config.json";
+    auto read = [&](const std::string& quant) {
+        std::ofstream(path) << R"({"model_type": "llama", "quantization_config": )" << quant << "}";
+        return read_quantization_config(path);
+    };
+    auto fp8 = read(R"({"quant_method": "modelopt", "quant_algo": "FP8", "ignore": ["lm_head"]})");
+    ASSERT_TRUE(fp8.is_ok() && fp8->has_value()) << fp8.status().message();
+    EXPECT_EQ((*fp8)->scheme.format, QuantFormat::kFp8);
+    EXPECT_TRUE((*fp8)->scheme.tensor_scale);
+    EXPECT_EQ((*fp8)->ignore.size(), 1u);
+    auto nv = read(R"({"quant_method": "modelopt", "quant_algo": "NVFP4", "config_groups": {}})");
+    ASSERT_TRUE(nv.is_ok() && nv->has_value()) << nv.status().message();
+    EXPECT_EQ((*nv)->scheme.format, QuantFormat::kNvfp4);
+    EXPECT_TRUE((*nv)->scheme.modelopt);
+    for (const char* algo : {"W4A16_AWQ", "FP8_PB_WO", "MIXED_PRECISION"}) {
+        auto r = read(std::string(R"({"quant_method": "modelopt", "quant_algo": ")") + algo + "\"}");
+        EXPECT_EQ(r.status().code(), core::StatusCode::kUnsupported) << algo;
+        EXPECT_NE(r.status().message().find(algo), std::string::npos) << r.status().message();
+    }
+    // Only hf_quant_config.json
+    std::ofstream(path) << R"({"model_type": "llama"})";
+    std::ofstream(hf) << R"({"producer": {"name": "modelopt", "version": "0.47.0"},
+        "quantization": {"quant_algo": "NVFP4", "group_size": 16, "exclude_modules": ["lm_head"]}})";
+    auto file = read_quantization_config(path);
+    ASSERT_TRUE(file.is_ok() && file->has_value()) << file.status().message();
+    EXPECT_TRUE((*file)->scheme.modelopt);
+    std::ofstream(hf) << R"({"quantization": {"quant_algo": "NVFP4", "group_size": 32}, "producer": {"name": "modelopt"}})";
+    EXPECT_EQ(read_quantization_config(path).status().code(), core::StatusCode::kUnsupported);
+    std::ofstream(hf) << R"({"quantization": {"quant_algo": "FP8"}})";
+    EXPECT_EQ(read_quantization_config(path).status().code(), core::StatusCode::kCorrupt);
+    std::filesystem::remove_all(dir);
 }
 
 // GPTQ's "group" activation order (older compressed-tensors and AutoGPTQ-style checkpoints): each

@@ -100,7 +100,7 @@ int64_t batch_decode_allocations(DType weights, int threads, int64_t steps) {
     KvLayers kv;
     kv.block_size = kBlock;
     kv.num_slots = kBlocks * kBlock;
-    kv.f16 = true;
+    kv.dtype = kernels::KvDtype::kF16;
     std::vector<std::vector<uint16_t>> k(size_t(c.num_layers)), v(size_t(c.num_layers));
     for (int64_t l = 0; l < c.num_layers; ++l) {
         k[size_t(l)].assign(size_t(kv.num_slots * c.kv_dim()), 0);

@@ -17,12 +17,16 @@
 #include <string>
 #include <vector>
 
+#include "kernels/ref/kv_quant.h"
 #include "support/engine_fixture.h"
 
 namespace kiln::engine {
 namespace {
 
-class EngineBatch : public EngineFixture {};
+class EngineBatch : public EngineFixture {
+protected:
+    void check_cache_dtype(kernels::KvDtype dt, double rms_limit, float top_margin);
+};
 
 TEST_P(EngineBatch, BatchedEqualsAlone) {
     const std::vector<Spec> specs = make_specs(16, 7);
@@ -274,15 +278,20 @@ TEST_P(EngineBatch, StepsSampleOnTheModelsSide) {
     EXPECT_EQ(with_logprobs.at(0), first.at(0));
 }
 
-TEST_P(EngineBatch, F16KvCacheIsBatchInvariantAndCloseToF32) {
+// A cache of f16 / int8 / fp8 rows: batch-invariant (each row is stored from its own token's values)
+// through preemption and recompute, and its first-token logits close to the f32 cache's.
+// rms_limit: the relative RMS of the logit difference allowed (measured in the printed line);
+// top_margin: how far below the f32 cache's top logit the other cache's top token may score there.
+void EngineBatch::check_cache_dtype(kernels::KvDtype dt, double rms_limit, float top_margin) {
+    const char* name = kernels::ref::kv_dtype_name(dt);
     const std::vector<Spec> specs = make_specs(8, 13);
-    const auto alone = run_alone(specs, /*kv_f16=*/true);
+    const auto alone = run_alone(specs, dt);
     EngineConfig c;
-    c.kv_f16 = true;
-    c.num_kv_blocks = small_ ? 12 : 6;  // preemption and recompute with an f16 cache
+    c.kv_dtype = dt;
+    c.num_kv_blocks = small_ ? 12 : 6;  // preemption and recompute
     c.max_batch_tokens = 19;
     EngineStats stats;
-    expect_same(alone, run_batched(specs, c, &stats), "f16 KV, tight budget, 19-token steps");
+    expect_same(alone, run_batched(specs, c, &stats), std::string(name) + " KV, tight budget, 19-token steps");
     // The first token's logits come from the prompt alone: close to the f32 cache's, same top token.
     const auto f32 = run_alone(specs);
     for (const auto& [id, r] : alone) {
@@ -299,46 +308,63 @@ TEST_P(EngineBatch, F16KvCacheIsBatchInvariantAndCloseToF32) {
         const auto argmax = [](const std::vector<float>& v) {
             return std::max_element(v.begin(), v.end()) - v.begin();
         };
-        std::printf("request %lld: f16 vs f32 KV, first-token logits: relative RMS %.2e, max |diff| %.3f, argmax %s\n",
-                    (long long)id, rel_rms, max_diff, argmax(a) == argmax(b) ? "same" : "differs");
-        // Measured: relative RMS ~1e-4 on stories260K, 1-6% on SmolLM2 (30 layers of rounded K/V); a
-        // broken f16 path (garbage rows, wrong slots) gives O(1).
-        EXPECT_GT(max_diff, 0.0f) << "request " << id << ": f16 and f32 caches gave identical logits";
-        EXPECT_LT(rel_rms, 0.1) << "request " << id;
-        // The top token must not move, except between near-ties of the f32 logits: the f16 cache's top
-        // token must score within 0.1 of the f32 cache's top there (seen: 22.327 vs 22.368 on
-        // SmolLM2; a wrong token from a broken cache is several logits down).
-        const float f32_top = b[size_t(argmax(b))], f32_of_f16_top = b[size_t(argmax(a))];
-        EXPECT_LT(f32_top - f32_of_f16_top, 0.1f)
-            << "request " << id << ": top tokens " << argmax(a) << " (f16) and " << argmax(b) << " (f32)";
+        std::printf("request %lld: %s vs f32 KV, first-token logits: relative RMS %.2e, max |diff| %.3f, argmax %s\n",
+                    (long long)id, name, rel_rms, max_diff, argmax(a) == argmax(b) ? "same" : "differs");
+        EXPECT_GT(max_diff, 0.0f) << "request " << id << ": " << name << " and f32 caches gave identical logits";
+        EXPECT_LT(rel_rms, rms_limit) << "request " << id << " " << name;
+        // The top token must not move, except between near-ties of the f32 logits: the other cache's top
+        // token must score within top_margin of the f32 cache's top there (seen with f16: 22.327 vs
+        // 22.368 on SmolLM2, fp8: 0.18 and 0.40 below; a wrong token from a broken cache is several
+        // logits down).
+        const float f32_top = b[size_t(argmax(b))], f32_of_other_top = b[size_t(argmax(a))];
+        EXPECT_LT(f32_top - f32_of_other_top, top_margin)
+            << "request " << id << ": top tokens " << argmax(a) << " (" << name << ") and " << argmax(b) << " (f32)";
     }
+}
+
+// Measured relative RMS (first-token logits against the f32 cache), stories260K / SmolLM2: f16
+// 0.5-3e-4 / 0.7-3.7%, int8 0.3-1.2% / 0.6-4.2%, fp8 0.6-2.1% / 1.3-8.1% (E4M3 keeps 3 mantissa
+// bits); a broken path (garbage rows, wrong slots, wrong scales) gives O(1).
+TEST_P(EngineBatch, F16KvCacheIsBatchInvariantAndCloseToF32) {
+    check_cache_dtype(kernels::KvDtype::kF16, 0.1, 0.1f);
+}
+TEST_P(EngineBatch, Int8KvCacheIsBatchInvariantAndCloseToF32) {
+    check_cache_dtype(kernels::KvDtype::kI8, 0.1, 0.3f);
+}
+TEST_P(EngineBatch, Fp8KvCacheIsBatchInvariantAndCloseToF32) {
+    check_cache_dtype(kernels::KvDtype::kFp8, 0.2, 0.6f);
 }
 
 TEST_P(EngineBatch, PrefixCacheHitsLeaveOutputsUnchanged) {
     const std::vector<Spec> specs = make_specs(6, 11);
-    const auto alone = run_alone(specs);
-    EngineConfig c;
-    c.block_size = 8;
-    auto core = make_core(c);
-    std::map<int64_t, Result> first, second;
-    // Sequentially, so every later request finds the earlier ones' blocks cached.
-    for (size_t i = 0; i < specs.size(); ++i) {
-        add(*core, int64_t(i), specs[i], first);
-        while (core->step()) {
+    for (kernels::KvDtype dt : {kernels::KvDtype::kF32, kernels::KvDtype::kI8, kernels::KvDtype::kFp8}) {
+        const std::string name = kernels::ref::kv_dtype_name(dt);
+        const auto alone = run_alone(specs, dt);
+        EngineConfig c;
+        c.block_size = 8;
+        c.kv_dtype = dt;
+        auto core = make_core(c);
+        std::map<int64_t, Result> first, second;
+        // Sequentially, so every later request finds the earlier ones' blocks cached.
+        for (size_t i = 0; i < specs.size(); ++i) {
+            add(*core, int64_t(i), specs[i], first);
+            while (core->step()) {
+            }
         }
-    }
-    for (size_t i = 0; i < specs.size(); ++i) {
-        add(*core, int64_t(i), specs[i], second);
-        while (core->step()) {
+        for (size_t i = 0; i < specs.size(); ++i) {
+            add(*core, int64_t(i), specs[i], second);
+            while (core->step()) {
+            }
         }
+        expect_same(alone, first, name + " KV, first pass");
+        expect_same(alone, second, name + " KV, second pass (prefixes cached)");
+        for (size_t i = 0; i < specs.size(); ++i) {
+            const int64_t len = int64_t(specs[i].prompt.size());
+            EXPECT_EQ(second[int64_t(i)].cached_tokens, (len - 1) / 8 * 8)
+                << name << " request " << i << " of " << len << " tokens";
+        }
+        EXPECT_EQ(core->stats().kv_blocks_in_use, 0) << name;
     }
-    expect_same(alone, first, "first pass");
-    expect_same(alone, second, "second pass (prefixes cached)");
-    for (size_t i = 0; i < specs.size(); ++i) {
-        const int64_t len = int64_t(specs[i].prompt.size());
-        EXPECT_EQ(second[int64_t(i)].cached_tokens, (len - 1) / 8 * 8) << "request " << i << " of " << len << " tokens";
-    }
-    EXPECT_EQ(core->stats().kv_blocks_in_use, 0);
 }
 
 TEST_P(EngineBatch, AbortsFreeBlocksAndRandomOpsKeepInvariants) {

@@ -153,7 +153,7 @@ protected:
 TEST_P(EngineSpec, GreedyOutputIsUnchangedAloneAndBatched) {
     const std::vector<Spec> specs = repeating_specs(12, 21);
     const auto plain = run_alone(specs);
-    for (const Method& m : methods()) expect_same(plain, run_alone(specs, false, m.config), m.name);
+    for (const Method& m : methods()) expect_same(plain, run_alone(specs, kernels::KvDtype::kF32, m.config), m.name);
     // Batched beside seeded sampling requests (their draws may differ with drafts; not compared).
     std::vector<Spec> mixed = specs;
     for (const Spec& s : make_specs(6, 9))
@@ -203,7 +203,7 @@ TEST_P(EngineSpec, StopStringsInsideAcceptedDraftsEndTheRequestAsWithout) {
     ASSERT_GT(with_stop, 2);
     const auto stopped = run_alone(specs);
     for (const Method& m : methods()) {
-        const auto drafted = run_alone(specs, false, m.config);
+        const auto drafted = run_alone(specs, kernels::KvDtype::kF32, m.config);
         expect_same(stopped, drafted, m.name);
         for (const auto& [id, r] : stopped) EXPECT_EQ(drafted.at(id).text, r.text) << m.name << ": request " << id;
     }

@@ -16,10 +16,11 @@ namespace kiln::kv {
 namespace {
 
 TEST(KvStorage, SizesAndLayout) {
-    auto s = KvStorage::create(3, 10, 16, 64, 2);
+    auto s = KvStorage::create(3, 10, 16, 64 * 2);  // rows of 64 halves
     ASSERT_TRUE(s) << s.status().to_string();
-    EXPECT_EQ(KvStorage::bytes_per_block(3, 16, 64, 2), 2 * 3 * 16 * 64 * 2);
-    EXPECT_EQ((*s)->bytes(), size_t(10 * KvStorage::bytes_per_block(3, 16, 64, 2)));
+    EXPECT_EQ(KvStorage::bytes_per_block(3, 16, 128), 2 * 3 * 16 * 64 * 2);
+    EXPECT_EQ((*s)->bytes(), size_t(10 * KvStorage::bytes_per_block(3, 16, 128)));
+    EXPECT_EQ((*s)->row_bytes(), 128);
     const auto* base = static_cast<const uint8_t*>((*s)->k(0));
     const size_t layer = 10 * 16 * 64 * 2;
     for (int64_t l = 0; l < 3; ++l) {
@@ -29,10 +30,10 @@ TEST(KvStorage, SizesAndLayout) {
 }
 
 TEST(KvStorage, BadArguments) {
-    EXPECT_FALSE(KvStorage::create(2, 4, 16, 64, 3));
-    EXPECT_FALSE(KvStorage::create(0, 4, 16, 64));
-    EXPECT_FALSE(KvStorage::create(2, 4, 0, 64));
-    EXPECT_FALSE(KvStorage::create(2, -1, 16, 64));
+    EXPECT_FALSE(KvStorage::create(2, 4, 16, 0));
+    EXPECT_FALSE(KvStorage::create(0, 4, 16, 256));
+    EXPECT_FALSE(KvStorage::create(2, 4, 0, 256));
+    EXPECT_FALSE(KvStorage::create(2, -1, 16, 256));
 }
 
 // Pages of [p, p + n) that are resident.
@@ -47,7 +48,7 @@ size_t resident_pages(const void* p, size_t n) {
 
 TEST(KvStorage, PrefaultCommitsEveryPageAndKeepsZeros) {
     // 2 layers x 37 blocks x 16 x 96 f32 = 2.2 MiB: more than one 2 MiB range, the last one partial.
-    auto s = KvStorage::create(2, 37, 16, 96);
+    auto s = KvStorage::create(2, 37, 16, 96 * 4);
     ASSERT_TRUE(s) << s.status().to_string();
     const size_t n = (*s)->bytes(), page = size_t(sysconf(_SC_PAGESIZE));
     const size_t pages = (n + page - 1) / page;
@@ -64,7 +65,7 @@ TEST(KvStorage, PrefaultCommitsEveryPageAndKeepsZeros) {
 
 TEST(KvStorage, CollapsedBlocksKeepTheirContents) {
     // 2 layers x 300 blocks x 16 x 128 f32 = 8 KiB per block and plane: 256 blocks per 2 MiB.
-    auto s = KvStorage::create(2, 300, 16, 128);
+    auto s = KvStorage::create(2, 300, 16, 128 * 4);
     ASSERT_TRUE(s) << s.status().to_string();
     const size_t block = 16 * 128 * 4;
     auto fill = [&](int64_t b0, int64_t b1) {

@@ -274,5 +274,33 @@ TEST(QuantMinifloat, RoundingAndSaturationExamples) {
     EXPECT_EQ(encode(kE8M0, std::numeric_limits<float>::infinity(), Saturation::kNonSaturate), 0xFF);
 }
 
+// core::f32_to_fp8_e4m3 (the KV cache's encoder, bit tricks) against the generic encoder: every code's
+// value, the midpoints between neighbours (ties to even), values just either side of them, the
+// saturation range, subnormals and random magnitudes across the range.
+TEST(QuantMinifloat, CoreE4m3EncoderAgreesWithGeneric) {
+    std::vector<float> xs = {0.0f, -0.0f, 448.0f, 449.0f, 464.0f, 465.0f, 1e9f, std::numeric_limits<float>::infinity(),
+                             std::ldexp(1.0f, -10), std::ldexp(1.0f, -9), std::ldexp(3.0f, -10), std::ldexp(1.0f, -12)};
+    for (int c = 0; c < 0x7f; ++c) {
+        const float v = decode(kE4M3, uint8_t(c));
+        xs.push_back(v);
+        if (c + 1 < 0x7f) {
+            const float next = decode(kE4M3, uint8_t(c + 1)), mid = 0.5f * (v + next);
+            xs.push_back(mid);
+            xs.push_back(std::nextafter(mid, 0.0f));
+            xs.push_back(std::nextafter(mid, 1e9f));
+        }
+    }
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> e(-14.0f, 9.5f);
+    for (int i = 0; i < 20000; ++i) xs.push_back(std::exp2(e(rng)));
+    for (float x : xs) {
+        for (float s : {1.0f, -1.0f}) {
+            const float v = s * x;
+            EXPECT_EQ(core::f32_to_fp8_e4m3(v), encode(kE4M3, v, Saturation::kSaturate)) << v;
+        }
+    }
+    EXPECT_EQ(core::f32_to_fp8_e4m3(std::numeric_limits<float>::quiet_NaN()) & 0x7f, 0x7f);
+}
+
 }  // namespace
 }  // namespace kiln::quant

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "core/numeric.h"
@@ -16,19 +17,29 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// head_dim elements of a K or V array from element `offset`, as f32: the array itself for an f32
-// cache, else widened into buf.
-const float* kv_vec(const KvSpan& kv, const void* base, int64_t offset, int64_t hd, float* buf) {
-    if (!kv.f16) return static_cast<const float*>(base) + offset;
-    const uint16_t* h = static_cast<const uint16_t*>(base) + offset;
-    for (int64_t d = 0; d < hd; ++d) buf[d] = core::fp16_to_f32(h[d]);
+// Head h of cache row `row` of a K or V array (KvDtype layouts, kernels/kernel_params.h), as hd f32:
+// in place for an f32 cache, else widened into buf (codes times the head's scale for kI8 / kFp8).
+const float* kv_vec(const KvSpan& kv, const void* base, int64_t row, int64_t h, int64_t num_kv_heads, int64_t hd,
+                    float* buf) {
+    const int64_t kv_dim = num_kv_heads * hd;
+    if (kv.dtype == KvDtype::kF32) return static_cast<const float*>(base) + row * kv_dim + h * hd;
+    if (kv.dtype == KvDtype::kF16) {
+        const uint16_t* x = static_cast<const uint16_t*>(base) + row * kv_dim + h * hd;
+        for (int64_t d = 0; d < hd; ++d) buf[d] = core::fp16_to_f32(x[d]);
+        return buf;
+    }
+    const uint8_t* r = static_cast<const uint8_t*>(base) + row * (kv_dim + 4 * num_kv_heads);
+    float scale;
+    std::memcpy(&scale, r + kv_dim + 4 * h, 4);
+    const uint8_t* c = r + h * hd;
+    for (int64_t d = 0; d < hd; ++d)
+        buf[d] = (kv.dtype == KvDtype::kI8 ? float(int8_t(c[d])) : core::fp8_e4m3_to_f32(c[d])) * scale;
     return buf;
 }
 
 void ref_attention_task(const float* q, const KvSpan& kv, const AttentionShape& s, const AttentionTask& task,
                         float* out, float* lse, float* scratch) {
     const int64_t hd = s.head_dim, num_heads = s.num_heads, group = s.num_heads / s.num_kv_heads;
-    const int64_t kv_stride = s.num_kv_heads * hd;  // floats per cache row
     const int64_t first_pos = kv.kv_len - s.num_tokens;
     const float scale = 1.0f / std::sqrt(float(hd));
     const int64_t num_task_tokens = task.t1 - task.t0, rows = num_task_tokens * group;
@@ -36,15 +47,11 @@ void ref_attention_task(const float* q, const KvSpan& kv, const AttentionShape& 
     float* m = scratch;                         // [rows] running max of the scores
     float* l = m + rows;                        // [rows] running sum of exp(score - m)
     float* p = l + rows;                        // [kAttentionBlockKeys] scores, then probabilities, of one row
-    float* kbuf = p + kAttentionBlockKeys + 8;  // [head_dim]: one key widened to f32 (f16 cache)
+    float* kbuf = p + kAttentionBlockKeys + 8;  // [head_dim]: one key widened to f32 (other than f32 caches)
     float* vbuf = kbuf + hd;                    // [head_dim]: one value
-    // Key / value j of kv_head as f32: in place for an f32 cache, widened into kbuf / vbuf for f16.
-    auto key = [&](int64_t j) {
-        return kv_vec(kv, kv.k, kv_row(kv, j) * kv_stride + task.kv_head * hd, hd, kbuf);
-    };
-    auto value = [&](int64_t j) {
-        return kv_vec(kv, kv.v, kv_row(kv, j) * kv_stride + task.kv_head * hd, hd, vbuf);
-    };
+    // Key / value j of kv_head as f32: in place for an f32 cache, else widened into kbuf / vbuf.
+    auto key = [&](int64_t j) { return kv_vec(kv, kv.k, kv_row(kv, j), task.kv_head, s.num_kv_heads, hd, kbuf); };
+    auto value = [&](int64_t j) { return kv_vec(kv, kv.v, kv_row(kv, j), task.kv_head, s.num_kv_heads, hd, vbuf); };
     // out / lse rows are relative to the task's first token (attention.h).
     auto out_idx = [&](int64_t t, int64_t hh) { return (t - task.t0) * num_heads + task.kv_head * group + hh; };
     auto row_out = [&](int64_t t, int64_t hh) { return out + out_idx(t, hh) * hd; };
@@ -110,7 +117,7 @@ void ref_attention_task(const float* q, const KvSpan& kv, const AttentionShape& 
 size_t attention_scratch_floats(const AttentionShape& s, int64_t max_task_tokens) {
     const int64_t group = s.num_kv_heads > 0 ? s.num_heads / s.num_kv_heads : 0;
     // m and l per row, scores of up to kAttentionMaxRows rows (a register block), each with slack for
-    // 8-wide stores, and one block of keys and values widened to f32 (f16 caches).
+    // 8-wide stores, and one block of keys and values widened to f32 (caches other than f32).
     return size_t(2 * std::max<int64_t>(0, max_task_tokens) * group + kAttentionMaxRows * (kAttentionBlockKeys + 8) +
                   2 * kAttentionBlockKeys * std::max<int64_t>(0, s.head_dim));
 }

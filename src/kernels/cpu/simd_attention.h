@@ -16,7 +16,7 @@
 //    of row pointers that the inner loops index: the loads and the arithmetic are the same for
 //    either layout, so a paged cache gives bit-identical results.
 //  - K/V rows of >= 2 KiB, and every row in decode tasks, are prefetched ahead (f32: block_scores;
-//    f16: cache_rows, while it widens them): a task's slice of each row is a strided walk the
+//    f16, int8, fp8: cache_rows, while it widens them): a task's slice of each row is a strided walk the
 //    hardware prefetchers miss.
 // Measured (SmolLM2 shape, 9 heads / 3 KV heads / head_dim 64, EPYC Zen 3, one core): prefill 512
 // ~43 GFLOP/s = ~43% of the FMA peak; decode with a cache-resident KV ~35 GFLOP/s.
@@ -253,17 +253,54 @@ inline void widen_f16(const uint16_t* h, float* f, int64_t n) {
     for (; d < n; ++d) f[d] = _cvtsh_ss(h[d]);
 }
 
-// krow[i] / vrow[i] = start of key / value j_begin + i of the task's KV head (element offset
-// head_off), j_begin <= j < j_end, with kv_row's arithmetic walked slot by slot (divides once per
-// call, never per key). f32 caches: pointers into the cache; f16 caches: the rows widened to f32 into
-// kbuf / vbuf ([j_end - j_begin, hd] each), slot i at kbuf + i * hd.
-// f16 caches: prefetch_bytes (0: none) of the rows kF16Ahead keys ahead are prefetched while one is
-// widened (the same strided walk as block_scores' prefetch; simd_attention_task picks the size).
-void cache_rows(const KvSpan& kv, int64_t head_off, int64_t kv_stride, int64_t hd, int64_t j_begin, int64_t j_end,
+// n int8 codes at c times scale s, to f32 at f (one rounding each: kernels/ref kv_load's value).
+inline void widen_i8(const int8_t* c, float s, float* f, int64_t n) {
+    const __m256 vs = _mm256_set1_ps(s);
+    int64_t d = 0;
+    for (; d + 8 <= n; d += 8) {
+        const __m256i w = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + d)));
+        _mm256_storeu_ps(f + d, _mm256_mul_ps(_mm256_cvtepi32_ps(w), vs));
+    }
+    for (; d < n; ++d) f[d] = float(c[d]) * s;
+}
+
+// n E4M3 codes at c times scale s, to f32 at f. A code's sign and 7 magnitude bits, moved to bits 15 and
+// 13..7 of a half, make a half worth exactly code / 256 (exponent bias 15 against E4M3's 7; E4M3's
+// subnormals land on the half's), which F16C widens exactly; times 256 s (exact) it is one rounding
+// of code * s, as kernels/ref kv_load computes it. Codes 0x7f / 0xff (NaN) are never stored.
+inline uint16_t e4m3_half_bits(uint8_t c) {
+    return uint16_t(((c & 0x7f) << 7) | ((c & 0x80) << 8));
+}
+inline void widen_fp8(const uint8_t* c, float s, float* f, int64_t n) {
+    const float s256 = s * 256.0f;
+    const __m256 vs = _mm256_set1_ps(s256);
+    const __m128i mag = _mm_set1_epi16(0x7f), sign = _mm_set1_epi16(0x80);
+    int64_t d = 0;
+    for (; d + 8 <= n; d += 8) {
+        const __m128i b = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + d)));
+        const __m128i h =
+            _mm_or_si128(_mm_slli_epi16(_mm_and_si128(b, mag), 7), _mm_slli_epi16(_mm_and_si128(b, sign), 8));
+        _mm256_storeu_ps(f + d, _mm256_mul_ps(_mm256_cvtph_ps(h), vs));
+    }
+    for (; d < n; ++d) f[d] = _cvtsh_ss(e4m3_half_bits(c[d])) * s256;
+}
+
+// krow[i] / vrow[i] = start of key / value j_begin + i of KV head kv_head (of num_kv_heads, hd each),
+// j_begin <= j < j_end, with kv_row's arithmetic walked slot by slot (divides once per call, never
+// per key). f32 caches: pointers into the cache; other caches (f16, int8, fp8: KvDtype in
+// kernels/kernel_params.h): the rows widened to f32 into kbuf / vbuf ([j_end - j_begin, hd] each),
+// slot i at kbuf + i * hd.
+// Widened caches: prefetch_bytes (0: none) of the rows kWidenAhead keys ahead are prefetched while one
+// is widened (the same strided walk as block_scores' prefetch; simd_attention_task picks the size).
+void cache_rows(const KvSpan& kv, int64_t kv_head, int64_t num_kv_heads, int64_t hd, int64_t j_begin, int64_t j_end,
                 int64_t prefetch_bytes, const float** krow, const float** vrow, float* kbuf, float* vbuf) {
+    const int64_t kv_dim = num_kv_heads * hd;
+    const bool quantized = kv.dtype == KvDtype::kI8 || kv.dtype == KvDtype::kFp8;
+    const int64_t elem = kv.dtype == KvDtype::kF32 ? 4 : kv.dtype == KvDtype::kF16 ? 2 : 1;
+    const int64_t row_bytes = kv_dim * elem + (quantized ? 4 * num_kv_heads : 0);
     int64_t block_idx = kv.block_table ? j_begin / kv.block_size : 0,
             slot = kv.block_table ? j_begin % kv.block_size : 0;
-    int64_t offs[kAttentionBlockKeys];  // element offset of each key's slice
+    int64_t offs[kAttentionBlockKeys];  // byte offset of each key's head slice
     for (int64_t j = j_begin; j < j_end; ++j) {
         int64_t row = j;
         if (kv.block_table) {
@@ -273,39 +310,58 @@ void cache_rows(const KvSpan& kv, int64_t head_off, int64_t kv_stride, int64_t h
                 ++block_idx;
             }
         }
-        offs[j - j_begin] = row * kv_stride + head_off;
+        offs[j - j_begin] = row * row_bytes + kv_head * hd * elem;
     }
     const int64_t n = j_end - j_begin;
-    if (!kv.f16) {
+    const auto* kb = static_cast<const uint8_t*>(kv.k);
+    const auto* vb = static_cast<const uint8_t*>(kv.v);
+    if (kv.dtype == KvDtype::kF32) {
         for (int64_t i = 0; i < n; ++i) {
-            krow[i] = static_cast<const float*>(kv.k) + offs[i];
-            vrow[i] = static_cast<const float*>(kv.v) + offs[i];
+            krow[i] = reinterpret_cast<const float*>(kb + offs[i]);
+            vrow[i] = reinterpret_cast<const float*>(vb + offs[i]);
         }
         return;
     }
-    constexpr int64_t kF16Ahead = 4;
-    const auto* k16 = static_cast<const uint16_t*>(kv.k);
-    const auto* v16 = static_cast<const uint16_t*>(kv.v);
-    for (int64_t i = 0; prefetch_bytes && i < n && i < kF16Ahead; ++i) {
-        prefetch_row(k16 + offs[i], prefetch_bytes);
-        prefetch_row(v16 + offs[i], prefetch_bytes);
+    constexpr int64_t kWidenAhead = 4;
+    for (int64_t i = 0; prefetch_bytes && i < n && i < kWidenAhead; ++i) {
+        prefetch_row(kb + offs[i], prefetch_bytes);
+        prefetch_row(vb + offs[i], prefetch_bytes);
     }
+    // kI8 / kFp8: a head's scale sits kv_dim - kv_head hd + 4 kv_head bytes after its codes.
+    const int64_t scale_off = kv_dim - kv_head * hd + 4 * kv_head;
     for (int64_t i = 0; i < n; ++i) {
-        if (prefetch_bytes && i + kF16Ahead < n) {
-            prefetch_row(k16 + offs[i + kF16Ahead], prefetch_bytes);
-            prefetch_row(v16 + offs[i + kF16Ahead], prefetch_bytes);
+        if (prefetch_bytes && i + kWidenAhead < n) {
+            prefetch_row(kb + offs[i + kWidenAhead], prefetch_bytes);
+            prefetch_row(vb + offs[i + kWidenAhead], prefetch_bytes);
         }
-        widen_f16(k16 + offs[i], kbuf + i * hd, hd);
-        widen_f16(v16 + offs[i], vbuf + i * hd, hd);
-        krow[i] = kbuf + i * hd;
-        vrow[i] = vbuf + i * hd;
+        float* kf = kbuf + i * hd;
+        float* vf = vbuf + i * hd;
+        const uint8_t* kp = kb + offs[i];
+        const uint8_t* vp = vb + offs[i];
+        if (kv.dtype == KvDtype::kF16) {
+            widen_f16(reinterpret_cast<const uint16_t*>(kp), kf, hd);
+            widen_f16(reinterpret_cast<const uint16_t*>(vp), vf, hd);
+        } else {
+            float ks, vs;
+            __builtin_memcpy(&ks, kp + scale_off, 4);
+            __builtin_memcpy(&vs, vp + scale_off, 4);
+            if (kv.dtype == KvDtype::kI8) {
+                widen_i8(reinterpret_cast<const int8_t*>(kp), ks, kf, hd);
+                widen_i8(reinterpret_cast<const int8_t*>(vp), vs, vf, hd);
+            } else {
+                widen_fp8(kp, ks, kf, hd);
+                widen_fp8(vp, vs, vf, hd);
+            }
+        }
+        krow[i] = kf;
+        vrow[i] = vf;
     }
 }
 
 void simd_attention_task(const float* q, const KvSpan& kv, const AttentionShape& s, const AttentionTask& task,
                          float* out, float* lse, float* scratch) {
     const int64_t hd = s.head_dim, num_heads = s.num_heads, group = s.num_heads / s.num_kv_heads;
-    const int64_t kv_stride = s.num_kv_heads * hd;  // floats per cache row
+    const int64_t kv_stride = s.num_kv_heads * hd;  // elements per cache row
     // What is prefetched ahead (block_scores for f32 caches, cache_rows while it widens f16 ones):
     // rows of >= kPrefetchStride bytes always, shorter ones in decode (tasks of <= kPrefetchTokens
     // tokens). Decode tasks of kv head 0 take whole rows (every head's slice): ops::batch_attention
@@ -313,12 +369,13 @@ void simd_attention_task(const float* q, const KvSpan& kv, const AttentionShape&
     // and memory is read row after row.
     const bool decode = task.t1 - task.t0 <= kPrefetchTokens;
     int64_t prefetch = 0;  // bytes of each key / value row from the task's slice on
-    const int64_t elem = kv.f16 ? 2 : 4;
+    const int64_t elem = kv.dtype == KvDtype::kF32 ? 4 : kv.dtype == KvDtype::kF16 ? 2 : 1;
     if (kv_stride * elem >= kPrefetchStride || decode) {
         const bool whole_rows = decode && task.kv_head == 0;
-        prefetch = (whole_rows ? kv_stride : hd) * elem;
+        prefetch = whole_rows ? kv_stride * elem + (elem == 1 ? 4 * s.num_kv_heads : 0) : hd * elem;  // + int8 / fp8 scales
     }
-    const int64_t f32_prefetch = kv.f16 ? 0 : prefetch;  // f16: cache_rows prefetches while it widens
+    // Caches other than f32: cache_rows prefetches while it widens.
+    const int64_t f32_prefetch = kv.dtype == KvDtype::kF32 ? prefetch : 0;
     const int64_t first_pos = kv.kv_len - s.num_tokens;
     const float scale = 1.0f / sqrtf(float(hd));
     const int64_t num_task_tokens = task.t1 - task.t0, rows = num_task_tokens * group;
@@ -327,7 +384,7 @@ void simd_attention_task(const float* q, const KvSpan& kv, const AttentionShape&
     float* l = m + rows;                                           // [rows] running sum of exp(score - m)
     float* p[kMaxRows];  // kMaxRows x [block + 8]: scores, then probabilities
     for (int i = 0; i < kMaxRows; ++i) p[i] = l + rows + i * (kAttentionBlockKeys + 8);
-    float* kbuf = l + rows + kAttentionMaxRows * (kAttentionBlockKeys + 8);  // [block, head_dim]: keys as f32 (f16 caches)
+    float* kbuf = l + rows + kAttentionMaxRows * (kAttentionBlockKeys + 8);  // [block, head_dim]: keys as f32 (widened caches)
     float* vbuf = kbuf + kAttentionBlockKeys * hd;  // [block, head_dim]: values
     const int64_t head0 = task.kv_head * group;     // first query head of the group
     // Task row r = (token t0 + r / group, head head0 + r % group); its index in q rows (absolute)
@@ -354,7 +411,7 @@ void simd_attention_task(const float* q, const KvSpan& kv, const AttentionShape&
         const float* krow[kAttentionBlockKeys];  // key kb + i of kv_head at krow[i], [head_dim]
         const float* vrow[kAttentionBlockKeys];  // value kb + i at vrow[i], [head_dim]
         const int64_t lo = imax(kb, a);
-        cache_rows(kv, task.kv_head * hd, kv_stride, hd, lo, imin(kb + kAttentionBlockKeys, b), prefetch, krow + (lo - kb),
+        cache_rows(kv, task.kv_head, s.num_kv_heads, hd, lo, imin(kb + kAttentionBlockKeys, b), prefetch, krow + (lo - kb),
                    vrow + (lo - kb), kbuf, vbuf);
         for (int64_t r = 0; r < rows;) {
             const int64_t t = task.t0 + r / group;

@@ -6,8 +6,10 @@
 // split's normalized output and log-sum-exp. Kernel 2: grid (sequences, heads), one thread per
 // element, combines the splits by their log-sum-exp.
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_status.h"
@@ -43,6 +45,43 @@ __device__ __forceinline__ void load_run(const __half* p, float (&out)[E]) {
         out[0] = a.x, out[1] = a.y;
     } else {
         for (int e = 0; e < E; ++e) out[e] = __half2float(p[e]);
+    }
+}
+
+// Tags for the one-byte rows (KvDtype kI8 / kFp8: [num_kv_heads * D codes | num_kv_heads f32 scales]).
+struct KvInt8 {};
+struct KvFp8 {};
+
+// Elements [c0, c0 + E) of KV head kvh of cache row `slot`, as f32 (codes times the head's scale:
+// one rounding, as kernels/ref kv_load).
+template <class KT, int D, int E>
+__device__ __forceinline__ void load_kv(const void* base, int64_t slot, int64_t nkv, int64_t kvh, int c0,
+                                        float (&out)[E]) {
+    if constexpr (std::is_same_v<KT, float> || std::is_same_v<KT, __half>) {
+        load_run<E>(static_cast<const KT*>(base) + (slot * nkv + kvh) * D + c0, out);
+    } else {
+        const uint8_t* row = static_cast<const uint8_t*>(base) + slot * (nkv * D + 4 * nkv);
+        const float scale = reinterpret_cast<const float*>(row + nkv * D)[kvh];
+        const uint8_t* c = row + kvh * D + c0;
+        uint8_t b[E];
+        if constexpr (E == 4) {
+            const uint32_t w = *reinterpret_cast<const uint32_t*>(c);
+            for (int e = 0; e < 4; ++e) b[e] = uint8_t(w >> (8 * e));
+        } else if constexpr (E == 2) {
+            const uint16_t w = *reinterpret_cast<const uint16_t*>(c);
+            b[0] = uint8_t(w), b[1] = uint8_t(w >> 8);
+        } else {
+            for (int e = 0; e < E; ++e) b[e] = c[e];
+        }
+        for (int e = 0; e < E; ++e) {
+            float x;
+            if constexpr (std::is_same_v<KT, KvInt8>) {
+                x = float(int8_t(b[e]));
+            } else {
+                x = __half2float(__half(__nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(b[e]), __NV_E4M3)));
+            }
+            out[e] = x * scale;
+        }
     }
 }
 
@@ -94,16 +133,13 @@ __global__ void __launch_bounds__(kWarps * 32) decode_split_kernel(const float* 
         m[g] = -INFINITY;
         l[g] = 0.0f;
     }
-    const KT* K = static_cast<const KT*>(b.k);
-    const KT* V = static_cast<const KT*>(b.v);
     const int32_t* table = b.block_tables + int64_t(b.table_rows ? b.table_rows[seq] : seq) * b.max_blocks_per_seq;
     for (int64_t j = j0 + warp; j < j1; j += kWarps) {
         const int64_t slot = int64_t(table[j / b.block_size]) * b.block_size + j % b.block_size;
-        const int64_t row = (slot * b.num_kv_heads + kvh) * D;
         float kr[E], vr[E];
         if (lane_in) {
-            load_run<E>(K + row + c0, kr);
-            load_run<E>(V + row + c0, vr);
+            load_kv<KT, D, E>(b.k, slot, b.num_kv_heads, kvh, c0, kr);
+            load_kv<KT, D, E>(b.v, slot, b.num_kv_heads, kvh, c0, vr);
         } else {
             for (int e = 0; e < E; ++e) kr[e] = vr[e] = 0.0f;
         }
@@ -210,6 +246,22 @@ core::Status launch(const float* q, const DecodeAttentionBatch& b, float* out, f
     return launch_status("decode_merge_kernel");
 }
 
+template <int D>
+core::Status launch_dtype(const float* q, const DecodeAttentionBatch& b, float* out, float* workspace,
+                          cudaStream_t stream) {
+    switch (b.dtype) {
+        case KvDtype::kF32:
+            return launch<float, D>(q, b, out, workspace, stream);
+        case KvDtype::kF16:
+            return launch<__half, D>(q, b, out, workspace, stream);
+        case KvDtype::kI8:
+            return launch<KvInt8, D>(q, b, out, workspace, stream);
+        case KvDtype::kFp8:
+            return launch<KvFp8, D>(q, b, out, workspace, stream);
+    }
+    return core::error(core::StatusCode::kInvalidArgument) << "decode_attention: unknown KV dtype";
+}
+
 }  // namespace
 
 core::Status decode_attention_supports(int64_t num_heads, int64_t num_kv_heads, int64_t head_dim) {
@@ -250,20 +302,15 @@ core::Status decode_attention(const float* q, const DecodeAttentionBatch& b, flo
                << "decode_attention: max_kv_len " << b.max_kv_len << " too long";
     switch (b.head_dim) {
         case 8:
-            return b.f16 ? launch<__half, 8>(q, b, out, workspace, stream)
-                         : launch<float, 8>(q, b, out, workspace, stream);
+            return launch_dtype<8>(q, b, out, workspace, stream);
         case 16:
-            return b.f16 ? launch<__half, 16>(q, b, out, workspace, stream)
-                         : launch<float, 16>(q, b, out, workspace, stream);
+            return launch_dtype<16>(q, b, out, workspace, stream);
         case 32:
-            return b.f16 ? launch<__half, 32>(q, b, out, workspace, stream)
-                         : launch<float, 32>(q, b, out, workspace, stream);
+            return launch_dtype<32>(q, b, out, workspace, stream);
         case 64:
-            return b.f16 ? launch<__half, 64>(q, b, out, workspace, stream)
-                         : launch<float, 64>(q, b, out, workspace, stream);
+            return launch_dtype<64>(q, b, out, workspace, stream);
         case 128:
-            return b.f16 ? launch<__half, 128>(q, b, out, workspace, stream)
-                         : launch<float, 128>(q, b, out, workspace, stream);
+            return launch_dtype<128>(q, b, out, workspace, stream);
         default:
             return core::error(core::StatusCode::kUnsupported)
                    << "decode_attention: head_dim " << b.head_dim << " (8, 16, 32, 64 and 128 are built)";

@@ -2,8 +2,9 @@
 // causal, GQA-aware (each thread block serves all query heads of one KV head, so K/V are read once
 // per KV head), split-KV (FlashDecoding): keys in splits of kDecodeSplitKeys (or more, with a fixed
 // split count), each split's partial
-// (normalized output and log-sum-exp) combined by a second kernel. Online softmax in f32; K/V
-// elements f32 or IEEE half as the CPU caches store them. The reference is kernels/ref attention
+// (normalized output and log-sum-exp) combined by a second kernel. Online softmax in f32; K/V rows
+// of any KvDtype as the CPU caches store them (f32, f16, int8 / fp8 codes widened times their
+// per-head scale). The reference is kernels/ref attention
 // (kernels::ref::KvSpan, paged). Callable from plain C++.
 #pragma once
 
@@ -13,6 +14,7 @@
 #include <cstdint>
 
 #include "core/status.h"
+#include "kernels/kernel_params.h"
 
 namespace kiln::kernels::cuda {
 
@@ -20,9 +22,9 @@ inline constexpr int64_t kDecodeSplitKeys = 256;
 
 // Device pointers; shapes in the comments.
 struct DecodeAttentionBatch {
-    const void* k = nullptr;  // [num_blocks, block_size, num_kv_heads, head_dim]
+    const void* k = nullptr;  // [num_blocks, block_size] rows of dtype (kernels/kernel_params.h)
     const void* v = nullptr;  // same layout
-    bool f16 = false;         // IEEE half elements, else f32
+    KvDtype dtype = KvDtype::kF32;
     int64_t block_size = 0;
     const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq] physical block ids
     int64_t max_blocks_per_seq = 0;

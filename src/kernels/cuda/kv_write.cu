@@ -1,8 +1,11 @@
 // kv_write.h: grid (tokens, head groups of 8), 8 warps per block, one warp per head (q heads, then
-// k heads, then v heads of the token); lane l holds pairs l, l + 32, ... of its head.
+// k heads, then v heads of the token); lane l holds pairs l, l + 32, ... of its head. int8 / fp8
+// rows: the warp reduces its head's amax, then each lane stores its pairs' codes and lane 0 the scale.
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/kv_write.h"
@@ -18,6 +21,34 @@ __device__ __forceinline__ void store(float* p, float v) {
 }
 __device__ __forceinline__ void store(__half* p, float v) {
     *p = __float2half_rn(v);
+}
+
+// One head of a quantized row (KvDtype kI8 / kFp8), its pairs in v (lane l: pairs l, l + 32, ...), as
+// kernels/ref kv_store_row stores it: scale = amax / 127 or / 448, code = round(x / scale) or
+// e4m3(x / scale) (IEEE division; round to nearest even; fp8 saturating to 448).
+template <bool kInt8>
+__device__ void store_quantized(const float2 (&v)[kMaxPairsPerLane], int lane, int64_t half, uint8_t* codes,
+                                float* scale_out) {
+    float amax = 0.0f;
+    for (int r = 0; r < kMaxPairsPerLane; ++r) {
+        if (lane + 32 * r >= half) break;
+        amax = fmaxf(amax, fmaxf(fabsf(v[r].x), fabsf(v[r].y)));
+    }
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float scale = amax > 0.0f ? __fdiv_rn(amax, kInt8 ? 127.0f : 448.0f) : 0.0f;
+    auto code = [&](float x) -> uint8_t {
+        if (scale == 0.0f) return 0;
+        const float q = __fdiv_rn(x, scale);
+        if constexpr (kInt8) return uint8_t(int8_t(__float2int_rn(fminf(fmaxf(q, -127.0f), 127.0f))));
+        return uint8_t(__nv_cvt_float_to_fp8(q, __NV_SATFINITE, __NV_E4M3));
+    };
+    for (int r = 0; r < kMaxPairsPerLane; ++r) {
+        const int64_t p = lane + 32 * r;
+        if (p >= half) break;
+        codes[2 * p] = code(v[r].x);
+        codes[2 * p + 1] = code(v[r].y);
+    }
+    if (lane == 0) *scale_out = scale;
 }
 
 template <class KT>
@@ -70,12 +101,20 @@ __global__ void __launch_bounds__(kWarps * 32) qkv_rope_kv_kernel(QkvRopeKvWrite
             float* dst = a.q_out + (t * NH + head) * D;
             dst[2 * p] = x0;
             dst[2 * p + 1] = x1;
-        } else {
+        } else if constexpr (sizeof(KT) > 1) {
             const int64_t kv_head = is_k ? head - NH : head - NH - NKV;
             KT* dst = static_cast<KT*>(is_k ? a.k_cache : a.v_cache) + (a.slots[t] * NKV + kv_head) * D;
             store(dst + 2 * p, x0);
             store(dst + 2 * p + 1, x1);
         }
+        v[r] = make_float2(x0, x1);
+    }
+    if constexpr (sizeof(KT) == 1) {  // int8 / fp8 rows: [NKV * D codes | NKV f32 scales]
+        if (is_q) return;
+        const int64_t kv_head = is_k ? head - NH : head - NH - NKV;
+        uint8_t* row = static_cast<uint8_t*>(is_k ? a.k_cache : a.v_cache) + a.slots[t] * (NKV * D + 4 * NKV);
+        float* head_scale = reinterpret_cast<float*>(row + NKV * D) + kv_head;
+        store_quantized<std::is_same_v<KT, int8_t>>(v, lane, half, row + kv_head * D, head_scale);
     }
 }
 
@@ -92,10 +131,19 @@ core::Status qkv_rope_kv_write(const QkvRopeKvWrite& a, cudaStream_t stream) {
         return core::error(core::StatusCode::kInvalidArgument) << "qkv_rope_kv_write: null pointer";
     const int64_t heads = a.num_heads + 2 * a.num_kv_heads;
     const dim3 grid(unsigned(a.num_tokens), unsigned((heads + kWarps - 1) / kWarps));
-    if (a.f16) {
-        qkv_rope_kv_kernel<__half><<<grid, kWarps * 32, 0, stream>>>(a);
-    } else {
-        qkv_rope_kv_kernel<float><<<grid, kWarps * 32, 0, stream>>>(a);
+    switch (a.dtype) {
+        case KvDtype::kF32:
+            qkv_rope_kv_kernel<float><<<grid, kWarps * 32, 0, stream>>>(a);
+            break;
+        case KvDtype::kF16:
+            qkv_rope_kv_kernel<__half><<<grid, kWarps * 32, 0, stream>>>(a);
+            break;
+        case KvDtype::kI8:
+            qkv_rope_kv_kernel<int8_t><<<grid, kWarps * 32, 0, stream>>>(a);
+            break;
+        case KvDtype::kFp8:
+            qkv_rope_kv_kernel<uint8_t><<<grid, kWarps * 32, 0, stream>>>(a);
+            break;
     }
     return launch_status("qkv_rope_kv_kernel");
 }

@@ -1,7 +1,8 @@
 // The step between the fused Q/K/V projection and attention on the GPU, in one kernel: the
 // projection's bias (Qwen2), the per-head q/k RMSNorm (Qwen3), RoPE on q and k, then q to its own
-// buffer and k, v into their slots of the paged KV cache (f32 or IEEE half, rounded once when
-// stored): "RoPE fused with the KV-cache write" of issue "CUDA backend". The same arithmetic as the
+// buffer and k, v into their slots of the paged KV cache (rows of any KvDtype: f32, IEEE half rounded
+// once, or int8 / fp8 codes with a scale per token and KV head, quantized as kernels/ref/kv_quant.h
+// does): "RoPE fused with the KV-cache write" of issue "CUDA backend". The same arithmetic as the
 // CPU path (model/cpu_model.cc layer_forward): kernels/ref rmsnorm and rope, the RoPE angle and its sine
 // and cosine in double, the rotation in f32 without FMA. Callable from plain C++.
 #pragma once
@@ -11,6 +12,7 @@
 #include <cstdint>
 
 #include "core/status.h"
+#include "kernels/kernel_params.h"
 
 namespace kiln::kernels::cuda {
 
@@ -25,9 +27,9 @@ struct QkvRopeKvWrite {
     const int64_t* slots = nullptr;      // [num_tokens] cache row of each token's k and v
     const double* inv_freq = nullptr;    // [head_dim / 2]
     float* q_out = nullptr;              // [num_tokens, num_heads, head_dim]
-    void* k_cache = nullptr;             // [num_slots, num_kv_heads, head_dim]
+    void* k_cache = nullptr;             // [num_slots] rows of dtype (kernels/kernel_params.h)
     void* v_cache = nullptr;             // same
-    bool f16 = false;                    // cache elements IEEE half, else f32
+    KvDtype dtype = KvDtype::kF32;
     int64_t num_tokens = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
 };
 

@@ -7,6 +7,7 @@
 #include "core/check.h"
 #include "core/numeric.h"
 #include "kernels/ref/dequant.h"
+#include "kernels/ref/kv_quant.h"
 
 namespace kiln::kernels::ref {
 
@@ -141,16 +142,16 @@ void softmax(float* x, int64_t n) {
     for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
-float kv_elem(const KvSpan& kv, const void* base, int64_t i) {
-    return kv.f16 ? core::fp16_to_f32(static_cast<const uint16_t*>(base)[i]) : static_cast<const float*>(base)[i];
-}
-
 void attention_rows(const float* q, const KvSpan& kv, const AttentionShape& s, float* out, int64_t row_begin,
                     int64_t row_end, float* scores) {
     const int64_t hd = s.head_dim, group = s.num_heads / s.num_kv_heads;
-    const int64_t kv_stride = s.num_kv_heads * hd;  // floats per cache row
+    const int64_t row_bytes = kv_row_bytes(kv.dtype, s.num_kv_heads, hd);
     const int64_t first_pos = kv.kv_len - s.num_tokens;
     const float scale = 1.0f / std::sqrt(float(hd));
+    auto elem = [&](const void* base, int64_t j, int64_t kvh, int64_t d) {  // element d of head kvh, token j
+        return kv_load(kv.dtype, static_cast<const uint8_t*>(base) + kv_row(kv, j) * row_bytes, s.num_kv_heads, hd,
+                       kvh, d);
+    };
     for (int64_t row = row_begin; row < row_end; ++row) {
         const int64_t t = row / s.num_heads, h = row % s.num_heads, kvh = h / group;
         const int64_t pos = first_pos + t;
@@ -158,18 +159,16 @@ void attention_rows(const float* q, const KvSpan& kv, const AttentionShape& s, f
         const int64_t len = pos + 1 - j_begin;
         const float* qv = q + row * hd;  // [head_dim]
         for (int64_t j = j_begin; j <= pos; ++j) {
-            const int64_t kj = kv_row(kv, j) * kv_stride + kvh * hd;  // element offset of the key
             float dot = 0.0f;
-            for (int64_t d = 0; d < hd; ++d) dot += qv[d] * kv_elem(kv, kv.k, kj + d);
+            for (int64_t d = 0; d < hd; ++d) dot += qv[d] * elem(kv.k, j, kvh, d);
             scores[j - j_begin] = s.softcap > 0 ? softcap_score(dot * scale, s.softcap) : dot * scale;
         }
         softmax(scores, len);
         float* o = out + row * hd;  // [head_dim]
         for (int64_t d = 0; d < hd; ++d) o[d] = 0.0f;
         for (int64_t j = j_begin; j <= pos; ++j) {
-            const int64_t vj = kv_row(kv, j) * kv_stride + kvh * hd;
             const float p = scores[j - j_begin];
-            for (int64_t d = 0; d < hd; ++d) o[d] += p * kv_elem(kv, kv.v, vj + d);
+            for (int64_t d = 0; d < hd; ++d) o[d] += p * elem(kv.v, j, kvh, d);
         }
     }
 }

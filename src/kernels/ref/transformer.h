@@ -55,8 +55,6 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t n);
 // In place, numerically stable (max subtracted).
 void softmax(float* x, int64_t n);
 
-// Element i of a K or V array (f32 or f16 per kv.f16).
-float kv_elem(const KvSpan& kv, const void* base, int64_t i);
 // Causal GQA attention, softmax(q k^T / sqrt(head_dim)) v.
 // q [num_tokens, num_heads, head_dim] -> out [num_tokens, num_heads, head_dim].
 void attention(const float* q, const KvSpan& kv, const AttentionShape& s, float* out);

@@ -154,7 +154,7 @@ Status CudaModel::Impl::qkv_rope_kv_write(int64_t l, float* qkv_, float* q_out, 
     w.q_out = q_out;
     w.k_cache = k[size_t(l)];
     w.v_cache = v[size_t(l)];
-    w.f16 = options.kv_f16;
+    w.dtype = options.kv_dtype;
     w.num_tokens = step_->ix.num_tokens;
     w.num_heads = p.num_heads;
     w.num_kv_heads = p.num_kv_heads;
@@ -210,7 +210,7 @@ Status CudaModel::Impl::attention(int64_t l, const float* q_in, float* out, cons
         kc::DecodeAttentionBatch b;
         b.k = k[size_t(l)];
         b.v = v[size_t(l)];
-        b.f16 = options.kv_f16;
+        b.dtype = options.kv_dtype;
         b.block_size = options.block_size;
         b.block_tables = st.i32(lay.tables);
         b.max_blocks_per_seq = ix.blocks_per_seq;

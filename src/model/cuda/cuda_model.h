@@ -39,7 +39,7 @@ struct CudaModelOptions {
     int64_t max_seq_len = 0;              // tokens one sequence may reach; 0: the model's context
     int64_t block_size = 16;              // tokens per KV block
     int64_t num_kv_blocks = 0;            // 0: as many as the memory budget holds
-    bool kv_f16 = true;                   // K/V as IEEE half, else f32
+    kernels::KvDtype kv_dtype = kernels::KvDtype::kF16;  // K/V rows (kernels/kernel_params.h): f16 by default
     // Prompt chunks through kernels/cuda prefill_attention (tensor cores; f16 K/V and head_dim 64 or
     // 128 only), else one split-KV query per token (exact f32 arithmetic, any built head_dim).
     bool tensor_core_prefill = true;

@@ -11,6 +11,7 @@
 #include "kernels/cuda/gemv_quant.h"
 #include "kernels/cuda/prefill_attention.h"
 #include "kernels/ref/dequant.h"
+#include "kernels/ref/kv_quant.h"
 #include "kernels/ref/transformer.h"
 #include "loader/layer_tensors.h"
 #include "model/cuda/cuda_model_impl.h"
@@ -218,8 +219,8 @@ Status CudaModel::Impl::plan_arena() {
 
 Status CudaModel::Impl::plan_kv() {
     const ModelConfig& c = config;
-    const int64_t bs = options.block_size, elem = options.kv_f16 ? 2 : 4;
-    const int64_t block_bytes = 2 * c.num_layers * bs * c.kv_dim() * elem;
+    const int64_t bs = options.block_size, row_bytes = kernels::kv_row_bytes(options.kv_dtype, c.num_kv_heads, c.head_dim);
+    const int64_t block_bytes = 2 * c.num_layers * bs * row_bytes;
     int64_t num_blocks = options.num_kv_blocks;
     if (num_blocks == 0) {
         size_t free_b = 0, total_b = 0;
@@ -241,7 +242,7 @@ Status CudaModel::Impl::plan_kv() {
     }
     // One block more than the caller's: the scratch block padded decode batches write to.
     scratch_block = int32_t(num_blocks);
-    const size_t layer_bytes = size_t((num_blocks + 1) * bs * c.kv_dim() * elem);
+    const size_t layer_bytes = size_t((num_blocks + 1) * bs * row_bytes);
     KILN_ASSIGN_OR_RETURN(kv, kc::DeviceBuffer::allocate(layer_bytes * 2 * size_t(c.num_layers)));
     for (int64_t l = 0; l < c.num_layers; ++l) {
         k.push_back(kv.as<uint8_t>() + (2 * l) * layer_bytes);
@@ -284,7 +285,7 @@ std::string CudaModel::describe() const {
     os.precision(3);
     os << "cuda:" << m.options.device << " " << m.device_name << ": weights " << gib(double(m.weight_bytes)) << " GiB ("
        << wtype_name(m.layers.empty() ? m.embed_table : m.layers[0].wqkv) << "), KV cache " << gib(double(m.kv.bytes()))
-       << " GiB (" << (m.options.kv_f16 ? "f16" : "f32") << ", " << m.options.num_kv_blocks << " blocks of "
+       << " GiB (" << kernels::ref::kv_dtype_name(m.options.kv_dtype) << ", " << m.options.num_kv_blocks << " blocks of "
        << m.options.block_size << " tokens), activations " << gib(double(m.arena.bytes())) << " GiB";
     if (m.options.cuda_graphs)
         os << (m.graphs_off ? "; CUDA graphs off: " + m.graph_error : "; decode steps in CUDA graphs");
@@ -342,7 +343,7 @@ core::Result<std::unique_ptr<CudaModel>> CudaModel::create(const Checkpoint& ck,
     m->device_name = info.name;
     m->blocks_per_seq = (o.max_seq_len + o.block_size - 1) / o.block_size;
     // Prompt chunks on tensor cores where the kernel is built for the heads and the pool is f16.
-    if (o.tensor_core_prefill && o.kv_f16 &&
+    if (o.tensor_core_prefill && o.kv_dtype == kernels::KvDtype::kF16 &&
         kc::prefill_attention_supports(c.num_heads, c.num_kv_heads, c.head_dim).is_ok())
         m->tile_queries = kc::kPrefillTileQueries;
     KILN_ASSIGN_OR_RETURN(m->stream, kc::Stream::create());

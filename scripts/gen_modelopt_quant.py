@@ -1,0 +1,223 @@
+#!/usr/bin/env python3
+"""Quantized checkpoints as NVIDIA ModelOpt exports them (Hugging Face format), and their reference logits.
+
+The ModelOpt counterpart of scripts/gen_published_quant.py (llmcompressor): the same tiny random-weight
+Llama (CONFIG and base_model() copied from there, bfloat16), quantized with ModelOpt's post-training
+quantization (`mtq.quantize` with the FP8_DEFAULT_CFG / NVFP4_DEFAULT_CFG presets, "max" calibration over
+the same 16 x 32 random token ids, seed 7) and written with `export_hf_checkpoint`, exactly as a user of
+ModelOpt (or its hf_ptq.py example) would. ModelOpt excludes lm_head (tied here, so not saved) and the
+embeddings; every other Linear is quantized, weights and (static, per-tensor) input activations.
+
+The reference for each checkpoint is ModelOpt's own dequantization of the SAVED tensors, in float32:
+  FP8    FP8QTensor.dequantize:   w = float(weight [e4m3]) * weight_scale            (per tensor)
+  NVFP4  NVFP4QTensor.dequantize: w = e2m1(nibble) * (float(weight_scale [e4m3]) * weight_scale_2),
+         one weight_scale per 16 consecutive input columns; byte j of a row holds column 2j in its
+         low nibble and column 2j+1 in its high nibble (modelopt/torch/quantization/qtensor/
+         nvfp4_tensor.py); each is checked against that formula written out here.
+then a float32 eager forward pass of transformers' Llama over those weights (activations are not
+quantized in the reference, as in gen_published_quant.py; input_scale is not used).
+
+ModelOpt runs on CPU as is (no monkeypatch): "max" calibration only records amax, and the export's
+probe forward runs with every quantizer disabled. (A forward pass of the NVFP4-quantized model itself
+would need CUDA: its dynamic block fake-quant asserts amax.is_cuda. Nothing here runs one.)
+
+Run by hand (keep ModelOpt out of the project's environment; it uses the torch and transformers found):
+
+    python3 -m venv --system-site-packages /tmp/movenv
+    /tmp/movenv/bin/pip install nvidia-modelopt==0.47.0
+    /tmp/movenv/bin/python scripts/gen_modelopt_quant.py [OUT_DIR [NAME ...]]
+
+OUT_DIR defaults to tests/golden/data/published. Per scheme it writes OUT_DIR/<name>/:
+  config.json, model.safetensors,   ModelOpt's output (config.json carries its quantization_config,
+  hf_quant_config.json              "quant_method": "modelopt")
+  golden.json                       prompts (token ids), logits shapes, 16 greedy ids of the last
+                                    prompt, the tool versions
+  logits.f32                        float32 logits of every prompt at every position [len, vocab]
+"""
+import json
+import os
+import sys
+import tempfile
+
+import torch
+from safetensors.torch import load_file
+
+import modelopt
+import modelopt.torch.quantization as mtq
+import transformers
+from modelopt.torch.export import export_hf_checkpoint
+from modelopt.torch.quantization.qtensor import FP8QTensor, NVFP4QTensor
+from transformers import AutoModelForCausalLM, LlamaConfig
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VOCAB = 256
+# As gen_published_quant.py. Rows of 128 are whole NVFP4 groups of 16; k/v have 64 rows.
+CONFIG = dict(vocab_size=VOCAB, hidden_size=128, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, head_dim=32, max_position_embeddings=128, rms_norm_eps=1e-5, bos_token_id=1,
+              eos_token_id=2, pad_token_id=0, tie_word_embeddings=True, rope_theta=10000.0)
+
+# name -> ModelOpt preset; golden seeds are 200 + index (gen_published_quant.py uses 100 + index)
+SCHEMES = {
+    "modelopt-fp8": mtq.FP8_DEFAULT_CFG,      # FP8 E4M3, per-tensor weight and static input scales
+    "modelopt-nvfp4": mtq.NVFP4_DEFAULT_CFG,  # NVFP4: E2M1 in groups of 16, E4M3 group scales, FP32 global
+}
+
+# E2M1 value of each 4-bit code: bit 3 is the sign, bits 0-2 index the magnitude.
+E2M1 = torch.tensor([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], dtype=torch.float32)
+
+
+def calibration():
+    """The token ids of gen_published_quant.calibration(): 16 x 32, seed 7."""
+    g = torch.Generator().manual_seed(7)
+    return torch.randint(3, VOCAB, (16, 32), generator=g)
+
+
+def base_model():
+    torch.manual_seed(0)
+    cfg = LlamaConfig(**CONFIG)
+    cfg._attn_implementation = "eager"
+    model = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32)
+    with torch.no_grad():  # larger weights than the init's 0.02, so that logits spread
+        for name, p in model.named_parameters():
+            if name.endswith("proj.weight"):
+                p.normal_(0.0, 0.08)
+            elif name.endswith("norm.weight"):
+                p.uniform_(0.5, 1.5)
+    return model.to(torch.bfloat16)
+
+
+def quantize(name, base, out):
+    # Loaded back from disk, as a user would (the export also wants config.architectures).
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.bfloat16)
+    ids = calibration()
+
+    def forward_loop(m):  # one sample at a time, as llmcompressor's calibration does
+        with torch.no_grad():
+            for row in ids:
+                m(input_ids=row[None], attention_mask=torch.ones_like(row)[None])
+
+    model = mtq.quantize(model, SCHEMES[name], forward_loop)
+    export_hf_checkpoint(model, export_dir=out)
+
+
+def dequantize_fp8(parts):
+    q, scale = parts["weight"], parts["weight_scale"].float()
+    assert q.dtype == torch.float8_e4m3fn and scale.dim() == 0, (q.dtype, scale.shape)
+    w = FP8QTensor(q.shape, torch.float32, q).dequantize(dtype=torch.float32, scale=scale)
+    assert torch.equal(w, q.float() * scale)
+    return w
+
+
+def dequantize_nvfp4(parts, group):
+    packed, scale, scale_2 = parts["weight"], parts["weight_scale"], parts["weight_scale_2"].float()
+    rows, half = packed.shape
+    cols = half * 2
+    assert packed.dtype == torch.uint8 and scale.dtype == torch.float8_e4m3fn, (packed.dtype, scale.dtype)
+    assert scale.shape == (rows, cols // group) and scale_2.dim() == 0, (scale.shape, scale_2.shape)
+    w = NVFP4QTensor(torch.Size([rows, cols]), torch.float32, packed).dequantize(
+        dtype=torch.float32, scale=scale, double_scale=scale_2, block_sizes={-1: group})
+    # The same, written out: even column in the low nibble, odd column in the high one.
+    codes = torch.stack([packed & 0x0F, packed >> 4], dim=-1).reshape(rows, cols).long()
+    mine = (E2M1[codes].view(rows, -1, group) * (scale.float() * scale_2).unsqueeze(-1)).view(rows, cols)
+    assert torch.equal(w, mine)
+    return w
+
+
+def reference_model(path):
+    """transformers' Llama in float32 with each quantized Linear's weight dequantized from the saved
+    tensors by ModelOpt's own FP8QTensor / NVFP4QTensor.dequantize, in float32."""
+    cfg = json.load(open(os.path.join(path, "config.json")))
+    qc = cfg["quantization_config"]
+    assert qc["quant_method"] == "modelopt", qc
+    algo = qc["quant_algo"]
+    group = None
+    if algo == "NVFP4":
+        group = next(iter(qc["config_groups"].values()))["weights"]["group_size"]
+    saved = load_file(os.path.join(path, "model.safetensors"))
+    modules = {}
+    for key, t in saved.items():
+        mod, part = key.rsplit(".", 1)
+        modules.setdefault(mod, {})[part] = t
+    dense = {}
+    for mod, parts in modules.items():
+        if "weight_scale" not in parts:
+            for part, t in parts.items():
+                dense[f"{mod}.{part}"] = t.float()
+            continue
+        if algo == "FP8":
+            dense[f"{mod}.weight"] = dequantize_fp8(parts)
+        elif algo == "NVFP4":
+            dense[f"{mod}.weight"] = dequantize_nvfp4(parts, group)
+        else:
+            raise ValueError(algo)
+        assert set(parts) <= {"weight", "weight_scale", "weight_scale_2", "input_scale"}, sorted(parts)
+    return reference_from_state(dense)
+
+
+def reference_from_state(dense):
+    """transformers' Llama of CONFIG in float32 with the given weights (lm_head tied)."""
+    torch.manual_seed(0)
+    lcfg = LlamaConfig(**CONFIG)
+    lcfg._attn_implementation = "eager"
+    model = AutoModelForCausalLM.from_config(lcfg, torch_dtype=torch.float32)
+    missing, unexpected = model.load_state_dict(dense, strict=False)
+    assert not unexpected, unexpected
+    assert all(m == "lm_head.weight" for m in missing), missing
+    model.tie_weights()
+    return model.eval()
+
+
+def goldens(path, seed):
+    write_goldens(reference_model(path), path, seed)
+
+
+def write_goldens(model, path, seed, tools=None):
+    """golden.json and logits.f32 of `model` in `path`: three random prompts, 16 greedy tokens."""
+    g = torch.Generator().manual_seed(seed)
+    prompts = [[1] + torch.randint(3, VOCAB, (n,), generator=g).tolist() for n in (4, 9, 13)]
+    blobs, shapes = [], []
+    with torch.no_grad():
+        for p in prompts:
+            logits = model(torch.tensor([p])).logits[0].float().numpy()
+            blobs.append(logits.astype("<f4").tobytes())
+            shapes.append(list(logits.shape))
+        ids = list(prompts[-1])
+        greedy = []
+        for _ in range(16):
+            nxt = int(torch.argmax(model(torch.tensor([ids])).logits[0, -1]))
+            greedy.append(nxt)
+            ids.append(nxt)
+    with open(os.path.join(path, "logits.f32"), "wb") as f:
+        f.write(b"".join(blobs))
+    meta = {"prompts": prompts, "logits_shapes": shapes, "greedy_prompt": len(prompts) - 1, "greedy": greedy,
+            "tools": {"nvidia-modelopt": modelopt.__version__, "transformers": transformers.__version__,
+                      "torch": torch.__version__, **(tools or {})}}
+    with open(os.path.join(path, "golden.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+
+
+KEEP = ("config.json", "model.safetensors", "hf_quant_config.json")
+
+
+def main():
+    out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "tests/golden/data/published")
+    only = set(sys.argv[2:])
+    base = tempfile.mkdtemp(prefix="kiln_modelopt_base_")  # the bfloat16 model every scheme starts from
+    base_model().save_pretrained(base)
+    for i, name in enumerate(SCHEMES):
+        if only and name not in only:
+            continue
+        path = os.path.join(out_dir, name)
+        os.makedirs(path, exist_ok=True)
+        for old in os.listdir(path):  # a fresh export: no stale files of an earlier run
+            os.remove(os.path.join(path, old))
+        quantize(name, base, path)
+        for extra in os.listdir(path):  # keep what kiln reads; the rest (generation_config.json) is not
+            if extra not in KEEP:
+                os.remove(os.path.join(path, extra))
+        goldens(path, 200 + i)
+        print(name, "->", path, os.path.getsize(os.path.join(path, "model.safetensors")), "bytes")
+
+
+if __name__ == "__main__":
+    main()
