@@ -1,11 +1,13 @@
 // Google Benchmark microbenchmarks of CPU attention (ops::attention: the kernels/cpu tiled
-// online-softmax kernel at the best ISA) over an f32 KV cache (decode also f16: attention_decode_f16),
-// at three model shapes: smollm2 (SmolLM2-135M: 9 heads, 3 KV heads, head_dim 64), tinyllama (32, 4,
-// 64) and llama3-8b (32, 8, 128). prefill: 512 new tokens, causal, kv_len 512. decode: 1 new token at
-// kv_len 2048. K and V (0.8-17 MB) stay L3-resident across iterations, unlike a whole model's cache at
-// long context, which decode streams from DRAM.
+// online-softmax kernel at the best ISA) over a KV cache of each row format (f32; decode also f16,
+// int8, fp8: attention_decode/MODEL/kv:N/DTYPE), at three model shapes: smollm2 (SmolLM2-135M: 9
+// heads, 3 KV heads, head_dim 64), tinyllama (32, 4, 64) and llama3-8b (32, 8, 128). prefill: 512 new
+// tokens, causal, kv_len 512. decode: 1 new token at kv_len 2048, 4096 and 16384. One layer's K and V
+// (0.1-17 MB at 2048) may stay in L3 across iterations, unlike a whole model's cache at long context,
+// which decode streams from DRAM.
 // Counters (rates, 1e9 units): GB/s = K and V bytes of the cache read once per call
-// (2 * kv_len * kv_heads * head_dim * 4, or 2 for f16); GFLOP/s = 4 * head_dim * (query head, key) pairs attended
+// (2 * kv_len * row bytes: kv_heads * head_dim * 4 for f32, * 2 for f16, + 4 * kv_heads for int8 /
+// fp8); GFLOP/s = 4 * head_dim * (query head, key) pairs attended
 // (q.k and p.v, 2 flops per multiply-add each; softmax not counted).
 #include <benchmark/benchmark.h>
 
@@ -17,6 +19,7 @@
 #include "core/huge_pages.h"
 #include "core/numeric.h"
 #include "core/thread_pool.h"
+#include "kernels/ref/kv_quant.h"
 #include "kernels/ref/transformer.h"
 #include "ops/transformer_ops.h"
 
@@ -40,36 +43,30 @@ std::vector<float> random_floats(size_t n, uint64_t seed) {
     return v;
 }
 
-void bm_attention(benchmark::State& st, Model m, int64_t num_tokens, int64_t kv_len, int threads, bool f16) {
+void bm_attention(benchmark::State& st, Model m, int64_t num_tokens, int64_t kv_len, int threads,
+                  kiln::kernels::KvDtype dt) {
     kiln::core::ThreadPool pool(threads);
     kiln::kernels::ref::AttentionShape s;
     s.num_tokens = num_tokens;
     s.num_heads = m.heads;
     s.num_kv_heads = m.kv_heads;
     s.head_dim = m.head_dim;
-    const size_t kv_floats = size_t(kv_len * m.kv_heads * m.head_dim);
-    // K and V on 2 MiB-aligned huge pages, as the engine's KvStorage maps them.
-    auto hk = kiln::core::map_huge_pages(kv_floats * sizeof(float));
-    auto hv = kiln::core::map_huge_pages(kv_floats * sizeof(float));
+    const int64_t row = m.kv_heads * m.head_dim, row_bytes = kiln::kernels::kv_row_bytes(dt, m.kv_heads, m.head_dim);
+    const size_t bytes = size_t(kv_len * row_bytes);
+    // K and V on 2 MiB-aligned huge pages, as the engine's KvStorage maps them, stored as the model
+    // stores them (kernels/ref kv_store_row).
+    auto hk = kiln::core::map_huge_pages(bytes);
+    auto hv = kiln::core::map_huge_pages(bytes);
     if (!hk.is_ok() || !hv.is_ok()) return st.SkipWithError("cannot map the K/V buffers");
-    float* const k = reinterpret_cast<float*>(hk->get());
-    float* const v = reinterpret_cast<float*>(hv->get());
-    const std::vector<float> k_init = random_floats(kv_floats, 1), v_init = random_floats(kv_floats, 2);
-    std::copy(k_init.begin(), k_init.end(), k);
-    std::copy(v_init.begin(), v_init.end(), v);
+    const std::vector<float> k_init = random_floats(size_t(kv_len * row), 1), v_init = random_floats(size_t(kv_len * row), 2);
+    for (int64_t r = 0; r < kv_len; ++r) {
+        kiln::kernels::ref::kv_store_row(dt, k_init.data() + r * row, m.kv_heads, m.head_dim, hk->get() + r * row_bytes);
+        kiln::kernels::ref::kv_store_row(dt, v_init.data() + r * row, m.kv_heads, m.head_dim, hv->get() + r * row_bytes);
+    }
     const std::vector<float> q = random_floats(size_t(num_tokens * m.heads * m.head_dim), 3);
     std::vector<float> out(q.size());
-    std::vector<uint16_t> k16(f16 ? kv_floats : 0), v16(k16.size());  // the f16 cache's halves
-    for (size_t i = 0; i < k16.size(); ++i) {
-        k16[i] = kiln::core::f32_to_fp16(k[i]);
-        v16[i] = kiln::core::f32_to_fp16(v[i]);
-    }
-    kiln::kernels::ref::KvSpan kv{k, v, kv_len};
-    if (f16) {
-        kv.k = k16.data();
-        kv.v = v16.data();
-        kv.dtype = kiln::kernels::KvDtype::kF16;
-    }
+    kiln::kernels::ref::KvSpan kv{hk->get(), hv->get(), kv_len};
+    kv.dtype = dt;
     for (auto _ : st) {
         if (!kiln::ops::attention(pool, q.data(), kv, s, out.data()).is_ok())
             return st.SkipWithError("attention failed");
@@ -80,26 +77,30 @@ void bm_attention(benchmark::State& st, Model m, int64_t num_tokens, int64_t kv_
     double pairs = 0;
     for (int64_t t = 0; t < num_tokens; ++t) pairs += double(kv_len - num_tokens + t + 1);
     const double iters = double(st.iterations());
-    st.counters["GB/s"] =
-        benchmark::Counter(2.0 * double(kv_floats) * (f16 ? 2 : 4) * iters / 1e9, benchmark::Counter::kIsRate);
+    st.counters["GB/s"] = benchmark::Counter(2.0 * double(bytes) * iters / 1e9, benchmark::Counter::kIsRate);
     st.counters["GFLOP/s"] = benchmark::Counter(4.0 * double(m.head_dim) * double(m.heads) * pairs * iters / 1e9,
                                                 benchmark::Counter::kIsRate);
 }
 
 int register_all() {
+    using kiln::kernels::KvDtype;
     for (const Model& m : kModels)
         for (int threads : {1, 2}) {
             const std::string th = "/threads:" + std::to_string(threads);
             benchmark::RegisterBenchmark(("attention_prefill/" + std::string(m.name) + "/tokens:512" + th).c_str(),
-                                         bm_attention, m, int64_t(512), int64_t(512), threads, false)
+                                         bm_attention, m, int64_t(512), int64_t(512), threads, KvDtype::kF32)
                 ->Unit(benchmark::kMillisecond)
                 ->UseRealTime();
-            for (bool f16 : {false, true})
-                benchmark::RegisterBenchmark(
-                    ((f16 ? "attention_decode_f16/" : "attention_decode/") + std::string(m.name) + "/kv:2048" + th).c_str(),
-                    bm_attention, m, int64_t(1), int64_t(2048), threads, f16)
-                    ->Unit(benchmark::kMicrosecond)
-                    ->UseRealTime();
+            // Decode: kv 2048 (L3-resident for the small shapes), and 4096 / 16384 (a long context
+            // streamed from DRAM), per cache format.
+            for (int64_t kv_len : {2048, 4096, 16384})
+                for (KvDtype dt : {KvDtype::kF32, KvDtype::kF16, KvDtype::kI8, KvDtype::kFp8})
+                    benchmark::RegisterBenchmark(("attention_decode/" + std::string(m.name) + "/kv:" +
+                                                  std::to_string(kv_len) + "/" + kiln::kernels::ref::kv_dtype_name(dt) + th)
+                                                     .c_str(),
+                                                 bm_attention, m, int64_t(1), kv_len, threads, dt)
+                        ->Unit(benchmark::kMicrosecond)
+                        ->UseRealTime();
         }
     return 0;
 }

@@ -4,6 +4,7 @@
 // "POS INPUT_ID ID:LOGIT ..." with logits to 6 decimals, best first.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -17,12 +18,13 @@ namespace {
 
 constexpr const char* kLogitsUsage =
     "usage: kiln logits [-m MODEL] -p PROMPT [--top K] [--tokenizer FILE] [-t N] [--isa ISA] [--f32-activations]\n"
+    "                   [--kv-cache-dtype T]\n"
     "\n"
     "Runs PROMPT (BOS added when the tokenizer asks for it) through the model in one pass and prints,\n"
     "for every position, the top-K next-token logits: \"POS INPUT_ID ID:LOGIT ...\".\n"
     "\n"
     "  -p, --prompt PROMPT    the text\n"
-    "  --top K                logits per position (default 5)\n"
+    "  --top K                logits per position (default 5; the vocabulary size or more: all)\n"
     "(for llama2.c .bin files, tok512.bin or tokenizer.bin beside the model is the default tokenizer)\n";
 
 void print_usage(std::FILE* f) {
@@ -51,12 +53,13 @@ int cmd_logits(int argc, char** argv) {
     }
     int top = 5;
     if (auto k = args.get("--top")) {
-        auto v = parse_threads(*k);  // same rule: a positive integer
-        if (!v) {
+        // A positive integer; more than the vocabulary prints every logit.
+        const bool digits = !k->empty() && k->size() <= 9 && k->find_first_not_of("0123456789") == std::string::npos;
+        top = digits ? std::atoi(k->c_str()) : 0;
+        if (top <= 0) {
             std::fprintf(stderr, "kiln logits: --top needs a positive integer, got '%s'\n", k->c_str());
             return 2;
         }
-        top = *v;
     }
     SessionOptions session_options;
     if (!parse_session_options(args, "logits", session_options)) return 2;
