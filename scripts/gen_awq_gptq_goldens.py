@@ -30,7 +30,7 @@ import torch
 from safetensors.torch import save_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import gen_published_quant as base  # noqa: E402
+import tiny_llama_goldens as base  # noqa: E402
 
 # name -> (tool, bits, group_size, symmetric, desc_act)
 CHECKPOINTS = {
@@ -88,7 +88,8 @@ def rtn_params(w, bits, group, symmetric):
 
 def main():
     awq_src, gptq_src = sys.argv[1], sys.argv[2]
-    out_dir = sys.argv[3] if len(sys.argv) > 3 else os.path.join(base.ROOT, "tests/golden/data/published")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out_dir = sys.argv[3] if len(sys.argv) > 3 else os.path.join(root, "tests/golden/data/published")
     gemm, packing = awq_modules(awq_src)
     qlinear = gptq_module(gptq_src)
     model = base.base_model().float()  # the bfloat16 model's values, in float32

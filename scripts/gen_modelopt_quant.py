@@ -2,7 +2,7 @@
 """Quantized checkpoints as NVIDIA ModelOpt exports them (Hugging Face format), and their reference logits.
 
 The ModelOpt counterpart of scripts/gen_published_quant.py (llmcompressor): the same tiny random-weight
-Llama (CONFIG and base_model() copied from there, bfloat16), quantized with ModelOpt's post-training
+Llama (scripts/tiny_llama_goldens.py, bfloat16), quantized with ModelOpt's post-training
 quantization (`mtq.quantize` with the FP8_DEFAULT_CFG / NVFP4_DEFAULT_CFG presets, "max" calibration over
 the same 16 x 32 random token ids, seed 7) and written with `export_hf_checkpoint`, exactly as a user of
 ModelOpt (or its hf_ptq.py example) would. ModelOpt excludes lm_head (tied here, so not saved) and the
@@ -44,17 +44,14 @@ from safetensors.torch import load_file
 
 import modelopt
 import modelopt.torch.quantization as mtq
-import transformers
 from modelopt.torch.export import export_hf_checkpoint
 from modelopt.torch.quantization.qtensor import FP8QTensor, NVFP4QTensor
-from transformers import AutoModelForCausalLM, LlamaConfig
+from transformers import AutoModelForCausalLM
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tiny_llama_goldens import base_model, calibration_ids, reference_from_state, write_goldens  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-VOCAB = 256
-# As gen_published_quant.py. Rows of 128 are whole NVFP4 groups of 16; k/v have 64 rows.
-CONFIG = dict(vocab_size=VOCAB, hidden_size=128, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-              num_key_value_heads=2, head_dim=32, max_position_embeddings=128, rms_norm_eps=1e-5, bos_token_id=1,
-              eos_token_id=2, pad_token_id=0, tie_word_embeddings=True, rope_theta=10000.0)
 
 # name -> ModelOpt preset; golden seeds are 200 + index (gen_published_quant.py uses 100 + index)
 SCHEMES = {
@@ -66,30 +63,10 @@ SCHEMES = {
 E2M1 = torch.tensor([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], dtype=torch.float32)
 
 
-def calibration():
-    """The token ids of gen_published_quant.calibration(): 16 x 32, seed 7."""
-    g = torch.Generator().manual_seed(7)
-    return torch.randint(3, VOCAB, (16, 32), generator=g)
-
-
-def base_model():
-    torch.manual_seed(0)
-    cfg = LlamaConfig(**CONFIG)
-    cfg._attn_implementation = "eager"
-    model = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32)
-    with torch.no_grad():  # larger weights than the init's 0.02, so that logits spread
-        for name, p in model.named_parameters():
-            if name.endswith("proj.weight"):
-                p.normal_(0.0, 0.08)
-            elif name.endswith("norm.weight"):
-                p.uniform_(0.5, 1.5)
-    return model.to(torch.bfloat16)
-
-
 def quantize(name, base, out):
     # Loaded back from disk, as a user would (the export also wants config.architectures).
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.bfloat16)
-    ids = calibration()
+    ids = calibration_ids()
 
     def forward_loop(m):  # one sample at a time, as llmcompressor's calibration does
         with torch.no_grad():
@@ -154,46 +131,8 @@ def reference_model(path):
     return reference_from_state(dense)
 
 
-def reference_from_state(dense):
-    """transformers' Llama of CONFIG in float32 with the given weights (lm_head tied)."""
-    torch.manual_seed(0)
-    lcfg = LlamaConfig(**CONFIG)
-    lcfg._attn_implementation = "eager"
-    model = AutoModelForCausalLM.from_config(lcfg, torch_dtype=torch.float32)
-    missing, unexpected = model.load_state_dict(dense, strict=False)
-    assert not unexpected, unexpected
-    assert all(m == "lm_head.weight" for m in missing), missing
-    model.tie_weights()
-    return model.eval()
-
-
 def goldens(path, seed):
-    write_goldens(reference_model(path), path, seed)
-
-
-def write_goldens(model, path, seed, tools=None):
-    """golden.json and logits.f32 of `model` in `path`: three random prompts, 16 greedy tokens."""
-    g = torch.Generator().manual_seed(seed)
-    prompts = [[1] + torch.randint(3, VOCAB, (n,), generator=g).tolist() for n in (4, 9, 13)]
-    blobs, shapes = [], []
-    with torch.no_grad():
-        for p in prompts:
-            logits = model(torch.tensor([p])).logits[0].float().numpy()
-            blobs.append(logits.astype("<f4").tobytes())
-            shapes.append(list(logits.shape))
-        ids = list(prompts[-1])
-        greedy = []
-        for _ in range(16):
-            nxt = int(torch.argmax(model(torch.tensor([ids])).logits[0, -1]))
-            greedy.append(nxt)
-            ids.append(nxt)
-    with open(os.path.join(path, "logits.f32"), "wb") as f:
-        f.write(b"".join(blobs))
-    meta = {"prompts": prompts, "logits_shapes": shapes, "greedy_prompt": len(prompts) - 1, "greedy": greedy,
-            "tools": {"nvidia-modelopt": modelopt.__version__, "transformers": transformers.__version__,
-                      "torch": torch.__version__, **(tools or {})}}
-    with open(os.path.join(path, "golden.json"), "w") as f:
-        json.dump(meta, f, indent=1)
+    write_goldens(reference_model(path), path, seed, {"nvidia-modelopt": modelopt.__version__})
 
 
 KEEP = ("config.json", "model.safetensors", "hf_quant_config.json")

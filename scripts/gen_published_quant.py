@@ -34,7 +34,6 @@ from safetensors.torch import load_file
 
 import compressed_tensors
 import llmcompressor
-import transformers
 from compressed_tensors.compressors import BaseCompressor
 from compressed_tensors.compressors.nvfp4.helpers import unpack_fp4_from_uint8
 from compressed_tensors.quantization.lifecycle.forward import dequantize
@@ -43,14 +42,12 @@ from datasets import Dataset
 from llmcompressor import oneshot
 from llmcompressor.modifiers.gptq import GPTQModifier
 from llmcompressor.modifiers.quantization import QuantizationModifier
-from transformers import AutoModelForCausalLM, LlamaConfig
+from transformers import AutoModelForCausalLM
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tiny_llama_goldens import VOCAB, base_model, calibration_ids, reference_from_state, write_goldens  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-VOCAB = 256
-# Rows of 128: whole groups of 32, 64 and 128; k/v (64 rows) are a partial FP8 128x128 block.
-CONFIG = dict(vocab_size=VOCAB, hidden_size=128, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-              num_key_value_heads=2, head_dim=32, max_position_embeddings=128, rms_norm_eps=1e-5, bos_token_id=1,
-              eos_token_id=2, pad_token_id=0, tie_word_embeddings=True, rope_theta=10000.0)
 
 
 def ints(bits, symmetric, group, strategy="group", actorder=None):
@@ -100,8 +97,7 @@ SCHEMES = {
 
 
 def calibration():
-    g = torch.Generator().manual_seed(7)
-    ids = torch.randint(3, VOCAB, (16, 32), generator=g).tolist()
+    ids = calibration_ids().tolist()
     return Dataset.from_dict({"input_ids": ids, "attention_mask": [[1] * 32 for _ in ids]})
 
 
@@ -112,20 +108,6 @@ def tokenizer():
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="t0"))
     return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="t0", pad_token="t0", bos_token="t1",
                                    eos_token="t2")
-
-
-def base_model():
-    torch.manual_seed(0)
-    cfg = LlamaConfig(**CONFIG)
-    cfg._attn_implementation = "eager"
-    model = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32)
-    with torch.no_grad():  # larger weights than the init's 0.02, so that logits spread
-        for name, p in model.named_parameters():
-            if name.endswith("proj.weight"):
-                p.normal_(0.0, 0.08)
-            elif name.endswith("norm.weight"):
-                p.uniform_(0.5, 1.5)
-    return model.to(torch.bfloat16)
 
 
 def quantize(name, base, out):
@@ -180,46 +162,9 @@ def reference_model(path):
     return reference_from_state(dense)
 
 
-def reference_from_state(dense):
-    """transformers' Llama of CONFIG in float32 with the given weights (lm_head tied)."""
-    torch.manual_seed(0)
-    lcfg = LlamaConfig(**CONFIG)
-    lcfg._attn_implementation = "eager"
-    model = AutoModelForCausalLM.from_config(lcfg, torch_dtype=torch.float32)
-    missing, unexpected = model.load_state_dict(dense, strict=False)
-    assert not unexpected, unexpected
-    assert all(m == "lm_head.weight" for m in missing), missing
-    model.tie_weights()
-    return model.eval()
-
-
 def goldens(path, seed):
-    write_goldens(reference_model(path), path, seed)
-
-
-def write_goldens(model, path, seed, tools=None):
-    """golden.json and logits.f32 of `model` in `path`: three random prompts, 16 greedy tokens."""
-    g = torch.Generator().manual_seed(seed)
-    prompts = [[1] + torch.randint(3, VOCAB, (n,), generator=g).tolist() for n in (4, 9, 13)]
-    blobs, shapes = [], []
-    with torch.no_grad():
-        for p in prompts:
-            logits = model(torch.tensor([p])).logits[0].float().numpy()
-            blobs.append(logits.astype("<f4").tobytes())
-            shapes.append(list(logits.shape))
-        ids = list(prompts[-1])
-        greedy = []
-        for _ in range(16):
-            nxt = int(torch.argmax(model(torch.tensor([ids])).logits[0, -1]))
-            greedy.append(nxt)
-            ids.append(nxt)
-    with open(os.path.join(path, "logits.f32"), "wb") as f:
-        f.write(b"".join(blobs))
-    meta = {"prompts": prompts, "logits_shapes": shapes, "greedy_prompt": len(prompts) - 1, "greedy": greedy,
-            "tools": {"llmcompressor": llmcompressor.__version__, "compressed-tensors": compressed_tensors.__version__,
-                      "transformers": transformers.__version__, "torch": torch.__version__, **(tools or {})}}
-    with open(os.path.join(path, "golden.json"), "w") as f:
-        json.dump(meta, f, indent=1)
+    write_goldens(reference_model(path), path, seed,
+                  {"llmcompressor": llmcompressor.__version__, "compressed-tensors": compressed_tensors.__version__})
 
 
 def main():
