@@ -549,6 +549,12 @@ TEST(KvQuant, StoreRowFollowsTheRules) {
             }
         }
     }
+    // Ties round to even: with amax 127 the scale is exactly 1 and the codes are the values rounded.
+    const float ties[8] = {127.0f, 2.5f, -3.5f, 0.5f, 1.5f, -0.5f, 126.5f, -126.5f};
+    const int8_t want_ties[8] = {127, 2, -4, 0, 2, 0, 126, -126};
+    std::vector<uint8_t> t8(size_t(kv_row_bytes(KvDtype::kI8, 1, 8)));
+    ref::kv_store_row(KvDtype::kI8, ties, 1, 8, t8.data());
+    for (int d = 0; d < 8; ++d) EXPECT_EQ(int8_t(t8[size_t(d)]), want_ties[d]) << ties[d];
     std::vector<uint8_t> h16(size_t(kv_row_bytes(KvDtype::kF16, kvh, hd)));
     ref::kv_store_row(KvDtype::kF16, x.data(), kvh, hd, h16.data());
     EXPECT_EQ(ref::kv_load(KvDtype::kF16, h16.data(), kvh, hd, 0, 5), core::fp16_to_f32(core::f32_to_fp16(0.01f)));

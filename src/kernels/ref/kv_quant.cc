@@ -44,17 +44,24 @@ void kv_store_row(KvDtype t, const float* x, int64_t num_kv_heads, int64_t head_
     auto* codes = static_cast<uint8_t*>(row);
     for (int64_t h = 0; h < num_kv_heads; ++h) {
         const float* xh = x + h * head_dim;
-        float amax = 0.0f;
-        for (int64_t d = 0; d < head_dim; ++d) amax = std::fmax(amax, std::fabs(xh[d]));
+        float amax = 0.0f;  // NaN elements are skipped, as fmax does
+        for (int64_t d = 0; d < head_dim; ++d) {
+            const float a = std::fabs(xh[d]);
+            amax = a > amax ? a : amax;
+        }
         float scale = 0.0f;
         uint8_t* c = codes + h * head_dim;
         if (amax > 0.0f) {
             scale = amax / (t == KvDtype::kI8 ? kKvI8Max : kKvFp8Max);
             for (int64_t d = 0; d < head_dim; ++d) {
-                const float q = xh[d] / scale;
+                float q = xh[d] / scale;
                 if (t == KvDtype::kI8) {
-                    const float r = std::nearbyint(std::fmin(std::fmax(q, -kKvI8Max), kKvI8Max));
-                    c[d] = uint8_t(int8_t(r));
+                    // Clamped as fminf(fmaxf(q, -127), 127) (NaN -> -127), then rounded half to even:
+                    // adding and subtracting 1.5 * 2^23 rounds |q| <= 127 exactly like nearbyint (IEEE
+                    // arithmetic: the build has no -ffast-math, which could fold it away).
+                    q = q > -kKvI8Max ? q : -kKvI8Max;
+                    q = q < kKvI8Max ? q : kKvI8Max;
+                    c[d] = uint8_t(int8_t((q + 12582912.0f) - 12582912.0f));
                 } else {
                     c[d] = core::f32_to_fp8_e4m3(q);
                 }
