@@ -40,7 +40,6 @@ import sys
 import tempfile
 
 import torch
-from safetensors.torch import load_file
 
 import modelopt
 import modelopt.torch.quantization as mtq
@@ -49,7 +48,7 @@ from modelopt.torch.quantization.qtensor import FP8QTensor, NVFP4QTensor
 from transformers import AutoModelForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tiny_llama_goldens import base_model, calibration_ids, reference_from_state, write_goldens  # noqa: E402
+from tiny_llama_goldens import base_model, calibration_ids, reference_from_saved, write_goldens  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -110,25 +109,16 @@ def reference_model(path):
     group = None
     if algo == "NVFP4":
         group = next(iter(qc["config_groups"].values()))["weights"]["group_size"]
-    saved = load_file(os.path.join(path, "model.safetensors"))
-    modules = {}
-    for key, t in saved.items():
-        mod, part = key.rsplit(".", 1)
-        modules.setdefault(mod, {})[part] = t
-    dense = {}
-    for mod, parts in modules.items():
-        if "weight_scale" not in parts:
-            for part, t in parts.items():
-                dense[f"{mod}.{part}"] = t.float()
-            continue
-        if algo == "FP8":
-            dense[f"{mod}.weight"] = dequantize_fp8(parts)
-        elif algo == "NVFP4":
-            dense[f"{mod}.weight"] = dequantize_nvfp4(parts, group)
-        else:
-            raise ValueError(algo)
+
+    def dequantize(parts):
         assert set(parts) <= {"weight", "weight_scale", "weight_scale_2", "input_scale"}, sorted(parts)
-    return reference_from_state(dense)
+        if algo == "FP8":
+            return dequantize_fp8(parts)
+        if algo == "NVFP4":
+            return dequantize_nvfp4(parts, group)
+        raise ValueError(algo)
+
+    return reference_from_saved(path, dequantize)
 
 
 def goldens(path, seed):

@@ -30,7 +30,6 @@ import tempfile
 
 import numpy as np
 import torch
-from safetensors.torch import load_file
 
 import compressed_tensors
 import llmcompressor
@@ -45,7 +44,7 @@ from llmcompressor.modifiers.quantization import QuantizationModifier
 from transformers import AutoModelForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tiny_llama_goldens import VOCAB, base_model, calibration_ids, reference_from_state, write_goldens  # noqa: E402
+from tiny_llama_goldens import VOCAB, base_model, calibration_ids, reference_from_saved, write_goldens  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -134,32 +133,22 @@ def reference_model(path):
     assert len(qc["config_groups"]) == 1
     scheme = QuantizationScheme(**next(iter(qc["config_groups"].values())))
     compressor = BaseCompressor.load_from_registry(qc["format"])
-    saved = load_file(os.path.join(path, "model.safetensors"))
-    modules = {}
-    for key, t in saved.items():
-        mod, part = key.rsplit(".", 1)
-        modules.setdefault(mod, {})[part] = t
-    dense = {}
-    for mod, parts in modules.items():
-        if "weight_scale" not in parts:
-            for part, t in parts.items():
-                dense[f"{mod}.{part}"] = t.float()
-            continue
+
+    def decompress(parts):
         sd = {k: (v.float() if k in ("weight_scale", "weight_global_scale") and v.dtype != torch.uint8 else v)
               for k, v in parts.items()}
-        if "weight_scale" in sd and sd["weight_scale"].dtype == torch.float8_e4m3fn:
+        if sd["weight_scale"].dtype == torch.float8_e4m3fn:
             sd["weight_scale"] = sd["weight_scale"].float()
         if qc["format"] == "nvfp4-pack-quantized":
             # Its compressor unpacks into bfloat16 (rounding every product to 8 bits): the same
             # helpers, in float32.
             rows, half = sd["weight_packed"].shape
             fp4 = unpack_fp4_from_uint8(sd["weight_packed"], rows, half * 2, dtype=torch.float32)
-            w = dequantize(x_q=fp4, scale=sd["weight_scale"], args=scheme.weights,
-                           global_scale=sd["weight_global_scale"], dtype=torch.float32)
-        else:
-            w = compressor.decompress(sd, scheme)["weight"]
-        dense[f"{mod}.weight"] = w.float()
-    return reference_from_state(dense)
+            return dequantize(x_q=fp4, scale=sd["weight_scale"], args=scheme.weights,
+                              global_scale=sd["weight_global_scale"], dtype=torch.float32)
+        return compressor.decompress(sd, scheme)["weight"]
+
+    return reference_from_saved(path, decompress)
 
 
 def goldens(path, seed):

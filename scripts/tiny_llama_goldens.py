@@ -54,6 +54,25 @@ def reference_from_state(dense):
     return model.eval()
 
 
+def reference_from_saved(path, dequantize):
+    """reference_from_state over path/model.safetensors: each module with a "weight_scale" part (a
+    quantized Linear) becomes M.weight = dequantize(parts) (float32; parts: its saved tensors by part
+    name), every other tensor is widened to float32 as it is."""
+    from safetensors.torch import load_file
+    modules = {}
+    for key, t in load_file(os.path.join(path, "model.safetensors")).items():
+        mod, part = key.rsplit(".", 1)
+        modules.setdefault(mod, {})[part] = t
+    dense = {}
+    for mod, parts in modules.items():
+        if "weight_scale" in parts:
+            dense[f"{mod}.weight"] = dequantize(parts).float()
+        else:
+            for part, t in parts.items():
+                dense[f"{mod}.{part}"] = t.float()
+    return reference_from_state(dense)
+
+
 def write_goldens(model, path, seed, tools):
     """golden.json and logits.f32 of `model` in `path`: three random prompts, 16 greedy tokens.
     tools: the quantizing tools' versions (transformers' and torch's are added)."""

@@ -69,14 +69,14 @@ int cmd_logits(int argc, char** argv) {
         return 1;
     }
     ModelSession& s = **session;
-    const kernels::KvDtype s_kv_dtype = session_options.kv_dtype.value_or(kernels::KvDtype::kF32);
+    const kernels::KvDtype kv_dtype = session_options.kv_dtype.value_or(kernels::KvDtype::kF32);
     std::vector<int32_t> ids = s.tokenizer->encode(*prompt);
     if (ids.empty()) {
         std::fprintf(stderr, "kiln logits: the prompt encodes to no tokens\n");
         return 1;
     }
     const loader::ModelConfig& c = s.model->config();
-    model::KvCache cache(c, int64_t(ids.size()), s_kv_dtype);
+    model::KvCache cache(c, int64_t(ids.size()), kv_dtype);
     auto logits = s.model->forward(ids, cache, /*all_logits=*/true);
     if (!logits) {
         std::fprintf(stderr, "kiln logits: %s\n", logits.status().to_string().c_str());

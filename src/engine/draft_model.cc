@@ -15,7 +15,8 @@ core::Result<std::unique_ptr<DraftModel>> DraftModel::create(model::CpuModel* mo
         return core::error(core::StatusCode::kInvalidArgument) << "draft KV pool of " << num_blocks << " blocks";
     const model::ModelConfig& c = model->config();
     std::unique_ptr<DraftModel> d(new DraftModel(model, num_blocks, block_size));
-    KILN_ASSIGN_OR_RETURN(d->storage_, kv::KvStorage::create(c.num_layers, num_blocks, block_size, 4 * c.kv_dim()));
+    KILN_ASSIGN_OR_RETURN(d->storage_, kv::KvStorage::create(c.num_layers, num_blocks, block_size,
+                                                                 kernels::kv_row_bytes(kernels::KvDtype::kF32, c.num_kv_heads, c.head_dim)));
     for (int64_t l = 0; l < c.num_layers; ++l) {
         d->layers_.k.push_back(d->storage_->k(l));
         d->layers_.v.push_back(d->storage_->v(l));
