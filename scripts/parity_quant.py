@@ -45,7 +45,8 @@ Settings where the tools differ (left at each tool's defaults unless named in th
   - INT4 symmetric grids: kiln scale = amax / 7, codes -7..7; llmcompressor scale = amax / 7.5,
     codes -8..7 (compressed-tensors calculate_qparams).
   - GPTQ: llmcompressor's default actorder is "static", an alias of "weight" (activation ordering ON);
-    rows name it explicitly: actorder=None (off) and "weight" (on). kiln has no act-order.
+    rows name it explicitly: actorder=None (off) and "weight" (on), against kiln's --act-order off and on
+    (the same static groups: scales from the original weights, then the sweep in decreasing diag H).
     Both damp 0.01 * mean(diag H). llmcompressor computes the group scales once from the original
     weights (min-max observer) before the GPTQ sweep; kiln, as gptq.py does, from the current
     (already error-updated) weights at each group's first column. kiln quantizes layer by layer with
@@ -85,11 +86,20 @@ def rows():
     """Row groups by name, each a list of (row label, [(checkpoint name, tool, spec)])."""
     out = {}
     for g in (32, 64):
-        out[f"gptq-g{g}"] = [(f"GPTQ W4 sym g{g}", [
-            (f"kiln-gptq-sym-g{g}", "kiln", ["--format", f"gptq-w4-g{g}", "--no-zero-point", "CALIB"]),
-            (f"lc-gptq-sym-g{g}", "lc", dict(kind="gptq", groups=int4(g, True), actorder=None)),
-            (f"lc-gptq-sym-actorder-g{g}", "lc", dict(kind="gptq", groups=int4(g, True), actorder="weight")),
-        ])]
+        for sym, zp in (("sym", "--no-zero-point"), ("asym", "--zero-point")):
+            kind = "gptq-g" if sym == "sym" else "gptq-asym-g"
+            out[f"{kind}{g}"] = [
+                (f"GPTQ W4 {sym} g{g}, act-order off", [
+                    (f"kiln-gptq-{sym}-g{g}", "kiln", ["--format", f"gptq-w4-g{g}", zp, "CALIB"]),
+                    (f"lc-gptq-{sym}-g{g}", "lc", dict(kind="gptq", groups=int4(g, sym == "sym"), actorder=None)),
+                ]),
+                (f"GPTQ W4 {sym} g{g}, act-order on", [
+                    (f"kiln-gptq-{sym}-actorder-g{g}", "kiln",
+                     ["--format", f"gptq-w4-g{g}", zp, "--act-order", "CALIB"]),
+                    (f"lc-gptq-{sym}-actorder-g{g}", "lc",
+                     dict(kind="gptq", groups=int4(g, sym == "sym"), actorder="weight")),
+                ]),
+            ]
         out[f"awq-sym-g{g}"] = [(f"AWQ W4 sym g{g}", [
             (f"kiln-awq-sym-g{g}", "kiln", ["--format", f"awq-w4-g{g}", "--no-zero-point", "CALIB"]),
             (f"lc-awq-sym-g{g}", "lc", dict(kind="awq", groups=int4(g, True))),
@@ -105,11 +115,6 @@ def rows():
         out[f"rtn-g{g}"] = [(f"RTN W4 sym g{g}", [
             (f"kiln-rtn-sym-g{g}", "kiln", ["--format", f"w4-g{g}", "--no-zero-point"]),
             (f"lc-rtn-sym-g{g}", "lc", dict(kind="rtn", groups=int4(g, True))),
-        ])]
-        out[f"gptq-asym-g{g}"] = [(f"GPTQ W4 asym g{g}", [
-            (f"kiln-gptq-asym-g{g}", "kiln", ["--format", f"gptq-w4-g{g}", "--zero-point", "CALIB"]),
-            (f"lc-gptq-asym-g{g}", "lc", dict(kind="gptq", groups=int4(g, False), actorder=None)),
-            (f"lc-gptq-asym-actorder-g{g}", "lc", dict(kind="gptq", groups=int4(g, False), actorder="weight")),
         ])]
     out["fp8"] = [("FP8 dynamic", [
         ("kiln-fp8", "kiln", ["--format", "fp8"]),

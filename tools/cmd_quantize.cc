@@ -19,7 +19,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: kiln quantize IN OUT --format F [--calib FILE] [--calib-tokens N] [--skip NAMES]\n"
     "                     [--zero-point | --no-zero-point] [--awq-loss L] [--smoothquant ALPHA]\n"
-    "                     [--gptq-one-pass] [--tokenizer FILE] [-t N] [--quiet]\n"
+    "                     [--gptq-one-pass] [--act-order] [--tokenizer FILE] [-t N] [--quiet]\n"
     "\n"
     "Quantizes the q/k/v/o and gate/up/down projections of IN (any model kiln loads; quantized GGUF\n"
     "weights are dequantized first) and writes OUT, a folder in the compressed-tensors layout\n"
@@ -46,6 +46,9 @@ constexpr const char* kUsage =
     "                    its own outputs), attn-mlp (attn, and gate/up by the MLP's output)\n"
     "  --gptq-one-pass   GPTQ's Hessians from one pass of the unquantized model (faster) instead of\n"
     "                    layer by layer with the earlier layers already quantized (the default)\n"
+    "  --act-order       GPTQ over the columns in decreasing order of their calibration energy\n"
+    "                    (diag of the Hessian), with each group's scale fixed from the original weights\n"
+    "                    first (gptq.py's --act-order --static-groups; groups stay contiguous: no g_idx)\n"
     "  --smoothquant A   int8 only (needs --calib): SmoothQuant with migration strength A in [0, 1]\n"
     "                    (0.5 in the paper), folded into the attention and FFN norms\n"
     "  --tokenizer FILE  tokenizer for --calib and for llama2.c inputs (default: the model's own or the\n"
@@ -86,7 +89,7 @@ private:
 }  // namespace
 
 int cmd_quantize(int argc, char** argv) {
-    Args args({"--help", "-h", "--quiet", "--zero-point", "--no-zero-point", "--gptq-one-pass"},
+    Args args({"--help", "-h", "--quiet", "--zero-point", "--no-zero-point", "--gptq-one-pass", "--act-order"},
               {"--format", "--calib", "--calib-tokens", "--skip", "--tokenizer", "-t", "--threads", "--awq-loss",
                "--smoothquant"});
     if (!args.parse(argc, argv, 2)) {
@@ -185,6 +188,13 @@ int cmd_quantize(int argc, char** argv) {
     for (const std::string& v : args.get_all("--skip")) {  // repeatable: the lists add up
         const std::vector<std::string> names = split_commas(v);
         o.skip.insert(o.skip.end(), names.begin(), names.end());
+    }
+    if (args.has("--act-order")) {
+        if (!o.gptq) {
+            std::fprintf(stderr, "kiln quantize: --act-order applies to the gptq- formats only\n");
+            return 2;
+        }
+        o.gptq_act_order = true;
     }
     if (args.has("--gptq-one-pass")) {
         if (!o.gptq) {

@@ -84,7 +84,7 @@ std::vector<double> gptq_hessian(std::span<const float> x, int64_t n, int64_t co
     return h;
 }
 
-core::Result<GptqFactor> gptq_factor(std::span<const double> hessian, int64_t cols, double damp) {
+core::Result<GptqFactor> gptq_factor(std::span<const double> hessian, int64_t cols, double damp, bool act_order) {
     if (cols <= 0 || int64_t(hessian.size()) != cols * cols)
         return core::error(core::StatusCode::kInvalidArgument)
                << "gptq: Hessian of " << hessian.size() << " values for " << cols << " columns";
@@ -104,6 +104,17 @@ core::Result<GptqFactor> gptq_factor(std::span<const double> hessian, int64_t co
         mean_diag += d;
     }
     mean_diag /= double(cols);
+    if (act_order) {  // decreasing H_ii of the calibration (dead columns, H_ii = 0, last); ties by index
+        f.order.resize(size_t(cols));
+        for (int64_t i = 0; i < cols; ++i) f.order[size_t(i)] = i;
+        auto energy = [&](int64_t i) { return f.dead[size_t(i)] ? 0.0 : hessian[size_t(i * cols + i)]; };
+        std::stable_sort(f.order.begin(), f.order.end(), [&](int64_t a, int64_t b) { return energy(a) > energy(b); });
+        std::vector<double> p = std::vector<double>(size_t(cols * cols));
+        for (int64_t i = 0; i < cols; ++i)
+            for (int64_t j = 0; j < cols; ++j)
+                p[size_t(i * cols + j)] = h[size_t(f.order[size_t(i)] * cols + f.order[size_t(j)])];
+        h = std::move(p);
+    }
     for (int attempt = 0; attempt < 4; ++attempt) {
         std::vector<double> l = h;
         for (int64_t i = 0; i < cols; ++i) l[size_t(i * cols + i)] += damp * std::pow(10.0, attempt) * mean_diag;
@@ -123,27 +134,41 @@ core::Result<Int4Matrix> gptq_quantize_int4(std::span<const float> w, int64_t ro
                << "gptq: a factor for " << f.cols << " columns, weights of " << cols;
     Int4Matrix m = empty_int4(rows, cols, g, o.mode);
     const int64_t num_groups = m.groups_per_row();
+    const bool act_order = !f.order.empty();
+    if (act_order && int64_t(f.order.size()) != cols)
+        return core::error(core::StatusCode::kInvalidArgument) << "gptq: an order of " << f.order.size() << " columns";
     auto run = [&](int64_t begin, int64_t end) {
         std::vector<double> row = std::vector<double>(size_t(cols));
         std::vector<float> group = std::vector<float>(size_t(g));
+        std::vector<Int4Group> params = std::vector<Int4Group>(size_t(num_groups));
         for (int64_t r = begin; r < end; ++r) {
             for (int64_t c = 0; c < cols; ++c)
                 row[size_t(c)] = f.dead[size_t(c)] ? 0.0 : double(w[size_t(r * cols + c)]);
             const std::span<uint8_t> out(m.data.data() + r * m.row_bytes, size_t(m.row_bytes));
-            Int4Group p;
-            for (int64_t i = 0; i < cols; ++i) {
-                if (i % g == 0) {  // the group's parameters from its current weights
-                    const int64_t n = std::min(g, cols - i);
-                    for (int64_t k = 0; k < n; ++k) group[size_t(k)] = float(row[size_t(i + k)]);
-                    p = int4_group_params(std::span<const float>(group.data(), size_t(n)), o.mode);
-                    m.scales[size_t(r * num_groups + i / g)] = p.scale;
-                    if (o.mode == Int4Mode::kAsymmetric) m.zeros[size_t(r * num_groups + i / g)] = p.zero;
-                }
-                const uint8_t code = int4_code(float(row[size_t(i)]), p, o.mode);
-                set_nibble(out, i, code);
-                const double err = (row[size_t(i)] - double(int4_value(code, p, o.mode))) / f.u[size_t(i * cols + i)];
+            // A group's parameters from its weights as they are now: every group up front (act-order),
+            // else each at its first column, after the updates from the columns before it.
+            auto set_params = [&](int64_t k) {
+                const int64_t c0 = k * g, n = std::min(g, cols - c0);
+                for (int64_t e = 0; e < n; ++e) group[size_t(e)] = float(row[size_t(c0 + e)]);
+                params[size_t(k)] = int4_group_params(std::span<const float>(group.data(), size_t(n)), o.mode);
+                m.scales[size_t(r * num_groups + k)] = params[size_t(k)].scale;
+                if (o.mode == Int4Mode::kAsymmetric) m.zeros[size_t(r * num_groups + k)] = params[size_t(k)].zero;
+            };
+            if (act_order)
+                for (int64_t k = 0; k < num_groups; ++k) set_params(k);
+            for (int64_t i = 0; i < cols; ++i) {  // i: the processing position; c: its column of W
+                const int64_t c = act_order ? f.order[size_t(i)] : i;
+                if (!act_order && c % g == 0) set_params(c / g);
+                const Int4Group& p = params[size_t(c / g)];
+                const uint8_t code = int4_code(float(row[size_t(c)]), p, o.mode);
+                set_nibble(out, c, code);
+                const double err = (row[size_t(c)] - double(int4_value(code, p, o.mode))) / f.u[size_t(i * cols + i)];
                 const double* ui = f.u.data() + i * cols;
-                for (int64_t j = i + 1; j < cols; ++j) row[size_t(j)] -= err * ui[j];
+                if (act_order) {
+                    for (int64_t j = i + 1; j < cols; ++j) row[size_t(f.order[size_t(j)])] -= err * ui[j];
+                } else {
+                    for (int64_t j = i + 1; j < cols; ++j) row[size_t(j)] -= err * ui[j];
+                }
             }
         }
     };

@@ -15,6 +15,13 @@
 // independent (deterministic for any thread count). H and U in double, damp = 0.01 (times
 // mean(diag H); tenfold, up to three times, when H is not numerically positive definite). With
 // H = I (U = I / sqrt(1.01)) it is exactly round-to-nearest.
+//
+// Act-order (gptq.py's --act-order with --static-groups; llmcompressor's actorder="weight"): the
+// columns are processed in decreasing order of diag H (the inputs with the most energy first; ties
+// and dead columns, H_ii = 0, keep their index order, dead ones last), and U is the factor of H with
+// rows and columns in that order. Groups stay runs of group_size consecutive columns of W, so the
+// checkpoint needs no g_idx; each group's parameters are fixed up front from the original weights
+// (once columns are processed out of order a group has no "first column" to take them at).
 #pragma once
 
 #include <cstdint>
@@ -39,12 +46,14 @@ std::vector<double> gptq_hessian(std::span<const float> x, int64_t n, int64_t co
 // columns and U [cols, cols], the upper Cholesky factor of the damped H^-1.
 struct GptqFactor {
     int64_t cols = 0;
-    std::vector<uint8_t> dead;  // [cols]: no calibration signal (H_ii = 0): weights zeroed
-    std::vector<double> u;      // [cols, cols], upper triangular
+    std::vector<uint8_t> dead;   // [cols]: no calibration signal (H_ii = 0): weights zeroed
+    std::vector<int64_t> order;  // act-order: the columns in processing order; empty: 0, 1, ..., cols - 1
+    std::vector<double> u;       // [cols, cols], upper triangular, rows and columns in processing order
 };
 // kInvalidArgument for a Hessian of the wrong size; kInternal when it stays indefinite after the
 // damping retries.
-core::Result<GptqFactor> gptq_factor(std::span<const double> hessian, int64_t cols, double damp = 0.01);
+core::Result<GptqFactor> gptq_factor(std::span<const double> hessian, int64_t cols, double damp = 0.01,
+                                     bool act_order = false);
 
 // W [rows, cols] quantized with GPTQ under a factor of its input's Hessian. kInvalidArgument for bad
 // sizes, a bad group size or non-finite weights.

@@ -69,7 +69,7 @@ core::Result<GptqFactors> gptq_calibrate(const Checkpoint& checkpoint, const std
                 return core::error(core::StatusCode::kInvalidArgument) << "GPTQ: no calibration rows for layer " << l;
             const int64_t cols = smp.cols;
             const std::vector<double> h = quant::gptq_hessian(*smp.x, smp.rows, cols, pool);  // [in, in]
-            KILN_ASSIGN_OR_RETURN(quant::GptqFactor f, quant::gptq_factor(h, cols));
+            KILN_ASSIGN_OR_RETURN(quant::GptqFactor f, quant::gptq_factor(h, cols, 0.01, o.act_order));
             auto factor = std::make_shared<const quant::GptqFactor>(std::move(f));
             *smp.x = std::vector<float>();  // the samples are done with
             for (const std::string& member : smp.members) {

@@ -40,6 +40,7 @@ struct GptqCalibrateOptions {
     quant::GptqOptions gptq;         // group size and mode the passes quantize with
     CalibrationOptions calibration;  // max_samples: the Hessians' rows per input
     bool sequential = true;
+    bool act_order = false;  // quant/gptq.h: columns in decreasing order of diag H, static groups
     std::function<bool(const std::string& kiln_name)> skipped;  // null: none
     // Mixture of experts: an expert input with fewer calibration rows than this (the tokens routed to
     // it) gets no factor, and the writer rounds its weights to nearest instead.

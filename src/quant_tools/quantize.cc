@@ -395,6 +395,7 @@ core::Result<QuantizeReport> quantize_checkpoint(const Checkpoint& source, const
         gc.calibration = o.calibration;
         gc.calibration.max_samples = o.gptq_samples;
         gc.sequential = o.gptq_sequential;
+        gc.act_order = o.gptq_act_order;
         gc.skipped = [&](const std::string& name) { return member_skipped(name, o, ck.config.arch); };
         gc.progress = o.progress;
         KILN_ASSIGN_OR_RETURN(GptqFactors by_name, gptq_calibrate(ck, o.calib_tokens, gc, pool));

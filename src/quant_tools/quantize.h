@@ -42,6 +42,7 @@ struct QuantizeOptions {
     bool gptq = false;                  // INT4 (kPackedInt) only; needs calib_tokens: GPTQ codes (quant/gptq.h), after AWQ if both
     int64_t gptq_samples = 4096;        // calibration rows per projection input for GPTQ's Hessians
     bool gptq_sequential = true;        // layer l's Hessians with layers < l already GPTQ-quantized
+    bool gptq_act_order = false;        // GPTQ in decreasing order of diag H, groups fixed up front (quant/gptq.h)
     std::vector<int32_t> calib_tokens;  // calibration text, tokenized
     CalibrationOptions calibration;
     std::vector<std::string> skip;  // HF module names kept in f32 (e.g. model.layers.0.mlp.down_proj)

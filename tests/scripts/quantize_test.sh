@@ -38,10 +38,11 @@ q rtn-zp-g32 --format w4-g32 --zero-point
 q awq-g32 --format awq-w4-g32 --calib "$T/calib.txt"
 q awq-lin-g32 --format awq-w4-g32 --calib "$T/calib.txt" --awq-loss linear
 q gptq-zp-g32 --format gptq-w4-g32 --zero-point --calib "$T/calib.txt"
+q gptq-act-g32 --format gptq-w4-g32 --zero-point --act-order --calib "$T/calib.txt"
 q awq-gptq-g32 --format awq-gptq-w4-g32 --calib "$T/calib.txt"
 q skip --format int8 --skip down_proj --skip model.layers.0.self_attn.q_proj
 : > "$T/table.txt"
-for f in int8 int8-sq fp8 fp8-block mxfp8 mxfp4 nvfp4 w4-g32 rtn-zp-g32 awq-g32 awq-lin-g32 gptq-zp-g32 awq-gptq-g32 skip; do
+for f in int8 int8-sq fp8 fp8-block mxfp8 mxfp4 nvfp4 w4-g32 rtn-zp-g32 awq-g32 awq-lin-g32 gptq-zp-g32 gptq-act-g32 awq-gptq-g32 skip; do
     echo "$f $(ppl "$T/$f")" >> "$T/table.txt"
 done
 python3 - "$ref" "$T/table.txt" <<'PY'
@@ -67,6 +68,7 @@ ceiling = {
     "awq-g32": 8.4,       # +7.35
     "awq-lin-g32": 10.5,  # +9.49
     "gptq-zp-g32": 7.4,   # +6.42
+    "gptq-act-g32": 6.4,  # +5.32 (2026-12-06, AMD EPYC AVX2)
     "awq-gptq-g32": 7.2,  # +6.17
     "skip": 1.0,          # +0.04
 }
@@ -82,6 +84,7 @@ for k, c in ceiling.items():
 gate(ppl["awq-g32"] < ppl["rtn-zp-g32"], "AWQ-W4 g32 below RTN (zero points) g32")
 gate(ppl["awq-lin-g32"] < ppl["rtn-zp-g32"], "AWQ-W4 g32 (per-Linear loss) below RTN (zero points) g32")
 gate(ppl["gptq-zp-g32"] < ppl["rtn-zp-g32"], "GPTQ g32 below RTN (zero points) g32")
+gate(ppl["gptq-act-g32"] < ppl["rtn-zp-g32"], "GPTQ act-order g32 below RTN (zero points) g32")
 gate(ppl["awq-gptq-g32"] < ppl["rtn-zp-g32"], "AWQ + GPTQ g32 below RTN (zero points) g32")
 gate(ppl["nvfp4"] < ppl["mxfp4"], "NVFP4 below MXFP4")
 gate(abs(pct["skip"]) <= abs(pct["int8"]) + 0.5, "skipping layers keeps INT8's accuracy")
@@ -144,6 +147,7 @@ expect_fail 2 "$KILN_BIN" quantize "$M" "$T/x" --format fp8 --zero-point
 expect_fail 2 "$KILN_BIN" quantize "$M" "$T/x" --format awq-w4-g32 --calib "$T/calib.txt" --awq-loss mse
 expect_fail 2 "$KILN_BIN" quantize "$M" "$T/x" --format int8 --awq-loss linear
 expect_fail 2 "$KILN_BIN" quantize "$M" "$T/x" --format awq-w4-g32 --calib "$T/calib.txt" --gptq-one-pass
+expect_fail 2 "$KILN_BIN" quantize "$M" "$T/x" --format awq-w4-g32 --calib "$T/calib.txt" --act-order
 expect_fail 2 "$KILN_BIN" quantize "$M" "$T/x" --format int8 --smoothquant 0.5
 expect_fail 2 "$KILN_BIN" quantize "$M" "$T/x" --format int8 --calib "$T/calib.txt" --smoothquant 1.5
 expect_fail 2 "$KILN_BIN" quantize "$M" "$T/x" --format fp8 --calib "$T/calib.txt" --smoothquant 0.5

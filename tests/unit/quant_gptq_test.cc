@@ -1,8 +1,11 @@
 // quant/gptq.h: with H = I it is exactly round-to-nearest (quantize_int4); on correlated
 // calibration inputs its output error is well below round-to-nearest's; the Hessian and the codes do
-// not depend on the thread count; dead columns come out as zeros; bad arguments are errors.
+// not depend on the thread count; dead columns come out as zeros; bad arguments are errors. Act-order
+// equals a textbook Optimal-Brain-Quantizer sweep (the full inverse Hessian, updated after every
+// column, in decreasing order of diag H, groups fixed from the original weights) written here.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -100,6 +103,119 @@ TEST(Gptq, BeatsRoundToNearestOnCorrelatedInputs) {
     double h35 = 0;
     for (int64_t t = 0; t < n; ++t) h35 += double(x[size_t(t * cols + 3)]) * x[size_t(t * cols + 5)];
     EXPECT_NEAR(h[size_t(3 * cols + 5)], h35 / double(n), 1e-9 * (1 + std::fabs(h35)));
+}
+
+// The same algorithm as OBQ / the GPTQ paper's equation (2) writes it, not through the Cholesky factor:
+// Hinv = (H + damp)^-1; for each column q in decreasing order of H_qq: quantize w_q, spread
+// (w_q - q) / Hinv_qq * Hinv[q, :] over the columns left, and remove q from Hinv
+// (Hinv -= Hinv[:, q] Hinv[q, :] / Hinv_qq). Group parameters from the original weights.
+std::vector<float> act_order_reference(const std::vector<float>& w, int64_t rows, int64_t cols,
+                                       const std::vector<double>& h, int64_t g, Int4Mode mode) {
+    const double mean_diag = [&] {
+        double s = 0;
+        for (int64_t i = 0; i < cols; ++i) s += h[size_t(i * cols + i)];
+        return s / double(cols);
+    }();
+    // Gauss-Jordan inverse of the damped H
+    std::vector<double> a = h, inv(size_t(cols * cols), 0.0);
+    for (int64_t i = 0; i < cols; ++i) {
+        a[size_t(i * cols + i)] += 0.01 * mean_diag;
+        inv[size_t(i * cols + i)] = 1.0;
+    }
+    for (int64_t p = 0; p < cols; ++p) {
+        const double d = a[size_t(p * cols + p)];
+        for (int64_t j = 0; j < cols; ++j) {
+            a[size_t(p * cols + j)] /= d;
+            inv[size_t(p * cols + j)] /= d;
+        }
+        for (int64_t i = 0; i < cols; ++i) {
+            if (i == p) continue;
+            const double m = a[size_t(i * cols + p)];
+            for (int64_t j = 0; j < cols; ++j) {
+                a[size_t(i * cols + j)] -= m * a[size_t(p * cols + j)];
+                inv[size_t(i * cols + j)] -= m * inv[size_t(p * cols + j)];
+            }
+        }
+    }
+    std::vector<int64_t> order = std::vector<int64_t>(size_t(cols));
+    for (int64_t i = 0; i < cols; ++i) order[size_t(i)] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t x, int64_t y) { return h[size_t(x * cols + x)] > h[size_t(y * cols + y)]; });
+    std::vector<float> out = std::vector<float>(size_t(rows * cols));
+    for (int64_t r = 0; r < rows; ++r) {
+        std::vector<double> row(w.begin() + r * cols, w.begin() + (r + 1) * cols), hinv = inv;
+        std::vector<Int4Group> params;
+        for (int64_t c0 = 0; c0 < cols; c0 += g) {
+            const std::vector<float> grp(w.begin() + r * cols + c0, w.begin() + r * cols + std::min(cols, c0 + g));
+            params.push_back(int4_group_params(grp, mode));
+        }
+        std::vector<bool> done(size_t(cols), false);
+        for (int64_t q : order) {
+            const Int4Group& p = params[size_t(q / g)];
+            const float v = int4_value(int4_code(float(row[size_t(q)]), p, mode), p, mode);
+            out[size_t(r * cols + q)] = v;
+            done[size_t(q)] = true;
+            const double dq = hinv[size_t(q * cols + q)], err = (row[size_t(q)] - double(v)) / dq;
+            for (int64_t j = 0; j < cols; ++j)
+                if (!done[size_t(j)]) row[size_t(j)] -= err * hinv[size_t(q * cols + j)];
+            const std::vector<double> col_q(hinv.begin() + q * cols, hinv.begin() + (q + 1) * cols);
+            for (int64_t i = 0; i < cols; ++i)
+                for (int64_t j = 0; j < cols; ++j) hinv[size_t(i * cols + j)] -= col_q[size_t(i)] * col_q[size_t(j)] / dq;
+        }
+    }
+    return out;
+}
+
+TEST(Gptq, ActOrderEqualsTheTextbookSweep) {
+    // Correlated inputs whose channels differ in scale, so that the order matters; 80 columns: a short
+    // last group at g = 32.
+    const int64_t n = 400, rows = 6, cols = 80;
+    std::vector<float> x = correlated(n, cols, 21);
+    for (int64_t t = 0; t < n; ++t)
+        for (int64_t c = 0; c < cols; ++c) x[size_t(t * cols + c)] *= 0.2f + float((c * 37) % 17) * 0.3f;
+    const std::vector<float> w = normal(size_t(rows * cols), 22);
+    core::ThreadPool pool(2);
+    const std::vector<double> h = gptq_hessian(x, n, cols, &pool);
+    for (Int4Mode mode : {Int4Mode::kSymmetric, Int4Mode::kAsymmetric})
+        for (int64_t g : {32, 64}) {
+            auto f = gptq_factor(h, cols, 0.01, /*act_order=*/true);
+            ASSERT_TRUE(f.is_ok()) << f.status().to_string();
+            ASSERT_EQ(int64_t(f->order.size()), cols);
+            for (int64_t i = 1; i < cols; ++i)
+                EXPECT_GE(h[size_t(f->order[size_t(i - 1)] * (cols + 1))], h[size_t(f->order[size_t(i)] * (cols + 1))]);
+            GptqOptions o;
+            o.group_size = g;
+            o.mode = mode;
+            auto got = gptq_quantize_int4(w, rows, cols, *f, o, &pool);
+            ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+            const std::vector<float> want = act_order_reference(w, rows, cols, h, g, mode), d = dequantize(*got);
+            int64_t differ = 0;
+            for (size_t i = 0; i < d.size(); ++i) differ += d[i] != want[i];
+            EXPECT_EQ(differ, 0) << "g " << g;
+            // the group parameters are the round-to-nearest ones of the original weights
+            auto rtn = quantize_int4(w, rows, cols, g, mode);
+            ASSERT_TRUE(rtn.is_ok());
+            EXPECT_EQ(got->scales, rtn->scales);
+            EXPECT_EQ(got->zeros, rtn->zeros);
+            const double e_act = output_error(x, n, w, d, rows, cols);
+            const double e_rtn = output_error(x, n, w, dequantize(*rtn), rows, cols);
+            EXPECT_LT(e_act, 0.8 * e_rtn) << "act-order " << e_act << " vs RTN " << e_rtn;
+            auto inline_run = gptq_quantize_int4(w, rows, cols, *f, o, nullptr);  // any thread count
+            ASSERT_TRUE(inline_run.is_ok());
+            EXPECT_EQ(inline_run->data, got->data);
+        }
+    // a dead column goes last and comes out zero
+    std::vector<float> xd = x;
+    for (int64_t t = 0; t < n; ++t) xd[size_t(t * cols + 3)] = 0.0f;
+    auto fd = gptq_factor(gptq_hessian(xd, n, cols, nullptr), cols, 0.01, true);
+    ASSERT_TRUE(fd.is_ok());
+    EXPECT_EQ(fd->order.back(), 3);
+    GptqOptions o;
+    o.group_size = 32;
+    auto qd = gptq_quantize_int4(w, rows, cols, *fd, o, nullptr);
+    ASSERT_TRUE(qd.is_ok());
+    const std::vector<float> dd = dequantize(*qd);
+    for (int64_t r = 0; r < rows; ++r) EXPECT_EQ(dd[size_t(r * cols + 3)], 0.0f) << r;
 }
 
 TEST(Gptq, DeadColumnsAreZero) {
