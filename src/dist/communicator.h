@@ -1,0 +1,74 @@
+// Communicator: the collectives that tensor, pipeline and expert parallelism need, over a group of
+// ranks (docs/parallel.md). Three implementations: one rank alone (make_single_communicator), ranks
+// as threads of one process (make_thread_group: tests, and one-process runs of the parallel code),
+// and MPI ranks (make_mpi_communicator: processes started by mpirun, on one host or many). NCCL for
+// GPU ranks comes with the GPU path. Only src/dist includes mpi.h or nccl.h.
+//
+// Contract (every implementation):
+// - Every rank of the group calls the same collectives in the same order with the same sizes; a
+//   collective returns once this rank's part is done. Buffers are host memory.
+// - all_reduce_sum sums in an order fixed by the group size alone, and every rank gets the same
+//   bits, so a parallel step is deterministic and its ranks never diverge.
+// - No collective waits forever: one that has not completed after timeout_seconds() fails. The
+//   thread group returns the error (kInternal, naming the operation and the rank); the MPI group
+//   prints it and brings the whole job down (MPI_Abort), because a peer that stopped answering
+//   leaves the group in no state to go on.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace kiln::dist {
+
+class Communicator {
+public:
+    virtual ~Communicator() = default;
+    virtual int rank() const = 0;
+    virtual int size() const = 0;
+    virtual const char* kind() const = 0;  // "single", "threads", "mpi"
+
+    // data [count] <- the element-wise sum of every rank's data [count].
+    virtual core::Status all_reduce_sum(float* data, int64_t count) = 0;
+    // out [size * bytes] <- every rank's in [bytes], in rank order.
+    virtual core::Status all_gather(const void* in, int64_t bytes, void* out) = 0;
+    // out [count] <- the sum over ranks of their in [rank * count, (rank + 1) * count).
+    virtual core::Status reduce_scatter_sum(const float* in, float* out, int64_t count) = 0;
+    // out [size * bytes]: block r <- rank r's in block [rank * bytes, (rank + 1) * bytes).
+    virtual core::Status all_to_all(const void* in, int64_t bytes, void* out) = 0;
+    // data [bytes] <- root's data [bytes].
+    virtual core::Status broadcast(void* data, int64_t bytes, int root) = 0;
+    // Point to point, matched in order between a pair of ranks.
+    virtual core::Status send(const void* data, int64_t bytes, int dst) = 0;
+    virtual core::Status recv(void* data, int64_t bytes, int src) = 0;
+    virtual core::Status barrier() = 0;
+
+    double timeout_seconds() const { return timeout_seconds_; }
+    void set_timeout_seconds(double s) { timeout_seconds_ = s; }
+
+protected:
+    double timeout_seconds_ = 120.0;
+};
+
+// A group of one: every collective is a copy or nothing.
+std::unique_ptr<Communicator> make_single_communicator();
+
+// n ranks that are threads of this process: element r is rank r, to be used by one thread each.
+std::vector<std::unique_ptr<Communicator>> make_thread_group(int n);
+
+// Whether this build has MPI, and whether this process was started by mpirun (Open MPI, MPICH or
+// Slurm's PMI environment) with more than one rank.
+bool mpi_available();
+bool launched_by_mpirun();
+// MPI_COMM_WORLD (MPI_Init_thread with MPI_THREAD_SERIALIZED on the first call; MPI_Finalize at
+// process exit). kUnsupported in a build without MPI.
+core::Result<std::unique_ptr<Communicator>> make_mpi_communicator();
+
+// The collective self-test run at start-up: a broadcast, an all-gather of ranks and an all-reduce whose
+// sum every rank checks. kInternal naming what came back wrong.
+core::Status self_test(Communicator& comm);
+
+}  // namespace kiln::dist

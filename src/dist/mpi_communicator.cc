@@ -1,0 +1,186 @@
+// The MPI communicator (Open MPI, or any MPI-3 library): MPI_COMM_WORLD with the nonblocking
+// collectives, each waited on with MPI_Test until it completes or its deadline passes (MPI has no
+// timeouts of its own). A deadline that passes ends the job with MPI_Abort after saying which
+// operation on which rank gave up: the usual cause is a rank that died or stopped answering, and
+// mpirun names a rank that died. Built only where CMake found MPI (KILN_HAVE_MPI); elsewhere
+// make_mpi_communicator says so.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "dist/communicator.h"
+
+#ifdef KILN_HAVE_MPI
+#include <mpi.h>
+
+#include <chrono>
+#include <climits>
+#include <mutex>
+#include <thread>
+#endif
+
+namespace kiln::dist {
+
+using core::Status;
+using core::StatusCode;
+
+namespace {
+int env_int(const char* name) {
+    const char* v = std::getenv(name);
+    return v ? std::atoi(v) : 0;
+}
+}  // namespace
+
+bool launched_by_mpirun() {
+    return env_int("OMPI_COMM_WORLD_SIZE") > 1 || env_int("PMI_SIZE") > 1 || env_int("PMIX_SIZE") > 1;
+}
+
+#ifndef KILN_HAVE_MPI
+
+bool mpi_available() { return false; }
+
+core::Result<std::unique_ptr<Communicator>> make_mpi_communicator() {
+    return core::error(StatusCode::kUnsupported)
+           << "this kiln was built without MPI (install libopenmpi-dev, e.g. with scripts/setup, and rebuild)";
+}
+
+#else
+
+bool mpi_available() { return true; }
+
+namespace {
+
+class MpiCommunicator final : public Communicator {
+public:
+    MpiCommunicator() {
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+        MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    }
+    int rank() const override { return rank_; }
+    int size() const override { return size_; }
+    const char* kind() const override { return "mpi"; }
+
+    Status all_reduce_sum(float* data, int64_t count) override {
+        KILN_RETURN_IF_ERROR(fits(count, "all_reduce"));
+        MPI_Request req;
+        return start_and_wait(
+            MPI_Iallreduce(MPI_IN_PLACE, data, int(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req), req,
+            "all_reduce");
+    }
+    Status all_gather(const void* in, int64_t bytes, void* out) override {
+        KILN_RETURN_IF_ERROR(fits(bytes * size_, "all_gather"));
+        MPI_Request req;
+        return start_and_wait(
+            MPI_Iallgather(in, int(bytes), MPI_BYTE, out, int(bytes), MPI_BYTE, MPI_COMM_WORLD, &req), req,
+            "all_gather");
+    }
+    Status reduce_scatter_sum(const float* in, float* out, int64_t count) override {
+        KILN_RETURN_IF_ERROR(fits(count * size_, "reduce_scatter"));
+        MPI_Request req;
+        return start_and_wait(
+            MPI_Ireduce_scatter_block(in, out, int(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req), req,
+            "reduce_scatter");
+    }
+    Status all_to_all(const void* in, int64_t bytes, void* out) override {
+        KILN_RETURN_IF_ERROR(fits(bytes * size_, "all_to_all"));
+        MPI_Request req;
+        return start_and_wait(MPI_Ialltoall(in, int(bytes), MPI_BYTE, out, int(bytes), MPI_BYTE, MPI_COMM_WORLD, &req),
+                              req, "all_to_all");
+    }
+    Status broadcast(void* data, int64_t bytes, int root) override {
+        KILN_RETURN_IF_ERROR(fits(bytes, "broadcast"));
+        if (root < 0 || root >= size_) return core::error(StatusCode::kInvalidArgument) << "broadcast from rank " << root;
+        MPI_Request req;
+        return start_and_wait(MPI_Ibcast(data, int(bytes), MPI_BYTE, root, MPI_COMM_WORLD, &req), req, "broadcast");
+    }
+    Status send(const void* data, int64_t bytes, int dst) override {
+        KILN_RETURN_IF_ERROR(fits(bytes, "send"));
+        MPI_Request req;
+        return start_and_wait(MPI_Isend(data, int(bytes), MPI_BYTE, dst, 0, MPI_COMM_WORLD, &req), req, "send");
+    }
+    Status recv(void* data, int64_t bytes, int src) override {
+        KILN_RETURN_IF_ERROR(fits(bytes, "recv"));
+        MPI_Request req;
+        return start_and_wait(MPI_Irecv(data, int(bytes), MPI_BYTE, src, 0, MPI_COMM_WORLD, &req), req, "recv");
+    }
+    Status barrier() override {
+        MPI_Request req;
+        return start_and_wait(MPI_Ibarrier(MPI_COMM_WORLD, &req), req, "barrier");
+    }
+
+private:
+    static Status fits(int64_t n, const char* what) {
+        if (n >= 0 && n <= INT_MAX) return Status::ok();
+        return core::error(StatusCode::kInvalidArgument) << what << ": " << n << " elements exceed one MPI message";
+    }
+    // Polls the request: spinning first (a tensor-parallel step's all-reduces are short and frequent),
+    // then sleeping 50 us between polls, so a long wait gives the core to the rank's other threads.
+    Status start_and_wait(int rc, MPI_Request& req, const char* what) {
+        if (rc != MPI_SUCCESS) return mpi_error(rc, what);
+        const auto start = std::chrono::steady_clock::now();
+        const auto deadline = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                          std::chrono::duration<double>(timeout_seconds_));
+        for (int64_t polls = 0;; ++polls) {
+            int done = 0;
+            rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+            if (rc != MPI_SUCCESS) return mpi_error(rc, what);
+            if (done) return Status::ok();
+            if (polls < 20000) continue;
+            if (std::chrono::steady_clock::now() > deadline) {
+                std::fprintf(stderr,
+                             "kiln: rank %d of %d: %s did not complete within %.0f s: another rank died or stopped "
+                             "answering; ending the job\n",
+                             rank_, size_, what, timeout_seconds_);
+                std::fflush(stderr);
+                MPI_Abort(MPI_COMM_WORLD, 1);
+                std::_Exit(1);
+            }
+            std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
+    }
+    Status mpi_error(int rc, const char* what) const {
+        char text[MPI_MAX_ERROR_STRING];
+        int len = 0;
+        MPI_Error_string(rc, text, &len);
+        return core::error(StatusCode::kInternal)
+               << "MPI " << what << " failed on rank " << rank_ << " of " << size_ << ": " << std::string(text, size_t(len));
+    }
+
+    int rank_ = 0, size_ = 1;
+};
+
+void finalize_at_exit() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Finalize();
+}
+
+}  // namespace
+
+core::Result<std::unique_ptr<Communicator>> make_mpi_communicator() {
+    static std::once_flag once;
+    static int init_rc = MPI_SUCCESS, provided = 0;
+    std::call_once(once, [] {
+        int initialized = 0;
+        MPI_Initialized(&initialized);
+        if (initialized) {
+            MPI_Query_thread(&provided);
+            return;
+        }
+        init_rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+        if (init_rc == MPI_SUCCESS) {
+            MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+            std::atexit(finalize_at_exit);
+        }
+    });
+    if (init_rc != MPI_SUCCESS) return core::error(StatusCode::kInternal) << "MPI_Init_thread failed (" << init_rc << ")";
+    // The engine runs the collectives on its own thread, one thread at a time.
+    if (provided < MPI_THREAD_SERIALIZED)
+        return core::error(StatusCode::kUnsupported) << "the MPI library offers thread level " << provided
+                                                     << "; kiln needs MPI_THREAD_SERIALIZED";
+    return std::unique_ptr<Communicator>(new MpiCommunicator());
+}
+
+#endif  // KILN_HAVE_MPI
+
+}  // namespace kiln::dist
