@@ -460,6 +460,7 @@ Status CpuModel::forward_batch(std::span<const int32_t> tokens, std::span<const 
     options.hook = &hook_;
     options.expert_hook = &expert_hook_;
     options.num_layers = calibrating ? last_layer_ + 1 : -1;
+    options.tp = tp_;
     return run_step(*backend_, c, weights_, b, T, num_logits, options);
 }
 

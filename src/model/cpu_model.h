@@ -19,6 +19,7 @@
 
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "dist/communicator.h"
 #include "kernels/ref/transformer.h"
 #include "loader/checkpoint.h"
 #include "model/transformer.h"
@@ -129,6 +130,11 @@ public:
     // cache still counts the tokens while the K/V of later layers stay unwritten, so a cache used
     // that way is good for nothing else. -1 (the default) runs the whole model.
     void set_last_layer(int64_t last) { last_layer_ = last; }
+    // Tensor parallelism: this model holds rank tp->rank()'s slices (loader::tp_slice) and every
+    // forward pass sums the partial outputs across the group (model/transformer.h StepOptions::tp), so
+    // every rank of the group must run the same passes in the same order. Null (the default): one rank.
+    void set_tensor_parallel(dist::Communicator* tp) { tp_ = tp; }
+    dist::Communicator* tensor_parallel() const { return tp_; }
 
 private:
     // One layer's weights (model/transformer.h LayerWeights points into them).
@@ -178,6 +184,7 @@ private:
     LinearInputHook hook_;
     ExpertInputHook expert_hook_;
     int64_t last_layer_ = -1;
+    dist::Communicator* tp_ = nullptr;
 };
 
 // Where a model's weights live while it runs.

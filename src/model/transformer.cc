@@ -78,6 +78,7 @@ core::Status run_step(ops::Backend& be, const loader::ModelConfig& c, const Mode
         KILN_RETURN_IF_ERROR(attention_heads(be, L, l, shape, eps, q_scale, b, T));
         observe(l, LinearInput::kAttnOut, b.att, Q);
         KILN_RETURN_IF_ERROR(be.linear(*L.o, b.att, T, L.bo, b.o));  // [T, H]
+        if (options.tp) KILN_RETURN_IF_ERROR(options.tp->all_reduce_sum(b.o, T * H));
         if (L.post_attn_norm) KILN_RETURN_IF_ERROR(be.add_rmsnorm(b.o, nullptr, L.post_attn_norm, b.o, T, H, eps, nullptr));
         KILN_RETURN_IF_ERROR(be.add_rmsnorm(b.x, b.o, L.ffn_norm, b.xn, T, H, eps, L.gate_up));
         observe(l, LinearInput::kGateUp, b.xn, H);
@@ -97,6 +98,7 @@ core::Status run_step(ops::Backend& be, const loader::ModelConfig& c, const Mode
             KILN_RETURN_IF_ERROR(mlp_activations(be, L, act, b, T));
             observe(l, LinearInput::kDown, b.act, F);
             KILN_RETURN_IF_ERROR(be.linear(*L.down, b.act, T, nullptr, b.o));
+            if (options.tp) KILN_RETURN_IF_ERROR(options.tp->all_reduce_sum(b.o, T * H));
         }
         if (L.post_ffn_norm) KILN_RETURN_IF_ERROR(be.add_rmsnorm(b.o, nullptr, L.post_ffn_norm, b.o, T, H, eps, nullptr));
     }

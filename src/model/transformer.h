@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "dist/communicator.h"
 #include "loader/model_config.h"
 #include "ops/backend.h"
 
@@ -89,6 +90,10 @@ struct StepOptions {
     const LinearInputHook* hook = nullptr;  // set: called with each projection's input (host backends only)
     const ExpertInputHook* expert_hook = nullptr;  // set: called with the experts' inputs (host backends only)
     int64_t num_layers = -1;  // run only the first num_layers layers and no logits (calibration); -1: all
+    // Tensor parallelism (loader/tensor_parallel.h): the weights are this rank's slices, and the
+    // outputs of attn_output and ffn_down (partial sums over the rank's heads / hidden units) are
+    // summed across the group before they join the residual stream. Null: one rank.
+    dist::Communicator* tp = nullptr;
 };
 
 // The attention scale query_pre_attn_scalar^-0.5 as a multiplier of q on top of the kernels'
