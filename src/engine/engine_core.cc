@@ -2,11 +2,13 @@
 #include "engine/engine_core.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <limits>
 
 #include "core/check.h"
 #include "engine/ngram_proposer.h"
+#include "engine/tensor_parallel.h"
 
 namespace kiln::engine {
 namespace {
@@ -83,6 +85,13 @@ static core::Status check_config(const loader::ModelConfig& mc, EngineConfig& c)
     return core::Status::ok();
 }
 
+EngineCore::~EngineCore() {
+    if (tp_) {  // the followers' loop ends with the engine
+        if (core::Status st = tp_send_stop(*tp_); !st.is_ok())
+            std::fprintf(stderr, "kiln: stopping the tensor-parallel ranks: %s\n", st.to_string().c_str());
+    }
+}
+
 core::Result<std::unique_ptr<EngineCore>> EngineCore::create(model::CpuModel* model,
                                                              const tokenizer::Tokenizer* tokenizer,
                                                              const EngineConfig& config) {
@@ -102,6 +111,18 @@ core::Result<std::unique_ptr<EngineCore>> EngineCore::create(model::CpuModel* mo
     }
     if (c.num_kv_blocks > INT32_MAX / c.block_size)
         return core::error(core::StatusCode::kInvalidArgument) << "too many KV blocks: " << c.num_kv_blocks;
+    dist::Communicator* tp = model->tensor_parallel();
+    if (tp && tp->size() > 1) {  // rank 0 of a tensor-parallel group: the followers allocate the same blocks
+        if (tp->rank() != 0)
+            return core::error(core::StatusCode::kInvalidArgument)
+                   << "tensor parallel rank " << tp->rank() << " runs run_tp_follower, not an engine";
+        if (c.spec.method == SpecConfig::Method::kDraftModel)
+            return core::error(core::StatusCode::kUnsupported)
+                   << "draft-model speculation under tensor parallelism is not supported yet (use ngram)";
+        KILN_RETURN_IF_ERROR(tp_send_pool(*tp, {c.num_kv_blocks, c.block_size, int64_t(c.kv_dtype)}));
+    } else {
+        tp = nullptr;
+    }
     KILN_ASSIGN_OR_RETURN(std::unique_ptr<kv::KvStorage> storage,
                           kv::KvStorage::create(mc.num_layers, c.num_kv_blocks, c.block_size, row_bytes));
     if (c.kv_prefault) storage->prefault(model->pool());
@@ -117,9 +138,10 @@ core::Result<std::unique_ptr<EngineCore>> EngineCore::create(model::CpuModel* mo
     pm.config = &mc;
     pm.num_kv_blocks = c.num_kv_blocks;
     pm.block_size = c.block_size;
-    pm.forward = [model, layers, st = storage.get()](std::span<const int32_t> tokens,
-                                                     std::span<const model::BatchSeq> seqs,
-                                                     std::vector<float>& logits) {
+    pm.forward = [model, layers, tp, st = storage.get()](std::span<const int32_t> tokens,
+                                                         std::span<const model::BatchSeq> seqs,
+                                                         std::vector<float>& logits) {
+        if (tp) KILN_RETURN_IF_ERROR(tp_send_step(*tp, tokens, seqs));
         // The blocks this step writes (a block it only reads was written, so handed over, before): their
         // memory to huge pages, in the background.
         int32_t end = 0;
@@ -132,6 +154,7 @@ core::Result<std::unique_ptr<EngineCore>> EngineCore::create(model::CpuModel* mo
     };
     KILN_ASSIGN_OR_RETURN(std::unique_ptr<EngineCore> e, create(std::move(pm), tokenizer, c));
     e->storage_ = std::move(storage);
+    e->tp_ = tp;
     return e;
 }
 

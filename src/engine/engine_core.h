@@ -195,6 +195,12 @@ private:
         size_t first = 0, count = 0;
     };
     EngineCore() = default;
+public:
+    ~EngineCore();
+    EngineCore(const EngineCore&) = delete;
+    EngineCore& operator=(const EngineCore&) = delete;
+
+private:
     void propose_drafts();
     // kDraftModel: the draft model fills the drafts of the scheduled decodes; an entry it could not
     // fill (its pool short) runs fewer drafts.
@@ -214,7 +220,8 @@ private:
     PagedModel model_;
     const tokenizer::Tokenizer* tokenizer_ = nullptr;
     EngineConfig config_;
-    std::unique_ptr<kv::KvStorage> storage_;  // the CPU model's pool (model_.forward points into it)
+    std::unique_ptr<kv::KvStorage> storage_;
+    dist::Communicator* tp_ = nullptr;  // rank 0 of a tensor-parallel group: told to stop with the engine  // the CPU model's pool (model_.forward points into it)
     std::unique_ptr<sched::Scheduler> scheduler_;
     std::unique_ptr<DraftModel> draft_;  // SpecConfig::kDraftModel
     std::map<int64_t, Live> requests_;

@@ -2,14 +2,20 @@
 // of ranks (threads, dist::make_thread_group) against the whole model: the same logits within f32
 // rounding at every position, prompt and decode, for the dense families (biases, q/k norms,
 // soft-capping, sandwich norms, sliding windows), stories260K and SmolLM2, with the KV heads split
-// (TP <= KV heads) and replicated (TP > KV heads), and every rank's logits bit-identical.
+// (TP <= KV heads) and replicated (TP > KV heads), and every rank's logits bit-identical. Then the
+// serving engine over a TP group (rank 0 the engine, the others engine::run_tp_follower): a batch of
+// greedy and seeded requests gives the tokens one rank gives, and logits within f32 rounding.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <thread>
 
 #include "dist/communicator.h"
+#include "engine/engine_core.h"
+#include "engine/tensor_parallel.h"
+#include "loader/checkpoint_tokenizer.h"
 #include "loader/tensor_parallel.h"
 #include "model/cpu_model.h"
 #include "support/test_support.h"
@@ -188,6 +194,86 @@ TEST(TensorParallel, RowScalesAndCutBlocks) {
     ASSERT_NE(o, nullptr);
     EXPECT_EQ(o->shape[1], uint64_t(2 * ck->config.head_dim));
     EXPECT_FALSE(loader::tp_slice(*ck, 0, 3).is_ok());  // 3 ranks over 2 KV heads
+}
+
+// The engine's outputs for 8 requests (greedy and seeded sampling, prompts sharing a prefix, a small
+// block size so that tables span blocks), run in one batch by one rank or by a TP group.
+struct EngineRun {
+    std::map<int64_t, std::vector<int32_t>> tokens;
+    std::map<int64_t, std::vector<float>> logits;
+    core::Status status;
+};
+EngineRun run_engine(const Checkpoint& ck, dist::Communicator* tp) {
+    EngineRun out;
+    core::ThreadPool pool(1);
+    auto m = model::CpuModel::create(ck, &pool);
+    if (!m.is_ok()) return {{}, {}, m.status()};
+    (*m)->set_tensor_parallel(tp);
+    if (tp && tp->rank() != 0) {
+        out.status = engine::run_tp_follower(**m, *tp);
+        return out;
+    }
+    auto tok = loader::find_tokenizer(ck, "");
+    if (!tok.is_ok()) return {{}, {}, tok.status()};
+    engine::EngineConfig c;
+    c.block_size = 4;
+    c.num_kv_blocks = 200;
+    c.max_batch_tokens = 24;  // prompts in chunks, decodes beside them
+    auto core = engine::EngineCore::create(m->get(), tok->get(), c);
+    if (!core.is_ok()) return {{}, {}, core.status()};
+    for (int64_t id = 0; id < 8; ++id) {
+        engine::Request r;
+        for (int i = 0; i < 12 + 5 * int(id); ++i) r.prompt.push_back(int32_t((i < 10 ? i * 13 : i * 7 + id) % 500 + 3));
+        r.params.max_tokens = 10;
+        r.params.ignore_eos = true;
+        if (id % 2) {
+            r.params.temperature = 0.8f;
+            r.params.seed = 100 + uint64_t(id);
+            r.params.has_seed = true;
+        } else {
+            r.params.temperature = 0.0f;
+        }
+        r.return_logits = true;
+        r.on_output = [&out, id](const engine::StepOutput& o) {
+            out.tokens[id].insert(out.tokens[id].end(), o.token_ids.begin(), o.token_ids.end());
+            for (const auto& l : o.logits) out.logits[id].insert(out.logits[id].end(), l.begin(), l.end());
+        };
+        if (core::Status s = (*core)->add(id, std::move(r)); !s.is_ok()) return {{}, {}, s};
+    }
+    while ((*core)->step()) {
+    }
+    return out;  // the core goes away here: the followers stop
+}
+
+TEST(TensorParallel, EngineMatchesOneRank) {
+    const std::string path = test::testdata("models/stories260K/stories260K.bin");
+    if (!test::file_exists(path)) KILN_SKIP_MISSING() << "no " << path;
+    auto ck = loader::load_checkpoint(path);
+    ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
+    const EngineRun one = run_engine(*ck, nullptr);
+    ASSERT_TRUE(one.status.is_ok()) << one.status.to_string();
+    ASSERT_EQ(one.tokens.size(), 8u);
+    for (int n : {2, 4}) {
+        auto group = dist::make_thread_group(n);
+        std::vector<EngineRun> runs(static_cast<size_t>(n));
+        std::vector<std::thread> threads;
+        for (int r = 0; r < n; ++r)
+            threads.emplace_back([&, r] {
+                group[size_t(r)]->set_timeout_seconds(30);
+                auto sliced = loader::tp_slice(*ck, r, n);
+                runs[size_t(r)] = sliced.is_ok() ? run_engine(*sliced, group[size_t(r)].get())
+                                                 : EngineRun{{}, {}, sliced.status()};
+            });
+        for (auto& t : threads) t.join();
+        for (int r = 0; r < n; ++r) ASSERT_TRUE(runs[size_t(r)].status.is_ok()) << r << ": " << runs[size_t(r)].status.to_string();
+        EXPECT_EQ(runs[0].tokens, one.tokens) << "TP " << n;
+        double worst = 0;
+        for (const auto& [id, l] : one.logits) {
+            ASSERT_EQ(runs[0].logits.at(id).size(), l.size());
+            for (size_t i = 0; i < l.size(); ++i) worst = std::max(worst, double(std::fabs(runs[0].logits.at(id)[i] - l[i])));
+        }
+        EXPECT_LE(worst, 1e-4) << "TP " << n;  // logits of magnitude ~10: 1e-5 of their range
+    }
 }
 
 }  // namespace

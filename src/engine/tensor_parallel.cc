@@ -1,0 +1,116 @@
+// The rank-0-to-followers step protocol of tensor_parallel.h. A step's payload is one buffer:
+// int64 [num_tokens, num_seqs], the token ids (int32), per sequence int64 [start, num_tokens,
+// num_logits, table_len], then the block tables (int32) one after another.
+#include "engine/tensor_parallel.h"
+
+#include <cstdio>
+#include <cstring>
+
+#include "kv/kv_storage.h"
+
+namespace kiln::engine {
+namespace {
+
+enum : int64_t { kStep = 1, kStop = 2 };
+
+template <typename T>
+void put(std::vector<uint8_t>& b, const T* p, size_t n) {
+    const size_t at = b.size();
+    b.resize(at + n * sizeof(T));
+    std::memcpy(b.data() + at, p, n * sizeof(T));
+}
+
+struct Reader {
+    std::span<const uint8_t> b;
+    size_t at = 0;
+    template <typename T>
+    bool get(T* p, size_t n) {
+        if (b.size() - at < n * sizeof(T)) return false;
+        std::memcpy(p, b.data() + at, n * sizeof(T));
+        at += n * sizeof(T);
+        return true;
+    }
+};
+
+}  // namespace
+
+core::Status tp_send_pool(dist::Communicator& comm, const TpPool& pool) {
+    TpPool p = pool;
+    return comm.broadcast(&p, sizeof(p), 0);
+}
+
+core::Status tp_send_step(dist::Communicator& comm, std::span<const int32_t> tokens,
+                          std::span<const model::BatchSeq> seqs) {
+    std::vector<uint8_t> b;
+    const int64_t counts[2] = {int64_t(tokens.size()), int64_t(seqs.size())};
+    put(b, counts, 2);
+    put(b, tokens.data(), tokens.size());
+    for (const model::BatchSeq& s : seqs) {
+        const int64_t v[4] = {s.start, s.num_tokens, s.num_logits, int64_t(s.block_table.size())};
+        put(b, v, 4);
+    }
+    for (const model::BatchSeq& s : seqs) put(b, s.block_table.data(), s.block_table.size());
+    int64_t header[2] = {kStep, int64_t(b.size())};
+    KILN_RETURN_IF_ERROR(comm.broadcast(header, sizeof(header), 0));
+    return comm.broadcast(b.data(), int64_t(b.size()), 0);
+}
+
+core::Status tp_send_stop(dist::Communicator& comm) {
+    int64_t header[2] = {kStop, 0};
+    return comm.broadcast(header, sizeof(header), 0);
+}
+
+core::Status run_tp_follower(model::CpuModel& model, dist::Communicator& comm) {
+    TpPool pool;
+    KILN_RETURN_IF_ERROR(comm.broadcast(&pool, sizeof(pool), 0));
+    const loader::ModelConfig& mc = model.config();
+    const auto dtype = kernels::KvDtype(pool.kv_dtype);
+    const int64_t row_bytes = kernels::kv_row_bytes(dtype, mc.num_kv_heads, mc.head_dim);
+    KILN_ASSIGN_OR_RETURN(std::unique_ptr<kv::KvStorage> storage,
+                          kv::KvStorage::create(mc.num_layers, pool.num_kv_blocks, pool.block_size, row_bytes));
+    model::KvLayers layers;
+    for (int64_t l = 0; l < mc.num_layers; ++l) {
+        layers.k.push_back(storage->k(l));
+        layers.v.push_back(storage->v(l));
+    }
+    layers.block_size = pool.block_size;
+    layers.dtype = dtype;
+    layers.num_slots = pool.num_kv_blocks * pool.block_size;
+    std::vector<uint8_t> payload;
+    std::vector<int32_t> tokens, tables;
+    std::vector<model::BatchSeq> seqs;
+    std::vector<float> logits;
+    for (;;) {
+        int64_t header[2] = {0, 0};
+        KILN_RETURN_IF_ERROR(comm.broadcast(header, sizeof(header), 0));
+        if (header[0] == kStop) return core::Status::ok();
+        if (header[0] != kStep || header[1] < 16)
+            return core::error(core::StatusCode::kInternal) << "tensor parallel: a bad step header from rank 0";
+        payload.resize(size_t(header[1]));
+        KILN_RETURN_IF_ERROR(comm.broadcast(payload.data(), header[1], 0));
+        Reader r{payload};
+        int64_t counts[2];
+        r.get(counts, 2);
+        tokens.resize(size_t(counts[0]));
+        bool ok = counts[0] >= 0 && counts[1] >= 0 && r.get(tokens.data(), tokens.size());
+        seqs.assign(ok ? size_t(counts[1]) : 0, {});
+        std::vector<int64_t> table_lens(seqs.size());
+        for (size_t i = 0; ok && i < seqs.size(); ++i) {
+            int64_t v[4];
+            ok = r.get(v, 4) && v[3] >= 0;
+            seqs[i] = {v[0], v[1], {}, v[2]};
+            table_lens[i] = ok ? v[3] : 0;
+        }
+        int64_t total = 0;
+        for (int64_t n : table_lens) total += n;
+        tables.resize(size_t(total));
+        ok = ok && r.get(tables.data(), tables.size()) && r.at == payload.size();
+        if (!ok) return core::error(core::StatusCode::kInternal) << "tensor parallel: a malformed step from rank 0";
+        for (size_t i = 0, at = 0; i < seqs.size(); at += size_t(table_lens[i]), ++i)
+            seqs[i].block_table = std::span<const int32_t>(tables.data() + at, size_t(table_lens[i]));
+        if (core::Status s = model.forward_batch(tokens, seqs, layers, logits); !s.is_ok())
+            std::fprintf(stderr, "kiln: rank %d: step failed: %s\n", comm.rank(), s.to_string().c_str());
+    }
+}
+
+}  // namespace kiln::engine
