@@ -261,6 +261,7 @@ int cmd_bench_offline(int argc, char** argv) {
     }
     EngineOptions options;
     if (!parse_engine_options(args, "bench offline", options)) return 2;
+    if (const int rc = run_if_worker(options, "bench offline"); rc >= 0) return rc;
     if (!args.get("--max-model-len")) options.max_model_len = 0;
     Status st;
     std::unique_ptr<Engine> engine = Engine::create(options, &st);

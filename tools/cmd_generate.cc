@@ -225,6 +225,7 @@ int cmd_generate(int argc, char** argv) {
     }
     EngineOptions options;
     if (!parse_engine_options(args, "generate", options)) return 2;
+    if (const int rc = run_if_worker(options, "generate"); rc >= 0) return rc;
     if (!args.get("--max-seqs")) options.max_seqs = 1;  // one request: size the default KV budget for it
     const auto t_load = Clock::now();
     Status st;

@@ -137,6 +137,7 @@ int cmd_serve(int argc, char** argv) {
     if (!parse_server_options(args, sopt)) return 2;
     EngineOptions options;
     if (!parse_engine_options(args, "serve", options)) return 2;
+    if (const int rc = run_if_worker(options, "serve"); rc >= 0) return rc;
     sopt.max_seqs = options.max_seqs;
 
     // Before any thread exists, so that every thread inherits the mask and only sigwait sees them.

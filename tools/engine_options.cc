@@ -2,6 +2,8 @@
 #include "engine_options.h"
 
 #include <cmath>
+#include <csignal>
+#include <sys/prctl.h>
 #include <cstdio>
 #include <optional>
 
@@ -16,7 +18,7 @@ std::set<std::string> engine_flags() {
 std::set<std::string> engine_options() {
     return merged({"--kv-cache-gb", "--block-size", "--max-batch-tokens", "--max-seqs",
                    "--max-model-len", "--device", "--gpu-memory-utilization", "--spec", "--draft-model", "--num-draft",
-                   "--spec-ngram-min", "--spec-ngram-max", "--spec-max-batch"},
+                   "--spec-ngram-min", "--spec-ngram-max", "--spec-max-batch", "--tp", "--collective-timeout"},
                   kSessionOptions);
 }
 
@@ -38,6 +40,13 @@ const char* const kEngineHelp =
     "  --no-prefix-cache      do not reuse the KV of earlier prompts' common prefixes\n"
     "  --mmap                 run from the file mapping (faster start) instead of a copy of the weights\n"
     "                         in anonymous memory\n"
+    "\n"
+    "parallelism (docs/parallel.md):\n"
+    "  --tp N                 tensor parallelism over N processes: mpirun -np N kiln CMD ... --tp N\n"
+    "                         (CPU ranks; each holds its share of the heads and MLP units; rank 0\n"
+    "                         prints, serves and samples, the others follow its steps)\n"
+    "  --collective-timeout S seconds a collective waits for the other ranks before the job is ended\n"
+    "                         (default 120)\n"
     "\n"
     "speculative decoding (docs/speculative.md; greedy output is unchanged, sampled output keeps its\n"
     "distribution):\n"
@@ -160,6 +169,30 @@ bool parse_engine_options(const Args& args, const char* cmd, EngineOptions& out)
         }
         got[i] = *x;
     }
+    if (auto v = args.get("--tp")) {
+        auto x = parse_positive(*v, 4096);
+        if (!x) {
+            std::fprintf(stderr, "kiln %s: --tp needs an integer in [1, 4096], got '%s'\n", cmd, v->c_str());
+            return false;
+        }
+        out.tensor_parallel = int(*x);
+    }
+    if (auto v = args.get("--collective-timeout")) {
+        double t = -1;
+        try {
+            size_t used = 0;
+            t = std::stod(*v, &used);
+            if (used != v->size()) t = -1;
+        } catch (...) {
+            t = -1;
+        }
+        if (!(t > 0) || !std::isfinite(t)) {
+            std::fprintf(stderr, "kiln %s: --collective-timeout needs a positive number of seconds, got '%s'\n", cmd,
+                         v->c_str());
+            return false;
+        }
+        out.collective_timeout = t;
+    }
     out.block_size = int32_t(got[0]);
     out.max_batch_tokens = got[1];
     out.max_seqs = int32_t(got[2]);
@@ -221,6 +254,20 @@ bool parse_engine_options(const Args& args, const char* cmd, EngineOptions& out)
     out.mmap_weights = args.has("--mmap");
     out.kv_prefault = args.has("--kv-prefault");
     return true;
+}
+
+int run_if_worker(const EngineOptions& options, const char* cmd) {
+    if (Engine::parallel_rank(options) == 0) return -1;
+    // mpirun passes SIGINT / SIGTERM to every rank; rank 0 drains and then tells the others to stop,
+    // so they must outlive the signal (a rank 0 that dies takes them down through mpirun).
+    std::signal(SIGINT, SIG_IGN);
+    std::signal(SIGTERM, SIG_IGN);
+    // ...and must not outlive mpirun (their parent) should it go away without rank 0's stop.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    const Status st = Engine::run_worker(options);
+    if (st.ok()) return 0;
+    std::fprintf(stderr, "kiln %s: rank %d: %s\n", cmd, Engine::parallel_rank(options), st.message.c_str());
+    return 1;
 }
 
 }  // namespace kiln::tools

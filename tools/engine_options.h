@@ -23,6 +23,10 @@ extern const char* const kEngineHelp;  // --help lines of the options below (ses
 // "kiln CMD: <what is wrong>".
 bool parse_engine_options(const Args& args, const char* cmd, EngineOptions& out);
 
+// Tensor parallelism: on ranks other than 0 of `mpirun -np N kiln CMD ... --tp N`, runs
+// Engine::run_worker and returns the exit code; -1 on rank 0 and without --tp (the command goes on).
+int run_if_worker(const EngineOptions& options, const char* cmd);
+
 // "speculative: D draft tokens, A accepted (R%), T tokens per verifying step" from the engine's counters.
 std::string spec_summary(const EngineStats& s);
 

@@ -145,6 +145,13 @@ struct EngineOptions {
     int32_t spec_max_batch = -1;  // speculate while at most this many sequences decode; 0 = always; -1 = the default
     std::string device = "cpu";   // "cpu", or "cuda" / "cuda:N" (a build with the CUDA backend)
     double gpu_memory_utilization = 0.9;  // cuda: share of the device's memory for weights, activations, KV
+    // Tensor parallelism over N processes started by `mpirun -np N` (CPU; docs/parallel.md): each rank
+    // holds its share of the attention heads and MLP units. Rank 0 calls Engine::create and serves;
+    // every other rank calls Engine::run_worker with the same options. 1 = one process.
+    int tensor_parallel = 1;
+    // Seconds a collective may wait for the other ranks before the job is ended (a rank that died or
+    // hangs); workers waiting for rank 0's next step wait without a bound.
+    double collective_timeout = 120;
     // Called while the weights are uploaded to a GPU with the bytes done and the total.
     std::function<void(uint64_t done, uint64_t total)> on_load_progress;
 };
@@ -214,6 +221,12 @@ class Engine {
 public:
     // Loads the model and starts the step loop. nullptr with *status set on failure.
     static std::unique_ptr<Engine> create(const EngineOptions& options, Status* status);
+    // With options.tensor_parallel > 1 under mpirun: this process's rank (rank 0 calls create, the
+    // others run_worker); 0 otherwise.
+    static int parallel_rank(const EngineOptions& options);
+    // Tensor parallelism, ranks other than 0: loads this rank's share of the model and runs rank 0's
+    // steps until rank 0's engine is destroyed. An error if it cannot start (the job then ends).
+    static Status run_worker(const EngineOptions& options);
     ~Engine();  // aborts what is still running and joins the loop
     Engine(const Engine&) = delete;
     Engine& operator=(const Engine&) = delete;

@@ -14,6 +14,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "api/parallel.h"
 #include "core/thread_pool.h"
 #include "engine/engine_core.h"
 #include "grammar/compiler.h"
@@ -21,6 +22,7 @@
 #include "kernels/ref/kv_quant.h"
 #include "loader/checkpoint.h"
 #include "loader/checkpoint_tokenizer.h"
+#include "loader/tensor_parallel.h"
 #include "model/cpu_model.h"
 #ifdef KILN_HAVE_CUDA
 #include "model/cuda/cuda_model.h"
@@ -99,6 +101,7 @@ core::Result<int> parse_device(const std::string& d) {
 }  // namespace
 
 struct Engine::Impl {
+    std::unique_ptr<dist::Communicator> tp;  // tensor parallelism: this rank 0's group (outlives the model)
     loader::Checkpoint checkpoint;
     std::unique_ptr<tokenizer::Tokenizer> tokenizer;
     std::unique_ptr<core::ThreadPool> pool;
@@ -211,18 +214,18 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o, Status* status) {
         return nullptr;
     };
     auto impl = std::make_unique<Impl>();
-    ops::LinearOptions lo;
-    if (!o.isa.empty()) {
-        auto isa = kernels::cpu::parse_isa(o.isa);
-        if (!isa) return fail(core::error(core::StatusCode::kInvalidArgument) << "unknown ISA '" << o.isa << "'");
-        if (!kernels::cpu::isa_supported(*isa))
-            return fail(core::error(core::StatusCode::kUnsupported) << "this CPU cannot run ISA " << o.isa);
-        lo.isa = *isa;
-    }
-    lo.f32_activations = o.f32_activations;
+    auto lo_or = api::linear_options(o);
+    if (!lo_or) return fail(lo_or.status());
+    const ops::LinearOptions lo = *lo_or;
     if (o.threads < 0 || o.threads > 1024)
         return fail(core::error(core::StatusCode::kInvalidArgument)
                     << "threads must be in [1, 1024], got " << o.threads);
+    auto tp = api::open_tensor_parallel(o);
+    if (!tp) return fail(tp.status());
+    impl->tp = std::move(*tp);
+    if (impl->tp && impl->tp->rank() != 0)
+        return fail(core::error(core::StatusCode::kInvalidArgument)
+                    << "tensor parallel rank " << impl->tp->rank() << " runs Engine::run_worker, not create");
     auto ck = loader::load_checkpoint(o.model);
     if (!ck) return fail(ck.status());
     impl->checkpoint = std::move(*ck);
@@ -250,6 +253,9 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o, Status* status) {
     ec.max_model_len = o.max_model_len;
     auto spec = parse_speculative(o);
     if (!spec) return fail(spec.status());
+    if (*spec >= 0 && impl->tp)
+        return fail(core::error(core::StatusCode::kUnsupported)
+                    << "draft-model and self-speculation under tensor parallelism are not supported yet; use ngram");
     if (*spec >= 0 && *device >= 0)
         return fail(core::error(core::StatusCode::kUnsupported)
                     << "draft-model and self-speculation run on the CPU only for now; on a GPU use --spec ngram");
@@ -270,12 +276,18 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o, Status* status) {
             return fail(core::error(s.code()) << "speculative " << o.speculative << ": " << s.message());
     }
     if (*device < 0) {
+        if (impl->tp) {  // this rank's share of the heads and MLP units (the tokenizer was found above)
+            auto sliced = loader::tp_slice(impl->checkpoint, 0, impl->tp->size());
+            if (!sliced) return fail(sliced.status());
+            impl->checkpoint = std::move(*sliced);
+        }
         impl->pool = std::make_unique<core::ThreadPool>(threads);
         auto m =
             model::create_model(impl->checkpoint, impl->pool.get(), lo,
                                 o.mmap_weights ? model::WeightMemory::kFileMapping : model::WeightMemory::kAnonymous);
         if (!m) return fail(m.status());
         impl->model = std::move(*m);
+        impl->model->set_tensor_parallel(impl->tp.get());
         config = &impl->model->config();
         if (*spec >= 0) {
             if (core::Status s = load_draft(*impl, o, lo, *spec); !s.is_ok()) return fail(s);
@@ -349,6 +361,12 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o, Status* status) {
 }
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+int Engine::parallel_rank(const EngineOptions& options) {
+    return options.tensor_parallel > 1 && dist::launched_by_mpirun() ? dist::mpirun_rank() : 0;
+}
+
+Status Engine::run_worker(const EngineOptions& options) { return to_public(api::run_worker(options)); }
 
 Engine::~Engine() {
     {

@@ -129,7 +129,11 @@ public:
     Status barrier() override { return wait_all("barrier"); }
 
 private:
-    std::chrono::duration<double> deadline() const { return std::chrono::duration<double>(timeout_seconds_); }
+    // The wait's bound; a day stands for "no bound" (timeout 0 or not finite).
+    std::chrono::duration<double> deadline() const {
+        const bool bounded = timeout_seconds_ > 0 && timeout_seconds_ < 1e9;
+        return std::chrono::duration<double>(bounded ? timeout_seconds_ : 86400.0);
+    }
     Status timed_out(const char* what) const {
         return core::error(StatusCode::kInternal) << what << " timed out after " << timeout_seconds_ << " s on rank "
                                                   << rank_ << " of " << size();

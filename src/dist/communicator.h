@@ -46,6 +46,8 @@ public:
     virtual core::Status recv(void* data, int64_t bytes, int src) = 0;
     virtual core::Status barrier() = 0;
 
+    // 0 (or anything not finite and positive): wait as long as it takes (a rank that waits for the
+    // next step of an idle server).
     double timeout_seconds() const { return timeout_seconds_; }
     void set_timeout_seconds(double s) { timeout_seconds_ = s; }
 
@@ -63,6 +65,8 @@ std::vector<std::unique_ptr<Communicator>> make_thread_group(int n);
 // Slurm's PMI environment) with more than one rank.
 bool mpi_available();
 bool launched_by_mpirun();
+// This process's rank as mpirun's environment gives it (before MPI starts); 0 outside mpirun.
+int mpirun_rank();
 // MPI_COMM_WORLD (MPI_Init_thread with MPI_THREAD_SERIALIZED on the first call; MPI_Finalize at
 // process exit). kUnsupported in a build without MPI.
 core::Result<std::unique_ptr<Communicator>> make_mpi_communicator();

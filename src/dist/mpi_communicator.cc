@@ -35,6 +35,12 @@ bool launched_by_mpirun() {
     return env_int("OMPI_COMM_WORLD_SIZE") > 1 || env_int("PMI_SIZE") > 1 || env_int("PMIX_SIZE") > 1;
 }
 
+int mpirun_rank() {
+    if (std::getenv("OMPI_COMM_WORLD_RANK")) return env_int("OMPI_COMM_WORLD_RANK");
+    if (std::getenv("PMI_RANK")) return env_int("PMI_RANK");
+    return env_int("PMIX_RANK");
+}
+
 #ifndef KILN_HAVE_MPI
 
 bool mpi_available() { return false; }
@@ -114,19 +120,22 @@ private:
         return core::error(StatusCode::kInvalidArgument) << what << ": " << n << " elements exceed one MPI message";
     }
     // Polls the request: spinning first (a tensor-parallel step's all-reduces are short and frequent),
-    // then sleeping 50 us between polls, so a long wait gives the core to the rank's other threads.
+    // then sleeping between polls (50 us, 1 ms after a second), so a long wait gives the core to the
+    // rank's other threads.
     Status start_and_wait(int rc, MPI_Request& req, const char* what) {
         if (rc != MPI_SUCCESS) return mpi_error(rc, what);
         const auto start = std::chrono::steady_clock::now();
+        const bool bounded = timeout_seconds_ > 0 && timeout_seconds_ < 1e9;
         const auto deadline = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                          std::chrono::duration<double>(timeout_seconds_));
+                                          std::chrono::duration<double>(bounded ? timeout_seconds_ : 0.0));
         for (int64_t polls = 0;; ++polls) {
             int done = 0;
             rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
             if (rc != MPI_SUCCESS) return mpi_error(rc, what);
             if (done) return Status::ok();
             if (polls < 20000) continue;
-            if (std::chrono::steady_clock::now() > deadline) {
+            const auto now = std::chrono::steady_clock::now();
+            if (bounded && now > deadline) {
                 std::fprintf(stderr,
                              "kiln: rank %d of %d: %s did not complete within %.0f s: another rank died or stopped "
                              "answering; ending the job\n",
@@ -135,7 +144,7 @@ private:
                 MPI_Abort(MPI_COMM_WORLD, 1);
                 std::_Exit(1);
             }
-            std::this_thread::sleep_for(std::chrono::microseconds(50));
+            std::this_thread::sleep_for(std::chrono::microseconds(now - start > std::chrono::seconds(1) ? 1000 : 50));
         }
     }
     Status mpi_error(int rc, const char* what) const {

@@ -82,7 +82,13 @@ core::Status run_tp_follower(model::CpuModel& model, dist::Communicator& comm) {
     std::vector<float> logits;
     for (;;) {
         int64_t header[2] = {0, 0};
-        KILN_RETURN_IF_ERROR(comm.broadcast(header, sizeof(header), 0));
+        // The next step may be a long time coming (an idle server): no bound on this wait. A rank 0
+        // that died ends the job through mpirun.
+        const double timeout = comm.timeout_seconds();
+        comm.set_timeout_seconds(0);
+        const core::Status got = comm.broadcast(header, sizeof(header), 0);
+        comm.set_timeout_seconds(timeout);
+        KILN_RETURN_IF_ERROR(got);
         if (header[0] == kStop) return core::Status::ok();
         if (header[0] != kStep || header[1] < 16)
             return core::error(core::StatusCode::kInternal) << "tensor parallel: a bad step header from rank 0";

@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# Tensor parallelism under mpirun (docs/parallel.md): `mpirun -np N kiln generate --tp N` gives the text
+# one process gives, greedy and sampled, on stories260K (TP 2 and 4: KV heads split, then replicated)
+# and on SmolLM2 with f32 activations (9 heads over 3 KV heads: TP 2 splits them 2 + 1, TP 3); bad
+# launches are clear errors; a rank that dies ends the job (mpirun names it) and a rank that hangs
+# ends it after --collective-timeout with kiln's message naming the operation. Ranks share this
+# machine's cores (--oversubscribe). SIGTERM to mpirun drains the server and every rank exits.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/skip.sh"
+D="$KILN_TESTDATA/models/stories260K"
+[ -f "$D/stories260K.bin" ] || skip_test "no test data ($D/stories260K.bin)"
+command -v mpirun > /dev/null || skip_test "no mpirun (scripts/setup installs openmpi-bin)"
+M="$D/stories260K.bin"
+T=$(mktemp -d)
+cleanup() {
+    [ -n "${mpi_pid:-}" ] && kill -9 "$mpi_pid" 2>/dev/null || true
+    rm -rf "$T"
+}
+trap cleanup EXIT
+# Containers often withhold the ptrace rights Open MPI's shared-memory single copy needs.
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+MPI=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
+fail() { echo "FAIL: $*"; exit 1; }
+
+same_text() {  # NAME NP ARGS...: one process, then NP ranks with --tp NP: the same stdout
+    local name=$1 np=$2
+    shift 2
+    "$KILN_BIN" generate "$@" -t 1 2>"$T/$name.1.err" >"$T/$name.1.txt" || { cat "$T/$name.1.err"; fail "$name alone"; }
+    "${MPI[@]}" -np "$np" "$KILN_BIN" generate "$@" -t 1 --tp "$np" 2>"$T/$name.$np.err" >"$T/$name.$np.txt" ||
+        { cat "$T/$name.$np.err"; fail "$name under mpirun -np $np"; }
+    [ -s "$T/$name.1.txt" ] || fail "$name: no text"
+    cmp -s "$T/$name.1.txt" "$T/$name.$np.txt" ||
+        { diff "$T/$name.1.txt" "$T/$name.$np.txt" | head; fail "$name: TP $np differs from one process"; }
+    echo "ok: $name at TP $np: $(head -c 60 "$T/$name.1.txt" | tr '\n' ' ')..."
+}
+same_text greedy 2 -m "$M" -p "Once upon a time" -n 96 --temp 0
+same_text greedy 4 -m "$M" -p "Once upon a time" -n 96 --temp 0
+same_text sampled 2 -m "$M" -p "The dog" -n 96 --temp 0.8 --top-p 0.95 --seed 7
+S="$(python3 - <<'PY'
+import os
+print(os.environ.get("KILN_SMOLLM2") or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+      "kiln", "SmolLM2-135M-Instruct.Q4_1.gguf"))
+PY
+)"
+if [ -f "$S" ]; then
+    same_text smollm2 2 -m "$S" -p "The capital of France is" -n 32 --temp 0 --f32-activations
+    same_text smollm2 3 -m "$S" -p "The capital of France is" -n 32 --temp 0 --f32-activations
+elif [ "${KILN_TEST_STRICT:-0}" = "1" ]; then
+    fail "SmolLM2 not installed ($S; scripts/setup)"
+fi
+
+# Bad launches: clear errors, no hang.
+set +e
+"$KILN_BIN" generate -m "$M" -p x -n 4 --tp 2 > /dev/null 2> "$T/e1.txt"; rc1=$?
+timeout 60 "${MPI[@]}" -np 2 "$KILN_BIN" generate -m "$M" -p x -n 4 --tp 3 > /dev/null 2> "$T/e2.txt"; rc2=$?
+"$KILN_BIN" generate -m "$M" -p x -n 4 --tp 0 > /dev/null 2> "$T/e3.txt"; rc3=$?
+set -e
+[ "$rc1" != 0 ] && grep -q "mpirun -np 2" "$T/e1.txt" || { cat "$T/e1.txt"; fail "--tp 2 without mpirun"; }
+[ "$rc2" != 0 ] && [ "$rc2" != 124 ] && grep -q "needs 3 ranks" "$T/e2.txt" || { cat "$T/e2.txt"; fail "--tp 3 on 2 ranks (rc $rc2)"; }
+[ "$rc3" = 2 ] && grep -q -- "--tp needs an integer" "$T/e3.txt" || { cat "$T/e3.txt"; fail "--tp 0"; }
+echo "ok: bad launches"
+
+# A rank that dies or hangs under `kiln serve`: the job ends, and says which rank.
+rank_pid() {  # the pid of rank $1 of the job started by $mpi_pid
+    local p
+    for p in $(pgrep -P "$mpi_pid"); do
+        if tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1"; then
+            echo "$p"
+            return
+        fi
+    done
+}
+serve_until_ready() {  # LOG: serve under mpirun -np 2; sets mpi_pid and port
+    "${MPI[@]}" -np 2 "$KILN_BIN" serve -m "$M" --tp 2 -t 1 --collective-timeout 3 --port 0 > "$1" 2>&1 &
+    mpi_pid=$!
+    port=""
+    for _ in $(seq 1 600); do
+        kill -0 "$mpi_pid" 2>/dev/null || { cat "$1"; fail "kiln serve --tp 2 exited before it was ready"; }
+        [ -n "$port" ] || port="$(sed -n 's|^kiln serve: listening on http://.*:\([0-9][0-9]*\), loading .*|\1|p' "$1" | head -n 1)"
+        if [ -n "$port" ] && python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$port/health', timeout=1)" 2>/dev/null; then
+            return
+        fi
+        sleep 0.1
+    done
+    cat "$1"
+    fail "kiln serve --tp 2 never became healthy"
+}
+ends_within() {  # SECONDS: $mpi_pid exits within that time; the status is mpirun's (non-zero after a
+                 # rank died, and after mpirun itself got SIGTERM)
+    local rc=0
+    for _ in $(seq 1 $(($1 * 10))); do
+        kill -0 "$mpi_pid" 2>/dev/null || { wait "$mpi_pid" || rc=$?; mpi_pid=""; [ "$rc" != 0 ]; return; }
+        sleep 0.1
+    done
+    fail "the job still runs $1 s later"
+}
+complete() {  # one completion request (its failure is expected once a rank is gone)
+    python3 - "$port" <<'PY' || true
+import json, sys, urllib.request as u
+req = u.Request(f"http://127.0.0.1:{sys.argv[1]}/v1/completions", method="POST",
+                data=json.dumps({"prompt": "Once upon a time", "max_tokens": 16, "temperature": 0}).encode(),
+                headers={"Content-Type": "application/json"})
+try:
+    print(json.load(u.urlopen(req, timeout=30))["choices"][0]["text"])
+except Exception as e:
+    print("request failed:", e)
+PY
+}
+serve_until_ready "$T/killed.log"
+[ -n "$(complete)" ] || fail "no completion from the TP server"
+kill -9 "$(rank_pid 1)"
+ends_within 30 || fail "the job ended with status 0 after a rank was killed"
+grep -Eiq "rank 1" "$T/killed.log" || { cat "$T/killed.log"; fail "the job's end does not name rank 1"; }
+echo "ok: a killed rank ends the job: $(grep -Ei 'rank 1' "$T/killed.log" | head -n 1)"
+serve_until_ready "$T/hung.log"
+kill -STOP "$(rank_pid 1)"
+complete > /dev/null &
+ends_within 30 || fail "the job ended with status 0 after a rank hung"
+grep -q "did not complete within 3 s" "$T/hung.log" || { cat "$T/hung.log"; fail "no timeout message"; }
+echo "ok: a hung rank ends the job: $(grep 'did not complete' "$T/hung.log" | head -n 1)"
+serve_until_ready "$T/term.log"
+[ -n "$(complete)" ] || fail "no completion from the TP server"
+pids="$(pgrep -P "$mpi_pid" | tr '\n' ' ')"
+kill -TERM "$mpi_pid"
+ends_within 10 || true
+grep -q "signal 15, shutting down" "$T/term.log" || { cat "$T/term.log"; fail "rank 0 did not drain on SIGTERM"; }
+for p in $pids; do
+    for _ in $(seq 1 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    ! kill -0 "$p" 2>/dev/null || fail "rank process $p outlived the job by 5 s"
+done
+echo "ok: SIGTERM drains the server and ends every rank"
