@@ -375,6 +375,19 @@ int cmd_bench_offline(int argc, char** argv) {
     j["steps"] = after.num_steps - before.num_steps;
     j["preemptions"] = after.num_preemptions - before.num_preemptions;
     j["schedule_pct_of_step"] = step_s > 0 ? 100.0 * sched_s / step_s : 0.0;
+    if (after.tensor_parallel > 1) {  // docs/parallel.md: bytes per token against the formula there
+        const double coll_s = after.collective_seconds - before.collective_seconds;
+        // Tokens through the model: the prompt tokens the prefix cache did not serve and every output
+        // token but each request's last (sampled, never run); preemption's recomputed tokens come on top.
+        const int64_t tokens = in_total - hits + out_tokens - *n_req;
+        j["tensor_parallel"] = after.tensor_parallel;
+        j["collective_calls"] = after.collective_calls - before.collective_calls;
+        j["collective_bytes_per_token"] =
+            tokens > 0 ? double(after.collective_bytes - before.collective_bytes) / double(tokens) : 0.0;
+        // The all-reduces' share: two per layer of a token's hidden state in f32 (docs/parallel.md).
+        j["allreduce_bytes_per_token_formula"] = 2 * info.num_layers * info.hidden_size * 4;
+        j["collective_pct_of_step"] = step_s > 0 ? 100.0 * coll_s / step_s : 0.0;
+    }
     if (spec) {
         const Measured& base = median_run(base_runs);
         const int64_t drafted = after.spec_draft_tokens - before.spec_draft_tokens;
@@ -425,6 +438,13 @@ int cmd_bench_offline(int argc, char** argv) {
         100.0 * j["prefix_hit_rate"].get<double>(), after.peak_kv_blocks_in_use, after.kv_blocks_total,
         (long long)j["steps"].get<int64_t>(), (long long)j["preemptions"].get<int64_t>(),
         j["schedule_pct_of_step"].get<double>());
+    if (j.contains("tensor_parallel"))
+        std::printf("tensor parallel %d: collectives %.1f%% of step time (rank 0, waiting included); %.0f bytes per "
+                    "token through them (%lld calls; the all-reduces' formula 2 x layers x hidden x 4 = %lld, the "
+                    "rest step plans)\n",
+                    j["tensor_parallel"].get<int>(), j["collective_pct_of_step"].get<double>(),
+                    j["collective_bytes_per_token"].get<double>(), (long long)j["collective_calls"].get<int64_t>(),
+                    (long long)j["allreduce_bytes_per_token_formula"].get<int64_t>());
     return 0;
 }
 

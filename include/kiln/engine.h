@@ -169,11 +169,16 @@ struct EngineStats {
     // Speculative decoding: draft tokens verified, of those accepted, and sequence-steps that verified
     // a draft. Acceptance rate = accepted / draft; tokens per verifying step = 1 + accepted / steps.
     int64_t spec_draft_tokens = 0, spec_accepted_tokens = 0, spec_verify_steps = 0;
+    // Tensor parallelism (rank 0's view): collectives so far, the bytes of the buffers they carried
+    // (step plans and all-reduced activations) and the seconds spent in them, waiting included.
+    int tensor_parallel = 1;
+    int64_t collective_calls = 0, collective_bytes = 0;
+    double collective_seconds = 0;
 };
 
 struct ModelInfo {
     std::string name, arch, path;
-    int64_t vocab_size = 0, max_model_len = 0, num_layers = 0;
+    int64_t vocab_size = 0, max_model_len = 0, num_layers = 0, hidden_size = 0;
     int32_t bos_id = -1, eos_id = -1;
     std::string chat_template;  // "" when the model has none
     int threads = 0;

@@ -348,6 +348,7 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o, Status* status) {
     info.vocab_size = c.vocab_size;
     info.max_model_len = impl->core->max_model_len();
     info.num_layers = c.num_layers;
+    info.hidden_size = c.hidden_size;
     info.bos_id = impl->tokenizer->bos_id();
     info.eos_id = impl->tokenizer->eos_id();
     info.chat_template = impl->tokenizer->chat_template();
@@ -499,6 +500,13 @@ EngineStats Engine::stats() const {
     o.spec_draft_tokens = s.spec_draft_tokens;
     o.spec_accepted_tokens = s.spec_accepted_tokens;
     o.spec_verify_steps = s.spec_verify_steps;
+    if (impl_->tp) {
+        const dist::CommStats& c = impl_->tp->stats();
+        o.tensor_parallel = impl_->tp->size();
+        o.collective_calls = c.calls;
+        o.collective_bytes = c.bytes;
+        o.collective_seconds = c.seconds;
+    }
     return o;
 }
 

@@ -66,7 +66,7 @@ public:
 
     Status all_reduce_sum(float* data, int64_t count) override {
         std::vector<float> sum = std::vector<float>(size_t(count), 0.0f);
-        KILN_RETURN_IF_ERROR(exchange("all_reduce", data, [&] {
+        KILN_RETURN_IF_ERROR(exchange("all_reduce", data, count * 4, [&] {
             for (int r = 0; r < size(); ++r) {
                 const float* x = static_cast<const float*>(s_->posted[size_t(r)]);
                 for (int64_t i = 0; i < count; ++i) sum[size_t(i)] += x[i];
@@ -76,13 +76,13 @@ public:
         return Status::ok();
     }
     Status all_gather(const void* in, int64_t bytes, void* out) override {
-        return exchange("all_gather", in, [&] {
+        return exchange("all_gather", in, bytes, [&] {
             for (int r = 0; r < size(); ++r)
                 std::memcpy(static_cast<uint8_t*>(out) + r * bytes, s_->posted[size_t(r)], size_t(bytes));
         });
     }
     Status reduce_scatter_sum(const float* in, float* out, int64_t count) override {
-        return exchange("reduce_scatter", in, [&] {
+        return exchange("reduce_scatter", in, count * 4 * size(), [&] {
             for (int64_t i = 0; i < count; ++i) out[i] = 0.0f;
             for (int r = 0; r < size(); ++r) {
                 const float* x = static_cast<const float*>(s_->posted[size_t(r)]) + int64_t(rank_) * count;
@@ -91,7 +91,7 @@ public:
         });
     }
     Status all_to_all(const void* in, int64_t bytes, void* out) override {
-        return exchange("all_to_all", in, [&] {
+        return exchange("all_to_all", in, bytes * size(), [&] {
             for (int r = 0; r < size(); ++r)
                 std::memcpy(static_cast<uint8_t*>(out) + r * bytes,
                             static_cast<const uint8_t*>(s_->posted[size_t(r)]) + int64_t(rank_) * bytes, size_t(bytes));
@@ -99,7 +99,7 @@ public:
     }
     Status broadcast(void* data, int64_t bytes, int root) override {
         if (root < 0 || root >= size()) return core::error(StatusCode::kInvalidArgument) << "broadcast from rank " << root;
-        return exchange("broadcast", data, [&] {
+        return exchange("broadcast", data, bytes, [&] {
             if (rank_ != root) std::memcpy(data, s_->posted[size_t(root)], size_t(bytes));
         });
     }
@@ -152,14 +152,19 @@ private:
         return Status::ok();
     }
     template <typename Read>
-    Status exchange(const char* what, const void* mine, Read read) {
+    Status exchange(const char* what, const void* mine, int64_t bytes, Read read) {
+        const auto start = std::chrono::steady_clock::now();
+        ++stats_.calls;
+        stats_.bytes += bytes;
         {
             std::lock_guard<std::mutex> lock(s_->mu);
             s_->posted[size_t(rank_)] = mine;
         }
         KILN_RETURN_IF_ERROR(wait_all(what));
         read();
-        return wait_all(what);
+        const Status done = wait_all(what);
+        stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        return done;
     }
 
     std::shared_ptr<ThreadGroupState> s_;

@@ -24,6 +24,15 @@
 
 namespace kiln::dist {
 
+// What a rank's collectives have cost so far: calls, the bytes of its own buffers they carried (the
+// message sizes: an all-reduce of n floats counts 4n, whatever the algorithm moves on the wire), and
+// the seconds spent inside them, waiting for the others included.
+struct CommStats {
+    int64_t calls = 0;
+    int64_t bytes = 0;
+    double seconds = 0;
+};
+
 class Communicator {
 public:
     virtual ~Communicator() = default;
@@ -50,9 +59,11 @@ public:
     // next step of an idle server).
     double timeout_seconds() const { return timeout_seconds_; }
     void set_timeout_seconds(double s) { timeout_seconds_ = s; }
+    const CommStats& stats() const { return stats_; }
 
 protected:
     double timeout_seconds_ = 120.0;
+    CommStats stats_;
 };
 
 // A group of one: every collective is a copy or nothing.

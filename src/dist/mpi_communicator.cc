@@ -71,47 +71,48 @@ public:
         MPI_Request req;
         return start_and_wait(
             MPI_Iallreduce(MPI_IN_PLACE, data, int(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req), req,
-            "all_reduce");
+            "all_reduce", count * 4);
     }
     Status all_gather(const void* in, int64_t bytes, void* out) override {
         KILN_RETURN_IF_ERROR(fits(bytes * size_, "all_gather"));
         MPI_Request req;
         return start_and_wait(
             MPI_Iallgather(in, int(bytes), MPI_BYTE, out, int(bytes), MPI_BYTE, MPI_COMM_WORLD, &req), req,
-            "all_gather");
+            "all_gather", bytes);
     }
     Status reduce_scatter_sum(const float* in, float* out, int64_t count) override {
         KILN_RETURN_IF_ERROR(fits(count * size_, "reduce_scatter"));
         MPI_Request req;
         return start_and_wait(
             MPI_Ireduce_scatter_block(in, out, int(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req), req,
-            "reduce_scatter");
+            "reduce_scatter", count * 4 * size_);
     }
     Status all_to_all(const void* in, int64_t bytes, void* out) override {
         KILN_RETURN_IF_ERROR(fits(bytes * size_, "all_to_all"));
         MPI_Request req;
         return start_and_wait(MPI_Ialltoall(in, int(bytes), MPI_BYTE, out, int(bytes), MPI_BYTE, MPI_COMM_WORLD, &req),
-                              req, "all_to_all");
+                              req, "all_to_all", bytes * size_);
     }
     Status broadcast(void* data, int64_t bytes, int root) override {
         KILN_RETURN_IF_ERROR(fits(bytes, "broadcast"));
         if (root < 0 || root >= size_) return core::error(StatusCode::kInvalidArgument) << "broadcast from rank " << root;
         MPI_Request req;
-        return start_and_wait(MPI_Ibcast(data, int(bytes), MPI_BYTE, root, MPI_COMM_WORLD, &req), req, "broadcast");
+        return start_and_wait(MPI_Ibcast(data, int(bytes), MPI_BYTE, root, MPI_COMM_WORLD, &req), req, "broadcast",
+                              bytes);
     }
     Status send(const void* data, int64_t bytes, int dst) override {
         KILN_RETURN_IF_ERROR(fits(bytes, "send"));
         MPI_Request req;
-        return start_and_wait(MPI_Isend(data, int(bytes), MPI_BYTE, dst, 0, MPI_COMM_WORLD, &req), req, "send");
+        return start_and_wait(MPI_Isend(data, int(bytes), MPI_BYTE, dst, 0, MPI_COMM_WORLD, &req), req, "send", bytes);
     }
     Status recv(void* data, int64_t bytes, int src) override {
         KILN_RETURN_IF_ERROR(fits(bytes, "recv"));
         MPI_Request req;
-        return start_and_wait(MPI_Irecv(data, int(bytes), MPI_BYTE, src, 0, MPI_COMM_WORLD, &req), req, "recv");
+        return start_and_wait(MPI_Irecv(data, int(bytes), MPI_BYTE, src, 0, MPI_COMM_WORLD, &req), req, "recv", bytes);
     }
     Status barrier() override {
         MPI_Request req;
-        return start_and_wait(MPI_Ibarrier(MPI_COMM_WORLD, &req), req, "barrier");
+        return start_and_wait(MPI_Ibarrier(MPI_COMM_WORLD, &req), req, "barrier", 0);
     }
 
 private:
@@ -122,9 +123,11 @@ private:
     // Polls the request: spinning first (a tensor-parallel step's all-reduces are short and frequent),
     // then sleeping between polls (50 us, 1 ms after a second), so a long wait gives the core to the
     // rank's other threads.
-    Status start_and_wait(int rc, MPI_Request& req, const char* what) {
+    Status start_and_wait(int rc, MPI_Request& req, const char* what, int64_t bytes) {
         if (rc != MPI_SUCCESS) return mpi_error(rc, what);
         const auto start = std::chrono::steady_clock::now();
+        ++stats_.calls;
+        stats_.bytes += bytes;
         const bool bounded = timeout_seconds_ > 0 && timeout_seconds_ < 1e9;
         const auto deadline = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                           std::chrono::duration<double>(bounded ? timeout_seconds_ : 0.0));
@@ -132,7 +135,10 @@ private:
             int done = 0;
             rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
             if (rc != MPI_SUCCESS) return mpi_error(rc, what);
-            if (done) return Status::ok();
+            if (done) {
+                stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+                return Status::ok();
+            }
             if (polls < 20000) continue;
             const auto now = std::chrono::steady_clock::now();
             if (bounded && now > deadline) {
