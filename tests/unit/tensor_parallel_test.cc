@@ -144,9 +144,10 @@ void expect_tp_matches(const Checkpoint& ck, const std::vector<int>& sizes, doub
             const double d = std::fabs(double(runs[0].logits[i]) - double(whole.logits[i]));
             if (d > worst) worst = d, at = i;
         }
-        if (tol >= 0)
+        if (tol >= 0) {
             EXPECT_LE(worst, tol * range) << ck.path << " TP " << n << ": worst " << worst << " at " << at << " (range "
                                       << range << ")";
+        }
     }
 }
 
@@ -169,6 +170,9 @@ TEST(TensorParallel, Stories260K) {
 }
 
 TEST(TensorParallel, SmolLM2Q4_1) {
+#if defined(__SANITIZE_ADDRESS__)
+    GTEST_SKIP() << "SmolLM2 runs in the optimized build; the sanitizer pass covers the small models";
+#endif
     const std::string path = test::smollm2_path();
     if (!test::file_exists(path)) KILN_SKIP_MISSING() << "no " << path;
     auto ck = loader::load_checkpoint(path);
