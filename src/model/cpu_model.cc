@@ -461,6 +461,11 @@ Status CpuModel::forward_batch(std::span<const int32_t> tokens, std::span<const 
     options.expert_hook = &expert_hook_;
     options.num_layers = calibrating ? last_layer_ + 1 : -1;
     options.tp = tp_;
+    if (calibrating) {
+        options.first_layer = first_layer_;
+        options.resid_in = resid_in_;
+        options.resid_out = resid_out_;
+    }
     return run_step(*backend_, c, weights_, b, T, num_logits, options);
 }
 

@@ -130,6 +130,14 @@ public:
     // cache still counts the tokens while the K/V of later layers stay unwritten, so a cache used
     // that way is good for nothing else. -1 (the default) runs the whole model.
     void set_last_layer(int64_t last) { last_layer_ = last; }
+    // Calibration only, with set_last_layer: the next passes start at layer `first` from the residual
+    // stream in resid_in [tokens, hidden] (null: from the embeddings, first 0) and leave the stream
+    // after the last layer in resid_out (null: nowhere; it may be resid_in). StepOptions::resid_in.
+    void set_resume(int64_t first, const float* resid_in, float* resid_out) {
+        first_layer_ = first;
+        resid_in_ = resid_in;
+        resid_out_ = resid_out;
+    }
     // Tensor parallelism: this model holds rank tp->rank()'s slices (loader::tp_slice) and every
     // forward pass sums the partial outputs across the group (model/transformer.h StepOptions::tp), so
     // every rank of the group must run the same passes in the same order. Null (the default): one rank.
@@ -184,6 +192,9 @@ private:
     LinearInputHook hook_;
     ExpertInputHook expert_hook_;
     int64_t last_layer_ = -1;
+    int64_t first_layer_ = 0;
+    const float* resid_in_ = nullptr;
+    float* resid_out_ = nullptr;
     dist::Communicator* tp_ = nullptr;
 };
 

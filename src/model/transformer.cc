@@ -66,12 +66,22 @@ core::Status run_step(ops::Backend& be, const loader::ModelConfig& c, const Mode
         moe.alpha = float(c.swiglu_alpha);
         moe.limit = float(c.swiglu_limit);
     }
-    KILN_RETURN_IF_ERROR(be.embed(*w.embed, embed_scale, b.x));
     const int64_t num_layers = options.num_layers >= 0 ? std::min(options.num_layers, c.num_layers) : c.num_layers;
-    for (int64_t l = 0; l < num_layers; ++l) {
+    const int64_t first = options.first_layer;
+    if ((first != 0 || options.resid_out) && (options.num_layers < 0 || first < 0 || first >= num_layers))
+        return core::error(core::StatusCode::kInvalidArgument)
+               << "calibration pass from layer " << first << " to " << num_layers << " (num_layers set?)";
+    if (first > 0 && !options.resid_in)
+        return core::error(core::StatusCode::kInvalidArgument) << "no residual stream to start layer " << first << " from";
+    if (options.resid_in) {
+        std::copy_n(options.resid_in, size_t(T * H), b.x);  // host memory: calibration runs on the CPU
+    } else {
+        KILN_RETURN_IF_ERROR(be.embed(*w.embed, embed_scale, b.x));
+    }
+    for (int64_t l = first; l < num_layers; ++l) {
         const LayerWeights& L = w.layers[size_t(l)];
         // The previous layer's MLP output (b.o) is added here, fused with this layer's norm.
-        KILN_RETURN_IF_ERROR(be.add_rmsnorm(b.x, l == 0 ? nullptr : b.o, L.attn_norm, b.xn, T, H, eps, L.qkv));
+        KILN_RETURN_IF_ERROR(be.add_rmsnorm(b.x, l == first ? nullptr : b.o, L.attn_norm, b.xn, T, H, eps, L.qkv));
         observe(l, LinearInput::kQkv, b.xn, H);
         const ops::AttentionParams shape{c.num_heads, c.num_kv_heads, c.head_dim, c.window_for_layer(l),
                                          float(c.attn_softcap), L.attn_sinks};
@@ -101,6 +111,11 @@ core::Status run_step(ops::Backend& be, const loader::ModelConfig& c, const Mode
             if (options.tp) KILN_RETURN_IF_ERROR(options.tp->all_reduce_sum(b.o, T * H));
         }
         if (L.post_ffn_norm) KILN_RETURN_IF_ERROR(be.add_rmsnorm(b.o, nullptr, L.post_ffn_norm, b.o, T, H, eps, nullptr));
+    }
+    if (options.resid_out) {  // x += the last layer's MLP output (the norm into xn is not wanted)
+        KILN_RETURN_IF_ERROR(be.add_rmsnorm(b.x, b.o, w.output_norm, b.xn, T, H, eps, nullptr));
+        std::copy_n(b.x, size_t(T * H), options.resid_out);
+        return Status::ok();
     }
     if (num_layers < c.num_layers || num_logits == 0) return Status::ok();
     // x += the last MLP output, normed; the rows that want logits gathered into o and projected.

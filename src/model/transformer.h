@@ -90,6 +90,13 @@ struct StepOptions {
     const LinearInputHook* hook = nullptr;  // set: called with each projection's input (host backends only)
     const ExpertInputHook* expert_hook = nullptr;  // set: called with the experts' inputs (host backends only)
     int64_t num_layers = -1;  // run only the first num_layers layers and no logits (calibration); -1: all
+    // Calibration, host backends only (num_layers set): start at layer first_layer from the residual
+    // stream resid_in [T, H] entering it (null: from the embeddings, first_layer 0), and, with
+    // resid_out, leave the stream after the last layer run (before any final norm) there (it may be
+    // resid_in).
+    int64_t first_layer = 0;
+    const float* resid_in = nullptr;
+    float* resid_out = nullptr;
     // Tensor parallelism (loader/tensor_parallel.h): the weights are this rank's slices, and the
     // outputs of attn_output and ffn_down (partial sums over the rank's heads / hidden units) are
     // summed across the group before they join the residual stream. Null: one rank.

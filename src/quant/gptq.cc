@@ -65,22 +65,34 @@ std::vector<double> gptq_hessian(std::span<const float> x, int64_t n, int64_t co
     KILN_CHECK(n >= 0 && cols >= 0 && int64_t(x.size()) >= n * cols) << "gptq_hessian: " << n << " x " << cols;
     std::vector<double> h = std::vector<double>(size_t(cols * cols), 0.0);
     if (n == 0) return h;
-    auto rows = [&](int64_t begin, int64_t end) {  // rows i of H, each summed over the samples in order
-        for (int64_t i = begin; i < end; ++i)
-            for (int64_t t = 0; t < n; ++t) {
-                const double xi = x[size_t(t * cols + i)];
-                if (xi == 0.0) continue;
-                const float* xt = x.data() + t * cols;
-                double* hi = h.data() + i * cols;
-                for (int64_t j = 0; j < cols; ++j) hi[j] += xi * double(xt[j]);
-            }
+    // Row i's lower part H[i, 0..i], each entry summed over the samples in order (H is symmetric:
+    // the upper part is mirrored after). Rows go in pairs (p, cols - 1 - p), so every job has the
+    // same work.
+    auto row = [&](int64_t i) {
+        double* hi = h.data() + i * cols;
+        for (int64_t t = 0; t < n; ++t) {
+            const double xi = x[size_t(t * cols + i)];
+            if (xi == 0.0) continue;
+            const float* xt = x.data() + t * cols;
+            for (int64_t j = 0; j <= i; ++j) hi[j] += xi * double(xt[j]);
+        }
+    };
+    auto pairs = [&](int64_t begin, int64_t end) {
+        for (int64_t p = begin; p < end; ++p) {
+            row(p);
+            if (cols - 1 - p != p) row(cols - 1 - p);
+        }
     };
     if (pool) {
-        pool->parallel_for(cols, rows);
+        pool->parallel_for((cols + 1) / 2, pairs);
     } else {
-        rows(0, cols);
+        pairs(0, (cols + 1) / 2);
     }
-    for (double& v : h) v /= double(n);
+    for (int64_t i = 0; i < cols; ++i)
+        for (int64_t j = 0; j <= i; ++j) {
+            const double v = h[size_t(i * cols + j)] / double(n);
+            h[size_t(i * cols + j)] = h[size_t(j * cols + i)] = v;
+        }
     return h;
 }
 

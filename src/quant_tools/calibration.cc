@@ -14,11 +14,20 @@ core::Result<std::vector<LayerActivations>> collect_activations(const Checkpoint
                                                                 core::ThreadPool* pool,
                                                                 const CalibrationOptions& options,
                                                                 const std::function<void(int64_t, int64_t)>& progress) {
+    KILN_ASSIGN_OR_RETURN(std::unique_ptr<CpuModel> model, CpuModel::create(checkpoint, pool));
+    return collect_activations(*model, tokens, options, progress);
+}
+
+core::Result<std::vector<LayerActivations>> collect_activations(CpuModel& m, const std::vector<int32_t>& tokens,
+                                                                const CalibrationOptions& options,
+                                                                const std::function<void(int64_t, int64_t)>& progress) {
+    CpuModel* model = &m;
     if (tokens.empty()) return core::error(core::StatusCode::kInvalidArgument) << "no calibration tokens";
     if (options.max_samples <= 0 || options.chunk_tokens <= 0 || options.max_seq_tokens < 0)
         return core::error(core::StatusCode::kInvalidArgument)
                << "max_samples and chunk_tokens must be > 0, max_seq_tokens >= 0";
-    KILN_ASSIGN_OR_RETURN(std::unique_ptr<CpuModel> model, CpuModel::create(checkpoint, pool));
+    if (options.resume && options.layer < 0)
+        return core::error(core::StatusCode::kInvalidArgument) << "resuming needs one calibration layer";
     if (options.layer < -1 || options.layer >= model->config().num_layers)
         return core::error(core::StatusCode::kInvalidArgument)
                << "calibration layer " << options.layer << " is not a layer of the model";
@@ -37,6 +46,16 @@ core::Result<std::vector<LayerActivations>> collect_activations(const Checkpoint
     int64_t chunk_start = 0;  // global index of the current chunk's first token
     // The inputs are all it keeps: no output layer, and no layer after the one kept.
     model->set_last_layer(options.layer >= 0 ? options.layer : model->config().num_layers - 1);
+    model->set_resume(0, nullptr, nullptr);
+    struct Reset {  // the hooks below point into this call's locals
+        CpuModel* m;
+        ~Reset() {
+            m->set_linear_input_hook({});
+            m->set_expert_input_hook({});
+            m->set_resume(0, nullptr, nullptr);
+            m->set_last_layer(-1);
+        }
+    } reset{model};
     model->set_linear_input_hook(
         [&](int64_t layer, LinearInput which, std::span<const float> x, int64_t rows, int64_t cols) {
             if (options.layer >= 0 && layer != options.layer) return;
@@ -86,6 +105,21 @@ core::Result<std::vector<LayerActivations>> collect_activations(const Checkpoint
         }
         KvCache cache(model->config(), n);
         std::vector<int32_t> part(tokens.begin() + chunk_start, tokens.begin() + chunk_start + n);
+        if (options.resume) {  // this layer alone, from the chunk's stream (or the embeddings)
+            const size_t c = size_t(chunk_start / chunk), want = size_t(n * model->config().hidden_size);
+            if (options.resume->size() <= c) options.resume->resize(c + 1);
+            std::vector<float>& s = (*options.resume)[c];
+            if (s.empty() && options.layer > 0)
+                return core::error(core::StatusCode::kInvalidArgument)
+                       << "no residual stream to resume layer " << options.layer << " from";
+            if (s.empty()) {  // layer 0 from the embeddings: the stream leaving it still comes back
+                s.assign(want, 0.0f);
+                model->set_resume(0, nullptr, s.data());
+            } else {
+                if (s.size() != want) return core::error(core::StatusCode::kInvalidArgument) << "a resumed stream's size";
+                model->set_resume(options.layer, s.data(), s.data());
+            }
+        }
         KILN_ASSIGN_OR_RETURN(std::vector<float> logits, model->forward(part, cache, false));
         (void)logits;
         if (progress) progress(std::min(total, chunk_start + n), total);

@@ -33,6 +33,11 @@ struct CalibrationOptions {
     int64_t chunk_tokens = 512;  // tokens per forward pass (each chunk starts a fresh context)
     int64_t max_seq_tokens = 0;  // q/k/v input rows of whole sequences kept per layer (0 = none)
     int64_t layer = -1;          // keep only this layer's inputs (the others stay empty); -1 = every layer
+    // With layer >= 0: run that layer alone, from each chunk's residual stream entering it
+    // ((*resume)[chunk], [chunk tokens, hidden]; an empty entry: from the embeddings, for layer 0),
+    // and leave the stream leaving it in its place. Sequential GPTQ carries the stream from layer to
+    // layer this way instead of re-running the earlier layers (model/transformer.h StepOptions::resid).
+    std::vector<std::vector<float>>* resume = nullptr;
 };
 
 // Per layer: for each LinearInput (kQkv, kAttnOut, kGateUp, kDown in that order) a [rows, cols] sample.
@@ -62,5 +67,10 @@ struct LayerActivations {
 core::Result<std::vector<LayerActivations>> collect_activations(
     const Checkpoint& checkpoint, const std::vector<int32_t>& tokens, core::ThreadPool* pool,
     const CalibrationOptions& options, const std::function<void(int64_t, int64_t)>& progress = {});
+// The same over a model already made (from such a checkpoint); its hooks and layer settings are
+// replaced.
+core::Result<std::vector<LayerActivations>> collect_activations(
+    CpuModel& model, const std::vector<int32_t>& tokens, const CalibrationOptions& options,
+    const std::function<void(int64_t, int64_t)>& progress = {});
 
 }  // namespace kiln::quant_tools

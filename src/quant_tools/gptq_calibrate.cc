@@ -26,14 +26,34 @@ core::Result<GptqFactors> gptq_calibrate(const Checkpoint& checkpoint, const std
     co.max_seq_tokens = 0;
     Checkpoint run = checkpoint;  // sequential: the layers done so far hold their GPTQ weights
     std::vector<LayerActivations> acts;
+    // Sequential: per calibration chunk, the residual stream entering layer l (the earlier layers
+    // quantized), carried from layer to layer so that each layer runs twice in all (once to
+    // collect its inputs, once quantized to move the stream on), not once per later layer.
+    std::vector<std::vector<float>> streams;
     GptqFactors out;
     for (int64_t l = 0; l < num_layers; ++l) {
         if (l == 0 || o.sequential) {
             co.layer = o.sequential ? l : -1;
             const int64_t passes = o.sequential ? num_layers : 1, pass = o.sequential ? l : 0;
-            KILN_ASSIGN_OR_RETURN(acts, collect_activations(run, tokens, pool, co, [&](int64_t d, int64_t t) {
-                                      if (o.progress) o.progress("calibrate", pass * t + d, passes * t);
-                                  }));
+            auto progress = [&](int64_t d, int64_t t) {
+                if (o.progress) o.progress("calibrate", pass * t + d, passes * t);
+            };
+            if (o.sequential) {
+                KILN_ASSIGN_OR_RETURN(std::unique_ptr<CpuModel> model, CpuModel::create(run, pool));
+                if (l > 0) {  // the streams through layer l - 1, which now holds its GPTQ weights
+                    CalibrationOptions move_on = co;
+                    move_on.layer = l - 1;
+                    move_on.max_samples = 1;
+                    move_on.resume = &streams;
+                    KILN_RETURN_IF_ERROR(collect_activations(*model, tokens, move_on).status());
+                }
+                std::vector<std::vector<float>> entering = streams;  // this pass moves its copy past layer l
+                co.resume = &entering;
+                KILN_ASSIGN_OR_RETURN(acts, collect_activations(*model, tokens, co, progress));
+                co.resume = nullptr;
+            } else {
+                KILN_ASSIGN_OR_RETURN(acts, collect_activations(run, tokens, pool, co, progress));
+            }
         }
         LayerActivations& a = acts[size_t(l)];
         // Each input's sample and the weights that read it: the layer's inputs, then (MoE) each

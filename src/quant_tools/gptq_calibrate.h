@@ -5,14 +5,16 @@
 // Sequential (gptq.py's default, and the default here): layer l's inputs come from the model with
 // layers 0 .. l-1 already replaced by their GPTQ weights (quantized under their own factors and
 // dequantized back to f32), so each layer's rounding compensates for what the earlier layers' rounding
-// did to its inputs; one calibration pass per layer (collect_activations with `layer` = l). Otherwise
+// did to its inputs; the residual stream of each calibration chunk is carried from layer to layer
+// (CalibrationOptions::resume): layer l runs once with its own weights to give its inputs, and once
+// with its GPTQ weights to move the stream on, so the passes cost two runs of each layer (the same
+// numbers as re-running layers 0..l for every l, bit for bit, at a fraction of the cost). Otherwise
 // one pass of the unquantized model gives every layer's inputs. Weights for which `skipped` is true
 // stay f32 in the passes (they are not quantized in the output either). This is gptq.py's
 // sequential mode without --true-sequential (AutoGPTQ's default also re-runs the layer between
 // q/k/v, o, gate/up and down, so that o sees quantized q/k/v, and so on).
-// Cost: one calibration pass per layer, the pass for layer l running layers 0..l (each pass
-// builds the whole model anew, packing included); each weight is GPTQ-quantized here and again by
-// the writer. Memory: besides the factors (one [in, in] double matrix per input and layer, held
+// Cost: two runs of each layer over the calibration tokens, and a new CpuModel per layer (packing
+// included); each weight is GPTQ-quantized here and again by the writer. Memory: besides the factors (one [in, in] double matrix per input and layer, held
 // until the write), sequential mode holds an f32 copy of every quantized projection of the layers
 // done, about one more f32 copy of the model's projections at the end.
 #pragma once
