@@ -1,5 +1,6 @@
 // quant_tools/gptq_calibrate.h on stories260K: layer 0's factors are the same sequential or not (both from
-// the f32 model's inputs); every later layer's sequential factor equals one recomputed here from the
+// the f32 model's inputs); every later layer's sequential factor (from the residual streams carried
+// layer to layer) equals, bit for bit, one recomputed here by a full pass from the embeddings of the
 // model with the earlier layers replaced by their GPTQ weights (gptq_quantize_int4 under the
 // returned factors, dequantized; a skipped weight left f32), and differs from the one-pass factor,
 // which equals the factor of the unmodified model's inputs; q/k/v share one factor. Calibration
