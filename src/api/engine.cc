@@ -10,6 +10,7 @@
 #include <chrono>
 #include <climits>
 #include <condition_variable>
+#include <cstdio>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -209,11 +210,15 @@ static core::Status load_draft(Engine::Impl& impl, const EngineOptions& o, const
 }
 
 std::unique_ptr<Engine> Engine::create(const EngineOptions& o, Status* status) {
+    std::unique_ptr<Impl> impl = std::make_unique<Impl>();
     auto fail = [&](const core::Status& s) -> std::unique_ptr<Engine> {
+        if (impl->tp && impl->tp->size() > 1) {  // the other ranks wait for this one: end the job
+            std::fprintf(stderr, "kiln: rank 0 of %d: %s; ending the job\n", impl->tp->size(), s.to_string().c_str());
+            impl->tp->abort(1);
+        }
         if (status) *status = to_public(s);
         return nullptr;
     };
-    auto impl = std::make_unique<Impl>();
     auto lo_or = api::linear_options(o);
     if (!lo_or) return fail(lo_or.status());
     const ops::LinearOptions lo = *lo_or;

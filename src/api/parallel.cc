@@ -2,6 +2,7 @@
 #include "api/parallel.h"
 
 #include <cmath>
+#include <cstdio>
 
 #include "engine/tensor_parallel.h"
 #include "kernels/cpu/matmul.h"
@@ -45,14 +46,11 @@ core::Result<std::unique_ptr<dist::Communicator>> open_tensor_parallel(const Eng
     return comm;
 }
 
-core::Status run_worker(const EngineOptions& o) {
-    KILN_ASSIGN_OR_RETURN(const ops::LinearOptions lo, linear_options(o));
-    KILN_ASSIGN_OR_RETURN(std::unique_ptr<dist::Communicator> comm, open_tensor_parallel(o));
-    if (!comm || comm->rank() == 0)
-        return core::error(core::StatusCode::kInvalidArgument)
-               << "run_worker is for ranks 1.. of a tensor-parallel group; rank 0 runs Engine::create";
+namespace {
+
+core::Status serve_steps(const EngineOptions& o, const ops::LinearOptions& lo, dist::Communicator& comm) {
     KILN_ASSIGN_OR_RETURN(loader::Checkpoint whole, loader::load_checkpoint(o.model));
-    KILN_ASSIGN_OR_RETURN(loader::Checkpoint ck, loader::tp_slice(whole, comm->rank(), comm->size()));
+    KILN_ASSIGN_OR_RETURN(loader::Checkpoint ck, loader::tp_slice(whole, comm.rank(), comm.size()));
     whole = loader::Checkpoint();  // the slice keeps what it needs alive
     const int threads = o.threads > 0 ? o.threads : core::ThreadPool::default_num_threads();
     core::ThreadPool pool(threads);
@@ -60,8 +58,25 @@ core::Status run_worker(const EngineOptions& o) {
                           model::create_model(ck, &pool, lo,
                                               o.mmap_weights ? model::WeightMemory::kFileMapping
                                                              : model::WeightMemory::kAnonymous));
-    m->set_tensor_parallel(comm.get());
-    return engine::run_tp_follower(*m, *comm);
+    m->set_tensor_parallel(&comm);
+    return engine::run_tp_follower(*m, comm);
+}
+
+}  // namespace
+
+core::Status run_worker(const EngineOptions& o) {
+    KILN_ASSIGN_OR_RETURN(const ops::LinearOptions lo, linear_options(o));
+    KILN_ASSIGN_OR_RETURN(std::unique_ptr<dist::Communicator> comm, open_tensor_parallel(o));
+    if (!comm || comm->rank() == 0)
+        return core::error(core::StatusCode::kInvalidArgument)
+               << "run_worker is for ranks 1.. of a tensor-parallel group; rank 0 runs Engine::create";
+    const core::Status st = serve_steps(o, lo, *comm);
+    if (!st.is_ok()) {  // rank 0 waits for this one: end the job
+        std::fprintf(stderr, "kiln: rank %d of %d: %s; ending the job\n", comm->rank(), comm->size(),
+                     st.to_string().c_str());
+        comm->abort(1);
+    }
+    return st;
 }
 
 }  // namespace kiln::api

@@ -54,6 +54,9 @@ public:
     virtual core::Status send(const void* data, int64_t bytes, int dst) = 0;
     virtual core::Status recv(void* data, int64_t bytes, int src) = 0;
     virtual core::Status barrier() = 0;
+    // Ends every rank of the job now (a rank that cannot go on once the group exists: the others
+    // would wait for it). MPI: MPI_Abort, which does not return. One rank or threads: nothing.
+    virtual void abort(int exit_code) { (void)exit_code; }
 
     // 0 (or anything not finite and positive): wait as long as it takes (a rank that waits for the
     // next step of an idle server).

@@ -110,6 +110,12 @@ public:
         MPI_Request req;
         return start_and_wait(MPI_Irecv(data, int(bytes), MPI_BYTE, src, 0, MPI_COMM_WORLD, &req), req, "recv", bytes);
     }
+    void abort(int exit_code) override {
+        std::fflush(stdout);
+        std::fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, exit_code);
+        std::_Exit(exit_code);
+    }
     Status barrier() override {
         MPI_Request req;
         return start_and_wait(MPI_Ibarrier(MPI_COMM_WORLD, &req), req, "barrier", 0);

@@ -54,10 +54,14 @@ set +e
 "$KILN_BIN" generate -m "$M" -p x -n 4 --tp 2 > /dev/null 2> "$T/e1.txt"; rc1=$?
 timeout 60 "${MPI[@]}" -np 2 "$KILN_BIN" generate -m "$M" -p x -n 4 --tp 3 > /dev/null 2> "$T/e2.txt"; rc2=$?
 "$KILN_BIN" generate -m "$M" -p x -n 4 --tp 0 > /dev/null 2> "$T/e3.txt"; rc3=$?
+# rank 0 refuses the options once the group exists: the job ends at once, the others do not wait
+timeout 60 "${MPI[@]}" -np 2 "$KILN_BIN" generate -m "$M" -p x -n 4 --tp 2 --spec layers:2 > /dev/null 2> "$T/e4.txt"; rc4=$?
 set -e
 [ "$rc1" != 0 ] && grep -q "mpirun -np 2" "$T/e1.txt" || { cat "$T/e1.txt"; fail "--tp 2 without mpirun"; }
 [ "$rc2" != 0 ] && [ "$rc2" != 124 ] && grep -q "needs 3 ranks" "$T/e2.txt" || { cat "$T/e2.txt"; fail "--tp 3 on 2 ranks (rc $rc2)"; }
 [ "$rc3" = 2 ] && grep -q -- "--tp needs an integer" "$T/e3.txt" || { cat "$T/e3.txt"; fail "--tp 0"; }
+[ "$rc4" != 0 ] && [ "$rc4" != 124 ] && grep -q "kiln: rank 0 of 2: .*ending the job" "$T/e4.txt" ||
+    { cat "$T/e4.txt"; fail "an error on rank 0 after start-up (rc $rc4)"; }
 echo "ok: bad launches"
 
 # A rank that dies or hangs under `kiln serve`: the job ends, and says which rank.
