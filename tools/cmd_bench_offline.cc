@@ -384,8 +384,11 @@ int cmd_bench_offline(int argc, char** argv) {
         j["collective_calls"] = after.collective_calls - before.collective_calls;
         j["collective_bytes_per_token"] =
             tokens > 0 ? double(after.collective_bytes - before.collective_bytes) / double(tokens) : 0.0;
-        // The all-reduces' share: two per layer of a token's hidden state in f32 (docs/parallel.md).
-        j["allreduce_bytes_per_token_formula"] = 2 * info.num_layers * info.hidden_size * 4;
+        // docs/parallel.md: two all-reduces per layer of a token's hidden state in f32, and each
+        // sampled row's share of the logits (ceil(V / N) floats) all-gathered.
+        const int64_t n = after.tensor_parallel, share = (info.vocab_size + n - 1) / n;
+        const double formula = double(tokens * 2 * info.num_layers * info.hidden_size * 4 + out_tokens * share * 4);
+        j["collective_bytes_per_token_formula"] = tokens > 0 ? formula / double(tokens) : 0.0;
         j["collective_pct_of_step"] = step_s > 0 ? 100.0 * coll_s / step_s : 0.0;
     }
     if (spec) {
@@ -440,11 +443,11 @@ int cmd_bench_offline(int argc, char** argv) {
         j["schedule_pct_of_step"].get<double>());
     if (j.contains("tensor_parallel"))
         std::printf("tensor parallel %d: collectives %.1f%% of step time (rank 0, waiting included); %.0f bytes per "
-                    "token through them (%lld calls; the all-reduces' formula 2 x layers x hidden x 4 = %lld, the "
-                    "rest step plans)\n",
+                    "token through them (%lld calls; formula %.0f: the all-reduces and the logits' all-gather, "
+                    "without the step plans; docs/parallel.md)\n",
                     j["tensor_parallel"].get<int>(), j["collective_pct_of_step"].get<double>(),
                     j["collective_bytes_per_token"].get<double>(), (long long)j["collective_calls"].get<int64_t>(),
-                    (long long)j["allreduce_bytes_per_token_formula"].get<int64_t>());
+                    j["collective_bytes_per_token_formula"].get<double>());
     return 0;
 }
 

@@ -152,7 +152,7 @@ TensorSpec layer_tensor(const ModelConfig& c, int64_t layer, LayerTensor t, int6
 std::vector<TensorSpec> checkpoint_tensors(const ModelConfig& c) {
     const uint64_t hidden = uint64_t(c.hidden_size), vocab = uint64_t(c.vocab_size);
     std::vector<TensorSpec> out = {{"token_embd.weight", {vocab, hidden}, true}, {"output_norm.weight", {hidden}, false}};
-    if (!c.tie_word_embeddings) out.push_back({"output.weight", {vocab, hidden}, true});
+    if (!c.tie_word_embeddings) out.push_back({"output.weight", {uint64_t(c.output_layer_rows()), hidden}, true});
     for (int64_t l = 0; l < c.num_layers; ++l)
         for (const Row& r : kRows) {
             if (!layer_tensor_present(c, r.t)) continue;

@@ -86,6 +86,12 @@ struct ModelConfig : formats::HyperParams {
     bool moe_biases = false;
     double swiglu_alpha = 0, swiglu_limit = 0;
 
+    // Tensor parallelism (loader/tensor_parallel.h): this rank's output layer holds the vocabulary
+    // rows [output_row_begin, output_row_begin + output_rows) (an output.weight of its own, tied
+    // embeddings or not); 0 rows: all of them.
+    int64_t output_row_begin = 0, output_rows = 0;
+    int64_t output_layer_rows() const { return output_rows > 0 ? output_rows : vocab_size; }
+
     int64_t q_dim() const { return num_heads * head_dim; }
     int64_t kv_dim() const { return num_kv_heads * head_dim; }
     // o_proj / attn_output bias: Llama and Qwen3 with attention_bias; Qwen2's output has none.

@@ -89,6 +89,12 @@ core::Result<TpShare> tp_share(const ModelConfig& c, int rank, int size, int64_t
                << units << " blocks of " << ffn_block << ", fewer than the ranks";
     s.ffn_begin = r * units / n * ffn_block;
     s.ffn_size = (r + 1) * units / n * ffn_block - s.ffn_begin;
+    const int64_t per = (c.vocab_size + n - 1) / n;
+    s.vocab_begin = r * per;
+    s.vocab_size = std::min(per, c.vocab_size - s.vocab_begin);
+    if (s.vocab_size < 1)
+        return core::error(StatusCode::kInvalidArgument)
+               << "tensor parallelism " << n << " over a vocabulary of " << c.vocab_size << " tokens";
     return s;
 }
 
@@ -126,6 +132,21 @@ core::Result<Checkpoint> tp_slice(const Checkpoint& ck, int rank, int size) {
         add(LayerTensor::kDown, Split::kFfnCols);
     }
     Checkpoint out = ck;
+    // The output layer's rows: a view, tied or not (a tied model's becomes an output.weight of its own).
+    const TensorRef* output = ck.find(c.tie_word_embeddings ? "token_embd.weight" : "output.weight");
+    if (!output || output->shape.size() != 2 || output->shape[0] != uint64_t(c.vocab_size))
+        return core::error(StatusCode::kCorrupt) << "tensor parallelism: no output layer of " << c.vocab_size << " rows";
+    TensorRef out_rows = rows_of(*output, uint64_t(s.vocab_begin), uint64_t(s.vocab_size));
+    out_rows.name = "output.weight";
+    if (c.tie_word_embeddings) {
+        out.tensors.push_back(out_rows);
+    } else {
+        for (TensorRef& t : out.tensors)
+            if (t.name == "output.weight") t = out_rows;
+    }
+    out.config.tie_word_embeddings = false;
+    out.config.output_row_begin = s.vocab_begin;
+    out.config.output_rows = s.vocab_size;
     out.config.num_heads = s.num_heads;
     out.config.num_kv_heads = s.num_kv_heads;
     out.config.intermediate_size = s.ffn_size;

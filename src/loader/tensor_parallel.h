@@ -6,7 +6,10 @@
 // - row-parallel (input columns split): attn_output by q heads, ffn_down by hidden units; their
 //   outputs are partial sums. attn_output's bias stays on rank 0 (zeros elsewhere), so the all-reduce
 //   adds it once;
-// - everything else (embeddings, norms, the output layer) whole on every rank.
+// - the output layer (vocabulary-parallel): rank r keeps rows [r per, (r + 1) per) of it, per =
+//   ceil(vocab / size), the last rank fewer; tied embeddings get an output.weight of their own (a view
+//   of those rows of token_embd); the step all-gathers the logits;
+// - everything else (the token embeddings, norms) whole on every rank.
 // Heads: with size <= num_kv_heads the KV heads are split into contiguous near-equal runs and each
 // rank takes their query heads (SmolLM2's 3 KV heads at TP=2: 2 and 1); with more ranks than KV
 // heads (size a multiple of num_kv_heads) each KV head is replicated on size / num_kv_heads ranks,
@@ -27,6 +30,7 @@ struct TpShare {
     int64_t q_head_begin = 0, num_heads = 0;      // query heads [begin, begin + num)
     int64_t kv_head_begin = 0, num_kv_heads = 0;  // KV heads [begin, begin + num)
     int64_t ffn_begin = 0, ffn_size = 0;          // MLP hidden units [begin, begin + size)
+    int64_t vocab_begin = 0, vocab_size = 0;      // output layer rows [begin, begin + size)
 };
 
 // Rank `rank`'s share of config c at tensor-parallel size `size`. kInvalidArgument when the model

@@ -191,7 +191,7 @@ core::Result<std::unique_ptr<CpuModel>> CpuModel::create(const Checkpoint& ck, c
         KILN_ASSIGN_OR_RETURN(ops::Linear out, ops::make_linear(embed, lo));
         m->output_ = ops::CpuWeight::of(std::move(out));
     } else {
-        KILN_ASSIGN_OR_RETURN(auto out, linear(ck, "output.weight", V, H, lo));
+        KILN_ASSIGN_OR_RETURN(auto out, linear(ck, "output.weight", c.output_layer_rows(), H, lo));
         m->output_ = ops::CpuWeight::of(std::move(out));
     }
     KILN_ASSIGN_OR_RETURN(m->output_norm_, vec(ck, "output_norm.weight", H));

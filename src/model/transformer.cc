@@ -49,6 +49,29 @@ float attention_q_scale(const loader::ModelConfig& c) {
     return float(s);
 }
 
+namespace {
+
+// Tensor parallelism: logits [rows, V] from every rank's [rows, output_rows] share, which its output
+// layer wrote at the front of the same buffer. Rank r's share is vocabulary rows [r per, (r + 1) per)
+// with per = ceil(V / ranks), the last one shorter (loader::tp_share); host memory.
+Status gather_vocab(dist::Communicator& tp, const loader::ModelConfig& c, float* logits, int64_t rows) {
+    const int64_t n = tp.size(), V = c.vocab_size, per = (V + n - 1) / n, mine = c.output_rows;
+    if (mine > per || c.output_row_begin != tp.rank() * per)
+        return core::error(core::StatusCode::kInvalidArgument)
+               << "rank " << tp.rank() << "'s output rows [" << c.output_row_begin << ", +" << mine
+               << ") are not its share of " << V;
+    std::vector<float> send = std::vector<float>(size_t(rows * per), 0.0f), all = std::vector<float>(size_t(n * rows * per));
+    for (int64_t t = 0; t < rows; ++t) std::copy_n(logits + t * mine, mine, send.data() + t * per);
+    KILN_RETURN_IF_ERROR(tp.all_gather(send.data(), rows * per * int64_t(sizeof(float)), all.data()));
+    for (int64_t r = 0; r < n; ++r) {
+        const int64_t begin = r * per, count = std::min(per, V - begin);
+        for (int64_t t = 0; t < rows; ++t) std::copy_n(all.data() + (r * rows + t) * per, count, logits + t * V + begin);
+    }
+    return Status::ok();
+}
+
+}  // namespace
+
 core::Status run_step(ops::Backend& be, const loader::ModelConfig& c, const ModelWeights& w, const StepBuffers& b,
                       int64_t T, int64_t num_logits, const StepOptions& options) {
     const int64_t H = c.hidden_size, Q = c.q_dim(), F = c.intermediate_size;
@@ -122,6 +145,7 @@ core::Status run_step(ops::Backend& be, const loader::ModelConfig& c, const Mode
     KILN_RETURN_IF_ERROR(be.add_rmsnorm(b.x, b.o, w.output_norm, b.xn, T, H, eps, nullptr));
     KILN_RETURN_IF_ERROR(be.gather_logit_rows(b.xn, H, b.o));
     KILN_RETURN_IF_ERROR(be.linear(*w.lm_head, b.o, num_logits, nullptr, b.logits));
+    if (options.tp && c.output_rows > 0) KILN_RETURN_IF_ERROR(gather_vocab(*options.tp, c, b.logits, num_logits));
     if (c.final_softcap > 0) return be.softcap(b.logits, num_logits * c.vocab_size, float(c.final_softcap));
     return Status::ok();
 }

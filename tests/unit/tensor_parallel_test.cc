@@ -37,6 +37,7 @@ TEST(TensorParallel, Shares) {
     c.num_heads = 9;
     c.num_kv_heads = 3;
     c.intermediate_size = 1536;
+    c.vocab_size = 49152;
     auto s0 = loader::tp_share(c, 0, 2, 32), s1 = loader::tp_share(c, 1, 2, 32);
     ASSERT_TRUE(s0.is_ok() && s1.is_ok());
     EXPECT_EQ(s0->kv_head_begin, 0);
@@ -49,6 +50,9 @@ TEST(TensorParallel, Shares) {
     EXPECT_EQ(s0->ffn_begin, 0);
     EXPECT_EQ(s0->ffn_size, 768);
     EXPECT_EQ(s1->ffn_begin, 768);
+    EXPECT_EQ(s0->vocab_size, 24576);
+    EXPECT_EQ(s1->vocab_begin, 24576);
+    EXPECT_EQ(s1->vocab_size, 24576);
     auto k = loader::tp_share(c, 1, 2, 256);  // 6 K-quant blocks: 3 each
     ASSERT_TRUE(k.is_ok());
     EXPECT_EQ(k->ffn_begin, 768);
@@ -67,6 +71,15 @@ TEST(TensorParallel, Shares) {
     EXPECT_EQ(s[0].num_heads + s[1].num_heads, 3);
     EXPECT_EQ(s[3].q_head_begin + s[3].num_heads, 6);
     for (const TpShare& x : s) EXPECT_EQ(x.num_kv_heads, 1);
+    // the vocabulary in shares of ceil(V / ranks), the last one shorter
+    c.vocab_size = 10;
+    auto v3 = loader::tp_share(c, 3, 4);
+    ASSERT_TRUE(v3.is_ok());
+    EXPECT_EQ(v3->vocab_begin, 9);
+    EXPECT_EQ(v3->vocab_size, 1);
+    c.vocab_size = 3;
+    EXPECT_FALSE(loader::tp_share(c, 3, 4).is_ok());  // nothing left for rank 3
+    c.vocab_size = 10;
     // impossible splits are errors
     EXPECT_FALSE(loader::tp_share(c, 0, 3).is_ok());   // 3 ranks over 2 KV heads
     EXPECT_FALSE(loader::tp_share(c, 0, 8).is_ok());   // more ranks than query heads
@@ -197,6 +210,12 @@ TEST(TensorParallel, RowScalesAndCutBlocks) {
     const loader::TensorRef* o = s->find("blk.0.attn_output.weight");
     ASSERT_NE(o, nullptr);
     EXPECT_EQ(o->shape[1], uint64_t(2 * ck->config.head_dim));
+    // the output layer: rank 1's half of the vocabulary, tied embeddings or not
+    const loader::TensorRef* out = s->find("output.weight");
+    ASSERT_NE(out, nullptr);
+    EXPECT_FALSE(s->config.tie_word_embeddings);
+    EXPECT_EQ(out->shape[0], uint64_t(ck->config.vocab_size - (ck->config.vocab_size + 1) / 2));
+    EXPECT_EQ(s->config.output_row_begin, (ck->config.vocab_size + 1) / 2);
     EXPECT_FALSE(loader::tp_slice(*ck, 0, 3).is_ok());  // 3 ranks over 2 KV heads
 }
 
