@@ -51,7 +51,7 @@ namespace {
 core::Status serve_steps(const EngineOptions& o, const ops::LinearOptions& lo, dist::Communicator& comm) {
     KILN_ASSIGN_OR_RETURN(loader::Checkpoint whole, loader::load_checkpoint(o.model));
     KILN_ASSIGN_OR_RETURN(loader::Checkpoint ck, loader::tp_slice(whole, comm.rank(), comm.size()));
-    whole = loader::Checkpoint();  // the slice keeps what it needs alive
+    whole = loader::Checkpoint();  // the slice holds on to the mappings and buffers its views need
     const int threads = o.threads > 0 ? o.threads : core::ThreadPool::default_num_threads();
     core::ThreadPool pool(threads);
     KILN_ASSIGN_OR_RETURN(std::unique_ptr<model::CpuModel> m,

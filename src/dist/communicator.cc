@@ -148,7 +148,10 @@ private:
             s_->cv.notify_all();
             return Status::ok();
         }
-        if (!s_->cv.wait_for(lock, deadline(), [&] { return s_->generation != gen; })) return timed_out(what);
+        if (!s_->cv.wait_for(lock, deadline(), [&] { return s_->generation != gen; })) {
+            --s_->arrived;  // this rank leaves the rendezvous it timed out of
+            return timed_out(what);
+        }
         return Status::ok();
     }
     template <typename Read>

@@ -7,8 +7,9 @@
 // Contract (every implementation):
 // - Every rank of the group calls the same collectives in the same order with the same sizes; a
 //   collective returns once this rank's part is done. Buffers are host memory.
-// - all_reduce_sum sums in an order fixed by the group size alone, and every rank gets the same
-//   bits, so a parallel step is deterministic and its ranks never diverge.
+// - all_reduce_sum sums in an order fixed by the group size alone, so a parallel step is
+//   deterministic. The thread group gives every rank the same bits; MPI only recommends that (Open
+//   MPI's algorithms do so in practice), which is why only rank 0's logits are ever used.
 // - No collective waits forever: one that has not completed after timeout_seconds() fails. The
 //   thread group returns the error (kInternal, naming the operation and the rank); the MPI group
 //   prints it and brings the whole job down (MPI_Abort), because a peer that stopped answering

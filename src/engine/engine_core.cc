@@ -119,7 +119,6 @@ core::Result<std::unique_ptr<EngineCore>> EngineCore::create(model::CpuModel* mo
         if (c.spec.method == SpecConfig::Method::kDraftModel)
             return core::error(core::StatusCode::kUnsupported)
                    << "draft-model speculation under tensor parallelism is not supported yet (use ngram)";
-        KILN_RETURN_IF_ERROR(tp_send_pool(*tp, {c.num_kv_blocks, c.block_size, int64_t(c.kv_dtype)}));
     } else {
         tp = nullptr;
     }
@@ -154,7 +153,10 @@ core::Result<std::unique_ptr<EngineCore>> EngineCore::create(model::CpuModel* mo
     };
     KILN_ASSIGN_OR_RETURN(std::unique_ptr<EngineCore> e, create(std::move(pm), tokenizer, c));
     e->storage_ = std::move(storage);
-    e->tp_ = tp;
+    if (tp) {  // last, once nothing here can fail: the followers allocate the same blocks and start
+        KILN_RETURN_IF_ERROR(tp_send_pool(*tp, {c.num_kv_blocks, c.block_size, int64_t(c.kv_dtype)}));
+        e->tp_ = tp;
+    }
     return e;
 }
 

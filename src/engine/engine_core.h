@@ -220,8 +220,8 @@ private:
     PagedModel model_;
     const tokenizer::Tokenizer* tokenizer_ = nullptr;
     EngineConfig config_;
-    std::unique_ptr<kv::KvStorage> storage_;
-    dist::Communicator* tp_ = nullptr;  // rank 0 of a tensor-parallel group: told to stop with the engine  // the CPU model's pool (model_.forward points into it)
+    std::unique_ptr<kv::KvStorage> storage_;  // the CPU model's pool (model_.forward points into it)
+    dist::Communicator* tp_ = nullptr;         // rank 0 of a tensor-parallel group: told to stop with the engine
     std::unique_ptr<sched::Scheduler> scheduler_;
     std::unique_ptr<DraftModel> draft_;  // SpecConfig::kDraftModel
     std::map<int64_t, Live> requests_;

@@ -3,7 +3,6 @@
 // num_logits, table_len], then the block tables (int32) one after another.
 #include "engine/tensor_parallel.h"
 
-#include <cstdio>
 #include <cstring>
 
 #include "kv/kv_storage.h"
@@ -34,9 +33,28 @@ struct Reader {
 
 }  // namespace
 
+namespace {
+
+// `fn` with no deadline on the collectives it runs (ranks still loading their weights, or an idle
+// server between steps, are no failure; a rank that died ends the job through mpirun).
+template <typename Fn>
+core::Status unbounded(dist::Communicator& comm, Fn fn) {
+    const double timeout = comm.timeout_seconds();
+    comm.set_timeout_seconds(0);
+    const core::Status st = fn();
+    comm.set_timeout_seconds(timeout);
+    return st;
+}
+
+}  // namespace
+
 core::Status tp_send_pool(dist::Communicator& comm, const TpPool& pool) {
     TpPool p = pool;
-    return comm.broadcast(&p, sizeof(p), 0);
+    // Then every rank has its weights and its pool before the first step's deadlines start.
+    return unbounded(comm, [&] {
+        KILN_RETURN_IF_ERROR(comm.broadcast(&p, sizeof(p), 0));
+        return comm.barrier();
+    });
 }
 
 core::Status tp_send_step(dist::Communicator& comm, std::span<const int32_t> tokens,
@@ -62,12 +80,13 @@ core::Status tp_send_stop(dist::Communicator& comm) {
 
 core::Status run_tp_follower(model::CpuModel& model, dist::Communicator& comm) {
     TpPool pool;
-    KILN_RETURN_IF_ERROR(comm.broadcast(&pool, sizeof(pool), 0));
+    KILN_RETURN_IF_ERROR(unbounded(comm, [&] { return comm.broadcast(&pool, sizeof(pool), 0); }));
     const loader::ModelConfig& mc = model.config();
     const auto dtype = kernels::KvDtype(pool.kv_dtype);
     const int64_t row_bytes = kernels::kv_row_bytes(dtype, mc.num_kv_heads, mc.head_dim);
     KILN_ASSIGN_OR_RETURN(std::unique_ptr<kv::KvStorage> storage,
                           kv::KvStorage::create(mc.num_layers, pool.num_kv_blocks, pool.block_size, row_bytes));
+    KILN_RETURN_IF_ERROR(unbounded(comm, [&] { return comm.barrier(); }));  // rank 0's tp_send_pool
     model::KvLayers layers;
     for (int64_t l = 0; l < mc.num_layers; ++l) {
         layers.k.push_back(storage->k(l));
@@ -82,13 +101,8 @@ core::Status run_tp_follower(model::CpuModel& model, dist::Communicator& comm) {
     std::vector<float> logits;
     for (;;) {
         int64_t header[2] = {0, 0};
-        // The next step may be a long time coming (an idle server): no bound on this wait. A rank 0
-        // that died ends the job through mpirun.
-        const double timeout = comm.timeout_seconds();
-        comm.set_timeout_seconds(0);
-        const core::Status got = comm.broadcast(header, sizeof(header), 0);
-        comm.set_timeout_seconds(timeout);
-        KILN_RETURN_IF_ERROR(got);
+        // The next step may be a long time coming (an idle server): no bound on this wait.
+        KILN_RETURN_IF_ERROR(unbounded(comm, [&] { return comm.broadcast(header, sizeof(header), 0); }));
         if (header[0] == kStop) return core::Status::ok();
         if (header[0] != kStep || header[1] < 16)
             return core::error(core::StatusCode::kInternal) << "tensor parallel: a bad step header from rank 0";
@@ -114,8 +128,9 @@ core::Status run_tp_follower(model::CpuModel& model, dist::Communicator& comm) {
         if (!ok) return core::error(core::StatusCode::kInternal) << "tensor parallel: a malformed step from rank 0";
         for (size_t i = 0, at = 0; i < seqs.size(); at += size_t(table_lens[i]), ++i)
             seqs[i].block_table = std::span<const int32_t>(tables.data() + at, size_t(table_lens[i]));
+        // A failed step may have run some of its collectives: the ranks can no longer be matched up.
         if (core::Status s = model.forward_batch(tokens, seqs, layers, logits); !s.is_ok())
-            std::fprintf(stderr, "kiln: rank %d: step failed: %s\n", comm.rank(), s.to_string().c_str());
+            return core::error(s.code()) << "rank " << comm.rank() << ": a step failed: " << s.message();
     }
 }
 

@@ -24,7 +24,8 @@ struct TpPool {
     int64_t kv_dtype = 0;  // kernels::KvDtype
 };
 
-// Rank 0: the pool every rank allocates (its own row size, these blocks).
+// Rank 0: the pool every rank allocates (its own row size, these blocks); returns once every rank has
+// its pool (no deadline: ranks may still be loading their weights).
 core::Status tp_send_pool(dist::Communicator& comm, const TpPool& pool);
 // Rank 0, before its own forward pass: the step's plan.
 core::Status tp_send_step(dist::Communicator& comm, std::span<const int32_t> tokens,
@@ -33,8 +34,8 @@ core::Status tp_send_step(dist::Communicator& comm, std::span<const int32_t> tok
 core::Status tp_send_stop(dist::Communicator& comm);
 
 // Ranks 1..n-1: receive the pool, allocate it, and run every step rank 0 sends until it sends stop.
-// A step that fails here is reported on stderr and the loop goes on (rank 0's identical pass fails
-// the same way and reports it to its requests); a collective that times out ends the job.
+// A step that fails here returns its error (the caller ends the job: the ranks' collectives can no
+// longer be matched up); a collective that times out ends the job.
 core::Status run_tp_follower(model::CpuModel& model, dist::Communicator& comm);
 
 }  // namespace kiln::engine

@@ -65,9 +65,13 @@ core::Result<TpShare> tp_share(const ModelConfig& c, int rank, int size, int64_t
                << "tensor parallelism over a mixture-of-experts model is not supported yet (expert parallelism is)";
     const int64_t nh = c.num_heads, nkv = c.num_kv_heads, group = nh / nkv, n = size, r = rank;
     TpShare s;
-    if (n <= nkv) {
-        s.kv_head_begin = r * nkv / n;
-        s.num_kv_heads = (r + 1) * nkv / n - s.kv_head_begin;
+    if (c.qk_norm_full)
+        return core::error(StatusCode::kInvalidArgument)
+               << "tensor parallelism over q/k norms that span all heads (OLMoE) is not supported yet";
+    if (n <= nkv) {  // runs of ceil or floor(nkv / n), the larger first: rank 0, whose row size sizes
+                     // every rank's KV pool, holds the most
+        s.kv_head_begin = (r * nkv + n - 1) / n;
+        s.num_kv_heads = ((r + 1) * nkv + n - 1) / n - s.kv_head_begin;
         s.q_head_begin = s.kv_head_begin * group;
         s.num_heads = s.num_kv_heads * group;
     } else {
@@ -121,10 +125,6 @@ core::Result<Checkpoint> tp_slice(const Checkpoint& ck, int rank, int size) {
         add(LayerTensor::kKBias, Split::kKvRows);
         add(LayerTensor::kV, Split::kKvRows);
         add(LayerTensor::kVBias, Split::kKvRows);
-        if (c.qk_norm_full) {
-            add(LayerTensor::kQNorm, Split::kQRows);
-            add(LayerTensor::kKNorm, Split::kKvRows);
-        }
         add(LayerTensor::kO, Split::kQCols);
         add(LayerTensor::kOBias, Split::kRank0);
         add(LayerTensor::kGate, Split::kFfnRows);

@@ -1,8 +1,8 @@
 // Tensor-parallel slicing at load time (Megatron-LM's layout; docs/parallel.md): rank r of `size`
 // keeps a share of the attention heads and of the MLP's hidden units, so that each layer needs one
 // all-reduce after attn_output and one after ffn_down (model/transformer.cc):
-// - column-parallel (output rows split): attn_q / attn_k / attn_v (and their biases, full-width q/k
-//   norms, attention sinks) by heads; ffn_gate / ffn_up by hidden units;
+// - column-parallel (output rows split): attn_q / attn_k / attn_v (and their biases, attention
+//   sinks) by heads; ffn_gate / ffn_up by hidden units;
 // - row-parallel (input columns split): attn_output by q heads, ffn_down by hidden units; their
 //   outputs are partial sums. attn_output's bias stays on rank 0 (zeros elsewhere), so the all-reduce
 //   adds it once;
@@ -10,13 +10,15 @@
 //   ceil(vocab / size), the last rank fewer; tied embeddings get an output.weight of their own (a view
 //   of those rows of token_embd); the step all-gathers the logits;
 // - everything else (the token embeddings, norms) whole on every rank.
-// Heads: with size <= num_kv_heads the KV heads are split into contiguous near-equal runs and each
-// rank takes their query heads (SmolLM2's 3 KV heads at TP=2: 2 and 1); with more ranks than KV
+// Heads: with size <= num_kv_heads the KV heads are split into contiguous near-equal runs, the
+// larger ones first, and each rank takes their query heads (SmolLM2's 3 KV heads at TP=2: 2 and 1;
+// rank 0 holds the most, because its row size sizes every rank's KV pool); with more ranks than KV
 // heads (size a multiple of num_kv_heads) each KV head is replicated on size / num_kv_heads ranks,
 // which split its query heads. Hidden units are split at whole blocks of ffn_down's type (a 256-wide
 // K-quant block stays on one rank). A row-parallel slice that cuts a quantized block (attn_output
 // of a K-quant at head boundaries) is decoded to f32 for that rank. Mixture-of-experts models are
-// refused (expert parallelism is their way across ranks).
+// refused (expert parallelism is their way across ranks), and so are q/k norms over all heads
+// (OLMoE: each rank would norm over its own heads only).
 #pragma once
 
 #include <cstdint>

@@ -40,13 +40,13 @@ TEST(TensorParallel, Shares) {
     c.vocab_size = 49152;
     auto s0 = loader::tp_share(c, 0, 2, 32), s1 = loader::tp_share(c, 1, 2, 32);
     ASSERT_TRUE(s0.is_ok() && s1.is_ok());
-    EXPECT_EQ(s0->kv_head_begin, 0);
-    EXPECT_EQ(s0->num_kv_heads, 1);
-    EXPECT_EQ(s0->num_heads, 3);
-    EXPECT_EQ(s1->kv_head_begin, 1);
-    EXPECT_EQ(s1->num_kv_heads, 2);
-    EXPECT_EQ(s1->q_head_begin, 3);
-    EXPECT_EQ(s1->num_heads, 6);
+    EXPECT_EQ(s0->kv_head_begin, 0);  // the larger share on rank 0 (its row size sizes the pools)
+    EXPECT_EQ(s0->num_kv_heads, 2);
+    EXPECT_EQ(s0->num_heads, 6);
+    EXPECT_EQ(s1->kv_head_begin, 2);
+    EXPECT_EQ(s1->num_kv_heads, 1);
+    EXPECT_EQ(s1->q_head_begin, 6);
+    EXPECT_EQ(s1->num_heads, 3);
     EXPECT_EQ(s0->ffn_begin, 0);
     EXPECT_EQ(s0->ffn_size, 768);
     EXPECT_EQ(s1->ffn_begin, 768);
