@@ -99,6 +99,18 @@ std::optional<int64_t> parse_positive(const std::string& s, int64_t max) {
     }
 }
 
+// A finite number in (0, max]; nullopt on anything else.
+std::optional<double> parse_positive_number(const std::string& s, double max) {
+    try {
+        size_t used = 0;
+        const double v = std::stod(s, &used);
+        if (used != s.size() || !(v > 0) || !std::isfinite(v) || v > max) return std::nullopt;
+        return v;
+    } catch (...) {
+        return std::nullopt;
+    }
+}
+
 }  // namespace
 
 bool parse_engine_options(const Args& args, const char* cmd, EngineOptions& out) {
@@ -115,38 +127,24 @@ bool parse_engine_options(const Args& args, const char* cmd, EngineOptions& out)
     if (args.get("--isa")) out.isa = kernels::cpu::isa_name(s.linear.isa);
     out.f32_activations = s.linear.f32_activations;
     if (auto v = args.get("--kv-cache-gb")) {
-        double gb = 0;
-        try {
-            size_t used = 0;
-            gb = std::stod(*v, &used);
-            if (used != v->size()) gb = -1;
-        } catch (...) {
-            gb = -1;
-        }
-        if (!(gb > 0) || !std::isfinite(gb) || gb > 1 << 20) {
+        const auto gb = parse_positive_number(*v, 1 << 20);
+        if (!gb) {
             std::fprintf(stderr, "kiln %s: --kv-cache-gb needs a positive number, got '%s'\n", cmd, v->c_str());
             return false;
         }
-        out.kv_cache_bytes = int64_t(gb * double(1 << 30));
+        out.kv_cache_bytes = int64_t(*gb * double(1 << 30));
     }
     if (s.kv_dtype) out.kv_cache_dtype = kernels::ref::kv_dtype_name(*s.kv_dtype);
     if (auto v = args.get("--device")) out.device = *v;  // checked by Engine::create
     if (out.device != "cpu") out.on_load_progress = print_upload_progress;
     if (auto v = args.get("--gpu-memory-utilization")) {
-        double u = 0;
-        try {
-            size_t used = 0;
-            u = std::stod(*v, &used);
-            if (used != v->size()) u = -1;
-        } catch (...) {
-            u = -1;
-        }
-        if (!(u > 0 && u <= 1)) {
+        const auto u = parse_positive_number(*v, 1);
+        if (!u) {
             std::fprintf(stderr, "kiln %s: --gpu-memory-utilization needs a number in (0, 1], got '%s'\n", cmd,
                          v->c_str());
             return false;
         }
-        out.gpu_memory_utilization = u;
+        out.gpu_memory_utilization = *u;
     }
     const struct {
         const char* flag;
@@ -178,20 +176,13 @@ bool parse_engine_options(const Args& args, const char* cmd, EngineOptions& out)
         out.tensor_parallel = int(*x);
     }
     if (auto v = args.get("--collective-timeout")) {
-        double t = -1;
-        try {
-            size_t used = 0;
-            t = std::stod(*v, &used);
-            if (used != v->size()) t = -1;
-        } catch (...) {
-            t = -1;
-        }
-        if (!(t > 0) || !std::isfinite(t)) {
+        const auto t = parse_positive_number(*v, 1e9);
+        if (!t) {
             std::fprintf(stderr, "kiln %s: --collective-timeout needs a positive number of seconds, got '%s'\n", cmd,
                          v->c_str());
             return false;
         }
-        out.collective_timeout = t;
+        out.collective_timeout = *t;
     }
     out.block_size = int32_t(got[0]);
     out.max_batch_tokens = got[1];
