@@ -375,20 +375,27 @@ int cmd_bench_offline(int argc, char** argv) {
     j["steps"] = after.num_steps - before.num_steps;
     j["preemptions"] = after.num_preemptions - before.num_preemptions;
     j["schedule_pct_of_step"] = step_s > 0 ? 100.0 * sched_s / step_s : 0.0;
-    if (after.tensor_parallel > 1) {  // docs/parallel.md: bytes per token against the formula there
+    if (after.tensor_parallel > 1 || after.pipeline_parallel > 1) {  // docs/parallel.md: bytes per token, formula
         const double coll_s = after.collective_seconds - before.collective_seconds;
         // Tokens through the model: the prompt tokens the prefix cache did not serve and every output
         // token but each request's last (sampled, never run); preemption's recomputed tokens come on top.
         const int64_t tokens = in_total - hits + out_tokens - *n_req;
         j["tensor_parallel"] = after.tensor_parallel;
+        j["pipeline_parallel"] = after.pipeline_parallel;
         j["collective_calls"] = after.collective_calls - before.collective_calls;
         j["collective_bytes_per_token"] =
             tokens > 0 ? double(after.collective_bytes - before.collective_bytes) / double(tokens) : 0.0;
-        // docs/parallel.md: two all-reduces per layer of a token's hidden state in f32, and each
-        // sampled row's share of the logits (ceil(V / N) floats) all-gathered.
-        const int64_t n = after.tensor_parallel, share = (info.vocab_size + n - 1) / n;
-        const double formula = double(tokens * 2 * info.num_layers * info.hidden_size * 4 + out_tokens * share * 4);
-        j["collective_bytes_per_token_formula"] = tokens > 0 ? formula / double(tokens) : 0.0;
+        // docs/parallel.md, rank 0's part: two all-reduces per layer of its stage of a token's hidden
+        // state in f32 (tensor parallel); one pipeline stage: each sampled row's share of the logits
+        // (ceil(V / T) floats) all-gathered; several: the token's hidden state sent to stage 1 and
+        // each sampled row's logits (V floats) received from the last stage.
+        const int64_t n = after.tensor_parallel, pp = after.pipeline_parallel, H = info.hidden_size;
+        const int64_t layers = (info.num_layers + pp - 1) / pp, V = info.vocab_size;
+        double formula = n > 1 ? double(tokens * 2 * layers * H * 4) : 0.0;
+        formula += pp > 1 ? double(tokens * H * 4 + out_tokens * V * 4) : double(out_tokens * ((V + n - 1) / n) * 4);
+        // A mixture of experts moves its experts' outputs instead of ffn_down's all-reduce (padded
+        // all-to-all blocks: data-dependent), so the formula is for dense models only.
+        if (info.num_experts == 0) j["collective_bytes_per_token_formula"] = tokens > 0 ? formula / double(tokens) : 0.0;
         j["collective_pct_of_step"] = step_s > 0 ? 100.0 * coll_s / step_s : 0.0;
     }
     if (spec) {
@@ -441,13 +448,18 @@ int cmd_bench_offline(int argc, char** argv) {
         100.0 * j["prefix_hit_rate"].get<double>(), after.peak_kv_blocks_in_use, after.kv_blocks_total,
         (long long)j["steps"].get<int64_t>(), (long long)j["preemptions"].get<int64_t>(),
         j["schedule_pct_of_step"].get<double>());
-    if (j.contains("tensor_parallel"))
-        std::printf("tensor parallel %d: collectives %.1f%% of step time (rank 0, waiting included); %.0f bytes per "
-                    "token through them (%lld calls; formula %.0f: the all-reduces and the logits' all-gather, "
-                    "without the step plans; docs/parallel.md)\n",
-                    j["tensor_parallel"].get<int>(), j["collective_pct_of_step"].get<double>(),
-                    j["collective_bytes_per_token"].get<double>(), (long long)j["collective_calls"].get<int64_t>(),
-                    j["collective_bytes_per_token_formula"].get<double>());
+    if (j.contains("tensor_parallel")) {
+        char formula[160] = "no formula for experts' all-to-all";
+        if (j.contains("collective_bytes_per_token_formula"))
+            std::snprintf(formula, sizeof(formula),
+                          "formula %.0f: the all-reduces, hidden states and logits, without the step plans",
+                          j["collective_bytes_per_token_formula"].get<double>());
+        std::printf("tensor parallel %d x pipeline parallel %d: collectives %.1f%% of step time (rank 0, waiting "
+                    "included); %.0f bytes per token through them (%lld calls; %s; docs/parallel.md)\n",
+                    j["tensor_parallel"].get<int>(), j["pipeline_parallel"].get<int>(),
+                    j["collective_pct_of_step"].get<double>(), j["collective_bytes_per_token"].get<double>(),
+                    (long long)j["collective_calls"].get<int64_t>(), formula);
+    }
     return 0;
 }
 

@@ -18,7 +18,7 @@ std::set<std::string> engine_flags() {
 std::set<std::string> engine_options() {
     return merged({"--kv-cache-gb", "--block-size", "--max-batch-tokens", "--max-seqs",
                    "--max-model-len", "--device", "--gpu-memory-utilization", "--spec", "--draft-model", "--num-draft",
-                   "--spec-ngram-min", "--spec-ngram-max", "--spec-max-batch", "--tp", "--collective-timeout"},
+                   "--spec-ngram-min", "--spec-ngram-max", "--spec-max-batch", "--tp", "--pp", "--ep", "--collective-timeout"},
                   kSessionOptions);
 }
 
@@ -45,6 +45,11 @@ const char* const kEngineHelp =
     "  --tp N                 tensor parallelism over N processes: mpirun -np N kiln CMD ... --tp N\n"
     "                         (CPU ranks; each holds its share of the heads and MLP units; rank 0\n"
     "                         prints, serves and samples, the others follow its steps)\n"
+    "  --pp P                 pipeline parallelism over P stages, each a run of the layers: mpirun -np\n"
+    "                         T*P kiln CMD ... --tp T --pp P (T ranks per stage; rank 0 is stage 0)\n"
+    "  --ep E                 expert parallelism for a mixture-of-experts model: its experts spread\n"
+    "                         over E ranks, its attention split over them (the same as --tp E, which\n"
+    "                         spreads the experts too): mpirun -np E kiln CMD ... --ep E\n"
     "  --collective-timeout S seconds a collective waits for the other ranks before the job is ended\n"
     "                         (default 120)\n"
     "\n"
@@ -167,14 +172,16 @@ bool parse_engine_options(const Args& args, const char* cmd, EngineOptions& out)
         }
         got[i] = *x;
     }
-    if (auto v = args.get("--tp")) {
-        auto x = parse_positive(*v, 4096);
-        if (!x) {
-            std::fprintf(stderr, "kiln %s: --tp needs an integer in [1, 4096], got '%s'\n", cmd, v->c_str());
-            return false;
+    for (auto [flag, dst] : {std::pair{"--tp", &out.tensor_parallel}, std::pair{"--pp", &out.pipeline_parallel},
+                             std::pair{"--ep", &out.expert_parallel}})
+        if (auto v = args.get(flag)) {
+            auto x = parse_positive(*v, 4096);
+            if (!x) {
+                std::fprintf(stderr, "kiln %s: %s needs an integer in [1, 4096], got '%s'\n", cmd, flag, v->c_str());
+                return false;
+            }
+            *dst = int(*x);
         }
-        out.tensor_parallel = int(*x);
-    }
     if (auto v = args.get("--collective-timeout")) {
         const auto t = parse_positive_number(*v, 1e9);
         if (!t) {

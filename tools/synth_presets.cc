@@ -24,6 +24,8 @@ const std::vector<SynthPreset> kPresets = {
     {"tiny", "llama", 512, 128, 352, 2, 4, 2, 32, 512, 1e-5, 10000, false, false, "kiln test model (0.5M params)"},
     {"tiny-k", "llama", 512, 256, 512, 2, 8, 4, 32, 512, 1e-5, 10000, false, false,
      "kiln test model, K-quant widths (1.4M params)"},
+    {"tiny-moe", "mixtral", 512, 128, 352, 2, 4, 2, 32, 512, 1e-5, 10000, false, false,
+     "kiln test model, mixture of experts: top-2 of 4 (0.5M params)", 4, 2, 128, true},
     {"stories15m", "llama", 32000, 288, 768, 6, 6, 6, 48, 256, 1e-5, 10000, true, false, "llama2.c stories15M"},
     {"stories110m", "llama", 32000, 768, 2048, 12, 12, 12, 64, 1024, 1e-5, 10000, true, false, "llama2.c stories110M"},
     {"smollm2-135m", "llama", 49152, 576, 1536, 30, 9, 3, 64, 8192, 1e-5, 100000, true, false,

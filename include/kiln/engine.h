@@ -149,6 +149,15 @@ struct EngineOptions {
     // holds its share of the attention heads and MLP units. Rank 0 calls Engine::create and serves;
     // every other rank calls Engine::run_worker with the same options. 1 = one process.
     int tensor_parallel = 1;
+    // Pipeline parallelism over P stages (mpirun -np T*P with tensor_parallel T): each stage holds a
+    // contiguous run of the layers and passes its micro-batches' hidden states to the next; rank 0
+    // (stage 0) serves. 1 = one stage.
+    int pipeline_parallel = 1;
+    // Expert parallelism for a mixture-of-experts model: its experts spread over E ranks (whole
+    // experts, the outputs exchanged by all-to-all), its attention split over the same ranks by
+    // tensor parallelism, so E must equal tensor_parallel (or tensor_parallel be 1, and it becomes E).
+    // A mixture of experts under tensor_parallel alone spreads its experts the same way. 1 = off.
+    int expert_parallel = 1;
     // Seconds a collective may wait for the other ranks before the job is ended (a rank that died or
     // hangs); workers waiting for rank 0's next step wait without a bound.
     double collective_timeout = 120;
@@ -169,9 +178,10 @@ struct EngineStats {
     // Speculative decoding: draft tokens verified, of those accepted, and sequence-steps that verified
     // a draft. Acceptance rate = accepted / draft; tokens per verifying step = 1 + accepted / steps.
     int64_t spec_draft_tokens = 0, spec_accepted_tokens = 0, spec_verify_steps = 0;
-    // Tensor parallelism (rank 0's view): collectives so far, the bytes of the buffers they carried
-    // (step plans and all-reduced activations) and the seconds spent in them, waiting included.
-    int tensor_parallel = 1;
+    // Parallel ranks (rank 0's view): collectives and sends so far, the bytes of the buffers they
+    // carried (step plans, all-reduced activations, hidden states and logits between pipeline
+    // stages) and the seconds spent in them, waiting for the other ranks included.
+    int tensor_parallel = 1, pipeline_parallel = 1;
     int64_t collective_calls = 0, collective_bytes = 0;
     double collective_seconds = 0;
 };
@@ -179,6 +189,7 @@ struct EngineStats {
 struct ModelInfo {
     std::string name, arch, path;
     int64_t vocab_size = 0, max_model_len = 0, num_layers = 0, hidden_size = 0;
+    int64_t num_experts = 0;  // a mixture of experts: experts per layer; 0: a dense model
     int32_t bos_id = -1, eos_id = -1;
     std::string chat_template;  // "" when the model has none
     int threads = 0;
@@ -226,10 +237,10 @@ class Engine {
 public:
     // Loads the model and starts the step loop. nullptr with *status set on failure.
     static std::unique_ptr<Engine> create(const EngineOptions& options, Status* status);
-    // With options.tensor_parallel > 1 under mpirun: this process's rank (rank 0 calls create, the
-    // others run_worker); 0 otherwise.
+    // With options.tensor_parallel or pipeline_parallel > 1 under mpirun: this process's rank (rank 0
+    // calls create, the others run_worker); 0 otherwise.
     static int parallel_rank(const EngineOptions& options);
-    // Tensor parallelism, ranks other than 0: loads this rank's share of the model and runs rank 0's
+    // Tensor / pipeline parallelism, ranks other than 0: loads this rank's share of the model and runs rank 0's
     // steps until rank 0's engine is destroyed. An error if it cannot start (the job then ends).
     static Status run_worker(const EngineOptions& options);
     ~Engine();  // aborts what is still running and joins the loop

@@ -23,7 +23,6 @@
 #include "kernels/ref/kv_quant.h"
 #include "loader/checkpoint.h"
 #include "loader/checkpoint_tokenizer.h"
-#include "loader/tensor_parallel.h"
 #include "model/cpu_model.h"
 #ifdef KILN_HAVE_CUDA
 #include "model/cuda/cuda_model.h"
@@ -102,7 +101,7 @@ core::Result<int> parse_device(const std::string& d) {
 }  // namespace
 
 struct Engine::Impl {
-    std::unique_ptr<dist::Communicator> tp;  // tensor parallelism: this rank 0's group (outlives the model)
+    api::ParallelGroups par;  // tensor / pipeline parallelism: rank 0's groups (outlive the model)
     loader::Checkpoint checkpoint;
     std::unique_ptr<tokenizer::Tokenizer> tokenizer;
     std::unique_ptr<core::ThreadPool> pool;
@@ -212,9 +211,10 @@ static core::Status load_draft(Engine::Impl& impl, const EngineOptions& o, const
 std::unique_ptr<Engine> Engine::create(const EngineOptions& o, Status* status) {
     std::unique_ptr<Impl> impl = std::make_unique<Impl>();
     auto fail = [&](const core::Status& s) -> std::unique_ptr<Engine> {
-        if (impl->tp && impl->tp->size() > 1) {  // the other ranks wait for this one: end the job
-            std::fprintf(stderr, "kiln: rank 0 of %d: %s; ending the job\n", impl->tp->size(), s.to_string().c_str());
-            impl->tp->abort(1);
+        if (impl->par.world && impl->par.world->size() > 1) {  // the other ranks wait for this one: end the job
+            std::fprintf(stderr, "kiln: rank 0 of %d: %s; ending the job\n", impl->par.world->size(),
+                         s.to_string().c_str());
+            impl->par.world->abort(1);
         }
         if (status) *status = to_public(s);
         return nullptr;
@@ -225,12 +225,12 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o, Status* status) {
     if (o.threads < 0 || o.threads > 1024)
         return fail(core::error(core::StatusCode::kInvalidArgument)
                     << "threads must be in [1, 1024], got " << o.threads);
-    auto tp = api::open_tensor_parallel(o);
-    if (!tp) return fail(tp.status());
-    impl->tp = std::move(*tp);
-    if (impl->tp && impl->tp->rank() != 0)
+    auto par = api::open_parallel(o);
+    if (!par) return fail(par.status());
+    impl->par = std::move(*par);
+    if (impl->par.rank() != 0)
         return fail(core::error(core::StatusCode::kInvalidArgument)
-                    << "tensor parallel rank " << impl->tp->rank() << " runs Engine::run_worker, not create");
+                    << "parallel rank " << impl->par.rank() << " runs Engine::run_worker, not create");
     auto ck = loader::load_checkpoint(o.model);
     if (!ck) return fail(ck.status());
     impl->checkpoint = std::move(*ck);
@@ -258,9 +258,9 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o, Status* status) {
     ec.max_model_len = o.max_model_len;
     auto spec = parse_speculative(o);
     if (!spec) return fail(spec.status());
-    if (*spec >= 0 && impl->tp)
+    if (*spec >= 0 && impl->par.world)
         return fail(core::error(core::StatusCode::kUnsupported)
-                    << "draft-model and self-speculation under tensor parallelism are not supported yet; use ngram");
+                    << "draft-model and self-speculation across ranks are not supported yet; use ngram");
     if (*spec >= 0 && *device >= 0)
         return fail(core::error(core::StatusCode::kUnsupported)
                     << "draft-model and self-speculation run on the CPU only for now; on a GPU use --spec ngram");
@@ -281,8 +281,8 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o, Status* status) {
             return fail(core::error(s.code()) << "speculative " << o.speculative << ": " << s.message());
     }
     if (*device < 0) {
-        if (impl->tp) {  // this rank's share of the heads and MLP units (the tokenizer was found above)
-            auto sliced = loader::tp_slice(impl->checkpoint, 0, impl->tp->size());
+        if (impl->par.world) {  // this rank's layers and share of the heads (the tokenizer was found above)
+            auto sliced = api::rank_checkpoint(impl->checkpoint, impl->par);
             if (!sliced) return fail(sliced.status());
             impl->checkpoint = std::move(*sliced);
         }
@@ -292,7 +292,7 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o, Status* status) {
                                 o.mmap_weights ? model::WeightMemory::kFileMapping : model::WeightMemory::kAnonymous);
         if (!m) return fail(m.status());
         impl->model = std::move(*m);
-        impl->model->set_tensor_parallel(impl->tp.get());
+        api::attach(*impl->model, impl->par);
         config = &impl->model->config();
         if (*spec >= 0) {
             if (core::Status s = load_draft(*impl, o, lo, *spec); !s.is_ok()) return fail(s);
@@ -354,6 +354,7 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o, Status* status) {
     info.max_model_len = impl->core->max_model_len();
     info.num_layers = c.num_layers;
     info.hidden_size = c.hidden_size;
+    info.num_experts = c.num_experts;
     info.bos_id = impl->tokenizer->bos_id();
     info.eos_id = impl->tokenizer->eos_id();
     info.chat_template = impl->tokenizer->chat_template();
@@ -369,7 +370,10 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o, Status* status) {
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 int Engine::parallel_rank(const EngineOptions& options) {
-    return options.tensor_parallel > 1 && dist::launched_by_mpirun() ? dist::mpirun_rank() : 0;
+    return (options.tensor_parallel > 1 || options.pipeline_parallel > 1 || options.expert_parallel > 1) &&
+                   dist::launched_by_mpirun()
+               ? dist::mpirun_rank()
+               : 0;
 }
 
 Status Engine::run_worker(const EngineOptions& options) { return to_public(api::run_worker(options)); }
@@ -505,9 +509,10 @@ EngineStats Engine::stats() const {
     o.spec_draft_tokens = s.spec_draft_tokens;
     o.spec_accepted_tokens = s.spec_accepted_tokens;
     o.spec_verify_steps = s.spec_verify_steps;
-    if (impl_->tp) {
-        const dist::CommStats& c = impl_->tp->stats();
-        o.tensor_parallel = impl_->tp->size();
+    if (impl_->par.world) {
+        const dist::CommStats c = impl_->par.stats();
+        o.tensor_parallel = impl_->par.tp;
+        o.pipeline_parallel = impl_->par.pp;
         o.collective_calls = c.calls;
         o.collective_bytes = c.bytes;
         o.collective_seconds = c.seconds;

@@ -85,6 +85,10 @@ int mpirun_rank();
 // MPI_COMM_WORLD (MPI_Init_thread with MPI_THREAD_SERIALIZED on the first call; MPI_Finalize at
 // process exit). kUnsupported in a build without MPI.
 core::Result<std::unique_ptr<Communicator>> make_mpi_communicator();
+// The ranks of MPI_COMM_WORLD that pass the same `color` (>= 0), ranked in world order
+// (MPI_Comm_split: every world rank calls it, at the same point). A pipeline stage's
+// tensor-parallel group. Its collectives' deadlines end the whole job, as the world's do.
+core::Result<std::unique_ptr<Communicator>> make_mpi_subgroup(int color);
 
 // The collective self-test run at start-up: a broadcast, an all-gather of ranks and an all-reduce whose
 // sum every rank checks. kInternal naming what came back wrong.

@@ -1,4 +1,4 @@
-// The MPI communicator (Open MPI, or any MPI-3 library): MPI_COMM_WORLD with the nonblocking
+// The MPI communicator (Open MPI, or any MPI-3 library): MPI_COMM_WORLD (or a subgroup) with the nonblocking
 // collectives, each waited on with MPI_Test until it completes or its deadline passes (MPI has no
 // timeouts of its own). A deadline that passes ends the job with MPI_Abort after saying which
 // operation on which rank gave up: the usual cause is a rank that died or stopped answering, and
@@ -50,6 +50,8 @@ core::Result<std::unique_ptr<Communicator>> make_mpi_communicator() {
            << "this kiln was built without MPI (install libopenmpi-dev, e.g. with scripts/setup, and rebuild)";
 }
 
+core::Result<std::unique_ptr<Communicator>> make_mpi_subgroup(int) { return make_mpi_communicator(); }
+
 #else
 
 bool mpi_available() { return true; }
@@ -58,10 +60,20 @@ namespace {
 
 class MpiCommunicator final : public Communicator {
 public:
-    MpiCommunicator() {
-        MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-        MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    explicit MpiCommunicator(MPI_Comm comm) : comm_(comm) {
+        MPI_Comm_rank(comm_, &rank_);
+        MPI_Comm_size(comm_, &size_);
+        MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
+        if (comm_ != MPI_COMM_WORLD) {
+            MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+            name_ = "rank " + std::to_string(world_rank_) + " (rank " + std::to_string(rank_) + " of a group of " +
+                    std::to_string(size_) + ")";
+        } else {
+            name_ = "rank " + std::to_string(rank_) + " of " + std::to_string(size_);
+        }
     }
+    // A subgroup's MPI_Comm is left to MPI_Finalize (MPI_Comm_free is collective: a rank on its way
+    // out must not wait for the others).
     int rank() const override { return rank_; }
     int size() const override { return size_; }
     const char* kind() const override { return "mpi"; }
@@ -70,45 +82,45 @@ public:
         KILN_RETURN_IF_ERROR(fits(count, "all_reduce"));
         MPI_Request req;
         return start_and_wait(
-            MPI_Iallreduce(MPI_IN_PLACE, data, int(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req), req,
+            MPI_Iallreduce(MPI_IN_PLACE, data, int(count), MPI_FLOAT, MPI_SUM, comm_, &req), req,
             "all_reduce", count * 4);
     }
     Status all_gather(const void* in, int64_t bytes, void* out) override {
         KILN_RETURN_IF_ERROR(fits(bytes * size_, "all_gather"));
         MPI_Request req;
         return start_and_wait(
-            MPI_Iallgather(in, int(bytes), MPI_BYTE, out, int(bytes), MPI_BYTE, MPI_COMM_WORLD, &req), req,
+            MPI_Iallgather(in, int(bytes), MPI_BYTE, out, int(bytes), MPI_BYTE, comm_, &req), req,
             "all_gather", bytes);
     }
     Status reduce_scatter_sum(const float* in, float* out, int64_t count) override {
         KILN_RETURN_IF_ERROR(fits(count * size_, "reduce_scatter"));
         MPI_Request req;
         return start_and_wait(
-            MPI_Ireduce_scatter_block(in, out, int(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req), req,
+            MPI_Ireduce_scatter_block(in, out, int(count), MPI_FLOAT, MPI_SUM, comm_, &req), req,
             "reduce_scatter", count * 4 * size_);
     }
     Status all_to_all(const void* in, int64_t bytes, void* out) override {
         KILN_RETURN_IF_ERROR(fits(bytes * size_, "all_to_all"));
         MPI_Request req;
-        return start_and_wait(MPI_Ialltoall(in, int(bytes), MPI_BYTE, out, int(bytes), MPI_BYTE, MPI_COMM_WORLD, &req),
+        return start_and_wait(MPI_Ialltoall(in, int(bytes), MPI_BYTE, out, int(bytes), MPI_BYTE, comm_, &req),
                               req, "all_to_all", bytes * size_);
     }
     Status broadcast(void* data, int64_t bytes, int root) override {
         KILN_RETURN_IF_ERROR(fits(bytes, "broadcast"));
         if (root < 0 || root >= size_) return core::error(StatusCode::kInvalidArgument) << "broadcast from rank " << root;
         MPI_Request req;
-        return start_and_wait(MPI_Ibcast(data, int(bytes), MPI_BYTE, root, MPI_COMM_WORLD, &req), req, "broadcast",
+        return start_and_wait(MPI_Ibcast(data, int(bytes), MPI_BYTE, root, comm_, &req), req, "broadcast",
                               bytes);
     }
     Status send(const void* data, int64_t bytes, int dst) override {
         KILN_RETURN_IF_ERROR(fits(bytes, "send"));
         MPI_Request req;
-        return start_and_wait(MPI_Isend(data, int(bytes), MPI_BYTE, dst, 0, MPI_COMM_WORLD, &req), req, "send", bytes);
+        return start_and_wait(MPI_Isend(data, int(bytes), MPI_BYTE, dst, 0, comm_, &req), req, "send", bytes);
     }
     Status recv(void* data, int64_t bytes, int src) override {
         KILN_RETURN_IF_ERROR(fits(bytes, "recv"));
         MPI_Request req;
-        return start_and_wait(MPI_Irecv(data, int(bytes), MPI_BYTE, src, 0, MPI_COMM_WORLD, &req), req, "recv", bytes);
+        return start_and_wait(MPI_Irecv(data, int(bytes), MPI_BYTE, src, 0, comm_, &req), req, "recv", bytes);
     }
     void abort(int exit_code) override {
         std::fflush(stdout);
@@ -118,7 +130,7 @@ public:
     }
     Status barrier() override {
         MPI_Request req;
-        return start_and_wait(MPI_Ibarrier(MPI_COMM_WORLD, &req), req, "barrier", 0);
+        return start_and_wait(MPI_Ibarrier(comm_, &req), req, "barrier", 0);
     }
 
 private:
@@ -149,9 +161,9 @@ private:
             const auto now = std::chrono::steady_clock::now();
             if (bounded && now > deadline) {
                 std::fprintf(stderr,
-                             "kiln: rank %d of %d: %s did not complete within %.0f s: another rank died or stopped "
+                             "kiln: %s: %s did not complete within %.0f s: another rank died or stopped "
                              "answering; ending the job\n",
-                             rank_, size_, what, timeout_seconds_);
+                             name_.c_str(), what, timeout_seconds_);
                 std::fflush(stderr);
                 MPI_Abort(MPI_COMM_WORLD, 1);
                 std::_Exit(1);
@@ -164,10 +176,12 @@ private:
         int len = 0;
         MPI_Error_string(rc, text, &len);
         return core::error(StatusCode::kInternal)
-               << "MPI " << what << " failed on rank " << rank_ << " of " << size_ << ": " << std::string(text, size_t(len));
+               << "MPI " << what << " failed on " << name_ << ": " << std::string(text, size_t(len));
     }
 
-    int rank_ = 0, size_ = 1;
+    MPI_Comm comm_;
+    int rank_ = 0, size_ = 1, world_rank_ = 0;
+    std::string name_;  // for messages
 };
 
 void finalize_at_exit() {
@@ -199,7 +213,16 @@ core::Result<std::unique_ptr<Communicator>> make_mpi_communicator() {
     if (provided < MPI_THREAD_SERIALIZED)
         return core::error(StatusCode::kUnsupported) << "the MPI library offers thread level " << provided
                                                      << "; kiln needs MPI_THREAD_SERIALIZED";
-    return std::unique_ptr<Communicator>(new MpiCommunicator());
+    return std::unique_ptr<Communicator>(new MpiCommunicator(MPI_COMM_WORLD));
+}
+
+core::Result<std::unique_ptr<Communicator>> make_mpi_subgroup(int color) {
+    KILN_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> world, make_mpi_communicator());
+    if (color < 0) return core::error(StatusCode::kInvalidArgument) << "MPI subgroup color " << color;
+    MPI_Comm comm;
+    if (int rc = MPI_Comm_split(MPI_COMM_WORLD, color, world->rank(), &comm); rc != MPI_SUCCESS)
+        return core::error(StatusCode::kInternal) << "MPI_Comm_split failed (" << rc << ")";
+    return std::unique_ptr<Communicator>(new MpiCommunicator(comm));
 }
 
 #endif  // KILN_HAVE_MPI

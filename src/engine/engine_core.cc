@@ -8,7 +8,7 @@
 
 #include "core/check.h"
 #include "engine/ngram_proposer.h"
-#include "engine/tensor_parallel.h"
+#include "engine/parallel.h"
 
 namespace kiln::engine {
 namespace {
@@ -87,7 +87,7 @@ static core::Status check_config(const loader::ModelConfig& mc, EngineConfig& c)
 
 EngineCore::~EngineCore() {
     if (tp_) {  // the followers' loop ends with the engine
-        if (core::Status st = tp_send_stop(*tp_); !st.is_ok())
+        if (core::Status st = send_stop(*tp_); !st.is_ok())
             std::fprintf(stderr, "kiln: stopping the tensor-parallel ranks: %s\n", st.to_string().c_str());
     }
 }
@@ -99,8 +99,9 @@ core::Result<std::unique_ptr<EngineCore>> EngineCore::create(model::CpuModel* mo
     const loader::ModelConfig& mc = model->config();
     EngineConfig c = config;
     KILN_RETURN_IF_ERROR(check_config(mc, c));
-    const int64_t row_bytes = kernels::kv_row_bytes(c.kv_dtype, mc.num_kv_heads, mc.head_dim);
-    const int64_t block_bytes = kv::KvStorage::bytes_per_block(mc.num_layers, c.block_size, row_bytes);
+    // A pipeline stage's pool holds its layers; rank 0's stage and KV-head share are the largest, so
+    // the same blocks fit every rank's budget.
+    const int64_t block_bytes = kv_pool_block_bytes(mc, c.block_size, c.kv_dtype);
     if (c.num_kv_blocks == 0) {
         if (c.kv_cache_bytes == 0)
             c.kv_cache_bytes = default_kv_cache_bytes(block_bytes / c.block_size, c.max_seqs, c.max_model_len);
@@ -111,28 +112,21 @@ core::Result<std::unique_ptr<EngineCore>> EngineCore::create(model::CpuModel* mo
     }
     if (c.num_kv_blocks > INT32_MAX / c.block_size)
         return core::error(core::StatusCode::kInvalidArgument) << "too many KV blocks: " << c.num_kv_blocks;
-    dist::Communicator* tp = model->tensor_parallel();
-    if (tp && tp->size() > 1) {  // rank 0 of a tensor-parallel group: the followers allocate the same blocks
+    dist::Communicator* tp = model->step_group();  // the ranks that run every pass (tensor / pipeline parallel)
+    if (tp && tp->size() > 1) {  // rank 0 of the group: the followers allocate the same blocks
         if (tp->rank() != 0)
             return core::error(core::StatusCode::kInvalidArgument)
-                   << "tensor parallel rank " << tp->rank() << " runs run_tp_follower, not an engine";
+                   << "parallel rank " << tp->rank() << " runs run_follower, not an engine";
         if (c.spec.method == SpecConfig::Method::kDraftModel)
             return core::error(core::StatusCode::kUnsupported)
-                   << "draft-model speculation under tensor parallelism is not supported yet (use ngram)";
+                   << "draft-model speculation across ranks is not supported yet (use ngram)";
     } else {
         tp = nullptr;
     }
-    KILN_ASSIGN_OR_RETURN(std::unique_ptr<kv::KvStorage> storage,
-                          kv::KvStorage::create(mc.num_layers, c.num_kv_blocks, c.block_size, row_bytes));
+    KILN_ASSIGN_OR_RETURN(KvPool kv, make_kv_pool(mc, c.num_kv_blocks, c.block_size, c.kv_dtype));
+    std::unique_ptr<kv::KvStorage> storage = std::move(kv.storage);
     if (c.kv_prefault) storage->prefault(model->pool());
-    auto layers = std::make_shared<model::KvLayers>();
-    for (int64_t l = 0; l < mc.num_layers; ++l) {
-        layers->k.push_back(storage->k(l));
-        layers->v.push_back(storage->v(l));
-    }
-    layers->block_size = c.block_size;
-    layers->dtype = c.kv_dtype;
-    layers->num_slots = c.num_kv_blocks * c.block_size;
+    std::shared_ptr<model::KvLayers> layers = kv.layers;
     PagedModel pm;
     pm.config = &mc;
     pm.num_kv_blocks = c.num_kv_blocks;
@@ -140,7 +134,7 @@ core::Result<std::unique_ptr<EngineCore>> EngineCore::create(model::CpuModel* mo
     pm.forward = [model, layers, tp, st = storage.get()](std::span<const int32_t> tokens,
                                                          std::span<const model::BatchSeq> seqs,
                                                          std::vector<float>& logits) {
-        if (tp) KILN_RETURN_IF_ERROR(tp_send_step(*tp, tokens, seqs));
+        if (tp) KILN_RETURN_IF_ERROR(send_step(*tp, tokens, seqs));
         // The blocks this step writes (a block it only reads was written, so handed over, before): their
         // memory to huge pages, in the background.
         int32_t end = 0;
@@ -154,7 +148,7 @@ core::Result<std::unique_ptr<EngineCore>> EngineCore::create(model::CpuModel* mo
     KILN_ASSIGN_OR_RETURN(std::unique_ptr<EngineCore> e, create(std::move(pm), tokenizer, c));
     e->storage_ = std::move(storage);
     if (tp) {  // last, once nothing here can fail: the followers allocate the same blocks and start
-        KILN_RETURN_IF_ERROR(tp_send_pool(*tp, {c.num_kv_blocks, c.block_size, int64_t(c.kv_dtype)}));
+        KILN_RETURN_IF_ERROR(send_pool(*tp, {c.num_kv_blocks, c.block_size, int64_t(c.kv_dtype)}));
         e->tp_ = tp;
     }
     return e;

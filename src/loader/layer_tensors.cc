@@ -151,13 +151,19 @@ TensorSpec layer_tensor(const ModelConfig& c, int64_t layer, LayerTensor t, int6
 
 std::vector<TensorSpec> checkpoint_tensors(const ModelConfig& c) {
     const uint64_t hidden = uint64_t(c.hidden_size), vocab = uint64_t(c.vocab_size);
-    std::vector<TensorSpec> out = {{"token_embd.weight", {vocab, hidden}, true}, {"output_norm.weight", {hidden}, false}};
-    if (!c.tie_word_embeddings) out.push_back({"output.weight", {uint64_t(c.output_layer_rows()), hidden}, true});
-    for (int64_t l = 0; l < c.num_layers; ++l)
+    std::vector<TensorSpec> out;
+    if (c.has_token_embeddings()) out.push_back({"token_embd.weight", {vocab, hidden}, true});
+    out.push_back({"output_norm.weight", {hidden}, false});
+    if (!c.tie_word_embeddings && c.last_stage())
+        out.push_back({"output.weight", {uint64_t(c.output_layer_rows()), hidden}, true});
+    for (int64_t l = c.stage_begin; l < c.stage_end(); ++l)
         for (const Row& r : kRows) {
             if (!layer_tensor_present(c, r.t)) continue;
-            const int64_t copies = is_expert_tensor(r.t) ? c.num_experts : 1;
-            for (int64_t e = 0; e < copies; ++e) out.push_back(layer_tensor(c, l, r.t, e));
+            if (!is_expert_tensor(r.t)) {
+                out.push_back(layer_tensor(c, l, r.t));
+                continue;
+            }
+            for (int64_t e = c.expert_begin; e < c.expert_end(); ++e) out.push_back(layer_tensor(c, l, r.t, e));
         }
     return out;
 }

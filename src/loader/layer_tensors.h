@@ -57,7 +57,7 @@ bool layer_tensor_present(const ModelConfig& c, LayerTensor t);
 TensorSpec layer_tensor(const ModelConfig& c, int64_t layer, LayerTensor t, int64_t expert = 0);
 // Every tensor a checkpoint of config c holds, in order: token_embd, output_norm, output (untied
 // only), then each layer's present tensors in LayerTensor order (a per-expert tensor for every
-// expert in turn).
+// expert in turn). A pipeline stage's config (ModelConfig::stage_begin) lists its own tensors only.
 std::vector<TensorSpec> checkpoint_tensors(const ModelConfig& c);
 
 }  // namespace kiln::loader

@@ -157,6 +157,14 @@ core::Status ModelConfig::validate() const {
                << "model config: sliding_window_pattern " << sliding_window_pattern << ", query_pre_attn_scalar "
                << query_pre_attn_scalar << ", rope_local_theta " << rope_local_theta << ", soft-capping "
                << attn_softcap << " / " << final_softcap << " (none may be negative)";
+    if ((stage_begin != 0 || stage_end_layer != 0) &&
+        (stage_begin < 0 || stage_end_layer < 0 || stage_end() > num_layers || stage_begin >= stage_end()))
+        return core::error(StatusCode::kCorrupt) << "model config: pipeline stage layers [" << stage_begin << ", "
+                                                 << stage_end() << ") of " << num_layers;
+    if ((expert_begin != 0 || expert_end_id != 0) &&
+        (expert_begin < 0 || expert_end_id < 0 || expert_end() > num_experts || expert_begin >= expert_end()))
+        return core::error(StatusCode::kCorrupt) << "model config: experts [" << expert_begin << ", " << expert_end()
+                                                 << ") of " << num_experts;
     return core::Status::ok();
 }
 

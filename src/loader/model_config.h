@@ -91,6 +91,22 @@ struct ModelConfig : formats::HyperParams {
     // embeddings or not); 0 rows: all of them.
     int64_t output_row_begin = 0, output_rows = 0;
     int64_t output_layer_rows() const { return output_rows > 0 ? output_rows : vocab_size; }
+    // Pipeline parallelism (loader/pipeline_parallel.h): this stage runs layers [stage_begin,
+    // stage_end()) and holds only their tensors, the token embeddings only on the first stage (and on
+    // the last when tied) and the output layer only on the last; the norms everywhere. Layer indices
+    // stay the model's. stage_end_layer 0: to the last layer.
+    int64_t stage_begin = 0, stage_end_layer = 0;
+    int64_t stage_end() const { return stage_end_layer > 0 ? stage_end_layer : num_layers; }
+    int64_t stage_layers() const { return stage_end() - stage_begin; }
+    bool first_stage() const { return stage_begin == 0; }
+    bool last_stage() const { return stage_end() == num_layers; }
+    bool has_layer(int64_t l) const { return l >= stage_begin && l < stage_end(); }
+    bool has_token_embeddings() const { return first_stage() || (last_stage() && tie_word_embeddings); }
+    // Expert parallelism (loader/tensor_parallel.h): this rank holds experts [expert_begin,
+    // expert_end()) of every mixture-of-experts layer; expert_end_id 0: all of them.
+    int64_t expert_begin = 0, expert_end_id = 0;
+    int64_t expert_end() const { return expert_end_id > 0 ? expert_end_id : num_experts; }
+    bool has_expert(int64_t e) const { return e >= expert_begin && e < expert_end(); }
 
     int64_t q_dim() const { return num_heads * head_dim; }
     int64_t kv_dim() const { return num_kv_heads * head_dim; }

@@ -57,12 +57,13 @@ core::Result<TensorRef> cols_of(const TensorRef& t, uint64_t c0, uint64_t n, std
 
 }  // namespace
 
+int64_t ep_expert_begin(int64_t num_experts, int rank, int size) {
+    return (int64_t(rank) * num_experts + size - 1) / size;  // ceil: the larger runs first
+}
+
 core::Result<TpShare> tp_share(const ModelConfig& c, int rank, int size, int64_t ffn_block) {
     if (size < 1 || rank < 0 || rank >= size)
         return core::error(StatusCode::kInvalidArgument) << "tensor parallelism: rank " << rank << " of " << size;
-    if (c.moe())
-        return core::error(StatusCode::kInvalidArgument)
-               << "tensor parallelism over a mixture-of-experts model is not supported yet (expert parallelism is)";
     const int64_t nh = c.num_heads, nkv = c.num_kv_heads, group = nh / nkv, n = size, r = rank;
     TpShare s;
     if (c.qk_norm_full)
@@ -86,13 +87,23 @@ core::Result<TpShare> tp_share(const ModelConfig& c, int rank, int size, int64_t
         s.q_head_begin = s.kv_head_begin * group + j * group / per;
         s.num_heads = s.kv_head_begin * group + (j + 1) * group / per - s.q_head_begin;
     }
-    const int64_t units = c.intermediate_size / ffn_block;
-    if (c.intermediate_size % ffn_block != 0 || units < n)
-        return core::error(StatusCode::kInvalidArgument)
-               << "tensor parallelism " << n << ": the MLP's " << c.intermediate_size << " hidden units are "
-               << units << " blocks of " << ffn_block << ", fewer than the ranks";
-    s.ffn_begin = r * units / n * ffn_block;
-    s.ffn_size = (r + 1) * units / n * ffn_block - s.ffn_begin;
+    if (c.moe()) {  // expert parallelism: the experts in runs, the larger first; the MLP units stay whole
+        if (n > c.num_experts)
+            return core::error(StatusCode::kInvalidArgument)
+                   << "expert parallelism " << n << " over " << c.num_experts << " experts: more ranks than experts";
+        s.expert_begin = ep_expert_begin(c.num_experts, rank, size);
+        s.num_experts = ep_expert_begin(c.num_experts, rank + 1, size) - s.expert_begin;
+        s.ffn_size = c.intermediate_size;
+    }
+    if (!c.moe()) {
+        const int64_t units = c.intermediate_size / ffn_block;
+        if (c.intermediate_size % ffn_block != 0 || units < n)
+            return core::error(StatusCode::kInvalidArgument)
+                   << "tensor parallelism " << n << ": the MLP's " << c.intermediate_size << " hidden units are "
+                   << units << " blocks of " << ffn_block << ", fewer than the ranks";
+        s.ffn_begin = r * units / n * ffn_block;
+        s.ffn_size = (r + 1) * units / n * ffn_block - s.ffn_begin;
+    }
     const int64_t per = (c.vocab_size + n - 1) / n;
     s.vocab_begin = r * per;
     s.vocab_size = std::min(per, c.vocab_size - s.vocab_begin);
@@ -106,15 +117,12 @@ core::Result<Checkpoint> tp_slice(const Checkpoint& ck, int rank, int size) {
     if (size == 1 && rank == 0) return ck;
     const ModelConfig& c = ck.config;
     int64_t ffn_block = 1;
-    if (c.num_layers > 0 && !c.moe())
-        if (const TensorRef* down = ck.find(layer_tensor_name(0, LayerTensor::kDown)))
-            ffn_block = core::dtype_info(down->dtype).block_size;
-    for (int64_t l = 1; l < c.num_layers && !c.moe(); ++l)  // every layer's ffn_down: the widest block
+    for (int64_t l = c.stage_begin; l < c.stage_end() && !c.moe(); ++l)  // every layer's ffn_down: the widest block
         if (const TensorRef* down = ck.find(layer_tensor_name(l, LayerTensor::kDown)))
             ffn_block = std::max<int64_t>(ffn_block, core::dtype_info(down->dtype).block_size);
     KILN_ASSIGN_OR_RETURN(const TpShare s, tp_share(c, rank, size, ffn_block));
     std::map<std::string, Split> split;
-    for (int64_t l = 0; l < c.num_layers; ++l) {
+    for (int64_t l = c.stage_begin; l < c.stage_end(); ++l) {  // a pipeline stage's layers only
         auto add = [&](LayerTensor t, Split how) {
             if (layer_tensor_present(c, t)) split[layer_tensor_name(l, t)] = how;
         };
@@ -133,6 +141,8 @@ core::Result<Checkpoint> tp_slice(const Checkpoint& ck, int rank, int size) {
     }
     Checkpoint out = ck;
     // The output layer's rows: a view, tied or not (a tied model's becomes an output.weight of its own).
+    // A pipeline stage before the last has none.
+    if (c.last_stage()) {
     const TensorRef* output = ck.find(c.tie_word_embeddings ? "token_embd.weight" : "output.weight");
     if (!output || output->shape.size() != 2 || output->shape[0] != uint64_t(c.vocab_size))
         return core::error(StatusCode::kCorrupt) << "tensor parallelism: no output layer of " << c.vocab_size << " rows";
@@ -147,9 +157,20 @@ core::Result<Checkpoint> tp_slice(const Checkpoint& ck, int rank, int size) {
     out.config.tie_word_embeddings = false;
     out.config.output_row_begin = s.vocab_begin;
     out.config.output_rows = s.vocab_size;
+    if (!c.first_stage())  // the last stage of a pipeline needed the embeddings for the tied output only
+        std::erase_if(out.tensors, [](const TensorRef& t) { return t.name == "token_embd.weight"; });
+    }
     out.config.num_heads = s.num_heads;
     out.config.num_kv_heads = s.num_kv_heads;
     out.config.intermediate_size = s.ffn_size;
+    if (c.moe()) {  // this rank's experts only
+        out.config.expert_begin = s.expert_begin;
+        out.config.expert_end_id = s.expert_begin + s.num_experts;
+        std::erase_if(out.tensors, [&](const TensorRef& t) {
+            const auto e = parse_expert_tensor_name(t.name);
+            return e && !out.config.has_expert(e->expert);
+        });
+    }
     const uint64_t hd = uint64_t(c.head_dim);
     for (TensorRef& t : out.tensors) {
         auto it = split.find(t.name);

@@ -16,9 +16,11 @@
 // heads (size a multiple of num_kv_heads) each KV head is replicated on size / num_kv_heads ranks,
 // which split its query heads. Hidden units are split at whole blocks of ffn_down's type (a 256-wide
 // K-quant block stays on one rank). A row-parallel slice that cuts a quantized block (attn_output
-// of a K-quant at head boundaries) is decoded to f32 for that rank. Mixture-of-experts models are
-// refused (expert parallelism is their way across ranks), and so are q/k norms over all heads
-// (OLMoE: each rank would norm over its own heads only).
+// of a K-quant at head boundaries) is decoded to f32 for that rank. A mixture-of-experts model's
+// attention is split the same way, and its experts by expert parallelism: rank r holds a contiguous
+// run of whole experts (near-equal runs, the larger first; ModelConfig::expert_begin), the router and
+// the shared expert whole, and the step exchanges the experts' outputs (model/transformer.cc). q/k
+// norms over all heads are refused (OLMoE: each rank would norm over its own heads only).
 #pragma once
 
 #include <cstdint>
@@ -33,13 +35,17 @@ struct TpShare {
     int64_t kv_head_begin = 0, num_kv_heads = 0;  // KV heads [begin, begin + num)
     int64_t ffn_begin = 0, ffn_size = 0;          // MLP hidden units [begin, begin + size)
     int64_t vocab_begin = 0, vocab_size = 0;      // output layer rows [begin, begin + size)
+    int64_t expert_begin = 0, num_experts = 0;    // mixture of experts: experts [begin, begin + num)
 };
 
 // Rank `rank`'s share of config c at tensor-parallel size `size`. kInvalidArgument when the model
 // cannot be split that way (more ranks than query heads, size not a multiple of the KV heads when
-// larger, too few blocks of ffn_down per rank, experts). `ffn_block` is ffn_down's block width
+// larger, too few blocks of ffn_down per rank, more ranks than experts). `ffn_block` is ffn_down's block width
 // (1 for float weights).
 core::Result<TpShare> tp_share(const ModelConfig& c, int rank, int size, int64_t ffn_block = 1);
+
+// Expert parallelism over `size` ranks: the first expert rank `rank` holds (rank `size`: num_experts).
+int64_t ep_expert_begin(int64_t num_experts, int rank, int size);
 
 // The checkpoint rank `rank` of `size` runs: its config has the rank's num_heads, num_kv_heads and
 // intermediate_size; its tensors are views of ck's bytes where rows are split and copies (owned by the

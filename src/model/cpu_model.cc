@@ -15,6 +15,7 @@
 #include "core/numeric.h"
 #include "kernels/ref/dequant.h"
 #include "loader/layer_tensors.h"
+#include "loader/tensor_parallel.h"
 #include "ops/transformer_ops.h"
 
 namespace kiln::model {
@@ -185,12 +186,17 @@ core::Result<std::unique_ptr<CpuModel>> CpuModel::create(const Checkpoint& ck, c
         m->inv_freq_local_ = kernels::ref::rope_inv_freqs(c.head_dim, local);
     }
     const int64_t H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), F = c.intermediate_size, V = c.vocab_size;
-    KILN_ASSIGN_OR_RETURN(const WeightView embed, matrix(ck, "token_embd.weight", V, H));
-    m->embed_ = ops::CpuWeight::table(embed);
-    if (c.tie_word_embeddings) {
-        KILN_ASSIGN_OR_RETURN(ops::Linear out, ops::make_linear(embed, lo));
-        m->output_ = ops::CpuWeight::of(std::move(out));
-    } else {
+    // A pipeline stage (ModelConfig::stage_begin) holds its layers only, the embeddings on the first
+    // stage, the output layer on the last.
+    if (c.has_token_embeddings()) {
+        KILN_ASSIGN_OR_RETURN(const WeightView embed, matrix(ck, "token_embd.weight", V, H));
+        if (c.first_stage()) m->embed_ = ops::CpuWeight::table(embed);
+        if (c.tie_word_embeddings && c.last_stage()) {
+            KILN_ASSIGN_OR_RETURN(ops::Linear out, ops::make_linear(embed, lo));
+            m->output_ = ops::CpuWeight::of(std::move(out));
+        }
+    }
+    if (!c.tie_word_embeddings && c.last_stage()) {
         KILN_ASSIGN_OR_RETURN(auto out, linear(ck, "output.weight", c.output_layer_rows(), H, lo));
         m->output_ = ops::CpuWeight::of(std::move(out));
     }
@@ -198,6 +204,10 @@ core::Result<std::unique_ptr<CpuModel>> CpuModel::create(const Checkpoint& ck, c
     for (int64_t l = 0; l < c.num_layers; ++l) {
         const auto p = [l](LayerTensor t) { return loader::layer_tensor_name(l, t); };
         Layer L;
+        if (!c.has_layer(l)) {  // another pipeline stage's
+            m->layers_.push_back(std::move(L));
+            continue;
+        }
         KILN_ASSIGN_OR_RETURN(const WeightView vq, matrix(ck, p(LayerTensor::kQ), Q, H));
         KILN_ASSIGN_OR_RETURN(const WeightView vk, matrix(ck, p(LayerTensor::kK), KV, H));
         KILN_ASSIGN_OR_RETURN(const WeightView vv, matrix(ck, p(LayerTensor::kV), KV, H));
@@ -225,6 +235,15 @@ core::Result<std::unique_ptr<CpuModel>> CpuModel::create(const Checkpoint& ck, c
                 const auto x = [l, e](LayerTensor t) { return loader::layer_tensor_name(l, t, e); };
                 L.expert_gate_up.emplace_back();
                 L.expert_down.emplace_back();
+                if (!c.has_expert(e)) {  // another rank's (expert parallelism): null weights, no biases
+                    L.expert_gate_up_view.push_back(nullptr);
+                    L.expert_down_view.push_back(nullptr);
+                    if (c.moe_biases) {
+                        L.expert_gate_up_bias.emplace_back();
+                        L.expert_down_bias.emplace_back();
+                    }
+                    continue;
+                }
                 KILN_RETURN_IF_ERROR(mlp(x(LayerTensor::kExpertGate), x(LayerTensor::kExpertUp),
                                          x(LayerTensor::kExpertDown), c.expert_intermediate_size,
                                          &L.expert_gate_up.back(), &L.expert_down.back()));
@@ -240,8 +259,8 @@ core::Result<std::unique_ptr<CpuModel>> CpuModel::create(const Checkpoint& ck, c
                 }
             }
             for (size_t e = 0; e < L.expert_gate_up_bias.size(); ++e) {  // the vectors above no longer move
-                L.expert_gate_up_bias_view.push_back(L.expert_gate_up_bias[e].data());
-                L.expert_down_bias_view.push_back(L.expert_down_bias[e].data());
+                L.expert_gate_up_bias_view.push_back(opt(L.expert_gate_up_bias[e]));
+                L.expert_down_bias_view.push_back(opt(L.expert_down_bias[e]));
             }
             L.moe.router = L.router.get();
             L.moe.gate_up = L.expert_gate_up_view;
@@ -297,6 +316,10 @@ core::Result<std::unique_ptr<CpuModel>> CpuModel::create(const Checkpoint& ck, c
     for (int64_t l = 0; l < c.num_layers; ++l) {
         const Layer& L = m->layers_[size_t(l)];
         LayerWeights lw;
+        if (!c.has_layer(l)) {
+            w.layers.push_back(lw);
+            continue;
+        }
         lw.qkv = L.qkv.get();
         lw.o = L.o.get();
         lw.gate_up = L.gate_up.get();
@@ -409,13 +432,21 @@ Status check_forward_batch(const ModelConfig& c, std::span<const int32_t> tokens
     return Status::ok();
 }
 
-Status CpuModel::forward_batch(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs, const KvLayers& kv,
-                                 std::vector<float>& logits) {
-    KILN_RETURN_IF_ERROR(check_batch(tokens, seqs, kv));
-    const ModelConfig& c = config_;
-    const int64_t T = int64_t(tokens.size()), V = c.vocab_size;
+ExpertParallel* CpuModel::expert_parallel() {
+    if (!tp_ || tp_->size() == 1 || !config_.moe()) return nullptr;
+    if (ep_.comm != tp_) {
+        ep_.comm = tp_;
+        ep_.expert_begin.clear();
+        for (int r = 0; r <= tp_->size(); ++r)
+            ep_.expert_begin.push_back(loader::ep_expert_begin(config_.num_experts, r, tp_->size()));
+    }
+    return &ep_;
+}
+
+int64_t CpuModel::set_batch(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs, const KvLayers& kv) {
+    const int64_t T = int64_t(tokens.size());
     Workspace& w = work_;
-    w.reserve(c, T);
+    w.reserve(config_, T);
     w.attn.resize(seqs.size());
     int64_t row = 0, num_logits = 0;
     for (size_t i = 0; i < seqs.size(); ++i) {
@@ -451,6 +482,17 @@ Status CpuModel::forward_batch(std::span<const int32_t> tokens, std::span<const 
     step.kv_dtype = kv.dtype;
     step.logit_rows = std::span<const int64_t>(w.logit_rows.data(), size_t(num_logits));
     backend_->set_step(step);
+    return num_logits;
+}
+
+Status CpuModel::forward_batch(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs, const KvLayers& kv,
+                                 std::vector<float>& logits) {
+    KILN_RETURN_IF_ERROR(check_batch(tokens, seqs, kv));
+    if (pp_) return forward_pipeline(tokens, seqs, kv, logits);
+    const ModelConfig& c = config_;
+    const int64_t T = int64_t(tokens.size()), V = c.vocab_size;
+    int64_t num_logits = set_batch(tokens, seqs, kv);
+    Workspace& w = work_;
     const bool calibrating = last_layer_ >= 0;  // the layers' inputs are all it wants: no logits
     if (calibrating) num_logits = 0;
     logits.resize(size_t(num_logits * V));  // [num_logits, V]
@@ -461,12 +503,83 @@ Status CpuModel::forward_batch(std::span<const int32_t> tokens, std::span<const 
     options.expert_hook = &expert_hook_;
     options.num_layers = calibrating ? last_layer_ + 1 : -1;
     options.tp = tp_;
+    options.ep = expert_parallel();
     if (calibrating) {
         options.first_layer = first_layer_;
         options.resid_in = resid_in_;
         options.resid_out = resid_out_;
     }
     return run_step(*backend_, c, weights_, b, T, num_logits, options);
+}
+
+Status CpuModel::forward_pipeline(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs,
+                                    const KvLayers& kv, std::vector<float>& logits) {
+    const ModelConfig& c = config_;
+    if (last_layer_ >= 0)
+        return core::error(StatusCode::kUnsupported) << "calibration runs on one rank, not a pipeline stage";
+    dist::Communicator& world = *pp_;
+    const int tp = tp_ ? tp_->size() : 1, me = world.rank();
+    if (world.size() % tp != 0)
+        return core::error(StatusCode::kInvalidArgument)
+               << "pipeline: " << world.size() << " ranks are no whole number of stages of " << tp;
+    const int64_t T = int64_t(tokens.size()), H = c.hidden_size, V = c.vocab_size;
+    const int64_t num_micro = std::min<int64_t>(world.size() / tp, T);
+    Workspace& w = work_;
+    int64_t total_logits = 0;
+    for (const BatchSeq& s : seqs) total_logits += s.num_logits;
+    if (c.last_stage()) w.out_logits.resize(size_t(total_logits * V));
+    int64_t logit_row = 0;
+    for (int64_t m = 0; m < num_micro; ++m) {
+        // Micro-batch m: tokens [t0, t1) of the batch, as pieces of the sequences that hold them; a
+        // piece's logit rows are the part of its sequence's (a suffix) that falls in it.
+        const int64_t t0 = T * m / num_micro, t1 = T * (m + 1) / num_micro;
+        w.pieces.clear();
+        for (int64_t i = 0, row = 0; i < int64_t(seqs.size()); row += seqs[size_t(i)].num_tokens, ++i) {
+            const BatchSeq& s = seqs[size_t(i)];
+            const int64_t b = std::max(row, t0), e = std::min(row + s.num_tokens, t1);
+            if (b >= e) continue;
+            const int64_t first_logit = s.num_tokens - s.num_logits;  // within the sequence
+            BatchSeq piece = s;
+            piece.start = s.start + (b - row);
+            piece.num_tokens = e - b;
+            piece.num_logits = std::max<int64_t>(0, (e - row) - std::max(b - row, first_logit));
+            w.pieces.push_back(piece);
+        }
+        const int64_t Tm = t1 - t0;
+        const int64_t num_logits = set_batch(tokens.subspan(size_t(t0), size_t(Tm)), w.pieces, kv);
+        if (int64_t(w.stream.size()) < Tm * H) w.stream.resize(size_t(Tm * H));
+        StepOptions options;
+        options.tp = tp_;
+        options.ep = expert_parallel();
+        options.first_layer = c.stage_begin;
+        options.num_layers = c.stage_end();
+        if (!c.first_stage()) {
+            KILN_RETURN_IF_ERROR(world.recv(w.stream.data(), Tm * H * int64_t(sizeof(float)), me - tp));
+            options.resid_in = w.stream.data();
+        }
+        float* out = c.last_stage() ? w.out_logits.data() + logit_row * V : nullptr;
+        const StepBuffers b{w.x.data(), w.xn.data(),      w.qkv.data(), w.q.data(), w.att.data(),
+                            w.o.data(), w.gate_up.data(), w.act.data(), out};
+        if (!c.last_stage()) options.resid_out = w.stream.data();
+        KILN_RETURN_IF_ERROR(run_step(*backend_, c, weights_, b, Tm, c.last_stage() ? num_logits : 0, options));
+        if (!c.last_stage())
+            KILN_RETURN_IF_ERROR(world.send(w.stream.data(), Tm * H * int64_t(sizeof(float)), me + tp));
+        logit_row += num_logits;
+    }
+    // The logits go to rank 0 once the whole pass is through: a send before the last micro-batch would
+    // wait for rank 0, which is still sending micro-batches.
+    const int last_stage_rank0 = world.size() - tp;
+    const int64_t bytes = total_logits * V * int64_t(sizeof(float));
+    if (me == 0 && last_stage_rank0 == 0) {  // one stage
+        logits.assign(w.out_logits.begin(), w.out_logits.end());
+    } else if (me == 0) {
+        logits.resize(size_t(total_logits * V));
+        if (bytes > 0) KILN_RETURN_IF_ERROR(world.recv(logits.data(), bytes, last_stage_rank0));
+    } else {
+        logits.clear();
+        if (me == last_stage_rank0 && bytes > 0) KILN_RETURN_IF_ERROR(world.send(w.out_logits.data(), bytes, 0));
+    }
+    return Status::ok();
 }
 
 core::Status CpuModel::forward(std::span<const int32_t> tokens, KvCache& cache, bool all_logits,

@@ -141,8 +141,23 @@ public:
     // Tensor parallelism: this model holds rank tp->rank()'s slices (loader::tp_slice) and every
     // forward pass sums the partial outputs across the group (model/transformer.h StepOptions::tp), so
     // every rank of the group must run the same passes in the same order. Null (the default): one rank.
+    // A mixture-of-experts model's slice holds only its experts (loader::tp_slice, expert parallelism)
+    // and its MoE layers exchange the experts' outputs over the same group.
     void set_tensor_parallel(dist::Communicator* tp) { tp_ = tp; }
     dist::Communicator* tensor_parallel() const { return tp_; }
+    // Pipeline parallelism: this model holds one stage's layers (loader::pp_slice,
+    // config().stage_begin) and `world` holds every rank of the job, stage s's tensor-parallel ranks
+    // (set_tensor_parallel's group, or one rank) at world ranks s * tp + 0 .. s * tp + tp - 1. A
+    // forward pass cuts the batch's tokens into one micro-batch per stage (a sequence may straddle
+    // two: its pieces run in order), runs its layers on each in turn and passes each one's residual
+    // stream [tokens, hidden] to the same tensor-parallel rank of the next stage, so the stages work
+    // on different micro-batches at once; the last stage sends every logit row to world rank 0 at the
+    // end of the pass. Logits come back on world rank 0 only (empty elsewhere). Every rank of the
+    // world runs the same passes in the same order. Null (the default): one stage.
+    void set_pipeline(dist::Communicator* world) { pp_ = world; }
+    // The ranks that run every forward pass together: the pipeline's world, else the
+    // tensor-parallel group; null for one rank.
+    dist::Communicator* step_group() const { return pp_ ? pp_ : tp_; }
 
 private:
     // One layer's weights (model/transformer.h LayerWeights points into them).
@@ -168,6 +183,13 @@ private:
     };
     CpuModel() = default;
     core::Status check_batch(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs, const KvLayers& kv) const;
+    // The step's expert parallelism: null unless a mixture-of-experts model runs under tp_.
+    ExpertParallel* expert_parallel();
+    // Gives the backend this batch's step (positions, K/V slots, attention sequences, logit rows);
+    // returns its number of logit rows.
+    int64_t set_batch(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs, const KvLayers& kv);
+    core::Status forward_pipeline(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs,
+                                  const KvLayers& kv, std::vector<float>& logits);
 
     ModelConfig config_;
     core::ThreadPool* pool_ = nullptr;
@@ -186,6 +208,9 @@ private:
         std::vector<int64_t> slots;                              // [T] K/V row of each new token
         std::vector<ops::AttentionSeq> attn;                     // [num seqs]
         std::vector<int64_t> logit_rows;                         // [num logits]
+        std::vector<float> stream;      // pipeline: a micro-batch's residual stream [T, H], passed on
+        std::vector<float> out_logits;  // pipeline, last stage: the pass's logits [num logits, V]
+        std::vector<BatchSeq> pieces;   // pipeline: a micro-batch's sequences
         void reserve(const ModelConfig& c, int64_t num_tokens);
     };
     Workspace work_;
@@ -196,6 +221,8 @@ private:
     const float* resid_in_ = nullptr;
     float* resid_out_ = nullptr;
     dist::Communicator* tp_ = nullptr;
+    dist::Communicator* pp_ = nullptr;
+    ExpertParallel ep_;
 };
 
 // Where a model's weights live while it runs.

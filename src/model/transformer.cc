@@ -70,6 +70,61 @@ Status gather_vocab(dist::Communicator& tp, const loader::ModelConfig& c, float*
     return Status::ok();
 }
 
+// The mixture-of-experts MLP over expert-parallel ranks (ExpertParallel): out [T, H] on every rank.
+Status expert_parallel_moe(ops::Backend& be, const ops::MoeWeights& w, const ops::MoeParams& p, ExpertParallel& ep,
+                           const float* in, int64_t T, int64_t H, float* out) {
+    dist::Communicator& comm = *ep.comm;
+    const int n = comm.size(), me = comm.rank();
+    const int64_t k = p.top_k;
+    KILN_RETURN_IF_ERROR(be.moe_experts(w, p, in, T, ep.slots));
+    const int32_t* ids = ep.slots.ids.data();
+    auto owner = [&](int32_t e) {  // the rank holding expert e
+        return int(std::upper_bound(ep.expert_begin.begin(), ep.expert_begin.end(), int64_t(e)) -
+                   ep.expert_begin.begin()) - 1;
+    };
+    auto first_row = [&](int r) { return T * r / n; };
+    // Every rank routed every token the same way, so each knows every block's size: the largest
+    // (rank q's experts' slots of rank r's tokens) sizes them all.
+    int64_t block = 0;
+    std::vector<int64_t> count(size_t(n) * size_t(n), 0);  // [q, r]
+    for (int r = 0; r < n; ++r)
+        for (int64_t t = first_row(r); t < first_row(r + 1); ++t)
+            for (int64_t j = 0; j < k; ++j) block = std::max(block, ++count[size_t(owner(ids[t * k + j]) * n + r)]);
+    const size_t slot_floats = size_t(block * H);
+    ep.send.resize(size_t(n) * slot_floats);
+    ep.recv.resize(size_t(n) * slot_floats);
+    // To rank r: the outputs of this rank's experts for r's tokens, in (token, slot) order.
+    for (int r = 0; r < n; ++r) {
+        float* dst = ep.send.data() + size_t(r) * slot_floats;
+        for (int64_t t = first_row(r); t < first_row(r + 1); ++t)
+            for (int64_t j = 0; j < k; ++j)
+                if (owner(ids[t * k + j]) == me) {
+                    std::copy_n(ep.slots.y.data() + (t * k + j) * H, H, dst);
+                    dst += H;
+                }
+    }
+    KILN_RETURN_IF_ERROR(comm.all_to_all(ep.send.data(), block * H * int64_t(sizeof(float)), ep.recv.data()));
+    // This rank's tokens' slots from their experts' ranks, in the same order.
+    const int64_t r0 = first_row(me), rows = first_row(me + 1) - r0;
+    std::vector<int64_t> taken(size_t(n), 0);
+    for (int64_t t = r0; t < r0 + rows; ++t)
+        for (int64_t j = 0; j < k; ++j) {
+            const int q = owner(ids[t * k + j]);
+            std::copy_n(ep.recv.data() + size_t(q) * slot_floats + size_t(taken[size_t(q)]++ * H), H,
+                        ep.slots.y.data() + (t * k + j) * H);
+        }
+    // Sum this rank's tokens, then every rank gets every token's row.
+    const int64_t most = (T + n - 1) / n;
+    ep.send.resize(size_t(most * H));
+    KILN_RETURN_IF_ERROR(be.moe_combine(w, p, in, r0, rows, ep.slots, ep.send.data()));
+    ep.recv.resize(size_t(n * most * H));
+    KILN_RETURN_IF_ERROR(comm.all_gather(ep.send.data(), most * H * int64_t(sizeof(float)), ep.recv.data()));
+    for (int r = 0; r < n; ++r)
+        std::copy_n(ep.recv.data() + size_t(r) * size_t(most * H), size_t((first_row(r + 1) - first_row(r)) * H),
+                    out + first_row(r) * H);
+    return Status::ok();
+}
+
 }  // namespace
 
 core::Status run_step(ops::Backend& be, const loader::ModelConfig& c, const ModelWeights& w, const StepBuffers& b,
@@ -93,7 +148,7 @@ core::Status run_step(ops::Backend& be, const loader::ModelConfig& c, const Mode
     const int64_t first = options.first_layer;
     if ((first != 0 || options.resid_out) && (options.num_layers < 0 || first < 0 || first >= num_layers))
         return core::error(core::StatusCode::kInvalidArgument)
-               << "calibration pass from layer " << first << " to " << num_layers << " (num_layers set?)";
+               << "a pass from layer " << first << " to " << num_layers << " (num_layers set?)";
     if (first > 0 && !options.resid_in)
         return core::error(core::StatusCode::kInvalidArgument) << "no residual stream to start layer " << first << " from";
     if (options.resid_in) {
@@ -126,7 +181,12 @@ core::Status run_step(ops::Backend& be, const loader::ModelConfig& c, const Mode
                 };
                 mp.observe = &observe_experts;
             }
-            KILN_RETURN_IF_ERROR(be.moe_mlp(*L.moe, mp, b.xn, T, b.o));
+            if (options.ep && options.ep->comm && options.ep->comm->size() > 1) {
+                if (mp.observe) return core::error(core::StatusCode::kUnsupported) << "calibration under expert parallelism";
+                KILN_RETURN_IF_ERROR(expert_parallel_moe(be, *L.moe, mp, *options.ep, b.xn, T, H, b.o));
+            } else {
+                KILN_RETURN_IF_ERROR(be.moe_mlp(*L.moe, mp, b.xn, T, b.o));
+            }
         } else {
             KILN_RETURN_IF_ERROR(mlp_activations(be, L, act, b, T));
             observe(l, LinearInput::kDown, b.act, F);

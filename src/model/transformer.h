@@ -86,14 +86,28 @@ using LinearInputHook =
 using ExpertInputHook = std::function<void(int64_t layer, int64_t expert, LinearInput which, std::span<const float> x,
                                            int64_t rows, int64_t cols)>;
 
+// Expert parallelism (loader/tensor_parallel.h): this rank holds experts [expert_begin[rank],
+// expert_begin[rank + 1]) of each mixture-of-experts layer, and every rank holds every token (the
+// attention's all-reduce leaves them so). Each rank routes every token and runs its experts over the
+// tokens routed to them (ops::Backend::moe_experts); an all-to-all sends each expert output to the
+// rank that owns its token (rank r owns tokens [T r / n, T (r + 1) / n)), which sums them in ascending
+// expert id with the shared expert (moe_combine: the one-rank sum, bit for bit); an all-gather gives
+// every rank every token's result. The buffers are the runner's, reused.
+struct ExpertParallel {
+    dist::Communicator* comm = nullptr;
+    std::vector<int64_t> expert_begin;  // [ranks + 1]
+    ops::MoeSlots slots;
+    std::vector<float> send, recv;
+};
+
 struct StepOptions {
     const LinearInputHook* hook = nullptr;  // set: called with each projection's input (host backends only)
     const ExpertInputHook* expert_hook = nullptr;  // set: called with the experts' inputs (host backends only)
     int64_t num_layers = -1;  // run only the first num_layers layers and no logits (calibration); -1: all
-    // Calibration, host backends only (num_layers set): start at layer first_layer from the residual
-    // stream resid_in [T, H] entering it (null: from the embeddings, first_layer 0), and, with
-    // resid_out, leave the stream after the last layer run (before any final norm) there (it may be
-    // resid_in).
+    // Calibration and pipeline stages, host backends only (num_layers set): start at layer
+    // first_layer from the residual stream resid_in [T, H] entering it (null: from the embeddings,
+    // first_layer 0), and, with resid_out, leave the stream after the last layer run (before any
+    // final norm) there (it may be resid_in).
     int64_t first_layer = 0;
     const float* resid_in = nullptr;
     float* resid_out = nullptr;
@@ -101,6 +115,8 @@ struct StepOptions {
     // outputs of attn_output and ffn_down (partial sums over the rank's heads / hidden units) are
     // summed across the group before they join the residual stream. Null: one rank.
     dist::Communicator* tp = nullptr;
+    // Expert parallelism for the mixture-of-experts layers (host backends); null: every expert here.
+    ExpertParallel* ep = nullptr;
 };
 
 // The attention scale query_pre_attn_scalar^-0.5 as a multiplier of q on top of the kernels'

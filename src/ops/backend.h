@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <vector>
 
 #include "core/status.h"
 
@@ -89,6 +90,14 @@ struct MoeParams {
     const MoeInputObserver* observe = nullptr;  // set: called with the experts' inputs
 };
 
+// Expert parallelism's view of a mixture-of-experts MLP (host memory; model/transformer.cc moves the
+// slots between ranks): every row's chosen experts and weights, and the experts' outputs per slot.
+struct MoeSlots {
+    std::vector<int32_t> ids;    // [rows, top_k] each row's experts, as moe_mlp routes them
+    std::vector<float> weights;  // [rows, top_k] their weights
+    std::vector<float> y;        // [rows * top_k, H]: slot r * top_k + j = expert ids[r, j]'s output for row r
+};
+
 class Backend {
 public:
     virtual ~Backend() = default;
@@ -120,6 +129,17 @@ public:
     // row's weighted sum runs over its experts in ascending id, then the shared expert.
     virtual core::Status moe_mlp(const MoeWeights& w, const MoeParams& p, const float* in, int64_t rows,
                                  float* out) = 0;
+    // moe_mlp in two halves, for expert parallelism (host backends; others kUnsupported). First: route
+    // every row of in [rows, H] and run the experts this backend holds (w.gate_up[e] set; the other
+    // ranks' experts are null) over the rows routed to them, into their slots of `slots` (grown to
+    // rows; the other experts' slots are left as they are). Then, once every slot of rows [first,
+    // first + count) holds its expert's output: out [count, H] = each of those rows' slots weighted and
+    // summed in ascending expert id, plus the shared expert of in's rows [first, first + count): the
+    // bits moe_mlp gives.
+    virtual core::Status moe_experts(const MoeWeights& w, const MoeParams& p, const float* in, int64_t rows,
+                                     MoeSlots& slots);
+    virtual core::Status moe_combine(const MoeWeights& w, const MoeParams& p, const float* in, int64_t first,
+                                     int64_t count, const MoeSlots& slots, float* out);
     // out [num_logit_rows, n] = the rows of x [T, n] that want logits, in the step's order.
     virtual core::Status gather_logit_rows(const float* x, int64_t n, float* out) = 0;
     // x [n] = cap * tanh(x / cap) in place (Gemma 2's final logit soft-capping).

@@ -252,7 +252,12 @@ Status CpuBackend::moe_mlp(const MoeWeights& w, const MoeParams& p, const float*
     std::vector<int64_t>& active = m.active;  // the experts that got tokens: only their weights are read
     active.clear();
     for (int64_t e = 0; e < E; ++e)
-        if (m.groups.count(e) > 0) active.push_back(e);
+        if (m.groups.count(e) > 0) {
+            if (!w.gate_up[size_t(e)])
+                return core::error(StatusCode::kInternal)
+                       << "moe_mlp: expert " << e << " is on another rank (expert parallelism runs moe_experts)";
+            active.push_back(e);
+        }
     const bool observing = p.observe && *p.observe;
     if (!observing && pool_->num_threads() > 1 && int64_t(active.size()) >= pool_->num_threads() &&
         rows * k <= 16 * pool_->num_threads())
@@ -354,6 +359,61 @@ Status CpuBackend::moe_shared_expert(const MoeWeights& w, const MoeParams& p, co
         }
     });
     return Status::ok();
+}
+
+Status CpuBackend::moe_experts(const MoeWeights& w, const MoeParams& p, const float* in, int64_t rows,
+                               MoeSlots& slots) {
+    const int64_t E = w.router->rows, H = w.router->cols, k = p.top_k;
+    if (int64_t(w.gate_up.size()) != E || int64_t(w.down.size()) != E || k < 1 || k > E)
+        return core::error(StatusCode::kInternal) << "moe_experts: " << w.gate_up.size() << " / " << w.down.size()
+                                                  << " expert weights for " << E << " experts, top " << k;
+    MoeScratch& m = moe_;
+    grow(m.logits, rows * E);
+    grow(slots.ids, rows * k);
+    grow(slots.weights, rows * k);
+    grow(slots.y, rows * k * H);
+    KILN_RETURN_IF_ERROR(linear(*w.router, in, rows, w.router_bias, m.logits.data()));
+    moe_route(m.logits.data(), rows, E, k, p.norm_topk, slots.ids.data(), slots.weights.data());
+    m.groups.build(slots.ids.data(), rows, k, E);
+    for (int64_t e = 0; e < E; ++e) {  // this rank's experts that got tokens, each over its rows in row order
+        const int64_t n = m.groups.count(e);
+        if (n == 0 || !w.gate_up[size_t(e)]) continue;
+        const int64_t F = w.down[size_t(e)]->cols;
+        grow(m.x, n * H);
+        grow(m.y, n * H);
+        grow(m.gate_up, n * 2 * F);
+        grow(m.act, n * F);
+        const int64_t* entries = m.groups.entries.data() + m.groups.offsets[size_t(e)];
+        for (int64_t i = 0; i < n; ++i) std::copy_n(in + (entries[i] / k) * H, H, m.x.data() + i * H);
+        KILN_RETURN_IF_ERROR(
+            expert_mlp(*pool_, w, p, e, m.x.data(), n, m.gate_up.data(), m.act.data(), m.y.data(), scratch_));
+        for (int64_t i = 0; i < n; ++i) std::copy_n(m.y.data() + i * H, H, slots.y.data() + entries[i] * H);
+    }
+    return Status::ok();
+}
+
+Status CpuBackend::moe_combine(const MoeWeights& w, const MoeParams& p, const float* in, int64_t first, int64_t count,
+                               const MoeSlots& slots, float* out) {
+    const int64_t H = w.router->cols, k = p.top_k;
+    if (count == 0) return Status::ok();
+    std::fill_n(out, count * H, 0.0f);
+    pool_->parallel_for(count, [&](int64_t b, int64_t end) {
+        for (int64_t i = b; i < end; ++i) {
+            const int64_t r = first + i;
+            const int32_t* ids = slots.ids.data() + r * k;
+            float* o = out + i * H;
+            for (int64_t done = 0, last = -1; done < k; ++done) {  // slots in ascending expert id, as moe_mlp
+                int64_t j = -1;
+                for (int64_t s = 0; s < k; ++s)
+                    if (ids[s] > last && (j < 0 || ids[s] < ids[j])) j = s;
+                last = ids[j];
+                const float wj = slots.weights[size_t(r * k + j)];
+                const float* y = slots.y.data() + (r * k + j) * H;
+                for (int64_t c = 0; c < H; ++c) o[c] += wj * y[c];
+            }
+        }
+    });
+    return moe_shared_expert(w, p, in + first * H, count, out);
 }
 
 Status CpuBackend::gather_logit_rows(const float* x, int64_t n, float* out) {

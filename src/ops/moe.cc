@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "ops/backend.h"
+
 namespace kiln::ops {
 
 void moe_route(const float* logits, int64_t rows, int64_t E, int64_t k, bool norm_topk, int32_t* ids, float* weights) {
@@ -44,6 +46,15 @@ void MoeGroups::build(const int32_t* ids, int64_t rows, int64_t k, int64_t E) {
     for (int64_t e = 0; e < E; ++e) offsets[size_t(e) + 1] += offsets[size_t(e)];
     std::vector<int64_t> fill(offsets.begin(), offsets.end() - 1);
     for (int64_t i = 0; i < rows * k; ++i) entries[size_t(fill[size_t(ids[i])]++)] = i;
+}
+
+// Expert parallelism's halves of moe_mlp: host backends only (ops/backend.h).
+core::Status Backend::moe_experts(const MoeWeights&, const MoeParams&, const float*, int64_t, MoeSlots&) {
+    return core::error(core::StatusCode::kUnsupported) << "expert parallelism runs on the CPU backend only";
+}
+core::Status Backend::moe_combine(const MoeWeights&, const MoeParams&, const float*, int64_t, int64_t, const MoeSlots&,
+                                  float*) {
+    return core::error(core::StatusCode::kUnsupported) << "expert parallelism runs on the CPU backend only";
 }
 
 }  // namespace kiln::ops

@@ -179,6 +179,45 @@ TEST_P(MoeMlp, EachRowAloneEqualsTheBatchBitForBit) {
     }
 }
 
+// Expert parallelism's halves (Backend::moe_experts / moe_combine): two "ranks", each holding two
+// of the four experts (the others null), each filling its experts' slots; the slots put together
+// and combined in two row ranges give moe_mlp's result bit for bit (int8 activations: the
+// default kernels), and moe_mlp refuses a block with experts missing.
+TEST_P(MoeMlp, ExpertHalvesOnTwoRanksEqualTheWholeBitForBit) {
+    const auto [norm, shared] = GetParam();
+    core::ThreadPool pool(2);
+    CpuBackend be(&pool, kernels::cpu::best_isa());
+    Block blk(shared);
+    const int64_t rows = 9;
+    const std::vector<float> x = rows_of_inputs(rows);
+    const MoeParams p{2, norm, GatedAct::kSilu};
+    std::vector<float> whole(size_t(rows * kH));
+    ASSERT_TRUE(be.moe_mlp(blk.w, p, x.data(), rows, whole.data()).is_ok());
+    MoeSlots rank[2];
+    for (int r = 0; r < 2; ++r) {
+        std::vector<const Weight*> gu = blk.gate_up, dn = blk.down;
+        for (int64_t e = 0; e < kE; ++e)
+            if (e / 2 != r) gu[size_t(e)] = dn[size_t(e)] = nullptr;
+        MoeWeights mine = blk.w;
+        mine.gate_up = gu;
+        mine.down = dn;
+        ASSERT_TRUE(be.moe_experts(mine, p, x.data(), rows, rank[r]).is_ok());
+        if (r == 0) {
+            std::vector<float> out(size_t(rows * kH));
+            EXPECT_FALSE(be.moe_mlp(mine, p, x.data(), rows, out.data()).is_ok());
+        }
+    }
+    ASSERT_EQ(rank[0].ids, rank[1].ids);
+    MoeSlots all = rank[0];
+    for (int64_t s = 0; s < rows * 2; ++s)  // each slot from the rank holding its expert
+        if (all.ids[size_t(s)] / 2 == 1)
+            std::copy_n(rank[1].y.data() + s * kH, kH, all.y.data() + s * kH);
+    std::vector<float> combined(size_t(rows * kH));
+    ASSERT_TRUE(be.moe_combine(blk.w, p, x.data(), 0, 4, all, combined.data()).is_ok());
+    ASSERT_TRUE(be.moe_combine(blk.w, p, x.data(), 4, rows - 4, all, combined.data() + 4 * kH).is_ok());
+    EXPECT_EQ(combined, whole);
+}
+
 INSTANTIATE_TEST_SUITE_P(NormShared, MoeMlp,
                          ::testing::Combine(::testing::Bool(), ::testing::Bool()));
 

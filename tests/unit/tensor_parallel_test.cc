@@ -3,7 +3,7 @@
 // rounding at every position, prompt and decode, for the dense families (biases, q/k norms,
 // soft-capping, sandwich norms, sliding windows), stories260K and SmolLM2, with the KV heads split
 // (TP <= KV heads) and replicated (TP > KV heads), and every rank's logits bit-identical. Then the
-// serving engine over a TP group (rank 0 the engine, the others engine::run_tp_follower): a batch of
+// serving engine over a TP group (rank 0 the engine, the others engine::run_follower): a batch of
 // greedy and seeded requests gives the tokens one rank gives, and logits within f32 rounding.
 #include <gtest/gtest.h>
 
@@ -14,8 +14,9 @@
 
 #include "dist/communicator.h"
 #include "engine/engine_core.h"
-#include "engine/tensor_parallel.h"
+#include "engine/parallel.h"
 #include "loader/checkpoint_tokenizer.h"
+#include "loader/layer_tensors.h"
 #include "loader/tensor_parallel.h"
 #include "model/cpu_model.h"
 #include "support/test_support.h"
@@ -85,8 +86,25 @@ TEST(TensorParallel, Shares) {
     EXPECT_FALSE(loader::tp_share(c, 0, 8).is_ok());   // more ranks than query heads
     EXPECT_FALSE(loader::tp_share(c, 2, 2).is_ok());   // no rank 2 of 2
     EXPECT_FALSE(loader::tp_share(c, 0, 2, 1000).is_ok());  // 1536 is not whole blocks of 1000
+    // experts: whole experts in runs, the larger first (8 experts at 3 ranks: 3, 3, 2); MLP units whole
     c.num_experts = 8;
-    EXPECT_FALSE(loader::tp_share(c, 0, 2).is_ok());
+    c.num_heads = 6;
+    c.num_kv_heads = 3;
+    std::vector<TpShare> e;
+    for (int r = 0; r < 3; ++r) {
+        auto x = loader::tp_share(c, r, 3);
+        ASSERT_TRUE(x.is_ok()) << x.status().to_string();
+        e.push_back(*x);
+    }
+    EXPECT_EQ(e[0].expert_begin, 0);
+    EXPECT_EQ(e[0].num_experts, 3);
+    EXPECT_EQ(e[1].expert_begin, 3);
+    EXPECT_EQ(e[1].num_experts, 3);
+    EXPECT_EQ(e[2].expert_begin, 6);
+    EXPECT_EQ(e[2].num_experts, 2);
+    EXPECT_EQ(e[2].ffn_size, c.intermediate_size);
+    c.num_experts = 2;
+    EXPECT_FALSE(loader::tp_share(c, 0, 3).is_ok());  // more ranks than experts
 }
 
 // Logits [tokens, vocab] of a prompt and then three decode steps, by one rank or a group.
@@ -174,6 +192,30 @@ TEST(TensorParallel, FamiliesMatchOneRank) {
     }
 }
 
+// A mixture of experts: attention split by heads, experts spread over the ranks (expert
+// parallelism: each rank runs its experts on every token routed to them, the outputs go to the
+// token's rank by all-to-all and are summed there). Mixtral, Qwen2-MoE (shared expert), Qwen3-MoE
+// (8 experts, top 3), gpt-oss (biased router, expert biases, attention sinks, sliding windows).
+TEST(TensorParallel, ExpertParallelFamiliesMatchOneRank) {
+    for (const char* name : {"mixtral", "qwen2-moe", "qwen3-moe", "gpt-oss"}) {
+        SCOPED_TRACE(name);
+        auto ck = loader::load_checkpoint(family(name));
+        ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
+        expect_tp_matches(*ck, {2, 4}, 1e-5, /*f32_activations=*/true);
+        expect_tp_matches(*ck, {2}, -1, false);  // ranks agree bit for bit with int8 activations too
+        auto s = loader::tp_slice(*ck, 1, 2);
+        ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+        const int64_t half = (ck->config.num_experts + 1) / 2;
+        EXPECT_EQ(s->config.expert_begin, half);
+        EXPECT_EQ(s->find(loader::layer_tensor_name(0, loader::LayerTensor::kExpertDown, 0)), nullptr);
+        EXPECT_NE(s->find(loader::layer_tensor_name(0, loader::LayerTensor::kExpertDown, half)), nullptr);
+        EXPECT_NE(s->find(loader::layer_tensor_name(0, loader::LayerTensor::kRouter)), nullptr);
+    }
+    auto olmoe = loader::load_checkpoint(family("olmoe"));  // q/k norms over all heads: refused
+    ASSERT_TRUE(olmoe.is_ok());
+    EXPECT_FALSE(loader::tp_slice(*olmoe, 0, 2).is_ok());
+}
+
 TEST(TensorParallel, Stories260K) {
     const std::string path = test::testdata("models/stories260K/stories260K.bin");
     if (!test::file_exists(path)) KILN_SKIP_MISSING() << "no " << path;
@@ -226,18 +268,20 @@ struct EngineRun {
     std::map<int64_t, std::vector<float>> logits;
     core::Status status;
 };
-EngineRun run_engine(const Checkpoint& ck, dist::Communicator* tp) {
+// The tokenizer comes from tok_ck (a tiny family model has none).
+EngineRun run_engine(const Checkpoint& ck, const Checkpoint& tok_ck, dist::Communicator* tp) {
     EngineRun out;
     core::ThreadPool pool(1);
     auto m = model::CpuModel::create(ck, &pool);
     if (!m.is_ok()) return {{}, {}, m.status()};
     (*m)->set_tensor_parallel(tp);
     if (tp && tp->rank() != 0) {
-        out.status = engine::run_tp_follower(**m, *tp);
+        out.status = engine::run_follower(**m, *tp);
         return out;
     }
-    auto tok = loader::find_tokenizer(ck, "");
+    auto tok = loader::find_tokenizer(tok_ck, "");
     if (!tok.is_ok()) return {{}, {}, tok.status()};
+    const int64_t ids = std::min<int64_t>(500, ck.config.vocab_size - 3);
     engine::EngineConfig c;
     c.block_size = 4;
     c.num_kv_blocks = 200;
@@ -246,7 +290,7 @@ EngineRun run_engine(const Checkpoint& ck, dist::Communicator* tp) {
     if (!core.is_ok()) return {{}, {}, core.status()};
     for (int64_t id = 0; id < 8; ++id) {
         engine::Request r;
-        for (int i = 0; i < 12 + 5 * int(id); ++i) r.prompt.push_back(int32_t((i < 10 ? i * 13 : i * 7 + id) % 500 + 3));
+        for (int i = 0; i < 12 + 5 * int(id); ++i) r.prompt.push_back(int32_t((i < 10 ? i * 13 : i * 7 + id) % ids + 3));
         r.params.max_tokens = 10;
         r.params.ignore_eos = true;
         if (id % 2) {
@@ -271,31 +315,41 @@ EngineRun run_engine(const Checkpoint& ck, dist::Communicator* tp) {
 TEST(TensorParallel, EngineMatchesOneRank) {
     const std::string path = test::testdata("models/stories260K/stories260K.bin");
     if (!test::file_exists(path)) KILN_SKIP_MISSING() << "no " << path;
-    auto ck = loader::load_checkpoint(path);
-    ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
-    const EngineRun one = run_engine(*ck, nullptr);
-    ASSERT_TRUE(one.status.is_ok()) << one.status.to_string();
-    ASSERT_EQ(one.tokens.size(), 8u);
-    for (int n : {2, 4}) {
-        auto group = dist::make_thread_group(n);
-        std::vector<EngineRun> runs(static_cast<size_t>(n));
-        std::vector<std::thread> threads;
-        for (int r = 0; r < n; ++r)
-            threads.emplace_back([&, r] {
-                group[size_t(r)]->set_timeout_seconds(30);
-                auto sliced = loader::tp_slice(*ck, r, n);
-                runs[size_t(r)] = sliced.is_ok() ? run_engine(*sliced, group[size_t(r)].get())
-                                                 : EngineRun{{}, {}, sliced.status()};
-            });
-        for (auto& t : threads) t.join();
-        for (int r = 0; r < n; ++r) ASSERT_TRUE(runs[size_t(r)].status.is_ok()) << r << ": " << runs[size_t(r)].status.to_string();
-        EXPECT_EQ(runs[0].tokens, one.tokens) << "TP " << n;
-        double worst = 0;
-        for (const auto& [id, l] : one.logits) {
-            ASSERT_EQ(runs[0].logits.at(id).size(), l.size());
-            for (size_t i = 0; i < l.size(); ++i) worst = std::max(worst, double(std::fabs(runs[0].logits.at(id)[i] - l[i])));
+    auto stories = loader::load_checkpoint(path);
+    ASSERT_TRUE(stories.is_ok()) << stories.status().to_string();
+    // stories260K (TP 2 and 4), and two mixtures of experts under expert parallelism (with
+    // stories260K's tokenizer: token ids stay below their 256-token vocabularies)
+    for (const std::string name : {"stories260K", "mixtral", "qwen2-moe"}) {
+        SCOPED_TRACE(name);
+        auto loaded = name == "stories260K" ? stories : loader::load_checkpoint(family(name));
+        ASSERT_TRUE(loaded.is_ok()) << loaded.status().to_string();
+        const Checkpoint& ck = *loaded;
+        const EngineRun one = run_engine(ck, *stories, nullptr);
+        ASSERT_TRUE(one.status.is_ok()) << one.status.to_string();
+        ASSERT_EQ(one.tokens.size(), 8u);
+        for (int n : {2, 4}) {
+            auto group = dist::make_thread_group(n);
+            std::vector<EngineRun> runs(static_cast<size_t>(n));
+            std::vector<std::thread> threads;
+            for (int r = 0; r < n; ++r)
+                threads.emplace_back([&, r] {
+                    group[size_t(r)]->set_timeout_seconds(30);
+                    auto sliced = loader::tp_slice(ck, r, n);
+                    runs[size_t(r)] = sliced.is_ok() ? run_engine(*sliced, *stories, group[size_t(r)].get())
+                                                     : EngineRun{{}, {}, sliced.status()};
+                });
+            for (auto& t : threads) t.join();
+            for (int r = 0; r < n; ++r)
+                ASSERT_TRUE(runs[size_t(r)].status.is_ok()) << r << ": " << runs[size_t(r)].status.to_string();
+            EXPECT_EQ(runs[0].tokens, one.tokens) << "TP " << n;
+            double worst = 0;
+            for (const auto& [id, l] : one.logits) {
+                ASSERT_EQ(runs[0].logits.at(id).size(), l.size());
+                for (size_t i = 0; i < l.size(); ++i)
+                    worst = std::max(worst, double(std::fabs(runs[0].logits.at(id)[i] - l[i])));
+            }
+            EXPECT_LE(worst, 1e-4) << "TP " << n;  // logits of magnitude ~10: 1e-5 of their range
         }
-        EXPECT_LE(worst, 1e-4) << "TP " << n;  // logits of magnitude ~10: 1e-5 of their range
     }
 }
 

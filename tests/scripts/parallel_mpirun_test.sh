@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Tensor parallelism under mpirun (docs/parallel.md): `mpirun -np N kiln generate --tp N` gives the text
-# one process gives, greedy and sampled, on stories260K (TP 2 and 4: KV heads split, then replicated)
-# and on SmolLM2 with f32 activations (9 heads over 3 KV heads: TP 2 splits them 2 + 1, TP 3); bad
-# launches are clear errors; a rank that dies ends the job (mpirun names it) and a rank that hangs
-# ends it after --collective-timeout with kiln's message naming the operation. Ranks share this
-# machine's cores (--oversubscribe). SIGTERM to mpirun drains the server and every rank exits.
+# Tensor, pipeline and expert parallelism under mpirun (docs/parallel.md): `mpirun -np N kiln generate
+# --tp T --pp P` (--ep E) gives the text one process gives, greedy and sampled, on stories260K (TP 2
+# and 4: KV heads split, then replicated; PP 2 and 3; TP 2 x PP 2), on a synthetic mixture of experts
+# (EP 2 and 4, PP 2, TP/EP 2 x PP 2) and on SmolLM2 (9 heads over 3 KV heads: TP 2
+# splits them 2 + 1, TP 3, with f32 activations; PP 2 with the default int8 ones, which pipeline
+# stages leave bit for bit unchanged; TP 2 x PP 2); bad launches are clear errors; a rank that dies
+# ends the job (mpirun names it) and a rank that hangs ends it after --collective-timeout with kiln's
+# message naming the operation. Ranks share this machine's cores (--oversubscribe). SIGTERM to
+# mpirun drains the server and every rank exits.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/skip.sh"
 D="$KILN_TESTDATA/models/stories260K"
@@ -22,20 +25,32 @@ export OMPI_MCA_btl_vader_single_copy_mechanism=none
 MPI=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
 fail() { echo "FAIL: $*"; exit 1; }
 
-same_text() {  # NAME NP ARGS...: one process, then NP ranks with --tp NP: the same stdout
-    local name=$1 np=$2
-    shift 2
+same_text() {  # NAME NP "PARALLEL FLAGS" ARGS...: one process, then NP ranks with the flags: the same stdout
+    local name=$1 np=$2 flags=$3
+    shift 3
     "$KILN_BIN" generate "$@" -t 1 2>"$T/$name.1.err" >"$T/$name.1.txt" || { cat "$T/$name.1.err"; fail "$name alone"; }
-    "${MPI[@]}" -np "$np" "$KILN_BIN" generate "$@" -t 1 --tp "$np" 2>"$T/$name.$np.err" >"$T/$name.$np.txt" ||
-        { cat "$T/$name.$np.err"; fail "$name under mpirun -np $np"; }
+    # shellcheck disable=SC2086
+    "${MPI[@]}" -np "$np" "$KILN_BIN" generate "$@" -t 1 $flags 2>"$T/$name.$np.err" >"$T/$name.$np.txt" ||
+        { cat "$T/$name.$np.err"; fail "$name under mpirun -np $np $flags"; }
     [ -s "$T/$name.1.txt" ] || fail "$name: no text"
     cmp -s "$T/$name.1.txt" "$T/$name.$np.txt" ||
-        { diff "$T/$name.1.txt" "$T/$name.$np.txt" | head; fail "$name: TP $np differs from one process"; }
-    echo "ok: $name at TP $np: $(head -c 60 "$T/$name.1.txt" | tr '\n' ' ')..."
+        { diff "$T/$name.1.txt" "$T/$name.$np.txt" | head; fail "$name: $flags differs from one process"; }
+    echo "ok: $name at $flags: $(head -c 60 "$T/$name.1.txt" | tr '\n' ' ')..."
 }
-same_text greedy 2 -m "$M" -p "Once upon a time" -n 96 --temp 0
-same_text greedy 4 -m "$M" -p "Once upon a time" -n 96 --temp 0
-same_text sampled 2 -m "$M" -p "The dog" -n 96 --temp 0.8 --top-p 0.95 --seed 7
+same_text greedy 2 "--tp 2" -m "$M" -p "Once upon a time" -n 96 --temp 0
+same_text greedy 4 "--tp 4" -m "$M" -p "Once upon a time" -n 96 --temp 0
+same_text sampled 2 "--tp 2" -m "$M" -p "The dog" -n 96 --temp 0.8 --top-p 0.95 --seed 7
+same_text greedy 2 "--pp 2" -m "$M" -p "Once upon a time" -n 96 --temp 0
+same_text greedy 3 "--pp 3" -m "$M" -p "Once upon a time" -n 96 --temp 0
+same_text sampled 2 "--pp 2" -m "$M" -p "The dog" -n 96 --temp 0.8 --top-p 0.95 --seed 7
+same_text greedy 4 "--tp 2 --pp 2" -m "$M" -p "Once upon a time" -n 96 --temp 0
+# A mixture of experts (kiln synth's tiny-moe: 4 experts, top 2): its experts spread over the ranks
+# (--ep, or --tp), its attention split over them, and the same under pipeline stages.
+"$KILN_BIN" synth --preset tiny-moe --dtype q8_0 -o "$T/moe.gguf" > /dev/null
+same_text moe 2 "--ep 2" -m "$T/moe.gguf" -p "Once upon a time" -n 48 --temp 0 --f32-activations
+same_text moe 4 "--ep 4" -m "$T/moe.gguf" -p "Once upon a time" -n 48 --temp 0 --f32-activations
+same_text moe 2 "--pp 2" -m "$T/moe.gguf" -p "Once upon a time" -n 48 --temp 0
+same_text moe 4 "--tp 2 --pp 2" -m "$T/moe.gguf" -p "Once upon a time" -n 48 --temp 0 --f32-activations
 S="$(python3 - <<'PY'
 import os
 print(os.environ.get("KILN_SMOLLM2") or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
@@ -43,8 +58,10 @@ print(os.environ.get("KILN_SMOLLM2") or os.path.join(os.environ.get("XDG_CACHE_H
 PY
 )"
 if [ -f "$S" ]; then
-    same_text smollm2 2 -m "$S" -p "The capital of France is" -n 32 --temp 0 --f32-activations
-    same_text smollm2 3 -m "$S" -p "The capital of France is" -n 32 --temp 0 --f32-activations
+    same_text smollm2 2 "--tp 2" -m "$S" -p "The capital of France is" -n 32 --temp 0 --f32-activations
+    same_text smollm2 3 "--tp 3" -m "$S" -p "The capital of France is" -n 32 --temp 0 --f32-activations
+    same_text smollm2 2 "--pp 2" -m "$S" -p "The capital of France is" -n 32 --temp 0
+    same_text smollm2 4 "--tp 2 --pp 2" -m "$S" -p "The capital of France is" -n 32 --temp 0 --f32-activations
 elif [ "${KILN_TEST_STRICT:-0}" = "1" ]; then
     fail "SmolLM2 not installed ($S; scripts/setup)"
 fi
@@ -54,6 +71,10 @@ set +e
 "$KILN_BIN" generate -m "$M" -p x -n 4 --tp 2 > /dev/null 2> "$T/e1.txt"; rc1=$?
 timeout 60 "${MPI[@]}" -np 2 "$KILN_BIN" generate -m "$M" -p x -n 4 --tp 3 > /dev/null 2> "$T/e2.txt"; rc2=$?
 "$KILN_BIN" generate -m "$M" -p x -n 4 --tp 0 > /dev/null 2> "$T/e3.txt"; rc3=$?
+timeout 60 "${MPI[@]}" -np 4 "$KILN_BIN" generate -m "$M" -p x -n 4 --tp 2 --pp 3 > /dev/null 2> "$T/e5.txt"; rc5=$?
+timeout 60 "${MPI[@]}" -np 2 "$KILN_BIN" generate -m "$M" -p x -n 4 --pp 2 --spec layers:2 > /dev/null 2> "$T/e6.txt"; rc6=$?
+timeout 60 "${MPI[@]}" -np 2 "$KILN_BIN" generate -m "$M" -p x -n 4 --ep 2 > /dev/null 2> "$T/e7.txt"; rc7=$?
+"$KILN_BIN" generate -m "$M" -p x -n 4 --tp 2 --ep 4 > /dev/null 2> "$T/e8.txt"; rc8=$?
 # rank 0 refuses the options once the group exists: the job ends at once, the others do not wait
 timeout 60 "${MPI[@]}" -np 2 "$KILN_BIN" generate -m "$M" -p x -n 4 --tp 2 --spec layers:2 > /dev/null 2> "$T/e4.txt"; rc4=$?
 set -e
@@ -62,6 +83,11 @@ set -e
 [ "$rc3" = 2 ] && grep -q -- "--tp needs an integer" "$T/e3.txt" || { cat "$T/e3.txt"; fail "--tp 0"; }
 [ "$rc4" != 0 ] && [ "$rc4" != 124 ] && grep -q "kiln: rank 0 of 2: .*ending the job" "$T/e4.txt" ||
     { cat "$T/e4.txt"; fail "an error on rank 0 after start-up (rc $rc4)"; }
+[ "$rc5" != 0 ] && [ "$rc5" != 124 ] && grep -q "needs 6 ranks" "$T/e5.txt" || { cat "$T/e5.txt"; fail "--tp 2 --pp 3 on 4 ranks (rc $rc5)"; }
+[ "$rc6" != 0 ] && [ "$rc6" != 124 ] && grep -q "kiln: rank 0 of 2: .*ending the job" "$T/e6.txt" ||
+    { cat "$T/e6.txt"; fail "an error on rank 0 of a pipeline after start-up (rc $rc6)"; }
+[ "$rc7" != 0 ] && [ "$rc7" != 124 ] && grep -q "has no experts" "$T/e7.txt" || { cat "$T/e7.txt"; fail "--ep on a dense model (rc $rc7)"; }
+[ "$rc8" != 0 ] && grep -q "needs --tp 4" "$T/e8.txt" || { cat "$T/e8.txt"; fail "--tp 2 --ep 4"; }
 echo "ok: bad launches"
 
 # A rank that dies or hangs under `kiln serve`: the job ends, and says which rank.
@@ -74,8 +100,9 @@ rank_pid() {  # the pid of rank $1 of the job started by $mpi_pid
         fi
     done
 }
-serve_until_ready() {  # LOG: serve under mpirun -np 2; sets mpi_pid and port
-    "${MPI[@]}" -np 2 "$KILN_BIN" serve -m "$M" --tp 2 -t 1 --collective-timeout 3 --port 0 > "$1" 2>&1 &
+serve_until_ready() {  # LOG [FLAGS]: serve under mpirun -np 2 (--tp 2 by default); sets mpi_pid and port
+    # shellcheck disable=SC2086
+    "${MPI[@]}" -np 2 "$KILN_BIN" serve -m "$M" ${2:---tp 2} -t 1 --collective-timeout 3 --port 0 > "$1" 2>&1 &
     mpi_pid=$!
     port=""
     for _ in $(seq 1 600); do
@@ -116,6 +143,12 @@ kill -9 "$(rank_pid 1)"
 ends_within 30 || fail "the job ended with status 0 after a rank was killed"
 grep -Eiq "rank 1" "$T/killed.log" || { cat "$T/killed.log"; fail "the job's end does not name rank 1"; }
 echo "ok: a killed rank ends the job: $(grep -Ei 'rank 1' "$T/killed.log" | head -n 1)"
+serve_until_ready "$T/killed-pp.log" "--pp 2"
+[ -n "$(complete)" ] || fail "no completion from the PP server"
+kill -9 "$(rank_pid 1)"
+ends_within 30 || fail "the job ended with status 0 after a pipeline stage was killed"
+grep -Eiq "rank 1" "$T/killed-pp.log" || { cat "$T/killed-pp.log"; fail "the job's end does not name rank 1"; }
+echo "ok: a killed pipeline stage ends the job"
 serve_until_ready "$T/hung.log"
 kill -STOP "$(rank_pid 1)"
 complete > /dev/null &

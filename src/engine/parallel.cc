@@ -1,11 +1,10 @@
-// The rank-0-to-followers step protocol of tensor_parallel.h. A step's payload is one buffer:
+// The rank-0-to-followers step protocol of parallel.h. A step's payload is one buffer:
 // int64 [num_tokens, num_seqs], the token ids (int32), per sequence int64 [start, num_tokens,
 // num_logits, table_len], then the block tables (int32) one after another.
-#include "engine/tensor_parallel.h"
+#include "engine/parallel.h"
 
 #include <cstring>
 
-#include "kv/kv_storage.h"
 
 namespace kiln::engine {
 namespace {
@@ -48,8 +47,29 @@ core::Status unbounded(dist::Communicator& comm, Fn fn) {
 
 }  // namespace
 
-core::Status tp_send_pool(dist::Communicator& comm, const TpPool& pool) {
-    TpPool p = pool;
+int64_t kv_pool_block_bytes(const loader::ModelConfig& c, int64_t block_size, kernels::KvDtype dtype) {
+    return kv::KvStorage::bytes_per_block(c.stage_layers(), block_size,
+                                          kernels::kv_row_bytes(dtype, c.num_kv_heads, c.head_dim));
+}
+
+core::Result<KvPool> make_kv_pool(const loader::ModelConfig& c, int64_t num_blocks, int64_t block_size,
+                                  kernels::KvDtype dtype) {
+    KvPool p;
+    KILN_ASSIGN_OR_RETURN(p.storage, kv::KvStorage::create(c.stage_layers(), num_blocks, block_size,
+                                                           kernels::kv_row_bytes(dtype, c.num_kv_heads, c.head_dim)));
+    p.layers = std::make_shared<model::KvLayers>();
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+        p.layers->k.push_back(c.has_layer(l) ? p.storage->k(l - c.stage_begin) : nullptr);
+        p.layers->v.push_back(c.has_layer(l) ? p.storage->v(l - c.stage_begin) : nullptr);
+    }
+    p.layers->block_size = block_size;
+    p.layers->dtype = dtype;
+    p.layers->num_slots = num_blocks * block_size;
+    return p;
+}
+
+core::Status send_pool(dist::Communicator& comm, const PoolPlan& pool) {
+    PoolPlan p = pool;
     // Then every rank has its weights and its pool before the first step's deadlines start.
     return unbounded(comm, [&] {
         KILN_RETURN_IF_ERROR(comm.broadcast(&p, sizeof(p), 0));
@@ -57,7 +77,7 @@ core::Status tp_send_pool(dist::Communicator& comm, const TpPool& pool) {
     });
 }
 
-core::Status tp_send_step(dist::Communicator& comm, std::span<const int32_t> tokens,
+core::Status send_step(dist::Communicator& comm, std::span<const int32_t> tokens,
                           std::span<const model::BatchSeq> seqs) {
     std::vector<uint8_t> b;
     const int64_t counts[2] = {int64_t(tokens.size()), int64_t(seqs.size())};
@@ -73,28 +93,18 @@ core::Status tp_send_step(dist::Communicator& comm, std::span<const int32_t> tok
     return comm.broadcast(b.data(), int64_t(b.size()), 0);
 }
 
-core::Status tp_send_stop(dist::Communicator& comm) {
+core::Status send_stop(dist::Communicator& comm) {
     int64_t header[2] = {kStop, 0};
     return comm.broadcast(header, sizeof(header), 0);
 }
 
-core::Status run_tp_follower(model::CpuModel& model, dist::Communicator& comm) {
-    TpPool pool;
+core::Status run_follower(model::CpuModel& model, dist::Communicator& comm) {
+    PoolPlan pool;
     KILN_RETURN_IF_ERROR(unbounded(comm, [&] { return comm.broadcast(&pool, sizeof(pool), 0); }));
-    const loader::ModelConfig& mc = model.config();
-    const auto dtype = kernels::KvDtype(pool.kv_dtype);
-    const int64_t row_bytes = kernels::kv_row_bytes(dtype, mc.num_kv_heads, mc.head_dim);
-    KILN_ASSIGN_OR_RETURN(std::unique_ptr<kv::KvStorage> storage,
-                          kv::KvStorage::create(mc.num_layers, pool.num_kv_blocks, pool.block_size, row_bytes));
-    KILN_RETURN_IF_ERROR(unbounded(comm, [&] { return comm.barrier(); }));  // rank 0's tp_send_pool
-    model::KvLayers layers;
-    for (int64_t l = 0; l < mc.num_layers; ++l) {
-        layers.k.push_back(storage->k(l));
-        layers.v.push_back(storage->v(l));
-    }
-    layers.block_size = pool.block_size;
-    layers.dtype = dtype;
-    layers.num_slots = pool.num_kv_blocks * pool.block_size;
+    KILN_ASSIGN_OR_RETURN(const KvPool kv, make_kv_pool(model.config(), pool.num_kv_blocks, pool.block_size,
+                                                         kernels::KvDtype(pool.kv_dtype)));
+    KILN_RETURN_IF_ERROR(unbounded(comm, [&] { return comm.barrier(); }));  // rank 0's send_pool
+    const model::KvLayers& layers = *kv.layers;
     std::vector<uint8_t> payload;
     std::vector<int32_t> tokens, tables;
     std::vector<model::BatchSeq> seqs;
@@ -105,7 +115,7 @@ core::Status run_tp_follower(model::CpuModel& model, dist::Communicator& comm) {
         KILN_RETURN_IF_ERROR(unbounded(comm, [&] { return comm.broadcast(header, sizeof(header), 0); }));
         if (header[0] == kStop) return core::Status::ok();
         if (header[0] != kStep || header[1] < 16)
-            return core::error(core::StatusCode::kInternal) << "tensor parallel: a bad step header from rank 0";
+            return core::error(core::StatusCode::kInternal) << "parallel ranks: a bad step header from rank 0";
         payload.resize(size_t(header[1]));
         KILN_RETURN_IF_ERROR(comm.broadcast(payload.data(), header[1], 0));
         Reader r{payload};
@@ -116,7 +126,7 @@ core::Status run_tp_follower(model::CpuModel& model, dist::Communicator& comm) {
         seqs.assign(ok ? size_t(counts[1]) : 0, {});
         std::vector<int64_t> table_lens(seqs.size());
         for (size_t i = 0; ok && i < seqs.size(); ++i) {
-            int64_t v[4];
+            int64_t v[4] = {0, 0, 0, 0};
             ok = r.get(v, 4) && v[3] >= 0;
             seqs[i] = {v[0], v[1], {}, v[2]};
             table_lens[i] = ok ? v[3] : 0;
@@ -125,7 +135,7 @@ core::Status run_tp_follower(model::CpuModel& model, dist::Communicator& comm) {
         for (int64_t n : table_lens) total += n;
         tables.resize(size_t(total));
         ok = ok && r.get(tables.data(), tables.size()) && r.at == payload.size();
-        if (!ok) return core::error(core::StatusCode::kInternal) << "tensor parallel: a malformed step from rank 0";
+        if (!ok) return core::error(core::StatusCode::kInternal) << "parallel ranks: a malformed step from rank 0";
         for (size_t i = 0, at = 0; i < seqs.size(); at += size_t(table_lens[i]), ++i)
             seqs[i].block_table = std::span<const int32_t>(tables.data() + at, size_t(table_lens[i]));
         // A failed step may have run some of its collectives: the ranks can no longer be matched up.

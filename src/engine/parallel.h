@@ -1,0 +1,56 @@
+// Parallel ranks in the engine (docs/parallel.md): rank 0 runs the whole engine (scheduler,
+// sampling, the server); before each forward pass it sends the step's plan (token ids and the
+// sequences with their block tables) to the other ranks, which run the same pass with their own
+// K/V pools (the same blocks: their KV heads under tensor parallelism, their layers under pipeline
+// parallelism) and return nothing: rank 0 gets the logits (the all-reduces of a tensor-parallel
+// step keep every rank's hidden states equal; the last pipeline stage sends them to rank 0).
+// Protocol, in broadcasts from rank 0 over the model's step group (CpuModel::step_group): once,
+// the pool (PoolPlan); then per step a header {kind, payload bytes} and the payload; kind kStop
+// ends the followers' loop.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/status.h"
+#include "dist/communicator.h"
+#include "kernels/kernel_params.h"
+#include "kv/kv_storage.h"
+#include "model/cpu_model.h"
+
+namespace kiln::engine {
+
+// A model's paged K/V pool for its layers (a pipeline stage's only; the others' entries null).
+struct KvPool {
+    std::unique_ptr<kv::KvStorage> storage;
+    std::shared_ptr<model::KvLayers> layers;
+};
+// kInvalidArgument / kOutOfMemory as KvStorage::create says.
+core::Result<KvPool> make_kv_pool(const loader::ModelConfig& config, int64_t num_blocks, int64_t block_size,
+                                  kernels::KvDtype dtype);
+// Bytes one block of that pool takes (the stage's layers, K and V).
+int64_t kv_pool_block_bytes(const loader::ModelConfig& config, int64_t block_size, kernels::KvDtype dtype);
+
+struct PoolPlan {
+    int64_t num_kv_blocks = 0;
+    int64_t block_size = 0;
+    int64_t kv_dtype = 0;  // kernels::KvDtype
+};
+
+// Rank 0: the pool every rank allocates (its own row size, these blocks); returns once every rank has
+// its pool (no deadline: ranks may still be loading their weights).
+core::Status send_pool(dist::Communicator& comm, const PoolPlan& pool);
+// Rank 0, before its own forward pass: the step's plan.
+core::Status send_step(dist::Communicator& comm, std::span<const int32_t> tokens,
+                          std::span<const model::BatchSeq> seqs);
+// Rank 0, when its engine goes away: the followers return.
+core::Status send_stop(dist::Communicator& comm);
+
+// Ranks 1..n-1: receive the pool, allocate it, and run every step rank 0 sends until it sends stop.
+// A step that fails here returns its error (the caller ends the job: the ranks' collectives can no
+// longer be matched up); a collective that times out ends the job.
+core::Status run_follower(model::CpuModel& model, dist::Communicator& comm);
+
+}  // namespace kiln::engine
