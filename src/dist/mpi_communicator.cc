@@ -13,7 +13,9 @@
 #ifdef KILN_HAVE_MPI
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <climits>
 #include <mutex>
 #include <thread>
@@ -86,21 +88,21 @@ public:
             "all_reduce", count * 4);
     }
     Status all_gather(const void* in, int64_t bytes, void* out) override {
-        KILN_RETURN_IF_ERROR(fits(bytes * size_, "all_gather"));
+        KILN_RETURN_IF_ERROR(fits(bytes, "all_gather"));
         MPI_Request req;
         return start_and_wait(
             MPI_Iallgather(in, int(bytes), MPI_BYTE, out, int(bytes), MPI_BYTE, comm_, &req), req,
             "all_gather", bytes);
     }
     Status reduce_scatter_sum(const float* in, float* out, int64_t count) override {
-        KILN_RETURN_IF_ERROR(fits(count * size_, "reduce_scatter"));
+        KILN_RETURN_IF_ERROR(fits(count, "reduce_scatter"));
         MPI_Request req;
         return start_and_wait(
             MPI_Ireduce_scatter_block(in, out, int(count), MPI_FLOAT, MPI_SUM, comm_, &req), req,
             "reduce_scatter", count * 4 * size_);
     }
     Status all_to_all(const void* in, int64_t bytes, void* out) override {
-        KILN_RETURN_IF_ERROR(fits(bytes * size_, "all_to_all"));
+        KILN_RETURN_IF_ERROR(fits(bytes, "all_to_all"));
         MPI_Request req;
         return start_and_wait(MPI_Ialltoall(in, int(bytes), MPI_BYTE, out, int(bytes), MPI_BYTE, comm_, &req),
                               req, "all_to_all", bytes * size_);
@@ -112,15 +114,29 @@ public:
         return start_and_wait(MPI_Ibcast(data, int(bytes), MPI_BYTE, root, comm_, &req), req, "broadcast",
                               bytes);
     }
+    // Point to point in pieces of at most 1 GiB (MPI counts are ints), matched piece by piece (an
+    // empty message is one empty piece).
     Status send(const void* data, int64_t bytes, int dst) override {
-        KILN_RETURN_IF_ERROR(fits(bytes, "send"));
-        MPI_Request req;
-        return start_and_wait(MPI_Isend(data, int(bytes), MPI_BYTE, dst, 0, comm_, &req), req, "send", bytes);
+        int64_t at = 0;
+        do {
+            const int64_t n = std::min(kPiece, bytes - at);
+            MPI_Request req;
+            KILN_RETURN_IF_ERROR(start_and_wait(
+                MPI_Isend(static_cast<const uint8_t*>(data) + at, int(n), MPI_BYTE, dst, 0, comm_, &req), req, "send", n));
+            at += n;
+        } while (at < bytes);
+        return Status::ok();
     }
     Status recv(void* data, int64_t bytes, int src) override {
-        KILN_RETURN_IF_ERROR(fits(bytes, "recv"));
-        MPI_Request req;
-        return start_and_wait(MPI_Irecv(data, int(bytes), MPI_BYTE, src, 0, comm_, &req), req, "recv", bytes);
+        int64_t at = 0;
+        do {
+            const int64_t n = std::min(kPiece, bytes - at);
+            MPI_Request req;
+            KILN_RETURN_IF_ERROR(start_and_wait(
+                MPI_Irecv(static_cast<uint8_t*>(data) + at, int(n), MPI_BYTE, src, 0, comm_, &req), req, "recv", n));
+            at += n;
+        } while (at < bytes);
+        return Status::ok();
     }
     void abort(int exit_code) override {
         std::fflush(stdout);
@@ -134,6 +150,7 @@ public:
     }
 
 private:
+    static constexpr int64_t kPiece = int64_t(1) << 30;
     static Status fits(int64_t n, const char* what) {
         if (n >= 0 && n <= INT_MAX) return Status::ok();
         return core::error(StatusCode::kInvalidArgument) << what << ": " << n << " elements exceed one MPI message";

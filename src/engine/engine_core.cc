@@ -88,7 +88,7 @@ static core::Status check_config(const loader::ModelConfig& mc, EngineConfig& c)
 EngineCore::~EngineCore() {
     if (tp_) {  // the followers' loop ends with the engine
         if (core::Status st = send_stop(*tp_); !st.is_ok())
-            std::fprintf(stderr, "kiln: stopping the tensor-parallel ranks: %s\n", st.to_string().c_str());
+            std::fprintf(stderr, "kiln: stopping the parallel ranks: %s\n", st.to_string().c_str());
     }
 }
 

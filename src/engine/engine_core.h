@@ -221,7 +221,7 @@ private:
     const tokenizer::Tokenizer* tokenizer_ = nullptr;
     EngineConfig config_;
     std::unique_ptr<kv::KvStorage> storage_;  // the CPU model's pool (model_.forward points into it)
-    dist::Communicator* tp_ = nullptr;         // rank 0 of a tensor-parallel group: told to stop with the engine
+    dist::Communicator* tp_ = nullptr;         // rank 0 of parallel ranks: told to stop with the engine
     std::unique_ptr<sched::Scheduler> scheduler_;
     std::unique_ptr<DraftModel> draft_;  // SpecConfig::kDraftModel
     std::map<int64_t, Live> requests_;

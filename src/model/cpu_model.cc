@@ -488,6 +488,14 @@ int64_t CpuModel::set_batch(std::span<const int32_t> tokens, std::span<const Bat
 Status CpuModel::forward_batch(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs, const KvLayers& kv,
                                  std::vector<float>& logits) {
     KILN_RETURN_IF_ERROR(check_batch(tokens, seqs, kv));
+    if (const ExpertParallel* ep = expert_parallel(); ep && config_.expert_end_id > 0) {
+        const int r = ep->comm->rank();
+        if (config_.expert_begin != ep->expert_begin[size_t(r)] || config_.expert_end() != ep->expert_begin[size_t(r) + 1])
+            return core::error(StatusCode::kInvalidArgument)
+                   << "expert parallelism: this model holds experts [" << config_.expert_begin << ", "
+                   << config_.expert_end() << "), rank " << r << " of " << ep->comm->size() << " needs ["
+                   << ep->expert_begin[size_t(r)] << ", " << ep->expert_begin[size_t(r) + 1] << ")";
+    }
     if (pp_) return forward_pipeline(tokens, seqs, kv, logits);
     const ModelConfig& c = config_;
     const int64_t T = int64_t(tokens.size()), V = c.vocab_size;
@@ -523,7 +531,17 @@ Status CpuModel::forward_pipeline(std::span<const int32_t> tokens, std::span<con
         return core::error(StatusCode::kInvalidArgument)
                << "pipeline: " << world.size() << " ranks are no whole number of stages of " << tp;
     const int64_t T = int64_t(tokens.size()), H = c.hidden_size, V = c.vocab_size;
-    const int64_t num_micro = std::min<int64_t>(world.size() / tp, T);
+    const int stages = world.size() / tp;
+    const int64_t num_micro = std::min<int64_t>(stages, T);
+    // One wait here may span every stage's work on a micro-batch (the last stage's first receive) or
+    // the whole pass (rank 0's logits): the collective deadline, which bounds one rank's work, grows
+    // with the stages for these waits.
+    struct ScaledTimeout {
+        dist::Communicator& comm;
+        double before;
+        ~ScaledTimeout() { comm.set_timeout_seconds(before); }
+    } scaled{world, world.timeout_seconds()};
+    if (scaled.before > 0) world.set_timeout_seconds(scaled.before * stages);
     Workspace& w = work_;
     int64_t total_logits = 0;
     for (const BatchSeq& s : seqs) total_logits += s.num_logits;

@@ -75,21 +75,45 @@ Status expert_parallel_moe(ops::Backend& be, const ops::MoeWeights& w, const ops
                            const float* in, int64_t T, int64_t H, float* out) {
     dist::Communicator& comm = *ep.comm;
     const int n = comm.size(), me = comm.rank();
-    const int64_t k = p.top_k;
-    KILN_RETURN_IF_ERROR(be.moe_experts(w, p, in, T, ep.slots));
-    const int32_t* ids = ep.slots.ids.data();
+    const int64_t k = p.top_k, most = (T + n - 1) / n;  // most: the largest share of tokens
+    auto first_row = [&](int r) { return T * r / n; };
+    const int64_t r0 = first_row(me), rows = first_row(me + 1) - r0;
+    ops::MoeSlots& s = ep.slots;
+    // Each token is routed by its owner alone and the choices all-gathered, so every rank works from
+    // the same routing whatever its own arithmetic would have chosen.
+    KILN_RETURN_IF_ERROR(be.moe_router(w, p, in, r0, rows, s));
+    ep.route_send.assign(size_t(most * k), {});
+    for (int64_t i = 0; i < rows * k; ++i) ep.route_send[size_t(i)] = {s.ids[size_t(r0 * k + i)], s.weights[size_t(r0 * k + i)]};
+    ep.route_recv.resize(size_t(n * most * k));
+    KILN_RETURN_IF_ERROR(comm.all_gather(ep.route_send.data(), most * k * int64_t(sizeof(ExpertParallel::Route)),
+                                         ep.route_recv.data()));
+    if (int64_t(s.ids.size()) < T * k) {
+        s.ids.resize(size_t(T * k));
+        s.weights.resize(size_t(T * k));
+    }
+    const int64_t E = int64_t(ep.expert_begin.back());
+    for (int r = 0; r < n; ++r)
+        for (int64_t i = 0; i < (first_row(r + 1) - first_row(r)) * k; ++i) {
+            const ExpertParallel::Route& got = ep.route_recv[size_t(r * most * k + i)];
+            if (got.id < 0 || got.id >= E)
+                return core::error(core::StatusCode::kInternal) << "expert parallelism: rank " << r << " routed to expert " << got.id;
+            s.ids[size_t(first_row(r) * k + i)] = got.id;
+            s.weights[size_t(first_row(r) * k + i)] = got.weight;
+        }
+    KILN_RETURN_IF_ERROR(be.moe_experts(w, p, in, T, s));
+    const int32_t* ids = s.ids.data();
     auto owner = [&](int32_t e) {  // the rank holding expert e
         return int(std::upper_bound(ep.expert_begin.begin(), ep.expert_begin.end(), int64_t(e)) -
                    ep.expert_begin.begin()) - 1;
     };
-    auto first_row = [&](int r) { return T * r / n; };
-    // Every rank routed every token the same way, so each knows every block's size: the largest
-    // (rank q's experts' slots of rank r's tokens) sizes them all.
+    // Every rank knows every block's size: the largest (rank q's experts' slots of rank r's tokens)
+    // sizes them all.
     int64_t block = 0;
-    std::vector<int64_t> count(size_t(n) * size_t(n), 0);  // [q, r]
+    ep.count.assign(size_t(n) * size_t(n), 0);  // [q, r]
     for (int r = 0; r < n; ++r)
         for (int64_t t = first_row(r); t < first_row(r + 1); ++t)
-            for (int64_t j = 0; j < k; ++j) block = std::max(block, ++count[size_t(owner(ids[t * k + j]) * n + r)]);
+            for (int64_t j = 0; j < k; ++j)
+                block = std::max(block, ++ep.count[size_t(owner(ids[t * k + j]) * n + r)]);
     const size_t slot_floats = size_t(block * H);
     ep.send.resize(size_t(n) * slot_floats);
     ep.recv.resize(size_t(n) * slot_floats);
@@ -99,28 +123,26 @@ Status expert_parallel_moe(ops::Backend& be, const ops::MoeWeights& w, const ops
         for (int64_t t = first_row(r); t < first_row(r + 1); ++t)
             for (int64_t j = 0; j < k; ++j)
                 if (owner(ids[t * k + j]) == me) {
-                    std::copy_n(ep.slots.y.data() + (t * k + j) * H, H, dst);
+                    std::copy_n(s.y.data() + (t * k + j) * H, H, dst);
                     dst += H;
                 }
     }
     KILN_RETURN_IF_ERROR(comm.all_to_all(ep.send.data(), block * H * int64_t(sizeof(float)), ep.recv.data()));
     // This rank's tokens' slots from their experts' ranks, in the same order.
-    const int64_t r0 = first_row(me), rows = first_row(me + 1) - r0;
-    std::vector<int64_t> taken(size_t(n), 0);
+    ep.taken.assign(size_t(n), 0);
     for (int64_t t = r0; t < r0 + rows; ++t)
         for (int64_t j = 0; j < k; ++j) {
             const int q = owner(ids[t * k + j]);
-            std::copy_n(ep.recv.data() + size_t(q) * slot_floats + size_t(taken[size_t(q)]++ * H), H,
-                        ep.slots.y.data() + (t * k + j) * H);
+            std::copy_n(ep.recv.data() + size_t(q) * slot_floats + size_t(ep.taken[size_t(q)]++ * H), H,
+                        s.y.data() + (t * k + j) * H);
         }
     // Sum this rank's tokens, then every rank gets every token's row.
-    const int64_t most = (T + n - 1) / n;
-    ep.send.resize(size_t(most * H));
-    KILN_RETURN_IF_ERROR(be.moe_combine(w, p, in, r0, rows, ep.slots, ep.send.data()));
-    ep.recv.resize(size_t(n * most * H));
-    KILN_RETURN_IF_ERROR(comm.all_gather(ep.send.data(), most * H * int64_t(sizeof(float)), ep.recv.data()));
+    ep.rows_send.resize(size_t(most * H));
+    KILN_RETURN_IF_ERROR(be.moe_combine(w, p, in, r0, rows, s, ep.rows_send.data()));
+    ep.rows_recv.resize(size_t(n * most * H));
+    KILN_RETURN_IF_ERROR(comm.all_gather(ep.rows_send.data(), most * H * int64_t(sizeof(float)), ep.rows_recv.data()));
     for (int r = 0; r < n; ++r)
-        std::copy_n(ep.recv.data() + size_t(r) * size_t(most * H), size_t((first_row(r + 1) - first_row(r)) * H),
+        std::copy_n(ep.rows_recv.data() + size_t(r) * size_t(most * H), size_t((first_row(r + 1) - first_row(r)) * H),
                     out + first_row(r) * H);
     return Status::ok();
 }

@@ -88,16 +88,23 @@ using ExpertInputHook = std::function<void(int64_t layer, int64_t expert, Linear
 
 // Expert parallelism (loader/tensor_parallel.h): this rank holds experts [expert_begin[rank],
 // expert_begin[rank + 1]) of each mixture-of-experts layer, and every rank holds every token (the
-// attention's all-reduce leaves them so). Each rank routes every token and runs its experts over the
-// tokens routed to them (ops::Backend::moe_experts); an all-to-all sends each expert output to the
-// rank that owns its token (rank r owns tokens [T r / n, T (r + 1) / n)), which sums them in ascending
-// expert id with the shared expert (moe_combine: the one-rank sum, bit for bit); an all-gather gives
-// every rank every token's result. The buffers are the runner's, reused.
+// attention's all-reduce leaves them so). Rank r owns tokens [T r / n, T (r + 1) / n): it routes them
+// (ops::Backend::moe_router) and an all-gather gives every rank every token's choices; each rank runs
+// its experts over the tokens routed to them (moe_experts); an all-to-all sends each expert output to
+// its token's owner, which sums them in ascending expert id with the shared expert (moe_combine: the
+// one-rank sum, bit for bit); an all-gather gives every rank every token's result. The buffers are
+// the runner's, reused.
 struct ExpertParallel {
+    struct Route {
+        int32_t id;
+        float weight;
+    };
     dist::Communicator* comm = nullptr;
     std::vector<int64_t> expert_begin;  // [ranks + 1]
     ops::MoeSlots slots;
-    std::vector<float> send, recv;
+    std::vector<Route> route_send, route_recv;
+    std::vector<int64_t> count, taken;
+    std::vector<float> send, recv, rows_send, rows_recv;
 };
 
 struct StepOptions {

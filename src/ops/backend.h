@@ -129,13 +129,17 @@ public:
     // row's weighted sum runs over its experts in ascending id, then the shared expert.
     virtual core::Status moe_mlp(const MoeWeights& w, const MoeParams& p, const float* in, int64_t rows,
                                  float* out) = 0;
-    // moe_mlp in two halves, for expert parallelism (host backends; others kUnsupported). First: route
-    // every row of in [rows, H] and run the experts this backend holds (w.gate_up[e] set; the other
-    // ranks' experts are null) over the rows routed to them, into their slots of `slots` (grown to
-    // rows; the other experts' slots are left as they are). Then, once every slot of rows [first,
-    // first + count) holds its expert's output: out [count, H] = each of those rows' slots weighted and
-    // summed in ascending expert id, plus the shared expert of in's rows [first, first + count): the
-    // bits moe_mlp gives.
+    // moe_mlp in parts, for expert parallelism (host backends; others kUnsupported). moe_router: the
+    // experts and weights of rows [first, first + count) of in (slots.ids / weights, grown to
+    // first + count rows), as moe_mlp chooses them. moe_experts: with every row of in [rows, H]
+    // routed in slots, run the experts this backend holds (w.gate_up[e] set; the other ranks' experts
+    // are null) over the rows routed to them, into their slots (slots.y grown to rows; the other
+    // experts' slots are left as they are). moe_combine: once every slot of rows [first, first +
+    // count) holds its expert's output, out [count, H] = each of those rows' slots weighted and summed
+    // in ascending expert id, plus the shared expert of in's rows [first, first + count): the bits
+    // moe_mlp gives.
+    virtual core::Status moe_router(const MoeWeights& w, const MoeParams& p, const float* in, int64_t first,
+                                    int64_t count, MoeSlots& slots);
     virtual core::Status moe_experts(const MoeWeights& w, const MoeParams& p, const float* in, int64_t rows,
                                      MoeSlots& slots);
     virtual core::Status moe_combine(const MoeWeights& w, const MoeParams& p, const float* in, int64_t first,

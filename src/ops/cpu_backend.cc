@@ -361,19 +361,33 @@ Status CpuBackend::moe_shared_expert(const MoeWeights& w, const MoeParams& p, co
     return Status::ok();
 }
 
+Status CpuBackend::moe_router(const MoeWeights& w, const MoeParams& p, const float* in, int64_t first, int64_t count,
+                              MoeSlots& slots) {
+    const int64_t E = w.router->rows, k = p.top_k, H = w.router->cols;
+    if (k < 1 || k > E) return core::error(StatusCode::kInternal) << "moe_router: top " << k << " of " << E;
+    MoeScratch& m = moe_;
+    grow(m.logits, count * E);
+    grow(slots.ids, (first + count) * k);
+    grow(slots.weights, (first + count) * k);
+    KILN_RETURN_IF_ERROR(linear(*w.router, in + first * H, count, w.router_bias, m.logits.data()));
+    moe_route(m.logits.data(), count, E, k, p.norm_topk, slots.ids.data() + first * k,
+              slots.weights.data() + first * k);
+    return Status::ok();
+}
+
 Status CpuBackend::moe_experts(const MoeWeights& w, const MoeParams& p, const float* in, int64_t rows,
                                MoeSlots& slots) {
     const int64_t E = w.router->rows, H = w.router->cols, k = p.top_k;
-    if (int64_t(w.gate_up.size()) != E || int64_t(w.down.size()) != E || k < 1 || k > E)
+    if (int64_t(w.gate_up.size()) != E || int64_t(w.down.size()) != E || k < 1 || k > E ||
+        int64_t(slots.ids.size()) < rows * k)
         return core::error(StatusCode::kInternal) << "moe_experts: " << w.gate_up.size() << " / " << w.down.size()
-                                                  << " expert weights for " << E << " experts, top " << k;
+                                                  << " expert weights for " << E << " experts, top " << k << ", "
+                                                  << slots.ids.size() << " routed slots for " << rows << " rows";
     MoeScratch& m = moe_;
-    grow(m.logits, rows * E);
-    grow(slots.ids, rows * k);
-    grow(slots.weights, rows * k);
     grow(slots.y, rows * k * H);
-    KILN_RETURN_IF_ERROR(linear(*w.router, in, rows, w.router_bias, m.logits.data()));
-    moe_route(m.logits.data(), rows, E, k, p.norm_topk, slots.ids.data(), slots.weights.data());
+    for (int64_t i = 0; i < rows * k; ++i)
+        if (slots.ids[size_t(i)] < 0 || slots.ids[size_t(i)] >= E)
+            return core::error(StatusCode::kInternal) << "moe_experts: expert id " << slots.ids[size_t(i)];
     m.groups.build(slots.ids.data(), rows, k, E);
     for (int64_t e = 0; e < E; ++e) {  // this rank's experts that got tokens, each over its rows in row order
         const int64_t n = m.groups.count(e);

@@ -69,6 +69,8 @@ public:
                               float* act, const Weight* next) override;
     core::Status moe_mlp(const MoeWeights& w, const MoeParams& p, const float* in, int64_t rows,
                          float* out) override;
+    core::Status moe_router(const MoeWeights& w, const MoeParams& p, const float* in, int64_t first, int64_t count,
+                            MoeSlots& slots) override;
     core::Status moe_experts(const MoeWeights& w, const MoeParams& p, const float* in, int64_t rows,
                              MoeSlots& slots) override;
     core::Status moe_combine(const MoeWeights& w, const MoeParams& p, const float* in, int64_t first, int64_t count,

@@ -49,6 +49,9 @@ void MoeGroups::build(const int32_t* ids, int64_t rows, int64_t k, int64_t E) {
 }
 
 // Expert parallelism's halves of moe_mlp: host backends only (ops/backend.h).
+core::Status Backend::moe_router(const MoeWeights&, const MoeParams&, const float*, int64_t, int64_t, MoeSlots&) {
+    return core::error(core::StatusCode::kUnsupported) << "expert parallelism runs on the CPU backend only";
+}
 core::Status Backend::moe_experts(const MoeWeights&, const MoeParams&, const float*, int64_t, MoeSlots&) {
     return core::error(core::StatusCode::kUnsupported) << "expert parallelism runs on the CPU backend only";
 }

@@ -179,8 +179,9 @@ TEST_P(MoeMlp, EachRowAloneEqualsTheBatchBitForBit) {
     }
 }
 
-// Expert parallelism's halves (Backend::moe_experts / moe_combine): two "ranks", each holding two
-// of the four experts (the others null), each filling its experts' slots; the slots put together
+// Expert parallelism's parts (Backend::moe_router / moe_experts / moe_combine): two "ranks", each
+// holding two of the four experts (the others null), each routing the rows in two ranges and filling
+// its experts' slots; the slots put together
 // and combined in two row ranges give moe_mlp's result bit for bit (int8 activations: the
 // default kernels), and moe_mlp refuses a block with experts missing.
 TEST_P(MoeMlp, ExpertHalvesOnTwoRanksEqualTheWholeBitForBit) {
@@ -201,6 +202,8 @@ TEST_P(MoeMlp, ExpertHalvesOnTwoRanksEqualTheWholeBitForBit) {
         MoeWeights mine = blk.w;
         mine.gate_up = gu;
         mine.down = dn;
+        ASSERT_TRUE(be.moe_router(mine, p, x.data(), 0, 4, rank[r]).is_ok());  // in two row ranges
+        ASSERT_TRUE(be.moe_router(mine, p, x.data(), 4, rows - 4, rank[r]).is_ok());
         ASSERT_TRUE(be.moe_experts(mine, p, x.data(), rows, rank[r]).is_ok());
         if (r == 0) {
             std::vector<float> out(size_t(rows * kH));
