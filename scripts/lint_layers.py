@@ -15,8 +15,8 @@ bench/ and tests/ of a tree:
    that layer's library is among <dir>'s DEPS (directly or through them), so no header works only by
    accident of a shared include path.
 3. System headers stay where they belong: CUDA (cuda*.h, cublas*, cub/, thrust/, nccl.h) only in
-   kernels/cuda, the GPU model runner (src/model/cuda), the CUDA tools (tools/*cuda*), bench/gpu and
-   tests/gpu; NCCL and MPI only in src/dist; the HTTP library (httplib.h) only in src/server, the
+   kernels/cuda, the GPU model runner (src/model/cuda), the GPU communicator (src/dist/cuda), the CUDA
+   tools (tools/*cuda*), bench/gpu and tests/gpu; NCCL and MPI only in src/dist; the HTTP library (httplib.h) only in src/server, the
    `kiln bench serve` client (tools/bench_serve*, tools/cmd_bench_serve*) and tests/server.
 
 Usage: lint_layers.py [ROOT]   (ROOT defaults to this repository). Prints every violation with its
@@ -70,7 +70,7 @@ def target_of(inc):
 
 def system_header_allowed(rel, header):
     if CUDA_HEADER.match(header) and not MPI_HEADER.match(header):
-        return (rel.startswith(("src/kernels/cuda/", "src/model/cuda/", "bench/gpu/", "tests/gpu/"))
+        return (rel.startswith(("src/kernels/cuda/", "src/model/cuda/", "src/dist/cuda/", "bench/gpu/", "tests/gpu/"))
                 or (rel.startswith("tools/") and "cuda" in os.path.basename(rel)))
     if MPI_HEADER.match(header):
         return rel.startswith("src/dist/")

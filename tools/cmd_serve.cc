@@ -7,6 +7,7 @@
 // sigwait thread, so no handler runs inside the engine or httplib.
 #include <pthread.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "args.h"
 #include "commands.h"
@@ -29,7 +31,7 @@ namespace {
 constexpr const char* kServeUsage =
     "usage: kiln serve [-m MODEL] [--host HOST] [--port PORT] [--api-key KEY] [--max-queue N]\n"
     "                  [--served-model-name NAME] [--chat-template FILE] [--tool-call-parser NAME]\n"
-    "                  [--log-format text|json]\n"
+    "                  [--log-format text|json] [--dp N]\n"
     "                  [-t N] [engine options]\n"
     "\n"
     "Serves MODEL over an OpenAI-compatible HTTP API (docs/server.md): /v1/completions,\n"
@@ -44,7 +46,11 @@ constexpr const char* kServeUsage =
     "  --chat-template FILE   a Jinja chat template instead of the model's (for models without one)\n"
     "  --tool-call-parser F   how replies are read for tool calls: hermes, qwen_xml, glm, llama3,\n"
     "                         mistral, gpt_oss, deepseek or none (default: the chat template's)\n"
-    "  --log-format FMT       request log lines on stderr: text (default) or json\n";
+    "  --log-format FMT       request log lines on stderr: text (default) or json\n"
+    "  --dp N                 data parallelism: N replicas of the model in this process (CPU), each\n"
+    "                         with -t threads (default: the cores / N) and its own KV cache\n"
+    "                         (--kv-cache-gb each); a request goes to the replica that cached its\n"
+    "                         prompt's prefix, else to the least busy (docs/parallel.md)\n";
 
 void print_usage(std::FILE* f) {
     std::fputs(kServeUsage, f);
@@ -118,7 +124,7 @@ bool parse_server_options(const Args& args, server::ServerOptions& o) {
 int cmd_serve(int argc, char** argv) {
     Args args(merged({"--help", "-h"}, engine_flags()),
               merged({"--host", "--port", "--api-key", "--max-queue", "--served-model-name", "--chat-template",
-                      "--tool-call-parser", "--log-format"},
+                      "--tool-call-parser", "--log-format", "--dp"},
                      engine_options()));
     if (!args.parse(argc, argv, 2)) {
         std::fprintf(stderr, "kiln serve: %s\n", args.error().c_str());
@@ -138,7 +144,19 @@ int cmd_serve(int argc, char** argv) {
     EngineOptions options;
     if (!parse_engine_options(args, "serve", options)) return 2;
     if (const int rc = run_if_worker(options, "serve"); rc >= 0) return rc;
-    sopt.max_seqs = options.max_seqs;
+    int dp = 1;
+    if (auto v = args.get("--dp"); v && !parse_int_in(*v, 1, 64, &dp)) {
+        std::fprintf(stderr, "kiln serve: --dp needs an integer in [1, 64], got '%s'\n", v->c_str());
+        return 2;
+    }
+    if (dp > 1 && (options.tensor_parallel > 1 || options.pipeline_parallel > 1 || options.expert_parallel > 1 ||
+                   options.device != "cpu")) {
+        std::fprintf(stderr, "kiln serve: --dp runs CPU replicas in one process; not with --tp, --pp, --ep or a GPU yet\n");
+        return 2;
+    }
+    if (dp > 1 && options.threads == 0)
+        options.threads = std::max(1, int(std::thread::hardware_concurrency()) / dp);
+    sopt.max_seqs = options.max_seqs * dp;
 
     // Before any thread exists, so that every thread inherits the mask and only sigwait sees them.
     sigset_t sigs;
@@ -150,7 +168,7 @@ int cmd_serve(int argc, char** argv) {
 
     // Listen first, so that /health answers 503 while the model loads (load balancers and clients
     // can tell "loading" from "down").
-    std::unique_ptr<Engine> engine;  // declared before the server: outlives its handlers
+    std::vector<std::unique_ptr<Engine>> replicas;  // declared before the server: outlive its handlers
     server::HttpServer http(sopt);
     std::string err;
     if (!http.bind(&err)) {
@@ -180,11 +198,15 @@ int cmd_serve(int argc, char** argv) {
     };
 
     Status st;
-    engine = Engine::create(options, &st);
-    if (!engine) {
-        std::fprintf(stderr, "kiln serve: %s\n", st.message.c_str());
-        return shut_down(1);
+    for (int r = 0; r < dp && !signalled; ++r) {
+        replicas.push_back(Engine::create(options, &st));
+        if (!replicas.back()) {
+            std::fprintf(stderr, "kiln serve: %s\n", st.message.c_str());
+            return shut_down(1);
+        }
     }
+    if (signalled) return shut_down(0);  // stopped while loading
+    Engine* engine = replicas[0].get();
     if (!sopt.chat_template.empty()) {  // a broken template is a start-up error, not one per request
         std::string text;
         Status t = engine->apply_chat_template({{"user", "hi"}}, true, sopt.chat_template, &text);
@@ -194,12 +216,16 @@ int cmd_serve(int argc, char** argv) {
         }
     }
     if (signalled) return shut_down(0);  // stopped while loading
-    http.set_engine(*engine);
+    std::vector<Engine*> engines;
+    for (auto& e : replicas) engines.push_back(e.get());
+    http.set_engines(engines);
     const ModelInfo& info = engine->model_info();
     const std::string where =
         info.device == "cpu" ? std::to_string(info.threads) + " threads, " + info.isa : info.device;
-    std::fprintf(stderr, "kiln serve: %s (%s, context %lld, %s) on http://%s:%d\n", info.path.c_str(),
-                 info.arch.c_str(), (long long)info.max_model_len, where.c_str(), sopt.host.c_str(), http.port());
+    const std::string copies = dp > 1 ? ", " + std::to_string(dp) + " replicas" : "";
+    std::fprintf(stderr, "kiln serve: %s (%s, context %lld, %s%s) on http://%s:%d\n", info.path.c_str(),
+                 info.arch.c_str(), (long long)info.max_model_len, where.c_str(), copies.c_str(), sopt.host.c_str(),
+                 http.port());
     std::fflush(stderr);
     shut_down(0, /*stop_now=*/false);  // serves until a signal stops the listener
     if (!listener_ok) {

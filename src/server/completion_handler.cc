@@ -316,7 +316,7 @@ void handle_generation(HttpServer::State& s, const httplib::Request& req, httpli
     }
     job->slot.reset(new Slot{s.in_flight, r.n});
     if (s.stopping) return fail({503, "the server is shutting down", "server_error", "", ""});
-    Status st = Generation::start(*s.engine, ids, r.sampling, r.n, r.speculate, &job->gen);
+    Status st = Generation::start(s.engine_for(ids), ids, r.sampling, r.n, r.speculate, &job->gen);
     if (!st.ok()) {
         // A structured-output spec kiln cannot honour (kUnsupported) is the request's fault too.
         bool structured = false;

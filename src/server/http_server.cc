@@ -111,7 +111,9 @@ void setup_routes(HttpServer::State& s) {
         res.set_content(std::string(dashboard_html()), "text/html; charset=utf-8");
     });
     h.Get("/metrics", [&s](const httplib::Request&, httplib::Response& res) {
-        res.set_content(s.metrics.render(s.engine->stats(), s.in_flight.load()), "text/plain; version=0.0.4");
+        std::string text = s.metrics.render(s.stats(), s.in_flight.load());
+        if (s.router) text += s.router->metrics();
+        res.set_content(text, "text/plain; version=0.0.4");
     });
 }
 
@@ -244,8 +246,53 @@ HttpServer::HttpServer(ServerOptions options) : state_(std::make_unique<State>(s
     setup_http(s);
 }
 
-void HttpServer::set_engine(Engine& engine) {
+Engine& HttpServer::State::engine_for(const std::vector<int32_t>& prompt) {
+    if (!router) return *engine;
+    std::vector<int64_t> load(engines.size());
+    for (size_t i = 0; i < engines.size(); ++i) {
+        const EngineStats st = engines[i]->stats();
+        load[i] = st.num_running + st.num_waiting;
+    }
+    return *engines[size_t(router->pick(prompt, load))];
+}
+
+EngineStats HttpServer::State::stats() const {
+    EngineStats t = engine->stats();
+    for (size_t i = 1; i < engines.size(); ++i) {
+        const EngineStats s = engines[i]->stats();
+        t.num_running += s.num_running;
+        t.num_waiting += s.num_waiting;
+        t.kv_blocks_in_use += s.kv_blocks_in_use;
+        t.kv_blocks_total += s.kv_blocks_total;
+        t.peak_kv_blocks_in_use += s.peak_kv_blocks_in_use;
+        t.prefix_query_tokens += s.prefix_query_tokens;
+        t.prefix_hit_tokens += s.prefix_hit_tokens;
+        t.prompt_tokens_total += s.prompt_tokens_total;
+        t.generated_tokens_total += s.generated_tokens_total;
+        t.num_preemptions += s.num_preemptions;
+        t.num_steps += s.num_steps;
+        t.schedule_seconds += s.schedule_seconds;
+        t.forward_seconds += s.forward_seconds;
+        t.sample_seconds += s.sample_seconds;
+        t.grammar_seconds += s.grammar_seconds;
+        t.spec_draft_tokens += s.spec_draft_tokens;
+        t.spec_accepted_tokens += s.spec_accepted_tokens;
+        t.spec_verify_steps += s.spec_verify_steps;
+        t.collective_calls += s.collective_calls;
+        t.collective_bytes += s.collective_bytes;
+        t.collective_seconds += s.collective_seconds;
+    }
+    return t;
+}
+
+void HttpServer::set_engine(Engine& engine) { set_engines({&engine}); }
+
+void HttpServer::set_engines(const std::vector<Engine*>& engines) {
     State& s = *state_;
+    if (engines.empty() || !engines[0]) return;
+    Engine& engine = *engines[0];
+    s.engines = engines;
+    if (engines.size() > 1) s.router = std::make_unique<PrefixRouter>(int(engines.size()), engine.stats().block_size);
     s.engine = &engine;
     s.model_name = s.opt.served_model_name.empty() ? engine.model_info().name : s.opt.served_model_name;
     if (s.model_name.empty()) {  // llama2.c files have no name: the file's stem

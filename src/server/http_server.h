@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kiln/engine.h"
 
@@ -42,6 +43,10 @@ public:
     int port() const;
     // Makes the server answer with `engine` (which must outlive it); call once, from any thread.
     void set_engine(Engine& engine);
+    // Data parallelism: replicas of one model (the same options on each), each generation request
+    // routed to one of them by server/router.h (a prompt prefix to the replica that cached it, else
+    // the least busy); /metrics sums them. Call once instead of set_engine.
+    void set_engines(const std::vector<Engine*>& engines);
     // Serves until stop(); returns false if the listener failed.
     bool serve();
     // Thread-safe, idempotent: stops accepting, aborts running requests, makes serve() return.

@@ -8,11 +8,14 @@
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/openai_schema.h"
+#include "server/router.h"
 
 namespace kiln::server {
 
@@ -20,7 +23,15 @@ using Clock = std::chrono::steady_clock;
 
 struct HttpServer::State {
     explicit State(ServerOptions o) : opt(std::move(o)) {}
-    Engine* engine = nullptr;  // set once by set_engine, before `ready`; routes other than /health wait for it
+    Engine* engine = nullptr;  // set once by set_engines, before `ready`; routes other than /health wait for it
+    // Data parallelism: every replica (engine is the first; the tokenizer and model are the same in
+    // all), and the router that picks one per generation request (null with one engine).
+    std::vector<Engine*> engines;
+    std::unique_ptr<PrefixRouter> router;
+    // The engine a generation over `prompt` runs on.
+    Engine& engine_for(const std::vector<int32_t>& prompt);
+    // Every replica's statistics, summed.
+    EngineStats stats() const;
     std::atomic<bool> ready{false};
     ServerOptions opt;
     std::string model_name;

@@ -1,0 +1,67 @@
+// The data-parallel router (router.h).
+#include "server/router.h"
+
+#include <algorithm>
+
+namespace kiln::server {
+
+PrefixRouter::PrefixRouter(int replicas, int block_size, int64_t slack, size_t capacity)
+    : replicas_(std::max(1, replicas)), block_size_(std::max(1, block_size)), slack_(slack),
+      capacity_(std::max<size_t>(1, capacity)), per_replica_(size_t(replicas_), 0) {}
+
+int PrefixRouter::pick(std::span<const int32_t> prompt, std::span<const int64_t> load) {
+    // The chain hash of each whole block: block i's hash covers tokens [0, (i + 1) * block_size).
+    std::vector<uint64_t> chain;
+    uint64_t h = 1469598103934665603ull;  // FNV-1a over the token ids, carried from block to block
+    for (size_t i = 0; i < prompt.size(); ++i) {
+        for (int b = 0; b < 4; ++b) h = (h ^ ((uint32_t(prompt[i]) >> (8 * b)) & 0xff)) * 1099511628211ull;
+        if ((i + 1) % size_t(block_size_) == 0) chain.push_back(h);
+    }
+    auto load_of = [&](int r) { return size_t(r) < load.size() ? load[size_t(r)] : 0; };
+    std::lock_guard<std::mutex> lock(mu_);
+    int64_t least = load_of(0);
+    for (int r = 1; r < replicas_; ++r) least = std::min(least, load_of(r));
+    int chosen = -1;
+    for (size_t i = chain.size(); i-- > 0;) {  // the longest prefix remembered
+        auto it = owner_.find(chain[i]);
+        if (it == owner_.end()) continue;
+        if (it->second < replicas_ && load_of(it->second) <= least + slack_) {
+            chosen = it->second;
+            ++prefix_routed_;
+        }
+        break;
+    }
+    if (chosen < 0) {  // the least busy, ties taken in turn
+        for (int k = 0; k < replicas_ && chosen < 0; ++k) {
+            const int r = (next_ + k) % replicas_;
+            if (load_of(r) == least) chosen = r;
+        }
+        next_ = (chosen + 1) % replicas_;
+    }
+    ++routed_;
+    ++per_replica_[size_t(chosen)];
+    for (uint64_t key : chain) {
+        auto [it, fresh] = owner_.insert_or_assign(key, chosen);
+        if (fresh) order_.push_back(key);
+    }
+    while (owner_.size() > capacity_ && !order_.empty()) {
+        owner_.erase(order_.front());
+        order_.pop_front();
+    }
+    return chosen;
+}
+
+std::string PrefixRouter::metrics() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::string out =
+        "# HELP kiln_dp_requests_total Generation requests each data-parallel replica was given.\n"
+        "# TYPE kiln_dp_requests_total counter\n";
+    for (int r = 0; r < replicas_; ++r)
+        out += "kiln_dp_requests_total{replica=\"" + std::to_string(r) + "\"} " + std::to_string(per_replica_[size_t(r)]) + "\n";
+    out += "# HELP kiln_dp_prefix_routed_total Requests sent to the replica that had their prompt's prefix.\n"
+           "# TYPE kiln_dp_prefix_routed_total counter\n"
+           "kiln_dp_prefix_routed_total " + std::to_string(prefix_routed_) + "\n";
+    return out;
+}
+
+}  // namespace kiln::server
