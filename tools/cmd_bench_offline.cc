@@ -386,12 +386,12 @@ int cmd_bench_offline(int argc, char** argv) {
         j["collective_bytes_per_token"] =
             tokens > 0 ? double(after.collective_bytes - before.collective_bytes) / double(tokens) : 0.0;
         // docs/parallel.md, rank 0's part: two all-reduces per layer of its stage of a token's hidden
-        // state in f32 (tensor parallel); one pipeline stage: each sampled row's share of the logits
+        // state in f32 and one of its embedding (tensor parallel); one pipeline stage: each sampled row's share of the logits
         // (ceil(V / T) floats) all-gathered; several: the token's hidden state sent to stage 1 and
         // each sampled row's logits (V floats) received from the last stage.
         const int64_t n = after.tensor_parallel, pp = after.pipeline_parallel, H = info.hidden_size;
         const int64_t layers = (info.num_layers + pp - 1) / pp, V = info.vocab_size;
-        double formula = n > 1 ? double(tokens * 2 * layers * H * 4) : 0.0;
+        double formula = n > 1 ? double(tokens * (2 * layers + 1) * H * 4) : 0.0;  // + the embeddings' all-reduce
         formula += pp > 1 ? double(tokens * H * 4 + out_tokens * V * 4) : double(out_tokens * ((V + n - 1) / n) * 4);
         // A mixture of experts moves its experts' outputs instead of ffn_down's all-reduce (padded
         // all-to-all blocks: data-dependent), so the formula is for dense models only.

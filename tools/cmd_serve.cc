@@ -23,6 +23,7 @@
 #include "engine_options.h"
 #include "kiln/engine.h"
 #include "model_session.h"
+#include "core/thread_pool.h"
 #include "server/http_server.h"
 
 namespace kiln::tools {
@@ -49,8 +50,9 @@ constexpr const char* kServeUsage =
     "  --log-format FMT       request log lines on stderr: text (default) or json\n"
     "  --dp N                 data parallelism: N replicas of the model in this process (CPU), each\n"
     "                         with -t threads (default: the cores / N) and its own KV cache\n"
-    "                         (--kv-cache-gb each); a request goes to the replica that cached its\n"
-    "                         prompt's prefix, else to the least busy (docs/parallel.md)\n";
+    "                         (--kv-cache-gb each; the default budget is split); a request goes to\n"
+    "                         the replica that cached its prompt's prefix, else to the least busy\n"
+    "                         (--max-seqs each, --max-queue shared; docs/parallel.md)\n";
 
 void print_usage(std::FILE* f) {
     std::fputs(kServeUsage, f);
@@ -143,8 +145,7 @@ int cmd_serve(int argc, char** argv) {
     if (!parse_server_options(args, sopt)) return 2;
     EngineOptions options;
     if (!parse_engine_options(args, "serve", options)) return 2;
-    if (const int rc = run_if_worker(options, "serve"); rc >= 0) return rc;
-    int dp = 1;
+    int dp = 1;  // checked before a worker rank could start
     if (auto v = args.get("--dp"); v && !parse_int_in(*v, 1, 64, &dp)) {
         std::fprintf(stderr, "kiln serve: --dp needs an integer in [1, 64], got '%s'\n", v->c_str());
         return 2;
@@ -154,8 +155,11 @@ int cmd_serve(int argc, char** argv) {
         std::fprintf(stderr, "kiln serve: --dp runs CPU replicas in one process; not with --tp, --pp, --ep or a GPU yet\n");
         return 2;
     }
-    if (dp > 1 && options.threads == 0)
-        options.threads = std::max(1, int(std::thread::hardware_concurrency()) / dp);
+    if (const int rc = run_if_worker(options, "serve"); rc >= 0) return rc;
+    if (dp > 1) {  // the cores and the default KV budget shared out
+        if (options.threads == 0) options.threads = std::max(1, core::ThreadPool::default_num_threads() / dp);
+        options.kv_default_share = 1.0 / dp;
+    }
     sopt.max_seqs = options.max_seqs * dp;
 
     // Before any thread exists, so that every thread inherits the mask and only sigwait sees them.

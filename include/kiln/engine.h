@@ -121,6 +121,7 @@ struct EngineOptions {
     bool f32_activations = false;
     bool mmap_weights = false;       // run from the file mapping (fast start) instead of a copy in anonymous memory
     int64_t kv_cache_bytes = 0;      // 0 = a quarter of available memory, at most what max_seqs full contexts need
+    double kv_default_share = 1;     // with kv_cache_bytes 0: this share of that quarter (replicas split it)
     int32_t block_size = 16;         // tokens per KV block
     // "f32", "f16" (half the memory; K/V rounded to half once), "int8" or "fp8" (E4M3): one-byte codes
     // with an f32 scale per token and KV head (about a quarter of f32's memory); "" = f32 on the CPU,

@@ -249,6 +249,7 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o, Status* status) {
                     << "'");
     engine::EngineConfig ec;
     ec.kv_cache_bytes = o.kv_cache_bytes;
+    ec.kv_default_share = o.kv_default_share;
     ec.block_size = o.block_size;
     ec.kv_dtype = *kv_dtype;
     ec.max_batch_tokens = o.max_batch_tokens;

@@ -1,8 +1,9 @@
 // Communicator: the collectives that tensor, pipeline and expert parallelism need, over a group of
-// ranks (docs/parallel.md). Three implementations: one rank alone (make_single_communicator), ranks
-// as threads of one process (make_thread_group: tests, and one-process runs of the parallel code),
-// and MPI ranks (make_mpi_communicator: processes started by mpirun, on one host or many). NCCL for
-// GPU ranks comes with the GPU path. Only src/dist includes mpi.h or nccl.h.
+// ranks (docs/parallel.md). Implementations: one rank alone (make_single_communicator), ranks as
+// threads of one process (make_thread_group: tests, and one-process runs of the parallel code), MPI
+// ranks (make_mpi_communicator: processes started by mpirun, on one host or many), and, in CUDA
+// builds, NCCL ranks on device buffers (dist/cuda/nccl_communicator.h, bootstrapped through one of
+// the others). Only src/dist includes mpi.h or nccl.h.
 //
 // Contract (every implementation):
 // - Every rank of the group calls the same collectives in the same order with the same sizes; a
@@ -39,7 +40,7 @@ public:
     virtual ~Communicator() = default;
     virtual int rank() const = 0;
     virtual int size() const = 0;
-    virtual const char* kind() const = 0;  // "single", "threads", "mpi"
+    virtual const char* kind() const = 0;  // "single", "threads", "mpi", "nccl"
 
     // data [count] <- the element-wise sum of every rank's data [count].
     virtual core::Status all_reduce_sum(float* data, int64_t count) = 0;

@@ -47,9 +47,9 @@ const char* finish_reason_name(FinishReason r) {
     return "";
 }
 
-int64_t default_kv_cache_bytes(int64_t bytes_per_token, int64_t max_seqs, int64_t max_model_len) {
+int64_t default_kv_cache_bytes(int64_t bytes_per_token, int64_t max_seqs, int64_t max_model_len, double share) {
     const int64_t avail = mem_available_bytes();
-    int64_t budget = avail > 0 ? avail / 4 : (int64_t(1) << 30);
+    int64_t budget = int64_t(double(avail > 0 ? avail / 4 : (int64_t(1) << 30)) * std::clamp(share, 1e-6, 1.0));
     const int64_t need = bytes_per_token * max_seqs * max_model_len;
     if (need > 0) budget = std::min(budget, need);
     return budget;
@@ -104,7 +104,8 @@ core::Result<std::unique_ptr<EngineCore>> EngineCore::create(model::CpuModel* mo
     const int64_t block_bytes = kv_pool_block_bytes(mc, c.block_size, c.kv_dtype);
     if (c.num_kv_blocks == 0) {
         if (c.kv_cache_bytes == 0)
-            c.kv_cache_bytes = default_kv_cache_bytes(block_bytes / c.block_size, c.max_seqs, c.max_model_len);
+            c.kv_cache_bytes =
+                default_kv_cache_bytes(block_bytes / c.block_size, c.max_seqs, c.max_model_len, c.kv_default_share);
         c.num_kv_blocks = c.kv_cache_bytes / block_bytes;
         if (c.num_kv_blocks < 1)
             return core::error(core::StatusCode::kInvalidArgument)

@@ -89,6 +89,7 @@ struct SpecConfig {
 struct EngineConfig {
     int64_t num_kv_blocks = 0;   // 0: from kv_cache_bytes
     int64_t kv_cache_bytes = 0;  // 0: a default (see default_kv_cache_bytes)
+    double kv_default_share = 1;  // the default's share of memory (data-parallel replicas split it)
     int32_t block_size = 16;
     // K/V row format (kernels/kernel_params.h): f32, f16 (half the memory), int8 / fp8 (codes with a
     // scale per token and KV head: about a quarter).
@@ -116,9 +117,9 @@ struct EngineStats {
     int64_t spec_draft_tokens = 0, spec_accepted_tokens = 0, spec_verify_steps = 0;
 };
 
-// The default KV budget: a quarter of MemAvailable (or 1 GiB when unknown), at most what max_seqs
-// sequences of max_model_len tokens need.
-int64_t default_kv_cache_bytes(int64_t bytes_per_token, int64_t max_seqs, int64_t max_model_len);
+// The default KV budget: `share` of a quarter of MemAvailable (or 1 GiB when unknown), at most what
+// max_seqs sequences of max_model_len tokens need.
+int64_t default_kv_cache_bytes(int64_t bytes_per_token, int64_t max_seqs, int64_t max_model_len, double share = 1);
 
 // A model that keeps its own paged KV pool (model::CudaModel on a GPU): the engine hands out
 // block ids in [0, num_kv_blocks) of that pool and calls `forward` once per step

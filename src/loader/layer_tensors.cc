@@ -150,9 +150,9 @@ TensorSpec layer_tensor(const ModelConfig& c, int64_t layer, LayerTensor t, int6
 }
 
 std::vector<TensorSpec> checkpoint_tensors(const ModelConfig& c) {
-    const uint64_t hidden = uint64_t(c.hidden_size), vocab = uint64_t(c.vocab_size);
+    const uint64_t hidden = uint64_t(c.hidden_size);
     std::vector<TensorSpec> out;
-    if (c.has_token_embeddings()) out.push_back({"token_embd.weight", {vocab, hidden}, true});
+    if (c.has_token_embeddings()) out.push_back({"token_embd.weight", {uint64_t(c.embed_table_rows()), hidden}, true});
     out.push_back({"output_norm.weight", {hidden}, false});
     if (!c.tie_word_embeddings && c.last_stage())
         out.push_back({"output.weight", {uint64_t(c.output_layer_rows()), hidden}, true});

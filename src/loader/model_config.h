@@ -91,6 +91,10 @@ struct ModelConfig : formats::HyperParams {
     // embeddings or not); 0 rows: all of them.
     int64_t output_row_begin = 0, output_rows = 0;
     int64_t output_layer_rows() const { return output_rows > 0 ? output_rows : vocab_size; }
+    // The same for the token embeddings (vocabulary-parallel): this rank's token_embd holds the rows
+    // of token ids [embed_row_begin, embed_row_begin + embed_rows); the step sums the ranks' lookups.
+    int64_t embed_row_begin = 0, embed_rows = 0;
+    int64_t embed_table_rows() const { return embed_rows > 0 ? embed_rows : vocab_size; }
     // Pipeline parallelism (loader/pipeline_parallel.h): this stage runs layers [stage_begin,
     // stage_end()) and holds only their tensors, the token embeddings only on the first stage (and on
     // the last when tied) and the output layer only on the last; the norms everywhere. Layer indices

@@ -160,6 +160,17 @@ core::Result<Checkpoint> tp_slice(const Checkpoint& ck, int rank, int size) {
     if (!c.first_stage())  // the last stage of a pipeline needed the embeddings for the tied output only
         std::erase_if(out.tensors, [](const TensorRef& t) { return t.name == "token_embd.weight"; });
     }
+    // The token embeddings, vocabulary-parallel: the same rows as the output layer's share.
+    if (c.first_stage()) {
+        for (TensorRef& t : out.tensors)
+            if (t.name == "token_embd.weight") {
+                if (t.shape.size() != 2 || t.shape[0] != uint64_t(c.vocab_size))
+                    return core::error(StatusCode::kCorrupt) << "tensor parallelism: token_embd is not " << c.vocab_size << " rows";
+                t = rows_of(t, uint64_t(s.vocab_begin), uint64_t(s.vocab_size));
+            }
+        out.config.embed_row_begin = s.vocab_begin;
+        out.config.embed_rows = s.vocab_size;
+    }
     out.config.num_heads = s.num_heads;
     out.config.num_kv_heads = s.num_kv_heads;
     out.config.intermediate_size = s.ffn_size;

@@ -9,7 +9,9 @@
 // - the output layer (vocabulary-parallel): rank r keeps rows [r per, (r + 1) per) of it, per =
 //   ceil(vocab / size), the last rank fewer; tied embeddings get an output.weight of their own (a view
 //   of those rows of token_embd); the step all-gathers the logits;
-// - everything else (the token embeddings, norms) whole on every rank.
+// - the token embeddings (vocabulary-parallel): the same rows as the output layer; each rank looks
+//   up the tokens in its rows (zeros for the others) and the step all-reduces the lookups;
+// - everything else (norms, a mixture's router and shared expert) whole on every rank.
 // Heads: with size <= num_kv_heads the KV heads are split into contiguous near-equal runs, the
 // larger ones first, and each rank takes their query heads (SmolLM2's 3 KV heads at TP=2: 2 and 1;
 // rank 0 holds the most, because its row size sizes every rank's KV pool); with more ranks than KV

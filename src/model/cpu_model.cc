@@ -185,11 +185,11 @@ core::Result<std::unique_ptr<CpuModel>> CpuModel::create(const Checkpoint& ck, c
         local.theta = c.rope_local_theta;
         m->inv_freq_local_ = kernels::ref::rope_inv_freqs(c.head_dim, local);
     }
-    const int64_t H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), F = c.intermediate_size, V = c.vocab_size;
+    const int64_t H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), F = c.intermediate_size;
     // A pipeline stage (ModelConfig::stage_begin) holds its layers only, the embeddings on the first
     // stage, the output layer on the last.
     if (c.has_token_embeddings()) {
-        KILN_ASSIGN_OR_RETURN(const WeightView embed, matrix(ck, "token_embd.weight", V, H));
+        KILN_ASSIGN_OR_RETURN(const WeightView embed, matrix(ck, "token_embd.weight", c.embed_table_rows(), H));
         if (c.first_stage()) m->embed_ = ops::CpuWeight::table(embed);
         if (c.tie_word_embeddings && c.last_stage()) {
             KILN_ASSIGN_OR_RETURN(ops::Linear out, ops::make_linear(embed, lo));

@@ -176,7 +176,8 @@ core::Status run_step(ops::Backend& be, const loader::ModelConfig& c, const Mode
     if (options.resid_in) {
         std::copy_n(options.resid_in, size_t(T * H), b.x);  // host memory: calibration runs on the CPU
     } else {
-        KILN_RETURN_IF_ERROR(be.embed(*w.embed, embed_scale, b.x));
+        KILN_RETURN_IF_ERROR(be.embed(*w.embed, embed_scale, b.x, c.embed_row_begin));
+        if (options.tp && c.embed_rows > 0) KILN_RETURN_IF_ERROR(options.tp->all_reduce_sum(b.x, T * H));
     }
     for (int64_t l = first; l < num_layers; ++l) {
         const LayerWeights& L = w.layers[size_t(l)];

@@ -102,8 +102,10 @@ class Backend {
 public:
     virtual ~Backend() = default;
 
-    // x [T, table.cols] = the table's rows of the step's tokens, times scale.
-    virtual core::Status embed(const Weight& table, float scale, float* x) = 0;
+    // x [T, table.cols] = the table's rows of the step's tokens, times scale. The table holds the
+    // rows of token ids [first_id, first_id + table.rows) (a vocabulary-parallel share; 0 and the
+    // whole table otherwise); a token outside them gets a row of zeros.
+    virtual core::Status embed(const Weight& table, float scale, float* x, int64_t first_id) = 0;
     // Row by row over [rows, n]: x += add (when add is set), then y = rmsnorm(x) * weight. `next` is
     // the weight that reads y next (or null): a backend may write y in the form that weight's
     // product wants (CUDA: rounded to its 16-bit type), so y is then only for next's linear.

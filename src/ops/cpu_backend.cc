@@ -54,14 +54,19 @@ static const CpuWeight& cpu(const Weight& w) {
     return static_cast<const CpuWeight&>(w);  // a CpuBackend only ever gets CpuWeights
 }
 
-Status CpuBackend::embed(const Weight& table, float scale, float* x) {
+Status CpuBackend::embed(const Weight& table, float scale, float* x, int64_t first_id) {
     const kernels::WeightView& t = cpu(table).rows_view;
     if (!t.data) return core::error(StatusCode::kInternal) << "embed: the weight is not a table";
     const std::span<const int32_t> tokens = step_.tokens;
     pool_->parallel_for(int64_t(tokens.size()), [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) {
             float* row = x + i * t.cols;
-            kernels::ref::weight_row(t, tokens[size_t(i)], row);
+            const int64_t r = int64_t(tokens[size_t(i)]) - first_id;
+            if (r < 0 || r >= t.rows) {  // another rank's share of the vocabulary
+                std::fill_n(row, t.cols, 0.0f);
+                continue;
+            }
+            kernels::ref::weight_row(t, r, row);
             if (scale != 1.0f)
                 for (int64_t j = 0; j < t.cols; ++j) row[j] *= scale;
         }

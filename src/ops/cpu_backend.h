@@ -59,7 +59,7 @@ public:
     };
     void set_step(const Step& step) { step_ = step; }
 
-    core::Status embed(const Weight& table, float scale, float* x) override;
+    core::Status embed(const Weight& table, float scale, float* x, int64_t first_id) override;
     core::Status add_rmsnorm(float* x, const float* add, const float* weight, float* y, int64_t rows, int64_t n,
                              float eps, const Weight* next) override;
     core::Status linear(const Weight& w, const float* in, int64_t rows, const float* bias, float* out) override;

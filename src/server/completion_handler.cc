@@ -26,7 +26,12 @@ double since(Clock::time_point t0) {
 struct Slot {
     std::atomic<int64_t>& count;
     int64_t n;
-    ~Slot() { count -= n; }
+    PrefixRouter* router = nullptr;  // data parallelism: the replica's load goes down with it
+    int replica = -1;
+    ~Slot() {
+        count -= n;
+        if (router) router->release(replica, n);
+    }
 };
 
 // One admitted request: its engine requests, what they produced so far, and its log entry. Shared
@@ -316,7 +321,13 @@ void handle_generation(HttpServer::State& s, const httplib::Request& req, httpli
     }
     job->slot.reset(new Slot{s.in_flight, r.n});
     if (s.stopping) return fail({503, "the server is shutting down", "server_error", "", ""});
-    Status st = Generation::start(s.engine_for(ids), ids, r.sampling, r.n, r.speculate, &job->gen);
+    Engine* engine = s.engine;
+    if (s.router) {  // data parallelism: the replica with the prompt's prefix, or the least busy
+        job->slot->router = s.router.get();
+        job->slot->replica = s.router->pick(ids, r.n);
+        engine = s.engines[size_t(job->slot->replica)];
+    }
+    Status st = Generation::start(*engine, ids, r.sampling, r.n, r.speculate, &job->gen);
     if (!st.ok()) {
         // A structured-output spec kiln cannot honour (kUnsupported) is the request's fault too.
         bool structured = false;

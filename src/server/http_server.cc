@@ -246,16 +246,6 @@ HttpServer::HttpServer(ServerOptions options) : state_(std::make_unique<State>(s
     setup_http(s);
 }
 
-Engine& HttpServer::State::engine_for(const std::vector<int32_t>& prompt) {
-    if (!router) return *engine;
-    std::vector<int64_t> load(engines.size());
-    for (size_t i = 0; i < engines.size(); ++i) {
-        const EngineStats st = engines[i]->stats();
-        load[i] = st.num_running + st.num_waiting;
-    }
-    return *engines[size_t(router->pick(prompt, load))];
-}
-
 EngineStats HttpServer::State::stats() const {
     EngineStats t = engine->stats();
     for (size_t i = 1; i < engines.size(); ++i) {
@@ -264,7 +254,7 @@ EngineStats HttpServer::State::stats() const {
         t.num_waiting += s.num_waiting;
         t.kv_blocks_in_use += s.kv_blocks_in_use;
         t.kv_blocks_total += s.kv_blocks_total;
-        t.peak_kv_blocks_in_use += s.peak_kv_blocks_in_use;
+        t.peak_kv_blocks_in_use = std::max(t.peak_kv_blocks_in_use, s.peak_kv_blocks_in_use);  // peaks: not summed
         t.prefix_query_tokens += s.prefix_query_tokens;
         t.prefix_hit_tokens += s.prefix_hit_tokens;
         t.prompt_tokens_total += s.prompt_tokens_total;

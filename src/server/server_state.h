@@ -28,9 +28,7 @@ struct HttpServer::State {
     // all), and the router that picks one per generation request (null with one engine).
     std::vector<Engine*> engines;
     std::unique_ptr<PrefixRouter> router;
-    // The engine a generation over `prompt` runs on.
-    Engine& engine_for(const std::vector<int32_t>& prompt);
-    // Every replica's statistics, summed.
+    // Every replica's statistics, summed (the KV peak: the largest).
     EngineStats stats() const;
     std::atomic<bool> ready{false};
     ServerOptions opt;

@@ -93,6 +93,7 @@ TEST(NcclCommunicator, RanksAsThreadsOnTheirOwnGpus) {
     std::vector<std::thread> threads;
     for (int r = 0; r < n; ++r)
         threads.emplace_back([&, r] {
+            ASSERT_EQ(cudaSetDevice(r), cudaSuccess);  // this rank's buffers on its GPU
             boot[size_t(r)]->set_timeout_seconds(60);
             auto c = dist::make_nccl_communicator(*boot[size_t(r)], r);
             ASSERT_TRUE(c.is_ok()) << c.status().to_string();

@@ -1,10 +1,12 @@
 // Data parallelism's router (server/router.h): a prompt whose prefix went to a replica goes there
-// again unless that replica is busier than the least busy by more than the slack; other prompts go
-// to the least busy replica, ties in turn; prefixes count in whole blocks; forgotten beyond capacity.
+// again unless that replica has more than the slack in flight beyond the least busy; other prompts go
+// to the least busy replica, ties in turn; load is what was picked and not yet released; prefixes
+// count in whole blocks; the least recently used are forgotten beyond capacity.
 #include "server/router.h"
 
 #include <gtest/gtest.h>
 
+#include <thread>
 #include <vector>
 
 namespace kiln::server {
@@ -18,57 +20,95 @@ std::vector<int32_t> prompt(int32_t seed, int len) {
 
 TEST(PrefixRouter, NewPromptsSpreadOverIdleReplicas) {
     PrefixRouter r(3, 4);
-    const std::vector<int64_t> idle = {0, 0, 0};
-    EXPECT_EQ(r.pick(prompt(1, 20), idle), 0);
-    EXPECT_EQ(r.pick(prompt(2, 20), idle), 1);
-    EXPECT_EQ(r.pick(prompt(3, 20), idle), 2);
-    EXPECT_EQ(r.pick(prompt(4, 20), idle), 0);
+    for (int i = 0; i < 4; ++i) {
+        EXPECT_EQ(r.pick(prompt(i, 20)), i % 3);  // ties in turn
+        r.release(i % 3);
+    }
     EXPECT_EQ(r.prefix_routed(), 0);
     EXPECT_EQ(r.routed(), 4);
 }
 
 TEST(PrefixRouter, NewPromptsGoToTheLeastBusy) {
     PrefixRouter r(3, 4);
-    EXPECT_EQ(r.pick(prompt(1, 20), std::vector<int64_t>{5, 2, 7}), 1);
-    EXPECT_EQ(r.pick(prompt(2, 20), std::vector<int64_t>{1, 2, 0}), 2);
+    EXPECT_EQ(r.pick(prompt(1, 20), 5), 0);  // 5 sequences (n = 5) on replica 0
+    EXPECT_EQ(r.pick(prompt(2, 20), 2), 1);
+    EXPECT_EQ(r.pick(prompt(3, 20), 1), 2);
+    EXPECT_EQ(r.pick(prompt(4, 20), 1), 2);  // loads 5, 2, 1: the least busy
+    EXPECT_EQ(r.load(2), 2);
+    r.release(0, 5);
+    EXPECT_EQ(r.load(0), 0);
+    EXPECT_EQ(r.pick(prompt(5, 20)), 0);
 }
 
-TEST(PrefixRouter, ASharedPrefixGoesWhereItWent) {
+TEST(PrefixRouter, ASharedPrefixGoesWhereItWentUnlessThatReplicaIsTooBusy) {
     PrefixRouter r(2, 4, /*slack=*/2);
-    std::vector<int32_t> a = prompt(7, 16);  // 4 blocks
-    EXPECT_EQ(r.pick(a, std::vector<int64_t>{0, 0}), 0);
-    EXPECT_EQ(r.pick(prompt(8, 16), std::vector<int64_t>{1, 0}), 1);
-    // a's first 2 blocks and then something else: still replica 0, though it is the busier one
+    const std::vector<int32_t> a = prompt(7, 16);  // 4 blocks
+    EXPECT_EQ(r.pick(a), 0);
+    // a's first 2 blocks and then something else: replica 0 again, though it is the busier one
     std::vector<int32_t> b(a.begin(), a.begin() + 8);
     for (int i = 0; i < 9; ++i) b.push_back(-i);
-    EXPECT_EQ(r.pick(b, std::vector<int64_t>{2, 1}), 0);
-    EXPECT_EQ(r.prefix_routed(), 1);
-    // too busy (3 more than the least busy, slack 2): the prefix is given up for the idle replica,
-    // which then owns those blocks
-    EXPECT_EQ(r.pick(b, std::vector<int64_t>{3, 0}), 1);
-    EXPECT_EQ(r.pick(b, std::vector<int64_t>{0, 0}), 1);
+    EXPECT_EQ(r.pick(b), 0);
+    EXPECT_EQ(r.pick(b), 0);  // 2 in flight there, none on replica 1: within the slack of 2
+    EXPECT_EQ(r.prefix_routed(), 2);
+    // now 3 in flight on replica 0, none on 1: the prefix is given up for the idle replica, which
+    // then owns those blocks
+    EXPECT_EQ(r.pick(b), 1);
+    r.release(0, 3);
+    EXPECT_EQ(r.pick(b), 1);
+    EXPECT_EQ(r.prefix_routed(), 3);
+}
+
+TEST(PrefixRouter, ABurstIsSpreadByTheRoutersOwnCounts) {
+    // the same system prompt for 12 requests at once, none released: the prefix keeps them on one
+    // replica only up to the slack, then the others take their share
+    PrefixRouter r(3, 4, /*slack=*/2);
+    std::vector<int> count(3, 0);
+    for (int i = 0; i < 12; ++i) ++count[size_t(r.pick(prompt(9, 32)))];
+    for (int c : count) EXPECT_GE(c, 2) << count[0] << " " << count[1] << " " << count[2];
 }
 
 TEST(PrefixRouter, OnlyWholeBlocksCount) {
     PrefixRouter r(2, 8);
-    EXPECT_EQ(r.pick(prompt(1, 7), std::vector<int64_t>{0, 0}), 0);  // shorter than a block: nothing remembered
-    EXPECT_EQ(r.pick(prompt(1, 7), std::vector<int64_t>{0, 0}), 1);  // so the same prompt goes in turn
-    EXPECT_EQ(r.pick(prompt(2, 8), std::vector<int64_t>{0, 0}), 0);
-    // the first 8 tokens match; the 7 that follow do not matter
-    std::vector<int32_t> longer = prompt(2, 15);
-    EXPECT_EQ(r.pick(longer, std::vector<int64_t>{0, 0}), 0);
-    // a different first block shares nothing, even with the same second block
+    EXPECT_EQ(r.pick(prompt(1, 7)), 0);  // shorter than a block: nothing remembered
+    r.release(0);
+    EXPECT_EQ(r.pick(prompt(1, 7)), 1);  // so the same prompt goes in turn
+    r.release(1);
+    EXPECT_EQ(r.pick(prompt(2, 8)), 0);
+    r.release(0);
+    EXPECT_EQ(r.pick(prompt(2, 15)), 0);  // the first 8 tokens match; the 7 that follow do not matter
+    // a different first block shares nothing, even with the same second block: the least busy
     std::vector<int32_t> other = prompt(3, 8);
-    for (int i = 8; i < 16; ++i) other.push_back(longer[size_t(i % 15)]);
-    EXPECT_EQ(r.pick(other, std::vector<int64_t>{1, 0}), 1);
+    const std::vector<int32_t> two = prompt(2, 16);
+    other.insert(other.end(), two.begin() + 8, two.end());
+    EXPECT_EQ(r.pick(other), 1);
 }
 
-TEST(PrefixRouter, ForgetsTheOldestBeyondCapacity) {
+TEST(PrefixRouter, ForgetsTheLeastRecentlyUsedBeyondCapacity) {
     PrefixRouter r(2, 4, 2, /*capacity=*/4);
-    EXPECT_EQ(r.pick(prompt(1, 16), std::vector<int64_t>{0, 0}), 0);  // 4 blocks: full
-    EXPECT_EQ(r.pick(prompt(2, 8), std::vector<int64_t>{0, 1}), 0);   // 2 more: prompt 1's first 2 forgotten
-    EXPECT_EQ(r.pick(prompt(1, 4), std::vector<int64_t>{1, 0}), 1);   // its first block is gone
-    EXPECT_EQ(r.pick(prompt(2, 8), std::vector<int64_t>{1, 0}), 0);   // prompt 2 is still known
+    EXPECT_EQ(r.pick(prompt(1, 8)), 0);  // 2 blocks
+    r.release(0);
+    EXPECT_EQ(r.pick(prompt(2, 8)), 1);  // 2 more: full
+    r.release(1);
+    EXPECT_EQ(r.pick(prompt(1, 8)), 0);  // prompt 1 used again: the most recent
+    r.release(0);
+    EXPECT_EQ(r.pick(prompt(3, 8)), 0);  // 2 more: prompt 2's blocks, the least recent, forgotten
+    r.release(0);
+    EXPECT_EQ(r.pick(prompt(1, 8)), 0);  // still known
+    r.release(0);
+    EXPECT_EQ(r.pick(prompt(2, 8)), 1);  // forgotten: the least busy, in turn (replica 1)
+    EXPECT_EQ(r.prefix_routed(), 2);
+}
+
+TEST(PrefixRouter, ThreadSafe) {
+    PrefixRouter r(4, 4);
+    std::vector<std::thread> t;
+    for (int k = 0; k < 4; ++k)
+        t.emplace_back([&, k] {
+            for (int i = 0; i < 500; ++i) r.release(r.pick(prompt(k * 1000 + i % 37, 24)));
+        });
+    for (auto& th : t) th.join();
+    EXPECT_EQ(r.routed(), 2000);
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(r.load(i), 0);
 }
 
 }  // namespace

@@ -258,6 +258,11 @@ TEST(TensorParallel, RowScalesAndCutBlocks) {
     EXPECT_FALSE(s->config.tie_word_embeddings);
     EXPECT_EQ(out->shape[0], uint64_t(ck->config.vocab_size - (ck->config.vocab_size + 1) / 2));
     EXPECT_EQ(s->config.output_row_begin, (ck->config.vocab_size + 1) / 2);
+    // the token embeddings: the same rows (vocabulary-parallel lookups, summed by an all-reduce)
+    const loader::TensorRef* emb = s->find("token_embd.weight");
+    ASSERT_NE(emb, nullptr);
+    EXPECT_EQ(emb->shape[0], out->shape[0]);
+    EXPECT_EQ(s->config.embed_row_begin, s->config.output_row_begin);
     EXPECT_FALSE(loader::tp_slice(*ck, 0, 3).is_ok());  // 3 ranks over 2 KV heads
 }
 

@@ -107,8 +107,9 @@ static bool is16(WType t) {
     return t == WType::kBf16 || t == WType::kF16;
 }
 
-Status CudaModel::Impl::embed(const ops::Weight& table, float scale, float* out) {
+Status CudaModel::Impl::embed(const ops::Weight& table, float scale, float* out, int64_t first_id) {
     if (scale != 1.0f) return core::error(StatusCode::kUnsupported) << "embed: scaled embeddings have no CUDA kernel yet";
+    if (first_id != 0) return core::error(StatusCode::kUnsupported) << "embed: a vocabulary share has no CUDA kernel yet";
     const DevMatrix& e = dev(table);
     const int32_t* d_tokens = step_->i32(step_->ix.layout.tokens);
     const int64_t T = step_->ix.num_tokens;

@@ -132,7 +132,7 @@ struct CudaModel::Impl final : ops::Backend {
     // ops::Backend over the step being enqueued (step_). A norm or activation whose reader is a
     // 16-bit matrix writes x16 (rounded to that type) instead of its f32 output; the next linear()
     // of that output and type reads x16 (prepared_).
-    core::Status embed(const ops::Weight& table, float scale, float* x) override;
+    core::Status embed(const ops::Weight& table, float scale, float* x, int64_t first_id) override;
     core::Status add_rmsnorm(float* x, const float* add, const float* weight, float* y, int64_t rows, int64_t n,
                              float eps, const ops::Weight* next) override;
     core::Status linear(const ops::Weight& w, const float* in, int64_t rows, const float* bias, float* out) override;
