@@ -241,6 +241,35 @@ static Status expert_mlp(core::ThreadPool& pool, const MoeWeights& w, const MoeP
     return linear_with(pool, cpu(*w.down[size_t(e)]), act, n, down_bias, y, scratch);
 }
 
+// o [H] += each of a row's top_k slots y [k, H] times its weight, in ascending expert id (ids [k]):
+// the one order every path of moe_mlp sums in.
+static void add_slots_in_expert_order(const int32_t* ids, const float* weights, const float* y, int64_t k, int64_t H,
+                                      float* o) {
+    for (int64_t done = 0, last = -1; done < k; ++done) {
+        int64_t j = -1;
+        for (int64_t s = 0; s < k; ++s)
+            if (ids[s] > last && (j < 0 || ids[s] < ids[j])) j = s;
+        last = ids[j];
+        const float wj = weights[j];
+        const float* yj = y + j * H;
+        for (int64_t c = 0; c < H; ++c) o[c] += wj * yj[c];
+    }
+}
+
+// Expert e over the n (row, slot) entries routed to it (entry / top_k = the row of in): its rows
+// gathered into moe_.x, its output in moe_.y [n, H].
+Status CpuBackend::run_expert(const MoeWeights& w, const MoeParams& p, int64_t e, const float* in,
+                              const int64_t* entries, int64_t n) {
+    MoeScratch& m = moe_;
+    const int64_t H = w.router->cols, F = w.down[size_t(e)]->cols;
+    grow(m.x, n * H);
+    grow(m.y, n * H);
+    grow(m.gate_up, n * 2 * F);
+    grow(m.act, n * F);
+    for (int64_t i = 0; i < n; ++i) std::copy_n(in + (entries[i] / p.top_k) * H, H, m.x.data() + i * H);
+    return expert_mlp(*pool_, w, p, e, m.x.data(), n, m.gate_up.data(), m.act.data(), m.y.data(), scratch_);
+}
+
 Status CpuBackend::moe_mlp(const MoeWeights& w, const MoeParams& p, const float* in, int64_t rows, float* out) {
     const int64_t E = w.router->rows, H = w.router->cols, k = p.top_k;
     if (int64_t(w.gate_up.size()) != E || int64_t(w.down.size()) != E || k < 1 || k > E)
@@ -271,18 +300,11 @@ Status CpuBackend::moe_mlp(const MoeWeights& w, const MoeParams& p, const float*
     // row's sum runs over its experts in ascending id whatever else is in the batch.
     for (const int64_t e : active) {
         const int64_t n = m.groups.count(e);
-        const int64_t F = w.down[size_t(e)]->cols;
-        grow(m.x, n * H);
-        grow(m.y, n * H);
-        grow(m.gate_up, n * 2 * F);
-        grow(m.act, n * F);
         const int64_t* entries = m.groups.entries.data() + m.groups.offsets[size_t(e)];
-        for (int64_t i = 0; i < n; ++i) std::copy_n(in + (entries[i] / k) * H, H, m.x.data() + i * H);
-        KILN_RETURN_IF_ERROR(
-            expert_mlp(*pool_, w, p, e, m.x.data(), n, m.gate_up.data(), m.act.data(), m.y.data(), scratch_));
+        KILN_RETURN_IF_ERROR(run_expert(w, p, e, in, entries, n));
         if (observing) {
             (*p.observe)(e, false, m.x.data(), n, H);
-            (*p.observe)(e, true, m.act.data(), n, F);
+            (*p.observe)(e, true, m.act.data(), n, w.down[size_t(e)]->cols);
         }
         pool_->parallel_for(n, [&](int64_t b, int64_t end) {  // rows of one expert are distinct
             for (int64_t i = b; i < end; ++i) {
@@ -325,19 +347,9 @@ Status CpuBackend::moe_experts_side_by_side(const MoeWeights& w, const MoeParams
     });
     for (const Status& st : status) KILN_RETURN_IF_ERROR(st);
     pool_->parallel_for(rows, [&](int64_t b, int64_t end) {
-        for (int64_t r = b; r < end; ++r) {
-            const int32_t* ids = m.ids.data() + r * k;
-            float* o = out + r * H;
-            for (int64_t done = 0, last = -1; done < k; ++done) {  // slots in ascending expert id
-                int64_t j = -1;
-                for (int64_t s = 0; s < k; ++s)
-                    if (ids[s] > last && (j < 0 || ids[s] < ids[j])) j = s;
-                last = ids[j];
-                const float wj = m.weights[size_t(r * k + j)];
-                const float* y = m.y.data() + (r * k + j) * H;
-                for (int64_t c = 0; c < H; ++c) o[c] += wj * y[c];
-            }
-        }
+        for (int64_t r = b; r < end; ++r)
+            add_slots_in_expert_order(m.ids.data() + r * k, m.weights.data() + r * k, m.y.data() + r * k * H, k, H,
+                                      out + r * H);
     });
     return moe_shared_expert(w, p, in, rows, out);
 }
@@ -397,15 +409,8 @@ Status CpuBackend::moe_experts(const MoeWeights& w, const MoeParams& p, const fl
     for (int64_t e = 0; e < E; ++e) {  // this rank's experts that got tokens, each over its rows in row order
         const int64_t n = m.groups.count(e);
         if (n == 0 || !w.gate_up[size_t(e)]) continue;
-        const int64_t F = w.down[size_t(e)]->cols;
-        grow(m.x, n * H);
-        grow(m.y, n * H);
-        grow(m.gate_up, n * 2 * F);
-        grow(m.act, n * F);
         const int64_t* entries = m.groups.entries.data() + m.groups.offsets[size_t(e)];
-        for (int64_t i = 0; i < n; ++i) std::copy_n(in + (entries[i] / k) * H, H, m.x.data() + i * H);
-        KILN_RETURN_IF_ERROR(
-            expert_mlp(*pool_, w, p, e, m.x.data(), n, m.gate_up.data(), m.act.data(), m.y.data(), scratch_));
+        KILN_RETURN_IF_ERROR(run_expert(w, p, e, in, entries, n));
         for (int64_t i = 0; i < n; ++i) std::copy_n(m.y.data() + i * H, H, slots.y.data() + entries[i] * H);
     }
     return Status::ok();
@@ -419,17 +424,8 @@ Status CpuBackend::moe_combine(const MoeWeights& w, const MoeParams& p, const fl
     pool_->parallel_for(count, [&](int64_t b, int64_t end) {
         for (int64_t i = b; i < end; ++i) {
             const int64_t r = first + i;
-            const int32_t* ids = slots.ids.data() + r * k;
-            float* o = out + i * H;
-            for (int64_t done = 0, last = -1; done < k; ++done) {  // slots in ascending expert id, as moe_mlp
-                int64_t j = -1;
-                for (int64_t s = 0; s < k; ++s)
-                    if (ids[s] > last && (j < 0 || ids[s] < ids[j])) j = s;
-                last = ids[j];
-                const float wj = slots.weights[size_t(r * k + j)];
-                const float* y = slots.y.data() + (r * k + j) * H;
-                for (int64_t c = 0; c < H; ++c) o[c] += wj * y[c];
-            }
+            add_slots_in_expert_order(slots.ids.data() + r * k, slots.weights.data() + r * k,
+                                      slots.y.data() + r * k * H, k, H, out + i * H);
         }
     });
     return moe_shared_expert(w, p, in + first * H, count, out);

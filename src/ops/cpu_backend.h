@@ -87,6 +87,8 @@ private:
     core::Status moe_experts_side_by_side(const MoeWeights& w, const MoeParams& p, const float* in, int64_t rows,
                                           float* out);
     core::Status moe_shared_expert(const MoeWeights& w, const MoeParams& p, const float* in, int64_t rows, float* out);
+    core::Status run_expert(const MoeWeights& w, const MoeParams& p, int64_t e, const float* in, const int64_t* entries,
+                            int64_t n);
     // moe_mlp's buffers, grown to the largest step and reused.
     struct MoeScratch {
         std::vector<float> logits, weights, x, y, gate_up, act, shared_gate;
