@@ -21,6 +21,7 @@
 #include "loader/pipeline_parallel.h"
 #include "loader/tensor_parallel.h"
 #include "model/cpu_model.h"
+#include "support/parallel_engine_run.h"
 #include "support/test_support.h"
 
 namespace kiln {
@@ -206,63 +207,19 @@ TEST(PipelineParallel, SmolLM2Q4_1) {
     expect_matches(*ck, 2, 2, 1e-5, true);  // SmolLM2's 3 KV heads as 2 + 1 on each stage
 }
 
-// The engine's outputs for 8 requests (greedy and seeded sampling, prompts sharing a prefix, small
-// blocks, prompts in chunks beside decodes), by one rank or a job of ranks.
-struct EngineRun {
-    std::map<int64_t, std::vector<int32_t>> tokens;
-    std::map<int64_t, std::vector<float>> logits;
-    core::Status status;
-};
-EngineRun run_engine(const Checkpoint& ck, dist::Communicator* world, dist::Communicator* tp) {
-    EngineRun out;
-    core::ThreadPool pool(1);
-    auto m = model::CpuModel::create(ck, &pool);
-    if (!m.is_ok()) return {{}, {}, m.status()};
-    (*m)->set_tensor_parallel(tp);
-    (*m)->set_pipeline(world);
-    if (world && world->rank() != 0) {
-        out.status = engine::run_follower(**m, *(*m)->step_group());
-        return out;
-    }
-    auto tok = loader::find_tokenizer(ck, "");
-    if (!tok.is_ok()) return {{}, {}, tok.status()};
-    engine::EngineConfig c;
-    c.block_size = 4;
-    c.num_kv_blocks = 200;
-    c.max_batch_tokens = 24;
-    auto core = engine::EngineCore::create(m->get(), tok->get(), c);
-    if (!core.is_ok()) return {{}, {}, core.status()};
-    for (int64_t id = 0; id < 8; ++id) {
-        engine::Request r;
-        for (int i = 0; i < 12 + 5 * int(id); ++i) r.prompt.push_back(int32_t((i < 10 ? i * 13 : i * 7 + id) % 500 + 3));
-        r.params.max_tokens = 10;
-        r.params.ignore_eos = true;
-        r.params.temperature = id % 2 ? 0.8f : 0.0f;
-        r.params.seed = 100 + uint64_t(id);
-        r.params.has_seed = id % 2;
-        r.return_logits = true;
-        r.on_output = [&out, id](const engine::StepOutput& o) {
-            out.tokens[id].insert(out.tokens[id].end(), o.token_ids.begin(), o.token_ids.end());
-            for (const auto& l : o.logits) out.logits[id].insert(out.logits[id].end(), l.begin(), l.end());
-        };
-        if (core::Status s = (*core)->add(id, std::move(r)); !s.is_ok()) return {{}, {}, s};
-    }
-    while ((*core)->step()) {
-    }
-    return out;  // the core goes away here: the followers stop
-}
+using test::EngineRun;
 
 TEST(PipelineParallel, EngineMatchesOneRank) {
     const std::string path = test::testdata("models/stories260K/stories260K.bin");
     if (!test::file_exists(path)) KILN_SKIP_MISSING() << "no " << path;
     auto ck = loader::load_checkpoint(path);
     ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
-    const EngineRun one = run_engine(*ck, nullptr, nullptr);
+    const EngineRun one = test::run_engine(*ck, *ck, nullptr, nullptr);
     ASSERT_TRUE(one.status.is_ok()) << one.status.to_string();
     ASSERT_EQ(one.tokens.size(), 8u);
     for (auto [tp, pp] : {std::pair{1, 2}, std::pair{1, 3}, std::pair{2, 2}}) {
         const auto runs = run_job<EngineRun>(*ck, tp, pp, [](const Checkpoint& part, dist::Communicator* w,
-                                                           dist::Communicator* t) { return run_engine(part, w, t); });
+                                                           dist::Communicator* t) { return test::run_engine(part, part, t, w); });
         for (size_t r = 0; r < runs.size(); ++r) ASSERT_TRUE(runs[r].status.is_ok()) << r << ": " << runs[r].status.to_string();
         EXPECT_EQ(runs[0].tokens, one.tokens) << "TP " << tp << " x PP " << pp;
         double worst = 0;

@@ -19,6 +19,7 @@
 #include "loader/layer_tensors.h"
 #include "loader/tensor_parallel.h"
 #include "model/cpu_model.h"
+#include "support/parallel_engine_run.h"
 #include "support/test_support.h"
 
 namespace kiln {
@@ -266,56 +267,7 @@ TEST(TensorParallel, RowScalesAndCutBlocks) {
     EXPECT_FALSE(loader::tp_slice(*ck, 0, 3).is_ok());  // 3 ranks over 2 KV heads
 }
 
-// The engine's outputs for 8 requests (greedy and seeded sampling, prompts sharing a prefix, a small
-// block size so that tables span blocks), run in one batch by one rank or by a TP group.
-struct EngineRun {
-    std::map<int64_t, std::vector<int32_t>> tokens;
-    std::map<int64_t, std::vector<float>> logits;
-    core::Status status;
-};
-// The tokenizer comes from tok_ck (a tiny family model has none).
-EngineRun run_engine(const Checkpoint& ck, const Checkpoint& tok_ck, dist::Communicator* tp) {
-    EngineRun out;
-    core::ThreadPool pool(1);
-    auto m = model::CpuModel::create(ck, &pool);
-    if (!m.is_ok()) return {{}, {}, m.status()};
-    (*m)->set_tensor_parallel(tp);
-    if (tp && tp->rank() != 0) {
-        out.status = engine::run_follower(**m, *tp);
-        return out;
-    }
-    auto tok = loader::find_tokenizer(tok_ck, "");
-    if (!tok.is_ok()) return {{}, {}, tok.status()};
-    const int64_t ids = std::min<int64_t>(500, ck.config.vocab_size - 3);
-    engine::EngineConfig c;
-    c.block_size = 4;
-    c.num_kv_blocks = 200;
-    c.max_batch_tokens = 24;  // prompts in chunks, decodes beside them
-    auto core = engine::EngineCore::create(m->get(), tok->get(), c);
-    if (!core.is_ok()) return {{}, {}, core.status()};
-    for (int64_t id = 0; id < 8; ++id) {
-        engine::Request r;
-        for (int i = 0; i < 12 + 5 * int(id); ++i) r.prompt.push_back(int32_t((i < 10 ? i * 13 : i * 7 + id) % ids + 3));
-        r.params.max_tokens = 10;
-        r.params.ignore_eos = true;
-        if (id % 2) {
-            r.params.temperature = 0.8f;
-            r.params.seed = 100 + uint64_t(id);
-            r.params.has_seed = true;
-        } else {
-            r.params.temperature = 0.0f;
-        }
-        r.return_logits = true;
-        r.on_output = [&out, id](const engine::StepOutput& o) {
-            out.tokens[id].insert(out.tokens[id].end(), o.token_ids.begin(), o.token_ids.end());
-            for (const auto& l : o.logits) out.logits[id].insert(out.logits[id].end(), l.begin(), l.end());
-        };
-        if (core::Status s = (*core)->add(id, std::move(r)); !s.is_ok()) return {{}, {}, s};
-    }
-    while ((*core)->step()) {
-    }
-    return out;  // the core goes away here: the followers stop
-}
+using test::EngineRun;
 
 TEST(TensorParallel, EngineMatchesOneRank) {
     const std::string path = test::testdata("models/stories260K/stories260K.bin");
@@ -329,7 +281,7 @@ TEST(TensorParallel, EngineMatchesOneRank) {
         auto loaded = name == "stories260K" ? stories : loader::load_checkpoint(family(name));
         ASSERT_TRUE(loaded.is_ok()) << loaded.status().to_string();
         const Checkpoint& ck = *loaded;
-        const EngineRun one = run_engine(ck, *stories, nullptr);
+        const EngineRun one = test::run_engine(ck, *stories, nullptr, nullptr);
         ASSERT_TRUE(one.status.is_ok()) << one.status.to_string();
         ASSERT_EQ(one.tokens.size(), 8u);
         for (int n : {2, 4}) {
@@ -340,7 +292,7 @@ TEST(TensorParallel, EngineMatchesOneRank) {
                 threads.emplace_back([&, r] {
                     group[size_t(r)]->set_timeout_seconds(30);
                     auto sliced = loader::tp_slice(ck, r, n);
-                    runs[size_t(r)] = sliced.is_ok() ? run_engine(*sliced, *stories, group[size_t(r)].get())
+                    runs[size_t(r)] = sliced.is_ok() ? test::run_engine(*sliced, *stories, group[size_t(r)].get(), nullptr)
                                                      : EngineRun{{}, {}, sliced.status()};
                 });
             for (auto& t : threads) t.join();
