@@ -116,19 +116,40 @@ void wait_huge_page_collapse() {
     c.cv.wait(lock, [&] { return c.queue.empty() && c.busy == 0; });
 }
 
-Result<std::shared_ptr<uint8_t>> map_huge_pages(size_t bytes, HugePages when) {
-    if (bytes == 0) return error(StatusCode::kInvalidArgument) << "map_huge_pages: 0 bytes";
-    const size_t len = (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+namespace {
+
+// len (a multiple of 2 MiB) bytes of anonymous memory on a 2 MiB boundary: over-map by 2 MiB and trim.
+// nullptr (errno set) when mmap fails.
+void* aligned_map(size_t len) {
     void* p = mmap(nullptr, len + kHugePageBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                    -1, 0);
-    if (p == MAP_FAILED)
-        return error(StatusCode::kOutOfMemory) << "cannot map " << bytes << " bytes: " << std::strerror(errno);
+    if (p == MAP_FAILED) return nullptr;
     const uintptr_t start = reinterpret_cast<uintptr_t>(p);
     const uintptr_t aligned = (start + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
     if (aligned > start) munmap(p, aligned - start);
     const uintptr_t end = start + len + kHugePageBytes;
     if (end > aligned + len) munmap(reinterpret_cast<void*>(aligned + len), end - (aligned + len));
-    auto* q = reinterpret_cast<uint8_t*>(aligned);
+    return reinterpret_cast<void*>(aligned);
+}
+
+}  // namespace
+
+void* huge_alloc(size_t bytes) {
+    const size_t len = (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+    void* p = aligned_map(len);
+    if (p) madvise(p, len, MADV_HUGEPAGE);  // advisory: without THP the block keeps 4 KiB pages
+    return p;
+}
+
+void huge_free(void* p, size_t bytes) {
+    if (p) munmap(p, (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes);
+}
+
+Result<std::shared_ptr<uint8_t>> map_huge_pages(size_t bytes, HugePages when) {
+    if (bytes == 0) return error(StatusCode::kInvalidArgument) << "map_huge_pages: 0 bytes";
+    const size_t len = (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+    auto* q = static_cast<uint8_t*>(aligned_map(len));
+    if (!q) return error(StatusCode::kOutOfMemory) << "cannot map " << bytes << " bytes: " << std::strerror(errno);
     std::shared_ptr<uint8_t> owner(q, [len](uint8_t* r) { munmap(r, len); });
     if (when == HugePages::kAtFirstTouch) {
         madvise(q, len, MADV_HUGEPAGE);  // advisory: without THP the mapping simply keeps 4 KiB pages

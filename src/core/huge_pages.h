@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <new>
 
 #include "core/status.h"
 
@@ -48,5 +49,39 @@ void wait_huge_page_collapse();
 // only. Thread safe. Errors as map_huge_pages.
 inline constexpr size_t kArenaChunkBytes = size_t(64) << 20;
 Result<std::shared_ptr<uint8_t>> huge_page_buffer(size_t bytes);
+
+// Raw blocks for HugePageAllocator: huge_alloc(bytes) maps bytes (> 0) rounded up to 2 MiB, 2 MiB
+// aligned, huge pages advised (kAtFirstTouch); nullptr when the mapping fails. huge_free(p, bytes)
+// with the same bytes unmaps it.
+void* huge_alloc(size_t bytes);
+void huge_free(void* p, size_t bytes);
+
+// A std::allocator for growing buffers that kernels walk with strides across pages (model::KvCache's
+// K and V, which decode reads one KV head's slice of each row at a time: one TLB miss per key on
+// 4 KiB pages): blocks of kHugeAllocMin bytes or more come from huge_alloc, smaller ones from
+// operator new. Huge pages at first touch, so a buffer written inside a timed region pays for its
+// faults there (see kDeferred above); the threshold keeps short caches on the heap.
+inline constexpr size_t kHugeAllocMin = size_t(16) << 20;
+template <class T>
+struct HugePageAllocator {
+    using value_type = T;
+    HugePageAllocator() = default;
+    template <class U>
+    HugePageAllocator(const HugePageAllocator<U>&) {}
+    T* allocate(size_t n) {
+        const size_t bytes = n * sizeof(T);
+        if (bytes < kHugeAllocMin) return static_cast<T*>(::operator new(bytes));
+        void* p = huge_alloc(bytes);
+        if (!p) throw std::bad_alloc();
+        return static_cast<T*>(p);
+    }
+    void deallocate(T* p, size_t n) {
+        const size_t bytes = n * sizeof(T);
+        if (bytes < kHugeAllocMin) return ::operator delete(p);
+        huge_free(p, bytes);
+    }
+    template <class U>
+    bool operator==(const HugePageAllocator<U>&) const { return true; }
+};
 
 }  // namespace kiln::core

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "core/huge_pages.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "dist/communicator.h"
@@ -57,7 +58,10 @@ public:
 private:
     friend class CpuModel;
     int64_t num_layers_, kv_dim_, row_bytes_, max_len_, len_ = 0;
-    std::vector<std::vector<uint8_t>> k_, v_;  // per layer: [capacity] rows of row_bytes_
+    // per layer: [capacity] rows of row_bytes_; large ones on huge pages (decode walks a KV head's
+    // slice of every row: one TLB miss per key on 4 KiB pages)
+    using Rows = std::vector<uint8_t, core::HugePageAllocator<uint8_t>>;
+    std::vector<Rows> k_, v_;
     KvLayers view_;                            // k_ / v_ as forward_batch takes them, rebuilt when they grow
 };
 

@@ -17,6 +17,8 @@ namespace kc = kernels::cpu;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int64_t kTokenTile = 16;       // query tokens per prefill task: K/V block reuse vs. task count
 constexpr int64_t kDecodeMaxTokens = 4;  // sequences with at most this many new tokens split their keys
+constexpr int64_t kDecodeSplitsPerThread = 4;  // from this many splits per thread, a decode task takes every kv head
+constexpr int64_t kAllKvHeads = -1;            // Task::kv_head of such a task
 
 struct Task {
     int64_t seq = 0, kv_head = 0;
@@ -111,9 +113,15 @@ core::Status batch_attention(core::ThreadPool& pool, const float* q, int64_t num
             p.decode_split = any_decode_split = true;
             p.part_offset = part_floats;
             part_floats += n_splits * s.num_tokens * h.num_heads * (hd + 1);
-            // Split-major: a split's kv heads run one after the other (on whichever threads), and kv
-            // head 0's task prefetches whole cache rows for the others (kernels/cpu/simd_attention.h),
-            // so the cache streams from memory row after row instead of one head's slice at a time.
+            // Long contexts (kDecodeSplitsPerThread splits per thread or more): one task per split
+            // runs every kv head in turn, so a thread reads whole cache rows of one key range while
+            // they are in its cache (docs/performance.md "Long-context decode"). Shorter ones:
+            // split-major (sp, kv head) tasks, so the heads of a split run side by side.
+            if (n_splits >= kDecodeSplitsPerThread * pool.num_threads()) {
+                for (int64_t sp = p.split0; sp < p.split1; ++sp)
+                    tasks.push_back({int64_t(i), kAllKvHeads, 0, s.num_tokens, sp, s.num_tokens * h.num_heads * S});
+                continue;
+            }
             for (int64_t sp = p.split0; sp < p.split1; ++sp)
                 for (int64_t kvh = 0; kvh < h.num_kv_heads; ++kvh)
                     tasks.push_back({int64_t(i), kvh, 0, s.num_tokens, sp, s.num_tokens * group * S});
@@ -171,7 +179,11 @@ core::Status batch_attention(core::ThreadPool& pool, const float* q, int64_t num
                 float* po = part_base + p.part_offset + (t.split - p.split0) * n_rows * (hd + 1);
                 kt.j0 = t.split * S;
                 kt.j1 = std::min(s.kv.kv_len, kt.j0 + S);
-                kernel(qs, s.kv, shape, kt, po, po + n_rows * hd, scratch);
+                for (int64_t kvh = t.kv_head == kAllKvHeads ? 0 : t.kv_head;
+                     kvh < (t.kv_head == kAllKvHeads ? h.num_kv_heads : t.kv_head + 1); ++kvh) {
+                    kt.kv_head = kvh;
+                    kernel(qs, s.kv, shape, kt, po, po + n_rows * hd, scratch);
+                }
                 continue;
             }
             const int64_t n_rows = (t.t1 - t.t0) * h.num_heads;

@@ -100,7 +100,10 @@ def test_logprobs(smol):
 
 
 def test_eos_and_the_context_end(smol, stories):
-    [eos] = smol.generate(PROMPT, SamplingParams(temperature=0, max_tokens=None))
+    # A short answer (a raw-text prompt's greedy continuation reaches EOS or not on a near-tie that
+    # last-bit changes in the kernels flip).
+    question = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
+    [eos] = smol.chat(question, SamplingParams(temperature=0, max_tokens=None))
     assert eos.outputs[0].finish_reason == "stop" and 0 < len(eos.outputs[0].token_ids) < 100
     [ctx] = stories.generate("Once upon a time", SamplingParams(temperature=0, max_tokens=None, ignore_eos=True))
     c = ctx.outputs[0]

@@ -127,5 +127,24 @@ TEST(HugePages, DeferredMappingsCollapseWithTheirContents) {
     if (can_collapse()) EXPECT_GE(anon_huge_kb(p), long(bytes >> 10)) << "every whole 2 MiB a huge page";
 }
 
+// HugePageAllocator (model::KvCache's rows): blocks from kHugeAllocMin on start on a 2 MiB boundary
+// and take huge pages where THP allows them; smaller ones come from the heap; growth keeps the
+// contents.
+TEST(HugePages, AllocatorPutsLargeBlocksOnHugePages) {
+    std::vector<uint8_t, HugePageAllocator<uint8_t>> v(1000, 7);
+    v.resize(kHugeAllocMin + 3, 9);  // grows onto a mapping of its own
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(v.data()) % kHugePageBytes, 0u);
+    EXPECT_EQ(v[999], 7);
+    EXPECT_EQ(v[1000], 9);
+    EXPECT_EQ(v.back(), 9);
+    std::vector<uint8_t, HugePageAllocator<uint8_t>> copy = v;  // a copy owns its own block
+    copy[0] = 1;
+    EXPECT_EQ(v[0], 7);
+    std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+    const std::string mode((std::istreambuf_iterator<char>(f)), {});
+    if (!mode.empty() && mode.find("[never]") == std::string::npos)
+        EXPECT_GT(anon_huge_kb(v.data()), 0) << "written after MADV_HUGEPAGE: huge pages expected";
+}
+
 }  // namespace
 }  // namespace kiln::core

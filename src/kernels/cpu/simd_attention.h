@@ -7,7 +7,9 @@
 //    causal diagonal) go in register-blocked pairs, so each K and V vector loaded serves two rows;
 //  - scores: one 8-lane partial sum per (row, key) along head_dim, 8 accumulators in flight, four
 //    keys reduced to four scores by an hadd tree in one fixed order (a row's scores are the same
-//    whether it runs alone or paired); head_dim % 8 adds a scalar tail;
+//    whether it runs alone or paired); head_dim % 8 adds a scalar tail. The AVX-512 build runs
+//    head_dims that are multiples of 16 on 16 lanes (block_scores_z, block_exp_z, block_pv_z: half
+//    the instructions), the others as the AVX2 build does;
 //  - exp: Cephes-style exp (round(x log2 e) range reduction, degree-6 polynomial, ~2 ulp), inputs
 //    below -87 (masked keys, underflow) give exactly 0;
 //  - P V: output chunks (up to 64 floats for one row, 32 for a pair) stay in registers across one
@@ -15,11 +17,12 @@
 //  - K/V rows (contiguous or paged, see KvSpan) are located once per block of keys into arrays
 //    of row pointers that the inner loops index: the loads and the arithmetic are the same for
 //    either layout, so a paged cache gives bit-identical results.
-//  - K/V rows of >= 2 KiB, and every row in decode tasks, are prefetched ahead (f32: block_scores;
-//    f16, int8, fp8: cache_rows, while it widens them): a task's slice of each row is a strided walk the
-//    hardware prefetchers miss.
+//  - K/V rows of >= 2 KiB, and every row in decode tasks, are prefetched one block ahead (NextBlock;
+//    f32: block_scores, f16, int8, fp8: cache_rows while it widens them): a task's slice of each row
+//    is a strided walk the hardware prefetchers miss.
 // Measured (SmolLM2 shape, 9 heads / 3 KV heads / head_dim 64, EPYC Zen 3, one core): prefill 512
-// ~43 GFLOP/s = ~43% of the FMA peak; decode with a cache-resident KV ~35 GFLOP/s.
+// ~43 GFLOP/s = ~43% of the FMA peak; decode with a cache-resident KV ~35 GFLOP/s. Long-context
+// decode on 16 lanes: docs/performance.md "Long-context decode".
 // Everything here has internal linkage (include ONLY from those TUs), and no std:: templates
 // or inline library functions are used (not even kv_row: cache_rows below repeats it): an
 // out-of-line copy compiled with AVX2 flags could be merged into generic code by the linker and
@@ -74,14 +77,40 @@ inline __m128 reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
 }
 
 // The cache lines that [p, p + bytes) touches, into L2 (T1): a prefetch into L1 (T0) waits for one of
-// its few miss buffers, and the bursts of whole-row prefetches (up to 128 lines per step of 4 keys)
-// stalled on them: 27% of the attention kernel's samples sat on prefetcht0 in decode at depth 1900;
-// with T1 TinyLlama q4_0 decode there ran 12% faster (docs/performance.md).
+// its few miss buffers (27% of the kernel's samples sat on prefetcht0 in decode at depth 1900; with
+// T1 TinyLlama q4_0 decode there ran 12% faster, docs/performance.md). Whole cache rows (every
+// head's slice) are no longer prefetched: on the Xeon VM of 2026-12-06 the prefetch instructions
+// alone took 28-50% of the kernel's time with the cache in L3, and each head's own slice a block
+// ahead read DRAM faster.
 inline void prefetch_row(const void* p, int64_t bytes) {
     const uintptr_t a = reinterpret_cast<uintptr_t>(p);
     for (uintptr_t line = a & ~uintptr_t(63); line < a + uintptr_t(bytes); line += 64)
         _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T1);
 }
+
+// The next block's K and V rows, prefetched a few at a time while the current block is worked on
+// (simd_attention_task): key i at k + offs[i] and v + offs[i], bytes each (a KV head's slice), and
+// for int8 / fp8 caches its scale at + scale_off. A whole block ahead covers the latency of DRAM,
+// which a few keys ahead did not (docs/performance.md "Long-context decode").
+struct NextBlock {
+    const uint8_t* k = nullptr;
+    const uint8_t* v = nullptr;
+    int64_t offs[kAttentionBlockKeys];
+    int64_t n = 0, bytes = 0, scale_off = 0;
+    int64_t done = 0;  // entries prefetched so far
+
+    // Prefetches entries up to `upto` (capped at n).
+    void advance(int64_t upto) {
+        for (; done < n && done < upto; ++done) {
+            prefetch_row(k + offs[done], bytes);
+            prefetch_row(v + offs[done], bytes);
+            if (scale_off) {
+                _mm_prefetch(reinterpret_cast<const char*>(k + offs[done] + scale_off), _MM_HINT_T1);
+                _mm_prefetch(reinterpret_cast<const char*>(v + offs[done] + scale_off), _MM_HINT_T1);
+            }
+        }
+    }
+};
 
 // For each of the R rows (same key range): s[r][i] = scale * q_r . k_i for i < n (k_i at
 // kptr[i], [head_dim]); mx[r] = max_i s[r][i]. Entries of s[r] past n are unspecified. KU keys per
@@ -89,28 +118,18 @@ inline void prefetch_row(const void* p, int64_t bytes) {
 // vector serves all R rows.
 //
 //
-// prefetch_bytes (simd_attention_task picks it; 0: none): a task reads its KV head's slice of each
-// cache row (head_dim floats out of kv_heads x head_dim: 512 B every 4 KiB for Llama-3-8B, 256 B
-// every 1 KiB for TinyLlama), a stride the hardware prefetchers do not follow across pages, so every
-// key would wait for memory. Each step then prefetches prefetch_bytes from the start of the slices of
-// the keys KU steps ahead and of the values of its own keys (block_pv reads them next). For short rows
-// this costs 10-20% while the cache is L2/L3-resident (kernels_bench, one thread), but decode streams
-// every layer's cache from DRAM once the context is long (docs/performance.md: TinyLlama q4_0 at
-// depth 1900 ran 2.8-7.6% faster with it, and 7-9% more with whole rows from kv head 0's tasks);
-// prefill tiles reuse each key across 32 tokens and keep short rows unprefetched.
+// next (nullptr: none): step i prefetches the next block's entries below i + KU (NextBlock), so the
+// prefetches spread over the block's steps.
 template <int R>
-void block_scores(const float* const* qr, const float* const* kptr, const float* const* vptr, int64_t n, int64_t hd,
-                  float scale, int64_t prefetch_bytes, float* const* s, float* mx) {
+void block_scores(const float* const* qr, const float* const* kptr, int64_t n, int64_t hd, float scale, NextBlock* next,
+                  float* const* s, float* mx) {
     constexpr int KU = R == 1 ? 8 : 4;
     const int64_t hd8 = hd & ~int64_t(7);
     const __m128 lane = _mm_setr_ps(0.0f, 1.0f, 2.0f, 3.0f);
     __m128 vmax[R];
     for (int r = 0; r < R; ++r) vmax[r] = _mm_set1_ps(kNegInf);
     for (int64_t i = 0; i < n; i += KU) {
-        for (int u = 0; prefetch_bytes && u < KU; ++u) {
-            if (i + KU + u < n) prefetch_row(kptr[i + KU + u], prefetch_bytes);
-            if (i + u < n) prefetch_row(vptr[i + u], prefetch_bytes);
-        }
+        if (next) next->advance(i + KU);
         const float* kp[KU];
         for (int u = 0; u < KU; ++u) kp[u] = kptr[imin(i + u, n - 1)];  // clamp: no reads past n
         __m256 acc[R][KU];
@@ -220,13 +239,160 @@ void block_pv(float* const* o, const float* const* vptr, int64_t n, int64_t hd, 
     }
 }
 
+#ifdef __AVX512F__
+// The 512-bit forms of block_scores, block_exp and block_pv, for head_dim % 16 == 0 (the AVX-512
+// build picks them per call from head_dim alone, so a model's rows always take the same ones). The
+// arithmetic of a row does not depend on R or on which keys share a step, as above; the results
+// differ from the 256-bit forms' in the order of each dot product's and the exp sum's additions.
+// Measured: docs/performance.md "Long-context decode".
+
+inline __m512 in_register(__m512 x) {
+    asm("" : "+v"(x));
+    return x;
+}
+
+// Lane u of the result = the sum of the 16 lanes of a_u, u < 4, in one fixed order for every key:
+// lane i + lane i + 8, then those of i and i + 4, then ((0 + 2) + (1 + 3)).
+inline __m128 reduce4_z(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+    constexpr __mmask16 kAll = 0xffff;  // maskz forms: see avx512_exp_nonpos
+    // t01 (128-bit lanes) = [a0 folded: lanes 0-3, 4-7 | a1 folded: 0-3, 4-7]
+    const __m512 t01 = _mm512_add_ps(_mm512_maskz_shuffle_f32x4(kAll, a0, a1, 0x44), _mm512_maskz_shuffle_f32x4(kAll, a0, a1, 0xee));
+    const __m512 t23 = _mm512_add_ps(_mm512_maskz_shuffle_f32x4(kAll, a2, a3, 0x44), _mm512_maskz_shuffle_f32x4(kAll, a2, a3, 0xee));
+    // g: 128-bit lane u = key u's 4 partial sums
+    const __m512 g = _mm512_add_ps(_mm512_maskz_shuffle_f32x4(kAll, t01, t23, 0x88), _mm512_maskz_shuffle_f32x4(kAll, t01, t23, 0xdd));
+    const __m512 x = _mm512_add_ps(g, _mm512_maskz_permute_ps(kAll, g, 0x4e));  // lanes (0 + 2), (1 + 3)
+    const __m512 y = _mm512_add_ps(x, _mm512_maskz_permute_ps(kAll, x, 0xb1));  // lane 0 of each 128-bit lane: the sum
+    return _mm512_maskz_extractf32x4_ps(
+        __mmask8(0xf), _mm512_maskz_permutexvar_ps(kAll, _mm512_setr_epi32(0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12), y), 0);
+}
+
+// block_scores with 16 lanes along head_dim (hd % 16 == 0): KU = 4 keys per step for every R.
+template <int R>
+void block_scores_z(const float* const* qr, const float* const* kptr, int64_t n, int64_t hd, float scale,
+                      NextBlock* next, float* const* s, float* mx) {
+    constexpr int KU = 4;
+    const __m128 lane = _mm_setr_ps(0.0f, 1.0f, 2.0f, 3.0f);
+    __m128 vmax[R];
+    for (int r = 0; r < R; ++r) vmax[r] = _mm_set1_ps(kNegInf);
+    for (int64_t i = 0; i < n; i += KU) {
+        if (next) next->advance(i + KU);
+        const float* kp[KU];
+        for (int u = 0; u < KU; ++u) kp[u] = kptr[imin(i + u, n - 1)];  // clamp: no reads past n
+        __m512 acc[R][KU];
+        for (int r = 0; r < R; ++r)
+            for (int u = 0; u < KU; ++u) acc[r][u] = _mm512_setzero_ps();
+        for (int64_t d = 0; d < hd; d += 16) {
+            __m512 qv[R];
+            for (int r = 0; r < R; ++r) qv[r] = _mm512_loadu_ps(qr[r] + d);
+            for (int u = 0; u < KU; ++u) {
+                const __m512 kv = in_register(_mm512_loadu_ps(kp[u] + d));
+                for (int r = 0; r < R; ++r) acc[r][u] = _mm512_fmadd_ps(qv[r], kv, acc[r][u]);
+            }
+        }
+        for (int r = 0; r < R; ++r) {
+            __m128 sc = _mm_mul_ps(reduce4_z(acc[r][0], acc[r][1], acc[r][2], acc[r][3]), _mm_set1_ps(scale));
+            const __m128 valid = _mm_cmplt_ps(lane, _mm_set1_ps(float(n - i)));  // clamped duplicates
+            sc = _mm_blendv_ps(_mm_set1_ps(kNegInf), sc, valid);
+            _mm_storeu_ps(s[r] + i, sc);
+            vmax[r] = _mm_max_ps(vmax[r], sc);
+        }
+    }
+    for (int r = 0; r < R; ++r) {
+        __m128 m = _mm_max_ps(vmax[r], _mm_movehl_ps(vmax[r], vmax[r]));
+        mx[r] = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+    }
+}
+
+// avx2_exp_nonpos (simd_avx2.h) on 16 lanes: the same operations, so the same value per lane.
+inline __m512 avx512_exp_nonpos(__m512 x) {
+    const __m512 lo = _mm512_set1_ps(-87.0f);
+    const __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ);  // below: exp underflows (or x = -inf)
+    // (maskz forms throughout: GCC 12 warns that the plain intrinsics' pass-through is uninitialized)
+    constexpr __mmask16 kAll = 0xffff;
+    x = _mm512_maskz_min_ps(kAll, _mm512_maskz_max_ps(kAll, x, lo), _mm512_setzero_ps());
+    const __m512 n = _mm512_maskz_roundscale_ps(kAll, _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
+    y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    const __m512i e = _mm512_maskz_slli_epi32(kAll, _mm512_add_epi32(_mm512_maskz_cvtps_epi32(kAll, n), _mm512_set1_epi32(127)), 23);
+    return _mm512_maskz_mul_ps(keep, y, _mm512_castsi512_ps(e));
+}
+
+// block_exp on 16 lanes: p[i] = exp(p[i] - m) for i < n (entries past n unchanged); returns their sum.
+inline float block_exp_z(float* p, int64_t n, float m) {
+    const __m512 vm = _mm512_set1_ps(m);
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1);
+        const __m512 x = _mm512_mask_sub_ps(_mm512_set1_ps(kNegInf), k, _mm512_maskz_loadu_ps(k, p + i), vm);
+        const __m512 e = avx512_exp_nonpos(x);  // 0 past n
+        _mm512_mask_storeu_ps(p + i, k, e);
+        sum = _mm512_add_ps(sum, e);
+    }
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, sum);
+    return avx2_hsum(_mm256_add_ps(_mm256_load_ps(lanes), _mm256_load_ps(lanes + 8)));
+}
+
+// pv_chunk on 16 lanes: o_r[d0, d0 + 16 NV) = o_r * corr_r + sum_{j < n} p_r[j] v_j[...].
+template <int R, int NV>
+void pv_chunk_z(float* const* o, int64_t d0, const float* const* vptr, int64_t n, const float* const* p,
+                const float* corr) {
+    __m512 acc[R][NV];
+    for (int r = 0; r < R; ++r) {
+        const __m512 c = _mm512_set1_ps(corr[r]);
+        for (int i = 0; i < NV; ++i) acc[r][i] = _mm512_mul_ps(_mm512_loadu_ps(o[r] + d0 + 16 * i), c);
+    }
+    for (int64_t j = 0; j < n; ++j) {
+        __m512 pj[R];
+        for (int r = 0; r < R; ++r) pj[r] = _mm512_set1_ps(p[r][j]);
+        const float* vj = vptr[j] + d0;
+        for (int i = 0; i < NV; ++i) {
+            const __m512 vv = in_register(_mm512_loadu_ps(vj + 16 * i));
+            for (int r = 0; r < R; ++r) acc[r][i] = _mm512_fmadd_ps(pj[r], vv, acc[r][i]);
+        }
+    }
+    for (int r = 0; r < R; ++r)
+        for (int i = 0; i < NV; ++i) _mm512_storeu_ps(o[r] + d0 + 16 * i, acc[r][i]);
+}
+
+template <int R, int NV>
+void pv_chunk_z_n(int64_t nv, float* const* o, int64_t d0, const float* const* vptr, int64_t n, const float* const* p,
+                  const float* corr) {
+    if constexpr (NV > 1) {
+        if (nv < NV) return pv_chunk_z_n<R, NV - 1>(nv, o, d0, vptr, n, p, corr);
+    }
+    pv_chunk_z<R, NV>(o, d0, vptr, n, p, corr);
+}
+
+template <int R>
+void block_pv_z(float* const* o, const float* const* vptr, int64_t n, int64_t hd, const float* const* p,
+                const float* corr) {
+    constexpr int64_t kMaxVectors = R == 1 ? 8 : 4;  // R * kMaxVectors accumulators + R broadcasts
+    for (int64_t d0 = 0; d0 < hd; d0 += 16 * kMaxVectors)
+        pv_chunk_z_n<R, kMaxVectors>(imin(kMaxVectors, (hd - d0) / 16), o, d0, vptr, n, p, corr);
+}
+#endif  // __AVX512F__
+
 // One block's online-softmax update of R rows that share the key range [ja, ja + n) (key / value
 // ja + i at kptr[i] / vptr[i]).
-template <int R>
+// W: the 512-bit forms (AVX-512 builds, head_dim % 16 == 0).
+template <int R, bool W>
 void update_rows(const float* const* qr, float* const* o, const float* const* kptr, const float* const* vptr, int64_t n,
-                 int64_t hd, float scale, float softcap, int64_t prefetch_bytes, float* const* p, float* m, float* l) {
+                 int64_t hd, float scale, float softcap, NextBlock* next, float* const* p, float* m, float* l) {
     float mx[R], corr[R];
-    block_scores<R>(qr, kptr, vptr, n, hd, scale, prefetch_bytes, p, mx);
+#ifdef __AVX512F__
+    if constexpr (W) block_scores_z<R>(qr, kptr, n, hd, scale, next, p, mx);
+    else
+#endif
+        block_scores<R>(qr, kptr, n, hd, scale, next, p, mx);
     if (softcap > 0) {  // Gemma 2: scalar, off the models' usual path
         for (int r = 0; r < R; ++r) {
             mx[r] = kNegInf;
@@ -239,9 +405,16 @@ void update_rows(const float* const* qr, float* const* o, const float* const* kp
     for (int r = 0; r < R; ++r) {
         const float m_new = m[r] > mx[r] ? m[r] : mx[r];
         corr[r] = m[r] == kNegInf ? 0.0f : expf(m[r] - m_new);
-        l[r] = l[r] * corr[r] + block_exp(p[r], n, m_new);
+#ifdef __AVX512F__
+        if constexpr (W) l[r] = l[r] * corr[r] + block_exp_z(p[r], n, m_new);
+        else
+#endif
+            l[r] = l[r] * corr[r] + block_exp(p[r], n, m_new);
         m[r] = m_new;
     }
+#ifdef __AVX512F__
+    if constexpr (W) return block_pv_z<R>(o, vptr, n, hd, p, corr);
+#endif
     block_pv<R>(o, vptr, n, hd, p, corr);
 }
 
@@ -285,22 +458,21 @@ inline void widen_fp8(const uint8_t* c, float s, float* f, int64_t n) {
     for (; d < n; ++d) f[d] = _cvtsh_ss(e4m3_half_bits(c[d])) * s256;
 }
 
-// krow[i] / vrow[i] = start of key / value j_begin + i of KV head kv_head (of num_kv_heads, hd each),
-// j_begin <= j < j_end, with kv_row's arithmetic walked slot by slot (divides once per call, never
-// per key). f32 caches: pointers into the cache; other caches (f16, int8, fp8: KvDtype in
-// kernels/kernel_params.h): the rows widened to f32 into kbuf / vbuf ([j_end - j_begin, hd] each),
-// slot i at kbuf + i * hd.
-// Widened caches: prefetch_bytes (0: none) of the rows kWidenAhead keys ahead are prefetched while one
-// is widened (the same strided walk as block_scores' prefetch; simd_attention_task picks the size).
-void cache_rows(const KvSpan& kv, int64_t kv_head, int64_t num_kv_heads, int64_t hd, int64_t j_begin, int64_t j_end,
-                int64_t prefetch_bytes, const float** krow, const float** vrow, float* kbuf, float* vbuf) {
-    const int64_t kv_dim = num_kv_heads * hd;
+// Bytes per cache row of kv's format (kv_row's arithmetic; int8 / fp8 rows end with a scale per head).
+inline int64_t cache_row_bytes(const KvSpan& kv, int64_t num_kv_heads, int64_t hd) {
     const bool quantized = kv.dtype == KvDtype::kI8 || kv.dtype == KvDtype::kFp8;
     const int64_t elem = kv.dtype == KvDtype::kF32 ? 4 : kv.dtype == KvDtype::kF16 ? 2 : 1;
-    const int64_t row_bytes = kv_dim * elem + (quantized ? 4 * num_kv_heads : 0);
+    return num_kv_heads * hd * elem + (quantized ? 4 * num_kv_heads : 0);
+}
+
+// offs[j - j_begin] = byte offset of key j's slice of KV head kv_head, j_begin <= j < j_end, with
+// kv_row's arithmetic walked slot by slot (divides once per call, never per key).
+void slice_offsets(const KvSpan& kv, int64_t kv_head, int64_t num_kv_heads, int64_t hd, int64_t j_begin, int64_t j_end,
+                   int64_t* offs) {
+    const int64_t elem = kv.dtype == KvDtype::kF32 ? 4 : kv.dtype == KvDtype::kF16 ? 2 : 1;
+    const int64_t row_bytes = cache_row_bytes(kv, num_kv_heads, hd);
     int64_t block_idx = kv.block_table ? j_begin / kv.block_size : 0,
             slot = kv.block_table ? j_begin % kv.block_size : 0;
-    int64_t offs[kAttentionBlockKeys];  // byte offset of each key's head slice
     for (int64_t j = j_begin; j < j_end; ++j) {
         int64_t row = j;
         if (kv.block_table) {
@@ -312,6 +484,17 @@ void cache_rows(const KvSpan& kv, int64_t kv_head, int64_t num_kv_heads, int64_t
         }
         offs[j - j_begin] = row * row_bytes + kv_head * hd * elem;
     }
+}
+
+// krow[i] / vrow[i] = start of key / value j_begin + i of KV head kv_head (of num_kv_heads, hd each),
+// j_begin <= j < j_end. f32 caches: pointers into the cache; other caches (f16, int8, fp8: KvDtype in
+// kernels/kernel_params.h): the rows widened to f32 into kbuf / vbuf ([j_end - j_begin, hd] each),
+// slot i at kbuf + i * hd, prefetching the next block's rows (next, nullptr: none) as they go.
+void cache_rows(const KvSpan& kv, int64_t kv_head, int64_t num_kv_heads, int64_t hd, int64_t j_begin, int64_t j_end,
+                NextBlock* next, const float** krow, const float** vrow, float* kbuf, float* vbuf) {
+    const int64_t kv_dim = num_kv_heads * hd;
+    int64_t offs[kAttentionBlockKeys];  // byte offset of each key's head slice
+    slice_offsets(kv, kv_head, num_kv_heads, hd, j_begin, j_end, offs);
     const int64_t n = j_end - j_begin;
     const auto* kb = static_cast<const uint8_t*>(kv.k);
     const auto* vb = static_cast<const uint8_t*>(kv.v);
@@ -322,18 +505,10 @@ void cache_rows(const KvSpan& kv, int64_t kv_head, int64_t num_kv_heads, int64_t
         }
         return;
     }
-    constexpr int64_t kWidenAhead = 4;
-    for (int64_t i = 0; prefetch_bytes && i < n && i < kWidenAhead; ++i) {
-        prefetch_row(kb + offs[i], prefetch_bytes);
-        prefetch_row(vb + offs[i], prefetch_bytes);
-    }
     // kI8 / kFp8: a head's scale sits kv_dim - kv_head hd + 4 kv_head bytes after its codes.
     const int64_t scale_off = kv_dim - kv_head * hd + 4 * kv_head;
     for (int64_t i = 0; i < n; ++i) {
-        if (prefetch_bytes && i + kWidenAhead < n) {
-            prefetch_row(kb + offs[i + kWidenAhead], prefetch_bytes);
-            prefetch_row(vb + offs[i + kWidenAhead], prefetch_bytes);
-        }
+        if (next) next->advance(i + 1);
         float* kf = kbuf + i * hd;
         float* vf = vbuf + i * hd;
         const uint8_t* kp = kb + offs[i];
@@ -362,22 +537,34 @@ void simd_attention_task(const float* q, const KvSpan& kv, const AttentionShape&
                          float* out, float* lse, float* scratch) {
     const int64_t hd = s.head_dim, num_heads = s.num_heads, group = s.num_heads / s.num_kv_heads;
     const int64_t kv_stride = s.num_kv_heads * hd;  // elements per cache row
-    // What is prefetched ahead (block_scores for f32 caches, cache_rows while it widens f16 ones):
-    // rows of >= kPrefetchStride bytes always, shorter ones in decode (tasks of <= kPrefetchTokens
-    // tokens). Decode tasks of kv head 0 take whole rows (every head's slice): ops::batch_attention
-    // runs a split's heads one after the other, so the other heads' tasks find their slices in cache
-    // and memory is read row after row.
+    // Prefetched a block ahead (NextBlock: block_scores for f32 caches, cache_rows while it widens the
+    // others): rows of >= kPrefetchStride bytes always, shorter ones in decode (tasks of <=
+    // kPrefetchTokens tokens). A task reads its KV head's slice of each row (256 B every 2 KiB for
+    // Llama-3.2-1B), a stride the hardware prefetchers do not follow across pages.
     const bool decode = task.t1 - task.t0 <= kPrefetchTokens;
-    int64_t prefetch = 0;  // bytes of each key / value row from the task's slice on
     const int64_t elem = kv.dtype == KvDtype::kF32 ? 4 : kv.dtype == KvDtype::kF16 ? 2 : 1;
+    NextBlock next_block;
+    NextBlock* next = nullptr;
     if (kv_stride * elem >= kPrefetchStride || decode) {
-        const bool whole_rows = decode && task.kv_head == 0;
-        prefetch = whole_rows ? kv_stride * elem + (elem == 1 ? 4 * s.num_kv_heads : 0) : hd * elem;  // + int8 / fp8 scales
+        next = &next_block;
+        next->k = static_cast<const uint8_t*>(kv.k);
+        next->v = static_cast<const uint8_t*>(kv.v);
+        next->bytes = hd * elem;
+        if (kv.dtype == KvDtype::kI8 || kv.dtype == KvDtype::kFp8) next->scale_off = kv_stride - task.kv_head * hd + 4 * task.kv_head;
     }
-    // Caches other than f32: cache_rows prefetches while it widens.
-    const int64_t f32_prefetch = kv.dtype == KvDtype::kF32 ? prefetch : 0;
+    // Keys [j_begin, j_end) as the next block to prefetch.
+    auto plan_next = [&](int64_t j_begin, int64_t j_end) {
+        next->n = imax(0, j_end - j_begin);
+        next->done = 0;
+        if (next->n > 0) slice_offsets(kv, task.kv_head, s.num_kv_heads, hd, j_begin, j_end, next->offs);
+    };
     const int64_t first_pos = kv.kv_len - s.num_tokens;
     const float scale = 1.0f / sqrtf(float(hd));
+#ifdef __AVX512F__
+    const bool wide = hd % 16 == 0;  // the 512-bit forms
+#else
+    constexpr bool wide = false;
+#endif
     const int64_t num_task_tokens = task.t1 - task.t0, rows = num_task_tokens * group;
     if (num_task_tokens <= 0) return;
     float* m = scratch;                                            // [rows] running max of the scores
@@ -406,12 +593,18 @@ void simd_attention_task(const float* q, const KvSpan& kv, const AttentionShape&
     };
     const int64_t a = imax(imax(0, task.j0), win > 0 ? first_pos + task.t0 - win + 1 : 0);
     const int64_t b = imin(task.j1, first_pos + task.t1);
-    for (int64_t kb = a / kAttentionBlockKeys * kAttentionBlockKeys; kb < b; kb += kAttentionBlockKeys) {
+    const int64_t kb0 = a / kAttentionBlockKeys * kAttentionBlockKeys;
+    if (next && kb0 < b) {  // the first block at once
+        plan_next(imax(kb0, a), imin(kb0 + kAttentionBlockKeys, b));
+        next->advance(next->n);
+    }
+    for (int64_t kb = kb0; kb < b; kb += kAttentionBlockKeys) {
+        if (next) plan_next(kb + kAttentionBlockKeys, imin(kb + 2 * kAttentionBlockKeys, b));
         // Every row's keys in this block lie in [imax(kb, a), imin(kb + block, b)): locate them once.
         const float* krow[kAttentionBlockKeys];  // key kb + i of kv_head at krow[i], [head_dim]
         const float* vrow[kAttentionBlockKeys];  // value kb + i at vrow[i], [head_dim]
         const int64_t lo = imax(kb, a);
-        cache_rows(kv, task.kv_head, s.num_kv_heads, hd, lo, imin(kb + kAttentionBlockKeys, b), prefetch, krow + (lo - kb),
+        cache_rows(kv, task.kv_head, s.num_kv_heads, hd, lo, imin(kb + kAttentionBlockKeys, b), next, krow + (lo - kb),
                    vrow + (lo - kb), kbuf, vbuf);
         for (int64_t r = 0; r < rows;) {
             const int64_t t = task.t0 + r / group;
@@ -441,13 +634,22 @@ void simd_attention_task(const float* q, const KvSpan& kv, const AttentionShape&
             }
             const float* const* kj = krow + (ja - kb);  // [jb - ja] row pointers
             const float* const* vj = vrow + (ja - kb);
-            if constexpr (kMaxRows >= 4) {
-                if (nr == 4) update_rows<4>(qr, o, kj, vj, jb - ja, hd, scale, s.softcap, f32_prefetch, p, m + r, l + r);
+            if (wide) {
+                if constexpr (kMaxRows >= 4) {
+                    if (nr == 4) update_rows<4, true>(qr, o, kj, vj, jb - ja, hd, scale, s.softcap, next, p, m + r, l + r);
+                }
+                if (nr == 2) update_rows<2, true>(qr, o, kj, vj, jb - ja, hd, scale, s.softcap, next, p, m + r, l + r);
+                if (nr == 1) update_rows<1, true>(qr, o, kj, vj, jb - ja, hd, scale, s.softcap, next, p, m + r, l + r);
+            } else {
+                if constexpr (kMaxRows >= 4) {
+                    if (nr == 4) update_rows<4, false>(qr, o, kj, vj, jb - ja, hd, scale, s.softcap, next, p, m + r, l + r);
+                }
+                if (nr == 2) update_rows<2, false>(qr, o, kj, vj, jb - ja, hd, scale, s.softcap, next, p, m + r, l + r);
+                if (nr == 1) update_rows<1, false>(qr, o, kj, vj, jb - ja, hd, scale, s.softcap, next, p, m + r, l + r);
             }
-            if (nr == 2) update_rows<2>(qr, o, kj, vj, jb - ja, hd, scale, s.softcap, f32_prefetch, p, m + r, l + r);
-            if (nr == 1) update_rows<1>(qr, o, kj, vj, jb - ja, hd, scale, s.softcap, f32_prefetch, p, m + r, l + r);
             r += nr;
         }
+        if (next) next->advance(next->n);
     }
     for (int64_t r = 0; r < rows; ++r) {
         const int64_t row = out_idx(r);
