@@ -620,14 +620,12 @@ core::Status CpuModel::forward(std::span<const int32_t> tokens, KvCache& cache, 
             auto& k = cache.k_[size_t(l)];
             auto& v = cache.v_[size_t(l)];
             if (k.size() < need) {
-                // Room for max_len reserved once (address space: pages are committed as rows are
-                // written), so growing never copies the cache (a decode step after a long prompt did).
+                // All max_len rows at the first forward (the tools size the cache to what they run),
+                // so the cache is never copied nor its pages first touched later: a decode step after
+                // a long prompt did both, inside the step.
                 const size_t most = size_t(cache.max_len_ * cache.row_bytes_);
-                k.reserve(most);
-                v.reserve(most);
-                const size_t grown = std::min(std::max(need, 2 * k.size()), most);
-                k.resize(grown);
-                v.resize(grown);
+                k.resize(most);
+                v.resize(most);
             }
             kv.k.push_back(static_cast<void*>(k.data()));
             kv.v.push_back(static_cast<void*>(v.data()));
