@@ -266,9 +266,19 @@ inline __m128 reduce4_z(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
         __mmask8(0xf), _mm512_maskz_permutexvar_ps(kAll, _mm512_setr_epi32(0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12), y), 0);
 }
 
-// block_scores with 16 lanes along head_dim (hd % 16 == 0): KU = 4 keys per step for every R.
-template <int R>
-void block_scores_z(const float* const* qr, const float* const* kptr, int64_t n, int64_t hd, float scale,
+// 16 cache elements from p as f32: f32 rows as they are, f16 rows widened (exact: the values a
+// widened copy would hold, so reading an f16 cache in place changes no result).
+inline __m512 load16(const float* p) {
+    return _mm512_loadu_ps(p);
+}
+inline __m512 load16(const uint16_t* p) {
+    return _mm512_maskz_cvtph_ps(__mmask16(0xffff), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// block_scores with 16 lanes along head_dim (hd % 16 == 0): KU = 4 keys per step for every R. E: the
+// cache rows' element type (float, or uint16_t: f16 read in place).
+template <int R, class E>
+void block_scores_z(const float* const* qr, const E* const* kptr, int64_t n, int64_t hd, float scale,
                       NextBlock* next, float* const* s, float* mx) {
     constexpr int KU = 4;
     const __m128 lane = _mm_setr_ps(0.0f, 1.0f, 2.0f, 3.0f);
@@ -276,7 +286,7 @@ void block_scores_z(const float* const* qr, const float* const* kptr, int64_t n,
     for (int r = 0; r < R; ++r) vmax[r] = _mm_set1_ps(kNegInf);
     for (int64_t i = 0; i < n; i += KU) {
         if (next) next->advance(i + KU);
-        const float* kp[KU];
+        const E* kp[KU];
         for (int u = 0; u < KU; ++u) kp[u] = kptr[imin(i + u, n - 1)];  // clamp: no reads past n
         __m512 acc[R][KU];
         for (int r = 0; r < R; ++r)
@@ -285,7 +295,7 @@ void block_scores_z(const float* const* qr, const float* const* kptr, int64_t n,
             __m512 qv[R];
             for (int r = 0; r < R; ++r) qv[r] = _mm512_loadu_ps(qr[r] + d);
             for (int u = 0; u < KU; ++u) {
-                const __m512 kv = in_register(_mm512_loadu_ps(kp[u] + d));
+                const __m512 kv = in_register(load16(kp[u] + d));
                 for (int r = 0; r < R; ++r) acc[r][u] = _mm512_fmadd_ps(qv[r], kv, acc[r][u]);
             }
         }
@@ -342,8 +352,8 @@ inline float block_exp_z(float* p, int64_t n, float m) {
 }
 
 // pv_chunk on 16 lanes: o_r[d0, d0 + 16 NV) = o_r * corr_r + sum_{j < n} p_r[j] v_j[...].
-template <int R, int NV>
-void pv_chunk_z(float* const* o, int64_t d0, const float* const* vptr, int64_t n, const float* const* p,
+template <int R, int NV, class E>
+void pv_chunk_z(float* const* o, int64_t d0, const E* const* vptr, int64_t n, const float* const* p,
                 const float* corr) {
     __m512 acc[R][NV];
     for (int r = 0; r < R; ++r) {
@@ -353,9 +363,9 @@ void pv_chunk_z(float* const* o, int64_t d0, const float* const* vptr, int64_t n
     for (int64_t j = 0; j < n; ++j) {
         __m512 pj[R];
         for (int r = 0; r < R; ++r) pj[r] = _mm512_set1_ps(p[r][j]);
-        const float* vj = vptr[j] + d0;
+        const E* vj = vptr[j] + d0;
         for (int i = 0; i < NV; ++i) {
-            const __m512 vv = in_register(_mm512_loadu_ps(vj + 16 * i));
+            const __m512 vv = in_register(load16(vj + 16 * i));
             for (int r = 0; r < R; ++r) acc[r][i] = _mm512_fmadd_ps(pj[r], vv, acc[r][i]);
         }
     }
@@ -363,33 +373,35 @@ void pv_chunk_z(float* const* o, int64_t d0, const float* const* vptr, int64_t n
         for (int i = 0; i < NV; ++i) _mm512_storeu_ps(o[r] + d0 + 16 * i, acc[r][i]);
 }
 
-template <int R, int NV>
-void pv_chunk_z_n(int64_t nv, float* const* o, int64_t d0, const float* const* vptr, int64_t n, const float* const* p,
+template <int R, int NV, class E>
+void pv_chunk_z_n(int64_t nv, float* const* o, int64_t d0, const E* const* vptr, int64_t n, const float* const* p,
                   const float* corr) {
     if constexpr (NV > 1) {
-        if (nv < NV) return pv_chunk_z_n<R, NV - 1>(nv, o, d0, vptr, n, p, corr);
+        if (nv < NV) return pv_chunk_z_n<R, NV - 1, E>(nv, o, d0, vptr, n, p, corr);
     }
-    pv_chunk_z<R, NV>(o, d0, vptr, n, p, corr);
+    pv_chunk_z<R, NV, E>(o, d0, vptr, n, p, corr);
 }
 
-template <int R>
-void block_pv_z(float* const* o, const float* const* vptr, int64_t n, int64_t hd, const float* const* p,
+template <int R, class E>
+void block_pv_z(float* const* o, const E* const* vptr, int64_t n, int64_t hd, const float* const* p,
                 const float* corr) {
     constexpr int64_t kMaxVectors = R == 1 ? 8 : 4;  // R * kMaxVectors accumulators + R broadcasts
     for (int64_t d0 = 0; d0 < hd; d0 += 16 * kMaxVectors)
-        pv_chunk_z_n<R, kMaxVectors>(imin(kMaxVectors, (hd - d0) / 16), o, d0, vptr, n, p, corr);
+        pv_chunk_z_n<R, kMaxVectors, E>(imin(kMaxVectors, (hd - d0) / 16), o, d0, vptr, n, p, corr);
 }
 #endif  // __AVX512F__
 
 // One block's online-softmax update of R rows that share the key range [ja, ja + n) (key / value
 // ja + i at kptr[i] / vptr[i]).
-// W: the 512-bit forms (AVX-512 builds, head_dim % 16 == 0).
-template <int R, bool W>
-void update_rows(const float* const* qr, float* const* o, const float* const* kptr, const float* const* vptr, int64_t n,
+// W: the 512-bit forms (AVX-512 builds, head_dim % 16 == 0); E: the rows' element type (uint16_t:
+// an f16 cache read in place, W only).
+template <int R, bool W, class E = float>
+void update_rows(const float* const* qr, float* const* o, const E* const* kptr, const E* const* vptr, int64_t n,
                  int64_t hd, float scale, float softcap, NextBlock* next, float* const* p, float* m, float* l) {
+    static_assert(W || sizeof(E) == sizeof(float), "only the 512-bit forms read f16 rows in place");
     float mx[R], corr[R];
 #ifdef __AVX512F__
-    if constexpr (W) block_scores_z<R>(qr, kptr, n, hd, scale, next, p, mx);
+    if constexpr (W) block_scores_z<R, E>(qr, kptr, n, hd, scale, next, p, mx);
     else
 #endif
         block_scores<R>(qr, kptr, n, hd, scale, next, p, mx);
@@ -405,17 +417,20 @@ void update_rows(const float* const* qr, float* const* o, const float* const* kp
     for (int r = 0; r < R; ++r) {
         const float m_new = m[r] > mx[r] ? m[r] : mx[r];
         corr[r] = m[r] == kNegInf ? 0.0f : expf(m[r] - m_new);
+        // fmaf, not l * corr + sum: GCC contracts that into an FMA in some inlined copies of this
+        // function and not in others, and a row's sum must not depend on its register block
 #ifdef __AVX512F__
-        if constexpr (W) l[r] = l[r] * corr[r] + block_exp_z(p[r], n, m_new);
+        if constexpr (W) l[r] = fmaf(l[r], corr[r], block_exp_z(p[r], n, m_new));
         else
 #endif
-            l[r] = l[r] * corr[r] + block_exp(p[r], n, m_new);
+            l[r] = fmaf(l[r], corr[r], block_exp(p[r], n, m_new));
         m[r] = m_new;
     }
 #ifdef __AVX512F__
-    if constexpr (W) return block_pv_z<R>(o, vptr, n, hd, p, corr);
+    if constexpr (W) return block_pv_z<R, E>(o, vptr, n, hd, p, corr);
+    else
 #endif
-    block_pv<R>(o, vptr, n, hd, p, corr);
+        block_pv<R>(o, vptr, n, hd, p, corr);
 }
 
 // n halves at h widened to f32 at f (F16C; exact).
@@ -489,9 +504,11 @@ void slice_offsets(const KvSpan& kv, int64_t kv_head, int64_t num_kv_heads, int6
 // krow[i] / vrow[i] = start of key / value j_begin + i of KV head kv_head (of num_kv_heads, hd each),
 // j_begin <= j < j_end. f32 caches: pointers into the cache; other caches (f16, int8, fp8: KvDtype in
 // kernels/kernel_params.h): the rows widened to f32 into kbuf / vbuf ([j_end - j_begin, hd] each),
-// slot i at kbuf + i * hd, prefetching the next block's rows (next, nullptr: none) as they go.
+// slot i at kbuf + i * hd, prefetching the next block's rows (next, nullptr: none) as they go. krow16 /
+// vrow16 (f16 caches read in place, else nullptr): pointers to the f16 rows instead, nothing widened.
 void cache_rows(const KvSpan& kv, int64_t kv_head, int64_t num_kv_heads, int64_t hd, int64_t j_begin, int64_t j_end,
-                NextBlock* next, const float** krow, const float** vrow, float* kbuf, float* vbuf) {
+                NextBlock* next, const float** krow, const float** vrow, float* kbuf, float* vbuf,
+                const uint16_t** krow16, const uint16_t** vrow16) {
     const int64_t kv_dim = num_kv_heads * hd;
     int64_t offs[kAttentionBlockKeys];  // byte offset of each key's head slice
     slice_offsets(kv, kv_head, num_kv_heads, hd, j_begin, j_end, offs);
@@ -502,6 +519,13 @@ void cache_rows(const KvSpan& kv, int64_t kv_head, int64_t num_kv_heads, int64_t
         for (int64_t i = 0; i < n; ++i) {
             krow[i] = reinterpret_cast<const float*>(kb + offs[i]);
             vrow[i] = reinterpret_cast<const float*>(vb + offs[i]);
+        }
+        return;
+    }
+    if (krow16) {
+        for (int64_t i = 0; i < n; ++i) {
+            krow16[i] = reinterpret_cast<const uint16_t*>(kb + offs[i]);
+            vrow16[i] = reinterpret_cast<const uint16_t*>(vb + offs[i]);
         }
         return;
     }
@@ -561,9 +585,10 @@ void simd_attention_task(const float* q, const KvSpan& kv, const AttentionShape&
     const int64_t first_pos = kv.kv_len - s.num_tokens;
     const float scale = 1.0f / sqrtf(float(hd));
 #ifdef __AVX512F__
-    const bool wide = hd % 16 == 0;  // the 512-bit forms
+    const bool wide = hd % 16 == 0;                      // the 512-bit forms
+    const bool in_place = wide && kv.dtype == KvDtype::kF16;  // ... reading an f16 cache without widening it
 #else
-    constexpr bool wide = false;
+    constexpr bool wide = false, in_place = false;
 #endif
     const int64_t num_task_tokens = task.t1 - task.t0, rows = num_task_tokens * group;
     if (num_task_tokens <= 0) return;
@@ -603,9 +628,12 @@ void simd_attention_task(const float* q, const KvSpan& kv, const AttentionShape&
         // Every row's keys in this block lie in [imax(kb, a), imin(kb + block, b)): locate them once.
         const float* krow[kAttentionBlockKeys];  // key kb + i of kv_head at krow[i], [head_dim]
         const float* vrow[kAttentionBlockKeys];  // value kb + i at vrow[i], [head_dim]
+        const uint16_t* krow16[kAttentionBlockKeys];  // in_place: the f16 rows instead
+        const uint16_t* vrow16[kAttentionBlockKeys];
         const int64_t lo = imax(kb, a);
         cache_rows(kv, task.kv_head, s.num_kv_heads, hd, lo, imin(kb + kAttentionBlockKeys, b), next, krow + (lo - kb),
-                   vrow + (lo - kb), kbuf, vbuf);
+                   vrow + (lo - kb), kbuf, vbuf, in_place ? krow16 + (lo - kb) : nullptr,
+                   in_place ? vrow16 + (lo - kb) : nullptr);
         for (int64_t r = 0; r < rows;) {
             const int64_t t = task.t0 + r / group;
             int64_t ja, jb;
@@ -634,6 +662,15 @@ void simd_attention_task(const float* q, const KvSpan& kv, const AttentionShape&
             }
             const float* const* kj = krow + (ja - kb);  // [jb - ja] row pointers
             const float* const* vj = vrow + (ja - kb);
+#ifdef __AVX512F__
+            if (in_place) {
+                const uint16_t* const* kj16 = krow16 + (ja - kb);
+                const uint16_t* const* vj16 = vrow16 + (ja - kb);
+                if (nr == 4) update_rows<4, true>(qr, o, kj16, vj16, jb - ja, hd, scale, s.softcap, next, p, m + r, l + r);
+                if (nr == 2) update_rows<2, true>(qr, o, kj16, vj16, jb - ja, hd, scale, s.softcap, next, p, m + r, l + r);
+                if (nr == 1) update_rows<1, true>(qr, o, kj16, vj16, jb - ja, hd, scale, s.softcap, next, p, m + r, l + r);
+            } else
+#endif
             if (wide) {
                 if constexpr (kMaxRows >= 4) {
                     if (nr == 4) update_rows<4, true>(qr, o, kj, vj, jb - ja, hd, scale, s.softcap, next, p, m + r, l + r);
