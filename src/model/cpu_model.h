@@ -48,7 +48,8 @@ struct KvLayers {
 
 // One sequence's keys and values, contiguous per layer: k/v of layer l are [len] rows of dtype
 // (kv_dim = num_kv_heads * head_dim elements each), row r = position r. All max_len rows are taken at
-// the first forward (size it to the run), so a step never copies or first-touches the cache.
+// the first forward (size it to the run: 2 * layers * max_len * row bytes are committed then), so a
+// step never copies or first-touches the cache.
 class KvCache {
 public:
     KvCache(const ModelConfig& config, int64_t max_len, kernels::KvDtype dtype = kernels::KvDtype::kF32);
