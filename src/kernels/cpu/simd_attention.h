@@ -320,16 +320,16 @@ inline __m512 avx512_exp_nonpos(__m512 x) {
     // (maskz forms throughout: GCC 12 warns that the plain intrinsics' pass-through is uninitialized)
     constexpr __mmask16 kAll = 0xffff;
     x = _mm512_maskz_min_ps(kAll, _mm512_maskz_max_ps(kAll, x, lo), _mm512_setzero_ps());
-    const __m512 n = _mm512_maskz_roundscale_ps(kAll, _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+    const __m512 n = _mm512_maskz_roundscale_ps(kAll, _mm512_mul_ps(x, _mm512_set1_ps(kExpLog2e)),
                                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 y = _mm512_set1_ps(1.9875691500e-4f);
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kExpLn2Hi), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kExpLn2Lo), r);
+    __m512 y = _mm512_set1_ps(kExpP0);
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(kExpP1));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(kExpP2));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(kExpP3));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(kExpP4));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(kExpP5));
     y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
     const __m512i e = _mm512_maskz_slli_epi32(kAll, _mm512_add_epi32(_mm512_maskz_cvtps_epi32(kAll, n), _mm512_set1_epi32(127)), 23);
     return _mm512_maskz_mul_ps(keep, y, _mm512_castsi512_ps(e));
@@ -433,6 +433,18 @@ void update_rows(const float* const* qr, float* const* o, const E* const* kptr, 
         block_pv<R>(o, vptr, n, hd, p, corr);
 }
 
+// update_rows for a register block of nr = 4, 2 or 1 rows (4 only where kMaxRows allows it).
+template <bool W, class E>
+void update_rows_n(int nr, const float* const* qr, float* const* o, const E* const* kptr, const E* const* vptr,
+                   int64_t n, int64_t hd, float scale, float softcap, NextBlock* next, float* const* p, float* m,
+                   float* l) {
+    if constexpr (kMaxRows >= 4) {
+        if (nr == 4) return update_rows<4, W>(qr, o, kptr, vptr, n, hd, scale, softcap, next, p, m, l);
+    }
+    if (nr == 2) return update_rows<2, W>(qr, o, kptr, vptr, n, hd, scale, softcap, next, p, m, l);
+    update_rows<1, W>(qr, o, kptr, vptr, n, hd, scale, softcap, next, p, m, l);
+}
+
 // n halves at h widened to f32 at f (F16C; exact).
 inline void widen_f16(const uint16_t* h, float* f, int64_t n) {
     int64_t d = 0;
@@ -474,9 +486,14 @@ inline void widen_fp8(const uint8_t* c, float s, float* f, int64_t n) {
 }
 
 // Bytes per cache row of kv's format (kv_row's arithmetic; int8 / fp8 rows end with a scale per head).
+// Bytes per cached element of kv's format (f32 4, f16 2, int8 / fp8 1).
+inline int64_t cache_elem_bytes(const KvSpan& kv) {
+    return kv.dtype == KvDtype::kF32 ? 4 : kv.dtype == KvDtype::kF16 ? 2 : 1;
+}
+
 inline int64_t cache_row_bytes(const KvSpan& kv, int64_t num_kv_heads, int64_t hd) {
     const bool quantized = kv.dtype == KvDtype::kI8 || kv.dtype == KvDtype::kFp8;
-    const int64_t elem = kv.dtype == KvDtype::kF32 ? 4 : kv.dtype == KvDtype::kF16 ? 2 : 1;
+    const int64_t elem = cache_elem_bytes(kv);
     return num_kv_heads * hd * elem + (quantized ? 4 * num_kv_heads : 0);
 }
 
@@ -484,7 +501,7 @@ inline int64_t cache_row_bytes(const KvSpan& kv, int64_t num_kv_heads, int64_t h
 // kv_row's arithmetic walked slot by slot (divides once per call, never per key).
 void slice_offsets(const KvSpan& kv, int64_t kv_head, int64_t num_kv_heads, int64_t hd, int64_t j_begin, int64_t j_end,
                    int64_t* offs) {
-    const int64_t elem = kv.dtype == KvDtype::kF32 ? 4 : kv.dtype == KvDtype::kF16 ? 2 : 1;
+    const int64_t elem = cache_elem_bytes(kv);
     const int64_t row_bytes = cache_row_bytes(kv, num_kv_heads, hd);
     int64_t block_idx = kv.block_table ? j_begin / kv.block_size : 0,
             slot = kv.block_table ? j_begin % kv.block_size : 0;
@@ -566,7 +583,7 @@ void simd_attention_task(const float* q, const KvSpan& kv, const AttentionShape&
     // kPrefetchTokens tokens). A task reads its KV head's slice of each row (256 B every 2 KiB for
     // Llama-3.2-1B), a stride the hardware prefetchers do not follow across pages.
     const bool decode = task.t1 - task.t0 <= kPrefetchTokens;
-    const int64_t elem = kv.dtype == KvDtype::kF32 ? 4 : kv.dtype == KvDtype::kF16 ? 2 : 1;
+    const int64_t elem = cache_elem_bytes(kv);
     NextBlock next_block;
     NextBlock* next = nullptr;
     if (kv_stride * elem >= kPrefetchStride || decode) {
@@ -663,27 +680,15 @@ void simd_attention_task(const float* q, const KvSpan& kv, const AttentionShape&
             const float* const* kj = krow + (ja - kb);  // [jb - ja] row pointers
             const float* const* vj = vrow + (ja - kb);
 #ifdef __AVX512F__
-            if (in_place) {
-                const uint16_t* const* kj16 = krow16 + (ja - kb);
-                const uint16_t* const* vj16 = vrow16 + (ja - kb);
-                if (nr == 4) update_rows<4, true>(qr, o, kj16, vj16, jb - ja, hd, scale, s.softcap, next, p, m + r, l + r);
-                if (nr == 2) update_rows<2, true>(qr, o, kj16, vj16, jb - ja, hd, scale, s.softcap, next, p, m + r, l + r);
-                if (nr == 1) update_rows<1, true>(qr, o, kj16, vj16, jb - ja, hd, scale, s.softcap, next, p, m + r, l + r);
-            } else
+            if (in_place)
+                update_rows_n<true>(nr, qr, o, krow16 + (ja - kb), vrow16 + (ja - kb), jb - ja, hd, scale, s.softcap, next,
+                                    p, m + r, l + r);
+            else
 #endif
-            if (wide) {
-                if constexpr (kMaxRows >= 4) {
-                    if (nr == 4) update_rows<4, true>(qr, o, kj, vj, jb - ja, hd, scale, s.softcap, next, p, m + r, l + r);
-                }
-                if (nr == 2) update_rows<2, true>(qr, o, kj, vj, jb - ja, hd, scale, s.softcap, next, p, m + r, l + r);
-                if (nr == 1) update_rows<1, true>(qr, o, kj, vj, jb - ja, hd, scale, s.softcap, next, p, m + r, l + r);
-            } else {
-                if constexpr (kMaxRows >= 4) {
-                    if (nr == 4) update_rows<4, false>(qr, o, kj, vj, jb - ja, hd, scale, s.softcap, next, p, m + r, l + r);
-                }
-                if (nr == 2) update_rows<2, false>(qr, o, kj, vj, jb - ja, hd, scale, s.softcap, next, p, m + r, l + r);
-                if (nr == 1) update_rows<1, false>(qr, o, kj, vj, jb - ja, hd, scale, s.softcap, next, p, m + r, l + r);
-            }
+            if (wide)
+                update_rows_n<true>(nr, qr, o, kj, vj, jb - ja, hd, scale, s.softcap, next, p, m + r, l + r);
+            else
+                update_rows_n<false>(nr, qr, o, kj, vj, jb - ja, hd, scale, s.softcap, next, p, m + r, l + r);
             r += nr;
         }
         if (next) next->advance(next->n);

@@ -26,22 +26,27 @@ inline float avx2_half(const uint8_t* p) {
     return _cvtsh_ss(h);
 }
 
+// The Cephes exp polynomial's constants (avx2_exp_nonpos, and its 16-lane twin in simd_attention.h).
+constexpr float kExpLog2e = 1.44269504088896341f, kExpLn2Hi = 0.693359375f, kExpLn2Lo = -2.12194440e-4f;
+constexpr float kExpP0 = 1.9875691500e-4f, kExpP1 = 1.3981999507e-3f, kExpP2 = 8.3334519073e-3f,
+                kExpP3 = 4.1665795894e-2f, kExpP4 = 1.6666665459e-1f, kExpP5 = 5.0000001201e-1f;
+
 // exp(x) for x <= 0 (Cephes expf): x = n ln2 + r, |r| <= ln2 / 2, exp(r) by a degree-6 polynomial
 // (~2 ulp); x below -87 (underflow, -inf) gives exactly 0, x > 0 is taken as 0, NaN gives 0.
 inline __m256 avx2_exp_nonpos(__m256 x) {
     const __m256 lo = _mm256_set1_ps(-87.0f);
     const __m256 keep = _mm256_cmp_ps(x, lo, _CMP_GE_OQ);  // below: exp underflows (or x = -inf)
     x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(0.0f));
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kExpLog2e)),
                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kExpLn2Hi), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kExpLn2Lo), r);
+    __m256 y = _mm256_set1_ps(kExpP0);
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(kExpP1));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(kExpP2));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(kExpP3));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(kExpP4));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(kExpP5));
     y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
     const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(e)), keep);
