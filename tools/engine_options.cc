@@ -31,7 +31,7 @@ const char* const kEngineHelp =
     "                         (default 0.9); the KV cache gets what the rest leaves\n"
     "  --kv-cache-gb G        KV cache budget in GiB on the CPU (default: a quarter of available memory,\n"
     "                         at most what --max-seqs full contexts need)\n"
-    "  --kv-prefault          commit the whole KV cache at start (slower start; no page faults when\n"
+    "  --kv-prefault          commit the whole KV cache at start, on huge pages (slower start; no page faults when\n"
     "                         requests first use its memory, which are slow on some VMs; CPU only)\n"
     "  --block-size N         tokens per KV block (default 16)\n"
     "  --max-batch-tokens N   tokens per step, decode tokens and prompt chunks together (default 512)\n"

@@ -41,6 +41,24 @@ Collapser& collapser() {
     return *c;
 }
 
+void* aligned_map(size_t len);
+
+// Makes the kernel's next free 2 MiB page one the host already backs. MADV_COLLAPSE copies into a
+// new huge page while it holds the process's mmap lock for writing; on a VM whose host backs memory
+// lazily the first writes to that page fault on the host for milliseconds (6-20 ms per 2 MiB
+// measured), and every mmap / munmap / mprotect of the process (malloc growing a thread's heap,
+// Python's allocator) waits that long: the engine thread stalled behind it (docs/performance.md
+// "Huge-page collapse and the mmap lock"). Faulting a huge page into a scratch mapping takes only that
+// mapping's lock; unmapped at once, the page goes back to this CPU's free list, which the collapse
+// that follows takes its page from.
+void warm_free_huge_page() {
+    void* s = aligned_map(kHugePageBytes);
+    if (!s) return;
+    madvise(s, kHugePageBytes, MADV_HUGEPAGE);
+    static_cast<volatile uint8_t*>(s)[0] = 0;  // faults the whole 2 MiB in (zeroed by the kernel)
+    munmap(s, kHugePageBytes);
+}
+
 void collapse(const Deferred& d) {
     {
         std::shared_ptr<uint8_t> m = d.map.lock();
@@ -51,6 +69,7 @@ void collapse(const Deferred& d) {
     for (size_t off = d.offset; off < d.offset + d.len; off += kHugePageBytes) {
         std::shared_ptr<uint8_t> m = d.map.lock();
         if (!m) return;
+        warm_free_huge_page();
         if (madvise(m.get() + off, kHugePageBytes, MADV_COLLAPSE) != 0 && errno == EINVAL) return;  // no MADV_COLLAPSE
     }
 }

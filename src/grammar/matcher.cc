@@ -62,6 +62,22 @@ TokenTable::TokenTable(std::vector<std::string> bytes, const std::vector<bool>& 
     for (int32_t id : sorted_) length_[size_t(id)] = int32_t(bytes_[size_t(id)].size());
     root_child_.fill(-1);
     for (int32_t i = 0; i < num_nodes(); i = trie_[size_t(i)].end) root_child_[trie_[size_t(i)].byte()] = i;
+    by_length_ = sorted_;
+    std::stable_sort(by_length_.begin(), by_length_.end(),
+                     [&](int32_t a, int32_t b) { return length_[size_t(a)] < length_[size_t(b)]; });
+}
+
+const std::vector<uint64_t>& TokenTable::shorter_than(size_t k) const {
+    std::lock_guard<std::mutex> lock(short_mu_);
+    auto [it, fresh] = short_.try_emplace(k);
+    if (fresh) {
+        it->second.assign((bytes_.size() + 63) / 64, 0);
+        for (int32_t id : by_length_) {
+            if (size_t(length_[size_t(id)]) >= k) break;
+            it->second[size_t(id) >> 6] |= uint64_t(1) << (id & 63);
+        }
+    }
+    return it->second;
 }
 
 std::shared_ptr<TokenTable> token_table(const tokenizer::Tokenizer& tok, int32_t vocab_size) {
@@ -381,7 +397,7 @@ void CompiledGrammar::derive(const PositionMask& base, const PositionMask& longe
         pm.ids.insert(pm.ids.end(), longer.ids.begin(), longer.ids.end());
         return;
     }
-    const std::vector<uint64_t>& shorter = short_bits(k);
+    const std::vector<uint64_t>& shorter = vt.shorter_than(k);
     std::vector<uint64_t> bits(size_t(mask_words()), 0);
     if (!base.bits.empty()) {
         for (size_t w = 0; w < bits.size(); ++w) bits[w] = base.bits[w] & shorter[w];
@@ -402,16 +418,6 @@ void CompiledGrammar::derive(const PositionMask& base, const PositionMask& longe
         for (size_t w = 0; w < bits.size(); ++w)
             for (uint64_t m = bits[w]; m; m &= m - 1) pm.ids.push_back(int32_t(w * 64 + size_t(__builtin_ctzll(m))));
     }
-}
-
-const std::vector<uint64_t>& CompiledGrammar::short_bits(size_t k) {
-    auto [it, fresh] = short_bits_.try_emplace(k);
-    if (fresh) {
-        it->second.assign(size_t(mask_words()), 0);
-        for (int32_t id = 0; id < vocab_->vocab_size(); ++id)  // excluded tokens have length 0
-            if (const int32_t n = vocab_->length(id); n > 0 && size_t(n) < k) set_bit(it->second, id);
-    }
-    return it->second;
 }
 
 // A walk of the vocabulary's trie from `start`: a node's state is its parent's stepped by its byte

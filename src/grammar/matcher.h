@@ -67,6 +67,9 @@ public:
     // The node of the one-byte prefix b (-1: no token starts with b): a walk from a narrow class
     // jumps to its bytes' subtrees without reading the rest of the trie.
     int32_t root_child(int b) const { return root_child_[size_t(b)]; }
+    // A bitmap ((vocab_size() + 63) / 64 words) of the allowed tokens shorter than k bytes: made on
+    // first use of each k and kept, so every grammar over this vocabulary shares it; thread-safe.
+    const std::vector<uint64_t>& shorter_than(size_t k) const;
 
 private:
     std::vector<std::string> bytes_;
@@ -76,6 +79,9 @@ private:
     std::vector<int32_t> length_;
     std::vector<TrieNode> trie_;
     std::array<int32_t, 256> root_child_{};
+    std::vector<int32_t> by_length_;  // the allowed tokens, shortest first
+    mutable std::mutex short_mu_;
+    mutable std::unordered_map<size_t, std::vector<uint64_t>> short_;  // by k (nodes: references stay valid)
 };
 
 // A tokenizer's table for a model with `vocab_size` logits (0: the tokenizer's size): each token's
@@ -128,9 +134,6 @@ private:
     // chain_ok_[r]: r's unit is never empty; pos_rule_ / pos_alt_ / pos_off_: where each element sits.
     std::vector<int32_t> chain_top_, pos_rule_, pos_alt_, pos_off_;
     std::vector<bool> chain_ok_;
-    // Per length k (made on first use): a bitmap of the tokens shorter than k bytes.
-    const std::vector<uint64_t>& short_bits(size_t k);
-    std::unordered_map<size_t, std::vector<uint64_t>> short_bits_;
 
     static constexpr int32_t kDead = 0;  // the empty set of stacks: the text left the grammar
 

@@ -58,13 +58,18 @@ void KvStorage::prefault(core::ThreadPool& pool) {
         for (int64_t r = begin; r < end; ++r) {
             uint8_t* p = mem_.get() + size_t(r) * R;
             const size_t n = std::min(R, bytes_ - size_t(r) * R);
+            // Huge pages from the first touch (advisory: 4 KiB pages without THP): committing the pool
+            // is what a prefault pays for at start, and 4 KiB pages collapsed later would copy every
+            // range once more in the background while steps run.
+            madvise(p, n, MADV_HUGEPAGE);
 #ifdef MADV_POPULATE_WRITE
             if (madvise(p, n, MADV_POPULATE_WRITE) == 0) continue;
 #endif
             for (size_t o = 0; o < n; o += kPage) reinterpret_cast<volatile uint8_t*>(p)[o] = 0;
         }
     });
-    collapse_blocks(num_blocks_);
+    region_handed_.assign(region_handed_.size(), true);
+    collapsed_end_ = num_blocks_;
 }
 
 }  // namespace kiln::kv

@@ -27,9 +27,9 @@ public:
     // kInvalidArgument for non-positive sizes; kOutOfMemory when the mapping fails.
     static core::Result<std::unique_ptr<KvStorage>> create(int64_t num_layers, int64_t num_blocks, int64_t block_size,
                                                            int64_t row_bytes);
-    // Commits every page of the pool now (MADV_POPULATE_WRITE per 2 MiB range, or a write per page where
-    // the kernel lacks it), the ranges split over the pool's threads, and hands them all to
-    // collapse_blocks. The contents stay zero.
+    // Commits every page of the pool now, on huge pages where the kernel gives them (MADV_HUGEPAGE, then
+    // MADV_POPULATE_WRITE per 2 MiB range, or a write per page where the kernel lacks it), the ranges
+    // split over the pool's threads; nothing is left for collapse_blocks. The contents stay zero.
     void prefault(core::ThreadPool& pool);
     // Blocks [0, end) are in use or about to be: the 2 MiB ranges they touch in every layer's K and V
     // that were not handed over yet go to the background collapse. Cheap when nothing is new (one

@@ -248,7 +248,23 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> ids, s
     KILN_CHECK(logits.size() == size_t(vocab_size_)) << logits.size() << " vs vocab " << vocab_size_;
     KILN_CHECK(allowed.empty() || allowed.size() == size_t(vocab_size_ + 63) / 64) << allowed.size() << " mask words";
     apply_bias_and_penalties(logits, ids);
-    if (allowed.empty() && plain()) return sample_plain(logits);
+    if (plain()) {
+        if (allowed.empty()) return sample_plain(logits);
+        // A mask that allows many tokens (string contents): its banned ones' logits -inf, then the SIMD
+        // softmax over the row, rather than gathering the allowed ones into candidates one by one (the
+        // same distribution and id-order draw). Few allowed: the gather below is the cheaper.
+        int64_t n_allowed = 0;
+        for (uint64_t m : allowed) n_allowed += __builtin_popcountll(m);
+        if (n_allowed * 8 >= int64_t(vocab_size_)) {
+            for (size_t w = 0; w < allowed.size(); ++w)
+                for (uint64_t z = ~allowed[w]; z; z &= z - 1) {
+                    const size_t i = w * 64 + size_t(__builtin_ctzll(z));
+                    if (i >= logits.size()) break;
+                    logits[i] = kNegInf;
+                }
+            return sample_plain(logits);
+        }
+    }
     if (!build_candidates(logits, allowed)) return greedy_id_;
     return draw(cands_);
 }

@@ -240,12 +240,13 @@ TEST(Sampler, PlainDrawOverManyBlocks) {
 // A grammar's mask given to sample(): the same as -inf written outside it. Greedy picks the same
 // token; a draw never leaves the allowed tokens and follows the softmax over them (chi-square), with
 // and without top-k / top-p; nothing allowed but -inf logits falls back as the written row does.
-TEST(Sampler, AllowedMaskActsAsMinusInfinity) {
+// Token i is allowed when i % every == 3 % every.
+void check_allowed_mask(int32_t every) {
     const int32_t V = 700;
     std::vector<float> base = uniform_logits(V, 9, 3.0f);
     std::vector<uint64_t> allowed(size_t(V + 63) / 64, 0);
     std::vector<int32_t> ids;
-    for (int32_t i = 3; i < V; i += 37) ids.push_back(i), allowed[size_t(i) >> 6] |= uint64_t(1) << (i & 63);
+    for (int32_t i = 3 % every; i < V; i += every) ids.push_back(i), allowed[size_t(i) >> 6] |= uint64_t(1) << (i & 63);
     base[size_t(ids[2])] = base[size_t(ids[5])] = 5.0f;  // a tie at the top: the lower id wins greedy
     auto written = [&] {
         std::vector<float> l(static_cast<size_t>(V), -std::numeric_limits<float>::infinity());
@@ -287,6 +288,11 @@ TEST(Sampler, AllowedMaskActsAsMinusInfinity) {
     t.temperature = 0.7f;
     Sampler s1(t, V, 0), s2(t, V, 0);
     EXPECT_EQ(s1.sample(dead, {}, allowed), s2.sample(dead_written, {}));
+}
+
+TEST(Sampler, AllowedMaskActsAsMinusInfinity) {
+    check_allowed_mask(37);  // few allowed: gathered as candidates
+    check_allowed_mask(2);   // half the vocabulary: -inf written, then the plain softmax (no cuts)
 }
 
 TEST(Sampler, TemperatureShapesTheDistribution) {
