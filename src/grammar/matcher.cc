@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <random>
 #include <tuple>
 #include <unordered_set>
 
@@ -181,21 +182,54 @@ CompiledGrammar::CompiledGrammar(Grammar g, std::shared_ptr<const TokenTable> vo
     }
 }
 
-std::shared_ptr<CompiledGrammar> CompiledGrammar::compile(Grammar g, std::shared_ptr<const TokenTable> vocab) {
+std::shared_ptr<CompiledGrammar> CompiledGrammar::compile(Grammar g, std::shared_ptr<const TokenTable> vocab,
+                                                          int warm_up_tokens) {
     const auto t0 = std::chrono::steady_clock::now();
     std::shared_ptr<CompiledGrammar> c(new CompiledGrammar(std::move(g), std::move(vocab)));
     // The first mask is part of compiling: a request's first token does not wait for it.
     const int32_t start = c->initial_state();
     c->fill_mask(start, c->first_mask_);
-    std::lock_guard<std::mutex> lock(c->mu_);
-    for (const auto& [id, bytes] : c->vocab_->first_bytes()) {
-        // A first token with no bytes (SPM's lone dummy-prefix piece) adds nothing: allowed.
-        const bool ok = !c->vocab_->excluded(id) && (bytes.empty() || c->walk(start, bytes) != kDead);
-        uint64_t& w = c->first_mask_[size_t(id) >> 6];
-        w = ok ? w | (uint64_t(1) << (id & 63)) : w & ~(uint64_t(1) << (id & 63));
+    {
+        std::lock_guard<std::mutex> lock(c->mu_);
+        for (const auto& [id, bytes] : c->vocab_->first_bytes()) {
+            // A first token with no bytes (SPM's lone dummy-prefix piece) adds nothing: allowed.
+            const bool ok = !c->vocab_->excluded(id) && (bytes.empty() || c->walk(start, bytes) != kDead);
+            uint64_t& w = c->first_mask_[size_t(id) >> 6];
+            w = ok ? w | (uint64_t(1) << (id & 63)) : w & ~(uint64_t(1) << (id & 63));
+        }
     }
+    c->warm_up(t0, warm_up_tokens);
     c->compile_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return c;
+}
+
+void CompiledGrammar::warm_up(std::chrono::steady_clock::time_point t0, int max_tokens) {
+    auto spent = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+    std::mt19937_64 rng(kWarmUpSeed);
+    std::vector<uint64_t> mask;
+    const std::shared_ptr<CompiledGrammar> self(this, [](CompiledGrammar*) {});  // not owning: for Matcher
+    int tokens = 0;
+    while (tokens < max_tokens && spent() < kWarmUpSeconds) {
+        Matcher m(self);
+        while (tokens < max_tokens && spent() < kWarmUpSeconds && !m.must_end()) {
+            m.fill_mask(mask);
+            int64_t count = 0;
+            for (uint64_t w : mask) count += __builtin_popcountll(w);
+            if (count == 0) break;
+            // The pick-th allowed token, uniformly.
+            int64_t pick = int64_t(rng() % uint64_t(count));
+            size_t w = 0;
+            for (; pick >= __builtin_popcountll(mask[w]); ++w) pick -= __builtin_popcountll(mask[w]);
+            uint64_t bits = mask[w];
+            for (; pick > 0; --pick) bits &= bits - 1;
+            ++tokens;
+            if (!m.accept_token(int32_t(w * 64 + size_t(__builtin_ctzll(bits))))) break;
+        }
+    }
+    // The states of random texts are not the ones a model's text meets (their masks are cheap to
+    // make again from the positions' classes): only the positions' classes are kept.
+    std::lock_guard<std::mutex> lock(mu_);
+    masks_.clear();
 }
 
 CompiledGrammar::Stats CompiledGrammar::stats() const {
