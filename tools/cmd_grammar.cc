@@ -162,8 +162,10 @@ int cmd_grammar(int argc, char** argv) {
         all_whole = all_whole && whole;
     }
     const grammar::CompiledGrammar::Stats st = (*compiled)->stats();
-    std::printf("tables: %lld precomputed positions (%lld context-dependent tokens), %lld stacks, %lld states\n",
-                (long long)st.positions, (long long)st.context_dependent, (long long)st.stacks, (long long)st.sets);
+    std::printf("tables: %lld precomputed positions (%lld context-dependent tokens), %lld stacks, %lld states, %.1f MiB "
+                "of classes and masks\n",
+                (long long)st.positions, (long long)st.context_dependent, (long long)st.stacks, (long long)st.sets,
+                double(st.table_bytes) / (1 << 20));
     const char* what = checks.size() > 1 ? "every text is" : "the text is";
     if (all_whole) std::printf("%s a whole sentence of the grammar\n", what);
     else if (checks.size() == 1) std::printf("the text is a prefix of a sentence, not a whole one\n");

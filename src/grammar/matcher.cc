@@ -198,19 +198,19 @@ std::shared_ptr<CompiledGrammar> CompiledGrammar::compile(Grammar g, std::shared
             w = ok ? w | (uint64_t(1) << (id & 63)) : w & ~(uint64_t(1) << (id & 63));
         }
     }
-    c->warm_up(t0, warm_up_tokens);
+    warm_up(c, t0, warm_up_tokens);
     c->compile_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return c;
 }
 
-void CompiledGrammar::warm_up(std::chrono::steady_clock::time_point t0, int max_tokens) {
+void CompiledGrammar::warm_up(const std::shared_ptr<CompiledGrammar>& c, std::chrono::steady_clock::time_point t0,
+                              int max_tokens) {
     auto spent = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
     std::mt19937_64 rng(kWarmUpSeed);
     std::vector<uint64_t> mask;
-    const std::shared_ptr<CompiledGrammar> self(this, [](CompiledGrammar*) {});  // not owning: for Matcher
     int tokens = 0;
     while (tokens < max_tokens && spent() < kWarmUpSeconds) {
-        Matcher m(self);
+        Matcher m(c);
         while (tokens < max_tokens && spent() < kWarmUpSeconds && !m.must_end()) {
             m.fill_mask(mask);
             int64_t count = 0;
@@ -228,14 +228,15 @@ void CompiledGrammar::warm_up(std::chrono::steady_clock::time_point t0, int max_
     }
     // The states of random texts are not the ones a model's text meets (their masks are cheap to
     // make again from the positions' classes): only the positions' classes are kept.
-    std::lock_guard<std::mutex> lock(mu_);
-    masks_.clear();
+    std::lock_guard<std::mutex> lock(c->mu_);
+    c->masks_.clear();
 }
 
 CompiledGrammar::Stats CompiledGrammar::stats() const {
     std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(mu_));
     Stats s;
     s.positions = int64_t(positions_.size());
+    s.table_bytes = int64_t(position_bytes_ + masks_.size() * size_t(mask_words()) * 8);
     s.stacks = int64_t(nodes_.size());
     s.sets = int64_t(sets_.size());
     for (const auto& [pos, pm] : positions_) s.context_dependent += int64_t(pm.depends.size());

@@ -104,6 +104,7 @@ public:
     // Figures for benchmarks and tests.
     struct Stats {
         int64_t positions = 0, stacks = 0, sets = 0, context_dependent = 0, cached_masks = 0;
+        int64_t table_bytes = 0;  // the positions' classes and the cached masks
         double compile_seconds = 0;
     };
     Stats stats() const;
@@ -172,7 +173,8 @@ private:
     // are mostly made before its first step (a new schema's first outputs would otherwise make them
     // mid-decode, ~10 ms per output over the bench's schema). Seeded: the same tables every time, up
     // to the time cap. Per-state masks made on the way are dropped (cheap to remake from the classes).
-    void warm_up(std::chrono::steady_clock::time_point t0, int max_tokens);
+    static void warm_up(const std::shared_ptr<CompiledGrammar>& c, std::chrono::steady_clock::time_point t0,
+                        int max_tokens);
     static constexpr double kWarmUpSeconds = 0.025;
     static constexpr uint64_t kWarmUpSeed = 0x6b696c6e;
     void fill_mask(int32_t set, std::vector<uint64_t>& mask);
