@@ -160,8 +160,10 @@ std::vector<std::string> CpuModel::packed_only_matrices(const Checkpoint& ck, co
 }
 
 core::Result<std::unique_ptr<CpuModel>> CpuModel::create(const Checkpoint& ck, core::ThreadPool* pool,
-                                                             const ops::LinearOptions& lo) {
+                                                             const ops::LinearOptions& options) {
     KILN_CHECK(pool != nullptr) << "CpuModel needs a thread pool";
+    ops::LinearOptions lo = options;
+    lo.pool = pool;  // weights repacked over the model's threads
     const ModelConfig& c = ck.config;
     const auto& archs = supported_architectures();
     if (std::find(archs.begin(), archs.end(), c.arch) == archs.end()) {

@@ -69,7 +69,22 @@ core::Result<Linear> make_linear(const kernels::ref::WeightView& w, const Linear
     if (plan.packed_kernel) {
         // huge-page backed end to end: the packed matrices of a model fill shared 2 MiB-aligned chunks
         KILN_ASSIGN_OR_RETURN(std::shared_ptr<uint8_t> buf, core::huge_page_buffer(plan.packed_bytes));
-        plan.packed_kernel->pack(w.data, w.row_bytes, w.rows, w.cols, buf.get());
+        const kernels::PackedMatmulKernel* pk = plan.packed_kernel;
+        // Slices of whole 32-row groups (every packed layout's groups divide 32) land at their own
+        // offsets; the last one pads its group with the matrix's last row, as a whole pack does.
+        auto pack_rows = [&](int64_t r0, int64_t r1) {
+            pk->pack(static_cast<const uint8_t*>(w.data) + size_t(r0) * w.row_bytes, w.row_bytes, r1 - r0, w.cols,
+                     buf.get() + pk->packed_bytes(r0, w.cols));
+        };
+        constexpr int64_t kSlice = 32;
+        const int64_t slices = (w.rows + kSlice - 1) / kSlice;
+        if (options.pool && slices > 1) {
+            options.pool->parallel_for(slices, [&](int64_t s0, int64_t s1) {
+                pack_rows(s0 * kSlice, std::min(w.rows, s1 * kSlice));
+            });
+        } else {
+            pack_rows(0, w.rows);
+        }
         l.packed_kernel = plan.packed_kernel;
         l.packed = std::move(buf);
         l.w.data = nullptr;  // never read again: the original may be released (model::create_model)

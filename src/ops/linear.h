@@ -33,6 +33,8 @@ struct LinearOptions {
     // where something else reads it (a tied embedding's rows), and model::create_model releases it
     // otherwise.
     bool pack = true;
+    // Packs over this pool's threads (32-row slices) when given; the packed bytes are the same.
+    core::ThreadPool* pool = nullptr;
 };
 
 struct Linear {

@@ -4,7 +4,7 @@
 // Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 on every SIMD ISA the CPU runs; rows not a multiple of the group
 // (the last group padded), row ranges starting at multiples of the group, decode and prefill. Then
 // ops::linear with and without packing over thread counts 1 and 2 (the row slices start at
-// multiples of 16), also bit-identical, and packed_bytes equal to the ggml bytes of the row count
+// multiples of 16), also bit-identical, and packing over 2 or 3 threads gives the same bytes, and packed_bytes equal to the ggml bytes of the row count
 // rounded up to the group. F32 / F16 / E4M3_B32 / MXFP8 at the AVX-512 levels and BF16 at
 // avx512-vnni (16-row panels, an outer-product GEMM with its own summation order): within the 1e-5 bound of sum |w x| of the ref kernel, batch
 // invariant, and bit-identical across row ranges and thread counts.
@@ -195,6 +195,16 @@ TEST(PackedMatmul, LinearWithAndWithoutPackingAgreeAcrossThreadCounts) {
         ASSERT_TRUE(lp.is_ok() && lu.is_ok());
         ASSERT_TRUE(lp->packed != nullptr) << core::dtype_name(t);
         ASSERT_TRUE(lu->packed == nullptr);
+        // Packed over threads in 32-row slices (LinearOptions::pool): the same bytes.
+        for (int threads : {2, 3}) {
+            core::ThreadPool pack_pool(threads);
+            ops::LinearOptions sliced;
+            sliced.pool = &pack_pool;
+            auto ls = ops::make_linear(wv, sliced);
+            ASSERT_TRUE(ls.is_ok() && ls->packed != nullptr);
+            ASSERT_EQ(0, std::memcmp(ls->packed.get(), lp->packed.get(), lp->packed_kernel->packed_bytes(rows, k)))
+                << core::dtype_name(t) << " packed over " << threads << " threads";
+        }
         for (int64_t m : {1, 5, 40}) {
             const std::vector<float> x = random_x(m, k, uint32_t(m) + 3);
             std::vector<float> bias(static_cast<size_t>(rows));
