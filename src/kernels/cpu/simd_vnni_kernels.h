@@ -312,6 +312,7 @@ void vnni_groups_gemm(const void* packed, const void* act, size_t arb, int64_t n
     if (chunk * per_token > K::kStackOffsets) {
         if (per_token <= K::kStackOffsets) {
             chunk = K::kStackOffsets / per_token;
+            if (chunk >= kMaxTokens) chunk -= chunk % kMaxTokens;  // whole token tiles
         } else {  // very long rows: one token's offsets do not fit the stack buffer
             heap_off = new int32_t[size_t(chunk * per_token)];
             off = heap_off;

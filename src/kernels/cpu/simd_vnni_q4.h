@@ -12,7 +12,9 @@
 //   F = sum_j vpdpbusd(V_j, x4_j)        lane i: dot(c(i), x) + 16 dot(c(i + 16), x)
 //   H = sum_j vpdpbusd(V_j & 0xf0, x4_j)  lane i: 16 dot(c(i + 16), x)
 // so row i's dot is F - H and row i + 16's is H >> 4 (exact: H is a multiple of 16), each plus the
-// offset term -kOffset * sum(x) (Q4_0; the sums are computed once per call). Against the 16-row
+// offset term o = -kOffset * sum(x) (Q4_0; the sums are computed once per call). The chains start
+// at 17 o (F) and 16 o (H), so that (17 o + F) - (16 o + H) and (16 o + H) >> 4 carry it with no
+// further add, and the broadcasts load straight into the accumulators. Against the 16-row
 // layout (simd_vnni_kernels.h) this drops the shift and one of the two masks per payload vector and
 // half of the activation broadcasts: the 16-row kernel is bound by those vector instructions, not
 // by vpdpbusd, and read memory at 79-89% of the read probe where this one reads at 98-99% (2
@@ -44,8 +46,8 @@ struct VnniQ4 {
     static constexpr int64_t kHeader = kMin ? 128 : 64;
     static constexpr int64_t kGroupBytes = kRows * int64_t(Fmt::kBytes);
     static_assert(kHeader + 512 == kGroupBytes);
-    static constexpr int64_t kStackOffsets = 8192;  // offsets of (token, block) pairs on the stack
-    static constexpr int kOffsPerBlock = 1;
+    static constexpr int64_t kStackOffsets = 16384;  // offsets of (token, block) pairs on the stack
+    static constexpr int kOffsPerBlock = 2;           // 17 o and 16 o (above)
 
     // Word by word: with a = bytes 4 j' .. 4 j' + 3 of row i's qs and c = row i + 16's, V_j' (j' < 4,
     // elements 4 j' + p: the low nibbles) takes (a & 0x0f..) | (c & 0x0f..) << 4 and V_(j'+4)
@@ -82,18 +84,21 @@ struct VnniQ4 {
         }
     }
 
-    // -kOffset * the sum of each block's 32 int8 activation values (0 for Q4_1).
+    // Per block, 17 o and 16 o for o = -kOffset * the sum of its 32 int8 activation values (0 for
+    // Q4_1): the F and H chains' starts.
     static void offsets(const uint8_t* act, int64_t nb, int32_t* off) {
         const __m256i ones = _mm256_set1_epi8(1);
         for (int64_t b = 0; b < nb; ++b) {
             const __m256i xq =
                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(act + b * int64_t(blk::kActQ8Bytes) + blk::kActQ8Q));
-            off[b] = -kOffset * avx2_hsum_i32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, xq));
+            const int32_t o = -kOffset * avx2_hsum_i32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, xq));
+            off[2 * b] = 17 * o;
+            off[2 * b + 1] = 16 * o;
         }
     }
 
     // y[t * ldy + i] for the group's rows i < valid and T tokens at act (row stride arb); off: the
-    // T tokens' offsets, token t at off + t * nb. next_group: prefetched block by block (decode).
+    // T tokens' offsets, token t's at off + 2 t nb. next_group: prefetched block by block (decode).
     template <int T>
     static void tile(const uint8_t* group, const uint8_t* act, size_t arb, int64_t k, const int32_t* off, float* y,
                      int64_t ldy, int valid, const uint8_t* next_group) {
@@ -113,8 +118,8 @@ struct VnniQ4 {
             constexpr int kChains = T == 1 ? 2 : 1;
             __m512i f[T][kChains], h[T][kChains];
             for (int t = 0; t < T; ++t) {
-                f[t][0] = _mm512_set1_epi32(off[t * nb + b]);
-                h[t][0] = _mm512_setzero_si512();
+                f[t][0] = _mm512_set1_epi32(off[2 * (t * nb + b)]);
+                h[t][0] = _mm512_set1_epi32(off[2 * (t * nb + b) + 1]);
                 if constexpr (kChains == 2) f[t][1] = h[t][1] = _mm512_setzero_si512();
             }
             for (int j = 0; j < 8; ++j) {
@@ -138,8 +143,8 @@ struct VnniQ4 {
                     fs = _mm512_add_epi32(fs, f[t][1]);
                     hs = _mm512_add_epi32(hs, h[t][1]);
                 }
-                const __m512i lo = _mm512_sub_epi32(fs, hs);  // already holds the offset (in f[t][0])
-                const __m512i hi = _mm512_add_epi32(_mm512_maskz_srai_epi32(__mmask16(0xffff), hs, 4), _mm512_set1_epi32(off[t * nb + b]));
+                const __m512i lo = _mm512_sub_epi32(fs, hs);                         // o + F - H
+                const __m512i hi = _mm512_maskz_srai_epi32(__mmask16(0xffff), hs, 4);  // o + H / 16
                 const __m512 vdx = _mm512_set1_ps(dx);
                 // as accumulate_block (simd_legacy_kernels.h), lane for lane
                 lo_acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d_lo, vdx), _mm512_maskz_cvtepi32_ps(__mmask16(0xffff), lo), lo_acc[t]);
