@@ -43,14 +43,16 @@ Collapser& collapser() {
 
 void* aligned_map(size_t len);
 
-// Makes the kernel's next free 2 MiB page one the host already backs. MADV_COLLAPSE copies into a
-// new huge page while it holds the process's mmap lock for writing; on a VM whose host backs memory
-// lazily the first writes to that page fault on the host for milliseconds (6-20 ms per 2 MiB
-// measured), and every mmap / munmap / mprotect of the process (malloc growing a thread's heap,
+// Makes the kernel's next free 2 MiB page, most likely, one the host already backs. MADV_COLLAPSE
+// copies into a new huge page while it holds the process's mmap lock for writing; on a VM whose host
+// backs memory lazily the first writes to that page fault on the host for milliseconds (6-20 ms per
+// 2 MiB measured), and every mmap / munmap / mprotect of the process (malloc growing a thread's heap,
 // Python's allocator) waits that long: the engine thread stalled behind it (docs/performance.md
-// "Huge-page collapse and the mmap lock"). Faulting a huge page into a scratch mapping takes only that
-// mapping's lock; unmapped at once, the page goes back to this CPU's free list, which the collapse
-// that follows takes its page from.
+// "Huge-page collapse and the mmap lock"). A fault into a scratch mapping pays that cost instead under
+// the scratch mapping's own lock (per-VMA fault locking, Linux 6.4 on; older kernels hold the mmap
+// lock for reading meanwhile); unmapped at once, the page goes back to this CPU's free list, where the
+// collapse right after finds it unless the thread moved to another CPU (a heuristic: measured 6.9 ->
+// 0.44 ms of collapse per 2 MiB). Costs one more 2 MiB of zeroing per range.
 void warm_free_huge_page() {
     void* s = aligned_map(kHugePageBytes);
     if (!s) return;

@@ -183,7 +183,7 @@ CompiledGrammar::CompiledGrammar(Grammar g, std::shared_ptr<const TokenTable> vo
 }
 
 std::shared_ptr<CompiledGrammar> CompiledGrammar::compile(Grammar g, std::shared_ptr<const TokenTable> vocab,
-                                                          int warm_up_tokens) {
+                                                          int warm_up_tokens, double warm_up_seconds) {
     const auto t0 = std::chrono::steady_clock::now();
     std::shared_ptr<CompiledGrammar> c(new CompiledGrammar(std::move(g), std::move(vocab)));
     // The first mask is part of compiling: a request's first token does not wait for it.
@@ -198,20 +198,21 @@ std::shared_ptr<CompiledGrammar> CompiledGrammar::compile(Grammar g, std::shared
             w = ok ? w | (uint64_t(1) << (id & 63)) : w & ~(uint64_t(1) << (id & 63));
         }
     }
-    warm_up(c, t0, warm_up_tokens);
+    warm_up(c, t0, warm_up_tokens, warm_up_seconds);
     c->compile_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return c;
 }
 
 void CompiledGrammar::warm_up(const std::shared_ptr<CompiledGrammar>& c, std::chrono::steady_clock::time_point t0,
-                              int max_tokens) {
+                              int max_tokens, double max_seconds) {
     auto spent = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
     std::mt19937_64 rng(kWarmUpSeed);
     std::vector<uint64_t> mask;
     int tokens = 0;
-    while (tokens < max_tokens && spent() < kWarmUpSeconds) {
+    while (tokens < max_tokens && spent() < max_seconds) {
         Matcher m(c);
-        while (tokens < max_tokens && spent() < kWarmUpSeconds && !m.must_end()) {
+        const int before = tokens;
+        while (tokens < max_tokens && spent() < max_seconds && !m.must_end()) {
             m.fill_mask(mask);
             int64_t count = 0;
             for (uint64_t w : mask) count += __builtin_popcountll(w);
@@ -225,6 +226,7 @@ void CompiledGrammar::warm_up(const std::shared_ptr<CompiledGrammar>& c, std::ch
             ++tokens;
             if (!m.accept_token(int32_t(w * 64 + size_t(__builtin_ctzll(bits))))) break;
         }
+        if (tokens == before) break;  // no text to walk (a grammar of the empty string alone)
     }
     // The states of random texts are not the ones a model's text meets (their masks are cheap to
     // make again from the positions' classes): only the positions' classes are kept.

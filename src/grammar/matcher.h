@@ -93,11 +93,15 @@ std::shared_ptr<TokenTable> token_table(const tokenizer::Tokenizer& tok, int32_t
 
 class CompiledGrammar {
 public:
-    static constexpr int kWarmUpTokens = 1024;  // compile()'s warm-up walks (warm_up below)
+    // compile()'s warm-up walks (warm_up below): up to this many tokens, until this long after
+    // compile() began.
+    static constexpr int kWarmUpTokens = 1024;
+    static constexpr double kWarmUpSeconds = 0.025;
     // Takes a parsed grammar (parse_gbnf), makes the first mask and walks up to warm_up_tokens tokens
     // of random texts of the grammar (warm_up below; 0: none, every class made on first use).
     static std::shared_ptr<CompiledGrammar> compile(Grammar g, std::shared_ptr<const TokenTable> vocab,
-                                                    int warm_up_tokens = kWarmUpTokens);
+                                                    int warm_up_tokens = kWarmUpTokens,
+                                                    double warm_up_seconds = kWarmUpSeconds);
     const Grammar& grammar() const { return g_; }
     const TokenTable& vocab() const { return *vocab_; }
     int32_t mask_words() const { return (vocab_->vocab_size() + 63) / 64; }
@@ -168,14 +172,13 @@ private:
     void derive(const PositionMask& base, const PositionMask& longer, size_t k, PositionMask& pm);
     int32_t initial_state();
     // Part of compile(), as xgrammar makes its masks at compile time: matchers walk random texts of
-    // the grammar (each next token drawn uniformly from the mask) until max_tokens tokens, or until
-    // kWarmUpSeconds after t0, have been walked, so that the positions' classes a model's text needs
+    // the grammar (each next token drawn uniformly from the mask) until max_tokens tokens have been
+    // walked or max_seconds have passed since t0, so that the positions' classes a model's text needs
     // are mostly made before its first step (a new schema's first outputs would otherwise make them
     // mid-decode, ~10 ms per output over the bench's schema). Seeded: the same tables every time, up
     // to the time cap. Per-state masks made on the way are dropped (cheap to remake from the classes).
     static void warm_up(const std::shared_ptr<CompiledGrammar>& c, std::chrono::steady_clock::time_point t0,
-                        int max_tokens);
-    static constexpr double kWarmUpSeconds = 0.025;
+                        int max_tokens, double max_seconds);
     static constexpr uint64_t kWarmUpSeed = 0x6b696c6e;
     void fill_mask(int32_t set, std::vector<uint64_t>& mask);
     // The first token's mask: the initial state's, with the tokens whose first-token bytes differ

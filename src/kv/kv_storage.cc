@@ -54,14 +54,15 @@ void KvStorage::collapse_blocks(int64_t end) {
 void KvStorage::prefault(core::ThreadPool& pool) {
     constexpr size_t R = core::kHugePageBytes, kPage = 4096;
     const int64_t num_ranges = int64_t((bytes_ + R - 1) / R);
+    // Huge pages from the first touch (advisory: 4 KiB pages where THP is off or a fault falls back;
+    // those stay so): committing the pool is what a prefault pays for at start, and 4 KiB pages
+    // collapsed later would copy every range once more in the background while steps run. One call
+    // for the whole mapping (its length is whole 2 MiB): the flag change takes the mmap lock.
+    madvise(mem_.get(), size_t(num_ranges) * R, MADV_HUGEPAGE);
     pool.parallel_for(num_ranges, [&](int64_t begin, int64_t end) {
         for (int64_t r = begin; r < end; ++r) {
             uint8_t* p = mem_.get() + size_t(r) * R;
             const size_t n = std::min(R, bytes_ - size_t(r) * R);
-            // Huge pages from the first touch (advisory: 4 KiB pages without THP): committing the pool
-            // is what a prefault pays for at start, and 4 KiB pages collapsed later would copy every
-            // range once more in the background while steps run.
-            madvise(p, n, MADV_HUGEPAGE);
 #ifdef MADV_POPULATE_WRITE
             if (madvise(p, n, MADV_POPULATE_WRITE) == 0) continue;
 #endif

@@ -49,8 +49,9 @@ public:
     // Applies the pipeline to `logits` (modified in place) and draws a token.
     // prompt_and_generated_ids: the prompt followed by every token generated so far.
     // allowed (ceil(vocab / 64) words; empty: all): bit i = token i may be drawn, as if every other
-    // logit were -inf (a grammar's mask): steps 4-8 then run over the allowed tokens alone, and the
-    // logits keep their values after step 3.
+    // logit were -inf (a grammar's mask): steps 4-8 then run over the allowed tokens alone (a plain
+    // draw under a mask allowing an eighth of the vocabulary or more writes -inf over the others and
+    // runs the unmasked softmax: `logits` is scratch either way).
     int32_t sample(std::span<float> logits, std::span<const int32_t> prompt_and_generated_ids,
                    std::span<const uint64_t> allowed = {});
 
