@@ -41,7 +41,19 @@ Collapser& collapser() {
     return *c;
 }
 
-void* aligned_map(size_t len);
+// len (a multiple of 2 MiB) bytes of anonymous memory on a 2 MiB boundary: over-map by 2 MiB and trim.
+// nullptr (errno set) when mmap fails.
+void* aligned_map(size_t len) {
+    void* p = mmap(nullptr, len + kHugePageBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    if (p == MAP_FAILED) return nullptr;
+    const uintptr_t start = reinterpret_cast<uintptr_t>(p);
+    const uintptr_t aligned = (start + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+    if (aligned > start) munmap(p, aligned - start);
+    const uintptr_t end = start + len + kHugePageBytes;
+    if (end > aligned + len) munmap(reinterpret_cast<void*>(aligned + len), end - (aligned + len));
+    return reinterpret_cast<void*>(aligned);
+}
 
 // Makes the kernel's next free 2 MiB page, most likely, one the host already backs. MADV_COLLAPSE
 // copies into a new huge page while it holds the process's mmap lock for writing; on a VM whose host
@@ -136,24 +148,6 @@ void wait_huge_page_collapse() {
     std::unique_lock<std::mutex> lock(c.mu);
     c.cv.wait(lock, [&] { return c.queue.empty() && c.busy == 0; });
 }
-
-namespace {
-
-// len (a multiple of 2 MiB) bytes of anonymous memory on a 2 MiB boundary: over-map by 2 MiB and trim.
-// nullptr (errno set) when mmap fails.
-void* aligned_map(size_t len) {
-    void* p = mmap(nullptr, len + kHugePageBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                   -1, 0);
-    if (p == MAP_FAILED) return nullptr;
-    const uintptr_t start = reinterpret_cast<uintptr_t>(p);
-    const uintptr_t aligned = (start + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
-    if (aligned > start) munmap(p, aligned - start);
-    const uintptr_t end = start + len + kHugePageBytes;
-    if (end > aligned + len) munmap(reinterpret_cast<void*>(aligned + len), end - (aligned + len));
-    return reinterpret_cast<void*>(aligned);
-}
-
-}  // namespace
 
 void* huge_alloc(size_t bytes) {
     const size_t len = (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;

@@ -253,19 +253,7 @@ void EngineCore::apply_grammar(Live& live, std::span<float> logits, bool write) 
     bool any = false;
     for (uint64_t m : mask_) any = any || m != 0;
     live.grammar_stuck = !any;
-    if (!write) return;
-    const float ninf = -std::numeric_limits<float>::infinity();
-    for (size_t w = 0; w < mask_.size(); ++w) {
-        const uint64_t m = mask_[w];
-        if (m == ~uint64_t(0)) continue;
-        const size_t begin = w * 64, end = std::min(logits.size(), begin + 64);
-        if (m == 0) {  // most words of a narrow mask: a plain fill the compiler vectorizes
-            std::fill(logits.begin() + ptrdiff_t(begin), logits.begin() + ptrdiff_t(end), ninf);
-            continue;
-        }
-        for (size_t i = begin; i < end; ++i)
-            if (!((m >> (i & 63)) & 1)) logits[i] = ninf;
-    }
+    if (write) sampling::mask_logits(logits, mask_);
 }
 
 void EngineCore::finish(int64_t id, Live& live, FinishReason reason, StepOutput& out) {

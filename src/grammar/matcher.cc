@@ -17,6 +17,11 @@ using K = Element::Kind;
 
 void set_bit(std::vector<uint64_t>& m, int32_t i) { m[size_t(i) >> 6] |= uint64_t(1) << (i & 63); }
 bool get_bit(const std::vector<uint64_t>& m, int32_t i) { return (m[size_t(i) >> 6] >> (i & 63)) & 1; }
+int64_t count_bits(const std::vector<uint64_t>& m) {
+    int64_t n = 0;
+    for (uint64_t w : m) n += __builtin_popcountll(w);
+    return n;
+}
 void sort_unique(std::vector<int32_t>& v) {
     std::sort(v.begin(), v.end());
     v.erase(std::unique(v.begin(), v.end()), v.end());
@@ -214,8 +219,7 @@ void CompiledGrammar::warm_up(const std::shared_ptr<CompiledGrammar>& c, std::ch
         const int before = tokens;
         while (tokens < max_tokens && spent() < max_seconds && !m.must_end()) {
             m.fill_mask(mask);
-            int64_t count = 0;
-            for (uint64_t w : mask) count += __builtin_popcountll(w);
+            const int64_t count = count_bits(mask);
             if (count == 0) break;
             // The pick-th allowed token, uniformly.
             int64_t pick = int64_t(rng() % uint64_t(count));
@@ -447,9 +451,7 @@ void CompiledGrammar::derive(const PositionMask& base, const PositionMask& longe
     } else {
         for (int32_t id : longer.ids) set_bit(bits, id);
     }
-    int64_t count = 0;
-    for (uint64_t w : bits) count += __builtin_popcountll(w);
-    if (count * 32 > vt.vocab_size()) {
+    if (count_bits(bits) * 32 > vt.vocab_size()) {
         pm.bits = std::move(bits);
     } else {
         for (size_t w = 0; w < bits.size(); ++w)

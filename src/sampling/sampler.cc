@@ -22,6 +22,20 @@ bool higher(const TokenProb& a, const TokenProb& b) {
 
 }  // namespace
 
+void mask_logits(std::span<float> logits, std::span<const uint64_t> allowed) {
+    for (size_t w = 0; w < allowed.size(); ++w) {
+        const uint64_t m = allowed[w];
+        if (m == ~uint64_t(0)) continue;
+        const size_t begin = std::min(logits.size(), w * 64), end = std::min(logits.size(), begin + 64);
+        if (m == 0) {  // most words of a narrow mask: a plain fill the compiler vectorizes
+            std::fill(logits.begin() + ptrdiff_t(begin), logits.begin() + ptrdiff_t(end), kNegInf);
+            continue;
+        }
+        for (size_t i = begin; i < end; ++i)
+            if (!((m >> (i & 63)) & 1)) logits[i] = kNegInf;
+    }
+}
+
 int32_t argmax_lowest_id(std::span<const float> logits) {
     int32_t best = 0;
     float best_val = kNegInf;
@@ -256,12 +270,7 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> ids, s
         int64_t n_allowed = 0;
         for (uint64_t m : allowed) n_allowed += __builtin_popcountll(m);
         if (n_allowed * 8 >= int64_t(vocab_size_)) {
-            for (size_t w = 0; w < allowed.size(); ++w)
-                for (uint64_t z = ~allowed[w]; z; z &= z - 1) {
-                    const size_t i = w * 64 + size_t(__builtin_ctzll(z));
-                    if (i >= logits.size()) break;
-                    logits[i] = kNegInf;
-                }
+            mask_logits(logits, allowed);
             return sample_plain(logits);
         }
     }

@@ -116,4 +116,8 @@ private:
 // Index of the largest logit, lowest id on ties, NaN never chosen (0 if all are NaN/-inf).
 int32_t argmax_lowest_id(std::span<const float> logits);
 
+// logits[i] = -inf for every i whose bit in `allowed` (ceil(logits.size() / 64) words) is clear: a
+// grammar's mask written into a row.
+void mask_logits(std::span<float> logits, std::span<const uint64_t> allowed);
+
 }  // namespace kiln::sampling
