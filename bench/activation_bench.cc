@@ -29,7 +29,7 @@ void bm_silu_mul(benchmark::State& st, kc::Isa isa, int64_t n) {
 }
 
 int register_all() {
-    for (kc::Isa isa : {kc::Isa::kRef, kc::Isa::kAvx2, kc::Isa::kAvx512, kc::Isa::kAvx512Vnni}) {
+    for (kc::Isa isa : kc::kAllIsas) {
         if (!kc::isa_supported(isa)) continue;
         for (int64_t n : {int64_t(5632), int64_t(32 * 5632)})
             benchmark::RegisterBenchmark(("silu_mul/" + std::string(kc::isa_name(isa)) + "/n:" + std::to_string(n)).c_str(),

@@ -116,7 +116,7 @@ int register_all() {
     // Long-context decode as a model meets it: 4 layers of a Llama-3.2-1B-shaped cache (32 heads, 8
     // KV heads, head_dim 64), 0.5 GiB in all at 32768 keys.
     for (int64_t kv_len : {8192, 32768})
-        for (KvDtype dt : {KvDtype::kF32, KvDtype::kF16, KvDtype::kI8})
+        for (KvDtype dt : {KvDtype::kF32, KvDtype::kF16, KvDtype::kI8, KvDtype::kFp8})
             benchmark::RegisterBenchmark(("attention_decode_layers/llama3.2-1b/kv:" + std::to_string(kv_len) + "/" +
                                           kiln::kernels::ref::kv_dtype_name(dt) + "/layers:4/threads:2")
                                              .c_str(),

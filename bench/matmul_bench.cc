@@ -246,7 +246,7 @@ int register_all() {
                 ->UseRealTime();
         }
         // Every other level this CPU runs (the --isa paths), at the first shape.
-        for (cpu::Isa isa : {cpu::Isa::kRef, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni}) {
+        for (cpu::Isa isa : cpu::kAllIsas) {
             if (isa == best || !cpu::isa_supported(isa)) continue;
             benchmark::RegisterBenchmark(
                 ("decode_gemm/" + name(t) + "/" + cpu::isa_name(isa) + "/" + dims(kDecodeShapes[0])).c_str(), bm_gemm,
@@ -255,7 +255,7 @@ int register_all() {
         }
     }
     for (DType t : kPrefillTypes) {  // prefill at every level but kRef (too slow to matter), first shape
-        for (cpu::Isa isa : {cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni}) {
+        for (cpu::Isa isa : {cpu::Isa::kAvx2, cpu::Isa::kAvxVnni, cpu::Isa::kAvx512, cpu::Isa::kAvx512Vnni}) {
             if (isa == best || !cpu::isa_supported(isa)) continue;
             benchmark::RegisterBenchmark(("prefill_gemm/" + name(t) + "/" + cpu::isa_name(isa) + "/" +
                                           dims(kPrefillShapes[0]) + "/n:" + std::to_string(kPrefillTokens[0]))

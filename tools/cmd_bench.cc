@@ -32,7 +32,8 @@
 //   run's achieved GB/s / its ambient GB/s (decode time excludes the passes)
 //   peak_gops = the peak of the arithmetic the matmuls use: when the matmul kernel quantizes
 //               activations to 8 bits (quantized weights on kernels/cpu), the VNNI peak for the
-//               avx512-vnni kernels and the AVX2 int8 dot peak otherwise; the BF16 dot peak for
+//               avx512-vnni kernels, the AVX-VNNI (256-bit) peak for the avx-vnni kernels and the
+//               AVX2 int8 dot peak otherwise; the BF16 dot peak for
 //               BF16 weights on the avx512-vnni kernels (vdpbf16ps); else the f32 FMA peak (float
 //               weights on other ISAs, or the f32 reference path). JSON peak_kind names it.
 #include <sys/mman.h>
@@ -86,7 +87,8 @@ constexpr const char* kBenchUsage =
     "  -d, --depth N       tokens already in the KV cache when each test starts, put there by an\n"
     "                      untimed forward (default 0; llama-bench's -d); tests are named pp512@dN\n"
     "  -t, --threads N     worker threads (default: the physical cores this process may use)\n"
-    "  --isa ISA           matmul kernels: ref, avx2, avx512, avx512-vnni (default: the best this CPU runs)\n"
+    "  --isa ISA           matmul kernels: ref, avx2, avx-vnni, avx512, avx512-vnni (default: the best this CPU\n"
+    "                      runs)\n"
     "  --f32-activations   quantized weights times f32 activations (the slow reference path)\n"
     "  --no-pack           run the weights in the file's layout, not repacked at load (8-row groups for\n"
     "                      the 8-bit, 5-bit and 4-bit block formats, 16-row panels for F32/F16/BF16 at\n"
@@ -154,6 +156,7 @@ struct ComputePath {
     std::string matmul;  // e.g. "avx2, int8 activations (kernels/cpu)"
     bool int8 = false;   // activations quantized to 8 bits: int8 dot products
     bool vnni = false;   // ... done with vpdpbusd (the avx512-vnni kernels): held to the VNNI peak
+    bool avx_vnni = false;  // ... with the 256-bit VEX vpdpbusd (the avx-vnni kernels): that peak
     bool bf16 = false;   // bf16 activations times BF16 weights by vdpbf16ps (avx512-vnni): the BF16 peak
 };
 
@@ -162,17 +165,18 @@ ComputePath compute_path(const loader::Checkpoint& ck, const ops::LinearOptions&
     if (!t || t->shape.size() != 2) return {"unknown", false};
     if (!core::dtype_bytes(t->dtype, t->shape[1])) return {"unknown", false};
     auto lin = ops::plan_linear(loader::weight_view_of(*t), options);  // reads no weight bytes
-    if (!lin || !lin->kernel) return {"f32 reference (kernels/ref)", false, false, false};
+    if (!lin || !lin->kernel) return {"f32 reference (kernels/ref)", false, false, false, false};
     using kernels::ActFormat;
     const ActFormat act = lin->kernel->act;
     const bool int8 = act == ActFormat::kQ8 || act == ActFormat::kQ8K || act == ActFormat::kI8Row;
     const bool vnni_isa = lin->isa == kernels::cpu::Isa::kAvx512Vnni;
+    const bool avx_vnni_isa = lin->isa == kernels::cpu::Isa::kAvxVnni;
     const char* what = act == ActFormat::kI8Row ? ", per-token int8 activations"
                        : int8                   ? ", int8 activations"
                                                 : act == ActFormat::kBF16 ? ", bf16 activations" : ", f32 activations";
     return {std::string(kernels::cpu::isa_name(lin->isa)) + what + (lin->packed_kernel ? ", repacked at load" : "") +
                 " (kernels/cpu)",
-            int8, int8 && vnni_isa, act == ActFormat::kBF16 && vnni_isa};
+            int8, int8 && vnni_isa, int8 && avx_vnni_isa, act == ActFormat::kBF16 && vnni_isa};
 }
 
 struct TestResult {
@@ -283,6 +287,7 @@ kernels::roofline::Roofline best_of(kernels::roofline::Roofline a, const kernels
     a.fma_f32_gflops = std::max(a.fma_f32_gflops, b.fma_f32_gflops);
     a.int8_gops = std::max(a.int8_gops, b.int8_gops);
     best(a.vnni_int8_gops, b.vnni_int8_gops);
+    best(a.avx_vnni_int8_gops, b.avx_vnni_int8_gops);
     best(a.bf16_gflops, b.bf16_gflops);
     return a;
 }
@@ -291,15 +296,17 @@ ordered_json opt_json(const std::optional<double>& v) {
     return v ? ordered_json(*v) : ordered_json(nullptr);
 }
 
-// The peak of the arithmetic the matmul kernels run: VNNI (vpdpbusd kernels), the AVX2 int8 dot
-// (vpmaddubsw + vpmaddwd), or f32 FMA.
+// The peak of the arithmetic the matmul kernels run: VNNI (512-bit vpdpbusd kernels), AVX-VNNI
+// (256-bit), the AVX2 int8 dot (vpmaddubsw + vpmaddwd), BF16 dots or f32 FMA.
 const char* peak_kind(const kernels::roofline::Roofline& roof, const ComputePath& path) {
     if (path.vnni && roof.vnni_int8_gops) return "vnni_int8";
+    if (path.avx_vnni && roof.avx_vnni_int8_gops) return "avx_vnni_int8";
     if (path.bf16 && roof.bf16_gflops) return "bf16_dot";
     return path.int8 ? "int8_dot" : "f32_fma";
 }
 double peak_of(const kernels::roofline::Roofline& roof, const ComputePath& path) {
     if (path.vnni && roof.vnni_int8_gops) return *roof.vnni_int8_gops;
+    if (path.avx_vnni && roof.avx_vnni_int8_gops) return *roof.avx_vnni_int8_gops;
     if (path.bf16 && roof.bf16_gflops) return *roof.bf16_gflops;
     return path.int8 ? roof.int8_gops : roof.fma_f32_gflops;
 }
@@ -342,6 +349,7 @@ ordered_json result_json(const TestResult& r, const loader::Checkpoint& ck, cons
     j["f32_fma_peak_gflops"] = roof.fma_f32_gflops;
     j["int8_peak_gops"] = roof.int8_gops;
     j["vnni_int8_peak_gops"] = opt_json(roof.vnni_int8_gops);
+    j["avx_vnni_int8_peak_gops"] = opt_json(roof.avx_vnni_int8_gops);
     j["bf16_peak_gflops"] = opt_json(roof.bf16_gflops);
     return j;
 }
@@ -367,9 +375,9 @@ void print_table(const std::vector<TestResult>& results, const loader::Checkpoin
                 mmapped ? "mmap" : "anonymous memory", loaded_mib);
     std::printf(
         "machine (%d threads, probes %s): read %.1f GB/s | f32 FMA %.1f GFLOP/s | int8 %.1f GOP/s | "
-        "VNNI %s | BF16 %s\n",
+        "VNNI %s | AVX-VNNI %s | BF16 %s\n",
         roof.threads, roof.isa.c_str(), roof.read_gbps, roof.fma_f32_gflops, roof.int8_gops,
-        opt(roof.vnni_int8_gops).c_str(), opt(roof.bf16_gflops).c_str());
+        opt(roof.vnni_int8_gops).c_str(), opt(roof.avx_vnni_int8_gops).c_str(), opt(roof.bf16_gflops).c_str());
     std::printf("matmul: %s; %% peak is of the %s peak; KV cache %s\n\n", path.matmul.c_str(), peak_kind(roof, path),
                 kernels::ref::kv_dtype_name(tr.kv_dtype));
     std::printf("| %-11s | %10s | %10s | %9s | %7s | %10s | %9s | %7s |\n", "test", "tokens/s", "MB/token", "GB/s",

@@ -58,7 +58,8 @@ const char* const kSessionHelp =
     "                         (default: $KILN_MODEL, else SmolLM2-135M-Instruct Q4_1 from scripts/setup)\n"
     "  --tokenizer FILE       tokenizer to use instead of the checkpoint's\n"
     "  -t, --threads N        worker threads (default: the physical cores this process may use)\n"
-    "  --isa ISA              matmul kernels: ref, avx2, avx512, avx512-vnni (default: the best this CPU runs)\n"
+    "  --isa ISA              matmul kernels: ref, avx2, avx-vnni, avx512, avx512-vnni (default: the best\n"
+    "                         this CPU runs)\n"
     "  --f32-activations      multiply quantized weights by f32 activations (slow reference path) instead\n"
     "                         of activations rounded to 8-bit blocks\n"
     "  --kv-cache-dtype T     K/V cache rows: f32, f16 (half the memory; rounded to half), int8 or fp8\n"
@@ -78,7 +79,7 @@ bool parse_session_options(const Args& args, const char* cmd, SessionOptions& ou
     if (auto i = args.get("--isa")) {
         auto isa = kernels::cpu::parse_isa(*i);
         if (!isa) {
-            std::fprintf(stderr, "kiln %s: --isa must be ref, avx2, avx512 or avx512-vnni, got '%s'\n", cmd, i->c_str());
+            std::fprintf(stderr, "kiln %s: --isa must be ref, avx2, avx-vnni, avx512 or avx512-vnni, got '%s'\n", cmd, i->c_str());
             return false;
         }
         if (!kernels::cpu::isa_supported(*isa)) {

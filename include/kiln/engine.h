@@ -117,7 +117,7 @@ struct EngineOptions {
     std::string model;      // GGUF file, Hugging Face folder or llama2.c .bin
     std::string tokenizer;  // "" = the checkpoint's own
     int threads = 0;        // 0 = the physical cores
-    std::string isa;        // "" = the best this CPU has; "avx2", "avx512", "avx512-vnni", "ref"
+    std::string isa;        // "" = the best this CPU has; "avx2", "avx-vnni", "avx512", "avx512-vnni", "ref"
     bool f32_activations = false;
     bool mmap_weights = false;       // run from the file mapping (fast start) instead of a copy in anonymous memory
     int64_t kv_cache_bytes = 0;      // 0 = a quarter of available memory, at most what max_seqs full contexts need

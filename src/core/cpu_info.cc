@@ -43,17 +43,16 @@ CpuFeatures detect() {
     f.fma = fma;
     f.f16c = f16c;
     f.avx2 = bit(b7, 5);
+    unsigned a71 = 0, b71 = 0, c71 = 0, d71 = 0;
+    if (a7 >= 1) __cpuid_count(7, 1, a71, b71, c71, d71);  // leaf 7 subleaf 1 exists
+    f.avxvnni = f.avx2 && bit(a71, 4);  // VEX-encoded 256-bit VNNI: needs only the YMM state
     if (f.avx2 && zmm_ok && bit(b7, 16)) {
         f.avx512f = true;
         f.avx512dq = bit(b7, 17);
         f.avx512bw = bit(b7, 30);
         f.avx512vl = bit(b7, 31);
         f.avx512vnni = bit(c7, 11);
-        if (a7 >= 1) {  // leaf 7 subleaf 1 exists
-            unsigned a71 = 0, b71 = 0, c71 = 0, d71 = 0;
-            __cpuid_count(7, 1, a71, b71, c71, d71);
-            f.avx512bf16 = bit(a71, 5);
-        }
+        f.avx512bf16 = bit(a71, 5);
     }
     return f;
 }

@@ -2,7 +2,7 @@
 // from cpu_features(); ops size thread pools from physical_core_count()).
 // Invariants: a feature reads true only when the CPU has it AND the OS saves the register state it
 // needs (XGETBV/XCR0: YMM for AVX2/FMA/F16C, opmask+ZMM for AVX-512). Implications hold:
-// avx512* => avx512f => avx2. Results are computed once and cached.
+// avx512* => avx512f => avx2; avxvnni => avx2. Results are computed once and cached.
 // Spec: Intel SDM vol. 2A, CPUID leaves 1 and 7 (subleaves 0 and 1); XCR0 layout in SDM vol. 1 13.3.
 #pragma once
 
@@ -18,6 +18,7 @@ struct CpuFeatures {
     bool avx512dq = false;
     bool avx512vnni = false;
     bool avx512bf16 = false;
+    bool avxvnni = false;  // AVX-VNNI: vpdpbusd on 256-bit VEX registers (Intel Alder Lake / Sapphire Rapids and later)
 };
 
 // Features of the CPU this process runs on (detected on first call, thread-safe).

@@ -33,7 +33,7 @@ TEST(Activation, SiluMulNearReferenceOnEveryIsa) {
     const int64_t n = int64_t(g.size());
     std::vector<float> want(g.size());
     ref::silu_mul(g.data(), u.data(), want.data(), n);
-    for (Isa isa : {Isa::kRef, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
+    for (Isa isa : kAllIsas) {
         if (!isa_supported(isa)) continue;
         const SiluMulFn fn = find_silu_mul_kernel(isa);
         ASSERT_NE(fn, nullptr) << isa_name(isa);

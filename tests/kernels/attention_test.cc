@@ -287,7 +287,7 @@ TEST(AttentionKernel, OpsAttentionAtEveryIsa) {
         std::vector<float> ref_out(d.q.size());
         ASSERT_TRUE(ops::attention(pool, d.q.data(), d.kv(), s, ref_out.data(), Isa::kRef).is_ok());
         expect_close(ref_out, d.want, 1e-5f, describe(d, seed) + " ref");
-        for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
+        for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512, Isa::kAvx512Vnni}) {
             std::vector<float> got(d.q.size());
             const core::Status st = ops::attention(pool, d.q.data(), d.kv(), s, got.data(), isa);
             if (!isa_supported(isa)) {

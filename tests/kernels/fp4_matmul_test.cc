@@ -167,6 +167,9 @@ void check_isa(Isa isa) {
 TEST(Fp4Matmul, Avx2MatchesRef) {
     check_isa(Isa::kAvx2);
 }
+TEST(Fp4Matmul, AvxVnniMatchesRef) {
+    check_isa(Isa::kAvxVnni);
+}
 TEST(Fp4Matmul, Avx512MatchesRef) {
     check_isa(Isa::kAvx512);
 }
@@ -213,7 +216,7 @@ TEST(Fp4Matmul, GemmIsBatchInvariant) {
     const int64_t rows = 37, k = 224;
     const int64_t ranges[][2] = {{0, 5}, {5, 21}, {21, 37}};
     int isas_run = 0;
-    for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
+    for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512, Isa::kAvx512Vnni}) {
         if (!isa_supported(isa) || find_matmul_kernel(DType::kQ8_0, isa) == nullptr) continue;
         ++isas_run;
         uint32_t seed = 7300;

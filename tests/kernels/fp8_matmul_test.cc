@@ -30,7 +30,7 @@ namespace {
 using core::DType;
 
 const DType kFp8Types[] = {DType::kE4m3B32, DType::kMxfp8};
-const Isa kSimdIsas[] = {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni};
+const Isa kSimdIsas[] = {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512, Isa::kAvx512Vnni};
 
 bool runnable(Isa isa) {
     return isa == Isa::kRef || (isa_supported(isa) && find_matmul_kernel(DType::kQ8_0, isa) != nullptr);
@@ -106,7 +106,7 @@ TEST(Fp8Matmul, EveryCodeDecodesExactlyOnEveryIsa) {
     std::vector<float> x(size_t(n * k), 0.0f);  // token t = one-hot at element t
     for (int64_t t = 0; t < n; ++t) x[size_t(t * k + t)] = 1.0f;
     int isas = 0;
-    for (Isa isa : {Isa::kRef, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
+    for (Isa isa : kAllIsas) {
         if (!runnable(isa)) continue;
         ++isas;
         for (DType t : kFp8Types) {
@@ -192,6 +192,9 @@ void check_isa(Isa isa) {
 
 TEST(Fp8Matmul, Avx2MatchesRef) {
     check_isa(Isa::kAvx2);
+}
+TEST(Fp8Matmul, AvxVnniMatchesRef) {
+    check_isa(Isa::kAvxVnni);
 }
 TEST(Fp8Matmul, Avx512MatchesRef) {
     check_isa(Isa::kAvx512);

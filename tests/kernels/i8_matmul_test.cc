@@ -29,7 +29,7 @@ namespace {
 
 using core::DType;
 
-const Isa kIsas[] = {Isa::kRef, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni};
+
 
 bool runnable(Isa isa) {
     return isa == Isa::kRef || (isa_supported(isa) && find_matmul_kernel(DType::kQ8_0, isa) != nullptr);
@@ -87,7 +87,7 @@ TEST(I8Matmul, ActivationRowsMatchTheReferenceQuantizer) {
             }
             EXPECT_EQ(h.sum, sum);
         }
-        for (Isa isa : kIsas) {
+        for (Isa isa : kAllIsas) {
             if (!runnable(isa)) continue;
             const MatmulKernel* kern = find_matmul_kernel(DType::kI8, isa);
             ASSERT_NE(kern, nullptr) << isa_name(isa);
@@ -102,7 +102,7 @@ void expect_all_isas_equal(const std::vector<uint8_t>& w, size_t wrb, int64_t ro
     const MatmulKernel* ref = find_matmul_kernel(DType::kI8, Isa::kRef);
     std::vector<float> want(size_t(n * rows), NAN);
     ref->gemm(w.data(), wrb, act.data(), arb, n, k, want.data(), rows, r0, r1);
-    for (Isa isa : kIsas) {
+    for (Isa isa : kAllIsas) {
         if (isa == Isa::kRef || !runnable(isa)) continue;
         const MatmulKernel* kern = find_matmul_kernel(DType::kI8, isa);
         std::vector<float> got(size_t(n * rows), NAN);
@@ -198,7 +198,7 @@ TEST(I8Linear, RowScalesPathsAndGroups) {
     std::vector<float> want(size_t(m * rows));
     ref::matmul(x.data(), wv, nullptr, want.data(), m);  // f32 over q * scale
     std::vector<uint8_t> scratch;
-    for (Isa isa : kIsas) {
+    for (Isa isa : kAllIsas) {
         if (!runnable(isa)) continue;
         ops::LinearOptions o;
         o.isa = isa;

@@ -80,7 +80,7 @@ std::vector<uint8_t> quantize_tokens(const MatmulKernel* kern, const std::vector
 TEST(PackedMatmul, BitIdenticalToRowLayoutOnEveryIsa) {
     int isas = 0;
     uint32_t seed = 900;
-    for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
+    for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512, Isa::kAvx512Vnni}) {
         if (!isa_supported(isa) || !find_matmul_kernel(DType::kQ8_0, isa)) continue;
         ++isas;
         EXPECT_EQ(find_packed_matmul_kernel(DType::kQ4_K, isa) != nullptr, isa == Isa::kAvx512Vnni);
@@ -145,7 +145,7 @@ TEST(PackedMatmul, BitIdenticalToRowLayoutOnEveryIsa) {
 // blocks). Bit-identical to the row layout as above.
 TEST(PackedMatmul, LongRowsBitIdenticalToRowLayout) {
     int isas = 0;
-    for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
+    for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512, Isa::kAvx512Vnni}) {
         if (!isa_supported(isa) || !find_matmul_kernel(DType::kQ8_0, isa)) continue;
         ++isas;
         for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kNvfp4}) {
@@ -307,12 +307,13 @@ void expect_packed_matches(const PackedMatmulKernel* pk, const MatmulKernel* ref
 TEST(PackedMatmul, FloatPanelsMatchReferenceAndAreBatchInvariant) {
     int isas = 0;
     uint32_t seed = 4000;
-    for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
+    for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512, Isa::kAvx512Vnni}) {
         if (!isa_supported(isa) || !find_matmul_kernel(DType::kQ8_0, isa)) continue;
         for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kE4m3B32, DType::kMxfp8}) {
             const PackedMatmulKernel* pk = find_packed_matmul_kernel(t, isa);
             const bool fp8 = t == DType::kE4m3B32 || t == DType::kMxfp8;
-            const bool expect = t == DType::kBF16 ? isa == Isa::kAvx512Vnni : isa != Isa::kAvx2;
+            const bool avx512 = isa == Isa::kAvx512 || isa == Isa::kAvx512Vnni;  // the float panels' levels
+            const bool expect = t == DType::kBF16 ? isa == Isa::kAvx512Vnni : avx512;
             ASSERT_EQ(pk != nullptr, expect) << core::dtype_name(t) << " " << isa_name(isa);
             if (!pk) continue;
             ++isas;

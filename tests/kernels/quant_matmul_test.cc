@@ -238,7 +238,7 @@ void check_isa(Isa isa) {
 // A CPU that runs an ISA gets that ISA's kernels: a build that left them out would otherwise show up
 // only as the per-ISA loops of the kernel tests silently running fewer ISAs.
 TEST(QuantMatmul, EveryIsaThisCpuRunsHasItsKernels) {
-    for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
+    for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512, Isa::kAvx512Vnni}) {
         if (!isa_supported(isa)) continue;
         EXPECT_NE(find_matmul_kernel(DType::kQ8_0, isa), nullptr) << isa_name(isa);
         EXPECT_NE(find_matmul_kernel(DType::kF32, isa), nullptr) << isa_name(isa);
@@ -249,6 +249,28 @@ TEST(QuantMatmul, EveryIsaThisCpuRunsHasItsKernels) {
 
 TEST(QuantMatmul, Avx2MatchesRef) {
     check_isa(Isa::kAvx2);
+}
+// The avx-vnni level is the AVX2 kernel bodies with each u8 x s8 block dot as one vpdpbusd: the
+// same integers, so every output has the avx2 level's bits (matmul_avxvnni.cc).
+TEST(QuantMatmul, AvxVnniGivesAvx2sBits) {
+    if (!isa_supported(Isa::kAvxVnni)) GTEST_SKIP() << "no AVX-VNNI";
+    uint32_t seed = 700;
+    for (DType t : kTypes) {
+        const MatmulKernel* avx2 = find_matmul_kernel(t, Isa::kAvx2);
+        const MatmulKernel* vnni = find_matmul_kernel(t, Isa::kAvxVnni);
+        ASSERT_NE(vnni, nullptr) << core::dtype_name(t);
+        for (int64_t k : ks_for(t)) {
+            for (int64_t n : {1, 3, 4, 9}) {
+                const Problem p = make_problem(t, k, n, ++seed, 0);
+                const std::vector<float> a = run_gemm(avx2, p, p.rows), b = run_gemm(vnni, p, p.rows);
+                ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << where(p, "avx-vnni");
+            }
+        }
+    }
+}
+
+TEST(QuantMatmul, AvxVnniMatchesRef) {
+    check_isa(Isa::kAvxVnni);
 }
 TEST(QuantMatmul, Avx512MatchesRef) {
     check_isa(Isa::kAvx512);
@@ -271,7 +293,7 @@ TEST(QuantMatmul, GemmIsBatchInvariant) {
     const int64_t rows = 37;
     const int64_t ranges[][2] = {{0, 5}, {5, 21}, {21, 37}};
     int isas_run = 0;
-    for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
+    for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512, Isa::kAvx512Vnni}) {
         if (!isa_supported(isa) || find_matmul_kernel(DType::kQ8_0, isa) == nullptr) continue;
         ++isas_run;
         uint32_t seed = 9000;
@@ -404,7 +426,7 @@ TEST(QuantMatmul, QuantizeRowQ8KnownValues) {
     const int8_t want0[32] = {-127, -119, -111, -103, -95, -87, -79, -71, -64, -56, -48, -40, -32, -24, -16, -8,
                               0,    8,    16,   24,   32,  40,  48,  56,  64,  71,  79,  87,  95,  103, 111, 119};
     const int8_t want1[8] = {127, 2, 4, -2, 0, 2, 0, -127};
-    for (Isa isa : {Isa::kRef, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
+    for (Isa isa : kAllIsas) {
         const MatmulKernel* kern = find_matmul_kernel(DType::kQ8_0, isa);
         if (!isa_supported(isa) || kern == nullptr) continue;
         ActQ8 q[2];
@@ -427,7 +449,7 @@ TEST(QuantMatmul, QuantizeRowQ8KnownValues) {
 TEST(QuantMatmul, QuantizeRowQ8KBsums) {
     std::vector<float> x(256);
     for (int j = 0; j < 256; ++j) x[size_t(j)] = float((j * 37) % 255 - 127);  // amax 127 -> d = 1
-    for (Isa isa : {Isa::kRef, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
+    for (Isa isa : kAllIsas) {
         const MatmulKernel* kern = find_matmul_kernel(DType::kQ4_K, isa);
         if (!isa_supported(isa) || kern == nullptr) continue;
         ActQ8K q;
@@ -445,7 +467,7 @@ TEST(QuantMatmul, QuantizeRowQ8KBsums) {
 }
 
 TEST(QuantMatmul, IsaNamesAndLookup) {
-    for (Isa isa : {Isa::kRef, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
+    for (Isa isa : kAllIsas) {
         EXPECT_EQ(parse_isa(isa_name(isa)), isa);
     }
     EXPECT_FALSE(parse_isa("sse9").has_value());

@@ -29,7 +29,7 @@ std::vector<float> logits(size_t n, uint32_t seed) {
 }
 
 TEST(Softmax, ScaleMaxExactOnEveryIsa) {
-    for (Isa isa : {Isa::kRef, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
+    for (Isa isa : kAllIsas) {
         if (!isa_supported(isa)) continue;
         const SoftmaxKernels k = find_softmax_kernels(isa);
         ASSERT_NE(k.scale_max, nullptr) << isa_name(isa);
@@ -51,7 +51,7 @@ TEST(Softmax, ScaleMaxExactOnEveryIsa) {
 }
 
 TEST(Softmax, ExpShiftNearReferenceOnEveryIsa) {
-    for (Isa isa : {Isa::kRef, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
+    for (Isa isa : kAllIsas) {
         if (!isa_supported(isa)) continue;
         const SoftmaxKernels k = find_softmax_kernels(isa);
         ASSERT_NE(k.exp_shift, nullptr) << isa_name(isa);

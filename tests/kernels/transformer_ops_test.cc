@@ -149,8 +149,7 @@ TEST(TransformerOps, LinearGroupEqualsSeparateLinears) {
         biases.push_back(randn(size_t(spec[i].rows), 60 + uint32_t(i)));
         total += spec[i].rows;
     }
-    for (kernels::cpu::Isa isa : {kernels::cpu::Isa::kRef, kernels::cpu::Isa::kAvx2, kernels::cpu::Isa::kAvx512,
-                                  kernels::cpu::Isa::kAvx512Vnni}) {
+    for (kernels::cpu::Isa isa : kernels::cpu::kAllIsas) {
         if (!kernels::cpu::isa_supported(isa)) continue;
         for (bool f32 : {false, true}) {
             LinearOptions o;
@@ -215,8 +214,7 @@ TEST(TransformerOps, LinearSwigluEqualsGroupThenSilu) {
     for (DType dt : {DType::kQ4_0, DType::kQ8_0, DType::kF16, DType::kQ4_K}) {
         for (int64_t F : {83, 172}) {
             std::vector<uint8_t> gbuf = random_weights(dt, F, k, 70), ubuf = random_weights(dt, F, k, 71);
-            for (kernels::cpu::Isa isa : {kernels::cpu::Isa::kRef, kernels::cpu::Isa::kAvx2, kernels::cpu::Isa::kAvx512,
-                                          kernels::cpu::Isa::kAvx512Vnni}) {
+            for (kernels::cpu::Isa isa : kernels::cpu::kAllIsas) {
                 if (!kernels::cpu::isa_supported(isa)) continue;
                 for (bool f32 : {false, true}) {
                     LinearOptions o;
@@ -280,7 +278,8 @@ TEST(TransformerOps, FusedLinearsEqualTheirParts) {
                                             ref::make_weight_view(ub.data(), dt, F, k)};
         const std::vector<float> bias = randn(size_t(Q + 2 * KV), 85);
         for (kernels::cpu::Isa isa :
-             {kernels::cpu::Isa::kAvx2, kernels::cpu::Isa::kAvx512, kernels::cpu::Isa::kAvx512Vnni}) {
+             {kernels::cpu::Isa::kAvx2, kernels::cpu::Isa::kAvxVnni, kernels::cpu::Isa::kAvx512,
+              kernels::cpu::Isa::kAvx512Vnni}) {
             if (!kernels::cpu::isa_supported(isa)) continue;
             LinearOptions o;
             o.isa = isa;

@@ -14,6 +14,10 @@ for dt in f32 q4_0 bf16; do
     "$KILN_BIN" inspect --json "$T/tiny_$dt.gguf" > "$T/inspect_$dt.json"
     "$KILN_BIN" bench -m "$T/tiny_$dt.gguf" -p 8 -n 4 -r 1 -t 2 --probe-mib 128 --json > "$T/bench_$dt.json"
 done
+# The avx-vnni level where the CPU has it: its own peak (256-bit vpdpbusd)
+if grep -qw avx_vnni /proc/cpuinfo; then
+    "$KILN_BIN" bench -m "$T/tiny_q4_0.gguf" -p 8 -n 4 -r 1 -t 2 --probe-mib 128 --isa avx-vnni --json > "$T/bench_avxvnni.json"
+fi
 # -d: both tests after 6 tokens already in the cache
 "$KILN_BIN" bench -m "$T/tiny_f32.gguf" -p 8 -n 4 -d 6 -r 1 -t 2 --probe-mib 128 --json > "$T/bench_depth.json"
 "$KILN_BIN" synth --preset tiny --dtype q4_0 --layers 2 --seed 7 -t 1 -o "$T/again.gguf" 2> /dev/null
@@ -61,17 +65,20 @@ for dt in ("f32", "q4_0", "bf16"):
             assert close(r["pct_of_ambient_bw"], 100 * r["achieved_gbps"] / amb), r["pct_of_ambient_bw"]
         else:
             assert r["ambient_bw_gbps"] is None and r["pct_of_ambient_bw"] is None, r
-        # The compute peak is the one of the arithmetic the matmul does: VNNI (vpdpbusd) or AVX2
-        # int8 dots, BF16 dots (vdpbf16ps), or f32 FMAs.
+        # The compute peak is the one of the arithmetic the matmul does: VNNI (512-bit vpdpbusd),
+        # AVX-VNNI (256-bit) or AVX2 int8 dots, BF16 dots (vdpbf16ps), or f32 FMAs.
         vnni_isa = r["matmul"].startswith("avx512-vnni")
+        avx_vnni_isa = r["matmul"].startswith("avx-vnni")
         if "int8 activations" in r["matmul"]:
-            want = "vnni_int8" if vnni_isa and r["vnni_int8_peak_gops"] else "int8_dot"
+            want = ("vnni_int8" if vnni_isa and r["vnni_int8_peak_gops"] else
+                    "avx_vnni_int8" if avx_vnni_isa and r["avx_vnni_int8_peak_gops"] else "int8_dot")
         elif "bf16 activations" in r["matmul"] and vnni_isa and r["bf16_peak_gflops"]:
             want = "bf16_dot"
         else:
             want = "f32_fma"
         assert r["peak_kind"] == want, (r["peak_kind"], r["matmul"])
-        peak_field = {"vnni_int8": "vnni_int8_peak_gops", "int8_dot": "int8_peak_gops",
+        peak_field = {"vnni_int8": "vnni_int8_peak_gops", "avx_vnni_int8": "avx_vnni_int8_peak_gops",
+                      "int8_dot": "int8_peak_gops",
                       "bf16_dot": "bf16_peak_gflops", "f32_fma": "f32_fma_peak_gflops"}[want]
         assert r["peak_gops"] == r[peak_field], (want, r["peak_gops"], r[peak_field])
         if dt == "f32":
@@ -79,6 +86,7 @@ for dt in ("f32", "q4_0", "bf16"):
         if dt == "bf16":
             assert "bf16 activations" in r["matmul"] or "reference" in r["matmul"], r["matmul"]
         assert r["vnni_int8_peak_gops"] is None or r["vnni_int8_peak_gops"] > 0
+        assert r["avx_vnni_int8_peak_gops"] is None or r["avx_vnni_int8_peak_gops"] > 0
         assert r["bf16_peak_gflops"] is None or r["bf16_peak_gflops"] > 0
         per_forward = 8 if r["test"] == "pp8" else 1
         assert close(r["ops_per_token"], 2 * layer_mm + 2 * V * H / per_forward), (r["ops_per_token"], layer_mm)
@@ -97,6 +105,12 @@ for dt in ("f32", "q4_0", "bf16"):
         assert all(r["depth"] == 6 for r in deep), deep
         assert close(deep[1]["bytes_per_token"], weights + 4 * H + kv_pos * (6 + 2.5)), deep[1]["bytes_per_token"]
         assert close(deep[0]["bytes_per_token"], pp["bytes_per_token"]), (deep[0]["bytes_per_token"], pp)
+avx_vnni = os.path.join(T, "bench_avxvnni.json")
+if os.path.exists(avx_vnni):
+    for r in json.load(open(avx_vnni)):
+        assert r["matmul"].startswith("avx-vnni, int8 activations"), r["matmul"]
+        assert r["peak_kind"] == "avx_vnni_int8" and r["peak_gops"] == r["avx_vnni_int8_peak_gops"] > 0, r
+        assert r["tokens_per_s"] > 0, r
 print("synth + bench JSON ok")
 PY
 

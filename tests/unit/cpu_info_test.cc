@@ -20,14 +20,17 @@ TEST(CpuInfo, FeatureImplications) {
     if (f.avx512f) {
         EXPECT_TRUE(f.avx2);
     }
+    if (f.avxvnni) {
+        EXPECT_TRUE(f.avx2);
+    }
     if (f.avx512bw || f.avx512vl || f.avx512dq || f.avx512vnni || f.avx512bf16) {
         EXPECT_TRUE(f.avx512f);
     }
 #if defined(__AVX2__)
     EXPECT_TRUE(f.avx2);  // this binary already runs AVX2 code
 #endif
-    std::printf("avx2=%d fma=%d f16c=%d avx512f=%d bw=%d vl=%d dq=%d vnni=%d bf16=%d\n", f.avx2, f.fma, f.f16c,
-                f.avx512f, f.avx512bw, f.avx512vl, f.avx512dq, f.avx512vnni, f.avx512bf16);
+    std::printf("avx2=%d fma=%d f16c=%d avx512f=%d bw=%d vl=%d dq=%d vnni=%d bf16=%d avxvnni=%d\n", f.avx2, f.fma,
+                f.f16c, f.avx512f, f.avx512bw, f.avx512vl, f.avx512dq, f.avx512vnni, f.avx512bf16, f.avxvnni);
 }
 
 // The flags of the first processor in /proc/cpuinfo; empty when there is no such file.
@@ -49,6 +52,7 @@ TEST(CpuInfo, AgreesWithTheCompilersDetection) {
     EXPECT_EQ(f.avx512dq, bool(__builtin_cpu_supports("avx512dq")));
     EXPECT_EQ(f.avx512vnni, bool(__builtin_cpu_supports("avx512vnni")));
     EXPECT_EQ(f.avx512bf16, bool(__builtin_cpu_supports("avx512bf16")));
+    EXPECT_EQ(f.avxvnni, bool(__builtin_cpu_supports("avxvnni")));
     const std::string flags = proc_cpuinfo_flags();
     if (!flags.empty()) {
         EXPECT_EQ(f.f16c, flags.find(" f16c ") != std::string::npos) << flags;

@@ -139,7 +139,7 @@ TEST(DecodeAlloc, CounterSeesAllocations) {  // the hook counts what the tests b
 }
 
 TEST(DecodeAlloc, SteadyStateDecodeAllocatesNothing) {
-    for (Isa isa : {Isa::kRef, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
+    for (Isa isa : kernels::cpu::kAllIsas) {
         if (!kernels::cpu::isa_supported(isa)) continue;
         for (DType w : {DType::kF32, DType::kQ8_0, DType::kQ4_0}) {
             for (int threads : {1, 2}) {

@@ -127,6 +127,7 @@ AttentionFn find_attention_kernel(Isa isa) {
         case Isa::kRef:
             return &ref_attention_task;
         case Isa::kAvx2:
+        case Isa::kAvxVnni:  // no integer dots in attention: the AVX2 build
             return avx2_attention_kernel();
         case Isa::kAvx512:
         case Isa::kAvx512Vnni:  // attention has no use for VNNI / BF16: the AVX-512 build
@@ -137,7 +138,7 @@ AttentionFn find_attention_kernel(Isa isa) {
 
 AttentionFn best_attention_kernel() {
     static const AttentionFn best = [] {
-        for (Isa isa : {Isa::kAvx512Vnni, Isa::kAvx512, Isa::kAvx2}) {
+        for (Isa isa : {Isa::kAvx512Vnni, Isa::kAvx512, Isa::kAvxVnni, Isa::kAvx2}) {
             if (!isa_supported(isa)) continue;
             if (AttentionFn fn = find_attention_kernel(isa)) return fn;
         }

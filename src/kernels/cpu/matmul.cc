@@ -13,6 +13,8 @@ const char* isa_name(Isa isa) {
             return "ref";
         case Isa::kAvx2:
             return "avx2";
+        case Isa::kAvxVnni:
+            return "avx-vnni";
         case Isa::kAvx512:
             return "avx512";
         case Isa::kAvx512Vnni:
@@ -22,7 +24,7 @@ const char* isa_name(Isa isa) {
 }
 
 std::optional<Isa> parse_isa(std::string_view name) {
-    for (Isa isa : {Isa::kRef, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
+    for (Isa isa : kAllIsas) {
         if (name == isa_name(isa)) return isa;
     }
     return std::nullopt;
@@ -37,6 +39,8 @@ bool isa_supported(Isa isa) {
             return true;
         case Isa::kAvx2:
             return avx2;
+        case Isa::kAvxVnni:
+            return avx2 && f.avxvnni;
         case Isa::kAvx512:
             return avx512;
         case Isa::kAvx512Vnni:
@@ -56,7 +60,7 @@ bool isa_built(Isa isa) {
 
 Isa best_isa() {
     static const Isa best = [] {
-        for (Isa isa : {Isa::kAvx512Vnni, Isa::kAvx512, Isa::kAvx2}) {
+        for (Isa isa : {Isa::kAvx512Vnni, Isa::kAvx512, Isa::kAvxVnni, Isa::kAvx2}) {
             if (isa_supported(isa) && isa_built(isa)) return isa;
         }
         return Isa::kRef;
@@ -70,6 +74,8 @@ const PackedMatmulKernel* find_packed_matmul_kernel(core::DType weight_type, Isa
             return nullptr;
         case Isa::kAvx2:
             return avx2_packed_kernel(weight_type);
+        case Isa::kAvxVnni:
+            return avxvnni_packed_kernel(weight_type);
         case Isa::kAvx512:
             return avx512_packed_kernel(weight_type);
         case Isa::kAvx512Vnni:

@@ -51,9 +51,13 @@
 
 namespace kiln::kernels::cpu {
 
-enum class Isa { kRef, kAvx2, kAvx512, kAvx512Vnni };
+// Kernel levels. kAvxVnni is the AVX2 build with its u8 x s8 dots as one 256-bit VEX vpdpbusd
+// (AVX-VNNI: CPUs that have it without AVX-512, e.g. Alder Lake; the same integers, so the same
+// results as kAvx2). kAllIsas lists every level, weakest first.
+enum class Isa { kRef, kAvx2, kAvxVnni, kAvx512, kAvx512Vnni };
+inline constexpr Isa kAllIsas[] = {Isa::kRef, Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512, Isa::kAvx512Vnni};
 
-const char* isa_name(Isa isa);  // "ref", "avx2", "avx512", "avx512-vnni"
+const char* isa_name(Isa isa);  // "ref", "avx2", "avx-vnni", "avx512", "avx512-vnni"
 std::optional<Isa> parse_isa(std::string_view name);
 // True when this CPU (and OS) can run code of `isa`. kRef always.
 bool isa_supported(Isa isa);

@@ -18,8 +18,11 @@
 //    of row pointers that the inner loops index: the loads and the arithmetic are the same for
 //    either layout, so a paged cache gives bit-identical results.
 //  - K/V rows of >= 2 KiB, and every row in decode tasks, are prefetched one block ahead (NextBlock;
-//    f32: block_scores, f16, int8, fp8: cache_rows while it widens them): a task's slice of each row
-//    is a strided walk the hardware prefetchers miss.
+//    f32, and every cache the 16-lane forms read in place: block_scores; f16, int8, fp8 widened:
+//    cache_rows while it widens them): a task's slice of each row is a strided walk the hardware
+//    prefetchers miss.
+//  - The 16-lane forms read f16, int8 and fp8 caches in place (load16: each element the value a
+//    widened copy would hold); the 8-lane forms widen each block of rows into a buffer first.
 // Measured (SmolLM2 shape, 9 heads / 3 KV heads / head_dim 64, EPYC Zen 3, one core): prefill 512
 // ~43 GFLOP/s = ~43% of the FMA peak; decode with a cache-resident KV ~35 GFLOP/s. Long-context
 // decode on 16 lanes: docs/performance.md "Long-context decode".
@@ -82,11 +85,22 @@ inline __m128 reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
 // head's slice) are no longer prefetched: on the Xeon VM of 2026-12-06 the prefetch instructions
 // alone took 28-50% of the kernel's time with the cache in L3, and each head's own slice a block
 // ahead read DRAM faster.
-inline void prefetch_row(const void* p, int64_t bytes) {
+KILN_PREFETCH_INLINE void prefetch_row(const void* p, int64_t bytes) {  // (simd_avx2.h: why always_inline)
     const uintptr_t a = reinterpret_cast<uintptr_t>(p);
     for (uintptr_t line = a & ~uintptr_t(63); line < a + uintptr_t(bytes); line += 64)
         _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T1);
 }
+
+// A row of an int8 / fp8 cache read in place: its codes and its KV head's scale (fp8: the scale
+// times 256, as widen_fp8 takes it).
+struct I8Row {
+    const int8_t* c;
+    float s;
+};
+struct Fp8Row {
+    const uint8_t* c;
+    float s256;
+};
 
 // The next block's K and V rows, prefetched a few at a time while the current block is worked on
 // (simd_attention_task): key i at k + offs[i] and v + offs[i], bytes each (a KV head's slice), and
@@ -266,19 +280,30 @@ inline __m128 reduce4_z(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
         __mmask8(0xf), _mm512_maskz_permutexvar_ps(kAll, _mm512_setr_epi32(0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12), y), 0);
 }
 
-// 16 cache elements from p as f32: f32 rows as they are, f16 rows widened (exact: the values a
-// widened copy would hold, so reading an f16 cache in place changes no result).
-inline __m512 load16(const float* p) {
-    return _mm512_loadu_ps(p);
+// Elements [d, d + 16) of a cache row as f32. The 16-lane forms read every cache format in place:
+// f32 rows as they are, f16 rows widened, int8 / fp8 codes times their scale. Each gives exactly the
+// value widen_f16 / widen_i8 / widen_fp8 would have stored (the same operations per element), so
+// reading in place changes no result.
+inline __m512 load16(const float* p, int64_t d) {
+    return _mm512_loadu_ps(p + d);
 }
-inline __m512 load16(const uint16_t* p) {
-    return _mm512_maskz_cvtph_ps(__mmask16(0xffff), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+inline __m512 load16(const uint16_t* p, int64_t d) {
+    return _mm512_maskz_cvtph_ps(__mmask16(0xffff), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + d)));
+}
+inline __m512 load16(const I8Row& r, int64_t d) {
+    const __m512i w = _mm512_maskz_cvtepi8_epi32(__mmask16(0xffff), _mm_loadu_si128(reinterpret_cast<const __m128i*>(r.c + d)));
+    return _mm512_mul_ps(_mm512_maskz_cvtepi32_ps(__mmask16(0xffff), w), _mm512_set1_ps(r.s));
+}
+inline __m512 load16(const Fp8Row& r, int64_t d) {  // widen_fp8's half bits of 16 codes
+    const __m256i b = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r.c + d)));
+    const __m256i h = _mm256_and_si256(_mm256_slli_epi16(b, 7), _mm256_set1_epi16(int16_t(0xbfff)));
+    return _mm512_mul_ps(_mm512_maskz_cvtph_ps(__mmask16(0xffff), h), _mm512_set1_ps(r.s256));
 }
 
-// block_scores with 16 lanes along head_dim (hd % 16 == 0): KU = 4 keys per step for every R. E: the
-// cache rows' element type (float, or uint16_t: f16 read in place).
-template <int R, class E>
-void block_scores_z(const float* const* qr, const E* const* kptr, int64_t n, int64_t hd, float scale,
+// block_scores with 16 lanes along head_dim (hd % 16 == 0): KU = 4 keys per step for every R. Row:
+// how the cache rows are read (const float*; const uint16_t*: f16 in place; I8Row, Fp8Row).
+template <int R, class Row>
+void block_scores_z(const float* const* qr, const Row* kptr, int64_t n, int64_t hd, float scale,
                       NextBlock* next, float* const* s, float* mx) {
     constexpr int KU = 4;
     const __m128 lane = _mm_setr_ps(0.0f, 1.0f, 2.0f, 3.0f);
@@ -286,7 +311,7 @@ void block_scores_z(const float* const* qr, const E* const* kptr, int64_t n, int
     for (int r = 0; r < R; ++r) vmax[r] = _mm_set1_ps(kNegInf);
     for (int64_t i = 0; i < n; i += KU) {
         if (next) next->advance(i + KU);
-        const E* kp[KU];
+        Row kp[KU];
         for (int u = 0; u < KU; ++u) kp[u] = kptr[imin(i + u, n - 1)];  // clamp: no reads past n
         __m512 acc[R][KU];
         for (int r = 0; r < R; ++r)
@@ -295,7 +320,7 @@ void block_scores_z(const float* const* qr, const E* const* kptr, int64_t n, int
             __m512 qv[R];
             for (int r = 0; r < R; ++r) qv[r] = _mm512_loadu_ps(qr[r] + d);
             for (int u = 0; u < KU; ++u) {
-                const __m512 kv = in_register(load16(kp[u] + d));
+                const __m512 kv = in_register(load16(kp[u], d));
                 for (int r = 0; r < R; ++r) acc[r][u] = _mm512_fmadd_ps(qv[r], kv, acc[r][u]);
             }
         }
@@ -352,9 +377,8 @@ inline float block_exp_z(float* p, int64_t n, float m) {
 }
 
 // pv_chunk on 16 lanes: o_r[d0, d0 + 16 NV) = o_r * corr_r + sum_{j < n} p_r[j] v_j[...].
-template <int R, int NV, class E>
-void pv_chunk_z(float* const* o, int64_t d0, const E* const* vptr, int64_t n, const float* const* p,
-                const float* corr) {
+template <int R, int NV, class Row>
+void pv_chunk_z(float* const* o, int64_t d0, const Row* vptr, int64_t n, const float* const* p, const float* corr) {
     __m512 acc[R][NV];
     for (int r = 0; r < R; ++r) {
         const __m512 c = _mm512_set1_ps(corr[r]);
@@ -363,9 +387,9 @@ void pv_chunk_z(float* const* o, int64_t d0, const E* const* vptr, int64_t n, co
     for (int64_t j = 0; j < n; ++j) {
         __m512 pj[R];
         for (int r = 0; r < R; ++r) pj[r] = _mm512_set1_ps(p[r][j]);
-        const E* vj = vptr[j] + d0;
+        const Row vj = vptr[j];
         for (int i = 0; i < NV; ++i) {
-            const __m512 vv = in_register(load16(vj + 16 * i));
+            const __m512 vv = in_register(load16(vj, d0 + 16 * i));
             for (int r = 0; r < R; ++r) acc[r][i] = _mm512_fmadd_ps(pj[r], vv, acc[r][i]);
         }
     }
@@ -373,35 +397,34 @@ void pv_chunk_z(float* const* o, int64_t d0, const E* const* vptr, int64_t n, co
         for (int i = 0; i < NV; ++i) _mm512_storeu_ps(o[r] + d0 + 16 * i, acc[r][i]);
 }
 
-template <int R, int NV, class E>
-void pv_chunk_z_n(int64_t nv, float* const* o, int64_t d0, const E* const* vptr, int64_t n, const float* const* p,
+template <int R, int NV, class Row>
+void pv_chunk_z_n(int64_t nv, float* const* o, int64_t d0, const Row* vptr, int64_t n, const float* const* p,
                   const float* corr) {
     if constexpr (NV > 1) {
-        if (nv < NV) return pv_chunk_z_n<R, NV - 1, E>(nv, o, d0, vptr, n, p, corr);
+        if (nv < NV) return pv_chunk_z_n<R, NV - 1, Row>(nv, o, d0, vptr, n, p, corr);
     }
-    pv_chunk_z<R, NV, E>(o, d0, vptr, n, p, corr);
+    pv_chunk_z<R, NV, Row>(o, d0, vptr, n, p, corr);
 }
 
-template <int R, class E>
-void block_pv_z(float* const* o, const E* const* vptr, int64_t n, int64_t hd, const float* const* p,
-                const float* corr) {
+template <int R, class Row>
+void block_pv_z(float* const* o, const Row* vptr, int64_t n, int64_t hd, const float* const* p, const float* corr) {
     constexpr int64_t kMaxVectors = R == 1 ? 8 : 4;  // R * kMaxVectors accumulators + R broadcasts
     for (int64_t d0 = 0; d0 < hd; d0 += 16 * kMaxVectors)
-        pv_chunk_z_n<R, kMaxVectors, E>(imin(kMaxVectors, (hd - d0) / 16), o, d0, vptr, n, p, corr);
+        pv_chunk_z_n<R, kMaxVectors, Row>(imin(kMaxVectors, (hd - d0) / 16), o, d0, vptr, n, p, corr);
 }
 #endif  // __AVX512F__
 
 // One block's online-softmax update of R rows that share the key range [ja, ja + n) (key / value
 // ja + i at kptr[i] / vptr[i]).
-// W: the 512-bit forms (AVX-512 builds, head_dim % 16 == 0); E: the rows' element type (uint16_t:
-// an f16 cache read in place, W only).
-template <int R, bool W, class E = float>
-void update_rows(const float* const* qr, float* const* o, const E* const* kptr, const E* const* vptr, int64_t n,
+// W: the 512-bit forms (AVX-512 builds, head_dim % 16 == 0); Row: how the rows are read (f32
+// pointers; the others, caches read in place, W only: see load16).
+template <int R, bool W, class Row = const float*>
+void update_rows(const float* const* qr, float* const* o, const Row* kptr, const Row* vptr, int64_t n,
                  int64_t hd, float scale, float softcap, NextBlock* next, float* const* p, float* m, float* l) {
-    static_assert(W || sizeof(E) == sizeof(float), "only the 512-bit forms read f16 rows in place");
+    static_assert(W || __is_same(Row, const float*), "only the 512-bit forms read caches in place");
     float mx[R], corr[R];
 #ifdef __AVX512F__
-    if constexpr (W) block_scores_z<R, E>(qr, kptr, n, hd, scale, next, p, mx);
+    if constexpr (W) block_scores_z<R, Row>(qr, kptr, n, hd, scale, next, p, mx);
     else
 #endif
         block_scores<R>(qr, kptr, n, hd, scale, next, p, mx);
@@ -427,15 +450,15 @@ void update_rows(const float* const* qr, float* const* o, const E* const* kptr, 
         m[r] = m_new;
     }
 #ifdef __AVX512F__
-    if constexpr (W) return block_pv_z<R, E>(o, vptr, n, hd, p, corr);
+    if constexpr (W) return block_pv_z<R, Row>(o, vptr, n, hd, p, corr);
     else
 #endif
         block_pv<R>(o, vptr, n, hd, p, corr);
 }
 
 // update_rows for a register block of nr = 4, 2 or 1 rows (4 only where kMaxRows allows it).
-template <bool W, class E>
-void update_rows_n(int nr, const float* const* qr, float* const* o, const E* const* kptr, const E* const* vptr,
+template <bool W, class Row>
+void update_rows_n(int nr, const float* const* qr, float* const* o, const Row* kptr, const Row* vptr,
                    int64_t n, int64_t hd, float scale, float softcap, NextBlock* next, float* const* p, float* m,
                    float* l) {
     if constexpr (kMaxRows >= 4) {
@@ -468,18 +491,19 @@ inline void widen_i8(const int8_t* c, float s, float* f, int64_t n) {
 // 13..7 of a half, make a half worth exactly code / 256 (exponent bias 15 against E4M3's 7; E4M3's
 // subnormals land on the half's), which F16C widens exactly; times 256 s (exact) it is one rounding
 // of code * s, as kernels/ref kv_load computes it. Codes 0x7f / 0xff (NaN) are never stored.
+// Vectorized: the code sign-extended to 16 bits and shifted left by 7 has the magnitude in bits 7..13
+// and the sign in bits 14 and 15; clearing bit 14 leaves the half.
 inline uint16_t e4m3_half_bits(uint8_t c) {
     return uint16_t(((c & 0x7f) << 7) | ((c & 0x80) << 8));
 }
 inline void widen_fp8(const uint8_t* c, float s, float* f, int64_t n) {
     const float s256 = s * 256.0f;
     const __m256 vs = _mm256_set1_ps(s256);
-    const __m128i mag = _mm_set1_epi16(0x7f), sign = _mm_set1_epi16(0x80);
+    const __m128i keep = _mm_set1_epi16(int16_t(0xbfff));
     int64_t d = 0;
     for (; d + 8 <= n; d += 8) {
-        const __m128i b = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + d)));
-        const __m128i h =
-            _mm_or_si128(_mm_slli_epi16(_mm_and_si128(b, mag), 7), _mm_slli_epi16(_mm_and_si128(b, sign), 8));
+        const __m128i b = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + d)));
+        const __m128i h = _mm_and_si128(_mm_slli_epi16(b, 7), keep);
         _mm256_storeu_ps(f + d, _mm256_mul_ps(_mm256_cvtph_ps(h), vs));
     }
     for (; d < n; ++d) f[d] = _cvtsh_ss(e4m3_half_bits(c[d])) * s256;
@@ -518,14 +542,31 @@ void slice_offsets(const KvSpan& kv, int64_t kv_head, int64_t num_kv_heads, int6
     }
 }
 
+// One block's rows of an f16, int8 or fp8 cache read in place (the 16-lane forms), by format.
+union InPlaceRows {
+    struct {
+        const uint16_t* k[kAttentionBlockKeys];
+        const uint16_t* v[kAttentionBlockKeys];
+    } f16;
+    struct {
+        I8Row k[kAttentionBlockKeys];
+        I8Row v[kAttentionBlockKeys];
+    } i8;
+    struct {
+        Fp8Row k[kAttentionBlockKeys];
+        Fp8Row v[kAttentionBlockKeys];
+    } fp8;
+};
+
 // krow[i] / vrow[i] = start of key / value j_begin + i of KV head kv_head (of num_kv_heads, hd each),
 // j_begin <= j < j_end. f32 caches: pointers into the cache; other caches (f16, int8, fp8: KvDtype in
 // kernels/kernel_params.h): the rows widened to f32 into kbuf / vbuf ([j_end - j_begin, hd] each),
-// slot i at kbuf + i * hd, prefetching the next block's rows (next, nullptr: none) as they go. krow16 /
-// vrow16 (f16 caches read in place, else nullptr): pointers to the f16 rows instead, nothing widened.
+// slot i at kbuf + i * hd, prefetching the next block's rows (next, nullptr: none) as they go. With
+// ip (caches read in place, else nullptr): entry i of ip's member for kv.dtype instead (the row, and
+// for int8 / fp8 its scale), nothing widened, nothing prefetched (block_scores_z prefetches).
 void cache_rows(const KvSpan& kv, int64_t kv_head, int64_t num_kv_heads, int64_t hd, int64_t j_begin, int64_t j_end,
-                NextBlock* next, const float** krow, const float** vrow, float* kbuf, float* vbuf,
-                const uint16_t** krow16, const uint16_t** vrow16) {
+                NextBlock* next, const float** krow, const float** vrow, float* kbuf, float* vbuf, InPlaceRows* ip,
+                int64_t ip_first) {
     const int64_t kv_dim = num_kv_heads * hd;
     int64_t offs[kAttentionBlockKeys];  // byte offset of each key's head slice
     slice_offsets(kv, kv_head, num_kv_heads, hd, j_begin, j_end, offs);
@@ -539,15 +580,31 @@ void cache_rows(const KvSpan& kv, int64_t kv_head, int64_t num_kv_heads, int64_t
         }
         return;
     }
-    if (krow16) {
+    // kI8 / kFp8: a head's scale sits kv_dim - kv_head hd + 4 kv_head bytes after its codes.
+    const int64_t scale_off = kv_dim - kv_head * hd + 4 * kv_head;
+    if (ip) {
         for (int64_t i = 0; i < n; ++i) {
-            krow16[i] = reinterpret_cast<const uint16_t*>(kb + offs[i]);
-            vrow16[i] = reinterpret_cast<const uint16_t*>(vb + offs[i]);
+            const uint8_t* kp = kb + offs[i];
+            const uint8_t* vp = vb + offs[i];
+            const int64_t e = ip_first + i;
+            if (kv.dtype == KvDtype::kF16) {
+                ip->f16.k[e] = reinterpret_cast<const uint16_t*>(kp);
+                ip->f16.v[e] = reinterpret_cast<const uint16_t*>(vp);
+                continue;
+            }
+            float ks, vs;
+            __builtin_memcpy(&ks, kp + scale_off, 4);
+            __builtin_memcpy(&vs, vp + scale_off, 4);
+            if (kv.dtype == KvDtype::kI8) {
+                ip->i8.k[e] = {reinterpret_cast<const int8_t*>(kp), ks};
+                ip->i8.v[e] = {reinterpret_cast<const int8_t*>(vp), vs};
+            } else {
+                ip->fp8.k[e] = {kp, ks * 256.0f};  // widen_fp8's s256
+                ip->fp8.v[e] = {vp, vs * 256.0f};
+            }
         }
         return;
     }
-    // kI8 / kFp8: a head's scale sits kv_dim - kv_head hd + 4 kv_head bytes after its codes.
-    const int64_t scale_off = kv_dim - kv_head * hd + 4 * kv_head;
     for (int64_t i = 0; i < n; ++i) {
         if (next) next->advance(i + 1);
         float* kf = kbuf + i * hd;
@@ -602,8 +659,8 @@ void simd_attention_task(const float* q, const KvSpan& kv, const AttentionShape&
     const int64_t first_pos = kv.kv_len - s.num_tokens;
     const float scale = 1.0f / sqrtf(float(hd));
 #ifdef __AVX512F__
-    const bool wide = hd % 16 == 0;                      // the 512-bit forms
-    const bool in_place = wide && kv.dtype == KvDtype::kF16;  // ... reading an f16 cache without widening it
+    const bool wide = hd % 16 == 0;                         // the 512-bit forms
+    const bool in_place = wide && kv.dtype != KvDtype::kF32;  // ... reading f16 / int8 / fp8 caches unwidened
 #else
     constexpr bool wide = false, in_place = false;
 #endif
@@ -645,12 +702,10 @@ void simd_attention_task(const float* q, const KvSpan& kv, const AttentionShape&
         // Every row's keys in this block lie in [imax(kb, a), imin(kb + block, b)): locate them once.
         const float* krow[kAttentionBlockKeys];  // key kb + i of kv_head at krow[i], [head_dim]
         const float* vrow[kAttentionBlockKeys];  // value kb + i at vrow[i], [head_dim]
-        const uint16_t* krow16[kAttentionBlockKeys];  // in_place: the f16 rows instead
-        const uint16_t* vrow16[kAttentionBlockKeys];
+        InPlaceRows ip;  // in_place: the rows instead, entry i = key kb + i
         const int64_t lo = imax(kb, a);
         cache_rows(kv, task.kv_head, s.num_kv_heads, hd, lo, imin(kb + kAttentionBlockKeys, b), next, krow + (lo - kb),
-                   vrow + (lo - kb), kbuf, vbuf, in_place ? krow16 + (lo - kb) : nullptr,
-                   in_place ? vrow16 + (lo - kb) : nullptr);
+                   vrow + (lo - kb), kbuf, vbuf, in_place ? &ip : nullptr, lo - kb);
         for (int64_t r = 0; r < rows;) {
             const int64_t t = task.t0 + r / group;
             int64_t ja, jb;
@@ -680,9 +735,16 @@ void simd_attention_task(const float* q, const KvSpan& kv, const AttentionShape&
             const float* const* kj = krow + (ja - kb);  // [jb - ja] row pointers
             const float* const* vj = vrow + (ja - kb);
 #ifdef __AVX512F__
-            if (in_place)
-                update_rows_n<true>(nr, qr, o, krow16 + (ja - kb), vrow16 + (ja - kb), jb - ja, hd, scale, s.softcap, next,
-                                    p, m + r, l + r);
+            const int64_t e = ja - kb;  // ip's first entry for these rows
+            if (in_place && kv.dtype == KvDtype::kF16)
+                update_rows_n<true>(nr, qr, o, ip.f16.k + e, ip.f16.v + e, jb - ja, hd, scale, s.softcap, next, p, m + r,
+                                    l + r);
+            else if (in_place && kv.dtype == KvDtype::kI8)
+                update_rows_n<true>(nr, qr, o, ip.i8.k + e, ip.i8.v + e, jb - ja, hd, scale, s.softcap, next, p, m + r,
+                                    l + r);
+            else if (in_place)
+                update_rows_n<true>(nr, qr, o, ip.fp8.k + e, ip.fp8.v + e, jb - ja, hd, scale, s.softcap, next, p, m + r,
+                                    l + r);
             else
 #endif
             if (wide)

@@ -68,21 +68,43 @@ inline int32_t avx2_hsum_i32(__m256i v) {
 
 // u8 x s8 products summed in groups of 4 -> 8 int32. Exact as long as every adjacent u*s pair sum
 // fits int16 (true for |s| <= 127 and u <= 128), so both forms below give identical integers.
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+// KILN_VNNI256: this TU has a 256-bit vpdpbusd, either AVX512-VNNI's EVEX form (with AVX512VL) or
+// AVX-VNNI's VEX form (the avx-vnni level: AVX2 + -mavxvnni, no AVX-512).
+#if (defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__)
+#define KILN_VNNI256 1
+#endif
+#if defined(KILN_VNNI256)
 // acc + the 4-product sums of u8 u x s8 s per lane: vpdpbusd, as inline asm with the accumulator
 // tied in and out. GCC 12 allocates the intrinsic's result to a fresh register, so the accumulators
 // of an unrolled tile were copied out and back on every step (2 moves per vpdpbusd; the I8 prefill
-// tile ran at 307 instead of 408 GOP/s on one Zen 4 thread).
+// tile ran at 307 instead of 408 GOP/s on one Zen 4 thread). Without AVX512VL only the VEX form
+// exists: "{vex}" makes the assembler emit it, on ymm0-15 ("x").
 inline __m256i dpbusd(__m256i acc, __m256i u, __m256i s) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
     asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s));
+#else
+    asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "x"(s));
+#endif
     return acc;
 }
+// acc + avx2_dot_u8s8(u, s): the same instruction as an intrinsic (the compiler schedules and
+// allocates it freely).
+inline __m256i avx2_dot_u8s8_acc(__m256i acc, __m256i u, __m256i s) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(acc, u, s);
+#else
+    return _mm256_dpbusd_avx_epi32(acc, u, s);
+#endif
+}
 inline __m256i avx2_dot_u8s8(__m256i u, __m256i s) {
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+    return avx2_dot_u8s8_acc(_mm256_setzero_si256(), u, s);
 }
 #else
 inline __m256i avx2_dot_u8s8(__m256i u, __m256i s) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+inline __m256i avx2_dot_u8s8_acc(__m256i acc, __m256i u, __m256i s) {
+    return _mm256_add_epi32(acc, avx2_dot_u8s8(u, s));
 }
 #endif
 
@@ -120,12 +142,19 @@ inline float avx2_amax(const float* x, int len) {
     return avx2_max8(m);
 }
 
+// The prefetch helpers below are always_inline: a function whose only effect is prefetches is "const"
+// to GCC's IPA pure-const pass, so where GCC 12 kept one out of line it deleted the calls. It did so
+// for avx2_prefetch_ahead_l1 inside the avx512-vnni TU once that TU held enough kernels: the decode
+// tiles ran without their L1 prefetch (tinyllama q4_0 decode 35-38 tok/s against 44-47 with it,
+// docs/performance.md "The lost decode prefetch").
+#define KILN_PREFETCH_INLINE inline __attribute__((always_inline))
+
 // Decode streams R weight rows at a time; rows are short (a few KiB), so the hardware prefetcher
 // keeps re-training at row starts and one thread reaches well under DRAM bandwidth. While a tile
 // runs its block loop, it pulls the next R-row group (contiguous, right after its own rows) into L2,
 // step_bytes per block (R * block bytes): call once per block index b. Prefetches never fault, so
 // running past the end of the matrix is harmless.
-inline void avx2_prefetch_next_group(const uint8_t* next_group, int64_t step_bytes, int64_t b) {
+KILN_PREFETCH_INLINE void avx2_prefetch_next_group(const uint8_t* next_group, int64_t step_bytes, int64_t b) {
     const char* p = reinterpret_cast<const char*>(next_group + b * step_bytes);
     for (int64_t off = 0; off < step_bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T1);
 }
@@ -139,7 +168,7 @@ inline void avx2_prefetch_next_group(const uint8_t* next_group, int64_t step_byt
 // avx2_prefetch_next_group, which puts the next group into L2.) MXFP4 / NVFP4 share the tile: not
 // measured separately.
 inline constexpr int64_t kDecodePrefetchAhead = 4096;
-inline void avx2_prefetch_ahead_l1(const uint8_t* block, int64_t step_bytes) {
+KILN_PREFETCH_INLINE void avx2_prefetch_ahead_l1(const uint8_t* block, int64_t step_bytes) {
     const char* p = reinterpret_cast<const char*>(block) + kDecodePrefetchAhead;
     for (int64_t off = 0; off < step_bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
 }
@@ -148,7 +177,8 @@ inline void avx2_prefetch_ahead_l1(const uint8_t* block, int64_t step_bytes) {
 // next_group to prefetch (null: none): decode (T = 1) 4 KiB ahead into L1, prefill the same block
 // of the next group into L2 (prefill tiles re-read their own group from L1).
 template <int T>
-inline void vnni_tile_prefetch(const uint8_t* block, const uint8_t* next_group, int64_t step_bytes, int64_t b) {
+KILN_PREFETCH_INLINE void vnni_tile_prefetch(const uint8_t* block, const uint8_t* next_group, int64_t step_bytes,
+                                             int64_t b) {
     if (!next_group) return;
     if constexpr (T == 1) {
         avx2_prefetch_ahead_l1(block, step_bytes);

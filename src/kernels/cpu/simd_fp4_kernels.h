@@ -4,7 +4,7 @@
 // Per 32 elements and weight row: the nibble codes become the doubled E2M1 values ({0, 1, 2, 3, 4,
 // 6, 8, 12} and negatives, blocks::kE2M1x2) plus 12, as unsigned bytes in [0, 24], through one
 // 16-entry pshufb; the u8 x s8 dot with the activation (maddubs + madd on AVX2, one vpdpbusd where
-// the TU is built with AVX512-VNNI) minus 12 sum(x) (once per activation block, shared by the rows)
+// the TU has a 256-bit one: avx-vnni, avx512-vnni) minus 12 sum(x) (once per activation block, shared by the rows)
 // is the exact int32 dot of the doubled values, scaled by d_w * (d_x / 2). ggml's IQ4_NL / MXFP4
 // kernels use the sign trick |w| x sign(x, w) instead; the offset form drops the per-token sign and
 // abs of every row (measured in docs/performance.md, "4-bit float weights").
@@ -57,7 +57,7 @@ constexpr int kFp4Offset = 12;
 // 12 * sum(x) over each 128-bit half of xq, reduced exactly like fp4_half_dots4 reduces a row: in
 // every dword of the result's half h, the offset term of that half (int16 lanes without VNNI).
 inline __m256i fp4_offset_term(__m256i xq) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#if defined(KILN_VNNI256)
     const __m256i o = avx2_dot_u8s8(_mm256_set1_epi8(kFp4Offset), xq);
     const __m256i p = pair_i32(o, o);
     return quad_i32(p, p);
@@ -73,7 +73,7 @@ inline __m256i fp4_offset_term(__m256i xq) {
 // [r0 r1 r2 r3 | r0 r1 r2 r3]. Without VNNI the first two reduction levels (8 products) are int16
 // sums: |8 u x| <= 8 * 24 * 127 = 24384 and maddubs pairs <= 6096, so nothing saturates or wraps.
 inline __m256i fp4_half_dots4(const __m256i* wu, __m256i xq, __m256i offset_term) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#if defined(KILN_VNNI256)
     __m256i v[4];
     for (int i = 0; i < 4; ++i) v[i] = avx2_dot_u8s8(wu[i], xq);
     return _mm256_sub_epi32(quad_i32(pair_i32(v[0], v[1]), pair_i32(v[2], v[3])), offset_term);

@@ -6,7 +6,7 @@
 // every ISA gives the ref kernel's bits.
 //  - I8Dot (unpacked rows, every level): 32 elements per step, |w| (u8) times sign(q, w) (s8) by
 //    vpmaddubsw + vpmaddwd (no int16 saturation: |w|, |q| <= 127), or one vpdpbusd at the VNNI
-//    level; int32 accumulators, the k % 32 tail in scalar integers.
+//    levels (avx-vnni, avx512-vnni); int32 accumulators, the k % 32 tail in scalar integers.
 //  - VnniI8 (AVX-512 VNNI only, packed at load): rows in groups of 16, per group ceil(k/4) 64-byte
 //    vectors, byte 4 i + p of vector c = w[row i][4 c + p] + 128 as u8 (0x80 = 0 past the row end; the
 //    last group's missing rows repeat its last row). One 512-bit vpdpbusd per vector and token adds 4
@@ -69,7 +69,7 @@ inline void quantize_i8row(const float* x, void* dst, int64_t k) {
 
 // acc + the 8 sums of 4 adjacent u8 x s8 products (exact: every adjacent pair fits int16 here).
 inline __m256i i8_dot_acc(__m256i acc, __m256i u, __m256i s) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#if defined(KILN_VNNI256)
     return dpbusd(acc, u, s);
 #else
     return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));

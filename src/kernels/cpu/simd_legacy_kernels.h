@@ -6,7 +6,8 @@
 // Per block: unpack the weight bytes once (nibbles with shift/mask, the 5th bit from qh via a
 // byte shuffle + compare), integer dot u8 x s8 (Q8_0 via the sign trick |w| x sign(x, w); Q4_0/Q5_0
 // as unsigned q minus offset * sum(x), computed once per activation block for 8 rows;
-// maddubs + madd on AVX2, one vpdpbusd where the TU is built with AVX512-VNNI, see simd_avx2.h).
+// maddubs + madd on AVX2, one vpdpbusd where the TU has a 256-bit one (avx-vnni, avx512-vnni; see
+// simd_avx2.h KILN_VNNI256).
 // Legacy tiles are lanes = rows (see Legacy below): 8 weight rows share one fp32 accumulator vector
 // per activation row, and y[t * ldy + r] gets the same lane operations on every path (batch
 // invariance). Float weights keep one 8-lane accumulator per (weight row, activation row).
@@ -235,7 +236,7 @@ inline __m256i halves_i32(__m256i s0123, __m256i s4567) {
     return _mm256_add_epi32(_mm256_blend_epi32(s0123, s4567, 0xf0), _mm256_permute2x128_si256(s0123, s4567, 0x21));
 }
 
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#if defined(KILN_VNNI256)
 constexpr bool kLegacyVnni = true;
 #else
 constexpr bool kLegacyVnni = false;
@@ -305,9 +306,9 @@ inline __m256i block_dots8(const Pairs8& w, const uint8_t* xq) {
     __m256i v[4];
     if constexpr (kLegacyVnni) {
         __m256i o = _mm256_setzero_si256();
-        if constexpr (Fmt::kOffset != 0) o = _mm256_dpbusd_epi32(avx2_dot_u8s8(off, xlo), off, xhi);
+        if constexpr (Fmt::kOffset != 0) o = avx2_dot_u8s8_acc(avx2_dot_u8s8(off, xlo), off, xhi);
         for (int j = 0; j < 4; ++j) {
-            v[j] = _mm256_dpbusd_epi32(avx2_dot_u8s8(w.lo[j], xlo), w.hi[j], xhi);
+            v[j] = avx2_dot_u8s8_acc(avx2_dot_u8s8(w.lo[j], xlo), w.hi[j], xhi);
             if constexpr (Fmt::kOffset != 0) v[j] = _mm256_sub_epi32(v[j], o);
         }
     } else {

@@ -140,6 +140,14 @@ bool cpu_has_avx512_vnni() {
 #endif
 }
 
+bool cpu_has_avx_vnni() {
+#if KILN_ROOFLINE_X86
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("avxvnni");
+#else
+    return false;
+#endif
+}
+
 bool cpu_has_avx512_bf16() {
 #if KILN_ROOFLINE_X86
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
@@ -231,6 +239,14 @@ std::optional<double> vnni_int8_peak_gops(core::ThreadPool& pool, int reps) {
     return std::nullopt;
 }
 
+std::optional<double> avx_vnni_int8_peak_gops(core::ThreadPool& pool, int reps) {
+#if KILN_ROOFLINE_X86
+    if (cpu_has_avx_vnni()) return peak(pool, reps, detail::kVnni256OpsPerIter, detail::vnni_avx256);
+#endif
+    (void)pool, (void)reps;
+    return std::nullopt;
+}
+
 std::optional<double> bf16_dot_peak_gflops(core::ThreadPool& pool, int reps) {
 #if KILN_ROOFLINE_X86
     if (cpu_has_avx512_bf16()) return peak(pool, reps, detail::kBf16FlopsPerIter, detail::bf16_avx512);
@@ -257,6 +273,7 @@ core::Result<Roofline> measure_roofline(core::ThreadPool& pool, uint64_t buffer_
     r.fma_f32_gflops = fma_f32_peak_gflops(pool, reps);
     r.int8_gops = int8_dot_peak_gops(pool, reps);
     r.vnni_int8_gops = vnni_int8_peak_gops(pool, reps);
+    r.avx_vnni_int8_gops = avx_vnni_int8_peak_gops(pool, reps);
     r.bf16_gflops = bf16_dot_peak_gflops(pool, reps);
     return r;
 }

@@ -35,6 +35,7 @@ struct Roofline {
     double fma_f32_gflops = 0;             // 1e9 flops / s, 2 per FMA lane
     double int8_gops = 0;                  // 1e9 ops / s, 2 per int8 MAC
     std::optional<double> vnni_int8_gops;  // AVX-512 VNNI vpdpbusd; nullopt when unsupported
+    std::optional<double> avx_vnni_int8_gops;  // AVX-VNNI 256-bit vpdpbusd; nullopt when unsupported
     std::optional<double> bf16_gflops;     // AVX-512 BF16 vdpbf16ps; nullopt when unsupported
 };
 
@@ -42,6 +43,7 @@ struct Roofline {
 std::string probe_isa();
 bool cpu_has_avx512_vnni();
 bool cpu_has_avx512_bf16();
+bool cpu_has_avx_vnni();
 
 // Memory read bandwidth in GB/s. kInvalidArgument for buffer_bytes < 64 MiB, streams other than 1, 2,
 // 4, 8 or 16, or reps < 1; kOutOfMemory when the buffer cannot be allocated.
@@ -73,6 +75,8 @@ private:
 double fma_f32_peak_gflops(core::ThreadPool& pool, int reps = kDefaultReps);
 double int8_dot_peak_gops(core::ThreadPool& pool, int reps = kDefaultReps);
 std::optional<double> vnni_int8_peak_gops(core::ThreadPool& pool, int reps = kDefaultReps);
+// AVX-VNNI's 256-bit vpdpbusd peak (the avx-vnni kernels' arithmetic); nullopt without AVX-VNNI.
+std::optional<double> avx_vnni_int8_peak_gops(core::ThreadPool& pool, int reps = kDefaultReps);
 std::optional<double> bf16_dot_peak_gflops(core::ThreadPool& pool, int reps = kDefaultReps);
 
 // All of the above.

@@ -1,5 +1,5 @@
 // Inner loops of the roofline probes (roofline.h), one translation unit per instruction set:
-// roofline_avx2.cc (-mavx2 -mfma), roofline_avx512vnni.cc (AVX-512 +
+// roofline_avx2.cc (-mavx2 -mfma), roofline_avxvnni.cc (+ AVX-VNNI), roofline_avx512vnni.cc (AVX-512 +
 // VNNI + BF16) and the portable loops in roofline.cc. Only roofline.cc includes this, and it calls
 // an ISA's functions only after checking the CPU has that ISA.
 // Each compute loop runs `iters` iterations of a fixed amount of work (the k*PerIter constants) and
@@ -27,6 +27,10 @@ inline constexpr double kInt8Avx2OpsPerIter = kInt8Chains * 32 * 2;   // 8 x (vp
 inline constexpr double kInt8ScalarOpsPerIter = kInt8Chains * 4 * 2;  // 8 chains x 4 MACs
 int32_t int8_avx2(int64_t iters);
 int32_t int8_scalar(int64_t iters);
+
+inline constexpr int kVnni256Chains = 12;
+inline constexpr double kVnni256OpsPerIter = kVnni256Chains * 32 * 2;  // 12 ymm vpdpbusd (VEX), 32 MACs each
+int32_t vnni_avx256(int64_t iters);  // x86-64 only, as the AVX-512 loops below
 
 inline constexpr int kAvx512Chains = 12;
 inline constexpr double kVnniOpsPerIter = kAvx512Chains * 64 * 2;    // 12 zmm vpdpbusd, 64 MACs each

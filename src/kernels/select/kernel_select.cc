@@ -18,6 +18,8 @@ const MatmulKernel* find_matmul_kernel(core::DType weight_type, Isa isa) {
             return ref::ref_matmul_kernel(weight_type);
         case Isa::kAvx2:
             return avx2_matmul_kernel(weight_type);
+        case Isa::kAvxVnni:
+            return avxvnni_matmul_kernel(weight_type);
         case Isa::kAvx512:
             return avx512_matmul_kernel(weight_type);
         case Isa::kAvx512Vnni:
@@ -27,7 +29,7 @@ const MatmulKernel* find_matmul_kernel(core::DType weight_type, Isa isa) {
 }
 
 const MatmulKernel* best_matmul_kernel(core::DType weight_type) {
-    const Isa order[] = {Isa::kAvx512Vnni, Isa::kAvx512, Isa::kAvx2, Isa::kRef};
+    const Isa order[] = {Isa::kAvx512Vnni, Isa::kAvx512, Isa::kAvxVnni, Isa::kAvx2, Isa::kRef};
     for (Isa isa : order) {
         if (!isa_supported(isa)) continue;
         if (const MatmulKernel* k = find_matmul_kernel(weight_type, isa)) return k;
@@ -40,6 +42,7 @@ SiluMulFn find_silu_mul_kernel(Isa isa) {
         case Isa::kRef:
             return &ref::silu_mul;
         case Isa::kAvx2:
+        case Isa::kAvxVnni:
         case Isa::kAvx512:  // elementwise and memory-light: the 8-wide body serves every SIMD level
         case Isa::kAvx512Vnni:
             return avx2_silu_mul_kernel();
@@ -61,6 +64,7 @@ SoftmaxKernels find_softmax_kernels(Isa isa) {
         case Isa::kRef:
             return {&ref::scale_max, &ref::exp_shift};
         case Isa::kAvx2:
+        case Isa::kAvxVnni:
         case Isa::kAvx512:  // elementwise and memory-light: the 8-wide body serves every SIMD level
         case Isa::kAvx512Vnni:
             return avx2_softmax_kernels();

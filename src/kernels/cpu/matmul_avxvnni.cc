@@ -1,0 +1,24 @@
+// AVX-VNNI matmul kernels: the AVX2 kernel bodies built with -mavx2 -mfma -mf16c -mavxvnni (see
+// src/kernels/CMakeLists.txt), where every u8 x s8 block dot is one VEX-encoded 256-bit vpdpbusd
+// instead of vpmaddubsw + vpmaddwd (+ vpaddd) (simd_avx2.h KILN_VNNI256). For CPUs with AVX-VNNI
+// and no AVX-512 (Intel Alder Lake / Raptor Lake, the E-core Xeons); CPUs with both take the
+// avx512-vnni level. The integers are the same as AVX2's (no int16 saturation occurs in either), so
+// the results are bit-identical to the avx2 level's. Selected only when isa_supported(Isa::kAvxVnni).
+#include "kernels/cpu/matmul_isa.h"
+#include "kernels/cpu/simd_avx2_level.h"
+
+#if !defined(__AVXVNNI__) || defined(__AVX512F__)
+#error "matmul_avxvnni.cc must be built with -mavxvnni and without AVX-512"
+#endif
+
+namespace kiln::kernels::cpu {
+
+const MatmulKernel* avxvnni_matmul_kernel(core::DType weight_type) {
+    return avx2_level_matmul_kernel(weight_type);
+}
+
+const PackedMatmulKernel* avxvnni_packed_kernel(core::DType weight_type) {
+    return avx2_level_packed_kernel(weight_type);
+}
+
+}  // namespace kiln::kernels::cpu
