@@ -189,6 +189,14 @@ struct FloatPacked {
                 sc[p] = Elem::scales(w + p * pstride, c0 + b);
             }
             for (int64_t c = b; c < e; ++c) {
+                if constexpr (T == 1) {  // decode: each panel's stream 4 KiB ahead into L1, a line at a time
+                    constexpr int64_t kPerLine = Elem::kStepBytes < 64 ? 64 / Elem::kStepBytes : 1;
+                    if ((c - b) % kPerLine == 0) {
+                        for (int p = 0; p < P; ++p)
+                            _mm_prefetch(reinterpret_cast<const char*>(cp[p] + (c - b) * Elem::kStepBytes + 4096),
+                                         _MM_HINT_T0);
+                    }
+                }
                 for (int t = 0; t < T; ++t) {
                     const __m512i xv = _mm512_set1_epi32(int(xp[c * T + t]));
                     for (int p = 0; p < P; ++p)
