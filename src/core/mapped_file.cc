@@ -79,7 +79,11 @@ MappedFile::~MappedFile() {
     unmap(data_, size_);
 }
 
-size_t release_mapped_pages(const void* p, size_t n) {
+namespace {
+
+// madvise(advice) over the pages of [p, p + n) when that range lies in a live MappedFile: the whole
+// pages inside it (inner) or every page it touches (outer). Returns the bytes advised.
+size_t advise_mapped(const void* p, size_t n, int advice, bool inner) {
     const uintptr_t b = uintptr_t(p), e = b + n;
     if (!p || n == 0 || e < b) return 0;
     const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
@@ -88,10 +92,21 @@ size_t release_mapped_pages(const void* p, size_t n) {
     if (it == mappings().begin()) return 0;
     --it;
     if (e > it->first + it->second) return 0;  // not (wholly) inside that mapping
-    const uintptr_t lo = (b + page - 1) / page * page, hi = e / page * page;
+    const uintptr_t lo = inner ? (b + page - 1) / page * page : b / page * page;
+    const uintptr_t hi = inner ? e / page * page : (e + page - 1) / page * page;
     if (hi <= lo) return 0;
-    if (::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED) != 0) return 0;
+    if (::madvise(reinterpret_cast<void*>(lo), hi - lo, advice) != 0) return 0;
     return hi - lo;
+}
+
+}  // namespace
+
+size_t release_mapped_pages(const void* p, size_t n) {
+    return advise_mapped(p, n, MADV_DONTNEED, true);
+}
+
+size_t prefetch_mapped_pages(const void* p, size_t n) {
+    return advise_mapped(p, n, MADV_WILLNEED, false);
 }
 
 Result<std::string> read_text_file(const std::string& path, size_t max_bytes) {

@@ -38,6 +38,14 @@ private:
 // Returns the bytes released (0 when the range is not file-mapped or holds no whole page).
 size_t release_mapped_pages(const void* p, size_t n);
 
+// Starts reading the pages of [p, p + n) from the file when that range lies in a live MappedFile
+// (MADV_WILLNEED: the kernel queues the reads and returns), so that later first touches find them in
+// the page cache instead of each faulting a small read of its own. For loads that will read the
+// whole range soon (weights about to be copied or repacked by several threads in slices, whose
+// faults the kernel's sequential readahead does not recognise). Returns the bytes advised (0 when
+// the range is not file-mapped).
+size_t prefetch_mapped_pages(const void* p, size_t n);
+
 // Reads a whole (small) text file, e.g. config.json. Caps the size to refuse absurd inputs.
 Result<std::string> read_text_file(const std::string& path, size_t max_bytes = size_t(256) << 20);
 

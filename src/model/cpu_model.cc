@@ -12,6 +12,7 @@
 #include "core/bytes.h"
 #include "core/check.h"
 #include "core/huge_pages.h"
+#include "core/mapped_file.h"
 #include "core/numeric.h"
 #include "kernels/ref/dequant.h"
 #include "loader/layer_tensors.h"
@@ -350,6 +351,9 @@ core::Result<std::unique_ptr<CpuModel>> CpuModel::create(const Checkpoint& ck, c
 core::Result<std::unique_ptr<CpuModel>> create_model(Checkpoint& ck, core::ThreadPool* pool,
                                                        const ops::LinearOptions& lo, WeightMemory memory) {
     const std::vector<std::string> packed_only = CpuModel::packed_only_matrices(ck, lo);
+    // Every weight is read now (copied or repacked): have the file's pages read in large requests
+    // first, not one fault at a time by the packers' threads (a cold --mmap start, docs/performance.md).
+    for (const loader::TensorRef& t : ck.tensors) core::prefetch_mapped_pages(t.data, size_t(t.num_bytes));
     if (memory == WeightMemory::kAnonymous) KILN_RETURN_IF_ERROR(copy_to_anonymous(ck, packed_only));
     KILN_ASSIGN_OR_RETURN(std::unique_ptr<CpuModel> m, CpuModel::create(ck, pool, lo));
     release_tensor_bytes(ck, packed_only);

@@ -49,6 +49,25 @@ TEST(WeightMemory, ReleaseMappedPagesDropsWholePagesOfFileMappingsOnly) {
     EXPECT_EQ(0, std::memcmp(bytes.data(), d, bytes.size()));
 }
 
+TEST(WeightMemory, PrefetchMappedPagesAdvisesEveryTouchedPageOfFileMappingsOnly) {
+    const size_t page = size_t(sysconf(_SC_PAGESIZE));
+    std::vector<uint8_t> bytes(3 * page + 100);
+    std::mt19937 rng(9);
+    for (uint8_t& b : bytes) b = uint8_t(rng());
+    const std::string path = test::temp_dir("weight_memory_prefetch") + "/blob.bin";
+    test::write_file(path, bytes);
+    auto f = core::MappedFile::open(path);
+    ASSERT_TRUE(f.is_ok()) << f.status().to_string();
+    const uint8_t* d = f->data();
+    // [10, size - 10) touches all 4 pages (the last one partly past the file's end).
+    EXPECT_EQ(core::prefetch_mapped_pages(d + 10, bytes.size() - 20), 4 * page);
+    EXPECT_EQ(core::prefetch_mapped_pages(d + 1, 2), page);
+    EXPECT_EQ(core::prefetch_mapped_pages(d, bytes.size() + 1), 0u);         // runs past the mapping
+    EXPECT_EQ(core::prefetch_mapped_pages(bytes.data(), bytes.size()), 0u);  // heap memory: never
+    EXPECT_EQ(core::prefetch_mapped_pages(nullptr, page), 0u);
+    EXPECT_EQ(0, std::memcmp(d, bytes.data(), bytes.size()));  // the contents, unchanged
+}
+
 class WeightMemoryModel : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(WeightMemoryModel, PackedOnlyMatricesStayMappedAndLogitsMatch) {
