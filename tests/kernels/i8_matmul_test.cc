@@ -29,8 +29,6 @@ namespace {
 
 using core::DType;
 
-
-
 bool runnable(Isa isa) {
     return isa == Isa::kRef || (isa_supported(isa) && find_matmul_kernel(DType::kQ8_0, isa) != nullptr);
 }

@@ -4,7 +4,8 @@
 // decode tiles are 8 rows for the legacy formats (lanes = rows), 4 for F32/F16/BF16 and 2 for
 // K-quants, so splits at multiples of 8 avoid remainder tiles) and scratch (activation rows quantized by quantize_row once
 // per token, shared by all threads).
-// ISAs: kRef (kernels/ref/quant_matmul.cc, scalar oracle); kAvx2 (AVX2+FMA+F16C); kAvx512 (the
+// ISAs: kRef (kernels/ref/quant_matmul.cc, scalar oracle); kAvx2 (AVX2+FMA+F16C); kAvxVnni (the
+// AVX2 bodies with AVX-VNNI: the u8 x s8 block dot is one 256-bit VEX vpdpbusd); kAvx512 (the
 // same 256-bit kernel bodies built with AVX-512 F/BW/VL/DQ: EVEX, 32 registers); kAvx512Vnni (as
 // kAvx512 plus VNNI/BF16 flags; the u8 x s8 block dot is one vpdpbusd, BF16 weights use vdpbf16ps
 // and packed Q4_0/Q4_1/Q8_0 have their own layout, kernels/cpu/simd_vnni_kernels.h). Weight types: F32, F16,

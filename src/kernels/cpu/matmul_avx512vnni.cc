@@ -6,14 +6,9 @@
 // its 16-row one (simd_vnni_kernels.h), Q4_K, Q5_K and Q6_K their own (simd_vnni_kquant.h).
 // Selected only when isa_supported(Isa::kAvx512Vnni); never run on AVX2-only machines.
 #include "kernels/cpu/matmul_isa.h"
+#include "kernels/cpu/simd_avx2_level.h"
 #include "kernels/cpu/simd_float_packed.h"
-#include "kernels/cpu/simd_fp4_kernels.h"
-#include "kernels/cpu/simd_fp8_kernels.h"
 #include "kernels/cpu/simd_i8_kernels.h"
-#include "kernels/cpu/simd_iq4_kernels.h"
-#include "kernels/cpu/simd_kquant_kernels.h"
-#include "kernels/cpu/simd_legacy_kernels.h"
-#include "kernels/cpu/simd_tq_kernels.h"
 #include "kernels/cpu/simd_vnni_kernels.h"
 #include "kernels/cpu/simd_vnni_kquant.h"
 #include "kernels/cpu/simd_vnni_q4.h"
@@ -25,14 +20,8 @@
 namespace kiln::kernels::cpu {
 
 const MatmulKernel* avx512vnni_matmul_kernel(core::DType weight_type) {
-    if (weight_type == core::DType::kI8) return &kI8Dot;  // simd_i8_kernels.h
     if (weight_type == core::DType::kBF16) return &kBf16Dot;  // vdpbf16ps (simd_vnni_kernels.h)
-    if (const MatmulKernel* k = simd_legacy_kernel(weight_type)) return k;
-    if (const MatmulKernel* k = simd_fp4_kernel(weight_type)) return k;
-    if (const MatmulKernel* k = simd_iq4_kernel(weight_type)) return k;
-    if (const MatmulKernel* k = simd_tq_kernel(weight_type)) return k;
-    if (const MatmulKernel* k = simd_fp8_kernel(weight_type)) return k;
-    return simd_kquant_kernel(weight_type);
+    return avx2_level_matmul_kernel(weight_type);              // the rest as every level has them
 }
 
 const PackedMatmulKernel* avx512vnni_packed_kernel(core::DType weight_type) {

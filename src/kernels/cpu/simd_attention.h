@@ -21,8 +21,9 @@
 //    f32, and every cache the 16-lane forms read in place: block_scores; f16, int8, fp8 widened:
 //    cache_rows while it widens them): a task's slice of each row is a strided walk the hardware
 //    prefetchers miss.
-//  - The 16-lane forms read f16, int8 and fp8 caches in place (load16: each element the value a
-//    widened copy would hold); the 8-lane forms widen each block of rows into a buffer first.
+//  - The 16-lane forms read f16 caches in place, int8 and fp8 ones in decode tasks (load16: each
+//    element the value a widened copy would hold); otherwise each block of rows is widened into a
+//    buffer first.
 // Measured (SmolLM2 shape, 9 heads / 3 KV heads / head_dim 64, EPYC Zen 3, one core): prefill 512
 // ~43 GFLOP/s = ~43% of the FMA peak; decode with a cache-resident KV ~35 GFLOP/s. Long-context
 // decode on 16 lanes: docs/performance.md "Long-context decode".
@@ -658,13 +659,17 @@ void simd_attention_task(const float* q, const KvSpan& kv, const AttentionShape&
     };
     const int64_t first_pos = kv.kv_len - s.num_tokens;
     const float scale = 1.0f / sqrtf(float(hd));
+    const int64_t num_task_tokens = task.t1 - task.t0, rows = num_task_tokens * group;
 #ifdef __AVX512F__
-    const bool wide = hd % 16 == 0;                         // the 512-bit forms
-    const bool in_place = wide && kv.dtype != KvDtype::kF32;  // ... reading f16 / int8 / fp8 caches unwidened
+    const bool wide = hd % 16 == 0;  // the 512-bit forms
+    // ... reading the cache unwidened: f16 always (one conversion per load); int8 / fp8 (3 / 4
+    // operations per 16 elements) when the task's rows take at most two register blocks per key
+    // block (decode), since each block of rows converts every key again where widening converts once.
+    const bool in_place = wide && (kv.dtype == KvDtype::kF16 ||
+                                   ((kv.dtype == KvDtype::kI8 || kv.dtype == KvDtype::kFp8) && rows <= 2 * kMaxRows));
 #else
     constexpr bool wide = false, in_place = false;
 #endif
-    const int64_t num_task_tokens = task.t1 - task.t0, rows = num_task_tokens * group;
     if (num_task_tokens <= 0) return;
     float* m = scratch;                                            // [rows] running max of the scores
     float* l = m + rows;                                           // [rows] running sum of exp(score - m)

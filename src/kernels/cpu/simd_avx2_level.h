@@ -1,7 +1,8 @@
-// The kernel tables of the AVX2-class levels: matmul_avx2.cc (AVX2 + FMA + F16C) and
-// matmul_avxvnni.cc (the same plus AVX-VNNI) include this and export them under their own names.
-// The kernel bodies are the same; where the TU has a 256-bit vpdpbusd (KILN_VNNI256, simd_avx2.h)
-// their u8 x s8 block dots use it. Internal linkage, as the kernel headers.
+// The tables of the 256-bit kernel bodies every SIMD level builds: matmul_avx2.cc (AVX2 + FMA +
+// F16C) and matmul_avxvnni.cc (the same plus AVX-VNNI) export them as they are; matmul_avx512.cc and
+// matmul_avx512vnni.cc put their own kernels (float panels, BF16 dots, the 512-bit packed layouts)
+// in front. Where the TU has a 256-bit vpdpbusd (KILN_VNNI256, simd_avx2.h) the u8 x s8 block dots
+// use it. Internal linkage, as the kernel headers.
 #pragma once
 
 #include "kernels/cpu/simd_fp4_kernels.h"

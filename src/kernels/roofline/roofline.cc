@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "core/check.h"
+#include "core/cpu_info.h"
 #include "core/huge_pages.h"
 #include "kernels/roofline/roofline_kernels.h"
 
@@ -140,12 +141,8 @@ bool cpu_has_avx512_vnni() {
 #endif
 }
 
-bool cpu_has_avx_vnni() {
-#if KILN_ROOFLINE_X86
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("avxvnni");
-#else
-    return false;
-#endif
+bool cpu_has_avx_vnni() {  // core's CPUID reading: older clangs' __builtin_cpu_supports has no "avxvnni"
+    return core::cpu_features().avxvnni;
 }
 
 bool cpu_has_avx512_bf16() {
