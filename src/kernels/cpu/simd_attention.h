@@ -281,8 +281,9 @@ inline __m128 reduce4_z(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
         __mmask8(0xf), _mm512_maskz_permutexvar_ps(kAll, _mm512_setr_epi32(0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12), y), 0);
 }
 
-// Elements [d, d + 16) of a cache row as f32. The 16-lane forms read every cache format in place:
-// f32 rows as they are, f16 rows widened, int8 / fp8 codes times their scale. Each gives exactly the
+// Elements [d, d + 16) of a cache row as f32, for the 16-lane forms (which caches they read in place:
+// simd_attention_task's in_place): f32 rows as they are, f16 rows widened, int8 / fp8 codes times
+// their scale. Each gives exactly the
 // value widen_f16 / widen_i8 / widen_fp8 would have stored (the same operations per element), so
 // reading in place changes no result.
 inline __m512 load16(const float* p, int64_t d) {
@@ -583,6 +584,11 @@ void cache_rows(const KvSpan& kv, int64_t kv_head, int64_t num_kv_heads, int64_t
     }
     // kI8 / kFp8: a head's scale sits kv_dim - kv_head hd + 4 kv_head bytes after its codes.
     const int64_t scale_off = kv_dim - kv_head * hd + 4 * kv_head;
+    auto scale_at = [scale_off](const uint8_t* row) {
+        float sc;
+        __builtin_memcpy(&sc, row + scale_off, 4);
+        return sc;
+    };
     if (ip) {
         for (int64_t i = 0; i < n; ++i) {
             const uint8_t* kp = kb + offs[i];
@@ -593,15 +599,12 @@ void cache_rows(const KvSpan& kv, int64_t kv_head, int64_t num_kv_heads, int64_t
                 ip->f16.v[e] = reinterpret_cast<const uint16_t*>(vp);
                 continue;
             }
-            float ks, vs;
-            __builtin_memcpy(&ks, kp + scale_off, 4);
-            __builtin_memcpy(&vs, vp + scale_off, 4);
             if (kv.dtype == KvDtype::kI8) {
-                ip->i8.k[e] = {reinterpret_cast<const int8_t*>(kp), ks};
-                ip->i8.v[e] = {reinterpret_cast<const int8_t*>(vp), vs};
+                ip->i8.k[e] = {reinterpret_cast<const int8_t*>(kp), scale_at(kp)};
+                ip->i8.v[e] = {reinterpret_cast<const int8_t*>(vp), scale_at(vp)};
             } else {
-                ip->fp8.k[e] = {kp, ks * 256.0f};  // widen_fp8's s256
-                ip->fp8.v[e] = {vp, vs * 256.0f};
+                ip->fp8.k[e] = {kp, scale_at(kp) * 256.0f};  // widen_fp8's s256
+                ip->fp8.v[e] = {vp, scale_at(vp) * 256.0f};
             }
         }
         return;
@@ -615,17 +618,12 @@ void cache_rows(const KvSpan& kv, int64_t kv_head, int64_t num_kv_heads, int64_t
         if (kv.dtype == KvDtype::kF16) {
             widen_f16(reinterpret_cast<const uint16_t*>(kp), kf, hd);
             widen_f16(reinterpret_cast<const uint16_t*>(vp), vf, hd);
+        } else if (kv.dtype == KvDtype::kI8) {
+            widen_i8(reinterpret_cast<const int8_t*>(kp), scale_at(kp), kf, hd);
+            widen_i8(reinterpret_cast<const int8_t*>(vp), scale_at(vp), vf, hd);
         } else {
-            float ks, vs;
-            __builtin_memcpy(&ks, kp + scale_off, 4);
-            __builtin_memcpy(&vs, vp + scale_off, 4);
-            if (kv.dtype == KvDtype::kI8) {
-                widen_i8(reinterpret_cast<const int8_t*>(kp), ks, kf, hd);
-                widen_i8(reinterpret_cast<const int8_t*>(vp), vs, vf, hd);
-            } else {
-                widen_fp8(kp, ks, kf, hd);
-                widen_fp8(vp, vs, vf, hd);
-            }
+            widen_fp8(kp, scale_at(kp), kf, hd);
+            widen_fp8(vp, scale_at(vp), vf, hd);
         }
         krow[i] = kf;
         vrow[i] = vf;
