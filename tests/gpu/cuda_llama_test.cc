@@ -4,8 +4,9 @@
 // Random tiny models cover the architectures' variants (Qwen2 biases, Qwen3 q/k norms with the
 // o_proj bias, Mistral's sliding window, Llama-3 RoPE scaling, quantized and bf16 weights), ragged
 // batches over shuffled block tables against each sequence alone (argmax and device-sampled ids
-// against the host on the same logits), and prompts in chunks. Without a
-// device only the error path runs.
+// against the host on the same logits), and prompts in chunks. Mixtures of experts (CudaMoe): random
+// tiny Mixtral / Qwen2-MoE / Qwen3-MoE models and the committed transformers-made ones against the
+// CPU, their decode graphs against eager steps. Without a device only the error paths run.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -325,10 +326,9 @@ TEST(CudaLlama, TensorCorePrefillIsCloseToExact) {
 // scratch block: 3 run as 4, then 4 with no padding, 2) give the eager path's logits and ids, and
 // leave the sequences' K/V as the eager path does (the steps after them agree too); graphs were
 // captured (a bucket's first step runs eagerly, its second captures) and none failed.
-TEST(CudaLlama, DecodeGraphsMatchEager) {
-    if (!have_device()) GTEST_SKIP() << "no CUDA device";
+void expect_graphs_match_eager(const ModelConfig& config) {
     test::RandomCheckpoint b;
-    b.build(test::tiny_config("llama"));
+    b.build(config);
     CudaModelOptions o = small_options();
     auto with = CudaModel::create(b.ck, o);
     o.cuda_graphs = false;
@@ -374,6 +374,101 @@ TEST(CudaLlama, DecodeGraphsMatchEager) {
     EXPECT_GE((*with)->num_graphs(), 4) << (*with)->describe();  // buckets 4 and 2, logits and greedy
     EXPECT_EQ((*without)->num_graphs(), 0);
     EXPECT_EQ((*with)->describe().find("graphs off"), std::string::npos) << (*with)->describe();
+}
+
+TEST(CudaLlama, DecodeGraphsMatchEager) {
+    if (!have_device()) GTEST_SKIP() << "no CUDA device";
+    expect_graphs_match_eager(test::tiny_config("llama"));
+}
+
+// A tiny mixture of experts: 4 experts of width 64 (multiples of 32, as the grouped kernel takes),
+// 2 per token.
+ModelConfig tiny_moe(const std::string& arch, int64_t experts = 4, int64_t top_k = 2, bool norm_topk = true) {
+    ModelConfig c = test::tiny_config(arch);
+    c.num_experts = experts;
+    c.num_experts_used = top_k;
+    c.expert_intermediate_size = 64;
+    c.norm_topk_prob = norm_topk;
+    return c;
+}
+
+// The mixture-of-experts decode step (router, grouping, grouped launches, combine, the shared
+// expert) captured in graphs.
+TEST(CudaMoe, DecodeGraphsMatchEager) {
+    if (!have_device()) GTEST_SKIP() << "no CUDA device";
+    expect_graphs_match_eager(tiny_moe("mixtral"));
+    ModelConfig qwen2 = tiny_moe("qwen2_moe", 4, 2, false);
+    qwen2.shared_expert_intermediate_size = 96;
+    expect_graphs_match_eager(qwen2);
+}
+
+// kernels/cuda/moe.h inside the model: random tiny mixtures (Mixtral's renormalized top 2, Qwen2-MoE's
+// shared expert with its gate and q/k/v biases, Qwen3-MoE's q/k norms over 8 experts without
+// renormalization, block and bf16 experts) against the CPU.
+TEST(CudaMoe, RandomMixturesMatchCpu) {
+    if (!have_device()) GTEST_SKIP() << "no CUDA device";
+    struct Case {
+        std::string name;
+        ModelConfig config;
+        DType mat;
+        double tol;
+    };
+    std::vector<Case> cases;
+    cases.push_back({"mixtral f32", tiny_moe("mixtral"), DType::kF32, 1e-4});
+    cases.push_back({"mixtral q4_0", tiny_moe("mixtral"), DType::kQ4_0, 1e-4});
+    cases.push_back({"mixtral q8_0", tiny_moe("mixtral"), DType::kQ8_0, 1e-4});
+    ModelConfig qwen2 = tiny_moe("qwen2_moe", 4, 2, false);
+    qwen2.attention_bias = true;
+    qwen2.shared_expert_intermediate_size = 96;
+    cases.push_back({"qwen2-moe shared expert", qwen2, DType::kF32, 1e-4});
+    cases.push_back({"qwen2-moe shared expert q4_1", qwen2, DType::kQ4_1, 1e-4});
+    // bf16: the shared expert's SiLU-mul hands its down projection the rounded input (x16)
+    cases.push_back({"qwen2-moe shared expert bf16", qwen2, DType::kBF16, 5e-2});
+    ModelConfig qwen3 = tiny_moe("qwen3_moe", 8, 2, false);
+    qwen3.qk_norm = true;
+    cases.push_back({"qwen3-moe", qwen3, DType::kF32, 1e-4});
+    cases.push_back({"qwen3-moe bf16", qwen3, DType::kBF16, 5e-2});
+    const std::vector<int32_t> prompt = {1, 5, 9, 33, 70, 12, 44, 3, 90, 61, 8, 27};
+    for (const Case& k : cases) {
+        test::RandomCheckpoint b;
+        b.build(k.config, k.mat, DType::kF32);
+        const GreedyRun cpu = run_cpu(b.ck, prompt, 12);
+        const GreedyRun gpu = run_gpu(b.ck, prompt, 12, small_options());
+        expect_same_run(gpu, cpu, k.tol, /*same_tokens=*/k.tol < 1e-3, k.name);
+    }
+}
+
+std::string family_dir(const std::string& name) {
+    const std::string here = __FILE__;
+    return here.substr(0, here.rfind("/tests/")) + "/tests/golden/data/families/" + name;
+}
+
+// The committed transformers-made tiny mixtures (tests/golden/data/families: Mixtral, Qwen2-MoE,
+// Qwen3-MoE; the CPU matches their transformers logits in the golden tests): the GPU gives the CPU's
+// greedy tokens and logits. The Qwen ones have experts 16 wide (the shared expert 24): the grouped
+// kernel's partial last group of 32.
+TEST(CudaMoe, TransformersMixturesMatchCpu) {
+    if (!have_device()) GTEST_SKIP() << "no CUDA device";
+    for (const std::string name : {"mixtral", "qwen2-moe", "qwen3-moe"}) {
+        auto ck = loader::load_checkpoint(family_dir(name));
+        ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
+        const std::vector<int32_t> prompt = {1, 17, 4, 88, 23, 61, 9, 40, 12, 3};
+        expect_same_run(run_gpu(*ck, prompt, 16, small_options()), run_cpu(*ck, prompt, 16), 1e-4, true, name);
+    }
+}
+
+// The families whose blocks have no CUDA kernels are refused at create, before any device is
+// needed, with what is missing.
+TEST(CudaMoe, FamiliesWithoutKernelsAreRefused) {
+    for (const auto& [name, why] : {std::pair<std::string, std::string>{"olmoe", "whole-projection q/k norms"},
+                                    {"gpt-oss", "attention sinks"}}) {
+        auto ck = loader::load_checkpoint(family_dir(name));
+        ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
+        auto m = CudaModel::create(*ck, small_options());
+        ASSERT_FALSE(m.is_ok()) << name;
+        EXPECT_EQ(m.status().code(), core::StatusCode::kUnsupported) << name;
+        EXPECT_NE(m.status().message().find(why), std::string::npos) << m.status().to_string();
+    }
 }
 
 // Block weights in prompt-sized steps on tensor cores (kernels/cuda/gemm_blocks, f16 activations)

@@ -25,57 +25,13 @@ namespace {
 
 using core::DType;
 using test::download;
+using test::random_blocks;
 using test::upload;
 
 constexpr DType kTypes[] = {DType::kQ8_0,  DType::kQ4_0,  DType::kQ4_1,    DType::kQ5_0, DType::kQ5_1,
                             DType::kQ2_K,  DType::kQ3_K,  DType::kQ4_K,    DType::kQ5_K, DType::kQ6_K,
                             DType::kMxfp4, DType::kNvfp4, DType::kE4m3B32, DType::kMxfp8, DType::kIq4Nl,
                             DType::kIq4Xs, DType::kTq1_0, DType::kTq2_0};
-
-// n rows of k weights in `type`'s blocks: random quants, finite small fp16 scales (Q4_1's minimum
-// negative, the K-quants' dmin positive).
-std::vector<uint8_t> random_blocks(DType type, int64_t n, int64_t k, std::mt19937& rng) {
-    std::normal_distribution<float> dist(0.0f, 1.0f);
-    const size_t block_bytes = core::dtype_info(type).block_bytes;
-    const int64_t block_elems = int64_t(core::dtype_info(type).block_size);
-    std::vector<uint8_t> w(size_t(n * k / block_elems) * block_bytes);
-    for (uint8_t& b : w) b = uint8_t(rng());
-    for (size_t off = 0; off < w.size(); off += block_bytes) {  // finite, small fp16 scales
-        const uint16_t d = core::f32_to_fp16(0.01f * (1.0f + std::fabs(dist(rng))));
-        const uint16_t mn = core::f32_to_fp16(0.08f * std::fabs(dist(rng)));
-        const uint16_t neg = core::f32_to_fp16(-0.08f * std::fabs(dist(rng)));
-        if (type == DType::kMxfp4 || type == DType::kMxfp8) {  // E8M0 scale 2^-9 .. 2^-2
-            w[off] = uint8_t(118 + rng() % 8);
-        } else if (type == DType::kE4m3B32) {
-            const float f = 0.002f * (1.0f + std::fabs(dist(rng)));
-            std::memcpy(&w[off], &f, 4);
-        } else if (type == DType::kNvfp4) {
-            std::memcpy(&w[off], &d, 2);
-        }
-        if (type == DType::kE4m3B32 || type == DType::kMxfp8)  // no NaN codes
-            for (size_t i = off + (type == DType::kMxfp8 ? 1 : 4); i < off + block_bytes; ++i)
-                if ((w[i] & 0x7f) == 0x7f) w[i] = 0;
-        if (type == DType::kMxfp4 || type == DType::kNvfp4 || type == DType::kE4m3B32 || type == DType::kMxfp8)
-            continue;
-        if (type == DType::kTq1_0 || type == DType::kTq2_0) {  // quants, then d
-            std::memcpy(&w[off + (type == DType::kTq1_0 ? 52 : 64)], &d, 2);
-            continue;
-        }
-        if (type == DType::kQ6_K || type == DType::kQ3_K) {  // quants and scales, then d
-            std::memcpy(&w[off + (type == DType::kQ6_K ? 208 : 108)], &d, 2);
-            continue;
-        }
-        if (type == DType::kQ2_K) {  // scales, qs, then d and dmin
-            std::memcpy(&w[off + 80], &d, 2);
-            std::memcpy(&w[off + 82], &mn, 2);
-            continue;
-        }
-        std::memcpy(&w[off], &d, 2);
-        if (type == DType::kQ4_1 || type == DType::kQ5_1) std::memcpy(&w[off + 2], &neg, 2);  // the minimum (added)
-        if (type == DType::kQ4_K || type == DType::kQ5_K) std::memcpy(&w[off + 2], &mn, 2);   // dmin
-    }
-    return w;
-}
 
 TEST(CudaGemv, ArgumentChecks) {
     const float* p = reinterpret_cast<const float*>(16);  // never dereferenced

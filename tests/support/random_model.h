@@ -13,6 +13,7 @@
 #include "core/dtype.h"
 #include "core/numeric.h"
 #include "loader/checkpoint.h"
+#include "loader/layer_tensors.h"
 
 namespace kiln::test {
 
@@ -79,9 +80,11 @@ struct RandomCheckpoint {
             add(p + "attn_k.weight", {KV, H}, mat);
             add(p + "attn_v.weight", {KV, H}, mat);
             add(p + "attn_output.weight", {H, Q}, mat);
-            add(p + "ffn_gate.weight", {F, H}, mat);
-            add(p + "ffn_up.weight", {F, H}, mat);
-            add(p + "ffn_down.weight", {H, F}, mat);
+            if (!c.moe()) {
+                add(p + "ffn_gate.weight", {F, H}, mat);
+                add(p + "ffn_up.weight", {F, H}, mat);
+                add(p + "ffn_down.weight", {H, F}, mat);
+            }
             if (c.attention_bias) {
                 add(p + "attn_q.bias", {Q}, DType::kF32, 0.5f);
                 add(p + "attn_k.bias", {KV}, DType::kF32, 0.5f);
@@ -92,6 +95,16 @@ struct RandomCheckpoint {
                 add(p + "attn_q_norm.weight", {uint64_t(c.head_dim)}, DType::kF32, 0.2f, 1.0f);
                 add(p + "attn_k_norm.weight", {uint64_t(c.head_dim)}, DType::kF32, 0.2f, 1.0f);
             }
+        }
+        if (!c.moe()) return;
+        // A mixture of experts' tensors (loader::checkpoint_tensors names them): the router in f32
+        // with a wide spread (distinct choices per token), the experts and the shared expert in `mat`,
+        // the shared expert's gate a vector.
+        for (const loader::TensorSpec& t : loader::checkpoint_tensors(c)) {
+            if (t.name.find(".ffn_") == std::string::npos || t.name.find("ffn_norm") != std::string::npos) continue;
+            const bool router = t.name.find("ffn_gate_inp.") != std::string::npos;
+            if (t.matrix) add(t.name, t.shape, router ? DType::kF32 : mat, router ? 1.0f : 0.2f);
+            else add(t.name, t.shape, DType::kF32, 0.5f);
         }
     }
 };

@@ -17,6 +17,7 @@
 #include "kernels/cuda/gemm_quant.h"
 #include "kernels/cuda/gemv_quant.h"
 #include "kernels/cuda/kv_write.h"
+#include "kernels/cuda/moe.h"
 #include "kernels/cuda/norm.h"
 #include "kernels/cuda/prefill_attention.h"
 #include "kernels/cuda/sample.h"
@@ -86,8 +87,9 @@ void CudaModel::Impl::set_weights() {
         LayerWeights w;
         w.qkv = &L.wqkv;
         w.o = &L.wo;
-        w.gate_up = &L.w_gate_up;
-        w.down = &L.w_down;
+        w.gate_up = L.moe ? nullptr : &L.w_gate_up;
+        w.down = L.moe ? nullptr : &L.w_down;
+        w.moe = L.moe.get();
         w.attn_norm = fptr(L.attn_norm);
         w.ffn_norm = fptr(L.ffn_norm);
         w.bqkv = fptr(L.bqkv);
@@ -187,8 +189,45 @@ Status CudaModel::Impl::gather_logit_rows(const float* x_, int64_t n, float* out
     return kc::gather_rows(x_, n, step_->i32(step_->ix.layout.logit_rows), step_->ix.num_logits, out, stream.get());
 }
 
-Status CudaModel::Impl::moe_mlp(const ops::MoeWeights&, const ops::MoeParams&, const float*, int64_t, float*) {
-    return core::error(StatusCode::kUnsupported) << "moe_mlp: no CUDA kernel yet";
+// The router's logits and top-k, the entries grouped by expert, one grouped launch for every
+// expert's gate/up and one for its down, the weighted sum in ascending expert id, then the shared
+// expert under its sigmoid gate: ops::Backend::moe_mlp in a fixed sequence of launches (no host
+// round trip: decode steps stay CUDA graphs).
+Status CudaModel::Impl::moe_mlp(const ops::MoeWeights& weights, const ops::MoeParams& p, const float* in, int64_t rows,
+                                float* out) {
+    const DevMoe& w = static_cast<const DevMoe&>(weights);  // this backend's own layers only
+    if (p.act != ops::GatedAct::kSilu || p.observe || !w.gate_up_bias.empty() || w.router_bias)
+        return core::error(StatusCode::kUnsupported)
+               << "moe_mlp: on CUDA only SiLU experts without biases, and no calibration hooks";
+    const int64_t E = w.router_m.rows, H = w.router_m.cols, k = p.top_k, N = rows * k;
+    const int64_t Fe = w.experts_down.cols;
+    cudaStream_t s = stream.get();
+    KILN_RETURN_IF_ERROR(linear(w.router_m, in, rows, nullptr, moe_logits));
+    KILN_RETURN_IF_ERROR(kc::moe_route(moe_logits, rows, E, k, p.norm_topk, moe_ids, moe_weights, s));
+    KILN_RETURN_IF_ERROR(kc::moe_group(moe_ids, rows, k, E, moe_offsets, moe_entries, moe_slot_pos, s));
+    auto stacked = [&](const DevMatrix& m) {
+        kc::ExpertMatrices x;
+        x.type = m.type == WType::kF32    ? core::DType::kF32
+                 : m.type == WType::kBf16 ? core::DType::kBF16
+                 : m.type == WType::kF16  ? core::DType::kF16
+                                          : m.blocks;
+        x.w = m.buf.data();
+        x.num_experts = E;
+        x.n = m.rows / E;
+        x.k = m.cols;
+        return x;
+    };
+    KILN_RETURN_IF_ERROR(
+        kc::moe_grouped_matmul(stacked(w.experts_gate_up), in, moe_entries, k, moe_offsets, N, moe_gate_up, s));
+    KILN_RETURN_IF_ERROR(kc::silu_mul_rows(moe_gate_up, moe_act, N, Fe, s));
+    KILN_RETURN_IF_ERROR(kc::moe_grouped_matmul(stacked(w.experts_down), moe_act, nullptr, k, moe_offsets, N, moe_y, s));
+    KILN_RETURN_IF_ERROR(kc::moe_combine(moe_ids, moe_weights, moe_slot_pos, moe_y, rows, k, H, out, s));
+    if (!w.shared_gate_up) return Status::ok();
+    // The shared expert over every row: the dense MLP's ops, then out += sigmoid(x . gate) * its output.
+    KILN_RETURN_IF_ERROR(gated_mlp_up(w.shared_gate_up_m, in, rows, p.act, moe_gate_up, moe_act, &w.shared_down_m));
+    KILN_RETURN_IF_ERROR(linear(w.shared_down_m, moe_act, rows, nullptr, moe_y));
+    KILN_RETURN_IF_ERROR(linear(w.shared_gate_m, in, rows, nullptr, moe_logits));
+    return kc::add_sigmoid_gated_rows(moe_logits, moe_y, rows, H, out, s);
 }
 
 Status CudaModel::Impl::softcap(float*, int64_t, float) {

@@ -77,7 +77,8 @@ public:
     std::string describe() const;             // device, weight and KV sizes, for the tools' stderr
     uint64_t weight_bytes() const;            // on the device
     int64_t num_graphs() const;               // decode-step CUDA graphs captured so far
-    // What one decode step reads of the weights: every layer matrix, the output matrix and one
+    // What one decode step reads of the weights: every layer matrix (of a mixture of experts, the
+    // router, the shared expert and top_k experts' share: one token's), the output matrix and one
     // embedding row (norms and biases left out: under 0.1%).
     uint64_t step_weight_bytes() const;
 

@@ -54,6 +54,39 @@ inline size_t align256(size_t n) {
     return (n + 255) / 256 * 256;
 }
 
+// A mixture-of-experts layer on the device: the router [E, H], every expert's gate/up stacked
+// ([E 2 Fe, H]: expert e's gate rows, then its up rows) and down ([E H, Fe]), one type across the
+// experts (kernels/cuda/moe.h's grouped products), and the shared expert with its gate [1, H] when
+// the model has one. The ops::MoeWeights base is the step's view: router and the shared expert
+// point at the matrices here, gate_up / down at per-expert shapes (rows and cols only: the grouped
+// launch reads the stacked matrices).
+struct DevMoe : ops::MoeWeights {
+    DevMatrix router_m, experts_gate_up, experts_down, shared_gate_up_m, shared_down_m, shared_gate_m;
+    std::vector<ops::Weight> gate_up_shapes, down_shapes;
+    std::vector<const ops::Weight*> gate_up_views, down_views;
+    // Once the matrices are in place (the object does not move after: held by unique_ptr).
+    void set_views(int64_t num_experts) {
+        gate_up_shapes.assign(size_t(num_experts), ops::Weight());
+        down_shapes.assign(size_t(num_experts), ops::Weight());
+        for (int64_t e = 0; e < num_experts; ++e) {
+            gate_up_shapes[size_t(e)].rows = experts_gate_up.rows / num_experts;
+            gate_up_shapes[size_t(e)].cols = experts_gate_up.cols;
+            down_shapes[size_t(e)].rows = experts_down.rows / num_experts;
+            down_shapes[size_t(e)].cols = experts_down.cols;
+            gate_up_views.push_back(&gate_up_shapes[size_t(e)]);
+            down_views.push_back(&down_shapes[size_t(e)]);
+        }
+        router = &router_m;
+        gate_up = gate_up_views;
+        down = down_views;
+        if (shared_gate_up_m.rows) {
+            shared_gate_up = &shared_gate_up_m;
+            shared_down = &shared_down_m;
+            shared_gate = &shared_gate_m;
+        }
+    }
+};
+
 constexpr size_t kAttnWorkspaceBudget = size_t(256) << 20;  // bytes; more keys run in more launches
 
 }  // namespace cuda_detail
@@ -66,6 +99,7 @@ struct CudaModel::Impl final : ops::Backend {
         kc::DeviceBuffer attn_norm, ffn_norm;  // [H]
         kc::DeviceBuffer bqkv, bo;             // [Q + 2 KV], [H]; empty when absent
         kc::DeviceBuffer q_norm, k_norm;       // [head_dim]; empty when absent
+        std::unique_ptr<cuda_detail::DevMoe> moe;  // set: a mixture of experts (w_gate_up, w_down empty)
     };
     // One step's indices (model/step_indices.h) and where they are on the device (inside stage_dev).
     struct Step {
@@ -96,6 +130,12 @@ struct CudaModel::Impl final : ops::Backend {
     int64_t decoded_floats = 0;
     void* x16 = nullptr;  // activations rounded to a 16-bit weight type before its GEMM
     int32_t* ids = nullptr;
+    // A mixture-of-experts layer's scratch (null without experts), N = T top_k entries: router logits
+    // [T, E], the routing ids / weights [N], the grouping (offsets [E + 1], entries [N], slot_pos
+    // [N]), the experts' gate/up products [N, 2 Fe] (and the shared expert's [T, 2 S]), activations
+    // [N, Fe] ([T, S]), outputs [N, H] ([T, H]).
+    float *moe_logits = nullptr, *moe_weights = nullptr, *moe_gate_up = nullptr, *moe_act = nullptr, *moe_y = nullptr;
+    int32_t *moe_ids = nullptr, *moe_offsets = nullptr, *moe_entries = nullptr, *moe_slot_pos = nullptr;
     uint8_t* stage_dev = nullptr;
     int64_t tile_queries = 0;  // prefill_attention's tile when prompt chunks can take it (f16 K/V), else 0
     size_t attn_ws_rows = 0;   // of num_heads * (head_dim + 1) floats

@@ -170,7 +170,8 @@ using namespace cuda_detail;
 Status CudaModel::Impl::plan_arena() {
     const ModelConfig& c = config;
     const int64_t T = options.max_batch_tokens, H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim();
-    const int64_t F = c.intermediate_size, V = c.vocab_size, NL = options.max_logits;
+    const int64_t F = c.moe() ? 0 : c.intermediate_size;  // a mixture's MLPs use the moe_ buffers below
+    const int64_t V = c.vocab_size, NL = options.max_logits;
     const int64_t head_floats = c.num_heads * (c.head_dim + 1);
     const int64_t max_splits = (options.max_seq_len + kc::kDecodeSplitKeys - 1) / kc::kDecodeSplitKeys;
     // Room for every sequence of a decode step in one launch, within the budget, never less than
@@ -193,13 +194,38 @@ Status CudaModel::Impl::plan_arena() {
     float** ptrs[] = {&x, &xn, &qkv, &q, &att, &o, &gate_up, &act, &logits, &attn_ws, &decoded};
     size_t total = 0;
     for (size_t n : floats) total += align256(n * 4);
-    const size_t x16_bytes = align256(size_t(std::max(std::max(T, NL) * std::max({H, Q, F}), int64_t(1))) * 2);
+    // Mixture of experts: N = T top_k entries, Fe the experts' width, S the shared expert's.
+    const int64_t E = c.num_experts, K = c.num_experts_used, N = T * K;
+    const int64_t Fe = c.expert_intermediate_size, S = c.shared_expert_intermediate_size;
+    const size_t moe_floats[] = {size_t(T * E), size_t(N), size_t(std::max(N * 2 * Fe, T * 2 * S)),
+                                 size_t(std::max(N * Fe, T * S)), size_t(std::max(N, T) * H)};
+    float** moe_ptrs[] = {&moe_logits, &moe_weights, &moe_gate_up, &moe_act, &moe_y};
+    const size_t moe_ints[] = {size_t(N), size_t(E + 1), size_t(N), size_t(N)};
+    int32_t** moe_int_ptrs[] = {&moe_ids, &moe_offsets, &moe_entries, &moe_slot_pos};
+    size_t moe_bytes = 0;
+    if (c.moe()) {
+        for (size_t n : moe_floats) moe_bytes += align256(n * 4);
+        for (size_t n : moe_ints) moe_bytes += align256(n * 4);
+    }
+    total += moe_bytes;
+    const size_t x16_bytes =
+        align256(size_t(std::max(std::max(T, NL) * std::max({H, Q, F, c.moe() ? S : 0}), int64_t(1))) * 2);
     const size_t ids_bytes = align256(size_t(NL) * 4);
     KILN_ASSIGN_OR_RETURN(arena, kc::DeviceBuffer::allocate(total + x16_bytes + ids_bytes + stage.end));
     uint8_t* p = arena.as<uint8_t>();
     for (size_t i = 0; i < std::size(floats); ++i) {
         *ptrs[i] = reinterpret_cast<float*>(p);
         p += align256(floats[i] * 4);
+    }
+    if (c.moe()) {
+        for (size_t i = 0; i < std::size(moe_floats); ++i) {
+            *moe_ptrs[i] = reinterpret_cast<float*>(p);
+            p += align256(moe_floats[i] * 4);
+        }
+        for (size_t i = 0; i < std::size(moe_ints); ++i) {
+            *moe_int_ptrs[i] = reinterpret_cast<int32_t*>(p);
+            p += align256(moe_ints[i] * 4);
+        }
     }
     x16 = p;
     p += x16_bytes;
@@ -273,8 +299,15 @@ uint64_t CudaModel::weight_bytes() const {
 uint64_t CudaModel::step_weight_bytes() const {
     const Impl& m = *impl_;
     uint64_t n = m.lm_head().buf.bytes() + m.embed_table.buf.bytes() / uint64_t(std::max<int64_t>(m.embed_table.rows, 1));
-    for (const Impl::Layer& L : m.layers)
+    const ModelConfig& c = m.config;
+    for (const Impl::Layer& L : m.layers) {
         n += L.wqkv.buf.bytes() + L.wo.buf.bytes() + L.w_gate_up.buf.bytes() + L.w_down.buf.bytes();
+        if (L.moe)  // a token's share: the router, the shared expert, top_k of the experts
+            n += L.moe->router_m.buf.bytes() + L.moe->shared_gate_up_m.buf.bytes() + L.moe->shared_down_m.buf.bytes() +
+                 L.moe->shared_gate_m.buf.bytes() +
+                 (L.moe->experts_gate_up.buf.bytes() + L.moe->experts_down.buf.bytes()) /
+                     uint64_t(c.num_experts) * uint64_t(c.num_experts_used);
+    }
     return n;
 }
 
@@ -299,6 +332,14 @@ core::Result<std::unique_ptr<CudaModel>> CudaModel::create(const Checkpoint& ck,
     if (std::find(archs.begin(), archs.end(), c.arch) == archs.end())
         return core::error(StatusCode::kUnsupported)
                << ck.path << ": architecture '" << c.arch << "' is not supported on CUDA";
+    if (c.qk_norm_full)
+        return core::error(StatusCode::kUnsupported)
+               << ck.path << ": " << c.arch << " runs on the CPU only so far (whole-projection q/k norms have no "
+               << "CUDA kernel yet)";
+    if (c.attn_sinks || c.moe_biases || c.swiglu_limit > 0)
+        return core::error(StatusCode::kUnsupported)
+               << ck.path << ": " << c.arch << " runs on the CPU only so far (attention sinks, expert biases and the "
+               << "clamped SwiGLU have no CUDA kernels yet)";
     if (c.rope_scaling.type == "yarn")
         return core::error(StatusCode::kUnsupported)
                << ck.path << ": YaRN RoPE runs on the CPU only so far (its attention factor scales q, which the CUDA "
@@ -306,10 +347,11 @@ core::Result<std::unique_ptr<CudaModel>> CudaModel::create(const Checkpoint& ck,
     if (c.rope_scaling.type == "longrope")
         return core::error(StatusCode::kUnsupported)
                << ck.path << ": LongRoPE (Phi-3) runs on the CPU only so far (the CUDA RoPE kernel has one table)";
-    if (c.moe() || c.qk_norm_full)
+    if (c.moe() && (c.expert_begin != 0 || c.expert_end_id > 0))
+        return core::error(StatusCode::kUnsupported) << ck.path << ": expert parallelism runs on the CPU only so far";
+    if (c.moe() && c.num_experts > 1024)
         return core::error(StatusCode::kUnsupported)
-               << ck.path << ": " << c.arch << " runs on the CPU only so far (the mixture-of-experts MLP"
-               << (c.qk_norm_full ? " and whole-projection q/k norms have" : " has") << " no CUDA kernels yet)";
+               << ck.path << ": " << c.num_experts << " experts: the CUDA grouping takes at most 1024";
     if (c.gelu_mlp || c.sandwich_norms || c.scale_embeddings)
         return core::error(StatusCode::kUnsupported)
                << ck.path << ": " << c.arch << " runs on the CPU only so far (GeGLU, the post-block norms and scaled "
@@ -362,8 +404,26 @@ core::Result<std::unique_ptr<CudaModel>> CudaModel::create(const Checkpoint& ck,
         const auto p = [l](LayerTensor t) { return loader::layer_tensor_name(l, t); };
         groups.push_back({t(p(LayerTensor::kQ)), t(p(LayerTensor::kK)), t(p(LayerTensor::kV))});
         groups.push_back({t(p(LayerTensor::kO))});
-        groups.push_back({t(p(LayerTensor::kGate)), t(p(LayerTensor::kUp))});
-        groups.push_back({t(p(LayerTensor::kDown))});
+        if (!c.moe()) {
+            groups.push_back({t(p(LayerTensor::kGate)), t(p(LayerTensor::kUp))});
+            groups.push_back({t(p(LayerTensor::kDown))});
+            continue;
+        }
+        // The router, every expert's [gate; up] stacked, every expert's down stacked, the shared expert.
+        groups.push_back({t(p(LayerTensor::kRouter))});
+        std::vector<const TensorRef*> gate_up, down;
+        for (int64_t e = 0; e < c.num_experts; ++e) {
+            const auto x = [l, e](LayerTensor t) { return loader::layer_tensor_name(l, t, e); };
+            gate_up.push_back(t(x(LayerTensor::kExpertGate)));
+            gate_up.push_back(t(x(LayerTensor::kExpertUp)));
+            down.push_back(t(x(LayerTensor::kExpertDown)));
+        }
+        groups.push_back(gate_up);
+        groups.push_back(down);
+        if (c.shared_expert_intermediate_size > 0) {
+            groups.push_back({t(p(LayerTensor::kSharedGate)), t(p(LayerTensor::kSharedUp))});
+            groups.push_back({t(p(LayerTensor::kSharedDown))});
+        }
     }
     for (const auto& parts : groups)  // whole blocks per row (the CPU's matrix() check)
         for (const TensorRef* t : parts)
@@ -388,8 +448,25 @@ core::Result<std::unique_ptr<CudaModel>> CudaModel::create(const Checkpoint& ck,
         Impl::Layer L;
         KILN_ASSIGN_OR_RETURN(L.wqkv, upload_matrix(groups[g++], up, true, blocks));
         KILN_ASSIGN_OR_RETURN(L.wo, upload_matrix(groups[g++], up, true, blocks));
-        KILN_ASSIGN_OR_RETURN(L.w_gate_up, upload_matrix(groups[g++], up, true, blocks));
-        KILN_ASSIGN_OR_RETURN(L.w_down, upload_matrix(groups[g++], up, true, blocks));
+        if (!c.moe()) {
+            KILN_ASSIGN_OR_RETURN(L.w_gate_up, upload_matrix(groups[g++], up, true, blocks));
+            KILN_ASSIGN_OR_RETURN(L.w_down, upload_matrix(groups[g++], up, true, blocks));
+        } else {
+            L.moe = std::make_unique<DevMoe>();
+            DevMoe& moe = *L.moe;
+            KILN_ASSIGN_OR_RETURN(moe.router_m, upload_matrix(groups[g++], up, true, blocks));
+            KILN_ASSIGN_OR_RETURN(moe.experts_gate_up, upload_matrix(groups[g++], up, true, blocks));
+            KILN_ASSIGN_OR_RETURN(moe.experts_down, upload_matrix(groups[g++], up, true, blocks));
+            if (c.shared_expert_intermediate_size > 0) {
+                KILN_ASSIGN_OR_RETURN(moe.shared_gate_up_m, upload_matrix(groups[g++], up, true, blocks));
+                KILN_ASSIGN_OR_RETURN(moe.shared_down_m, upload_matrix(groups[g++], up, true, blocks));
+                moe.shared_gate_m.rows = 1;  // [H] as a [1, H] f32 matrix
+                moe.shared_gate_m.cols = c.hidden_size;
+                KILN_ASSIGN_OR_RETURN(moe.shared_gate_m.buf,
+                                      upload_vectors(ck, std::vector<std::string>{p(LayerTensor::kSharedRouter)}));
+            }
+            moe.set_views(c.num_experts);
+        }
         KILN_ASSIGN_OR_RETURN(L.attn_norm, upload_vectors(ck, std::vector<std::string>{p(LayerTensor::kAttnNorm)}));
         KILN_ASSIGN_OR_RETURN(L.ffn_norm, upload_vectors(ck, std::vector<std::string>{p(LayerTensor::kFfnNorm)}));
         if (c.attention_bias) {
@@ -412,7 +489,9 @@ core::Result<std::unique_ptr<CudaModel>> CudaModel::create(const Checkpoint& ck,
     // decoded to f32, one at a time.
     if (o.max_batch_tokens > kc::kGemvMaxTokens) {
         for (const Impl::Layer& L : m->layers)
-            for (const DevMatrix* w : {&L.wqkv, &L.wo, &L.w_gate_up, &L.w_down})
+            for (const DevMatrix* w : {&L.wqkv, &L.wo, &L.w_gate_up, &L.w_down,
+                                       L.moe ? &L.moe->router_m : &L.wqkv, L.moe ? &L.moe->shared_gate_up_m : &L.wqkv,
+                                       L.moe ? &L.moe->shared_down_m : &L.wqkv})
                 if (w->type == WType::kBlocks && !o.quantized_gemm)  // the exact path's decoded copy
                     m->decoded_floats = std::max(m->decoded_floats, w->rows * w->cols);
     }
