@@ -19,5 +19,6 @@ int cmd_quantize(int argc, char** argv);       // kiln quantize IN OUT --format 
 int cmd_numerics(int argc, char** argv);       // kiln numerics MODEL --format F [--calib FILE] [--json] ...
 int cmd_grammar(int argc, char** argv);        // kiln grammar SPEC [-m MODEL [--check FILE]] (structured output)
 int cmd_serve(int argc, char** argv);          // kiln serve [-m MODEL] [--host H] [--port P] ... (OpenAI HTTP API)
+int cmd_router(int argc, char** argv);         // kiln router --worker URL ... (data parallelism across processes)
 
 }  // namespace kiln::tools

@@ -27,6 +27,7 @@ const Command kCommands[] = {
     {"bench", kiln::tools::cmd_bench, "prefill/decode tokens/s against measured bandwidth and compute peaks"},
     {"grammar", kiln::tools::cmd_grammar, "the grammar a JSON schema / regex / choice compiles to; check a text against it"},
     {"serve", kiln::tools::cmd_serve, "serve a model over an OpenAI-compatible HTTP API"},
+    {"router", kiln::tools::cmd_router, "one OpenAI-compatible endpoint in front of several kiln serve replicas"},
 };
 
 void usage(FILE* out) {

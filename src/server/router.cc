@@ -9,7 +9,8 @@ PrefixRouter::PrefixRouter(int replicas, int block_size, int64_t slack, size_t c
     : replicas_(std::max(1, replicas)), block_size_(std::max(1, block_size)), slack_(slack),
       capacity_(std::max<size_t>(1, capacity)), load_(size_t(replicas_), 0), per_replica_(size_t(replicas_), 0) {}
 
-int PrefixRouter::pick(std::span<const int32_t> prompt, int64_t n) {
+int PrefixRouter::pick(std::span<const int32_t> prompt, int64_t n, const std::vector<bool>* usable) {
+    auto ok = [usable](int r) { return !usable || (size_t(r) < usable->size() && (*usable)[size_t(r)]); };
     // The chain hash of each whole block: block i's hash covers tokens [0, (i + 1) * block_size).
     std::vector<uint64_t> chain;
     uint64_t h = 1469598103934665603ull;  // FNV-1a over the token ids, carried from block to block
@@ -18,12 +19,15 @@ int PrefixRouter::pick(std::span<const int32_t> prompt, int64_t n) {
         if ((i + 1) % size_t(block_size_) == 0) chain.push_back(h);
     }
     std::lock_guard<std::mutex> lock(mu_);
-    const int64_t least = *std::min_element(load_.begin(), load_.end());
+    int64_t least = -1;
+    for (int r = 0; r < replicas_; ++r)
+        if (ok(r) && (least < 0 || load_[size_t(r)] < least)) least = load_[size_t(r)];
+    if (least < 0) return -1;  // no replica usable
     int chosen = -1;
     for (size_t i = chain.size(); i-- > 0;) {  // the longest prefix remembered
         auto it = owner_.find(chain[i]);
         if (it == owner_.end()) continue;
-        if (load_[size_t(it->second.replica)] <= least + slack_) {
+        if (ok(it->second.replica) && load_[size_t(it->second.replica)] <= least + slack_) {
             chosen = it->second.replica;
             ++prefix_routed_;
         }
@@ -32,7 +36,7 @@ int PrefixRouter::pick(std::span<const int32_t> prompt, int64_t n) {
     if (chosen < 0) {  // the least busy, ties taken in turn
         for (int k = 0; k < replicas_ && chosen < 0; ++k) {
             const int r = (next_ + k) % replicas_;
-            if (load_[size_t(r)] == least) chosen = r;
+            if (ok(r) && load_[size_t(r)] == least) chosen = r;
         }
         next_ = (chosen + 1) % replicas_;
     }

@@ -25,8 +25,10 @@ public:
     PrefixRouter(int replicas, int block_size, int64_t slack = 4, size_t capacity = 1 << 20);
 
     // The replica for a request of `n` sequences over `prompt`; counts them as that replica's load
-    // until release(replica, n), and remembers the prompt's blocks as that replica's. Thread-safe.
-    int pick(std::span<const int32_t> prompt, int64_t n = 1);
+    // until release(replica, n), and remembers the prompt's blocks as that replica's. With `usable`
+    // ([replicas]) only those marked true are candidates (a prefix's replica that is not is passed
+    // over); -1 when none is. Thread-safe.
+    int pick(std::span<const int32_t> prompt, int64_t n = 1, const std::vector<bool>* usable = nullptr);
     void release(int replica, int64_t n = 1);
 
     int replicas() const { return replicas_; }

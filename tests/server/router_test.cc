@@ -1,13 +1,16 @@
 // Data parallelism's router (server/router.h): a prompt whose prefix went to a replica goes there
 // again unless that replica has more than the slack in flight beyond the least busy; other prompts go
 // to the least busy replica, ties in turn; load is what was picked and not yet released; prefixes
-// count in whole blocks; the least recently used are forgotten beyond capacity.
+// count in whole blocks; the least recently used are forgotten beyond capacity; only usable replicas
+// are picked. `kiln router`'s URL and request parsing (server/proxy.h).
 #include "server/router.h"
 
 #include <gtest/gtest.h>
 
 #include <thread>
 #include <vector>
+
+#include "server/proxy.h"
 
 namespace kiln::server {
 namespace {
@@ -109,6 +112,53 @@ TEST(PrefixRouter, ThreadSafe) {
     for (auto& th : t) th.join();
     EXPECT_EQ(r.routed(), 2000);
     for (int i = 0; i < 4; ++i) EXPECT_EQ(r.load(i), 0);
+}
+
+TEST(PrefixRouter, OnlyUsableReplicasArePicked) {
+    PrefixRouter r(3, 4);
+    EXPECT_EQ(r.pick(prompt(1, 8)), 0);
+    r.release(0);
+    const std::vector<bool> not0 = {false, true, true}, none = {false, false, false};
+    EXPECT_EQ(r.pick(prompt(1, 12), 1, &not0), 1);  // prompt 1's replica is out: the least busy usable
+    EXPECT_EQ(r.pick(prompt(2, 8), 1, &not0), 2);
+    EXPECT_EQ(r.pick(prompt(3, 8), 1, &none), -1);
+    EXPECT_EQ(r.prefix_routed(), 0);
+    EXPECT_EQ(r.pick(prompt(1, 12)), 1);  // its blocks are now replica 1's
+    EXPECT_EQ(r.prefix_routed(), 1);
+}
+
+// `kiln router`'s request parsing (server/proxy.h); the proxy itself: tests/server/router_proxy_test.sh.
+TEST(Proxy, WorkerUrls) {
+    std::string err;
+    auto a = parse_worker_url("http://10.0.0.2:8001/", &err);
+    ASSERT_TRUE(a) << err;
+    EXPECT_EQ(a->host, "10.0.0.2");
+    EXPECT_EQ(a->port, 8001);
+    a = parse_worker_url("http://node3", &err);
+    ASSERT_TRUE(a) << err;
+    EXPECT_EQ(a->port, 80);
+    for (const char* bad : {"https://h:1", "h:8000", "http://", "http://h:", "http://h:99999", "http://h:80/v1", "http://:80"})
+        EXPECT_FALSE(parse_worker_url(bad, &err)) << bad;
+}
+
+TEST(Proxy, AffinityTextOfRequests) {
+    std::string err;
+    EXPECT_EQ(affinity_text(R"({"prompt": "Once upon", "max_tokens": 3})", false, &err), "Once upon");
+    EXPECT_EQ(affinity_text(R"({"prompt": [1, 22, 333]})", false, &err), "1 22 333 ");
+    EXPECT_EQ(affinity_text(R"({"prompt": ["first", "second"]})", false, &err), "first");
+    EXPECT_EQ(affinity_text(R"({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]})",
+                            true, &err),
+              "system\nBe brief.\nuser\nHi\n");
+    // A conversation that goes on starts with the earlier one's text: the same worker's prefix.
+    const auto one = affinity_text(R"({"messages": [{"role": "user", "content": "Hi"}]})", true, &err);
+    const auto two = affinity_text(
+        R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]})", true, &err);
+    ASSERT_TRUE(one && two);
+    EXPECT_EQ(two->rfind(*one, 0), 0u);
+    for (const char* bad : {"{not json", "[1]", R"({"max_tokens": 3})", R"({"prompt": 5})", R"({"prompt": [1, "x"]})"})
+        EXPECT_FALSE(affinity_text(bad, false, &err)) << bad;
+    EXPECT_FALSE(affinity_text(R"({"messages": "hi"})", true, &err));
+    EXPECT_FALSE(affinity_text(R"({"messages": ["hi"]})", true, &err));
 }
 
 }  // namespace

@@ -1,0 +1,478 @@
+// ProxyServer (proxy.h): routing generation requests over workers, relaying their replies and
+// streams, and polling the workers' health.
+#include "server/proxy.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "server/openai_schema.h"
+#include "server/router.h"
+
+namespace kiln::server {
+namespace {
+
+using json = nlohmann::json;
+
+void send_error(httplib::Response& res, const ApiError& e) {
+    res.status = e.status;
+    res.set_content(error_json(e), "application/json");
+}
+
+ApiError unavailable(const std::string& message) {
+    return {503, message, "server_error", "", "no_worker"};
+}
+
+bool equal_const_time(const std::string& a, const std::string& b) {
+    size_t diff = a.size() ^ b.size();
+    for (size_t i = 0; i < a.size(); ++i) diff |= uint8_t(a[i]) ^ uint8_t(i < b.size() ? b[i] : 0);
+    return diff == 0;
+}
+
+// One upstream server and what the router knows of it.
+struct Worker {
+    std::string url;
+    WorkerAddress at;
+    std::atomic<bool> ready{false};
+    std::atomic<int64_t> failures{0};  // requests it could not be reached for
+    std::mutex mu;
+    std::string last_error;  // under mu
+    void down(const std::string& why) {
+        ready = false;
+        std::lock_guard<std::mutex> lock(mu);
+        last_error = why;
+    }
+    void unreachable(const std::string& why) {  // a request could not reach it
+        ++failures;
+        down(why);
+    }
+    std::string error() {
+        std::lock_guard<std::mutex> lock(mu);
+        return last_error;
+    }
+};
+
+// A worker's streamed reply, read on a thread of its own while the client's connection takes the
+// bytes as they come (httplib writes the client's reply only after the handler returns).
+struct Relay {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::string> chunks;
+    int status = 0;          // the worker's HTTP status, once its headers came
+    bool finished = false;   // the worker's reply ended (or never started)
+    bool broken = false;     // it ended without a complete reply
+    std::string error;       // why, when broken
+    std::atomic<bool> cancel{false};
+    std::thread reader;
+};
+
+}  // namespace
+
+struct ProxyServer::State {
+    explicit State(ProxyOptions o) : opt(std::move(o)) {}
+    ProxyOptions opt;
+    httplib::Server http;
+    std::vector<std::unique_ptr<Worker>> workers;
+    std::unique_ptr<PrefixRouter> router;
+    std::atomic<bool> stopping{false};
+    std::atomic<bool> serve_started{false}, serve_done{false};
+    std::mutex health_mu;
+    std::condition_variable health_cv;
+    int port = 0;
+
+    std::unique_ptr<httplib::Client> client(const Worker& w, int read_timeout_s) const {
+        auto c = std::make_unique<httplib::Client>(w.at.host, w.at.port);
+        c->set_connection_timeout(opt.connect_timeout_s, 0);
+        c->set_read_timeout(read_timeout_s, 0);
+        c->set_write_timeout(opt.connect_timeout_s, 0);
+        c->set_tcp_nodelay(true);
+        return c;
+    }
+    httplib::Headers headers_for(const httplib::Request& req) const {
+        httplib::Headers h;
+        if (!opt.worker_api_key.empty()) {
+            h.emplace("Authorization", "Bearer " + opt.worker_api_key);
+        } else if (req.has_header("Authorization")) {
+            h.emplace("Authorization", req.get_header_value("Authorization"));
+        }
+        return h;
+    }
+    std::vector<bool> ready_mask() const {
+        std::vector<bool> m;
+        for (const auto& w : workers) m.push_back(w->ready.load());
+        return m;
+    }
+    std::string why_none() {
+        std::string s = "no worker is ready";
+        for (const auto& w : workers) {
+            const std::string e = w->error();
+            s += "; " + w->url + ": " + (e.empty() ? std::string("not ready") : e);
+        }
+        return s;
+    }
+    void poll_health();
+    void forward_simple(const httplib::Request& req, httplib::Response& res);
+    void route_generation(const httplib::Request& req, httplib::Response& res, bool chat);
+};
+
+std::optional<WorkerAddress> parse_worker_url(const std::string& url, std::string* error) {
+    const std::string scheme = "http://";
+    auto bad = [&](const std::string& why) {
+        if (error) *error = "worker URL '" + url + "': " + why;
+        return std::nullopt;
+    };
+    if (url.rfind(scheme, 0) != 0) return bad("not http://HOST[:PORT]");
+    std::string rest = url.substr(scheme.size());
+    while (!rest.empty() && rest.back() == '/') rest.pop_back();
+    if (rest.empty() || rest.find('/') != std::string::npos) return bad("not http://HOST[:PORT]");
+    WorkerAddress a;
+    const size_t colon = rest.rfind(':');
+    if (colon == std::string::npos) {
+        a.host = rest;
+        return a;
+    }
+    a.host = rest.substr(0, colon);
+    const std::string p = rest.substr(colon + 1);
+    if (a.host.empty() || p.empty() || p.size() > 5 || p.find_first_not_of("0123456789") != std::string::npos)
+        return bad("not http://HOST[:PORT]");
+    a.port = std::stoi(p);
+    if (a.port < 1 || a.port > 65535) return bad("port out of range");
+    return a;
+}
+
+std::optional<std::string> affinity_text(std::string_view body, bool chat, std::string* error) {
+    auto bad = [&](const std::string& why) {
+        if (error) *error = why;
+        return std::nullopt;
+    };
+    const json j = json::parse(body, nullptr, false);
+    if (!j.is_object()) return bad("the body is not a JSON object");
+    if (chat) {
+        const auto m = j.find("messages");
+        if (m == j.end() || !m->is_array()) return bad("messages must be an array");
+        std::string text;
+        for (const json& msg : *m) {
+            if (!msg.is_object()) return bad("each message must be an object");
+            const auto role = msg.find("role"), content = msg.find("content");
+            text += role != msg.end() && role->is_string() ? role->get<std::string>() : std::string();
+            text += '\n';
+            if (content != msg.end())
+                text += content->is_string() ? content->get<std::string>()
+                                             : content->dump(-1, ' ', false, json::error_handler_t::replace);
+            text += '\n';
+        }
+        return text;
+    }
+    const auto p = j.find("prompt");
+    if (p == j.end()) return bad("prompt is missing");
+    const json* prompt = &*p;
+    if (prompt->is_array() && !prompt->empty() && (prompt->front().is_string() || prompt->front().is_array()))
+        prompt = &prompt->front();  // a list of prompts: the first one's worker takes them all
+    if (prompt->is_string()) return prompt->get<std::string>();
+    if (!prompt->is_array()) return bad("prompt must be a string or token ids");
+    std::string text;
+    for (const json& id : *prompt) {
+        if (!id.is_number_integer()) return bad("prompt must be a string or token ids");
+        text += std::to_string(id.get<int64_t>()) + ' ';
+    }
+    return text;
+}
+
+// Every worker's /health, every health_interval_s, until stopping.
+void ProxyServer::State::poll_health() {
+    while (!stopping) {
+        for (auto& w : workers) {
+            auto c = client(*w, 2);
+            c->set_connection_timeout(2, 0);
+            httplib::Result r = c->Get("/health");
+            if (r && r->status == 200) {
+                if (!w->ready.exchange(true)) std::fprintf(stderr, "kiln router: worker %s is ready\n", w->url.c_str());
+            } else if (w->ready.load() || w->error().empty()) {
+                w->down(r ? "/health answered " + std::to_string(r->status) : httplib::to_string(r.error()));
+                std::fprintf(stderr, "kiln router: worker %s is not ready (%s)\n", w->url.c_str(), w->error().c_str());
+            }
+        }
+        std::fflush(stderr);
+        std::unique_lock<std::mutex> lock(health_mu);
+        health_cv.wait_for(lock, std::chrono::duration<double>(opt.health_interval_s), [this] { return stopping.load(); });
+    }
+}
+
+// A request any ready worker can answer (models, tokenize): relayed to the first that answers.
+void ProxyServer::State::forward_simple(const httplib::Request& req, httplib::Response& res) {
+    for (auto& w : workers) {
+        if (!w->ready) continue;
+        auto c = client(*w, opt.read_timeout_s);
+        httplib::Result r = req.method == "GET"
+                                ? c->Get(req.path.c_str(), headers_for(req))
+                                : c->Post(req.path.c_str(), headers_for(req), req.body, "application/json");
+        if (!r) {
+            w->unreachable(httplib::to_string(r.error()));
+            continue;
+        }
+        res.status = r->status;
+        const std::string type = r->get_header_value("Content-Type");
+        res.set_content(r->body, type.empty() ? "application/json" : type.c_str());
+        return;
+    }
+    send_error(res, unavailable(why_none()));
+}
+
+void ProxyServer::State::route_generation(const httplib::Request& req, httplib::Response& res, bool chat) {
+    std::string why;
+    const std::optional<std::string> text = affinity_text(req.body, chat, &why);
+    if (!text) return send_error(res, bad_request(why));
+    const json body = json::parse(req.body, nullptr, false);
+    const auto st = body.find("stream");  // anything but true: the worker answers (or refuses) it whole
+    const bool stream = st != body.end() && st->is_boolean() && st->get<bool>();
+    int64_t n = 1;
+    if (const auto it = body.find("n"); it != body.end() && it->is_number_integer())
+        n = std::clamp<int64_t>(it->get<int64_t>(), 1, 1024);
+    const std::vector<int32_t> units(text->begin(), text->end());  // bytes as the router's "tokens"
+    std::vector<bool> usable = ready_mask();
+    for (;;) {
+        const int w = router->pick(units, n, &usable);
+        if (w < 0) return send_error(res, unavailable(why_none()));
+        Worker& worker = *workers[size_t(w)];
+        usable[size_t(w)] = false;  // not again for this request
+        if (!stream) {
+            auto c = client(worker, opt.read_timeout_s);
+            httplib::Result r = c->Post(req.path.c_str(), headers_for(req), req.body, "application/json");
+            router->release(w, n);
+            if (!r) {  // not reached: the next worker
+                worker.unreachable(httplib::to_string(r.error()));
+                continue;
+            }
+            res.status = r->status;
+            res.set_content(r->body, "application/json");
+            return;
+        }
+        // Streamed: the worker's reply is read on the relay's thread; this handler waits for its
+        // status, then hands the client a chunked reply fed from the relay.
+        auto relay = std::make_shared<Relay>();
+        relay->reader = std::thread([this, relay, &worker, path = req.path, headers = headers_for(req), payload = req.body] {
+            auto c = client(worker, opt.read_timeout_s);
+            httplib::Request up;
+            up.method = "POST";
+            up.path = path;
+            up.headers = headers;
+            up.headers.emplace("Content-Type", "application/json");
+            up.body = payload;
+            up.response_handler = [&](const httplib::Response& r) {
+                std::lock_guard<std::mutex> lock(relay->mu);
+                relay->status = r.status;
+                relay->cv.notify_all();
+                return !relay->cancel.load();
+            };
+            up.content_receiver = [&](const char* data, size_t len, uint64_t, uint64_t) {
+                if (relay->cancel) return false;
+                std::lock_guard<std::mutex> lock(relay->mu);
+                relay->chunks.emplace_back(data, len);
+                relay->cv.notify_all();
+                return true;
+            };
+            httplib::Result r = c->send(up);
+            std::lock_guard<std::mutex> lock(relay->mu);
+            relay->finished = true;
+            if (!r) {
+                relay->broken = true;
+                relay->error = httplib::to_string(r.error());
+            }
+            relay->cv.notify_all();
+        });
+        int status = 0;
+        {
+            std::unique_lock<std::mutex> lock(relay->mu);
+            relay->cv.wait(lock, [&] { return relay->status != 0 || relay->finished; });
+            status = relay->status;
+        }
+        if (status == 0) {  // never answered: the next worker
+            relay->reader.join();
+            router->release(w, n);
+            worker.unreachable(relay->error);
+            continue;
+        }
+        if (status != 200) {  // an error reply: relayed whole, as JSON
+            relay->reader.join();
+            router->release(w, n);
+            std::string all;
+            for (const std::string& c : relay->chunks) all += c;
+            res.status = status;
+            res.set_content(all, "application/json");
+            return;
+        }
+        PrefixRouter* rt = router.get();
+        res.set_chunked_content_provider(
+            "text/event-stream",
+            [relay](size_t, httplib::DataSink& sink) {
+                std::unique_lock<std::mutex> lock(relay->mu);
+                relay->cv.wait(lock, [&] { return !relay->chunks.empty() || relay->finished; });
+                while (!relay->chunks.empty()) {
+                    const std::string chunk = std::move(relay->chunks.front());
+                    relay->chunks.pop_front();
+                    lock.unlock();
+                    if (!sink.write(chunk.data(), chunk.size())) return false;  // the client went away
+                    lock.lock();
+                }
+                if (!relay->finished) return true;
+                if (relay->broken) {  // the worker's stream broke off: say so in the stream
+                    const std::string event =
+                        "data: " + error_json({502, "the worker's stream broke off: " + relay->error, "server_error", "", ""}) +
+                        "\n\n";
+                    lock.unlock();
+                    sink.write(event.data(), event.size());
+                }
+                sink.done();
+                return true;
+            },
+            [relay, rt, w, n](bool) {  // done or the client gone: end the worker's stream too
+                relay->cancel = true;
+                if (relay->reader.joinable()) relay->reader.join();
+                rt->release(w, n);
+            });
+        return;
+    }
+}
+
+ProxyServer::ProxyServer(ProxyOptions options) : state_(std::make_unique<State>(std::move(options))) {
+    State& s = *state_;
+    httplib::Server& h = s.http;
+    h.set_payload_max_length(s.opt.max_body_bytes);
+    h.set_tcp_nodelay(true);
+    h.set_keep_alive_max_count(10000);
+    const size_t threads = size_t(std::clamp(s.opt.max_connections, 8, 4096));
+    h.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    h.set_pre_routing_handler([&s](const httplib::Request& req, httplib::Response& res) {
+        const bool guarded = req.path.rfind("/v1/", 0) == 0 || req.path == "/tokenize" || req.path == "/detokenize";
+        if (s.opt.api_key.empty() || !guarded) return httplib::Server::HandlerResponse::Unhandled;
+        const std::string got = req.get_header_value("Authorization");
+        if (equal_const_time(got, "Bearer " + s.opt.api_key)) return httplib::Server::HandlerResponse::Unhandled;
+        send_error(res, {401, got.empty() ? "missing API key (Authorization: Bearer KEY)" : "invalid API key",
+                         "invalid_request_error", "", "invalid_api_key"});
+        return httplib::Server::HandlerResponse::Handled;
+    });
+    h.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request&, httplib::Response& res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        send_error(res, {res.status, res.status == 404 ? "no such route" : "bad request",
+                         res.status == 404 ? "not_found_error" : "invalid_request_error", "", ""});
+        return httplib::Server::HandlerResponse::Handled;
+    }));
+    h.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "internal error";
+        try {
+            if (ep) std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+            what = e.what();
+        } catch (...) {
+        }
+        send_error(res, {500, what, "server_error", "", ""});
+    });
+    h.Post("/v1/completions", [&s](const httplib::Request& req, httplib::Response& res) {
+        s.route_generation(req, res, false);
+    });
+    h.Post("/v1/chat/completions", [&s](const httplib::Request& req, httplib::Response& res) {
+        s.route_generation(req, res, true);
+    });
+    h.Get("/v1/models", [&s](const httplib::Request& req, httplib::Response& res) { s.forward_simple(req, res); });
+    h.Post("/tokenize", [&s](const httplib::Request& req, httplib::Response& res) { s.forward_simple(req, res); });
+    h.Post("/detokenize", [&s](const httplib::Request& req, httplib::Response& res) { s.forward_simple(req, res); });
+    h.Get("/health", [&s](const httplib::Request&, httplib::Response& res) {
+        json ws = json::array();
+        bool any = false;
+        for (size_t i = 0; i < s.workers.size(); ++i) {
+            Worker& w = *s.workers[i];
+            any = any || w.ready;
+            json o = {{"url", w.url}, {"ready", w.ready.load()}, {"in_flight", s.router->load(int(i))}};
+            if (!w.ready) o["error"] = w.error();
+            ws.push_back(o);
+        }
+        res.status = any ? 200 : 503;
+        res.set_content(json{{"status", any ? "ok" : "no worker ready"}, {"workers", ws}}.dump(), "application/json");
+    });
+    h.Get("/metrics", [&s](const httplib::Request&, httplib::Response& res) {
+        std::string out = s.router->metrics();
+        out += "# HELP kiln_router_worker_ready Whether the worker answers its /health (1) or not (0).\n"
+               "# TYPE kiln_router_worker_ready gauge\n";
+        for (size_t i = 0; i < s.workers.size(); ++i)
+            out += "kiln_router_worker_ready{replica=\"" + std::to_string(i) + "\",url=\"" + s.workers[i]->url + "\"} " +
+                   (s.workers[i]->ready ? "1" : "0") + "\n";
+        out += "# HELP kiln_router_worker_failures_total Requests a worker could not be reached for.\n"
+               "# TYPE kiln_router_worker_failures_total counter\n";
+        for (size_t i = 0; i < s.workers.size(); ++i)
+            out += "kiln_router_worker_failures_total{replica=\"" + std::to_string(i) + "\"} " +
+                   std::to_string(s.workers[i]->failures.load()) + "\n";
+        res.set_content(out, "text/plain; version=0.0.4");
+    });
+}
+
+ProxyServer::~ProxyServer() {
+    stop();
+}
+
+bool ProxyServer::bind(std::string* error) {
+    State& s = *state_;
+    if (s.opt.workers.empty()) {
+        if (error) *error = "no workers (--worker http://HOST:PORT, one per replica)";
+        return false;
+    }
+    for (const std::string& url : s.opt.workers) {
+        auto at = parse_worker_url(url, error);
+        if (!at) return false;
+        auto w = std::make_unique<Worker>();
+        w->url = url;
+        while (!w->url.empty() && w->url.back() == '/') w->url.pop_back();
+        w->at = *at;
+        s.workers.push_back(std::move(w));
+    }
+    s.router = std::make_unique<PrefixRouter>(int(s.workers.size()), std::max(1, s.opt.block_bytes), s.opt.slack);
+    if (s.opt.port == 0) {
+        s.port = s.http.bind_to_any_port(s.opt.host);
+    } else if (s.http.bind_to_port(s.opt.host, s.opt.port)) {
+        s.port = s.opt.port;
+    }
+    if (s.port > 0) return true;
+    if (error) *error = "cannot listen on " + s.opt.host + ":" + std::to_string(s.opt.port);
+    return false;
+}
+
+int ProxyServer::port() const {
+    return state_->port;
+}
+
+bool ProxyServer::serve() {
+    State& s = *state_;
+    s.serve_started = true;
+    std::thread health([&s] { s.poll_health(); });
+    bool ok = true;
+    if (!s.stopping) ok = s.http.listen_after_bind();
+    s.stopping = true;
+    {
+        std::lock_guard<std::mutex> lock(s.health_mu);
+        s.health_cv.notify_all();
+    }
+    health.join();
+    s.serve_done = true;
+    return ok;
+}
+
+// As HttpServer::stop: a stop() before serve() makes serve() return at once.
+void ProxyServer::stop() {
+    State& s = *state_;
+    if (s.stopping.exchange(true)) return;
+    {
+        std::lock_guard<std::mutex> lock(s.health_mu);
+        s.health_cv.notify_all();
+    }
+    if (!s.serve_started) return;
+    while (!s.serve_done && !s.http.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (s.http.is_running()) s.http.stop();
+}
+
+}  // namespace kiln::server
