@@ -11,6 +11,7 @@
 #include <deque>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 
 #include "server/openai_schema.h"
@@ -42,6 +43,7 @@ struct Worker {
     WorkerAddress at;
     std::atomic<bool> ready{false};
     std::atomic<int64_t> failures{0};  // requests it could not be reached for
+    int missed = 0;                     // /health timeouts in a row (the poller's own)
     std::mutex mu;
     std::string last_error;  // under mu
     void down(const std::string& why) {
@@ -68,9 +70,33 @@ struct Relay {
     int status = 0;          // the worker's HTTP status, once its headers came
     bool finished = false;   // the worker's reply ended (or never started)
     bool broken = false;     // it ended without a complete reply
+    bool reached = false;    // ... after the request reached the worker (not retried)
     std::string error;       // why, when broken
     std::atomic<bool> cancel{false};
+    std::unique_ptr<httplib::Client> client;  // the reader's connection; stop() from another thread ends it
     std::thread reader;
+};
+
+// Whether a request that failed with `e` never reached the worker (so another may take it): the
+// connection was refused or timed out. A read or write error mid-request is not retried: the
+// worker may be generating it.
+bool not_reached(httplib::Error e) {
+    return e == httplib::Error::Connection || e == httplib::Error::ConnectionTimeout;
+}
+
+// A worker's share of the router's load, released once (by whoever holds it last).
+struct LoadHold {
+    PrefixRouter* router = nullptr;
+    int worker = -1;
+    int64_t n = 1;
+    LoadHold(PrefixRouter* r, int w, int64_t count) : router(r), worker(w), n(count) {}
+    LoadHold(const LoadHold&) = delete;
+    LoadHold& operator=(const LoadHold&) = delete;
+    ~LoadHold() { release(); }
+    void release() {
+        if (router) router->release(worker, n);
+        router = nullptr;
+    }
 };
 
 }  // namespace
@@ -86,6 +112,28 @@ struct ProxyServer::State {
     std::mutex health_mu;
     std::condition_variable health_cv;
     int port = 0;
+    // The upstream connections in use, so that stop() can end them (a request waiting on a worker
+    // would otherwise hold its handler thread, and shutdown, until the worker answers).
+    std::mutex clients_mu;
+    std::set<httplib::Client*> clients;
+    struct ClientLease {
+        State& s;
+        httplib::Client* c;
+        std::shared_ptr<void> owner;  // what holds c: kept until c is out of the set
+        ClientLease(State& st, httplib::Client* cl, std::shared_ptr<void> o = nullptr) : s(st), c(cl), owner(std::move(o)) {
+            std::lock_guard<std::mutex> lock(s.clients_mu);
+            s.clients.insert(c);
+            if (s.stopping) c->stop();
+        }
+        ~ClientLease() {
+            std::lock_guard<std::mutex> lock(s.clients_mu);
+            s.clients.erase(c);
+        }
+    };
+    void stop_clients() {
+        std::lock_guard<std::mutex> lock(clients_mu);
+        for (httplib::Client* c : clients) c->stop();
+    }
 
     std::unique_ptr<httplib::Client> client(const Worker& w, int read_timeout_s) const {
         auto c = std::make_unique<httplib::Client>(w.at.host, w.at.port);
@@ -163,9 +211,13 @@ std::optional<std::string> affinity_text(std::string_view body, bool chat, std::
             const auto role = msg.find("role"), content = msg.find("content");
             text += role != msg.end() && role->is_string() ? role->get<std::string>() : std::string();
             text += '\n';
-            if (content != msg.end())
-                text += content->is_string() ? content->get<std::string>()
-                                             : content->dump(-1, ' ', false, json::error_handler_t::replace);
+            if (content != msg.end() && content->is_string()) {
+                text += content->get<std::string>();
+            } else if (content != msg.end() && content->is_array()) {  // content parts: their texts, one level
+                for (const json& part : *content)
+                    if (part.is_object())
+                        if (const auto t = part.find("text"); t != part.end() && t->is_string()) text += t->get<std::string>();
+            }
             text += '\n';
         }
         return text;
@@ -189,12 +241,19 @@ std::optional<std::string> affinity_text(std::string_view body, bool chat, std::
 void ProxyServer::State::poll_health() {
     while (!stopping) {
         for (auto& w : workers) {
+            if (stopping) break;
             auto c = client(*w, 2);
             c->set_connection_timeout(2, 0);
+            ClientLease lease(*this, c.get());
             httplib::Result r = c->Get("/health");
             if (r && r->status == 200) {
+                w->missed = 0;
                 if (!w->ready.exchange(true)) std::fprintf(stderr, "kiln router: worker %s is ready\n", w->url.c_str());
-            } else if (w->ready.load() || w->error().empty()) {
+                continue;
+            }
+            // Refused or an error status: out at once; a timeout (a busy worker): after two in a row.
+            if (!r && r.error() != httplib::Error::Connection && ++w->missed < 2) continue;
+            if (w->ready.load() || w->error().empty()) {
                 w->down(r ? "/health answered " + std::to_string(r->status) : httplib::to_string(r.error()));
                 std::fprintf(stderr, "kiln router: worker %s is not ready (%s)\n", w->url.c_str(), w->error().c_str());
             }
@@ -210,13 +269,15 @@ void ProxyServer::State::forward_simple(const httplib::Request& req, httplib::Re
     for (auto& w : workers) {
         if (!w->ready) continue;
         auto c = client(*w, opt.read_timeout_s);
+        ClientLease lease(*this, c.get());
         httplib::Result r = req.method == "GET"
                                 ? c->Get(req.path.c_str(), headers_for(req))
                                 : c->Post(req.path.c_str(), headers_for(req), req.body, "application/json");
-        if (!r) {
+        if (!r && not_reached(r.error())) {
             w->unreachable(httplib::to_string(r.error()));
             continue;
         }
+        if (!r) return send_error(res, {502, w->url + ": " + httplib::to_string(r.error()), "server_error", "", ""});
         res.status = r->status;
         const std::string type = r->get_header_value("Content-Type");
         res.set_content(r->body, type.empty() ? "application/json" : type.c_str());
@@ -242,14 +303,19 @@ void ProxyServer::State::route_generation(const httplib::Request& req, httplib::
         if (w < 0) return send_error(res, unavailable(why_none()));
         Worker& worker = *workers[size_t(w)];
         usable[size_t(w)] = false;  // not again for this request
+        auto hold = std::make_shared<LoadHold>(router.get(), w, n);
         if (!stream) {
             auto c = client(worker, opt.read_timeout_s);
+            ClientLease lease(*this, c.get());
             httplib::Result r = c->Post(req.path.c_str(), headers_for(req), req.body, "application/json");
-            router->release(w, n);
-            if (!r) {  // not reached: the next worker
+            hold->release();
+            if (!r && not_reached(r.error())) {  // the next worker
                 worker.unreachable(httplib::to_string(r.error()));
                 continue;
             }
+            if (!r)
+                return send_error(res, {stopping ? 503 : 502, worker.url + ": " + httplib::to_string(r.error()),
+                                        "server_error", "", ""});
             res.status = r->status;
             res.set_content(r->body, "application/json");
             return;
@@ -257,8 +323,9 @@ void ProxyServer::State::route_generation(const httplib::Request& req, httplib::
         // Streamed: the worker's reply is read on the relay's thread; this handler waits for its
         // status, then hands the client a chunked reply fed from the relay.
         auto relay = std::make_shared<Relay>();
-        relay->reader = std::thread([this, relay, &worker, path = req.path, headers = headers_for(req), payload = req.body] {
-            auto c = client(worker, opt.read_timeout_s);
+        relay->client = client(worker, opt.read_timeout_s);
+        auto lease = std::make_shared<ClientLease>(*this, relay->client.get(), relay);
+        relay->reader = std::thread([relay, path = req.path, headers = headers_for(req), payload = req.body] {
             httplib::Request up;
             up.method = "POST";
             up.path = path;
@@ -278,11 +345,12 @@ void ProxyServer::State::route_generation(const httplib::Request& req, httplib::
                 relay->cv.notify_all();
                 return true;
             };
-            httplib::Result r = c->send(up);
+            httplib::Result r = relay->client->send(up);
             std::lock_guard<std::mutex> lock(relay->mu);
             relay->finished = true;
             if (!r) {
                 relay->broken = true;
+                relay->reached = !not_reached(r.error());
                 relay->error = httplib::to_string(r.error());
             }
             relay->cv.notify_all();
@@ -293,27 +361,32 @@ void ProxyServer::State::route_generation(const httplib::Request& req, httplib::
             relay->cv.wait(lock, [&] { return relay->status != 0 || relay->finished; });
             status = relay->status;
         }
-        if (status == 0) {  // never answered: the next worker
+        if (status == 0) {  // never answered
             relay->reader.join();
-            router->release(w, n);
-            worker.unreachable(relay->error);
-            continue;
+            hold->release();
+            if (!relay->reached) {  // not reached: the next worker
+                worker.unreachable(relay->error);
+                continue;
+            }
+            return send_error(res, {stopping ? 503 : 502, worker.url + ": " + relay->error, "server_error", "", ""});
         }
         if (status != 200) {  // an error reply: relayed whole, as JSON
             relay->reader.join();
-            router->release(w, n);
+            hold->release();
             std::string all;
             for (const std::string& c : relay->chunks) all += c;
             res.status = status;
             res.set_content(all, "application/json");
             return;
         }
-        PrefixRouter* rt = router.get();
         res.set_chunked_content_provider(
             "text/event-stream",
             [relay](size_t, httplib::DataSink& sink) {
                 std::unique_lock<std::mutex> lock(relay->mu);
-                relay->cv.wait(lock, [&] { return !relay->chunks.empty() || relay->finished; });
+                // Back to httplib every second when nothing came, so that it sees a stopping server.
+                if (!relay->cv.wait_for(lock, std::chrono::seconds(1),
+                                        [&] { return !relay->chunks.empty() || relay->finished; }))
+                    return true;
                 while (!relay->chunks.empty()) {
                     const std::string chunk = std::move(relay->chunks.front());
                     relay->chunks.pop_front();
@@ -332,10 +405,11 @@ void ProxyServer::State::route_generation(const httplib::Request& req, httplib::
                 sink.done();
                 return true;
             },
-            [relay, rt, w, n](bool) {  // done or the client gone: end the worker's stream too
+            [relay, hold, lease](bool) {  // done or the client gone: end the worker's stream too
                 relay->cancel = true;
+                relay->client->stop();
                 if (relay->reader.joinable()) relay->reader.join();
-                rt->release(w, n);
+                hold->release();
             });
         return;
     }
@@ -470,6 +544,7 @@ void ProxyServer::stop() {
         std::lock_guard<std::mutex> lock(s.health_mu);
         s.health_cv.notify_all();
     }
+    s.stop_clients();  // requests waiting on workers end (502 / a broken-off stream)
     if (!s.serve_started) return;
     while (!s.serve_done && !s.http.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     if (s.http.is_running()) s.http.stop();

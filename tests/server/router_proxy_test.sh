@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # `kiln router` (data parallelism across processes, docs/parallel.md) in front of two `kiln serve`
 # workers on stories260K: greedy completions through it equal a worker's own, streamed ones too
-# (relayed event by event, ending in [DONE]); both workers get requests and prompts that extend an
-# earlier one go to its worker (kiln_dp_prefix_routed_total); a worker's error reply is relayed with
-# its status; bad JSON is a 400; a killed worker is left out (requests go to the other, /health
-# says which is down) and with none left requests get a 503 OpenAI error at once; bad command lines
-# exit 2; SIGTERM exits 0.
+# (the relayed events end in [DONE]); both workers get requests and prompts that extend an earlier
+# one go to its worker (kiln_dp_prefix_routed_total); every request's load is released afterwards; a
+# worker's error reply is relayed with its status, streamed or not; bad JSON and deeply nested chat
+# content are 400s from the worker, the router unharmed; a killed worker is left out (requests go to
+# the other, /health says which is down) and with none left requests get a 503 OpenAI error at once;
+# bad command lines exit 2; SIGTERM exits 0.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/../scripts/skip.sh"
@@ -37,17 +38,21 @@ b_port=$port
     --health-interval 0.2 --block-bytes 16 >"$tmp/router.log" 2>&1 &
 router_pid=$!
 r_port=""
+ready=0
 for _ in $(seq 1 300); do
     kill -0 "$router_pid" 2>/dev/null || { cat "$tmp/router.log"; fail "kiln router exited"; }
     [ -n "$r_port" ] || r_port="$(sed -n 's|^kiln router: listening on http://.*:\([0-9][0-9]*\), .*|\1|p' "$tmp/router.log" | head -n 1)"
-    if [ -n "$r_port" ] && python3 - "$r_port" <<'PY' 2>/dev/null; then break; fi
+    if [ -n "$r_port" ] && python3 - "$r_port" <<'PY' 2>/dev/null; then
 import json, sys, urllib.request as u
 h = json.load(u.urlopen(f"http://127.0.0.1:{sys.argv[1]}/health", timeout=1))
 sys.exit(0 if all(w["ready"] for w in h["workers"]) else 1)
 PY
+        ready=1
+        break
+    fi
     sleep 0.1
 done
-[ -n "$r_port" ] || { cat "$tmp/router.log"; fail "no port in the router's log"; }
+[ "$ready" = 1 ] || { cat "$tmp/router.log"; fail "the router never saw both workers ready"; }
 
 python3 - "$a_port" "$r_port" <<'PY'
 import json, sys, urllib.error, urllib.request as u
@@ -95,8 +100,15 @@ if m.get("kiln_dp_prefix_routed_total", 0) < 12: bad.append(f"prefix-routed {m.g
 # a worker's own refusal comes back with its status and error
 status, text = post(router, "/v1/completions", {"prompt": "Hi", "max_tokens": -1})
 if status != 400 or "error" not in json.loads(text): bad.append(f"max_tokens -1: {status} {text[:200]}")
+status, text = post(router, "/v1/completions", {"prompt": "Hi", "max_tokens": -1, "stream": True})
+if status != 400 or "error" not in json.loads(text): bad.append(f"streamed max_tokens -1: {status} {text[:200]}")
 status, text = post(router, "/v1/completions", b"{not json", raw=True)
 if status != 400 or "error" not in json.loads(text): bad.append(f"bad JSON: {status} {text[:200]}")
+deep = b'{"messages": [{"role": "user", "content": ' + b"[" * 200000 + b"]" * 200000 + b"}]}"
+status, text = post(router, "/v1/chat/completions", deep, raw=True)
+if status < 400 or status >= 500: bad.append(f"deeply nested content: {status} {text[:200]}")
+h = json.load(u.urlopen(f"http://127.0.0.1:{router}/health", timeout=10))
+if any(w["in_flight"] != 0 for w in h["workers"]): bad.append(f"load not released: {h}")
 models = json.load(u.urlopen(f"http://127.0.0.1:{router}/v1/models", timeout=10))
 if not models.get("data"): bad.append(f"/v1/models: {models}")
 if bad:

@@ -149,6 +149,9 @@ TEST(Proxy, AffinityTextOfRequests) {
     EXPECT_EQ(affinity_text(R"({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]})",
                             true, &err),
               "system\nBe brief.\nuser\nHi\n");
+    EXPECT_EQ(affinity_text(R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}, {"x": [[1]]}]}]})",
+                            true, &err),
+              "user\nHi\n");  // content parts: their texts
     // A conversation that goes on starts with the earlier one's text: the same worker's prefix.
     const auto one = affinity_text(R"({"messages": [{"role": "user", "content": "Hi"}]})", true, &err);
     const auto two = affinity_text(
