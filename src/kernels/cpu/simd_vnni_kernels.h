@@ -190,11 +190,11 @@ struct Vnni {
     }
 
     // y[t * ldy + i] for the group's rows i < valid and T tokens at act (row stride arb); off: the T
-    // tokens' offsets, token t at off + t * nb * kOffsPerBlock. next_group: prefetched block by block
-    // (decode).
+    // tokens' offsets, token t at off + t * nb * kOffsPerBlock. next_group: prefetched block by block,
+    // next_step bytes a block (vnni_tile_prefetch).
     template <int T>
     static void tile(const uint8_t* group, const uint8_t* act, size_t arb, int64_t k, const int32_t* off, float* y,
-                     int64_t ldy, int valid, const uint8_t* next_group) {
+                     int64_t ldy, int valid, const uint8_t* next_group, int64_t next_step) {
         const int64_t nb = k / blk::kQK;
         constexpr bool kTwoAcc = Fmt::kHalves;
         __m512 acc[T], acc1[T];  // acc1: the second half (kHalves)
@@ -209,7 +209,7 @@ struct Vnni {
                 _mm512_set1_epi8(kFp4Offset));
         for (int64_t b = 0; b < nb; ++b) {
             const uint8_t* gb = group + b * kGroupBytes;
-            vnni_tile_prefetch<T>(gb, next_group, kGroupBytes, b);
+            vnni_tile_prefetch<T>(gb, kGroupBytes, next_group, next_step, b);
             __m512i wq[8];
             if constexpr (kNibbles) {
                 const __m512i mask = _mm512_set1_epi8(0x0f);
@@ -281,17 +281,19 @@ size_t vnni_groups_bytes(int64_t rows, int64_t k) {
 // K::tile<num_t> for 1 <= num_t <= T.
 template <class K, int T = K::kMaxTokens>
 void vnni_tile_n(int num_t, const uint8_t* group, const uint8_t* act, size_t arb, int64_t k, const int32_t* off,
-                 float* y, int64_t ldy, int valid, const uint8_t* next_group) {
+                 float* y, int64_t ldy, int valid, const uint8_t* next_group, int64_t next_step) {
     if constexpr (T > 1) {
-        if (num_t < T) return vnni_tile_n<K, T - 1>(num_t, group, act, arb, k, off, y, ldy, valid, next_group);
+        if (num_t < T)
+            return vnni_tile_n<K, T - 1>(num_t, group, act, arb, k, off, y, ldy, valid, next_group, next_step);
     }
-    K::template tile<T>(group, act, arb, k, off, y, ldy, valid, next_group);
+    K::template tile<T>(group, act, arb, k, off, y, ldy, valid, next_group, next_step);
 }
 
 // PackedMatmulKernel::gemm of the VNNI group layouts (Vnni above, VnniQ4 in simd_vnni_q4.h), given
 // K::kRows, kMaxTokens, kGroupBytes, kOffsPerBlock, kStackOffsets, offsets() and tile<T>(). Decode:
 // group after group, prefetching the next. Prefill: tokens in chunks whose activations (~256 KiB)
-// stay in L2 while the row groups stream past, kMaxTokens tokens per pass over a group's blocks.
+// stay in L2 while the row groups stream past, kMaxTokens tokens per pass over a group's blocks,
+// the passes sharing out the next group's prefetch (vnni_next_share).
 // r0 a multiple of K::kRows.
 template <class K>
 void vnni_groups_gemm(const void* packed, const void* act, size_t arb, int64_t n, int64_t k, float* y, int64_t ldy,
@@ -323,12 +325,17 @@ void vnni_groups_gemm(const void* packed, const void* act, size_t arb, int64_t n
     for (int64_t t0 = 0; t0 < n; t0 += chunk) {
         const int64_t t1 = t0 + chunk < n ? t0 + chunk : n;
         for (int64_t t = t0; t < t1; ++t) K::offsets(ab + t * int64_t(arb), nb, off + (t - t0) * per_token);
+        // multi-token passes over each group (a last single token's tile is left out: it prefetches nothing)
+        const int64_t passes = (t1 - t0) / kMaxTokens + ((t1 - t0) % kMaxTokens > 1 ? 1 : 0);
         for (int64_t r = r0; r < r1; r += kRows) {
             for (int64_t t = t0; t < t1; t += kMaxTokens) {
                 const int num_t = int(t1 - t < kMaxTokens ? t1 - t : kMaxTokens);
-                // the first token tile over a group prefetches the next group (it streams from DRAM)
+                // the token tiles over a group prefetch the next one (it streams from DRAM), each its share
+                int64_t step = kGroupBytes;
+                const uint8_t* next = group_at(r + kRows);
+                if (num_t > 1) next = vnni_next_share(next, nb, kGroupBytes, (t - t0) / kMaxTokens, passes, &step);
                 vnni_tile_n<K>(num_t, group_at(r), ab + t * int64_t(arb), arb, k, off + (t - t0) * per_token,
-                               y + t * ldy + r, ldy, valid_at(r), t == t0 ? group_at(r + kRows) : nullptr);
+                               y + t * ldy + r, ldy, valid_at(r), (num_t > 1 || t == t0) ? next : nullptr, step);
             }
         }
     }

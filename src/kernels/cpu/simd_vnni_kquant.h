@@ -68,10 +68,11 @@ struct VnniK4 {
         });
     }
 
-    // y[t * ldy + i] for the group's rows i < valid and T tokens; next_group: prefetched (decode).
+    // y[t * ldy + i] for the group's rows i < valid and T tokens; next_group: prefetched into L2,
+    // next_step bytes a super-block (vnni_next_share).
     template <int T>
     static void tile(const uint8_t* group, const uint8_t* act, size_t arb, int64_t k, float* y, int64_t ldy,
-                     int valid, const uint8_t* next_group) {
+                     int valid, const uint8_t* next_group, int64_t next_step) {
         constexpr __mmask16 kAll = 0xffff;
         const int64_t nsb = k / blk::kQK_K;
         const __m512i m4 = _mm512_set1_epi8(0x0f), bit4 = _mm512_set1_epi8(0x10);
@@ -79,7 +80,7 @@ struct VnniK4 {
         for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
         for (int64_t s = 0; s < nsb; ++s) {
             const uint8_t* g = group + s * kSbBytes;
-            if (next_group) avx2_prefetch_next_group(next_group, kSbBytes, s);
+            if (next_group) avx2_prefetch_next_group(next_group, next_step, s);
             __m512i isum[T];
             for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
             for (int j = 0; j < 8; ++j) {  // sub-block j: chunk j / 2, low nibbles when j is even
@@ -144,27 +145,29 @@ struct VnniK4 {
 
     template <int T = kMaxTokens>
     static void tile_n(int num_t, const uint8_t* group, const uint8_t* act, size_t arb, int64_t k, float* y,
-                       int64_t ldy, int valid, const uint8_t* next_group) {
+                       int64_t ldy, int valid, const uint8_t* next_group, int64_t next_step) {
         if constexpr (T > 1) {
-            if (num_t < T) return tile_n<T - 1>(num_t, group, act, arb, k, y, ldy, valid, next_group);
+            if (num_t < T) return tile_n<T - 1>(num_t, group, act, arb, k, y, ldy, valid, next_group, next_step);
         }
-        tile<T>(group, act, arb, k, y, ldy, valid, next_group);
+        tile<T>(group, act, arb, k, y, ldy, valid, next_group, next_step);
     }
 
-    // PackedMatmulKernel::gemm (r0 a multiple of 16): group by group, kMaxTokens tokens per tile; a
-    // group's first token tile prefetches the next group (it streams from memory).
+    // PackedMatmulKernel::gemm (r0 a multiple of 16): group by group, kMaxTokens tokens per tile; the
+    // token tiles over a group share out the next group's prefetch (it streams from memory).
     static void gemm(const void* packed, const void* act, size_t arb, int64_t n, int64_t k, float* y, int64_t ldy,
                      int64_t r0, int64_t r1) {
         const uint8_t* base = static_cast<const uint8_t*>(packed);
         const uint8_t* ab = static_cast<const uint8_t*>(act);
-        const int64_t gbytes = (k / blk::kQK_K) * kSbBytes;
+        const int64_t nsb = k / blk::kQK_K, gbytes = nsb * kSbBytes;
+        const int64_t passes = (n + kMaxTokens - 1) / kMaxTokens;
         for (int64_t r = r0; r < r1; r += kRows) {
             const uint8_t* group = base + (r / kRows) * gbytes;
             const int valid = int(r1 - r < kRows ? r1 - r : kRows);
             for (int64_t t = 0; t < n; t += kMaxTokens) {
                 const int num_t = int(n - t < kMaxTokens ? n - t : kMaxTokens);
-                tile_n(num_t, group, ab + t * int64_t(arb), arb, k, y + t * ldy + r, ldy, valid,
-                       t == 0 ? group + gbytes : nullptr);
+                int64_t step = 0;
+                const uint8_t* next = vnni_next_share(group + gbytes, nsb, kSbBytes, t / kMaxTokens, passes, &step);
+                tile_n(num_t, group, ab + t * int64_t(arb), arb, k, y + t * ldy + r, ldy, valid, next, step);
             }
         }
     }

@@ -98,10 +98,11 @@ struct VnniQ4 {
     }
 
     // y[t * ldy + i] for the group's rows i < valid and T tokens at act (row stride arb); off: the
-    // T tokens' offsets, token t's at off + 2 t nb. next_group: prefetched block by block (decode).
+    // T tokens' offsets, token t's at off + 2 t nb. next_group: prefetched block by block, next_step
+    // bytes a block (vnni_tile_prefetch).
     template <int T>
     static void tile(const uint8_t* group, const uint8_t* act, size_t arb, int64_t k, const int32_t* off, float* y,
-                     int64_t ldy, int valid, const uint8_t* next_group) {
+                     int64_t ldy, int valid, const uint8_t* next_group, int64_t next_step) {
         const int64_t nb = k / blk::kQK;
         const __m512i high = _mm512_set1_epi8(int8_t(0xf0));
         __m512 lo_acc[T], hi_acc[T], lo_min[T], hi_min[T];  // rows 0-15 and 16-31; min terms (Q4_1)
@@ -111,7 +112,7 @@ struct VnniQ4 {
         }
         for (int64_t b = 0; b < nb; ++b) {
             const uint8_t* gb = group + b * kGroupBytes;
-            vnni_tile_prefetch<T>(gb, next_group, kGroupBytes, b);
+            vnni_tile_prefetch<T>(gb, kGroupBytes, next_group, next_step, b);
             const uint8_t* payload = gb + kHeader;
             // F and H of each token: two chains each for a lone token (decode: vpdpbusd latency),
             // one each when other tokens' chains interleave
