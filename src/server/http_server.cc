@@ -16,6 +16,7 @@
 #include <random>
 #include <thread>
 
+#include "server/http_common.h"
 #include "server/server_state.h"
 #include "server/web_assets.h"
 
@@ -28,34 +29,6 @@ constexpr int kListenBacklog = 1024;
 
 std::string dump(const json& j) {
     return j.dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
-// Compares without an early exit, so the time taken does not reveal the key's prefix.
-bool equal_const_time(const std::string& a, const std::string& b) {
-    size_t diff = a.size() ^ b.size();
-    for (size_t i = 0; i < a.size(); ++i) diff |= uint8_t(a[i]) ^ uint8_t(i < b.size() ? b[i] : 0);
-    return diff == 0;
-}
-
-bool needs_auth(const std::string& path) {
-    return path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize";
-}
-
-const char* status_message(int status) {
-    switch (status) {
-        case 400:
-            return "bad request (malformed HTTP or body)";
-        case 404:
-            return "no such route";
-        case 405:
-            return "method not allowed";
-        case 413:
-            return "the request body is larger than the limit";
-        case 414:
-            return "the request URI is too long";
-        default:
-            return "request failed";
-    }
 }
 
 void setup_routes(HttpServer::State& s) {
@@ -135,31 +108,13 @@ void setup_http(HttpServer::State& s) {
             send_error(res, {503, "the model is still loading", "server_error", "", "model_loading"});
             return httplib::Server::HandlerResponse::Handled;
         }
-        if (s.opt.api_key.empty() || !needs_auth(req.path)) return httplib::Server::HandlerResponse::Unhandled;
-        const std::string got = req.get_header_value("Authorization");
-        if (equal_const_time(got, "Bearer " + s.opt.api_key)) return httplib::Server::HandlerResponse::Unhandled;
-        send_error(res, {401, got.empty() ? "missing API key (Authorization: Bearer KEY)" : "invalid API key",
-                         "invalid_request_error", "", "invalid_api_key"});
+        const std::optional<ApiError> denied = auth_error(req, s.opt.api_key);
+        if (!denied) return httplib::Server::HandlerResponse::Unhandled;
+        send_error(res, *denied);
         s.metrics.record_request(req.path, 401);
         return httplib::Server::HandlerResponse::Handled;
     });
-    // httplib's own rejections (bad HTTP, 404 route, 413 body) get an OpenAI error body too.
-    h.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request&, httplib::Response& res) {
-        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-        std::string type = res.status == 404 ? "not_found_error" : "invalid_request_error";
-        send_error(res, {res.status, status_message(res.status), type, "", ""});
-        return httplib::Server::HandlerResponse::Handled;
-    }));
-    h.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-        std::string what = "internal error";
-        try {
-            if (ep) std::rethrow_exception(ep);
-        } catch (const std::exception& e) {
-            what = e.what();
-        } catch (...) {
-        }
-        send_error(res, {500, what, "server_error", "", ""});
-    });
+    install_error_handlers(h);  // httplib's own rejections (bad HTTP, 404 route, 413 body) too
     setup_routes(s);
 }
 
@@ -198,11 +153,6 @@ std::string HttpServer::State::new_id(const char* prefix) {
     std::snprintf(buf, sizeof buf, "%s%016llx%08llx", prefix, (unsigned long long)id_salt,
                   (unsigned long long)next_id.fetch_add(1));
     return buf;
-}
-
-void send_error(httplib::Response& res, const ApiError& e) {
-    res.status = e.status;
-    res.set_content(error_json(e), "application/json");
 }
 
 void log_request(HttpServer::State& s, const RequestLogEntry& e) {

@@ -14,6 +14,7 @@
 #include <set>
 #include <thread>
 
+#include "server/http_common.h"
 #include "server/openai_schema.h"
 #include "server/router.h"
 
@@ -22,19 +23,8 @@ namespace {
 
 using json = nlohmann::json;
 
-void send_error(httplib::Response& res, const ApiError& e) {
-    res.status = e.status;
-    res.set_content(error_json(e), "application/json");
-}
-
 ApiError unavailable(const std::string& message) {
     return {503, message, "server_error", "", "no_worker"};
-}
-
-bool equal_const_time(const std::string& a, const std::string& b) {
-    size_t diff = a.size() ^ b.size();
-    for (size_t i = 0; i < a.size(); ++i) diff |= uint8_t(a[i]) ^ uint8_t(i < b.size() ? b[i] : 0);
-    return diff == 0;
 }
 
 // One upstream server and what the router knows of it.
@@ -424,30 +414,12 @@ ProxyServer::ProxyServer(ProxyOptions options) : state_(std::make_unique<State>(
     const size_t threads = size_t(std::clamp(s.opt.max_connections, 8, 4096));
     h.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
     h.set_pre_routing_handler([&s](const httplib::Request& req, httplib::Response& res) {
-        const bool guarded = req.path.rfind("/v1/", 0) == 0 || req.path == "/tokenize" || req.path == "/detokenize";
-        if (s.opt.api_key.empty() || !guarded) return httplib::Server::HandlerResponse::Unhandled;
-        const std::string got = req.get_header_value("Authorization");
-        if (equal_const_time(got, "Bearer " + s.opt.api_key)) return httplib::Server::HandlerResponse::Unhandled;
-        send_error(res, {401, got.empty() ? "missing API key (Authorization: Bearer KEY)" : "invalid API key",
-                         "invalid_request_error", "", "invalid_api_key"});
+        const std::optional<ApiError> denied = auth_error(req, s.opt.api_key);
+        if (!denied) return httplib::Server::HandlerResponse::Unhandled;
+        send_error(res, *denied);
         return httplib::Server::HandlerResponse::Handled;
     });
-    h.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request&, httplib::Response& res) {
-        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-        send_error(res, {res.status, res.status == 404 ? "no such route" : "bad request",
-                         res.status == 404 ? "not_found_error" : "invalid_request_error", "", ""});
-        return httplib::Server::HandlerResponse::Handled;
-    }));
-    h.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-        std::string what = "internal error";
-        try {
-            if (ep) std::rethrow_exception(ep);
-        } catch (const std::exception& e) {
-            what = e.what();
-        } catch (...) {
-        }
-        send_error(res, {500, what, "server_error", "", ""});
-    });
+    install_error_handlers(h);
     h.Post("/v1/completions", [&s](const httplib::Request& req, httplib::Response& res) {
         s.route_generation(req, res, false);
     });

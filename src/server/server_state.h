@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "server/http_common.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/openai_schema.h"
@@ -59,7 +60,6 @@ struct RequestLogEntry {
 };
 void log_request(HttpServer::State& s, const RequestLogEntry& e);
 
-void send_error(httplib::Response& res, const ApiError& e);
 // POST /v1/completions and /v1/chat/completions.
 void handle_generation(HttpServer::State& s, const httplib::Request& req, httplib::Response& res, Endpoint ep);
 
