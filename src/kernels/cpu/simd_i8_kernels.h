@@ -157,10 +157,12 @@ struct VnniI8 {
         }
     }
 
-    // y[t * ldy + 16 g + i] for G consecutive groups (rows i < valid in the last one) and T tokens.
+    // y[t * ldy + 16 g + i] for G consecutive groups (rows i < valid in the last one) and T tokens;
+    // next_lines 64-byte lines from `next` prefetched into L2, spread evenly over the column loop (a
+    // prefill pass's share of the next groups, vnni_next_share's scheme line by line).
     template <int G, int T>
     static void tile(const uint8_t* groups, int64_t gb, const uint8_t* act, size_t arb, int64_t k, float* y,
-                     int64_t ldy, int valid) {
+                     int64_t ldy, int valid, const uint8_t* next = nullptr, int64_t next_lines = 0) {
         __m512i acc[G][T];
         for (int t = 0; t < T; ++t) {
             ActI8Row h;
@@ -169,7 +171,9 @@ struct VnniI8 {
         }
         const uint8_t* q = act + sizeof(ActI8Row);
         const int64_t chunks = (k + 3) / 4;
+        int64_t due = 0;  // next_lines / chunks lines a column chunk, carried (Bresenham)
         for (int64_t c = 0; c < chunks; ++c) {
+            for (due += next_lines; due >= chunks; due -= chunks, next += 64) _mm_prefetch(reinterpret_cast<const char*>(next), _MM_HINT_T1);
             __m512i wv[G];
             for (int g = 0; g < G; ++g) wv[g] = _mm512_loadu_si512(groups + g * gb + 64 * c);
             for (int t = 0; t < T; ++t) {
@@ -193,11 +197,11 @@ struct VnniI8 {
     // tile<G, num_t> for 1 <= num_t <= T.
     template <int G, int T = kMaxTokens>
     static void tile_n(int num_t, const uint8_t* groups, int64_t gb, const uint8_t* act, size_t arb, int64_t k,
-                       float* y, int64_t ldy, int valid) {
+                       float* y, int64_t ldy, int valid, const uint8_t* next, int64_t next_lines) {
         if constexpr (T > 1) {
-            if (num_t < T) return tile_n<G, T - 1>(num_t, groups, gb, act, arb, k, y, ldy, valid);
+            if (num_t < T) return tile_n<G, T - 1>(num_t, groups, gb, act, arb, k, y, ldy, valid, next, next_lines);
         }
-        tile<G, T>(groups, gb, act, arb, k, y, ldy, valid);
+        tile<G, T>(groups, gb, act, arb, k, y, ldy, valid, next, next_lines);
     }
 
     // PackedMatmulKernel::gemm (r0 a multiple of 16). Decode: kDecodeGroups groups per tile. Prefill:
@@ -224,6 +228,9 @@ struct VnniI8 {
         if (chunk < kMaxTokens) chunk = kMaxTokens;
         for (int64_t t0 = 0; t0 < n; t0 += chunk) {
             const int64_t t1 = t0 + chunk < n ? t0 + chunk : n;
+            // The passes over a tile's groups share out the next groups' prefetch (contiguous lines).
+            const int64_t passes = (t1 - t0 + kMaxTokens - 1) / kMaxTokens;
+            const int64_t lines = kPrefillGroups * gb / 64, share = (lines + passes - 1) / passes;
             for (int64_t r = r0; r < r1; r += kPrefillGroups * kRows) {
                 const bool full = r + kPrefillGroups * kRows <= r1;
                 for (int64_t t = t0; t < t1; t += kMaxTokens) {
@@ -231,10 +238,11 @@ struct VnniI8 {
                     const uint8_t* a = ab + t * int64_t(arb);
                     float* yt = y + t * ldy;
                     if (full) {
-                        tile_n<kPrefillGroups>(num_t, group_at(r), gb, a, arb, k, yt + r, ldy, kRows);
+                        const uint8_t* next = group_at(r + kPrefillGroups * kRows) + (t - t0) / kMaxTokens * share * 64;
+                        tile_n<kPrefillGroups>(num_t, group_at(r), gb, a, arb, k, yt + r, ldy, kRows, next, share);
                     } else {
                         for (int64_t rr = r; rr < r1; rr += kRows)
-                            tile_n<1>(num_t, group_at(rr), gb, a, arb, k, yt + rr, ldy, valid_at(rr, 1));
+                            tile_n<1>(num_t, group_at(rr), gb, a, arb, k, yt + rr, ldy, valid_at(rr, 1), nullptr, 0);
                     }
                 }
             }
