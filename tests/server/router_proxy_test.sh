@@ -3,7 +3,8 @@
 # workers on stories260K: greedy completions through it equal a worker's own, streamed ones too
 # (the relayed events end in [DONE]); both workers get requests and prompts that extend an earlier
 # one go to its worker (kiln_dp_prefix_routed_total); every request's load is released afterwards; a
-# worker's error reply is relayed with its status, streamed or not; bad JSON and deeply nested chat
+# worker's error reply is relayed with its status, streamed or not; a client leaving a stream ends
+# the worker's request (its client-abort count) and releases the load; bad JSON and deeply nested chat
 # content are 400s from the worker, the router unharmed; a killed worker is left out (requests go to
 # the other, /health says which is down) and with none left requests get a 503 OpenAI error at once;
 # bad command lines exit 2; SIGTERM exits 0.
@@ -114,6 +115,40 @@ if not models.get("data"): bad.append(f"/v1/models: {models}")
 if bad:
     print("\n".join(bad)); sys.exit(1)
 print(f"ok: {len(prompts)} completions and streams through the router equal the worker's; per worker {per}")
+PY
+
+# A client that leaves a stream early: the router closes the worker's stream (the worker counts a
+# client abort) and releases the request's load.
+python3 - "$r_port" "$a_port" "$b_port" <<'PY'
+import json, socket, sys, time, urllib.request as u
+router, workers = sys.argv[1], sys.argv[2:]
+def aborts():
+    total = 0
+    for w in workers:
+        for line in u.urlopen(f"http://127.0.0.1:{w}/metrics", timeout=10).read().decode().splitlines():
+            if line.startswith("kiln_client_aborts_total"):
+                total += float(line.split()[-1])
+    return total
+before = aborts()
+body = json.dumps({"prompt": "Once upon a time", "max_tokens": 480, "n": 4, "ignore_eos": True, "stream": True}).encode()
+s = socket.create_connection(("127.0.0.1", int(router)), timeout=30)
+s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
+          + str(len(body)).encode() + b"\r\n\r\n" + body)
+got = b""
+while b"data: {" not in got:
+    chunk = s.recv(4096)
+    assert chunk, f"the stream ended before its first event: {got[:300]!r}"
+    got += chunk
+s.close()
+deadline = time.time() + 20
+while time.time() < deadline:
+    h = json.load(u.urlopen(f"http://127.0.0.1:{router}/health", timeout=10))
+    if all(w["in_flight"] == 0 for w in h["workers"]) and aborts() > before:
+        break
+    time.sleep(0.2)
+else:
+    sys.exit(f"after the client left: /health {h}, worker aborts {aborts()} (before {before})")
+print("ok: a client leaving a stream ends the worker's request and releases its load")
 PY
 
 kill -9 "$b_pid"
