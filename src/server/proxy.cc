@@ -67,6 +67,24 @@ struct Relay {
     std::thread reader;
 };
 
+// A client error in words (httplib's own names are one word: "Connection", "Read").
+std::string what_failed(httplib::Error e) {
+    switch (e) {
+        case httplib::Error::Connection:
+            return "cannot connect (refused or unreachable)";
+        case httplib::Error::ConnectionTimeout:
+            return "connection timed out";
+        case httplib::Error::Read:
+            return "reading the reply failed (closed or timed out)";
+        case httplib::Error::Write:
+            return "sending the request failed";
+        case httplib::Error::Canceled:
+            return "canceled";
+        default:
+            return httplib::to_string(e);
+    }
+}
+
 // Whether a request that failed with `e` never reached the worker (so another may take it): the
 // connection was refused or timed out. A read or write error mid-request is not retried: the
 // worker may be generating it.
@@ -244,7 +262,7 @@ void ProxyServer::State::poll_health() {
             // Refused or an error status: out at once; a timeout (a busy worker): after two in a row.
             if (!r && r.error() != httplib::Error::Connection && ++w->missed < 2) continue;
             if (w->ready.load() || w->error().empty()) {
-                w->down(r ? "/health answered " + std::to_string(r->status) : httplib::to_string(r.error()));
+                w->down(r ? "/health answered " + std::to_string(r->status) : what_failed(r.error()));
                 std::fprintf(stderr, "kiln router: worker %s is not ready (%s)\n", w->url.c_str(), w->error().c_str());
             }
         }
@@ -264,10 +282,10 @@ void ProxyServer::State::forward_simple(const httplib::Request& req, httplib::Re
                                 ? c->Get(req.path.c_str(), headers_for(req))
                                 : c->Post(req.path.c_str(), headers_for(req), req.body, "application/json");
         if (!r && not_reached(r.error())) {
-            w->unreachable(httplib::to_string(r.error()));
+            w->unreachable(what_failed(r.error()));
             continue;
         }
-        if (!r) return send_error(res, {502, w->url + ": " + httplib::to_string(r.error()), "server_error", "", ""});
+        if (!r) return send_error(res, {502, w->url + ": " + what_failed(r.error()), "server_error", "", ""});
         res.status = r->status;
         const std::string type = r->get_header_value("Content-Type");
         res.set_content(r->body, type.empty() ? "application/json" : type.c_str());
@@ -300,11 +318,11 @@ void ProxyServer::State::route_generation(const httplib::Request& req, httplib::
             httplib::Result r = c->Post(req.path.c_str(), headers_for(req), req.body, "application/json");
             hold->release();
             if (!r && not_reached(r.error())) {  // the next worker
-                worker.unreachable(httplib::to_string(r.error()));
+                worker.unreachable(what_failed(r.error()));
                 continue;
             }
             if (!r)
-                return send_error(res, {stopping ? 503 : 502, worker.url + ": " + httplib::to_string(r.error()),
+                return send_error(res, {stopping ? 503 : 502, worker.url + ": " + what_failed(r.error()),
                                         "server_error", "", ""});
             res.status = r->status;
             res.set_content(r->body, "application/json");
@@ -341,7 +359,7 @@ void ProxyServer::State::route_generation(const httplib::Request& req, httplib::
             if (!r) {
                 relay->broken = true;
                 relay->reached = !not_reached(r.error());
-                relay->error = httplib::to_string(r.error());
+                relay->error = what_failed(r.error());
             }
             relay->cv.notify_all();
         });
