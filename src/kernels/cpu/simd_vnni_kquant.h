@@ -98,6 +98,7 @@ struct VnniK4 {
                         wq[c] = _mm512_or_si512(wq[c], _mm512_and_si512(hb, bit4));
                     }
                 }
+#pragma GCC unroll 8  // the tokens unrolled: their sums stay in registers
                 for (int t = 0; t < T; ++t) {
                     const uint8_t* xq = act + t * int64_t(arb) + s * int64_t(blk::kActQ8KBytes) + blk::kActQ8KQ + 32 * j;
                     constexpr int kChains = T == 1 ? 4 : 2;  // exact integers: the split changes nothing
