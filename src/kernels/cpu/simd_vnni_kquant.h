@@ -258,6 +258,7 @@ struct VnniQ6K {
                     kAll, _mm_loadu_si128(reinterpret_cast<const __m128i*>(g[gi] + kSc + 16 * i)));
                 __m512i wq[4];
                 for (int c = 0; c < 4; ++c) wq[c] = chunk<Q>(g[gi], 4 * ii + c);
+#pragma GCC unroll 8  // the tokens unrolled: their sums stay in registers
                 for (int t = 0; t < T; ++t) {
                     const uint8_t* xq = xs + t * int64_t(arb) + blk::kActQ8KQ + 16 * i;
                     __m512i part[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
