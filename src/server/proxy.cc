@@ -203,12 +203,14 @@ std::optional<WorkerAddress> parse_worker_url(const std::string& url, std::strin
     return a;
 }
 
-std::optional<std::string> affinity_text(std::string_view body, bool chat, std::string* error) {
+namespace {
+
+// affinity_text of a parsed body.
+std::optional<std::string> affinity_of(const json& j, bool chat, std::string* error) {
     auto bad = [&](const std::string& why) {
         if (error) *error = why;
         return std::nullopt;
     };
-    const json j = json::parse(body, nullptr, false);
     if (!j.is_object()) return bad("the body is not a JSON object");
     if (chat) {
         const auto m = j.find("messages");
@@ -243,6 +245,12 @@ std::optional<std::string> affinity_text(std::string_view body, bool chat, std::
         text += std::to_string(id.get<int64_t>()) + ' ';
     }
     return text;
+}
+
+}  // namespace
+
+std::optional<std::string> affinity_text(std::string_view body, bool chat, std::string* error) {
+    return affinity_of(json::parse(body, nullptr, false), chat, error);
 }
 
 // Every worker's /health, every health_interval_s, until stopping.
@@ -296,9 +304,9 @@ void ProxyServer::State::forward_simple(const httplib::Request& req, httplib::Re
 
 void ProxyServer::State::route_generation(const httplib::Request& req, httplib::Response& res, bool chat) {
     std::string why;
-    const std::optional<std::string> text = affinity_text(req.body, chat, &why);
+    const json body = json::parse(req.body, nullptr, false);  // once: the worker parses it again anyway
+    const std::optional<std::string> text = affinity_of(body, chat, &why);
     if (!text) return send_error(res, bad_request(why));
-    const json body = json::parse(req.body, nullptr, false);
     const auto st = body.find("stream");  // anything but true: the worker answers (or refuses) it whole
     const bool stream = st != body.end() && st->is_boolean() && st->get<bool>();
     int64_t n = 1;
@@ -458,7 +466,9 @@ ProxyServer::ProxyServer(ProxyOptions options) : state_(std::make_unique<State>(
             ws.push_back(o);
         }
         res.status = any ? 200 : 503;
-        res.set_content(json{{"status", any ? "ok" : "no worker ready"}, {"workers", ws}}.dump(), "application/json");
+        res.set_content(json{{"status", any ? "ok" : "no worker ready"}, {"workers", ws}}.dump(
+                            -1, ' ', false, json::error_handler_t::replace),
+                        "application/json");
     });
     h.Get("/metrics", [&s](const httplib::Request&, httplib::Response& res) {
         std::string out = s.router->metrics();

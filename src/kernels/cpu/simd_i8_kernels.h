@@ -173,7 +173,8 @@ struct VnniI8 {
         const int64_t chunks = (k + 3) / 4;
         int64_t due = 0;  // next_lines / chunks lines a column chunk, carried (Bresenham)
         for (int64_t c = 0; c < chunks; ++c) {
-            for (due += next_lines; due >= chunks; due -= chunks, next += 64) _mm_prefetch(reinterpret_cast<const char*>(next), _MM_HINT_T1);
+            for (due += next_lines; due >= chunks; due -= chunks, next += 64)
+                _mm_prefetch(reinterpret_cast<const char*>(next), _MM_HINT_T1);
             __m512i wv[G];
             for (int g = 0; g < G; ++g) wv[g] = _mm512_loadu_si512(groups + g * gb + 64 * c);
             for (int t = 0; t < T; ++t) {

@@ -180,6 +180,13 @@ Status CudaModel::Impl::plan_arena() {
     attn_ws_rows = size_t(std::max(max_splits, std::min(max_splits * std::min(options.max_seqs, T), budget_rows)));
     const int64_t max_tiles = (T + kc::kPrefillTileQueries - 1) / kc::kPrefillTileQueries + options.max_seqs;
     const StepIndexLayout stage = step_index_layout(T, options.max_seqs, NL, blocks_per_seq, max_tiles);
+    // Mixture of experts (sizes 0 without experts): N = T top_k entries, Fe the experts' width, S the
+    // shared expert's; the int32 buffers (ids, offsets, entries, slot_pos) are 4-byte slots too.
+    const int64_t E = c.num_experts, K = c.num_experts_used, N = T * K;
+    const int64_t Fe = c.expert_intermediate_size, S = c.moe() ? c.shared_expert_intermediate_size : 0;
+    const int64_t moe = c.moe() ? 1 : 0;
+    int32_t** int_ptrs[] = {&moe_ids, &moe_offsets, &moe_entries, &moe_slot_pos};
+    float* ints[std::size(int_ptrs)] = {};
     const size_t floats[] = {size_t(T * H),
                              size_t(T * H),
                              size_t(T * (Q + 2 * KV)),
@@ -190,26 +197,23 @@ Status CudaModel::Impl::plan_arena() {
                              size_t(T * F),
                              size_t(NL * V),
                              attn_ws_rows * size_t(head_floats),
-                             size_t(decoded_floats)};
-    float** ptrs[] = {&x, &xn, &qkv, &q, &att, &o, &gate_up, &act, &logits, &attn_ws, &decoded};
+                             size_t(decoded_floats),
+                             size_t(moe * T * E),
+                             size_t(moe * N),
+                             size_t(moe * std::max(N * 2 * Fe, T * 2 * S)),
+                             size_t(moe * std::max(N * Fe, T * S)),
+                             size_t(moe * std::max(N, T) * H),
+                             size_t(moe * N),
+                             size_t(moe * (E + 1)),
+                             size_t(moe * N),
+                             size_t(moe * N)};
+    float** ptrs[] = {&x, &xn, &qkv, &q, &att, &o, &gate_up, &act, &logits, &attn_ws, &decoded,
+                      &moe_logits, &moe_weights, &moe_gate_up, &moe_act, &moe_y, &ints[0], &ints[1], &ints[2],
+                      &ints[3]};
+    static_assert(std::size(floats) == std::size(ptrs));
     size_t total = 0;
     for (size_t n : floats) total += align256(n * 4);
-    // Mixture of experts: N = T top_k entries, Fe the experts' width, S the shared expert's.
-    const int64_t E = c.num_experts, K = c.num_experts_used, N = T * K;
-    const int64_t Fe = c.expert_intermediate_size, S = c.shared_expert_intermediate_size;
-    const size_t moe_floats[] = {size_t(T * E), size_t(N), size_t(std::max(N * 2 * Fe, T * 2 * S)),
-                                 size_t(std::max(N * Fe, T * S)), size_t(std::max(N, T) * H)};
-    float** moe_ptrs[] = {&moe_logits, &moe_weights, &moe_gate_up, &moe_act, &moe_y};
-    const size_t moe_ints[] = {size_t(N), size_t(E + 1), size_t(N), size_t(N)};
-    int32_t** moe_int_ptrs[] = {&moe_ids, &moe_offsets, &moe_entries, &moe_slot_pos};
-    size_t moe_bytes = 0;
-    if (c.moe()) {
-        for (size_t n : moe_floats) moe_bytes += align256(n * 4);
-        for (size_t n : moe_ints) moe_bytes += align256(n * 4);
-    }
-    total += moe_bytes;
-    const size_t x16_bytes =
-        align256(size_t(std::max(std::max(T, NL) * std::max({H, Q, F, c.moe() ? S : 0}), int64_t(1))) * 2);
+    const size_t x16_bytes = align256(size_t(std::max(std::max(T, NL) * std::max({H, Q, F, S}), int64_t(1))) * 2);
     const size_t ids_bytes = align256(size_t(NL) * 4);
     KILN_ASSIGN_OR_RETURN(arena, kc::DeviceBuffer::allocate(total + x16_bytes + ids_bytes + stage.end));
     uint8_t* p = arena.as<uint8_t>();
@@ -217,16 +221,7 @@ Status CudaModel::Impl::plan_arena() {
         *ptrs[i] = reinterpret_cast<float*>(p);
         p += align256(floats[i] * 4);
     }
-    if (c.moe()) {
-        for (size_t i = 0; i < std::size(moe_floats); ++i) {
-            *moe_ptrs[i] = reinterpret_cast<float*>(p);
-            p += align256(moe_floats[i] * 4);
-        }
-        for (size_t i = 0; i < std::size(moe_ints); ++i) {
-            *moe_int_ptrs[i] = reinterpret_cast<int32_t*>(p);
-            p += align256(moe_ints[i] * 4);
-        }
-    }
+    for (size_t i = 0; i < std::size(int_ptrs); ++i) *int_ptrs[i] = reinterpret_cast<int32_t*>(ints[i]);
     x16 = p;
     p += x16_bytes;
     ids = reinterpret_cast<int32_t*>(p);
@@ -488,12 +483,14 @@ core::Result<std::unique_ptr<CudaModel>> CudaModel::create(const Checkpoint& ck,
     // Without quantized_gemm, steps of more than 8 tokens multiply a block-quantized layer matrix
     // decoded to f32, one at a time.
     if (o.max_batch_tokens > kc::kGemvMaxTokens) {
-        for (const Impl::Layer& L : m->layers)
-            for (const DevMatrix* w : {&L.wqkv, &L.wo, &L.w_gate_up, &L.w_down,
-                                       L.moe ? &L.moe->router_m : &L.wqkv, L.moe ? &L.moe->shared_gate_up_m : &L.wqkv,
-                                       L.moe ? &L.moe->shared_down_m : &L.wqkv})
+        for (const Impl::Layer& L : m->layers) {
+            std::vector<const DevMatrix*> mats = {&L.wqkv, &L.wo, &L.w_gate_up, &L.w_down};
+            if (L.moe)  // a mixture's router and shared expert go through linear() too
+                mats.insert(mats.end(), {&L.moe->router_m, &L.moe->shared_gate_up_m, &L.moe->shared_down_m});
+            for (const DevMatrix* w : mats)
                 if (w->type == WType::kBlocks && !o.quantized_gemm)  // the exact path's decoded copy
                     m->decoded_floats = std::max(m->decoded_floats, w->rows * w->cols);
+        }
     }
     KILN_RETURN_IF_ERROR(m->plan_arena());
     KILN_RETURN_IF_ERROR(m->plan_kv());
