@@ -18,7 +18,8 @@ std::set<std::string> engine_flags() {
 std::set<std::string> engine_options() {
     return merged({"--kv-cache-gb", "--block-size", "--max-batch-tokens", "--max-seqs",
                    "--max-model-len", "--device", "--gpu-memory-utilization", "--spec", "--draft-model", "--num-draft",
-                   "--spec-ngram-min", "--spec-ngram-max", "--spec-max-batch", "--tp", "--pp", "--ep", "--collective-timeout"},
+                   "--spec-ngram-min", "--spec-ngram-max", "--spec-max-batch", "--tp", "--pp", "--pp-batches", "--ep",
+                   "--collective-timeout"},
                   kSessionOptions);
 }
 
@@ -48,6 +49,9 @@ const char* const kEngineHelp =
     "                         prints, serves and samples, the others follow its steps)\n"
     "  --pp P                 pipeline parallelism over P stages, each a run of the layers: mpirun -np\n"
     "                         T*P kiln CMD ... --tp T --pp P (T ranks per stage; rank 0 is stage 0)\n"
+    "  --pp-batches B         batches in flight over the stages, each with its share of the sequences\n"
+    "                         and KV blocks (default: one per stage; 1: each step waits for the last\n"
+    "                         stage)\n"
     "  --ep E                 expert parallelism for a mixture-of-experts model: its experts spread\n"
     "                         over E ranks, its attention split over them (the same as --tp E, which\n"
     "                         spreads the experts too): mpirun -np E kiln CMD ... --ep E\n"
@@ -174,6 +178,7 @@ bool parse_engine_options(const Args& args, const char* cmd, EngineOptions& out)
         got[i] = *x;
     }
     for (auto [flag, dst] : {std::pair{"--tp", &out.tensor_parallel}, std::pair{"--pp", &out.pipeline_parallel},
+                             std::pair{"--pp-batches", &out.pipeline_batches},
                              std::pair{"--ep", &out.expert_parallel}})
         if (auto v = args.get(flag)) {
             auto x = parse_positive(*v, 4096);

@@ -154,6 +154,10 @@ struct EngineOptions {
     // contiguous run of the layers and passes its micro-batches' hidden states to the next; rank 0
     // (stage 0) serves. 1 = one stage.
     int pipeline_parallel = 1;
+    // With pipeline_parallel > 1: batches in flight at once, each with its own share of the sequences
+    // and KV blocks, so that rank 0 starts one while the later stages run another (vLLM's virtual
+    // engines). 0 = one per stage; 1 = one batch at a time.
+    int pipeline_batches = 0;
     // Expert parallelism for a mixture-of-experts model: its experts spread over E ranks (whole
     // experts, the outputs exchanged by all-to-all), its attention split over the same ranks by
     // tensor parallelism, so E must equal tensor_parallel (or tensor_parallel be 1, and it becomes E).

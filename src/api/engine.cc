@@ -257,6 +257,7 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o, Status* status) {
     ec.prefix_cache = o.prefix_cache;
     ec.kv_prefault = o.kv_prefault;
     ec.max_model_len = o.max_model_len;
+    ec.pipeline_lanes = o.pipeline_batches;
     auto spec = parse_speculative(o);
     if (!spec) return fail(spec.status());
     if (*spec >= 0 && impl->par.world)

@@ -174,7 +174,35 @@ private:
     int rank_;
 };
 
+// Communicator::start_recv's default: the receive runs in wait().
+class DeferredRecv final : public Pending {
+public:
+    DeferredRecv(Communicator& comm, void* data, int64_t bytes, int src)
+        : comm_(comm), data_(data), bytes_(bytes), src_(src) {}
+    Status wait() override { return comm_.recv(data_, bytes_, src_); }
+
+private:
+    Communicator& comm_;
+    void* data_;
+    int64_t bytes_;
+    int src_;
+};
+
+class Done final : public Pending {
+public:
+    Status wait() override { return Status::ok(); }
+};
+
 }  // namespace
+
+core::Result<std::unique_ptr<Pending>> Communicator::start_send(const void* data, int64_t bytes, int dst) {
+    KILN_RETURN_IF_ERROR(send(data, bytes, dst));
+    return std::unique_ptr<Pending>(new Done());
+}
+
+core::Result<std::unique_ptr<Pending>> Communicator::start_recv(void* data, int64_t bytes, int src) {
+    return std::unique_ptr<Pending>(new DeferredRecv(*this, data, bytes, src));
+}
 
 std::unique_ptr<Communicator> make_single_communicator() { return std::make_unique<SingleCommunicator>(); }
 

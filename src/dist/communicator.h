@@ -26,6 +26,16 @@
 
 namespace kiln::dist {
 
+// A send or receive posted by Communicator::start_send / start_recv, completed by wait().
+class Pending {
+public:
+    virtual ~Pending() = default;
+    // Returns once the buffer given to start_send / start_recv (which must live until then) is sent
+    // or filled, or fails as send / recv do; bounded by the timeout in force at the start of the
+    // wait. Call it once.
+    virtual core::Status wait() = 0;
+};
+
 // What a rank's collectives have cost so far: calls, the bytes of its own buffers they carried (the
 // message sizes: an all-reduce of n floats counts 4n, whatever the algorithm moves on the wire), and
 // the seconds spent inside them, waiting for the others included.
@@ -55,6 +65,17 @@ public:
     // Point to point, matched in order between a pair of ranks.
     virtual core::Status send(const void* data, int64_t bytes, int dst) = 0;
     virtual core::Status recv(void* data, int64_t bytes, int src) = 0;
+    // A receive posted now and waited for later: the peer's send can complete while this rank
+    // computes (a pipeline's rank 0 posts the receive of a batch's logits and runs its stage on the
+    // next batch meanwhile). Wait for the receives from one src in the order they were posted, with
+    // no plain recv from src in between. The default runs recv in wait(), right for groups whose
+    // sends never wait for the receiver (threads); MPI posts an MPI_Irecv at once.
+    virtual core::Result<std::unique_ptr<Pending>> start_recv(void* data, int64_t bytes, int src);
+    // A send posted now and waited for later, so the sender need not wait for a busy receiver (rank
+    // 0 sends a step's plan to ranks still running the last one). In order with this rank's other
+    // sends to dst. The default sends now (threads never wait for the receiver); MPI posts an
+    // MPI_Isend.
+    virtual core::Result<std::unique_ptr<Pending>> start_send(const void* data, int64_t bytes, int dst);
     virtual core::Status barrier() = 0;
     // Ends every rank of the job now (a rank that cannot go on once the group exists: the others
     // would wait for it). MPI: MPI_Abort, which does not return. One rank or threads: nothing.

@@ -19,6 +19,7 @@
 #include <climits>
 #include <mutex>
 #include <thread>
+#include <vector>
 #endif
 
 namespace kiln::dist {
@@ -138,6 +139,34 @@ public:
         } while (at < bytes);
         return Status::ok();
     }
+    core::Result<std::unique_ptr<Pending>> start_recv(void* data, int64_t bytes, int src) override {
+        auto posted = std::make_unique<Posted>(*this, "recv", bytes);
+        int64_t at = 0;
+        do {
+            const int64_t n = std::min(kPiece, bytes - at);
+            MPI_Request req;
+            if (int rc = MPI_Irecv(static_cast<uint8_t*>(data) + at, int(n), MPI_BYTE, src, 0, comm_, &req);
+                rc != MPI_SUCCESS)
+                return mpi_error(rc, "recv");
+            posted->reqs.push_back(req);
+            at += n;
+        } while (at < bytes);
+        return std::unique_ptr<Pending>(std::move(posted));
+    }
+    core::Result<std::unique_ptr<Pending>> start_send(const void* data, int64_t bytes, int dst) override {
+        auto posted = std::make_unique<Posted>(*this, "send", bytes);
+        int64_t at = 0;
+        do {
+            const int64_t n = std::min(kPiece, bytes - at);
+            MPI_Request req;
+            if (int rc = MPI_Isend(static_cast<const uint8_t*>(data) + at, int(n), MPI_BYTE, dst, 0, comm_, &req);
+                rc != MPI_SUCCESS)
+                return mpi_error(rc, "send");
+            posted->reqs.push_back(req);
+            at += n;
+        } while (at < bytes);
+        return std::unique_ptr<Pending>(std::move(posted));
+    }
     void abort(int exit_code) override {
         std::fflush(stdout);
         std::fflush(stderr);
@@ -155,11 +184,36 @@ private:
         if (n >= 0 && n <= INT_MAX) return Status::ok();
         return core::error(StatusCode::kInvalidArgument) << what << ": " << n << " elements exceed one MPI message";
     }
+    // start_send's or start_recv's pieces' requests (cancelled if never waited for).
+    struct Posted final : Pending {
+        Posted(MpiCommunicator& c, const char* w, int64_t n) : comm(c), what(w), bytes(n) {}
+        ~Posted() override {
+            for (MPI_Request& r : reqs) {
+                if (r == MPI_REQUEST_NULL) continue;
+                MPI_Cancel(&r);
+                MPI_Request_free(&r);
+            }
+        }
+        Status wait() override {
+            for (size_t i = 0; i < reqs.size(); ++i)
+                KILN_RETURN_IF_ERROR(comm.wait_for(reqs[i], what, i == 0 ? bytes : 0));
+            reqs.clear();
+            return Status::ok();
+        }
+        MpiCommunicator& comm;
+        const char* what;
+        int64_t bytes;
+        std::vector<MPI_Request> reqs;
+    };
+    Status start_and_wait(int rc, MPI_Request& req, const char* what, int64_t bytes) {
+        if (rc != MPI_SUCCESS) return mpi_error(rc, what);
+        return wait_for(req, what, bytes);
+    }
     // Polls the request: spinning first (a tensor-parallel step's all-reduces are short and frequent),
     // then sleeping between polls (50 us, 1 ms after a second), so a long wait gives the core to the
     // rank's other threads.
-    Status start_and_wait(int rc, MPI_Request& req, const char* what, int64_t bytes) {
-        if (rc != MPI_SUCCESS) return mpi_error(rc, what);
+    Status wait_for(MPI_Request& req, const char* what, int64_t bytes) {
+        int rc = MPI_SUCCESS;
         const auto start = std::chrono::steady_clock::now();
         ++stats_.calls;
         stats_.bytes += bytes;

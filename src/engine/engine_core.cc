@@ -86,8 +86,14 @@ static core::Status check_config(const loader::ModelConfig& mc, EngineConfig& c)
 }
 
 EngineCore::~EngineCore() {
-    if (tp_) {  // the followers' loop ends with the engine
-        if (core::Status st = send_stop(*tp_); !st.is_ok())
+    // Passes still in flight end first (the other ranks run them): their results are dropped.
+    for (size_t i = 0; i < lanes_.size(); ++i)
+        if (lanes_[i].in_flight && model_.finish) {
+            if (core::Status st = model_.finish(int32_t(i)); !st.is_ok())
+                std::fprintf(stderr, "kiln: a batch in flight at shutdown: %s\n", st.to_string().c_str());
+        }
+    if (sender_) {  // the followers' loop ends with the engine
+        if (core::Status st = sender_->send_stop(); !st.is_ok())
             std::fprintf(stderr, "kiln: stopping the parallel ranks: %s\n", st.to_string().c_str());
     }
 }
@@ -132,10 +138,11 @@ core::Result<std::unique_ptr<EngineCore>> EngineCore::create(model::CpuModel* mo
     pm.config = &mc;
     pm.num_kv_blocks = c.num_kv_blocks;
     pm.block_size = c.block_size;
-    pm.forward = [model, layers, tp, st = storage.get()](std::span<const int32_t> tokens,
-                                                         std::span<const model::BatchSeq> seqs,
-                                                         std::vector<float>& logits) {
-        if (tp) KILN_RETURN_IF_ERROR(send_step(*tp, tokens, seqs));
+    // Before each pass: the plan to the other ranks, the blocks it writes to huge pages.
+    std::shared_ptr<StepSender> sender = tp ? std::make_shared<StepSender>(*tp) : nullptr;
+    auto prepare = [layers, sender, st = storage.get()](std::span<const int32_t> tokens,
+                                                        std::span<const model::BatchSeq> seqs) {
+        if (sender) KILN_RETURN_IF_ERROR(sender->send_step(tokens, seqs));
         // The blocks this step writes (a block it only reads was written, so handed over, before): their
         // memory to huge pages, in the background.
         int32_t end = 0;
@@ -144,13 +151,45 @@ core::Result<std::unique_ptr<EngineCore>> EngineCore::create(model::CpuModel* mo
             for (int64_t i = s.start / bs; i < (s.start + s.num_tokens + bs - 1) / bs; ++i)
                 end = std::max(end, s.block_table[size_t(i)] + 1);
         st->collapse_blocks(end);
+        return core::Status::ok();
+    };
+    pm.forward = [model, layers, prepare](std::span<const int32_t> tokens, std::span<const model::BatchSeq> seqs,
+                                          std::vector<float>& logits) {
+        KILN_RETURN_IF_ERROR(prepare(tokens, seqs));
         return model->forward_batch(tokens, seqs, *layers, logits);
     };
+    // Pipeline stages after rank 0's: one batch in flight per stage (or as configured), so that rank 0
+    // starts the next batch while the later stages run this one.
+    dist::Communicator* world = model->pipeline();
+    const int stages = world ? world->size() / (model->tensor_parallel() ? model->tensor_parallel()->size() : 1) : 1;
+    if (c.pipeline_lanes < 0) return core::error(core::StatusCode::kInvalidArgument) << "--pp-batches must be >= 0";
+    const int32_t lanes = c.pipeline_lanes > 0 ? c.pipeline_lanes : stages;
+    if (stages > 1 && lanes > 1) {
+        if (c.num_kv_blocks < lanes)
+            return core::error(core::StatusCode::kInvalidArgument)
+                   << "a KV pool of " << c.num_kv_blocks << " blocks cannot be split over " << lanes << " pipeline lanes";
+        // Each lane's receive of its logits, posted by start and waited for by finish.
+        auto inflight = std::make_shared<std::vector<std::unique_ptr<dist::Pending>>>(size_t(lanes));
+        pm.lanes = lanes;
+        pm.start = [model, layers, prepare, inflight](int32_t lane, std::span<const int32_t> tokens,
+                                                      std::span<const model::BatchSeq> seqs,
+                                                      std::vector<float>& logits) {
+            KILN_RETURN_IF_ERROR(prepare(tokens, seqs));
+            auto& slot = (*inflight)[size_t(lane)];
+            KILN_CHECK(!slot) << "pipeline lane " << lane << " started twice";
+            KILN_ASSIGN_OR_RETURN(slot, model->start_batch(tokens, seqs, *layers, logits));
+            return core::Status::ok();
+        };
+        pm.finish = [inflight](int32_t lane) {
+            std::unique_ptr<dist::Pending> recv = std::move((*inflight)[size_t(lane)]);
+            return recv ? recv->wait() : core::Status::ok();
+        };
+    }
     KILN_ASSIGN_OR_RETURN(std::unique_ptr<EngineCore> e, create(std::move(pm), tokenizer, c));
     e->storage_ = std::move(storage);
-    if (tp) {  // last, once nothing here can fail: the followers allocate the same blocks and start
-        KILN_RETURN_IF_ERROR(send_pool(*tp, {c.num_kv_blocks, c.block_size, int64_t(c.kv_dtype)}));
-        e->tp_ = tp;
+    if (sender) {  // last, once nothing here can fail: the followers allocate the same blocks and start
+        KILN_RETURN_IF_ERROR(sender->send_pool({c.num_kv_blocks, c.block_size, int64_t(c.kv_dtype)}));
+        e->sender_ = sender;
     }
     return e;
 }
@@ -165,16 +204,26 @@ core::Result<std::unique_ptr<EngineCore>> EngineCore::create(PagedModel model, c
     KILN_RETURN_IF_ERROR(check_config(mc, c));
     if (c.num_kv_blocks < 1 || c.num_kv_blocks > INT32_MAX / c.block_size)
         return core::error(core::StatusCode::kInvalidArgument) << "KV pool of " << c.num_kv_blocks << " blocks";
+    const int32_t lanes = model.start && model.finish ? std::max(1, model.lanes) : 1;
+    if (lanes > 1 && c.num_kv_blocks < lanes)
+        return core::error(core::StatusCode::kInvalidArgument)
+               << "a KV pool of " << c.num_kv_blocks << " blocks cannot be split over " << lanes << " lanes";
     std::unique_ptr<EngineCore> e(new EngineCore());
     e->model_ = std::move(model);
     e->tokenizer_ = tokenizer;
-    sched::SchedulerConfig sc;
-    sc.num_blocks = int32_t(c.num_kv_blocks);
-    sc.block_size = c.block_size;
-    sc.max_batch_tokens = c.max_batch_tokens;
-    sc.max_seqs = c.max_seqs;
-    sc.prefix_cache = c.prefix_cache;
-    e->scheduler_ = std::make_unique<sched::Scheduler>(sc);
+    // The lanes split the blocks and the sequences per step (each lane's batch is one pass).
+    for (int32_t l = 0; l < lanes; ++l) {
+        sched::SchedulerConfig sc;
+        const int64_t first = c.num_kv_blocks * l / lanes;
+        sc.num_blocks = int32_t(c.num_kv_blocks * (l + 1) / lanes - first);
+        sc.block_size = c.block_size;
+        sc.max_batch_tokens = c.max_batch_tokens;
+        sc.max_seqs = std::max<int32_t>(1, (c.max_seqs + lanes - 1) / lanes);
+        sc.prefix_cache = c.prefix_cache;
+        Lane& lane = e->lanes_.emplace_back();
+        lane.scheduler = std::make_unique<sched::Scheduler>(sc);
+        lane.first_block = int32_t(first);
+    }
     if (tokenizer->eos_id() >= 0) e->eos_ids_.push_back(tokenizer->eos_id());
     for (int64_t id : mc.eos_token_ids)
         if (id >= 0 && std::find(e->eos_ids_.begin(), e->eos_ids_.end(), int32_t(id)) == e->eos_ids_.end())
@@ -212,8 +261,20 @@ core::Status EngineCore::add(int64_t id, Request request) {
         return core::error(core::StatusCode::kInvalidArgument)
                << "the grammar was compiled for a vocabulary of " << request.grammar->vocab().vocab_size()
                << " tokens; the model has " << vocab;
-    KILN_RETURN_IF_ERROR(scheduler_->add(id, request.prompt, len + request.params.max_tokens));
+    // A new request joins the lane holding the fewest.
+    int32_t lane = 0;
+    int64_t fewest = INT64_MAX;
+    for (size_t l = 0; l < lanes_.size(); ++l) {
+        const sched::SchedulerStats st = lanes_[l].scheduler->stats();
+        if (st.num_running + st.num_waiting < fewest) {
+            fewest = st.num_running + st.num_waiting;
+            lane = int32_t(l);
+        }
+    }
+    sched::Scheduler& scheduler = *lanes_[size_t(lane)].scheduler;
+    KILN_RETURN_IF_ERROR(scheduler.add(id, request.prompt, len + request.params.max_tokens));
     Live live;
+    live.lane = lane;
     live.sampler = std::make_unique<sampling::Sampler>(std::move(sampler));
     live.stop = std::make_unique<sampling::StopChecker>(request.params, eos_ids_);
     live.decoder = std::make_unique<tokenizer::StreamDecoder>(*tokenizer_, request.skip_special);
@@ -227,7 +288,7 @@ core::Status EngineCore::add(int64_t id, Request request) {
     }
     stats_.prompt_tokens_total += len;
     if (live.request.params.max_tokens == 0) {  // nothing to generate: finished at once
-        scheduler_->remove(id);
+        scheduler.remove(id);
         StepOutput out;
         out.request_id = id;
         out.prompt_tokens = len;
@@ -270,13 +331,20 @@ void EngineCore::finish(int64_t id, Live& live, FinishReason reason, StepOutput&
 }
 
 void EngineCore::release(int64_t id) {
-    scheduler_->remove(id);
+    scheduler_of(id).remove(id);
     if (draft_) draft_->forget(id);
 }
 
 void EngineCore::abort(int64_t id) {
     auto it = requests_.find(id);
     if (it == requests_.end()) return;
+    if (Lane& lane = lanes_[size_t(it->second.lane)]; lane.in_flight) {
+        // Its lane's pass ends first (the request may finish in it): blocks are never freed under a
+        // pass in flight.
+        finish_step(lane);
+        it = requests_.find(id);
+        if (it == requests_.end()) return;
+    }
     release(id);
     StepOutput out;
     out.request_id = id;
@@ -300,16 +368,19 @@ void EngineCore::fail_batch(const sched::ScheduledBatch& batch, const core::Stat
     }
 }
 
-void EngineCore::propose_drafts() {
+void EngineCore::propose_drafts(Lane& lane) {
     const SpecConfig& sc = config_.spec;
     if (sc.method == SpecConfig::Method::kNone) return;
+    sched::Scheduler& sched = *lane.scheduler;
+    const int32_t me = int32_t(&lane - lanes_.data());
     int64_t decoding = 0;
-    for (const auto& [id, live] : requests_) decoding += scheduler_->is_decoding(id) ? 1 : 0;
+    for (const auto& [id, live] : requests_) decoding += live.lane == me && sched.is_decoding(id) ? 1 : 0;
     if (sc.max_batch > 0 && decoding > sc.max_batch) return;
     for (auto& [id, live] : requests_) {
+        if (live.lane != me) continue;
         live.draft.clear();
         live.draft_probs.clear();
-        if (!live.request.speculate || !scheduler_->is_decoding(id)) continue;
+        if (!live.request.speculate || !sched.is_decoding(id)) continue;
         if (live.spec_pause > 0) {
             --live.spec_pause;
             continue;
@@ -319,11 +390,11 @@ void EngineCore::propose_drafts() {
         const int64_t k = std::min<int64_t>(live.spec_k, left);
         if (k <= 0) continue;
         if (sc.method == SpecConfig::Method::kDraftModel) {  // drafted once scheduled (draft_scheduled)
-            scheduler_->set_draft(id, k);
+            sched.set_draft(id, k);
             continue;
         }
-        live.draft = propose_ngram(scheduler_->tokens(id), k, sc.ngram_min, sc.ngram_max);
-        scheduler_->set_draft(id, int64_t(live.draft.size()));
+        live.draft = propose_ngram(sched.tokens(id), k, sc.ngram_min, sc.ngram_max);
+        sched.set_draft(id, int64_t(live.draft.size()));
     }
 }
 
@@ -333,7 +404,7 @@ core::Status EngineCore::draft_scheduled(sched::ScheduledBatch& batch) {
     for (const sched::ScheduledSeq& s : batch.seqs)
         if (s.num_draft > 0) {
             Live& live = requests_.at(s.id);
-            jobs.push_back({s.id, scheduler_->tokens(s.id), s.num_draft, &live.draft, live.draft_sampler.get(),
+            jobs.push_back({s.id, scheduler_of(s.id).tokens(s.id), s.num_draft, &live.draft, live.draft_sampler.get(),
                             &live.draft_probs});
         }
     if (jobs.empty()) return core::Status::ok();
@@ -350,10 +421,13 @@ core::Status EngineCore::draft_scheduled(sched::ScheduledBatch& batch) {
     return core::Status::ok();
 }
 
-void EngineCore::sample_step(const sched::ScheduledBatch& batch, bool ids_back,
-                             std::vector<std::pair<size_t, std::vector<float>>>& raw,
+void EngineCore::sample_step(Lane& lane, std::vector<std::pair<size_t, std::vector<float>>>& raw,
                              std::vector<std::pair<size_t, sampling::TokenLogprobs>>& lps) {
     const size_t V = size_t(model_.config->vocab_size);
+    const sched::ScheduledBatch& batch = lane.batch;
+    const bool ids_back = lane.ids_back;
+    std::vector<float>& logits_ = lane.logits;
+    const std::vector<int32_t>& sampled_ = lane.sampled;
     new_tokens_.clear();
     new_counts_.clear();
     emitted_.clear();
@@ -367,7 +441,7 @@ void EngineCore::sample_step(const sched::ScheduledBatch& batch, bool ids_back,
         if (!s.sample) continue;
         Live& live = requests_.at(s.id);
         const size_t nd = size_t(s.num_draft), first = new_tokens_.size();
-        const std::vector<int32_t>& tokens = scheduler_->tokens(s.id);
+        const std::vector<int32_t>& tokens = lane.scheduler->tokens(s.id);
         if (nd > 0) history_.assign(tokens.begin(), tokens.end());
         const std::vector<int32_t>& hist = nd > 0 ? history_ : tokens;
         const int32_t num_top = live.request.params.logprobs;
@@ -444,10 +518,40 @@ void EngineCore::sample_step(const sched::ScheduledBatch& batch, bool ids_back,
     }
 }
 
+bool EngineCore::has_work() const {
+    if (!requests_.empty()) return true;
+    for (const Lane& lane : lanes_)
+        if (lane.in_flight) return true;
+    return false;
+}
+
 bool EngineCore::step() {
+    if (!model_.start) {  // one lane, each pass run whole
+        if (!start_step(lanes_[0])) return false;
+        finish_step(lanes_[0]);
+        return true;
+    }
+    // The next lane that has a batch in flight or one to start: its batch finishes (so its sequences'
+    // next tokens are known) and its next one starts, while the other lanes' passes go on.
+    for (size_t tries = 0; tries < lanes_.size(); ++tries) {
+        Lane& lane = lanes_[next_lane_];
+        next_lane_ = (next_lane_ + 1) % lanes_.size();
+        bool did = false;
+        if (lane.in_flight) {
+            finish_step(lane);
+            did = true;
+        }
+        if (start_step(lane)) did = true;
+        if (did) return true;
+    }
+    return false;
+}
+
+bool EngineCore::start_step(Lane& lane) {
     const auto t0 = Clock::now();
-    propose_drafts();
-    sched::ScheduledBatch batch = scheduler_->schedule();
+    propose_drafts(lane);
+    lane.batch = lane.scheduler->schedule();
+    sched::ScheduledBatch& batch = lane.batch;
     if (batch.seqs.empty()) return false;
     if (draft_) {
         const auto td = Clock::now();
@@ -458,12 +562,14 @@ bool EngineCore::step() {
             return true;
         }
     }
+    std::vector<int32_t>& tokens_ = lane.tokens;
+    std::vector<model::BatchSeq>& seqs_ = lane.seqs;
     tokens_.clear();
     seqs_.clear();
     bool any_draft = false;
     int64_t num_rows = 0;  // logits rows the step returns: 1 + num_draft per sampled sequence
-    for (const sched::ScheduledSeq& s : batch.seqs) {
-        const std::vector<int32_t>& all = scheduler_->tokens(s.id);
+    for (sched::ScheduledSeq& s : batch.seqs) {
+        const std::vector<int32_t>& all = lane.scheduler->tokens(s.id);
         const int64_t real = s.num_tokens - s.num_draft;
         tokens_.insert(tokens_.end(), all.begin() + s.start, all.begin() + s.start + real);
         if (s.num_draft > 0) {
@@ -472,6 +578,7 @@ bool EngineCore::step() {
             tokens_.insert(tokens_.end(), d.begin(), d.begin() + s.num_draft);
             any_draft = true;
         }
+        for (int32_t& b : s.block_table) b += lane.first_block;  // the lane's blocks in the whole pool
         const int64_t rows = s.sample ? 1 + s.num_draft : 0;
         seqs_.push_back({s.start, s.num_tokens, s.block_table, rows});
         num_rows += rows;
@@ -481,8 +588,10 @@ bool EngineCore::step() {
     // Where the sampled rows are decided: plain greedy rows need only their argmax (the model's
     // greedy step, when it has one); rows that need no logprobs or raw logits can be sampled by the
     // model (forward_sample, not with drafts to verify); otherwise the logits come back and the
-    // host samples.
-    bool plain_greedy = bool(model_.forward_greedy), device_sample = bool(model_.forward_sample) && !any_draft;
+    // host samples. A pass in two halves (lanes) always brings the logits.
+    const bool whole = !model_.start;
+    bool plain_greedy = whole && bool(model_.forward_greedy);
+    bool device_sample = whole && bool(model_.forward_sample) && !any_draft;
     for (const sched::ScheduledSeq& s : batch.seqs) {
         if (!s.sample) continue;
         const Live& live = requests_.at(s.id);
@@ -500,37 +609,58 @@ bool EngineCore::step() {
         for (const sched::ScheduledSeq& s : batch.seqs) {
             if (!s.sample) continue;
             sample_rows_.emplace_back();
-            requests_.at(s.id).sampler->plan_row(scheduler_->tokens(s.id), sample_rows_.back(), sample_adjust_);
+            requests_.at(s.id).sampler->plan_row(lane.scheduler->tokens(s.id), sample_rows_.back(), sample_adjust_);
         }
     }
-    const bool ids_back = plain_greedy || device_sample;
-    const core::Status forwarded = plain_greedy ? model_.forward_greedy(tokens_, seqs_, sampled_)
-                                   : device_sample
-                                       ? model_.forward_sample(tokens_, seqs_, sample_rows_, sample_adjust_, sampled_)
-                                       : model_.forward(tokens_, seqs_, logits_);
+    lane.ids_back = plain_greedy || device_sample;
+    lane.num_rows = num_rows;
+    const int32_t lane_id = int32_t(&lane - lanes_.data());
+    const core::Status forwarded =
+        !whole         ? model_.start(lane_id, tokens_, seqs_, lane.logits)
+        : plain_greedy ? model_.forward_greedy(tokens_, seqs_, lane.sampled)
+        : device_sample ? model_.forward_sample(tokens_, seqs_, sample_rows_, sample_adjust_, lane.sampled)
+                        : model_.forward(tokens_, seqs_, lane.logits);
+    stats_.forward_seconds += seconds_since(t1);
     if (!forwarded.is_ok()) {
         fail_batch(batch, forwarded);
         return true;
     }
+    lane.in_flight = true;
+    return true;
+}
+
+void EngineCore::finish_step(Lane& lane) {
+    KILN_CHECK(lane.in_flight) << "finish_step without a batch in flight";
+    lane.in_flight = false;
+    const sched::ScheduledBatch& batch = lane.batch;
+    const auto t1 = Clock::now();
+    if (model_.finish) {
+        if (const core::Status st = model_.finish(int32_t(&lane - lanes_.data())); !st.is_ok()) {
+            fail_batch(batch, st);
+            return;
+        }
+    }
     // One id (or logits row) per row asked for, ids in the vocabulary: anything else is the model's
     // bug, reported as the batch's error rather than read out of bounds.
     const int64_t V = model_.config->vocab_size;
-    const size_t got = ids_back ? sampled_.size() : logits_.size();
+    const bool ids_back = lane.ids_back;
+    const int64_t num_rows = lane.num_rows;
+    const size_t got = ids_back ? lane.sampled.size() : lane.logits.size();
     bool sane = got == size_t(ids_back ? num_rows : num_rows * V);
     if (ids_back)
-        for (int32_t id : sampled_) sane = sane && id >= 0 && id < V;
+        for (int32_t id : lane.sampled) sane = sane && id >= 0 && id < V;
     if (!sane) {
         fail_batch(batch, core::error(core::StatusCode::kInternal)
                               << "the model returned " << got << " values (or an id outside the vocabulary) for "
                               << num_rows << " rows of logits");
-        return true;
+        return;
     }
     const auto t2 = Clock::now();
     stats_.forward_seconds += std::chrono::duration<double>(t2 - t1).count();
     std::vector<std::pair<size_t, std::vector<float>>> raw;       // (index into new_tokens_, logits) when asked
     std::vector<std::pair<size_t, sampling::TokenLogprobs>> lps;  // (index into new_tokens_, logprobs) when asked
-    sample_step(batch, ids_back, raw, lps);
-    scheduler_->complete(batch, new_tokens_, new_counts_);
+    sample_step(lane, raw, lps);
+    lane.scheduler->complete(batch, new_tokens_, new_counts_);
     stats_.sample_seconds += seconds_since(t2);
     ++stats_.num_steps;
 
@@ -546,7 +676,7 @@ bool EngineCore::step() {
         out.prompt_tokens = int64_t(live.request.prompt.size());
         out.cached_tokens = live.cached_tokens;
         // Tokens in order until one finishes the request (the rest were never generated).
-        const int64_t len_before = int64_t(scheduler_->tokens(s.id).size()) - int64_t(em.count);
+        const int64_t len_before = int64_t(lane.scheduler->tokens(s.id).size()) - int64_t(em.count);
         FinishReason reason = FinishReason::kNone;
         for (size_t j = 0; j < em.count && reason == FinishReason::kNone; ++j) {
             const size_t idx = em.first + j;
@@ -586,20 +716,22 @@ bool EngineCore::step() {
         requests_.erase(s.id);
         finish(s.id, done, reason, out);
     }
-    return true;
 }
 
 EngineStats EngineCore::stats() const {
     EngineStats s = stats_;
-    const sched::SchedulerStats ss = scheduler_->stats();
-    s.num_running = ss.num_running;
-    s.num_waiting = ss.num_waiting;
-    s.kv_blocks_in_use = ss.blocks_in_use;
-    s.kv_blocks_total = ss.blocks_total;
-    s.peak_kv_blocks_in_use = ss.peak_blocks_in_use;
-    s.prefix_query_tokens = ss.prefix_query_tokens;
-    s.prefix_hit_tokens = ss.prefix_hit_tokens;
-    s.num_preemptions = ss.num_preemptions;
+    s.kv_blocks_total = 0;
+    for (const Lane& lane : lanes_) {  // summed over the lanes (the peak: of each lane's, summed)
+        const sched::SchedulerStats ss = lane.scheduler->stats();
+        s.num_running += ss.num_running;
+        s.num_waiting += ss.num_waiting;
+        s.kv_blocks_in_use += ss.blocks_in_use;
+        s.kv_blocks_total += ss.blocks_total;
+        s.peak_kv_blocks_in_use += ss.peak_blocks_in_use;
+        s.prefix_query_tokens += ss.prefix_query_tokens;
+        s.prefix_hit_tokens += ss.prefix_hit_tokens;
+        s.num_preemptions += ss.num_preemptions;
+    }
     return s;
 }
 

@@ -24,6 +24,7 @@
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "engine/draft_model.h"
+#include "engine/parallel.h"
 #include "grammar/matcher.h"
 #include "kv/kv_storage.h"
 #include "loader/checkpoint.h"
@@ -102,6 +103,9 @@ struct EngineConfig {
     bool kv_prefault = false;
     int64_t max_model_len = 0;  // 0: the model's context length
     SpecConfig spec;
+    // Batches in flight over pipeline stages (PagedModel::lanes): 0 for one per stage, 1 for one
+    // batch at a time (each step waits for the last stage).
+    int32_t pipeline_lanes = 0;
 };
 
 struct EngineStats {
@@ -144,6 +148,16 @@ struct PagedModel {
                                std::span<const kernels::SampleRow> rows,
                                std::span<const kernels::LogitAdjustment> adjust, std::vector<int32_t>& ids)>
         forward_sample;
+    // Optional: the pass in two halves, so that up to `lanes` batches are in flight (a pipeline whose
+    // last stage is another rank: rank 0 runs its stage on one batch while the later stages run
+    // another, vLLM's virtual engines). start(lane, ...) returns once this rank's part of the pass is
+    // done, finish(lane) once the logits are in `logits`; passes finish in the order they started.
+    // With them the engine keeps one scheduler per lane over its share of the KV blocks.
+    int32_t lanes = 1;
+    std::function<core::Status(int32_t lane, std::span<const int32_t> tokens, std::span<const model::BatchSeq> seqs,
+                               std::vector<float>& logits)>
+        start;
+    std::function<core::Status(int32_t lane)> finish;
 };
 
 class EngineCore {
@@ -163,9 +177,10 @@ public:
     core::Status add(int64_t id, Request request);
     // Ends a request now: its callback gets finished with kAbort; its blocks are freed. Unknown: no-op.
     void abort(int64_t id);
-    // Runs one step; false when there was nothing to do.
+    // Runs one step; false when there was nothing to do. With pipeline lanes a step finishes the
+    // next lane's batch in flight (its outputs reported) and starts that lane's next batch.
     bool step();
-    bool has_work() const { return !requests_.empty(); }
+    bool has_work() const;
     EngineStats stats() const;
     const EngineConfig& config() const { return config_; }
     int64_t max_model_len() const { return config_.max_model_len; }
@@ -190,6 +205,21 @@ private:
         // A draft model's drafts cost passes: after a step that accepted none, the sequence drafts
         // nothing for spec_backoff steps (doubling, up to 32, reset by an acceptance).
         int32_t spec_backoff = 0, spec_pause = 0;
+        int32_t lane = 0;  // the lane whose scheduler holds it
+    };
+    // A scheduler over its share of the KV blocks ([first_block, first_block + its blocks)) and the
+    // batch it has in flight (one lane unless PagedModel::lanes > 1).
+    struct Lane {
+        std::unique_ptr<sched::Scheduler> scheduler;
+        int32_t first_block = 0;
+        sched::ScheduledBatch batch;
+        bool in_flight = false;
+        bool ids_back = false;  // the pass returns ids (sampled_), not logits rows
+        int64_t num_rows = 0;   // logits rows (or ids) the pass returns
+        std::vector<int32_t> tokens;
+        std::vector<model::BatchSeq> seqs;
+        std::vector<float> logits;
+        std::vector<int32_t> sampled;  // ids from the model (ids_back): one per logits row
     };
     // A sampled sequence's new tokens in a step: new_tokens_[first, first + count).
     struct Emitted {
@@ -202,13 +232,19 @@ public:
     EngineCore& operator=(const EngineCore&) = delete;
 
 private:
-    void propose_drafts();
+    // Schedules the lane's next batch and starts its pass (runs it, with one lane); false when the
+    // lane had nothing to run.
+    bool start_step(Lane& lane);
+    // Waits for the lane's pass (with lanes), samples, reports.
+    void finish_step(Lane& lane);
+    sched::Scheduler& scheduler_of(int64_t id) { return *lanes_[size_t(requests_.at(id).lane)].scheduler; }
+    void propose_drafts(Lane& lane);
     // kDraftModel: the draft model fills the drafts of the scheduled decodes; an entry it could not
     // fill (its pool short) runs fewer drafts.
     core::Status draft_scheduled(sched::ScheduledBatch& batch);
     // Verifies the drafts and samples every sampled sequence of the step (rows from logits_, or ids
     // from sampled_ when ids_back); fills new_tokens_ / emitted_ and the raw rows and logprobs asked for.
-    void sample_step(const sched::ScheduledBatch& batch, bool ids_back,
+    void sample_step(Lane& lane,
                      std::vector<std::pair<size_t, std::vector<float>>>& raw,
                      std::vector<std::pair<size_t, sampling::TokenLogprobs>>& lps);
     // Structured output: the row's grammar mask into mask_ (EOS and stop tokens only once the text is whole); with
@@ -222,16 +258,13 @@ private:
     const tokenizer::Tokenizer* tokenizer_ = nullptr;
     EngineConfig config_;
     std::unique_ptr<kv::KvStorage> storage_;  // the CPU model's pool (model_.forward points into it)
-    dist::Communicator* tp_ = nullptr;         // rank 0 of parallel ranks: told to stop with the engine
-    std::unique_ptr<sched::Scheduler> scheduler_;
+    std::shared_ptr<StepSender> sender_;       // rank 0 of parallel ranks: the plans; told to stop with the engine
+    std::vector<Lane> lanes_;
+    size_t next_lane_ = 0;  // with lanes: the one the next step finishes and starts
     std::unique_ptr<DraftModel> draft_;  // SpecConfig::kDraftModel
     std::map<int64_t, Live> requests_;
     std::vector<int32_t> eos_ids_;
     // Step buffers, reused.
-    std::vector<int32_t> tokens_;
-    std::vector<model::BatchSeq> seqs_;
-    std::vector<float> logits_;
-    std::vector<int32_t> sampled_;     // ids from the model (ids_back): one per logits row
     std::vector<int32_t> new_tokens_;  // the step's new tokens, sequence after sequence (emitted_)
     std::vector<int32_t> new_counts_;  // emitted_[i].count, for Scheduler::complete
     std::vector<Emitted> emitted_;     // one per sampled sequence, in batch order

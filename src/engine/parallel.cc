@@ -68,8 +68,14 @@ core::Result<KvPool> make_kv_pool(const loader::ModelConfig& c, int64_t num_bloc
     return p;
 }
 
-core::Status send_pool(dist::Communicator& comm, const PoolPlan& pool) {
+StepSender::~StepSender() {
+    for (Message& m : in_flight_)
+        for (auto& s : m.sends) (void)s->wait();
+}
+
+core::Status StepSender::send_pool(const PoolPlan& pool) {
     PoolPlan p = pool;
+    dist::Communicator& comm = comm_;
     // Then every rank has its weights and its pool before the first step's deadlines start.
     return unbounded(comm, [&] {
         KILN_RETURN_IF_ERROR(comm.broadcast(&p, sizeof(p), 0));
@@ -77,8 +83,30 @@ core::Status send_pool(dist::Communicator& comm, const PoolPlan& pool) {
     });
 }
 
-core::Status send_step(dist::Communicator& comm, std::span<const int32_t> tokens,
-                          std::span<const model::BatchSeq> seqs) {
+core::Status StepSender::post(int64_t kind, std::vector<uint8_t> payload) {
+    // The oldest messages were taken long ago (a rank takes a step's plan before its pass): waiting
+    // for them only bounds the buffers kept.
+    constexpr size_t kMaxInFlight = 16;
+    while (in_flight_.size() >= kMaxInFlight) {
+        for (auto& s : in_flight_.front().sends) KILN_RETURN_IF_ERROR(s->wait());
+        in_flight_.pop_front();
+    }
+    Message& m = in_flight_.emplace_back();
+    m.header[0] = kind;
+    m.header[1] = int64_t(payload.size());
+    m.payload = std::move(payload);
+    for (int r = 1; r < comm_.size(); ++r) {
+        KILN_ASSIGN_OR_RETURN(std::unique_ptr<dist::Pending> h, comm_.start_send(m.header, sizeof(m.header), r));
+        m.sends.push_back(std::move(h));
+        if (m.payload.empty()) continue;
+        KILN_ASSIGN_OR_RETURN(std::unique_ptr<dist::Pending> p,
+                              comm_.start_send(m.payload.data(), int64_t(m.payload.size()), r));
+        m.sends.push_back(std::move(p));
+    }
+    return core::Status::ok();
+}
+
+core::Status StepSender::send_step(std::span<const int32_t> tokens, std::span<const model::BatchSeq> seqs) {
     std::vector<uint8_t> b;
     const int64_t counts[2] = {int64_t(tokens.size()), int64_t(seqs.size())};
     put(b, counts, 2);
@@ -88,14 +116,16 @@ core::Status send_step(dist::Communicator& comm, std::span<const int32_t> tokens
         put(b, v, 4);
     }
     for (const model::BatchSeq& s : seqs) put(b, s.block_table.data(), s.block_table.size());
-    int64_t header[2] = {kStep, int64_t(b.size())};
-    KILN_RETURN_IF_ERROR(comm.broadcast(header, sizeof(header), 0));
-    return comm.broadcast(b.data(), int64_t(b.size()), 0);
+    return post(kStep, std::move(b));
 }
 
-core::Status send_stop(dist::Communicator& comm) {
-    int64_t header[2] = {kStop, 0};
-    return comm.broadcast(header, sizeof(header), 0);
+core::Status StepSender::send_stop() {
+    KILN_RETURN_IF_ERROR(post(kStop, {}));
+    while (!in_flight_.empty()) {  // every rank has it before rank 0 goes on to end
+        for (auto& s : in_flight_.front().sends) KILN_RETURN_IF_ERROR(s->wait());
+        in_flight_.pop_front();
+    }
+    return core::Status::ok();
 }
 
 core::Status run_follower(model::CpuModel& model, dist::Communicator& comm) {
@@ -112,12 +142,12 @@ core::Status run_follower(model::CpuModel& model, dist::Communicator& comm) {
     for (;;) {
         int64_t header[2] = {0, 0};
         // The next step may be a long time coming (an idle server): no bound on this wait.
-        KILN_RETURN_IF_ERROR(unbounded(comm, [&] { return comm.broadcast(header, sizeof(header), 0); }));
+        KILN_RETURN_IF_ERROR(unbounded(comm, [&] { return comm.recv(header, sizeof(header), 0); }));
         if (header[0] == kStop) return core::Status::ok();
         if (header[0] != kStep || header[1] < 16)
             return core::error(core::StatusCode::kInternal) << "parallel ranks: a bad step header from rank 0";
         payload.resize(size_t(header[1]));
-        KILN_RETURN_IF_ERROR(comm.broadcast(payload.data(), header[1], 0));
+        KILN_RETURN_IF_ERROR(comm.recv(payload.data(), header[1], 0));
         Reader r{payload};
         int64_t counts[2];
         r.get(counts, 2);

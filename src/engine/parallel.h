@@ -4,12 +4,14 @@
 // K/V pools (the same blocks: their KV heads under tensor parallelism, their layers under pipeline
 // parallelism) and return nothing: rank 0 gets the logits (the all-reduces of a tensor-parallel
 // step keep every rank's hidden states equal; the last pipeline stage sends them to rank 0).
-// Protocol, in broadcasts from rank 0 over the model's step group (CpuModel::step_group): once,
-// the pool (PoolPlan); then per step a header {kind, payload bytes} and the payload; kind kStop
-// ends the followers' loop.
+// Protocol, over the model's step group (CpuModel::step_group): once, the pool (PoolPlan), broadcast
+// from rank 0; then per step a header {kind, payload bytes} and the payload, sent by rank 0 to every
+// other rank as posted sends (rank 0 goes on without waiting for a rank still running an earlier
+// pass: pipeline lanes); kind kStop ends the followers' loop.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <span>
 #include <vector>
@@ -39,14 +41,32 @@ struct PoolPlan {
     int64_t kv_dtype = 0;  // kernels::KvDtype
 };
 
-// Rank 0: the pool every rank allocates (its own row size, these blocks); returns once every rank has
-// its pool (no deadline: ranks may still be loading their weights).
-core::Status send_pool(dist::Communicator& comm, const PoolPlan& pool);
-// Rank 0, before its own forward pass: the step's plan.
-core::Status send_step(dist::Communicator& comm, std::span<const int32_t> tokens,
-                          std::span<const model::BatchSeq> seqs);
-// Rank 0, when its engine goes away: the followers return.
-core::Status send_stop(dist::Communicator& comm);
+// Rank 0's side of the protocol.
+class StepSender {
+public:
+    explicit StepSender(dist::Communicator& comm) : comm_(comm) {}
+    ~StepSender();  // waits for the sends still in flight
+    StepSender(const StepSender&) = delete;
+    StepSender& operator=(const StepSender&) = delete;
+    // The pool every rank allocates (its own row size, these blocks); returns once every rank has
+    // its pool (no deadline: ranks may still be loading their weights).
+    core::Status send_pool(const PoolPlan& pool);
+    // Before rank 0's own forward pass: the step's plan.
+    core::Status send_step(std::span<const int32_t> tokens, std::span<const model::BatchSeq> seqs);
+    // When rank 0's engine goes away: the followers return (once they have it).
+    core::Status send_stop();
+
+private:
+    core::Status post(int64_t kind, std::vector<uint8_t> payload);
+    // A header and payload in flight to every other rank.
+    struct Message {
+        int64_t header[2] = {0, 0};
+        std::vector<uint8_t> payload;
+        std::vector<std::unique_ptr<dist::Pending>> sends;
+    };
+    dist::Communicator& comm_;
+    std::deque<Message> in_flight_;
+};
 
 // Ranks 1..n-1: receive the pool, allocate it, and run every step rank 0 sends until it sends stop.
 // A step that fails here returns its error (the caller ends the job: the ranks' collectives can no

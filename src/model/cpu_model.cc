@@ -493,6 +493,13 @@ int64_t CpuModel::set_batch(std::span<const int32_t> tokens, std::span<const Bat
 
 Status CpuModel::forward_batch(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs, const KvLayers& kv,
                                  std::vector<float>& logits) {
+    KILN_ASSIGN_OR_RETURN(std::unique_ptr<dist::Pending> pending, start_batch(tokens, seqs, kv, logits));
+    return pending ? pending->wait() : Status::ok();
+}
+
+core::Result<std::unique_ptr<dist::Pending>> CpuModel::start_batch(std::span<const int32_t> tokens,
+                                                                       std::span<const BatchSeq> seqs,
+                                                                       const KvLayers& kv, std::vector<float>& logits) {
     KILN_RETURN_IF_ERROR(check_batch(tokens, seqs, kv));
     if (const ExpertParallel* ep = expert_parallel(); ep && config_.expert_end_id > 0) {
         const int r = ep->comm->rank();
@@ -502,7 +509,11 @@ Status CpuModel::forward_batch(std::span<const int32_t> tokens, std::span<const 
                    << config_.expert_end() << "), rank " << r << " of " << ep->comm->size() << " needs ["
                    << ep->expert_begin[size_t(r)] << ", " << ep->expert_begin[size_t(r) + 1] << ")";
     }
-    if (pp_) return forward_pipeline(tokens, seqs, kv, logits);
+    if (pp_) {
+        std::unique_ptr<dist::Pending> pending;
+        KILN_RETURN_IF_ERROR(forward_pipeline(tokens, seqs, kv, logits, &pending));
+        return pending;
+    }
     const ModelConfig& c = config_;
     const int64_t T = int64_t(tokens.size()), V = c.vocab_size;
     int64_t num_logits = set_batch(tokens, seqs, kv);
@@ -523,11 +534,36 @@ Status CpuModel::forward_batch(std::span<const int32_t> tokens, std::span<const 
         options.resid_in = resid_in_;
         options.resid_out = resid_out_;
     }
-    return run_step(*backend_, c, weights_, b, T, num_logits, options);
+    KILN_RETURN_IF_ERROR(run_step(*backend_, c, weights_, b, T, num_logits, options));
+    return std::unique_ptr<dist::Pending>();
 }
 
+namespace {
+
+// A pipeline's logits receive, waited for under the pass's scaled deadline (forward_pipeline).
+class StageLogits final : public dist::Pending {
+public:
+    StageLogits(std::unique_ptr<dist::Pending> recv, dist::Communicator& world, int stages)
+        : recv_(std::move(recv)), world_(world), stages_(stages) {}
+    Status wait() override {
+        const double before = world_.timeout_seconds();
+        if (before > 0) world_.set_timeout_seconds(before * stages_);
+        const Status st = recv_->wait();
+        world_.set_timeout_seconds(before);
+        return st;
+    }
+
+private:
+    std::unique_ptr<dist::Pending> recv_;
+    dist::Communicator& world_;
+    int stages_;
+};
+
+}  // namespace
+
 Status CpuModel::forward_pipeline(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs,
-                                    const KvLayers& kv, std::vector<float>& logits) {
+                                    const KvLayers& kv, std::vector<float>& logits,
+                                    std::unique_ptr<dist::Pending>* pending) {
     const ModelConfig& c = config_;
     if (last_layer_ >= 0)
         return core::error(StatusCode::kUnsupported) << "calibration runs on one rank, not a pipeline stage";
@@ -538,7 +574,11 @@ Status CpuModel::forward_pipeline(std::span<const int32_t> tokens, std::span<con
                << "pipeline: " << world.size() << " ranks are no whole number of stages of " << tp;
     const int64_t T = int64_t(tokens.size()), H = c.hidden_size, V = c.vocab_size;
     const int stages = world.size() / tp;
-    const int64_t num_micro = std::min<int64_t>(stages, T);
+    // A micro-batch per stage, of at least kMicroTokens tokens: a smaller one reads the stage's weights
+    // again for little work (a decode pass is bound by those reads), so decode passes are one
+    // micro-batch and overlap across passes instead (the engine's lanes).
+    constexpr int64_t kMicroTokens = 32;
+    const int64_t num_micro = std::clamp<int64_t>(T / kMicroTokens, 1, stages);
     // One wait here may span every stage's work on a micro-batch (the last stage's first receive) or
     // the whole pass (rank 0's logits): the collective deadline, which bounds one rank's work, grows
     // with the stages for these waits.
@@ -552,6 +592,18 @@ Status CpuModel::forward_pipeline(std::span<const int32_t> tokens, std::span<con
     int64_t total_logits = 0;
     for (const BatchSeq& s : seqs) total_logits += s.num_logits;
     if (c.last_stage()) w.out_logits.resize(size_t(total_logits * V));
+    const int last_stage_rank0 = world.size() - tp;
+    const int64_t bytes = total_logits * V * int64_t(sizeof(float));
+    if (me == 0 && last_stage_rank0 != 0) {
+        // Rank 0 posts the logits' receive before its stage runs: the last stage's send never waits
+        // for rank 0, which may be busy with the next pass by then.
+        logits.resize(size_t(total_logits * V));
+        if (bytes > 0) {
+            KILN_ASSIGN_OR_RETURN(std::unique_ptr<dist::Pending> recv,
+                                  world.start_recv(logits.data(), bytes, last_stage_rank0));
+            *pending = std::make_unique<StageLogits>(std::move(recv), world, stages);
+        }
+    }
     int64_t logit_row = 0;
     for (int64_t m = 0; m < num_micro; ++m) {
         // Micro-batch m: tokens [t0, t1) of the batch, as pieces of the sequences that hold them; a
@@ -592,13 +644,10 @@ Status CpuModel::forward_pipeline(std::span<const int32_t> tokens, std::span<con
     }
     // The logits go to rank 0 once the whole pass is through: a send before the last micro-batch would
     // wait for rank 0, which is still sending micro-batches.
-    const int last_stage_rank0 = world.size() - tp;
-    const int64_t bytes = total_logits * V * int64_t(sizeof(float));
     if (me == 0 && last_stage_rank0 == 0) {  // one stage
         logits.assign(w.out_logits.begin(), w.out_logits.end());
     } else if (me == 0) {
-        logits.resize(size_t(total_logits * V));
-        if (bytes > 0) KILN_RETURN_IF_ERROR(world.recv(logits.data(), bytes, last_stage_rank0));
+        // The logits arrive in the receive posted above (*pending).
     } else {
         logits.clear();
         if (me == last_stage_rank0 && bytes > 0) KILN_RETURN_IF_ERROR(world.send(w.out_logits.data(), bytes, 0));

@@ -126,6 +126,15 @@ public:
     // token ids, counts, block tables or slots outside kv.
     core::Status forward_batch(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs, const KvLayers& kv,
                                std::vector<float>& logits);
+    // forward_batch in two halves, for a pipeline's world rank 0 when the last stage is another
+    // rank: this rank's part of the pass runs now and the receive of the logits is posted into
+    // `logits` (resized here; leave it alone until the wait), and the returned receive's wait()
+    // brings them, so rank 0 can start the next pass while the later stages run this one (several
+    // passes in flight: wait in the order they started). Null where the pass is done already (one
+    // stage, or any other rank).
+    core::Result<std::unique_ptr<dist::Pending>> start_batch(std::span<const int32_t> tokens,
+                                                                 std::span<const BatchSeq> seqs, const KvLayers& kv,
+                                                                 std::vector<float>& logits);
 
     // Called (on the calling thread) with the input of every projection group during forward passes;
     // an empty function turns it off.
@@ -161,6 +170,7 @@ public:
     // end of the pass. Logits come back on world rank 0 only (empty elsewhere). Every rank of the
     // world runs the same passes in the same order. Null (the default): one stage.
     void set_pipeline(dist::Communicator* world) { pp_ = world; }
+    dist::Communicator* pipeline() const { return pp_; }
     // The ranks that run every forward pass together: the pipeline's world, else the
     // tensor-parallel group; null for one rank.
     dist::Communicator* step_group() const { return pp_ ? pp_ : tp_; }
@@ -194,8 +204,10 @@ private:
     // Gives the backend this batch's step (positions, K/V slots, attention sequences, logit rows);
     // returns its number of logit rows.
     int64_t set_batch(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs, const KvLayers& kv);
+    // World rank 0 posts the logits' receive into *pending (left null when there are none to receive).
     core::Status forward_pipeline(std::span<const int32_t> tokens, std::span<const BatchSeq> seqs,
-                                  const KvLayers& kv, std::vector<float>& logits);
+                                  const KvLayers& kv, std::vector<float>& logits,
+                                  std::unique_ptr<dist::Pending>* pending);
 
     ModelConfig config_;
     core::ThreadPool* pool_ = nullptr;

@@ -7,7 +7,8 @@
 # stages leave bit for bit unchanged; TP 2 x PP 2); bad launches are clear errors; a rank that dies
 # ends the job (mpirun names it) and a rank that hangs ends it after --collective-timeout with kiln's
 # message naming the operation. Ranks share this machine's cores (--oversubscribe). SIGTERM to
-# mpirun drains the server and every rank exits.
+# mpirun drains the server and every rank exits. Concurrent completions over a PP 2 server (two
+# batches in flight) equal each one alone.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/skip.sh"
 D="$KILN_TESTDATA/models/stories260K"
@@ -149,6 +150,31 @@ kill -9 "$(rank_pid 1)"
 ends_within 30 || fail "the job ended with status 0 after a pipeline stage was killed"
 grep -Eiq "rank 1" "$T/killed-pp.log" || { cat "$T/killed-pp.log"; fail "the job's end does not name rank 1"; }
 echo "ok: a killed pipeline stage ends the job"
+# Pipeline lanes (two batches in flight at PP 2) under real MPI: concurrent greedy completions give
+# each prompt's text alone (batch invariance), every rank staying in step.
+serve_until_ready "$T/lanes.log" "--pp 2"
+python3 - "$port" <<'PY' || { cat "$T/lanes.log"; fail "concurrent completions over pipeline lanes"; }
+import json, sys, threading, urllib.request as u
+port = sys.argv[1]
+prompts = ["Once upon a time", "The dog", "Lily and Ben", "One day, a little", "The sun was", "Tom had a big"]
+def complete(p):
+    req = u.Request(f"http://127.0.0.1:{port}/v1/completions", method="POST",
+                    data=json.dumps({"prompt": p, "max_tokens": 40, "temperature": 0}).encode(),
+                    headers={"Content-Type": "application/json"})
+    return json.load(u.urlopen(req, timeout=60))["choices"][0]["text"]
+alone = [complete(p) for p in prompts]
+together = [None] * len(prompts)
+def run(i): together[i] = complete(prompts[i])
+threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
+for t in threads: t.start()
+for t in threads: t.join()
+for p, a, b in zip(prompts, alone, together):
+    assert a and a == b, f"{p!r}: alone {a!r}, concurrent {b!r}"
+print("ok: 6 concurrent completions over 2 pipeline lanes equal each one alone")
+PY
+kill -TERM "$mpi_pid"
+ends_within 10 || true
+grep -q "signal 15, shutting down" "$T/lanes.log" || { cat "$T/lanes.log"; fail "the PP server did not drain on SIGTERM"; }
 serve_until_ready "$T/hung.log"
 kill -STOP "$(rank_pid 1)"
 complete > /dev/null &

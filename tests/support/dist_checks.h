@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -78,6 +79,44 @@ inline void check_collectives(dist::Communicator& c) {
                 ASSERT_TRUE(c.send(&v, sizeof(v), next).is_ok());
             }
             EXPECT_EQ(got, prev * 1000 + k);
+        }
+    }
+    // Posted receives: each rank posts two receives from its predecessor, then sends two messages to
+    // its successor, big enough that MPI waits for the receiver, then waits for its receives. With
+    // blocking receives after the sends this order would deadlock under MPI.
+    if (n > 1) {
+        const int next = (me + 1) % n, prev = (me + n - 1) % n;
+        const int64_t count = 1 << 18;  // 1 MiB of int32
+        std::vector<int32_t> out0 = std::vector<int32_t>(size_t(count)), out1 = out0;
+        std::vector<int32_t> in0 = std::vector<int32_t>(size_t(count), -1), in1 = in0;
+        for (int64_t i = 0; i < count; ++i) {
+            out0[size_t(i)] = int32_t(me * 1000000 + i);
+            out1[size_t(i)] = -int32_t(me * 1000000 + i);
+        }
+        auto p0 = c.start_recv(in0.data(), count * 4, prev);
+        auto p1 = c.start_recv(in1.data(), count * 4, prev);
+        ASSERT_TRUE(p0.is_ok() && p1.is_ok());
+        ASSERT_TRUE(c.send(out0.data(), count * 4, next).is_ok());
+        ASSERT_TRUE(c.send(out1.data(), count * 4, next).is_ok());
+        ASSERT_TRUE((*p0)->wait().is_ok());
+        ASSERT_TRUE((*p1)->wait().is_ok());
+        for (int64_t i = 0; i < count; i += 4099) {
+            ASSERT_EQ(in0[size_t(i)], int32_t(prev * 1000000 + i)) << "posted receive 0 on " << me;
+            ASSERT_EQ(in1[size_t(i)], -int32_t(prev * 1000000 + i)) << "posted receive 1 on " << me;
+        }
+        // Posted sends: every rank sends first, then receives (blocking sends would deadlock here).
+        std::fill(in0.begin(), in0.end(), -1);
+        std::fill(in1.begin(), in1.end(), -1);
+        auto s0 = c.start_send(out1.data(), count * 4, next);
+        auto s1 = c.start_send(out0.data(), count * 4, next);
+        ASSERT_TRUE(s0.is_ok() && s1.is_ok());
+        ASSERT_TRUE(c.recv(in0.data(), count * 4, prev).is_ok());
+        ASSERT_TRUE(c.recv(in1.data(), count * 4, prev).is_ok());
+        ASSERT_TRUE((*s0)->wait().is_ok());
+        ASSERT_TRUE((*s1)->wait().is_ok());
+        for (int64_t i = 0; i < count; i += 4099) {
+            ASSERT_EQ(in0[size_t(i)], -int32_t(prev * 1000000 + i)) << "posted send 0 on " << me;
+            ASSERT_EQ(in1[size_t(i)], int32_t(prev * 1000000 + i)) << "posted send 1 on " << me;
         }
     }
     ASSERT_TRUE(c.barrier().is_ok());

@@ -114,14 +114,15 @@ std::vector<Result> run_job(const Checkpoint& ck, int tp, int pp, Fn fn) {
     return out;
 }
 
-// Logits [tokens, vocab] of a 13-token prompt, then three decode steps.
+// Logits [tokens, vocab] of a 100-token prompt (a micro-batch per stage: model/cpu_model.cc
+// kMicroTokens), then three decode steps (one micro-batch each).
 struct Run {
     std::vector<float> logits;
     core::Status status;
 };
 Run run_model(const Checkpoint& ck, dist::Communicator* world, dist::Communicator* tp, const ops::LinearOptions& lo) {
     std::vector<int32_t> prompt;
-    for (int i = 0; i < 13; ++i) prompt.push_back(int32_t((i * 37 + 5) % ck.config.vocab_size));
+    for (int i = 0; i < 100; ++i) prompt.push_back(int32_t((i * 37 + 5) % ck.config.vocab_size));
     Run out;
     core::ThreadPool pool(1);
     auto m = model::CpuModel::create(ck, &pool, lo);
@@ -217,9 +218,19 @@ TEST(PipelineParallel, EngineMatchesOneRank) {
     const EngineRun one = test::run_engine(*ck, *ck, nullptr, nullptr);
     ASSERT_TRUE(one.status.is_ok()) << one.status.to_string();
     ASSERT_EQ(one.tokens.size(), 8u);
-    for (auto [tp, pp] : {std::pair{1, 2}, std::pair{1, 3}, std::pair{2, 2}}) {
-        const auto runs = run_job<EngineRun>(*ck, tp, pp, [](const Checkpoint& part, dist::Communicator* w,
-                                                           dist::Communicator* t) { return test::run_engine(part, part, t, w); });
+    // (TP, PP, lanes: 0 = one batch in flight per stage, step size): the plain pipelines, one batch at a
+    // time, and steps big enough for micro-batches (sequences cut between them).
+    struct Job {
+        int tp, pp, lanes;
+        int64_t max_batch_tokens;
+    };
+    for (const Job job : {Job{1, 2, 0, 24}, Job{1, 3, 0, 24}, Job{2, 2, 0, 24}, Job{1, 2, 1, 24}, Job{1, 3, 0, 100},
+                          Job{1, 2, 1, 100}}) {
+        const int tp = job.tp, pp = job.pp;
+        SCOPED_TRACE("lanes " + std::to_string(job.lanes) + ", step tokens " + std::to_string(job.max_batch_tokens));
+        const auto runs = run_job<EngineRun>(*ck, tp, pp, [&](const Checkpoint& part, dist::Communicator* w, dist::Communicator* t) {
+            return test::run_engine(part, part, t, w, job.lanes, job.max_batch_tokens);
+        });
         for (size_t r = 0; r < runs.size(); ++r) ASSERT_TRUE(runs[r].status.is_ok()) << r << ": " << runs[r].status.to_string();
         EXPECT_EQ(runs[0].tokens, one.tokens) << "TP " << tp << " x PP " << pp;
         double worst = 0;
@@ -231,6 +242,35 @@ TEST(PipelineParallel, EngineMatchesOneRank) {
             EXPECT_EQ(worst, 0.0) << "PP " << pp << ": the logits must be one rank's bits";
         } else {
             EXPECT_LE(worst, 1e-4) << "TP " << tp << " x PP " << pp;
+        }
+    }
+}
+
+// Requests aborted while their lane's batch is in flight: each ends once, with kAbort; the rest run
+// as they do alone (the pipeline's ranks stay in step).
+TEST(PipelineParallel, AbortWithBatchesInFlight) {
+    const std::string path = test::testdata("models/stories260K/stories260K.bin");
+    if (!test::file_exists(path)) KILN_SKIP_MISSING() << "no " << path;
+    auto ck = loader::load_checkpoint(path);
+    ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
+    const EngineRun one = test::run_engine(*ck, *ck, nullptr, nullptr);
+    ASSERT_TRUE(one.status.is_ok()) << one.status.to_string();
+    for (int abort_after : {1, 2, 5}) {
+        SCOPED_TRACE("aborted after " + std::to_string(abort_after) + " steps");
+        const auto runs = run_job<EngineRun>(*ck, 1, 2, [&](const Checkpoint& part, dist::Communicator* w, dist::Communicator* t) {
+            return test::run_engine(part, part, t, w, 0, 24, abort_after);
+        });
+        for (size_t r = 0; r < runs.size(); ++r) ASSERT_TRUE(runs[r].status.is_ok()) << r << ": " << runs[r].status.to_string();
+        for (int64_t id = 0; id < 8; ++id) {
+            const std::vector<engine::FinishReason>& f = runs[0].finished.count(id) ? runs[0].finished.at(id)
+                                                                                    : std::vector<engine::FinishReason>{};
+            ASSERT_EQ(f.size(), 1u) << "request " << id << " finished " << f.size() << " times";
+            if (id == 1 || id == 4) {
+                EXPECT_EQ(f[0], engine::FinishReason::kAbort) << id;
+            } else {
+                EXPECT_EQ(f[0], engine::FinishReason::kLength) << id;
+                EXPECT_EQ(runs[0].tokens.at(id), one.tokens.at(id)) << id;
+            }
         }
     }
 }

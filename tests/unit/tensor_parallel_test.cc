@@ -293,7 +293,7 @@ TEST(TensorParallel, EngineMatchesOneRank) {
                     group[size_t(r)]->set_timeout_seconds(30);
                     auto sliced = loader::tp_slice(ck, r, n);
                     runs[size_t(r)] = sliced.is_ok() ? test::run_engine(*sliced, *stories, group[size_t(r)].get(), nullptr)
-                                                     : EngineRun{{}, {}, sliced.status()};
+                                                     : EngineRun{{}, {}, {}, sliced.status()};
                 });
             for (auto& t : threads) t.join();
             for (int r = 0; r < n; ++r)
