@@ -260,9 +260,6 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o, Status* status) {
     ec.pipeline_lanes = o.pipeline_batches;
     auto spec = parse_speculative(o);
     if (!spec) return fail(spec.status());
-    if (*spec >= 0 && impl->par.world)
-        return fail(core::error(core::StatusCode::kUnsupported)
-                    << "draft-model and self-speculation across ranks are not supported yet; use ngram");
     if (*spec >= 0 && *device >= 0)
         return fail(core::error(core::StatusCode::kUnsupported)
                     << "draft-model and self-speculation run on the CPU only for now; on a GPU use --spec ngram");

@@ -124,9 +124,6 @@ core::Result<std::unique_ptr<EngineCore>> EngineCore::create(model::CpuModel* mo
         if (tp->rank() != 0)
             return core::error(core::StatusCode::kInvalidArgument)
                    << "parallel rank " << tp->rank() << " runs run_follower, not an engine";
-        if (c.spec.method == SpecConfig::Method::kDraftModel)
-            return core::error(core::StatusCode::kUnsupported)
-                   << "draft-model speculation across ranks is not supported yet (use ngram)";
     } else {
         tp = nullptr;
     }

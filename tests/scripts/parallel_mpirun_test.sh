@@ -45,6 +45,11 @@ same_text greedy 2 "--pp 2" -m "$M" -p "Once upon a time" -n 96 --temp 0
 same_text greedy 3 "--pp 3" -m "$M" -p "Once upon a time" -n 96 --temp 0
 same_text sampled 2 "--pp 2" -m "$M" -p "The dog" -n 96 --temp 0.8 --top-p 0.95 --seed 7
 same_text greedy 4 "--tp 2 --pp 2" -m "$M" -p "Once upon a time" -n 96 --temp 0
+# Speculation across ranks: the draft (a model of its own, or the target's first layers, whole) runs
+# on rank 0 alone; greedy text is the text without speculation.
+same_text spec-draft 2 "--tp 2 --spec draft --draft-model $M" -m "$M" -p "Once upon a time" -n 96 --temp 0
+same_text spec-layers 2 "--pp 2 --spec layers:2" -m "$M" -p "Once upon a time" -n 96 --temp 0
+same_text spec-layers 4 "--tp 2 --pp 2 --spec layers:3" -m "$M" -p "Once upon a time" -n 96 --temp 0
 # A mixture of experts (kiln synth's tiny-moe: 4 experts, top 2): its experts spread over the ranks
 # (--ep, or --tp), its attention split over them, and the same under pipeline stages.
 "$KILN_BIN" synth --preset tiny-moe --dtype q8_0 -o "$T/moe.gguf" > /dev/null
@@ -73,11 +78,11 @@ set +e
 timeout 60 "${MPI[@]}" -np 2 "$KILN_BIN" generate -m "$M" -p x -n 4 --tp 3 > /dev/null 2> "$T/e2.txt"; rc2=$?
 "$KILN_BIN" generate -m "$M" -p x -n 4 --tp 0 > /dev/null 2> "$T/e3.txt"; rc3=$?
 timeout 60 "${MPI[@]}" -np 4 "$KILN_BIN" generate -m "$M" -p x -n 4 --tp 2 --pp 3 > /dev/null 2> "$T/e5.txt"; rc5=$?
-timeout 60 "${MPI[@]}" -np 2 "$KILN_BIN" generate -m "$M" -p x -n 4 --pp 2 --spec layers:2 > /dev/null 2> "$T/e6.txt"; rc6=$?
+timeout 60 "${MPI[@]}" -np 2 "$KILN_BIN" generate -m "$M" -p x -n 4 --pp 2 --spec draft --draft-model "$T/none.gguf" > /dev/null 2> "$T/e6.txt"; rc6=$?
 timeout 60 "${MPI[@]}" -np 2 "$KILN_BIN" generate -m "$M" -p x -n 4 --ep 2 > /dev/null 2> "$T/e7.txt"; rc7=$?
 "$KILN_BIN" generate -m "$M" -p x -n 4 --tp 2 --ep 4 > /dev/null 2> "$T/e8.txt"; rc8=$?
 # rank 0 refuses the options once the group exists: the job ends at once, the others do not wait
-timeout 60 "${MPI[@]}" -np 2 "$KILN_BIN" generate -m "$M" -p x -n 4 --tp 2 --spec layers:2 > /dev/null 2> "$T/e4.txt"; rc4=$?
+timeout 60 "${MPI[@]}" -np 2 "$KILN_BIN" generate -m "$M" -p x -n 4 --tp 2 --spec layers:9 > /dev/null 2> "$T/e4.txt"; rc4=$?
 set -e
 [ "$rc1" != 0 ] && grep -q "mpirun -np 2" "$T/e1.txt" || { cat "$T/e1.txt"; fail "--tp 2 without mpirun"; }
 [ "$rc2" != 0 ] && [ "$rc2" != 124 ] && grep -q "needs 3 ranks" "$T/e2.txt" || { cat "$T/e2.txt"; fail "--tp 3 on 2 ranks (rc $rc2)"; }
