@@ -11,6 +11,8 @@
 
 #include "args.h"
 #include "commands.h"
+#include "engine/parallel.h"
+#include "engine_options.h"
 #include "model_session.h"
 
 namespace kiln::tools {
@@ -19,6 +21,7 @@ namespace {
 constexpr const char* kLogitsUsage =
     "usage: kiln logits [-m MODEL] -p PROMPT [--top K] [--tokenizer FILE] [-t N] [--isa ISA] [--f32-activations]\n"
     "                   [--kv-cache-dtype T]\n"
+    "       mpirun -np T*P kiln logits ... --tp T --pp P   (CPU ranks, docs/parallel.md)\n"
     "\n"
     "Runs PROMPT (BOS added when the tokenizer asks for it) through the model in one pass and prints,\n"
     "for every position, the top-K next-token logits: \"POS INPUT_ID ID:LOGIT ...\".\n"
@@ -30,13 +33,14 @@ constexpr const char* kLogitsUsage =
 void print_usage(std::FILE* f) {
     std::fputs(kLogitsUsage, f);
     std::fputs(kSessionHelp, f);
+    std::fputs(kParallelHelp, f);
 }
 
 }  // namespace
 
 int cmd_logits(int argc, char** argv) {
     Args args(merged({"--help", "-h"}, kSessionFlags),
-              merged({"-p", "--prompt", "--top"}, kSessionOptions));
+              merged(merged({"-p", "--prompt", "--top"}, kSessionOptions), parallel_options()));
     if (!args.parse(argc, argv, 2)) {
         std::fprintf(stderr, "kiln logits: %s\n", args.error().c_str());
         print_usage(stderr);
@@ -63,7 +67,10 @@ int cmd_logits(int argc, char** argv) {
     }
     SessionOptions session_options;
     if (!parse_session_options(args, "logits", session_options)) return 2;
-    auto session = open_model_session(session_options);
+    EngineOptions parallel;  // under mpirun: the other ranks follow rank 0's pass
+    if (!parallel_session_options(args, "logits", session_options, parallel)) return 2;
+    if (const int rc = run_if_worker(parallel, "logits"); rc >= 0) return rc;
+    auto session = open_model_session(session_options, parallel);
     if (!session) {
         std::fprintf(stderr, "kiln logits: %s\n", session.status().to_string().c_str());
         return 1;
@@ -76,8 +83,15 @@ int cmd_logits(int argc, char** argv) {
         return 1;
     }
     const loader::ModelConfig& c = s.model->config();
-    model::KvCache cache(c, int64_t(ids.size()), kv_dtype);
-    auto logits = s.model->forward(ids, cache, /*all_logits=*/true);
+    core::Result<std::vector<float>> logits = std::vector<float>();
+    if (s.par.world) {  // every rank runs the pass
+        auto ranks = engine::SequenceRunner::create(*s.model, int64_t(ids.size()), kv_dtype);
+        core::Status st = ranks ? (*ranks)->forward(ids, 0, /*all_logits=*/true, *logits) : ranks.status();
+        if (!st.is_ok()) logits = st;
+    } else {
+        model::KvCache cache(c, int64_t(ids.size()), kv_dtype);
+        logits = s.model->forward(ids, cache, /*all_logits=*/true);
+    }
     if (!logits) {
         std::fprintf(stderr, "kiln logits: %s\n", logits.status().to_string().c_str());
         return 1;

@@ -20,6 +20,8 @@
 
 #include "args.h"
 #include "commands.h"
+#include "engine/parallel.h"
+#include "engine_options.h"
 #include "gpu_session.h"
 #include "loader/checkpoint_tokenizer.h"
 #include "model_session.h"
@@ -29,6 +31,7 @@ namespace {
 
 constexpr const char* kPerplexityUsage =
     "usage: kiln perplexity [-m MODEL] -f FILE [--ctx N] [-t N] [--tokenizer FILE] [--isa ISA] [--f32-activations]\n"
+    "       mpirun -np T*P kiln perplexity ... --tp T --pp P   (CPU ranks, docs/parallel.md)\n"
     "\n"
     "Perplexity of FILE, computed as llama.cpp's perplexity tool does: non-overlapping windows of N\n"
     "tokens, each starting with BOS, scoring the second half of each window. The file needs at least\n"
@@ -43,6 +46,7 @@ constexpr const char* kPerplexityUsage =
 void print_usage(std::FILE* f) {
     std::fputs(kPerplexityUsage, f);
     std::fputs(kSessionHelp, f);
+    std::fputs(kParallelHelp, f);
 }
 
 // -log softmax(row)[target], in double.
@@ -58,7 +62,8 @@ double nll_of(const float* row, int64_t vocab, int32_t target) {
 
 int cmd_perplexity(int argc, char** argv) {
     Args args(merged({"--help", "-h"}, kSessionFlags),
-              merged({"-f", "--file", "-c", "--ctx", "--device", "--gpu-memory-utilization"}, kSessionOptions));
+              merged(merged({"-f", "--file", "-c", "--ctx", "--device", "--gpu-memory-utilization"}, kSessionOptions),
+                     parallel_options()));
     if (!args.parse(argc, argv, 2)) {
         std::fprintf(stderr, "kiln perplexity: %s\n", args.error().c_str());
         print_usage(stderr);
@@ -84,6 +89,9 @@ int cmd_perplexity(int argc, char** argv) {
     }
     SessionOptions session_options;
     if (!parse_session_options(args, "perplexity", session_options)) return 2;
+    EngineOptions parallel;  // under mpirun: the other ranks follow rank 0's passes
+    if (!parallel_session_options(args, "perplexity", session_options, parallel)) return 2;
+    if (const int rc = run_if_worker(parallel, "perplexity"); rc >= 0) return rc;
     std::ifstream in(*text_path, std::ios::binary);
     if (!in) {
         std::fprintf(stderr, "kiln perplexity: cannot read '%s'\n", text_path->c_str());
@@ -111,8 +119,13 @@ int cmd_perplexity(int argc, char** argv) {
     loader::Checkpoint checkpoint;
     std::unique_ptr<tokenizer::Tokenizer> gpu_tokenizer;
     std::unique_ptr<GpuSequence> gpu;
+    if (*device >= 0 && Engine::parallel_rank(parallel) == 0 &&
+        (parallel.tensor_parallel > 1 || parallel.pipeline_parallel > 1 || parallel.expert_parallel > 1)) {
+        std::fprintf(stderr, "kiln perplexity: --tp / --pp / --ep run on CPU ranks only\n");
+        return 2;
+    }
     if (*device < 0) {
-        auto opened = open_model_session(session_options);
+        auto opened = open_model_session(session_options, parallel);
         if (!opened) {
             std::fprintf(stderr, "kiln perplexity: %s\n", opened.status().to_string().c_str());
             return 1;
@@ -167,7 +180,17 @@ int cmd_perplexity(int argc, char** argv) {
     std::fprintf(stderr, "%zu tokens, %lld windows of %d, scoring %d tokens each\n", tokens.size(),
                  (long long)num_windows, n_ctx, n_ctx - 1 - first);
     std::optional<model::KvCache> cache;
-    if (session) cache.emplace(c, n_ctx, kv_dtype);
+    std::unique_ptr<engine::SequenceRunner> ranks;  // under mpirun: every rank runs each window
+    if (session && session->par.world) {
+        auto r = engine::SequenceRunner::create(*session->model, n_ctx, kv_dtype);
+        if (!r) {
+            std::fprintf(stderr, "kiln perplexity: %s\n", r.status().to_string().c_str());
+            return 1;
+        }
+        ranks = std::move(*r);
+    } else if (session) {
+        cache.emplace(c, n_ctx, kv_dtype);
+    }
     std::vector<float> logits;  // [n_ctx, vocab]
     double nll = 0;
     int64_t count = 0;
@@ -176,7 +199,9 @@ int cmd_perplexity(int argc, char** argv) {
         std::vector<int32_t> window(tokens.begin() + w * n_ctx, tokens.begin() + (w + 1) * n_ctx);
         if (bos >= 0) window[0] = bos;
         core::Status st;
-        if (session) {
+        if (ranks) {
+            st = ranks->forward(window, 0, /*all_logits=*/true, logits);
+        } else if (session) {
             cache->clear();
             st = session->model->forward(window, *cache, /*all_logits=*/true, logits);
         } else {

@@ -23,6 +23,23 @@ std::set<std::string> engine_options() {
                   kSessionOptions);
 }
 
+#define KILN_PARALLEL_HELP \
+    "parallelism (docs/parallel.md):\n" \
+    "  --tp N                 tensor parallelism over N processes: mpirun -np N kiln CMD ... --tp N\n" \
+    "                         (CPU ranks; each holds its share of the heads and MLP units; rank 0\n" \
+    "                         prints, serves and samples, the others follow its steps)\n" \
+    "  --pp P                 pipeline parallelism over P stages, each a run of the layers: mpirun -np\n" \
+    "                         T*P kiln CMD ... --tp T --pp P (T ranks per stage; rank 0 is stage 0)\n" \
+    "  --pp-batches B         batches in flight over the stages, each with its share of the sequences\n" \
+    "                         and KV blocks (default: one per stage; 1: each step waits for the last\n" \
+    "                         stage)\n" \
+    "  --ep E                 expert parallelism for a mixture-of-experts model: its experts spread\n" \
+    "                         over E ranks, its attention split over them (the same as --tp E, which\n" \
+    "                         spreads the experts too): mpirun -np E kiln CMD ... --ep E\n" \
+    "  --collective-timeout S seconds a collective waits for the other ranks before the job is ended\n" \
+    "                         (default 120)\n" \
+    "\n"
+
 const char* const kEngineHelp =
     "\n"
     "engine (continuous batching over a paged KV cache, see docs/kv.md):\n"
@@ -43,21 +60,7 @@ const char* const kEngineHelp =
     "  --mmap                 run from the file mapping (faster start) instead of a copy of the weights\n"
     "                         in anonymous memory\n"
     "\n"
-    "parallelism (docs/parallel.md):\n"
-    "  --tp N                 tensor parallelism over N processes: mpirun -np N kiln CMD ... --tp N\n"
-    "                         (CPU ranks; each holds its share of the heads and MLP units; rank 0\n"
-    "                         prints, serves and samples, the others follow its steps)\n"
-    "  --pp P                 pipeline parallelism over P stages, each a run of the layers: mpirun -np\n"
-    "                         T*P kiln CMD ... --tp T --pp P (T ranks per stage; rank 0 is stage 0)\n"
-    "  --pp-batches B         batches in flight over the stages, each with its share of the sequences\n"
-    "                         and KV blocks (default: one per stage; 1: each step waits for the last\n"
-    "                         stage)\n"
-    "  --ep E                 expert parallelism for a mixture-of-experts model: its experts spread\n"
-    "                         over E ranks, its attention split over them (the same as --tp E, which\n"
-    "                         spreads the experts too): mpirun -np E kiln CMD ... --ep E\n"
-    "  --collective-timeout S seconds a collective waits for the other ranks before the job is ended\n"
-    "                         (default 120)\n"
-    "\n"
+    KILN_PARALLEL_HELP
     "speculative decoding (docs/speculative.md; greedy output is unchanged, sampled output keeps its\n"
     "distribution):\n"
     "  --spec METHOD          off by default; drafts verified by the model in one step:\n"
@@ -72,6 +75,8 @@ const char* const kEngineHelp =
     "  --spec-ngram-max N     longest n-gram looked up, tried first (default 4)\n"
     "  --spec-max-batch N     speculate only in steps where at most N sequences decode (default 8,\n"
     "                         measured on 2 cores; 0 = always)\n";
+
+const char* const kParallelHelp = "\n" KILN_PARALLEL_HELP;
 
 std::string spec_summary(const EngineStats& s) {
     char buf[200];
@@ -122,6 +127,49 @@ std::optional<double> parse_positive_number(const std::string& s, double max) {
 }
 
 }  // namespace
+
+bool parse_parallel_options(const Args& args, const char* cmd, EngineOptions& out) {
+    for (auto [flag, dst] : {std::pair{"--tp", &out.tensor_parallel}, std::pair{"--pp", &out.pipeline_parallel},
+                             std::pair{"--pp-batches", &out.pipeline_batches},
+                             std::pair{"--ep", &out.expert_parallel}})
+        if (auto v = args.get(flag)) {
+            auto x = parse_positive(*v, 4096);
+            if (!x) {
+                std::fprintf(stderr, "kiln %s: %s needs an integer in [1, 4096], got '%s'\n", cmd, flag, v->c_str());
+                return false;
+            }
+            *dst = int(*x);
+        }
+    if (auto v = args.get("--collective-timeout")) {
+        const auto t = parse_positive_number(*v, 1e9);
+        if (!t) {
+            std::fprintf(stderr, "kiln %s: --collective-timeout needs a positive number of seconds, got '%s'\n", cmd,
+                         v->c_str());
+            return false;
+        }
+        out.collective_timeout = *t;
+    }
+    return true;
+}
+
+std::set<std::string> parallel_options() {
+    return {"--tp", "--pp", "--pp-batches", "--ep", "--collective-timeout"};
+}
+
+bool parallel_session_options(const Args& args, const char* cmd, const SessionOptions& s, EngineOptions& out) {
+    auto path = resolve_model_path(s.model);
+    if (!path) {
+        std::fprintf(stderr, "kiln %s: %s\n", cmd, path.status().to_string().c_str());
+        return false;
+    }
+    out.model = *path;
+    out.tokenizer = s.tokenizer;
+    out.threads = s.threads.value_or(0);
+    if (args.get("--isa")) out.isa = kernels::cpu::isa_name(s.linear.isa);
+    out.f32_activations = s.linear.f32_activations;
+    out.mmap_weights = true;  // as open_model_session runs rank 0's
+    return parse_parallel_options(args, cmd, out);
+}
 
 bool parse_engine_options(const Args& args, const char* cmd, EngineOptions& out) {
     SessionOptions s;
@@ -177,26 +225,7 @@ bool parse_engine_options(const Args& args, const char* cmd, EngineOptions& out)
         }
         got[i] = *x;
     }
-    for (auto [flag, dst] : {std::pair{"--tp", &out.tensor_parallel}, std::pair{"--pp", &out.pipeline_parallel},
-                             std::pair{"--pp-batches", &out.pipeline_batches},
-                             std::pair{"--ep", &out.expert_parallel}})
-        if (auto v = args.get(flag)) {
-            auto x = parse_positive(*v, 4096);
-            if (!x) {
-                std::fprintf(stderr, "kiln %s: %s needs an integer in [1, 4096], got '%s'\n", cmd, flag, v->c_str());
-                return false;
-            }
-            *dst = int(*x);
-        }
-    if (auto v = args.get("--collective-timeout")) {
-        const auto t = parse_positive_number(*v, 1e9);
-        if (!t) {
-            std::fprintf(stderr, "kiln %s: --collective-timeout needs a positive number of seconds, got '%s'\n", cmd,
-                         v->c_str());
-            return false;
-        }
-        out.collective_timeout = *t;
-    }
+    if (!parse_parallel_options(args, cmd, out)) return false;
     out.block_size = int32_t(got[0]);
     out.max_batch_tokens = got[1];
     out.max_seqs = int32_t(got[2]);

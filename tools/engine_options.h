@@ -9,6 +9,7 @@
 
 #include "args.h"
 #include "kiln/engine.h"
+#include "model_session.h"
 
 namespace kiln::tools {
 
@@ -22,6 +23,16 @@ extern const char* const kEngineHelp;  // --help lines of the options below (ses
 // Fills `out` (model path resolved, the default model when -m is absent); false after printing
 // "kiln CMD: <what is wrong>".
 bool parse_engine_options(const Args& args, const char* cmd, EngineOptions& out);
+
+// The parallelism options (--tp, --pp, --pp-batches, --ep, --collective-timeout; part of
+// engine_options()) into out; false after printing what is wrong.
+std::set<std::string> parallel_options();
+extern const char* const kParallelHelp;  // their --help lines (part of kEngineHelp)
+bool parse_parallel_options(const Args& args, const char* cmd, EngineOptions& out);
+// Commands that run the model outside the engine under mpirun (kiln perplexity, kiln logits): the
+// EngineOptions the other ranks run with (Engine::run_worker): the session's model, tokenizer,
+// threads and kernels, and the parallelism options.
+bool parallel_session_options(const Args& args, const char* cmd, const SessionOptions& session, EngineOptions& out);
 
 // Tensor parallelism: on ranks other than 0 of `mpirun -np N kiln CMD ... --tp N`, runs
 // Engine::run_worker and returns the exit code; -1 on rank 0 and without --tp (the command goes on).

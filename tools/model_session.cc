@@ -111,6 +111,36 @@ core::Result<std::unique_ptr<ModelSession>> open_model_session(const SessionOpti
     return s;
 }
 
+// open_model_session's rank 0 under mpirun: the whole checkpoint's tokenizer, the rank's slice, the model.
+static core::Status open_rank_model(ModelSession& s, const SessionOptions& o);
+
+core::Result<std::unique_ptr<ModelSession>> open_model_session(const SessionOptions& o, const EngineOptions& parallel) {
+    if (parallel.tensor_parallel == 1 && parallel.pipeline_parallel == 1 && parallel.expert_parallel == 1)
+        return open_model_session(o);
+    auto s = std::make_unique<ModelSession>();
+    KILN_ASSIGN_OR_RETURN(s->par, api::open_parallel(parallel));
+    if (core::Status st = open_rank_model(*s, o); !st.is_ok()) {
+        // The other ranks wait for this one's pool: end the job.
+        std::fprintf(stderr, "kiln: rank 0 of %d: %s; ending the job\n", s->par.world->size(), st.to_string().c_str());
+        s->par.world->abort(1);
+        return st;
+    }
+    return s;
+}
+
+static core::Status open_rank_model(ModelSession& s_, const SessionOptions& o) {
+    ModelSession* s = &s_;
+    KILN_ASSIGN_OR_RETURN(std::string path, resolve_model_path(o.model));
+    KILN_ASSIGN_OR_RETURN(loader::Checkpoint whole, loader::load_checkpoint(path));
+    KILN_ASSIGN_OR_RETURN(s->tokenizer, loader::find_tokenizer(whole, o.tokenizer));
+    KILN_ASSIGN_OR_RETURN(s->checkpoint, api::rank_checkpoint(whole, s->par));
+    s->pool = std::make_unique<core::ThreadPool>(o.threads.value_or(core::ThreadPool::default_num_threads()));
+    KILN_ASSIGN_OR_RETURN(s->model, model::create_model(s->checkpoint, s->pool.get(), o.linear,
+                                                        model::WeightMemory::kFileMapping));
+    api::attach(*s->model, s->par);
+    return core::Status::ok();
+}
+
 core::Result<std::unique_ptr<ModelSession>> open_model_session(const std::optional<std::string>& model_path,
                                                                const std::string& tokenizer_path,
                                                                std::optional<int> threads) {

@@ -10,6 +10,7 @@
 
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "api/parallel.h"
 #include "args.h"
 #include "loader/checkpoint.h"
 #include "model/cpu_model.h"
@@ -19,6 +20,7 @@
 namespace kiln::tools {
 
 struct ModelSession {
+    api::ParallelGroups par;  // under mpirun (open_model_session with parallel options): rank 0's groups
     loader::Checkpoint checkpoint;
     std::unique_ptr<tokenizer::Tokenizer> tokenizer;
     std::unique_ptr<core::ThreadPool> pool;
@@ -42,6 +44,11 @@ extern const char* const kSessionHelp;
 // "kiln CMD: <what is wrong>" on a bad value.
 bool parse_session_options(const Args& args, const char* cmd, SessionOptions& out);
 core::Result<std::unique_ptr<ModelSession>> open_model_session(const SessionOptions& options);
+// Rank 0 of `mpirun -np N kiln CMD ... --tp T --pp P`: its share of the model, attached to the
+// groups (parallel: the options the other ranks run Engine::run_worker with); one process when every
+// size is 1. The model's passes must go through engine::SequenceRunner then.
+core::Result<std::unique_ptr<ModelSession>> open_model_session(const SessionOptions& options,
+                                                               const EngineOptions& parallel);
 
 // model_path: nullopt = the default model (resolve_model_path). threads: nullopt =
 // core::ThreadPool::default_num_threads(). tokenizer_path: "" = find one.

@@ -3,6 +3,7 @@
 // num_logits, table_len], then the block tables (int32) one after another.
 #include "engine/parallel.h"
 
+#include <cstdio>
 #include <cstring>
 
 
@@ -125,6 +126,42 @@ core::Status StepSender::send_stop() {
         for (auto& s : in_flight_.front().sends) KILN_RETURN_IF_ERROR(s->wait());
         in_flight_.pop_front();
     }
+    return core::Status::ok();
+}
+
+core::Result<std::unique_ptr<SequenceRunner>> SequenceRunner::create(model::CpuModel& model, int64_t max_tokens,
+                                                                     kernels::KvDtype dtype) {
+    constexpr int64_t kBlock = 16;
+    if (max_tokens < 1) return core::error(core::StatusCode::kInvalidArgument) << "a sequence of " << max_tokens << " tokens";
+    const int64_t blocks = (max_tokens + kBlock - 1) / kBlock;
+    KILN_ASSIGN_OR_RETURN(KvPool pool, make_kv_pool(model.config(), blocks, kBlock, dtype));
+    std::unique_ptr<SequenceRunner> r(new SequenceRunner(model, std::move(pool), max_tokens));
+    for (int64_t b = 0; b < blocks; ++b) r->table_.push_back(int32_t(b));
+    if (dist::Communicator* group = model.step_group(); group && group->size() > 1) {
+        r->sender_ = std::make_unique<StepSender>(*group);
+        KILN_RETURN_IF_ERROR(r->sender_->send_pool({blocks, kBlock, int64_t(dtype)}));
+    }
+    return r;
+}
+
+SequenceRunner::~SequenceRunner() {
+    if (!sender_) return;
+    if (core::Status st = sender_->send_stop(); !st.is_ok())
+        std::fprintf(stderr, "kiln: stopping the parallel ranks: %s\n", st.to_string().c_str());
+}
+
+core::Status SequenceRunner::forward(std::span<const int32_t> tokens, int64_t start, bool all_logits,
+                                     std::vector<float>& logits) {
+    const int64_t n = int64_t(tokens.size());
+    if (n == 0 || start < 0 || start > end_ || start + n > max_tokens_)
+        return core::error(core::StatusCode::kInvalidArgument)
+               << "tokens [" << start << ", " << start + n << ") of a sequence of " << end_ << " run so far, at most "
+               << max_tokens_;
+    const model::BatchSeq seq{start, n, table_, all_logits ? n : 1};
+    const std::span<const model::BatchSeq> seqs(&seq, 1);
+    if (sender_) KILN_RETURN_IF_ERROR(sender_->send_step(tokens, seqs));
+    KILN_RETURN_IF_ERROR(model_.forward_batch(tokens, seqs, *pool_.layers, logits));
+    end_ = start + n;
     return core::Status::ok();
 }
 

@@ -68,6 +68,29 @@ private:
     std::deque<Message> in_flight_;
 };
 
+// One sequence at a time over a model outside the engine (kiln perplexity, kiln logits): a paged K/V
+// pool of max_tokens that every rank of the model's step group allocates, and passes that every rank
+// runs (ranks 1.. run run_follower). Without a step group: one process.
+class SequenceRunner {
+public:
+    static core::Result<std::unique_ptr<SequenceRunner>> create(model::CpuModel& model, int64_t max_tokens,
+                                                                kernels::KvDtype dtype);
+    ~SequenceRunner();  // the other ranks stop
+    // Runs tokens at positions [start, start + n) of the sequence (start 0 begins a new one; start
+    // must be where the last pass ended) and returns logits [n, vocab] with all_logits, else [1,
+    // vocab] for the last token. kInvalidArgument past max_tokens.
+    core::Status forward(std::span<const int32_t> tokens, int64_t start, bool all_logits, std::vector<float>& logits);
+
+private:
+    SequenceRunner(model::CpuModel& model, KvPool pool, int64_t max_tokens)
+        : model_(model), pool_(std::move(pool)), max_tokens_(max_tokens) {}
+    model::CpuModel& model_;
+    KvPool pool_;
+    int64_t max_tokens_ = 0, end_ = 0;
+    std::vector<int32_t> table_;
+    std::unique_ptr<StepSender> sender_;
+};
+
 // Ranks 1..n-1: receive the pool, allocate it, and run every step rank 0 sends until it sends stop.
 // A step that fails here returns its error (the caller ends the job: the ranks' collectives can no
 // longer be matched up); a collective that times out ends the job.

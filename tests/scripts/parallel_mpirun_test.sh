@@ -50,6 +50,24 @@ same_text greedy 4 "--tp 2 --pp 2" -m "$M" -p "Once upon a time" -n 96 --temp 0
 same_text spec-draft 2 "--tp 2 --spec draft --draft-model $M" -m "$M" -p "Once upon a time" -n 96 --temp 0
 same_text spec-layers 2 "--pp 2 --spec layers:2" -m "$M" -p "Once upon a time" -n 96 --temp 0
 same_text spec-layers 4 "--tp 2 --pp 2 --spec layers:3" -m "$M" -p "Once upon a time" -n 96 --temp 0
+# kiln perplexity and kiln logits under the ranks (rank 0 sends each pass to the others): PP 2 gives
+# one process's bits, TP 2 and TP 2 x PP 2 its figures within rounding (f32 activations).
+E="$KILN_TESTDATA/eval/tinystories_excerpt.txt"
+ppl_of() { sed -n 's/^ppl = //p' "$1"; }
+"$KILN_BIN" perplexity -m "$M" -f "$E" -c 128 -t 1 --f32-activations > "$T/ppl.1.txt" 2> "$T/ppl.err" || { cat "$T/ppl.err"; fail "perplexity alone"; }
+for spec in "2 --pp 2" "2 --tp 2" "4 --tp 2 --pp 2"; do
+    # shellcheck disable=SC2086
+    "${MPI[@]}" -np ${spec%% *} "$KILN_BIN" perplexity -m "$M" -f "$E" -c 128 -t 1 --f32-activations ${spec#* } \
+        > "$T/ppl.n.txt" 2> "$T/ppl.err" || { cat "$T/ppl.err"; fail "perplexity under mpirun -np $spec"; }
+    python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(0 if abs(a - b) <= 1e-4 * a else 1)" \
+        "$(ppl_of "$T/ppl.1.txt")" "$(ppl_of "$T/ppl.n.txt")" ||
+        fail "perplexity under -np $spec: $(ppl_of "$T/ppl.n.txt") against one process's $(ppl_of "$T/ppl.1.txt")"
+done
+echo "ok: perplexity $(ppl_of "$T/ppl.1.txt") at --pp 2, --tp 2 and --tp 2 --pp 2"
+"$KILN_BIN" logits -m "$M" -p "Once upon a time there was" --top 4 -t 1 > "$T/logits.1.txt"
+"${MPI[@]}" -np 2 "$KILN_BIN" logits -m "$M" -p "Once upon a time there was" --top 4 -t 1 --pp 2 > "$T/logits.2.txt"
+cmp -s "$T/logits.1.txt" "$T/logits.2.txt" || { diff "$T/logits.1.txt" "$T/logits.2.txt" | head; fail "logits at --pp 2"; }
+echo "ok: logits at --pp 2 are one process's"
 # A mixture of experts (kiln synth's tiny-moe: 4 experts, top 2): its experts spread over the ranks
 # (--ep, or --tp), its attention split over them, and the same under pipeline stages.
 "$KILN_BIN" synth --preset tiny-moe --dtype q8_0 -o "$T/moe.gguf" > /dev/null
