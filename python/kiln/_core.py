@@ -37,6 +37,12 @@ def _content_text(content: Any) -> str:
 class Core:
     def __init__(self, model: str, kwargs: Dict[str, Any]) -> None:
         options, self.seed = engine_options(model, kwargs)
+        if _kiln.parallel_rank(options) != 0:
+            # `mpirun -np N python script.py` with tensor / pipeline / expert parallelism: ranks 1.. follow
+            # rank 0's steps here and end the process when its engine goes away (as vLLM's workers,
+            # they never run the rest of the script).
+            _kiln.run_worker(options)
+            raise SystemExit(0)
         self.max_seqs = options.max_seqs
         self.engine = _kiln.Engine(options)
         # per instance: a cache on the class would keep every engine alive through its keys

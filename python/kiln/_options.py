@@ -15,20 +15,23 @@ _KILN = {
     "kv_cache_bytes": int, "block_size": int, "kv_cache_dtype": str, "max_batch_tokens": int, "max_seqs": int,
     "prefix_cache": bool, "kv_prefault": bool, "max_model_len": int, "speculative": str, "draft_model": str,
     "num_draft": int, "spec_ngram_min": int, "spec_ngram_max": int, "spec_max_batch": int, "device": str,
-    "gpu_memory_utilization": float,
+    "gpu_memory_utilization": float, "tensor_parallel": int, "pipeline_parallel": int, "pipeline_batches": int,
+    "expert_parallel": int, "collective_timeout": float,
 }
 # vLLM's names for the same things.
 _ALIASES = {
     "max_num_seqs": "max_seqs",
     "max_num_batched_tokens": "max_batch_tokens",
     "enable_prefix_caching": "prefix_cache",
+    "tensor_parallel_size": "tensor_parallel",
+    "pipeline_parallel_size": "pipeline_parallel",
 }
 # vLLM options that change nothing here (kiln has no such mechanism to configure).
 _IGNORED = {"trust_remote_code", "enforce_eager", "disable_log_stats", "swap_space", "revision",
             "tokenizer_revision", "tokenizer_mode", "download_dir", "load_format", "disable_custom_all_reduce",
             "max_seq_len_to_capture", "compilation_config", "distributed_executor_backend"}
 # vLLM options honoured only at one value (name -> the values accepted).
-_ONLY = {"tensor_parallel_size": (1,), "pipeline_parallel_size": (1,), "quantization": (None,),
+_ONLY = {"quantization": (None,),
          "cpu_offload_gb": (0,), "enable_lora": (False,), "skip_tokenizer_init": (False,)}
 
 

@@ -11,7 +11,10 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <sys/prctl.h>
+
 #include <atomic>
+#include <csignal>
 #include <chrono>
 #include <condition_variable>
 #include <memory>
@@ -308,7 +311,26 @@ NB_MODULE(_kiln, m) {
         .def_rw("spec_ngram_max", &EngineOptions::spec_ngram_max)
         .def_rw("spec_max_batch", &EngineOptions::spec_max_batch)
         .def_rw("device", &EngineOptions::device)
-        .def_rw("gpu_memory_utilization", &EngineOptions::gpu_memory_utilization);
+        .def_rw("gpu_memory_utilization", &EngineOptions::gpu_memory_utilization)
+        .def_rw("tensor_parallel", &EngineOptions::tensor_parallel)
+        .def_rw("pipeline_parallel", &EngineOptions::pipeline_parallel)
+        .def_rw("pipeline_batches", &EngineOptions::pipeline_batches)
+        .def_rw("expert_parallel", &EngineOptions::expert_parallel)
+        .def_rw("collective_timeout", &EngineOptions::collective_timeout);
+
+    // Parallel ranks under mpirun (docs/parallel.md): rank 0 runs the Engine, the others run_worker.
+    m.def("parallel_rank", &Engine::parallel_rank, nb::arg("options"),
+          "This process's rank in `mpirun -np N python ...` with parallel options; 0 otherwise.");
+    m.def(
+        "run_worker",
+        [](const EngineOptions& options) {
+            // mpirun's SIGINT / SIGTERM go to every rank; rank 0 drains and then stops the others, so a
+            // worker outlives the signal, and dies with mpirun should it go first.
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            const Status st = Engine::run_worker(options);
+            if (!st.ok()) throw StatusError(st);
+        },
+        release(), nb::arg("options"), "Follows rank 0's steps until its engine goes away (ranks 1..).");
 
     nb::class_<TokenLogprobs>(m, "TokenLogprobs")
         .def_ro("token_id", &TokenLogprobs::token_id)

@@ -36,7 +36,9 @@ def test_bad_engine_options():
         kiln.LLM(STORIES, no_such_option=1)
     with pytest.raises(TypeError, match="threads must be an int"):
         kiln.LLM(STORIES, threads="two")
-    with pytest.raises(NotImplementedError, match="tensor_parallel_size"):
+    with pytest.raises(NotImplementedError, match="quantization"):
+        kiln.LLM(STORIES, quantization="awq")
+    with pytest.raises(ValueError, match="mpirun -np 2"):  # parallel ranks: under mpirun (test_parallel.py)
         kiln.LLM(STORIES, tensor_parallel_size=2)
     with pytest.raises(NotImplementedError, match="dtype"):
         kiln.LLM(STORIES, dtype="bfloat16")
