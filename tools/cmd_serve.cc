@@ -49,7 +49,8 @@ constexpr const char* kServeUsage =
     "                         mistral, gpt_oss, deepseek or none (default: the chat template's)\n"
     "  --log-format FMT       request log lines on stderr: text (default) or json\n"
     "  --dp N                 data parallelism: N replicas of the model in this process (CPU), each\n"
-    "                         with -t threads (default: the cores / N) and its own KV cache\n"
+    "                         with -t threads (default: the cores / N) and its own KV cache, all\n"
+    "                         over one copy of the weights\n"
     "                         (--kv-cache-gb each; the default budget is split); a request goes to\n"
     "                         the replica that cached its prompt's prefix, else to the least busy\n"
     "                         (--max-seqs each, --max-queue shared; docs/parallel.md)\n";
@@ -203,7 +204,8 @@ int cmd_serve(int argc, char** argv) {
 
     Status st;
     for (int r = 0; r < dp && !signalled; ++r) {
-        replicas.push_back(Engine::create(options, &st));
+        // Replicas after the first share its weights (one copy in memory).
+        replicas.push_back(r == 0 ? Engine::create(options, &st) : Engine::create_replica(*replicas[0], options, &st));
         if (!replicas.back()) {
             std::fprintf(stderr, "kiln serve: %s\n", st.message.c_str());
             return shut_down(1);

@@ -157,6 +157,8 @@ std::set<std::string> parallel_options() {
 }
 
 bool parallel_session_options(const Args& args, const char* cmd, const SessionOptions& s, EngineOptions& out) {
+    if (!parse_parallel_options(args, cmd, out)) return false;
+    if (out.tensor_parallel == 1 && out.pipeline_parallel == 1 && out.expert_parallel == 1) return true;
     auto path = resolve_model_path(s.model);
     if (!path) {
         std::fprintf(stderr, "kiln %s: %s\n", cmd, path.status().to_string().c_str());
@@ -168,7 +170,7 @@ bool parallel_session_options(const Args& args, const char* cmd, const SessionOp
     if (args.get("--isa")) out.isa = kernels::cpu::isa_name(s.linear.isa);
     out.f32_activations = s.linear.f32_activations;
     out.mmap_weights = true;  // as open_model_session runs rank 0's
-    return parse_parallel_options(args, cmd, out);
+    return true;
 }
 
 bool parse_engine_options(const Args& args, const char* cmd, EngineOptions& out) {

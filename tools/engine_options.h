@@ -31,7 +31,8 @@ extern const char* const kParallelHelp;  // their --help lines (part of kEngineH
 bool parse_parallel_options(const Args& args, const char* cmd, EngineOptions& out);
 // Commands that run the model outside the engine under mpirun (kiln perplexity, kiln logits): the
 // EngineOptions the other ranks run with (Engine::run_worker): the session's model, tokenizer,
-// threads and kernels, and the parallelism options.
+// threads and kernels, and the parallelism options (the model path is resolved only when some size
+// is above 1: one process reports a missing model when it opens it).
 bool parallel_session_options(const Args& args, const char* cmd, const SessionOptions& session, EngineOptions& out);
 
 // Tensor parallelism: on ranks other than 0 of `mpirun -np N kiln CMD ... --tp N`, runs

@@ -242,6 +242,11 @@ class Engine {
 public:
     // Loads the model and starts the step loop. nullptr with *status set on failure.
     static std::unique_ptr<Engine> create(const EngineOptions& options, Status* status);
+    // Data parallelism in one process (kiln serve --dp): another engine over `first`'s model weights,
+    // neither loaded nor copied again (the memory of one copy for every replica): its own threads,
+    // KV cache, scheduler and draft model. CPU, one process; `first` must outlive it. options as
+    // `first`'s, but for the threads, the KV budget and the engine's knobs.
+    static std::unique_ptr<Engine> create_replica(const Engine& first, const EngineOptions& options, Status* status);
     // With options.tensor_parallel or pipeline_parallel > 1 under mpirun: this process's rank (rank 0
     // calls create, the others run_worker); 0 otherwise.
     static int parallel_rank(const EngineOptions& options);
@@ -280,6 +285,8 @@ public:
 
 private:
     explicit Engine(std::unique_ptr<Impl> impl);
+    // create (first null) and create_replica.
+    static std::unique_ptr<Engine> create_with(const EngineOptions& options, Status* status, const Impl* first);
     std::unique_ptr<Impl> impl_;
 };
 

@@ -209,6 +209,18 @@ static core::Status load_draft(Engine::Impl& impl, const EngineOptions& o, const
 }
 
 std::unique_ptr<Engine> Engine::create(const EngineOptions& o, Status* status) {
+    return create_with(o, status, nullptr);
+}
+
+std::unique_ptr<Engine> Engine::create_replica(const Engine& first, const EngineOptions& o, Status* status) {
+    if (!first.impl_->model) {
+        if (status) *status = {Status::Code::kUnsupported, "replicas share a CPU model; this engine runs on a GPU"};
+        return nullptr;
+    }
+    return create_with(o, status, first.impl_.get());
+}
+
+std::unique_ptr<Engine> Engine::create_with(const EngineOptions& o, Status* status, const Impl* first) {
     std::unique_ptr<Impl> impl = std::make_unique<Impl>();
     auto fail = [&](const core::Status& s) -> std::unique_ptr<Engine> {
         if (impl->par.world && impl->par.world->size() > 1) {  // the other ranks wait for this one: end the job
@@ -225,13 +237,18 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o, Status* status) {
     if (o.threads < 0 || o.threads > 1024)
         return fail(core::error(core::StatusCode::kInvalidArgument)
                     << "threads must be in [1, 1024], got " << o.threads);
+    if (first && (o.tensor_parallel > 1 || o.pipeline_parallel > 1 || o.expert_parallel > 1 || o.device != "cpu"))
+        return fail(core::error(core::StatusCode::kUnsupported)
+                    << "replicas run on the CPU in one process, without parallel ranks");
     auto par = api::open_parallel(o);
     if (!par) return fail(par.status());
     impl->par = std::move(*par);
     if (impl->par.rank() != 0)
         return fail(core::error(core::StatusCode::kInvalidArgument)
                     << "parallel rank " << impl->par.rank() << " runs Engine::run_worker, not create");
-    auto ck = loader::load_checkpoint(o.model);
+    // A replica's checkpoint: the first engine's, whose tensors the shared model was made from (the
+    // bytes of repacked matrices released: a self-speculation draft reads the file again below).
+    auto ck = first ? core::Result<loader::Checkpoint>(first->checkpoint) : loader::load_checkpoint(o.model);
     if (!ck) return fail(ck.status());
     impl->checkpoint = std::move(*ck);
     auto tok = loader::find_tokenizer(impl->checkpoint, o.tokenizer);
@@ -275,7 +292,13 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o, Status* status) {
     core::Result<std::unique_ptr<engine::EngineCore>> ecore = core::error(core::StatusCode::kInternal);
     if (*spec > 0) {  // self-speculation: the first layers over the same tensors, taken before the
                       // target's load moves or releases any of them
-        impl->draft_checkpoint = impl->checkpoint;
+        if (first) {
+            auto again = loader::load_checkpoint(o.model);
+            if (!again) return fail(again.status());
+            impl->draft_checkpoint = std::move(*again);
+        } else {
+            impl->draft_checkpoint = impl->checkpoint;
+        }
         if (core::Status s = loader::keep_first_layers(impl->draft_checkpoint, *spec); !s.is_ok())
             return fail(core::error(s.code()) << "speculative " << o.speculative << ": " << s.message());
     }
@@ -286,11 +309,15 @@ std::unique_ptr<Engine> Engine::create(const EngineOptions& o, Status* status) {
             impl->checkpoint = std::move(*sliced);
         }
         impl->pool = std::make_unique<core::ThreadPool>(threads);
-        auto m =
-            model::create_model(impl->checkpoint, impl->pool.get(), lo,
-                                o.mmap_weights ? model::WeightMemory::kFileMapping : model::WeightMemory::kAnonymous);
-        if (!m) return fail(m.status());
-        impl->model = std::move(*m);
+        if (first) {
+            impl->model = first->model->replica(impl->pool.get());
+        } else {
+            auto m = model::create_model(impl->checkpoint, impl->pool.get(), lo,
+                                         o.mmap_weights ? model::WeightMemory::kFileMapping
+                                                        : model::WeightMemory::kAnonymous);
+            if (!m) return fail(m.status());
+            impl->model = std::move(*m);
+        }
         api::attach(*impl->model, impl->par);
         config = &impl->model->config();
         if (*spec >= 0) {

@@ -348,6 +348,15 @@ core::Result<std::unique_ptr<CpuModel>> CpuModel::create(const Checkpoint& ck, c
     return m;
 }
 
+std::unique_ptr<CpuModel> CpuModel::replica(core::ThreadPool* pool) const {
+    std::unique_ptr<CpuModel> m(new CpuModel());
+    m->config_ = config_;
+    m->pool_ = pool;
+    m->backend_ = std::make_unique<ops::CpuBackend>(pool, backend_->attention_isa());
+    m->weights_ = weights_;  // pointers into this model's weights and tables
+    return m;
+}
+
 core::Result<std::unique_ptr<CpuModel>> create_model(Checkpoint& ck, core::ThreadPool* pool,
                                                        const ops::LinearOptions& lo, WeightMemory memory) {
     const std::vector<std::string> packed_only = CpuModel::packed_only_matrices(ck, lo);

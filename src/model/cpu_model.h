@@ -110,6 +110,11 @@ public:
     const ModelConfig& config() const { return config_; }
     core::ThreadPool& pool() const { return *pool_; }
 
+    // Another model over this one's weights, neither loaded nor copied again: its own step buffers
+    // and backend on `pool`, so both can run passes at once (data-parallel replicas; the weights are
+    // only read). Not its parallel groups or hooks. This model must outlive it.
+    std::unique_ptr<CpuModel> replica(core::ThreadPool* pool) const;
+
     // Runs `tokens` at positions cache.size() .. and appends them to the cache. Returns logits
     // [num_tokens, vocab] when all_logits, else [1, vocab] for the last token. kInvalidArgument for
     // an empty batch, a token id outside the vocabulary or a cache that would overflow.

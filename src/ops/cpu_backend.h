@@ -58,6 +58,7 @@ public:
         std::span<const int64_t> logit_rows;  // the rows of x that want logits
     };
     void set_step(const Step& step) { step_ = step; }
+    kernels::cpu::Isa attention_isa() const { return isa_; }
 
     core::Status embed(const Weight& table, float scale, float* x, int64_t first_id) override;
     core::Status add_rmsnorm(float* x, const float* add, const float* weight, float* y, int64_t rows, int64_t n,

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/mapped_file.h"
@@ -143,6 +144,40 @@ TEST_P(WeightMemoryModel, PackedOnlyMatricesStayMappedAndLogitsMatch) {
     ASSERT_TRUE(la.is_ok() && lb.is_ok());
     ASSERT_EQ(la->size(), lb->size());
     EXPECT_EQ(0, std::memcmp(la->data(), lb->data(), la->size() * sizeof(float)));
+}
+
+// Data-parallel replicas over one copy of the weights: each replica's passes, run at the same time
+// as the model's on threads of their own, give the model's logits bit for bit.
+TEST(WeightMemory, ReplicasShareTheWeightsAndGiveTheModelsLogits) {
+    const std::string src = test::testdata("models/stories260K/stories260K.bin");
+    if (!test::file_exists(src)) KILN_SKIP_MISSING() << "no test data";
+    auto ck = loader::load_checkpoint(src);
+    ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
+    core::ThreadPool pool(1), pool_a(1), pool_b(1);
+    auto model = create_model(*ck, &pool, ops::LinearOptions{}, WeightMemory::kAnonymous);
+    ASSERT_TRUE(model.is_ok()) << model.status().to_string();
+    const std::vector<int32_t> ids = {1, 403, 407, 261, 378, 383, 286, 300, 301, 302};
+    KvCache c0((*model)->config(), 64);
+    auto want = (*model)->forward(ids, c0, /*all_logits=*/true);
+    ASSERT_TRUE(want.is_ok());
+    std::unique_ptr<CpuModel> ra = (*model)->replica(&pool_a), rb = (*model)->replica(&pool_b);
+    std::vector<std::vector<float>> got(3);
+    std::vector<std::thread> threads;
+    CpuModel* const models[3] = {model->get(), ra.get(), rb.get()};
+    for (int r = 0; r < 3; ++r)
+        threads.emplace_back([&, r] {
+            for (int rep = 0; rep < 20; ++rep) {  // passes of all three overlap
+                KvCache c(models[r]->config(), 64);
+                auto l = models[r]->forward(ids, c, /*all_logits=*/true);
+                if (!l.is_ok() || (rep > 0 && *l != got[size_t(r)])) return got[size_t(r)].clear();
+                got[size_t(r)] = *l;
+            }
+        });
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < 3; ++r) {
+        ASSERT_EQ(got[size_t(r)].size(), want->size()) << "model " << r << " failed or changed between passes";
+        EXPECT_EQ(0, std::memcmp(got[size_t(r)].data(), want->data(), want->size() * sizeof(float))) << r;
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, WeightMemoryModel, ::testing::Values("gguf", "safetensors", "w4-g32"),
