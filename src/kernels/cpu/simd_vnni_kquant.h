@@ -26,6 +26,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/simd_vnni_kernels.h"
 
@@ -68,11 +69,28 @@ struct VnniK4 {
         });
     }
 
-    // y[t * ldy + i] for the group's rows i < valid and T tokens; next_group: prefetched into L2,
-    // next_step bytes a super-block (vnni_next_share).
+    // The tokens' min multipliers, once per call rather than once per group: mx[(t nsb + s) 4 + q] =
+    // the int16 pair (bsum_2q, bsum_2q+1) of token t's super-block s, bsum_j = bsums[2 j] + bsums[2 j
+    // + 1] (|.| <= 4064: int16), for the vpdpwssd against the rows' (m_2q, m_2q+1).
+    static void min_multipliers(const uint8_t* act, size_t arb, int64_t n, int64_t nsb, int32_t* mx) {
+        for (int64_t t = 0; t < n; ++t)
+            for (int64_t s = 0; s < nsb; ++s, mx += 4) {
+                int16_t bs[16];
+                std::memcpy(bs, act + t * int64_t(arb) + s * int64_t(blk::kActQ8KBytes) + blk::kActQ8KBsums, sizeof(bs));
+                for (int q = 0; q < 4; ++q) {
+                    const uint32_t b0 = uint16_t(int16_t(bs[4 * q] + bs[4 * q + 1]));
+                    const uint32_t b1 = uint16_t(int16_t(bs[4 * q + 2] + bs[4 * q + 3]));
+                    mx[q] = int32_t(b0 | (b1 << 16));
+                }
+            }
+    }
+
+    // y[t * ldy + i] for the group's rows i < valid and T tokens (min multipliers at mx, as
+    // min_multipliers lays them out for these tokens); next_group: prefetched into L2, next_step bytes
+    // a super-block (vnni_next_share).
     template <int T>
-    static void tile(const uint8_t* group, const uint8_t* act, size_t arb, int64_t k, float* y, int64_t ldy,
-                     int valid, const uint8_t* next_group, int64_t next_step) {
+    static void tile(const uint8_t* group, const uint8_t* act, size_t arb, const int32_t* mx, int64_t k, float* y,
+                     int64_t ldy, int valid, const uint8_t* next_group, int64_t next_step) {
         constexpr __mmask16 kAll = 0xffff;
         const int64_t nsb = k / blk::kQK_K;
         const __m512i m4 = _mm512_set1_epi8(0x0f), bit4 = _mm512_set1_epi8(0x10);
@@ -126,14 +144,9 @@ struct VnniK4 {
             const __m512 d = vnni_fp16x16(g), dmin = vnni_fp16x16(g + 32);
             for (int t = 0; t < T; ++t) {
                 const uint8_t* xb = act + t * int64_t(arb) + s * int64_t(blk::kActQ8KBytes);
-                int16_t bs[16];
-                std::memcpy(bs, xb + blk::kActQ8KBsums, sizeof(bs));
+                const int32_t* m = mx + (t * nsb + s) * 4;
                 __m512i msum = _mm512_setzero_si512();
-                for (int q = 0; q < 4; ++q) {  // bsum_j = bsums[2 j] + bsums[2 j + 1] (|.| <= 4064: int16)
-                    const uint32_t b0 = uint16_t(int16_t(bs[4 * q] + bs[4 * q + 1]));
-                    const uint32_t b1 = uint16_t(int16_t(bs[4 * q + 2] + bs[4 * q + 3]));
-                    msum = _mm512_dpwssd_epi32(msum, mp[q], _mm512_set1_epi32(int32_t(b0 | (b1 << 16))));
-                }
+                for (int q = 0; q < 4; ++q) msum = _mm512_dpwssd_epi32(msum, mp[q], _mm512_set1_epi32(m[q]));
                 float dx;
                 std::memcpy(&dx, xb + blk::kActQ8KD, 4);
                 const __m512 vdx = _mm512_set1_ps(dx);
@@ -145,12 +158,12 @@ struct VnniK4 {
     }
 
     template <int T = kMaxTokens>
-    static void tile_n(int num_t, const uint8_t* group, const uint8_t* act, size_t arb, int64_t k, float* y,
-                       int64_t ldy, int valid, const uint8_t* next_group, int64_t next_step) {
+    static void tile_n(int num_t, const uint8_t* group, const uint8_t* act, size_t arb, const int32_t* mx, int64_t k,
+                       float* y, int64_t ldy, int valid, const uint8_t* next_group, int64_t next_step) {
         if constexpr (T > 1) {
-            if (num_t < T) return tile_n<T - 1>(num_t, group, act, arb, k, y, ldy, valid, next_group, next_step);
+            if (num_t < T) return tile_n<T - 1>(num_t, group, act, arb, mx, k, y, ldy, valid, next_group, next_step);
         }
-        tile<T>(group, act, arb, k, y, ldy, valid, next_group, next_step);
+        tile<T>(group, act, arb, mx, k, y, ldy, valid, next_group, next_step);
     }
 
     // PackedMatmulKernel::gemm (r0 a multiple of 16): group by group, kMaxTokens tokens per tile; the
@@ -161,6 +174,9 @@ struct VnniK4 {
         const uint8_t* ab = static_cast<const uint8_t*>(act);
         const int64_t nsb = k / blk::kQK_K, gbytes = nsb * kSbBytes;
         const int64_t passes = (n + kMaxTokens - 1) / kMaxTokens;
+        thread_local std::vector<int32_t> mins;  // grown once, reused: decode allocates nothing
+        if (mins.size() < size_t(n * nsb * 4)) mins.resize(size_t(n * nsb * 4));
+        min_multipliers(ab, arb, n, nsb, mins.data());
         for (int64_t r = r0; r < r1; r += kRows) {
             const uint8_t* group = base + (r / kRows) * gbytes;
             const int valid = int(r1 - r < kRows ? r1 - r : kRows);
@@ -168,7 +184,8 @@ struct VnniK4 {
                 const int num_t = int(n - t < kMaxTokens ? n - t : kMaxTokens);
                 int64_t step = 0;
                 const uint8_t* next = vnni_next_share(group + gbytes, nsb, kSbBytes, t / kMaxTokens, passes, &step);
-                tile_n(num_t, group, ab + t * int64_t(arb), arb, k, y + t * ldy + r, ldy, valid, next, step);
+                tile_n(num_t, group, ab + t * int64_t(arb), arb, mins.data() + t * nsb * 4, k, y + t * ldy + r, ldy,
+                       valid, next, step);
             }
         }
     }
