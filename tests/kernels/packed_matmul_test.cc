@@ -96,10 +96,10 @@ TEST(PackedMatmul, BitIdenticalToRowLayoutOnEveryIsa) {
             const PackedMatmulKernel* pk = find_packed_matmul_kernel(t, isa);
             ASSERT_NE(pk, nullptr) << core::dtype_name(t) << " " << isa_name(isa);
             // groups of 16 rows at avx512-vnni (its own 512-bit layout; Q4_0 and Q4_1 32 rows, the
-            // 5-bit formats keep the 8-row one), 8 elsewhere
+            // 5-bit formats keep the 8-row one), Q4_0 and Q4_1 16 at avx-vnni, 8 elsewhere
             const bool five = t == DType::kQ5_0 || t == DType::kQ5_1;
             const bool q4 = t == DType::kQ4_0 || t == DType::kQ4_1;
-            const int64_t group = isa != Isa::kAvx512Vnni || five ? 8 : q4 ? 32 : 16;
+            const int64_t group = isa == Isa::kAvxVnni ? (q4 ? 16 : 8) : isa != Isa::kAvx512Vnni || five ? 8 : q4 ? 32 : 16;
             for (int64_t rows : {8, 13, 37, 64, 83}) {
                 for (int64_t k : {32, 224, 4128}) {
                     const std::vector<uint8_t> w = legacy_weights(t, rows, k, ++seed);

@@ -33,6 +33,7 @@
 
 #include "kernels/cpu/simd_fp4_kernels.h"
 #include "kernels/cpu/simd_legacy_kernels.h"
+#include "kernels/cpu/simd_vnni_groups.h"
 
 #if !defined(__AVX512VNNI__) || !defined(__AVX512VL__) || !defined(__AVX512BF16__)
 #error "simd_vnni_kernels.h needs -mavx512vnni -mavx512vl -mavx512bf16"
@@ -270,77 +271,6 @@ struct Vnni {
     static void gemm(const void* packed, const void* act, size_t arb, int64_t n, int64_t k, float* y, int64_t ldy,
                      int64_t r0, int64_t r1);
 };
-
-// PackedMatmulKernel::packed_bytes of the VNNI group layouts: rows padded to K::kRows, one
-// K::kGroupBytes group-block per group and 32 elements.
-template <class K>
-size_t vnni_groups_bytes(int64_t rows, int64_t k) {
-    return size_t((rows + K::kRows - 1) / K::kRows) * size_t(k / blk::kQK) * size_t(K::kGroupBytes);
-}
-
-// K::tile<num_t> for 1 <= num_t <= T.
-template <class K, int T = K::kMaxTokens>
-void vnni_tile_n(int num_t, const uint8_t* group, const uint8_t* act, size_t arb, int64_t k, const int32_t* off,
-                 float* y, int64_t ldy, int valid, const uint8_t* next_group, int64_t next_step) {
-    if constexpr (T > 1) {
-        if (num_t < T)
-            return vnni_tile_n<K, T - 1>(num_t, group, act, arb, k, off, y, ldy, valid, next_group, next_step);
-    }
-    K::template tile<T>(group, act, arb, k, off, y, ldy, valid, next_group, next_step);
-}
-
-// PackedMatmulKernel::gemm of the VNNI group layouts (Vnni above, VnniQ4 in simd_vnni_q4.h), given
-// K::kRows, kMaxTokens, kGroupBytes, kOffsPerBlock, kStackOffsets, offsets() and tile<T>(). Decode:
-// group after group, prefetching the next. Prefill: tokens in chunks whose activations (~256 KiB)
-// stay in L2 while the row groups stream past, kMaxTokens tokens per pass over a group's blocks,
-// the passes sharing out the next group's prefetch (vnni_next_share).
-// r0 a multiple of K::kRows.
-template <class K>
-void vnni_groups_gemm(const void* packed, const void* act, size_t arb, int64_t n, int64_t k, float* y, int64_t ldy,
-                      int64_t r0, int64_t r1) {
-    constexpr int kRows = K::kRows, kMaxTokens = K::kMaxTokens;
-    constexpr int64_t kGroupBytes = K::kGroupBytes;
-    const uint8_t* base = static_cast<const uint8_t*>(packed);
-    const uint8_t* ab = static_cast<const uint8_t*>(act);
-    const int64_t nb = k / blk::kQK;
-    int64_t chunk = int64_t((256 << 10) / (arb > 0 ? arb : 1));
-    chunk -= chunk % kMaxTokens;
-    if (chunk < kMaxTokens) chunk = kMaxTokens;
-    if (chunk > n) chunk = n;
-    int32_t stack_off[K::kStackOffsets];
-    int32_t* off = stack_off;
-    int32_t* heap_off = nullptr;
-    const int64_t per_token = nb * K::kOffsPerBlock;
-    if (chunk * per_token > K::kStackOffsets) {
-        if (per_token <= K::kStackOffsets) {
-            chunk = K::kStackOffsets / per_token;
-            if (chunk >= kMaxTokens) chunk -= chunk % kMaxTokens;  // whole token tiles
-        } else {  // very long rows: one token's offsets do not fit the stack buffer
-            heap_off = new int32_t[size_t(chunk * per_token)];
-            off = heap_off;
-        }
-    }
-    auto group_at = [&](int64_t r) { return base + (r / kRows) * nb * kGroupBytes; };
-    auto valid_at = [&](int64_t r) { return int(r1 - r < kRows ? r1 - r : kRows); };
-    for (int64_t t0 = 0; t0 < n; t0 += chunk) {
-        const int64_t t1 = t0 + chunk < n ? t0 + chunk : n;
-        for (int64_t t = t0; t < t1; ++t) K::offsets(ab + t * int64_t(arb), nb, off + (t - t0) * per_token);
-        // multi-token passes over each group (a last single token's tile is left out: it prefetches nothing)
-        const int64_t passes = (t1 - t0) / kMaxTokens + ((t1 - t0) % kMaxTokens > 1 ? 1 : 0);
-        for (int64_t r = r0; r < r1; r += kRows) {
-            for (int64_t t = t0; t < t1; t += kMaxTokens) {
-                const int num_t = int(t1 - t < kMaxTokens ? t1 - t : kMaxTokens);
-                // the token tiles over a group prefetch the next one (it streams from DRAM), each its share
-                int64_t step = kGroupBytes;
-                const uint8_t* next = group_at(r + kRows);
-                if (num_t > 1) next = vnni_next_share(next, nb, kGroupBytes, (t - t0) / kMaxTokens, passes, &step);
-                vnni_tile_n<K>(num_t, group_at(r), ab + t * int64_t(arb), arb, k, off + (t - t0) * per_token,
-                               y + t * ldy + r, ldy, valid_at(r), (num_t > 1 || t == t0) ? next : nullptr, step);
-            }
-        }
-    }
-    delete[] heap_off;
-}
 
 template <class Fmt>
 void Vnni<Fmt>::gemm(const void* packed, const void* act, size_t arb, int64_t n, int64_t k, float* y, int64_t ldy,

@@ -49,39 +49,8 @@ struct VnniQ4 {
     static constexpr int64_t kStackOffsets = 16384;  // offsets of (token, block) pairs on the stack
     static constexpr int kOffsPerBlock = 2;           // 17 o and 16 o (above)
 
-    // Word by word: with a = bytes 4 j' .. 4 j' + 3 of row i's qs and c = row i + 16's, V_j' (j' < 4,
-    // elements 4 j' + p: the low nibbles) takes (a & 0x0f..) | (c & 0x0f..) << 4 and V_(j'+4)
-    // (elements 16 + 4 j' + p: the high nibbles) (a >> 4 & 0x0f..) | (c & 0xf0..), as the 32-bit
-    // words of bytes 4 i .. 4 i + 3: the layout above, at load time a few operations per 4 bytes.
     static void pack(const void* w, size_t wrb, int64_t rows, int64_t k, void* dst) {
-        const uint8_t* wb = static_cast<const uint8_t*>(w);
-        uint8_t* out = static_cast<uint8_t*>(dst);
-        const int64_t nb = k / blk::kQK;
-        const uint8_t* row[kRows];
-        for (int64_t g = 0; g < (rows + kRows - 1) / kRows; ++g) {
-            for (int i = 0; i < kRows; ++i)  // the last group's missing rows repeat its last row
-                row[i] = wb + (g * kRows + i < rows ? g * kRows + i : rows - 1) * int64_t(wrb);
-            for (int64_t b = 0; b < nb; ++b, out += kGroupBytes) {
-                const int64_t at = b * int64_t(Fmt::kBytes);
-                for (int i = 0; i < kRows; ++i) {
-                    std::memcpy(out + 2 * i, row[i] + at + Fmt::kD, 2);
-                    if constexpr (kMin) std::memcpy(out + 64 + 2 * i, row[i] + at + Fmt::kM, 2);
-                }
-                for (int i = 0; i < kHalf; ++i) {
-                    const uint8_t* q0 = row[i] + at + Fmt::kPayloadOff;
-                    const uint8_t* q1 = row[i + kHalf] + at + Fmt::kPayloadOff;
-                    for (int j = 0; j < 4; ++j) {
-                        uint32_t a, c;
-                        std::memcpy(&a, q0 + 4 * j, 4);
-                        std::memcpy(&c, q1 + 4 * j, 4);
-                        const uint32_t lo = (a & 0x0f0f0f0fu) | ((c & 0x0f0f0f0fu) << 4);
-                        const uint32_t hi = ((a >> 4) & 0x0f0f0f0fu) | (c & 0xf0f0f0f0u);
-                        std::memcpy(out + kHeader + 64 * j + 4 * i, &lo, 4);
-                        std::memcpy(out + kHeader + 64 * (j + 4) + 4 * i, &hi, 4);
-                    }
-                }
-            }
-        }
+        pack_q4_row_pairs<Fmt, kRows>(w, wrb, rows, k, dst);  // simd_vnni_groups.h
     }
 
     // Per block, 17 o and 16 o for o = -kOffset * the sum of its 32 int8 activation values (0 for

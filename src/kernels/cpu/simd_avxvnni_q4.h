@@ -1,0 +1,148 @@
+// Packed Q4_0 / Q4_1 kernel of the AVX-VNNI level (matmul_avxvnni.cc: AVX2 + the VEX-encoded
+// 256-bit vpdpbusd, CPUs without AVX-512): VnniQ4's row-pair layout (simd_vnni_q4.h) at half the
+// width. 16 rows per group, rows i and i + 8 sharing each payload byte (pack_q4_row_pairs,
+// simd_vnni_groups.h): per group and 32-element block {fp16 d[16]; fp16 m[16] (Q4_1); eight
+// 32-byte vectors V_j}, so a vector feeds two vpdpbusd with no shift and no horizontal reduction
+// (the AVX2 8-row layout reduces four vectors of row pairs per block and token).
+//
+// Arithmetic per block and token, as VnniQ4: F = sum_j vpdpbusd(V_j, x4_j) (lane i: dot(c(i), x) +
+// 16 dot(c(i + 8), x)) and H = sum_j vpdpbusd(V_j & 0xf0, x4_j) (lane i: 16 dot(c(i + 8), x)),
+// started at 17 o and 16 o with o = -kOffset * sum(x), so that rows 0-7 take (17 o + F) - (16 o + H)
+// and rows 8-15 (16 o + H) >> 4: the exact block dots of the AVX2 kernel (block_dots8). Scaling and
+// accumulation are accumulate_block's lane for lane (acc += (d_w d_x) idot by fma, macc += m_w s_x),
+// so results are bit-identical to the avx2 and avx-vnni row kernels and batch invariant.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/cpu/simd_legacy_kernels.h"
+#include "kernels/cpu/simd_vnni_groups.h"
+
+namespace kiln::kernels::cpu {
+namespace {
+
+template <class Fmt>  // FmtQ4_0 or FmtQ4_1 (simd_legacy_kernels.h)
+struct AvxVnniQ4 {
+    static constexpr int kRows = 16;
+    static constexpr int kHalf = 8;
+    // Tokens per tile: per token two int32 chains (F, H) live across the block and two float
+    // accumulators (four for Q4_1) touched once per block. 4 tokens spill the accumulators from the 16
+    // ymm registers and still ran fastest (tinyllama q4_0 pp512 at avx-vnni: 2 tokens 180-185 tok/s,
+    // 3 192-194, 4 194-196; docs/performance.md).
+    static constexpr int kMaxTokens = 4;
+    static constexpr bool kMin = Fmt::kMin;
+    static constexpr int kOffset = Fmt::kOffset;
+    static constexpr int64_t kHeader = kMin ? 64 : 32;
+    static constexpr int64_t kGroupBytes = kRows * int64_t(Fmt::kBytes);
+    static_assert(kHeader + 256 == kGroupBytes);
+    static constexpr int64_t kStackOffsets = 16384;  // offsets of (token, block) pairs on the stack
+    static constexpr int kOffsPerBlock = 2;           // 17 o and 16 o (above)
+
+    static void pack(const void* w, size_t wrb, int64_t rows, int64_t k, void* dst) {
+        pack_q4_row_pairs<Fmt, kRows>(w, wrb, rows, k, dst);
+    }
+
+    // Per block, 17 o and 16 o for o = -kOffset * the sum of its 32 int8 activation values (0 for
+    // Q4_1): the F and H chains' starts.
+    static void offsets(const uint8_t* act, int64_t nb, int32_t* off) {
+        const __m256i ones = _mm256_set1_epi8(1);
+        for (int64_t b = 0; b < nb; ++b) {
+            const __m256i xq =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(act + b * int64_t(blk::kActQ8Bytes) + blk::kActQ8Q));
+            const int32_t o = -kOffset * avx2_hsum_i32(avx2_dot_u8s8(ones, xq));
+            off[2 * b] = 17 * o;
+            off[2 * b + 1] = 16 * o;
+        }
+    }
+
+    static __m256 fp16x8(const uint8_t* p) {
+        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    }
+
+    // y[t * ldy + i] for the group's rows i < valid and T tokens at act (row stride arb); off: the
+    // T tokens' offsets, token t's at off + 2 t nb. next_group: prefetched block by block, next_step
+    // bytes a block (vnni_tile_prefetch).
+    template <int T>
+    static void tile(const uint8_t* group, const uint8_t* act, size_t arb, int64_t k, const int32_t* off, float* y,
+                     int64_t ldy, int valid, const uint8_t* next_group, int64_t next_step) {
+        const int64_t nb = k / blk::kQK;
+        const __m256i high = _mm256_set1_epi8(int8_t(0xf0));
+        __m256 lo_acc[T], hi_acc[T], lo_min[T], hi_min[T];  // rows 0-7 and 8-15; min terms (Q4_1)
+        for (int t = 0; t < T; ++t) {
+            lo_acc[t] = hi_acc[t] = _mm256_setzero_ps();
+            lo_min[t] = hi_min[t] = _mm256_setzero_ps();
+        }
+        for (int64_t b = 0; b < nb; ++b) {
+            const uint8_t* gb = group + b * kGroupBytes;
+            vnni_tile_prefetch<T>(gb, kGroupBytes, next_group, next_step, b);
+            const uint8_t* payload = gb + kHeader;
+            // two chains each for a lone token (vpdpbusd latency), one each when tokens interleave
+            constexpr int kChains = T == 1 ? 2 : 1;
+            __m256i f[T][kChains], h[T][kChains];
+            for (int t = 0; t < T; ++t) {
+                f[t][0] = _mm256_set1_epi32(off[2 * (t * nb + b)]);
+                h[t][0] = _mm256_set1_epi32(off[2 * (t * nb + b) + 1]);
+                if constexpr (kChains == 2) f[t][1] = h[t][1] = _mm256_setzero_si256();
+            }
+            for (int j = 0; j < 8; ++j) {
+                const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(payload + 32 * j));
+                const __m256i vh = _mm256_and_si256(v, high);
+                for (int t = 0; t < T; ++t) {
+                    int32_t x4;
+                    std::memcpy(&x4, act + t * int64_t(arb) + b * int64_t(blk::kActQ8Bytes) + blk::kActQ8Q + 4 * j, 4);
+                    const __m256i xb = _mm256_set1_epi32(x4);
+                    f[t][j % kChains] = dpbusd(f[t][j % kChains], v, xb);
+                    h[t][j % kChains] = dpbusd(h[t][j % kChains], vh, xb);
+                }
+            }
+            const __m256 d_lo = fp16x8(gb), d_hi = fp16x8(gb + 16);
+            for (int t = 0; t < T; ++t) {
+                const uint8_t* xb = act + t * int64_t(arb) + b * int64_t(blk::kActQ8Bytes);
+                float dx;
+                std::memcpy(&dx, xb + blk::kActQ8D, 4);
+                __m256i fs = f[t][0], hs = h[t][0];
+                if constexpr (kChains == 2) {
+                    fs = _mm256_add_epi32(fs, f[t][1]);
+                    hs = _mm256_add_epi32(hs, h[t][1]);
+                }
+                const __m256i lo = _mm256_sub_epi32(fs, hs);  // o + F - H
+                const __m256i hi = _mm256_srai_epi32(hs, 4);   // o + H / 16
+                const __m256 vdx = _mm256_set1_ps(dx);
+                // as accumulate_block (simd_legacy_kernels.h), lane for lane
+                lo_acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d_lo, vdx), _mm256_cvtepi32_ps(lo), lo_acc[t]);
+                hi_acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d_hi, vdx), _mm256_cvtepi32_ps(hi), hi_acc[t]);
+                if constexpr (kMin) {
+                    float sx;
+                    std::memcpy(&sx, xb + blk::kActQ8S, 4);
+                    const __m256 vsx = _mm256_set1_ps(sx);
+                    lo_min[t] = _mm256_fmadd_ps(fp16x8(gb + 32), vsx, lo_min[t]);
+                    hi_min[t] = _mm256_fmadd_ps(fp16x8(gb + 48), vsx, hi_min[t]);
+                }
+            }
+        }
+        for (int t = 0; t < T; ++t) {
+            __m256 lo = lo_acc[t], hi = hi_acc[t];
+            if constexpr (kMin) {
+                lo = _mm256_add_ps(lo, lo_min[t]);
+                hi = _mm256_add_ps(hi, hi_min[t]);
+            }
+            store_rows8(y + t * ldy, lo, valid);
+            if (valid > kHalf) store_rows8(y + t * ldy + kHalf, hi, valid - kHalf);
+        }
+    }
+
+    // PackedMatmulKernel::gemm (r0 a multiple of 16): vnni_groups_gemm (simd_vnni_groups.h).
+    static void gemm(const void* packed, const void* act, size_t arb, int64_t n, int64_t k, float* y, int64_t ldy,
+                     int64_t r0, int64_t r1) {
+        vnni_groups_gemm<AvxVnniQ4>(packed, act, arb, n, k, y, ldy, r0, r1);
+    }
+};
+
+template <class Fmt>
+constexpr PackedMatmulKernel kAvxVnniQ4Packed{vnni_groups_bytes<AvxVnniQ4<Fmt>>, AvxVnniQ4<Fmt>::pack,
+                                              AvxVnniQ4<Fmt>::gemm, "16-row AVX-VNNI groups, rows i and i+8 share a byte"};
+
+}  // namespace
+}  // namespace kiln::kernels::cpu

@@ -1,0 +1,134 @@
+// The driver of the VNNI group layouts, shared by the AVX-512 VNNI kernels (Vnni and VnniQ4,
+// simd_vnni_kernels.h / simd_vnni_q4.h) and the 256-bit AVX-VNNI Q4 kernel (simd_avxvnni_q4.h): a
+// packed matrix is groups of K::kRows rows, per group and 32-element block K::kGroupBytes; a tile
+// of T tokens walks one group's blocks. Also the row-pair packing of the Q4 layouts, where rows i and
+// i + kRows / 2 share each payload byte. ISA-neutral templates: a kernel's own TU instantiates them.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/block_layouts.h"
+#include "kernels/cpu/simd_avx2.h"
+
+namespace kiln::kernels::cpu {
+namespace {
+
+namespace blk = blocks;
+
+// PackedMatmulKernel::packed_bytes of the VNNI group layouts: rows padded to K::kRows, one
+// K::kGroupBytes group-block per group and 32 elements.
+template <class K>
+size_t vnni_groups_bytes(int64_t rows, int64_t k) {
+    return size_t((rows + K::kRows - 1) / K::kRows) * size_t(k / blk::kQK) * size_t(K::kGroupBytes);
+}
+
+// K::tile<num_t> for 1 <= num_t <= T.
+template <class K, int T = K::kMaxTokens>
+void vnni_tile_n(int num_t, const uint8_t* group, const uint8_t* act, size_t arb, int64_t k, const int32_t* off,
+                 float* y, int64_t ldy, int valid, const uint8_t* next_group, int64_t next_step) {
+    if constexpr (T > 1) {
+        if (num_t < T)
+            return vnni_tile_n<K, T - 1>(num_t, group, act, arb, k, off, y, ldy, valid, next_group, next_step);
+    }
+    K::template tile<T>(group, act, arb, k, off, y, ldy, valid, next_group, next_step);
+}
+
+// PackedMatmulKernel::gemm of the VNNI group layouts (Vnni above, VnniQ4 in simd_vnni_q4.h), given
+// K::kRows, kMaxTokens, kGroupBytes, kOffsPerBlock, kStackOffsets, offsets() and tile<T>(). Decode:
+// group after group, prefetching the next. Prefill: tokens in chunks whose activations (~256 KiB)
+// stay in L2 while the row groups stream past, kMaxTokens tokens per pass over a group's blocks,
+// the passes sharing out the next group's prefetch (vnni_next_share).
+// r0 a multiple of K::kRows.
+template <class K>
+void vnni_groups_gemm(const void* packed, const void* act, size_t arb, int64_t n, int64_t k, float* y, int64_t ldy,
+                      int64_t r0, int64_t r1) {
+    constexpr int kRows = K::kRows, kMaxTokens = K::kMaxTokens;
+    constexpr int64_t kGroupBytes = K::kGroupBytes;
+    const uint8_t* base = static_cast<const uint8_t*>(packed);
+    const uint8_t* ab = static_cast<const uint8_t*>(act);
+    const int64_t nb = k / blk::kQK;
+    int64_t chunk = int64_t((256 << 10) / (arb > 0 ? arb : 1));
+    chunk -= chunk % kMaxTokens;
+    if (chunk < kMaxTokens) chunk = kMaxTokens;
+    if (chunk > n) chunk = n;
+    int32_t stack_off[K::kStackOffsets];
+    int32_t* off = stack_off;
+    int32_t* heap_off = nullptr;
+    const int64_t per_token = nb * K::kOffsPerBlock;
+    if (chunk * per_token > K::kStackOffsets) {
+        if (per_token <= K::kStackOffsets) {
+            chunk = K::kStackOffsets / per_token;
+            if (chunk >= kMaxTokens) chunk -= chunk % kMaxTokens;  // whole token tiles
+        } else {  // very long rows: one token's offsets do not fit the stack buffer
+            heap_off = new int32_t[size_t(chunk * per_token)];
+            off = heap_off;
+        }
+    }
+    auto group_at = [&](int64_t r) { return base + (r / kRows) * nb * kGroupBytes; };
+    auto valid_at = [&](int64_t r) { return int(r1 - r < kRows ? r1 - r : kRows); };
+    for (int64_t t0 = 0; t0 < n; t0 += chunk) {
+        const int64_t t1 = t0 + chunk < n ? t0 + chunk : n;
+        for (int64_t t = t0; t < t1; ++t) K::offsets(ab + t * int64_t(arb), nb, off + (t - t0) * per_token);
+        // multi-token passes over each group (a last single token's tile is left out: it prefetches nothing)
+        const int64_t passes = (t1 - t0) / kMaxTokens + ((t1 - t0) % kMaxTokens > 1 ? 1 : 0);
+        for (int64_t r = r0; r < r1; r += kRows) {
+            for (int64_t t = t0; t < t1; t += kMaxTokens) {
+                const int num_t = int(t1 - t < kMaxTokens ? t1 - t : kMaxTokens);
+                // the token tiles over a group prefetch the next one (it streams from DRAM), each its share
+                int64_t step = kGroupBytes;
+                const uint8_t* next = group_at(r + kRows);
+                if (num_t > 1) next = vnni_next_share(next, nb, kGroupBytes, (t - t0) / kMaxTokens, passes, &step);
+                vnni_tile_n<K>(num_t, group_at(r), ab + t * int64_t(arb), arb, k, off + (t - t0) * per_token,
+                               y + t * ldy + r, ldy, valid_at(r), (num_t > 1 || t == t0) ? next : nullptr, step);
+            }
+        }
+    }
+    delete[] heap_off;
+}
+
+
+// The Q4_0 / Q4_1 row-pair layout of K::kRows rows per group (Fmt: FmtQ4_0 or FmtQ4_1): per group
+// and 32-element block {fp16 d[kRows]; fp16 m[kRows] (Q4_1 only); eight payload vectors of 2 kRows
+// bytes}, byte 4 i + p of vector j = c(i, 4 j + p) | c(i + kRows / 2, 4 j + p) << 4 for i < kRows /
+// 2, where c(r, e) is the 4-bit code of element e of row r. The last group's missing rows repeat its
+// last row. Word by word: with a = bytes 4 j' .. 4 j' + 3 of row i's qs and c = row i + kRows / 2's,
+// vector j' (j' < 4, elements 4 j' + p: the low nibbles) takes (a & 0x0f..) | (c & 0x0f..) << 4 and
+// vector j' + 4 (elements 16 + 4 j' + p: the high nibbles) (a >> 4 & 0x0f..) | (c & 0xf0..).
+template <class Fmt, int kRows>
+void pack_q4_row_pairs(const void* w, size_t wrb, int64_t rows, int64_t k, void* dst) {
+    constexpr int kHalf = kRows / 2;
+    constexpr int64_t kHeader = (Fmt::kMin ? 4 : 2) * kRows, kVec = 4 * kHalf;
+    constexpr int64_t kGroupBytes = kRows * int64_t(Fmt::kBytes);
+    static_assert(kHeader + 8 * kVec == kGroupBytes);
+    const uint8_t* wb = static_cast<const uint8_t*>(w);
+    uint8_t* out = static_cast<uint8_t*>(dst);
+    const int64_t nb = k / blk::kQK;
+    const uint8_t* row[kRows];
+    for (int64_t g = 0; g < (rows + kRows - 1) / kRows; ++g) {
+        for (int i = 0; i < kRows; ++i) row[i] = wb + (g * kRows + i < rows ? g * kRows + i : rows - 1) * int64_t(wrb);
+        for (int64_t b = 0; b < nb; ++b, out += kGroupBytes) {
+            const int64_t at = b * int64_t(Fmt::kBytes);
+            for (int i = 0; i < kRows; ++i) {
+                std::memcpy(out + 2 * i, row[i] + at + Fmt::kD, 2);
+                if constexpr (Fmt::kMin) std::memcpy(out + 2 * kRows + 2 * i, row[i] + at + Fmt::kM, 2);
+            }
+            for (int i = 0; i < kHalf; ++i) {
+                const uint8_t* q0 = row[i] + at + Fmt::kPayloadOff;
+                const uint8_t* q1 = row[i + kHalf] + at + Fmt::kPayloadOff;
+                for (int j = 0; j < 4; ++j) {
+                    uint32_t a, c;
+                    std::memcpy(&a, q0 + 4 * j, 4);
+                    std::memcpy(&c, q1 + 4 * j, 4);
+                    const uint32_t lo = (a & 0x0f0f0f0fu) | ((c & 0x0f0f0f0fu) << 4);
+                    const uint32_t hi = ((a >> 4) & 0x0f0f0f0fu) | (c & 0xf0f0f0f0u);
+                    std::memcpy(out + kHeader + kVec * j + 4 * i, &lo, 4);
+                    std::memcpy(out + kHeader + kVec * (j + 4) + 4 * i, &hi, 4);
+                }
+            }
+        }
+    }
+}
+
+}  // namespace
+}  // namespace kiln::kernels::cpu
