@@ -1,8 +1,9 @@
 // The driver of the VNNI group layouts, shared by the AVX-512 VNNI kernels (Vnni and VnniQ4,
-// simd_vnni_kernels.h / simd_vnni_q4.h) and the 256-bit AVX-VNNI Q4 kernel (simd_avxvnni_q4.h): a
+// simd_vnni_kernels.h / simd_vnni_q4.h) and the 256-bit AVX-VNNI kernels (simd_avxvnni_packed.h): a
 // packed matrix is groups of K::kRows rows, per group and 32-element block K::kGroupBytes; a tile
 // of T tokens walks one group's blocks. Also the row-pair packing of the Q4 layouts, where rows i and
-// i + kRows / 2 share each payload byte. ISA-neutral templates: a kernel's own TU instantiates them.
+// i + kRows / 2 share each payload byte, and the packing walk of every group layout. ISA-neutral
+// templates: a kernel's own TU instantiates them.
 #pragma once
 
 #include <cstdint>
@@ -87,6 +88,31 @@ void vnni_groups_gemm(const void* packed, const void* act, size_t arb, int64_t n
     delete[] heap_off;
 }
 
+
+// The packing walk of the VNNI group layouts: for every group of kRows rows (in row order) and
+// block b < blocks, put(out, i, src) for each row i of the group (src: row i's block b, src_bytes
+// per block; the last group's missing rows repeat its last row), then done(out), out being the
+// group-block (out_bytes each, one after the other).
+template <int kRows, class Put, class Done>
+void vnni_pack_walk(const void* w, size_t wrb, int64_t rows, int64_t blocks, int64_t src_bytes, int64_t out_bytes,
+                    void* dst, Put put, Done done) {
+    const uint8_t* wb = static_cast<const uint8_t*>(w);
+    uint8_t* out = static_cast<uint8_t*>(dst);
+    for (int64_t g = 0; g < (rows + kRows - 1) / kRows; ++g) {
+        for (int64_t b = 0; b < blocks; ++b, out += out_bytes) {
+            for (int i = 0; i < kRows; ++i) {
+                const int64_t r = g * kRows + i < rows ? g * kRows + i : rows - 1;
+                put(out, i, wb + r * int64_t(wrb) + b * src_bytes);
+            }
+            done(out);
+        }
+    }
+}
+template <int kRows, class Put>
+void vnni_pack_walk(const void* w, size_t wrb, int64_t rows, int64_t blocks, int64_t src_bytes, int64_t out_bytes,
+                    void* dst, Put put) {
+    vnni_pack_walk<kRows>(w, wrb, rows, blocks, src_bytes, out_bytes, dst, put, [](uint8_t*) {});
+}
 
 // The Q4_0 / Q4_1 row-pair layout of K::kRows rows per group (Fmt: FmtQ4_0 or FmtQ4_1): per group
 // and 32-element block {fp16 d[kRows]; fp16 m[kRows] (Q4_1 only); eight payload vectors of 2 kRows

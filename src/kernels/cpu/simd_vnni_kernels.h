@@ -120,31 +120,6 @@ struct VnniNvfp4 {
     static __m512 mult(__m512 d, float dx) { return _mm512_mul_ps(d, _mm512_set1_ps(0.5f * dx)); }
 };
 
-// The packing walk of the VNNI group layouts: for every group of kRows rows (in row order) and
-// block b < blocks, put(out, i, src) for each row i of the group (src: row i's block b, src_bytes
-// per block; the last group's missing rows repeat its last row), then done(out), out being the
-// group-block (out_bytes each, one after the other).
-template <int kRows, class Put, class Done>
-void vnni_pack_walk(const void* w, size_t wrb, int64_t rows, int64_t blocks, int64_t src_bytes, int64_t out_bytes,
-                    void* dst, Put put, Done done) {
-    const uint8_t* wb = static_cast<const uint8_t*>(w);
-    uint8_t* out = static_cast<uint8_t*>(dst);
-    for (int64_t g = 0; g < (rows + kRows - 1) / kRows; ++g) {
-        for (int64_t b = 0; b < blocks; ++b, out += out_bytes) {
-            for (int i = 0; i < kRows; ++i) {
-                const int64_t r = g * kRows + i < rows ? g * kRows + i : rows - 1;
-                put(out, i, wb + r * int64_t(wrb) + b * src_bytes);
-            }
-            done(out);
-        }
-    }
-}
-template <int kRows, class Put>
-void vnni_pack_walk(const void* w, size_t wrb, int64_t rows, int64_t blocks, int64_t src_bytes, int64_t out_bytes,
-                    void* dst, Put put) {
-    vnni_pack_walk<kRows>(w, wrb, rows, blocks, src_bytes, out_bytes, dst, put, [](uint8_t*) {});
-}
-
 template <class Fmt>
 struct Vnni {
     static constexpr int kRows = 16;

@@ -1,5 +1,6 @@
-// Packed Q4_0 / Q4_1 kernel of the AVX-VNNI level (matmul_avxvnni.cc: AVX2 + the VEX-encoded
-// 256-bit vpdpbusd, CPUs without AVX-512): VnniQ4's row-pair layout (simd_vnni_q4.h) at half the
+// The AVX-VNNI level's own packed layouts (matmul_avxvnni.cc: AVX2 + the VEX-encoded 256-bit
+// vpdpbusd, CPUs without AVX-512), lanes = rows as the AVX-512 VNNI ones, so no horizontal reduction
+// per block. AvxVnniQ4 (Q4_0 / Q4_1): VnniQ4's row-pair layout (simd_vnni_q4.h) at half the
 // width. 16 rows per group, rows i and i + 8 sharing each payload byte (pack_q4_row_pairs,
 // simd_vnni_groups.h): per group and 32-element block {fp16 d[16]; fp16 m[16] (Q4_1); eight
 // 32-byte vectors V_j}, so a vector feeds two vpdpbusd with no shift and no horizontal reduction
@@ -139,6 +140,82 @@ struct AvxVnniQ4 {
         vnni_groups_gemm<AvxVnniQ4>(packed, act, arb, n, k, y, ldy, r0, r1);
     }
 };
+
+// Q8_0 in 8-row groups, lanes = rows (Vnni<VnniQ8>'s layout at half the width): per group and block
+// {fp16 d[8]; eight 32-byte vectors}, byte 4 i + p of vector j = q(i, 4 j + p) ^ 0x80 (unsigned for
+// vpdpbusd; the chain starts at -128 sum(x), so it ends at the exact dot). Scaling and accumulation
+// as accumulate_block, lane for lane: the avx2 level's bits.
+struct AvxVnniQ8 {
+    static constexpr int kRows = 8;
+    static constexpr int kMaxTokens = 4;
+    static constexpr int64_t kHeader = 16;
+    static constexpr int64_t kGroupBytes = kRows * int64_t(blk::kQ8_0Bytes);
+    static_assert(kHeader + 256 == kGroupBytes);
+    static constexpr int64_t kStackOffsets = 16384;
+    static constexpr int kOffsPerBlock = 1;
+
+    static void pack(const void* w, size_t wrb, int64_t rows, int64_t k, void* dst) {
+        vnni_pack_walk<kRows>(w, wrb, rows, k / blk::kQK, int64_t(blk::kQ8_0Bytes), kGroupBytes, dst,
+                              [](uint8_t* out, int i, const uint8_t* unit) {
+                                  std::memcpy(out + 2 * i, unit + blk::kQ8_0D, 2);
+                                  for (int j = 0; j < 8; ++j)
+                                      for (int p = 0; p < 4; ++p)
+                                          out[kHeader + 32 * j + 4 * i + p] = uint8_t(unit[blk::kQ8_0Qs + 4 * j + p] ^ 0x80);
+                              });
+    }
+
+    static void offsets(const uint8_t* act, int64_t nb, int32_t* off) {
+        const __m256i ones = _mm256_set1_epi8(1);
+        for (int64_t b = 0; b < nb; ++b) {
+            const __m256i xq =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(act + b * int64_t(blk::kActQ8Bytes) + blk::kActQ8Q));
+            off[b] = -128 * avx2_hsum_i32(avx2_dot_u8s8(ones, xq));
+        }
+    }
+
+    template <int T>
+    static void tile(const uint8_t* group, const uint8_t* act, size_t arb, int64_t k, const int32_t* off, float* y,
+                     int64_t ldy, int valid, const uint8_t* next_group, int64_t next_step) {
+        const int64_t nb = k / blk::kQK;
+        __m256 acc[T];
+        for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+        for (int64_t b = 0; b < nb; ++b) {
+            const uint8_t* gb = group + b * kGroupBytes;
+            vnni_tile_prefetch<T>(gb, kGroupBytes, next_group, next_step, b);
+            constexpr int kChains = T == 1 ? 2 : 1;  // exact integers: the split changes nothing
+            __m256i part[T][kChains];
+            for (int t = 0; t < T; ++t) {
+                part[t][0] = _mm256_set1_epi32(off[t * nb + b]);
+                if constexpr (kChains == 2) part[t][1] = _mm256_setzero_si256();
+            }
+            for (int j = 0; j < 8; ++j) {
+                const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(gb + kHeader + 32 * j));
+                for (int t = 0; t < T; ++t) {
+                    int32_t x4;
+                    std::memcpy(&x4, act + t * int64_t(arb) + b * int64_t(blk::kActQ8Bytes) + blk::kActQ8Q + 4 * j, 4);
+                    part[t][j % kChains] = dpbusd(part[t][j % kChains], v, _mm256_set1_epi32(x4));
+                }
+            }
+            const __m256 d = AvxVnniQ4<FmtQ4_0>::fp16x8(gb);
+            for (int t = 0; t < T; ++t) {
+                float dx;
+                std::memcpy(&dx, act + t * int64_t(arb) + b * int64_t(blk::kActQ8Bytes) + blk::kActQ8D, 4);
+                __m256i idot = part[t][0];
+                if constexpr (kChains == 2) idot = _mm256_add_epi32(idot, part[t][1]);
+                acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(dx)), _mm256_cvtepi32_ps(idot), acc[t]);
+            }
+        }
+        for (int t = 0; t < T; ++t) store_rows8(y + t * ldy, acc[t], valid);
+    }
+
+    static void gemm(const void* packed, const void* act, size_t arb, int64_t n, int64_t k, float* y, int64_t ldy,
+                     int64_t r0, int64_t r1) {
+        vnni_groups_gemm<AvxVnniQ8>(packed, act, arb, n, k, y, ldy, r0, r1);
+    }
+};
+
+constexpr PackedMatmulKernel kAvxVnniQ8Packed{vnni_groups_bytes<AvxVnniQ8>, AvxVnniQ8::pack, AvxVnniQ8::gemm,
+                                              "8-row AVX-VNNI groups, lanes = rows"};
 
 template <class Fmt>
 constexpr PackedMatmulKernel kAvxVnniQ4Packed{vnni_groups_bytes<AvxVnniQ4<Fmt>>, AvxVnniQ4<Fmt>::pack,
