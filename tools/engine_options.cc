@@ -128,6 +128,22 @@ std::optional<double> parse_positive_number(const std::string& s, double max) {
 
 }  // namespace
 
+// The session options' share of EngineOptions: the model (resolved: the default model when -m is
+// absent), tokenizer, threads and kernels.
+static bool session_engine_options(const Args& args, const char* cmd, const SessionOptions& s, EngineOptions& out) {
+    auto path = resolve_model_path(s.model);
+    if (!path) {
+        std::fprintf(stderr, "kiln %s: %s\n", cmd, path.status().to_string().c_str());
+        return false;
+    }
+    out.model = *path;
+    out.tokenizer = s.tokenizer;
+    out.threads = s.threads.value_or(0);
+    if (args.get("--isa")) out.isa = kernels::cpu::isa_name(s.linear.isa);
+    out.f32_activations = s.linear.f32_activations;
+    return true;
+}
+
 bool parse_parallel_options(const Args& args, const char* cmd, EngineOptions& out) {
     for (auto [flag, dst] : {std::pair{"--tp", &out.tensor_parallel}, std::pair{"--pp", &out.pipeline_parallel},
                              std::pair{"--pp-batches", &out.pipeline_batches},
@@ -159,33 +175,13 @@ std::set<std::string> parallel_options() {
 bool parallel_session_options(const Args& args, const char* cmd, const SessionOptions& s, EngineOptions& out) {
     if (!parse_parallel_options(args, cmd, out)) return false;
     if (out.tensor_parallel == 1 && out.pipeline_parallel == 1 && out.expert_parallel == 1) return true;
-    auto path = resolve_model_path(s.model);
-    if (!path) {
-        std::fprintf(stderr, "kiln %s: %s\n", cmd, path.status().to_string().c_str());
-        return false;
-    }
-    out.model = *path;
-    out.tokenizer = s.tokenizer;
-    out.threads = s.threads.value_or(0);
-    if (args.get("--isa")) out.isa = kernels::cpu::isa_name(s.linear.isa);
-    out.f32_activations = s.linear.f32_activations;
     out.mmap_weights = true;  // as open_model_session runs rank 0's
-    return true;
+    return session_engine_options(args, cmd, s, out);
 }
 
 bool parse_engine_options(const Args& args, const char* cmd, EngineOptions& out) {
     SessionOptions s;
-    if (!parse_session_options(args, cmd, s)) return false;
-    auto path = resolve_model_path(s.model);
-    if (!path) {
-        std::fprintf(stderr, "kiln %s: %s\n", cmd, path.status().to_string().c_str());
-        return false;
-    }
-    out.model = *path;
-    out.tokenizer = s.tokenizer;
-    out.threads = s.threads.value_or(0);
-    if (args.get("--isa")) out.isa = kernels::cpu::isa_name(s.linear.isa);
-    out.f32_activations = s.linear.f32_activations;
+    if (!parse_session_options(args, cmd, s) || !session_engine_options(args, cmd, s, out)) return false;
     if (auto v = args.get("--kv-cache-gb")) {
         const auto gb = parse_positive_number(*v, 1 << 20);
         if (!gb) {

@@ -140,32 +140,14 @@ public:
         return Status::ok();
     }
     core::Result<std::unique_ptr<Pending>> start_recv(void* data, int64_t bytes, int src) override {
-        auto posted = std::make_unique<Posted>(*this, "recv", bytes);
-        int64_t at = 0;
-        do {
-            const int64_t n = std::min(kPiece, bytes - at);
-            MPI_Request req;
-            if (int rc = MPI_Irecv(static_cast<uint8_t*>(data) + at, int(n), MPI_BYTE, src, 0, comm_, &req);
-                rc != MPI_SUCCESS)
-                return mpi_error(rc, "recv");
-            posted->reqs.push_back(req);
-            at += n;
-        } while (at < bytes);
-        return std::unique_ptr<Pending>(std::move(posted));
+        return post("recv", bytes, [&](int64_t at, int64_t n, MPI_Request* req) {
+            return MPI_Irecv(static_cast<uint8_t*>(data) + at, int(n), MPI_BYTE, src, 0, comm_, req);
+        });
     }
     core::Result<std::unique_ptr<Pending>> start_send(const void* data, int64_t bytes, int dst) override {
-        auto posted = std::make_unique<Posted>(*this, "send", bytes);
-        int64_t at = 0;
-        do {
-            const int64_t n = std::min(kPiece, bytes - at);
-            MPI_Request req;
-            if (int rc = MPI_Isend(static_cast<const uint8_t*>(data) + at, int(n), MPI_BYTE, dst, 0, comm_, &req);
-                rc != MPI_SUCCESS)
-                return mpi_error(rc, "send");
-            posted->reqs.push_back(req);
-            at += n;
-        } while (at < bytes);
-        return std::unique_ptr<Pending>(std::move(posted));
+        return post("send", bytes, [&](int64_t at, int64_t n, MPI_Request* req) {
+            return MPI_Isend(static_cast<const uint8_t*>(data) + at, int(n), MPI_BYTE, dst, 0, comm_, req);
+        });
     }
     void abort(int exit_code) override {
         std::fflush(stdout);
@@ -183,6 +165,20 @@ private:
     static Status fits(int64_t n, const char* what) {
         if (n >= 0 && n <= INT_MAX) return Status::ok();
         return core::error(StatusCode::kInvalidArgument) << what << ": " << n << " elements exceed one MPI message";
+    }
+    // A posted send or receive in pieces of at most kPiece bytes: start(at, n, &req) posts one.
+    template <class Start>
+    core::Result<std::unique_ptr<Pending>> post(const char* what, int64_t bytes, Start start) {
+        auto posted = std::make_unique<Posted>(*this, what, bytes);
+        int64_t at = 0;
+        do {
+            const int64_t n = std::min(kPiece, bytes - at);
+            MPI_Request req;
+            if (int rc = start(at, n, &req); rc != MPI_SUCCESS) return mpi_error(rc, what);
+            posted->reqs.push_back(req);
+            at += n;
+        } while (at < bytes);
+        return std::unique_ptr<Pending>(std::move(posted));
     }
     // start_send's or start_recv's pieces' requests (cancelled if never waited for).
     struct Posted final : Pending {
