@@ -83,7 +83,7 @@ TEST(PackedMatmul, BitIdenticalToRowLayoutOnEveryIsa) {
     for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512, Isa::kAvx512Vnni}) {
         if (!isa_supported(isa) || !find_matmul_kernel(DType::kQ8_0, isa)) continue;
         ++isas;
-        EXPECT_EQ(find_packed_matmul_kernel(DType::kQ4_K, isa) != nullptr, isa == Isa::kAvx512Vnni);
+        EXPECT_EQ(find_packed_matmul_kernel(DType::kQ4_K, isa) != nullptr, isa == Isa::kAvx512Vnni || isa == Isa::kAvxVnni);
         EXPECT_EQ(find_packed_matmul_kernel(DType::kQ5_K, isa) != nullptr, isa == Isa::kAvx512Vnni);
         EXPECT_EQ(find_packed_matmul_kernel(DType::kQ6_K, isa) != nullptr, isa == Isa::kAvx512Vnni);
         std::vector<DType> types(std::begin(kLegacy), std::end(kLegacy));
@@ -403,11 +403,11 @@ std::vector<uint8_t> kquant_weights(DType t, int64_t rows, int64_t k, uint32_t s
     return w;
 }
 
-void check_kquant_groups(DType t, size_t sb_bytes) {
-    const PackedMatmulKernel* pk = find_packed_matmul_kernel(t, Isa::kAvx512Vnni);
+void check_kquant_groups(DType t, size_t sb_bytes, Isa isa = Isa::kAvx512Vnni, int64_t group = 16) {
+    const PackedMatmulKernel* pk = find_packed_matmul_kernel(t, isa);
     ASSERT_NE(pk, nullptr);
     const MatmulKernel* ref = find_matmul_kernel(t, Isa::kRef);
-    const MatmulKernel* kern = find_matmul_kernel(t, Isa::kAvx512Vnni);
+    const MatmulKernel* kern = find_matmul_kernel(t, isa);
     uint32_t seed = 7000;
     for (int64_t rows : {16, 37, 64}) {
         for (int64_t k : {256, 768, 2304}) {
@@ -416,24 +416,31 @@ void check_kquant_groups(DType t, size_t sb_bytes) {
             std::vector<float> wf(size_t(rows * k));
             for (int64_t r = 0; r < rows; ++r)
                 ASSERT_TRUE(ref::dequantize_row(t, &w[size_t(r) * wrb], &wf[size_t(r * k)], k).is_ok());
-            ASSERT_EQ(pk->packed_bytes(rows, k), size_t((rows + 15) / 16) * size_t(k / 256) * sb_bytes);
+            ASSERT_EQ(pk->packed_bytes(rows, k), size_t((rows + group - 1) / group) * size_t(k / 256) * sb_bytes);
             const std::vector<uint8_t> packed = pack_weights(pk, w, wrb, rows, k);
             for (int64_t n : {1, 5, 13}) {
                 const std::vector<float> x = random_x(n, k, seed * 3 + uint32_t(n));
                 const size_t arb = kern->act_row_bytes(k);
                 const std::vector<uint8_t> act = quantize_tokens(kern, x, n, k);
-                const std::string at = std::string(core::dtype_name(t)) + " rows=" + std::to_string(rows) +
+                const std::string at = std::string(core::dtype_name(t)) + " " + isa_name(isa) + " rows=" + std::to_string(rows) +
                                        " k=" + std::to_string(k) + " n=" + std::to_string(n);
                 expect_packed_matches(pk, ref, w, wrb, packed, act, arb, rows, k, n, wf, x, at);
                 if (::testing::Test::HasFatalFailure()) return;
             }
         }
     }
+    if (isa != best_isa()) return;  // ops::linear packs with the best level
     const int64_t rows = 203, k = 512;
     const std::vector<uint8_t> w = kquant_weights(t, rows, k, 77);
     std::vector<float> wf(size_t(rows * k));
     ASSERT_TRUE(ref::dequantize_row(t, w.data(), wf.data(), rows * k).is_ok());
     expect_linear_packed_matches(t, w, wf, rows, k, 21);
+}
+
+// Q4_K at avx-vnni (8-row groups, lanes = rows; kernels/cpu/simd_avxvnni_packed.h), as above.
+TEST(PackedMatmul, AvxVnniQ4KGroupsMatchReferenceAndAreBatchInvariant) {
+    if (!isa_supported(Isa::kAvxVnni)) GTEST_SKIP() << "no AVX-VNNI";
+    check_kquant_groups(DType::kQ4_K, 1184, Isa::kAvxVnni, 8);  // 8 rows' d, dmin, scales / mins, nibbles
 }
 
 TEST(PackedMatmul, KQuantGroupsMatchReferenceAndAreBatchInvariant) {

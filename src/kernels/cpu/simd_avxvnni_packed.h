@@ -17,6 +17,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/simd_legacy_kernels.h"
 #include "kernels/cpu/simd_vnni_groups.h"
@@ -213,6 +214,134 @@ struct AvxVnniQ8 {
         vnni_groups_gemm<AvxVnniQ8>(packed, act, arb, n, k, y, ldy, r0, r1);
     }
 };
+
+// Q4_K in 8-row groups, lanes = rows (VnniK4's layout at half the width, simd_vnni_kquant.h): per
+// group and 256-element super-block (kSbBytes = 1184, 2.8% more than the 8 rows' 1152 ggml bytes)
+//   fp16 d[8] | fp16 dmin[8] | u8 sc[8][8] | u8 m[8][8] | 32 vectors of 32 bytes,
+// the 6-bit scales and mins unpacked (sub-block j of row i at [j][i]); vector 8 p + c holds bytes
+// 4 c .. 4 c + 3 of row i's qs chunk p at bytes 4 i ..: low nibbles elements 4 c .. of sub-block
+// 2 p, high nibbles the same of sub-block 2 p + 1. Arithmetic as VnniK4: exact int32 sum_j sc_j dot_j
+// (vpdpbusd, vpmulld) and sum_j m_j bsum_j (vpdpwssd against the tokens' int16 pairs, made once per
+// call), then acc += (d d_x) sum_sc and acc -= (dmin d_x) sum_min in fp32, super-block by super-block:
+// batch invariant, within the 1e-5 bound of the ref kernel (not the AVX2 row kernel's bits).
+struct AvxVnniQ4K {
+    static constexpr int kRows = 8;
+    // Tokens per tile: 6 ran fastest of 2, 4, 6, 8 (tinyllama q4_k pp64 at avx-vnni: 142-144, 163-177,
+    // 184-185, 177-179 tok/s), the per-token sums spilling past the 16 ymm registers beyond that.
+    static constexpr int kMaxTokens = 6;
+    static constexpr int64_t kSc = 32, kMin = 96, kQs = 160;  // offsets
+    static constexpr int64_t kSbBytes = kQs + 32 * 32;
+
+    static size_t packed_bytes(int64_t rows, int64_t k) {
+        return size_t((rows + kRows - 1) / kRows) * size_t(k / blk::kQK_K) * size_t(kSbBytes);
+    }
+
+    static void pack(const void* w, size_t wrb, int64_t rows, int64_t k, void* dst) {
+        vnni_pack_walk<kRows>(w, wrb, rows, k / blk::kQK_K, int64_t(blk::kQ4_KBytes), kSbBytes, dst,
+                              [](uint8_t* out, int i, const uint8_t* b) {
+            std::memcpy(out + 2 * i, b + blk::kQ4_KD, 2);
+            std::memcpy(out + 16 + 2 * i, b + blk::kQ4_KDmin, 2);
+            const uint8_t* q = b + blk::kQ4_KScales;  // 6-bit scales and mins, as dequant.cc
+            for (int j = 0; j < 8; ++j) {
+                out[kSc + 8 * j + i] = uint8_t(j < 4 ? q[j] & 63 : (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4));
+                out[kMin + 8 * j + i] = uint8_t(j < 4 ? q[j + 4] & 63 : (q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+            }
+            for (int p = 0; p < 4; ++p)
+                for (int c = 0; c < 8; ++c)
+                    std::memcpy(out + kQs + 32 * (8 * p + c) + 4 * i, b + blk::kQ4_KQs + 32 * p + 4 * c, 4);
+        });
+    }
+
+    static __m256i u8x8(const uint8_t* p) {  // 8 bytes zero-extended to 8 int32
+        return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    }
+
+    // y[t * ldy + i] for the group's rows i < valid and T tokens (min multipliers at mx, laid out as
+    // k4_min_multipliers makes them); next_group / next_step as VnniK4::tile.
+    template <int T>
+    static void tile(const uint8_t* group, const uint8_t* act, size_t arb, const int32_t* mx, int64_t k, float* y,
+                     int64_t ldy, int valid, const uint8_t* next_group, int64_t next_step) {
+        const int64_t nsb = k / blk::kQK_K;
+        const __m256i m4 = _mm256_set1_epi8(0x0f);
+        __m256 acc[T];
+        for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+        for (int64_t s = 0; s < nsb; ++s) {
+            const uint8_t* g = group + s * kSbBytes;
+            if (next_group) avx2_prefetch_next_group(next_group, next_step, s);
+            __m256i isum[T];
+            for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
+            for (int j = 0; j < 8; ++j) {  // sub-block j: chunk j / 2, low nibbles when j is even
+                const __m256i sc = u8x8(g + kSc + 8 * j);
+                __m256i wq[8];
+                for (int c = 0; c < 8; ++c) {
+                    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + kQs + 32 * (8 * (j / 2) + c)));
+                    wq[c] = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(v, 4) : v, m4);
+                }
+                for (int t = 0; t < T; ++t) {
+                    const uint8_t* xq = act + t * int64_t(arb) + s * int64_t(blk::kActQ8KBytes) + blk::kActQ8KQ + 32 * j;
+                    __m256i part[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+                    for (int c = 0; c < 8; ++c) {
+                        int32_t x4;
+                        std::memcpy(&x4, xq + 4 * c, 4);
+                        part[c % 2] = dpbusd(part[c % 2], wq[c], _mm256_set1_epi32(x4));
+                    }
+                    isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(_mm256_add_epi32(part[0], part[1]), sc));
+                }
+            }
+            __m256i mp[4];  // per lane (m_2q, m_2q+1) as int16 pairs
+            for (int q = 0; q < 4; ++q)
+                mp[q] = _mm256_or_si256(u8x8(g + kMin + 8 * (2 * q)), _mm256_slli_epi32(u8x8(g + kMin + 8 * (2 * q + 1)), 16));
+            const __m256 d = AvxVnniQ4<FmtQ4_0>::fp16x8(g), dmin = AvxVnniQ4<FmtQ4_0>::fp16x8(g + 16);
+            for (int t = 0; t < T; ++t) {
+                const int32_t* m = mx + (t * nsb + s) * 4;
+                __m256i msum = _mm256_setzero_si256();
+                for (int q = 0; q < 4; ++q) msum = _mm256_dpwssd_avx_epi32(msum, mp[q], _mm256_set1_epi32(m[q]));
+                float dx;
+                std::memcpy(&dx, act + t * int64_t(arb) + s * int64_t(blk::kActQ8KBytes) + blk::kActQ8KD, 4);
+                const __m256 vdx = _mm256_set1_ps(dx);
+                acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, vdx), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+                acc[t] = _mm256_fnmadd_ps(_mm256_mul_ps(dmin, vdx), _mm256_cvtepi32_ps(msum), acc[t]);
+            }
+        }
+        for (int t = 0; t < T; ++t) store_rows8(y + t * ldy, acc[t], valid);
+    }
+
+    template <int T = kMaxTokens>
+    static void tile_n(int num_t, const uint8_t* group, const uint8_t* act, size_t arb, const int32_t* mx, int64_t k,
+                       float* y, int64_t ldy, int valid, const uint8_t* next_group, int64_t next_step) {
+        if constexpr (T > 1) {
+            if (num_t < T) return tile_n<T - 1>(num_t, group, act, arb, mx, k, y, ldy, valid, next_group, next_step);
+        }
+        tile<T>(group, act, arb, mx, k, y, ldy, valid, next_group, next_step);
+    }
+
+    // As VnniK4::gemm: group by group, kMaxTokens tokens per tile, the token tiles over a group sharing
+    // out the next group's prefetch.
+    static void gemm(const void* packed, const void* act, size_t arb, int64_t n, int64_t k, float* y, int64_t ldy,
+                     int64_t r0, int64_t r1) {
+        const uint8_t* base = static_cast<const uint8_t*>(packed);
+        const uint8_t* ab = static_cast<const uint8_t*>(act);
+        const int64_t nsb = k / blk::kQK_K, gbytes = nsb * kSbBytes;
+        const int64_t passes = (n + kMaxTokens - 1) / kMaxTokens;
+        thread_local std::vector<int32_t> mins;  // grown once, reused: decode allocates nothing
+        if (mins.size() < size_t(n * nsb * 4)) mins.resize(size_t(n * nsb * 4));
+        k4_min_multipliers(ab, arb, n, nsb, mins.data());
+        for (int64_t r = r0; r < r1; r += kRows) {
+            const uint8_t* group = base + (r / kRows) * gbytes;
+            const int valid = int(r1 - r < kRows ? r1 - r : kRows);
+            for (int64_t t = 0; t < n; t += kMaxTokens) {
+                const int num_t = int(n - t < kMaxTokens ? n - t : kMaxTokens);
+                int64_t step = 0;
+                const uint8_t* next = vnni_next_share(group + gbytes, nsb, kSbBytes, t / kMaxTokens, passes, &step);
+                tile_n(num_t, group, ab + t * int64_t(arb), arb, mins.data() + t * nsb * 4, k, y + t * ldy + r, ldy,
+                       valid, next, step);
+            }
+        }
+    }
+};
+
+constexpr PackedMatmulKernel kAvxVnniQ4KPacked{AvxVnniQ4K::packed_bytes, AvxVnniQ4K::pack, AvxVnniQ4K::gemm,
+                                               "8-row AVX-VNNI super-block groups"};
 
 constexpr PackedMatmulKernel kAvxVnniQ8Packed{vnni_groups_bytes<AvxVnniQ8>, AvxVnniQ8::pack, AvxVnniQ8::gemm,
                                               "8-row AVX-VNNI groups, lanes = rows"};

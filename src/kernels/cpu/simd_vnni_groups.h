@@ -114,6 +114,23 @@ void vnni_pack_walk(const void* w, size_t wrb, int64_t rows, int64_t blocks, int
     vnni_pack_walk<kRows>(w, wrb, rows, blocks, src_bytes, out_bytes, dst, put, [](uint8_t*) {});
 }
 
+// The Q4_K / Q5_K group kernels (VnniK4, AvxVnniQ4K): the tokens' min multipliers, once per GEMM
+// call rather than once per row group: mx[(t nsb + s) 4 + q] = the int16 pair (bsum_2q, bsum_2q+1)
+// of token t's super-block s, bsum_j = bsums[2 j] + bsums[2 j + 1] (|.| <= 4064: int16), for the
+// vpdpwssd against the rows' (m_2q, m_2q+1).
+inline void k4_min_multipliers(const uint8_t* act, size_t arb, int64_t n, int64_t nsb, int32_t* mx) {
+    for (int64_t t = 0; t < n; ++t)
+        for (int64_t s = 0; s < nsb; ++s, mx += 4) {
+            int16_t bs[16];
+            std::memcpy(bs, act + t * int64_t(arb) + s * int64_t(blk::kActQ8KBytes) + blk::kActQ8KBsums, sizeof(bs));
+            for (int q = 0; q < 4; ++q) {
+                const uint32_t b0 = uint16_t(int16_t(bs[4 * q] + bs[4 * q + 1]));
+                const uint32_t b1 = uint16_t(int16_t(bs[4 * q + 2] + bs[4 * q + 3]));
+                mx[q] = int32_t(b0 | (b1 << 16));
+            }
+        }
+}
+
 // The Q4_0 / Q4_1 row-pair layout of K::kRows rows per group (Fmt: FmtQ4_0 or FmtQ4_1): per group
 // and 32-element block {fp16 d[kRows]; fp16 m[kRows] (Q4_1 only); eight payload vectors of 2 kRows
 // bytes}, byte 4 i + p of vector j = c(i, 4 j + p) | c(i + kRows / 2, 4 j + p) << 4 for i < kRows /

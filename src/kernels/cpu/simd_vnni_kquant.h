@@ -69,24 +69,8 @@ struct VnniK4 {
         });
     }
 
-    // The tokens' min multipliers, once per call rather than once per group: mx[(t nsb + s) 4 + q] =
-    // the int16 pair (bsum_2q, bsum_2q+1) of token t's super-block s, bsum_j = bsums[2 j] + bsums[2 j
-    // + 1] (|.| <= 4064: int16), for the vpdpwssd against the rows' (m_2q, m_2q+1).
-    static void min_multipliers(const uint8_t* act, size_t arb, int64_t n, int64_t nsb, int32_t* mx) {
-        for (int64_t t = 0; t < n; ++t)
-            for (int64_t s = 0; s < nsb; ++s, mx += 4) {
-                int16_t bs[16];
-                std::memcpy(bs, act + t * int64_t(arb) + s * int64_t(blk::kActQ8KBytes) + blk::kActQ8KBsums, sizeof(bs));
-                for (int q = 0; q < 4; ++q) {
-                    const uint32_t b0 = uint16_t(int16_t(bs[4 * q] + bs[4 * q + 1]));
-                    const uint32_t b1 = uint16_t(int16_t(bs[4 * q + 2] + bs[4 * q + 3]));
-                    mx[q] = int32_t(b0 | (b1 << 16));
-                }
-            }
-    }
-
     // y[t * ldy + i] for the group's rows i < valid and T tokens (min multipliers at mx, as
-    // min_multipliers lays them out for these tokens); next_group: prefetched into L2, next_step bytes
+    // k4_min_multipliers lays them out for these tokens); next_group: prefetched into L2, next_step bytes
     // a super-block (vnni_next_share).
     template <int T>
     static void tile(const uint8_t* group, const uint8_t* act, size_t arb, const int32_t* mx, int64_t k, float* y,
@@ -176,7 +160,7 @@ struct VnniK4 {
         const int64_t passes = (n + kMaxTokens - 1) / kMaxTokens;
         thread_local std::vector<int32_t> mins;  // grown once, reused: decode allocates nothing
         if (mins.size() < size_t(n * nsb * 4)) mins.resize(size_t(n * nsb * 4));
-        min_multipliers(ab, arb, n, nsb, mins.data());
+        k4_min_multipliers(ab, arb, n, nsb, mins.data());
         for (int64_t r = r0; r < r1; r += kRows) {
             const uint8_t* group = base + (r / kRows) * gbytes;
             const int valid = int(r1 - r < kRows ? r1 - r : kRows);
