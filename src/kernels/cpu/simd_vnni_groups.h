@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "kernels/block_layouts.h"
 #include "kernels/cpu/simd_avx2.h"
@@ -129,6 +130,34 @@ inline void k4_min_multipliers(const uint8_t* act, size_t arb, int64_t n, int64_
                 mx[q] = int32_t(b0 | (b1 << 16));
             }
         }
+}
+
+// PackedMatmulKernel::gemm of the Q4_K / Q5_K super-block groups (VnniK4, AvxVnniQ4K), given
+// K::kRows, kMaxTokens, kSbBytes and tile_n(num_t, group, act, arb, mins, k, y, ldy, valid, next,
+// next_step): group by group, kMaxTokens tokens per tile, the token tiles over a group sharing out the
+// next group's prefetch (it streams from memory; vnni_next_share). r0 a multiple of K::kRows.
+template <class K>
+void k4_groups_gemm(const void* packed, const void* act, size_t arb, int64_t n, int64_t k, float* y, int64_t ldy,
+                    int64_t r0, int64_t r1) {
+    constexpr int kRows = K::kRows, kMaxTokens = K::kMaxTokens;
+    const uint8_t* base = static_cast<const uint8_t*>(packed);
+    const uint8_t* ab = static_cast<const uint8_t*>(act);
+    const int64_t nsb = k / blk::kQK_K, gbytes = nsb * K::kSbBytes;
+    const int64_t passes = (n + kMaxTokens - 1) / kMaxTokens;
+    thread_local std::vector<int32_t> mins;  // grown once, reused: decode allocates nothing
+    if (mins.size() < size_t(n * nsb * 4)) mins.resize(size_t(n * nsb * 4));
+    k4_min_multipliers(ab, arb, n, nsb, mins.data());
+    for (int64_t r = r0; r < r1; r += kRows) {
+        const uint8_t* group = base + (r / kRows) * gbytes;
+        const int valid = int(r1 - r < kRows ? r1 - r : kRows);
+        for (int64_t t = 0; t < n; t += kMaxTokens) {
+            const int num_t = int(n - t < kMaxTokens ? n - t : kMaxTokens);
+            int64_t step = 0;
+            const uint8_t* next = vnni_next_share(group + gbytes, nsb, K::kSbBytes, t / kMaxTokens, passes, &step);
+            K::tile_n(num_t, group, ab + t * int64_t(arb), arb, mins.data() + t * nsb * 4, k, y + t * ldy + r, ldy,
+                      valid, next, step);
+        }
+    }
 }
 
 // The Q4_0 / Q4_1 row-pair layout of K::kRows rows per group (Fmt: FmtQ4_0 or FmtQ4_1): per group

@@ -150,28 +150,10 @@ struct VnniK4 {
         tile<T>(group, act, arb, mx, k, y, ldy, valid, next_group, next_step);
     }
 
-    // PackedMatmulKernel::gemm (r0 a multiple of 16): group by group, kMaxTokens tokens per tile; the
-    // token tiles over a group share out the next group's prefetch (it streams from memory).
+    // PackedMatmulKernel::gemm (r0 a multiple of 16): k4_groups_gemm (simd_vnni_groups.h).
     static void gemm(const void* packed, const void* act, size_t arb, int64_t n, int64_t k, float* y, int64_t ldy,
                      int64_t r0, int64_t r1) {
-        const uint8_t* base = static_cast<const uint8_t*>(packed);
-        const uint8_t* ab = static_cast<const uint8_t*>(act);
-        const int64_t nsb = k / blk::kQK_K, gbytes = nsb * kSbBytes;
-        const int64_t passes = (n + kMaxTokens - 1) / kMaxTokens;
-        thread_local std::vector<int32_t> mins;  // grown once, reused: decode allocates nothing
-        if (mins.size() < size_t(n * nsb * 4)) mins.resize(size_t(n * nsb * 4));
-        k4_min_multipliers(ab, arb, n, nsb, mins.data());
-        for (int64_t r = r0; r < r1; r += kRows) {
-            const uint8_t* group = base + (r / kRows) * gbytes;
-            const int valid = int(r1 - r < kRows ? r1 - r : kRows);
-            for (int64_t t = 0; t < n; t += kMaxTokens) {
-                const int num_t = int(n - t < kMaxTokens ? n - t : kMaxTokens);
-                int64_t step = 0;
-                const uint8_t* next = vnni_next_share(group + gbytes, nsb, kSbBytes, t / kMaxTokens, passes, &step);
-                tile_n(num_t, group, ab + t * int64_t(arb), arb, mins.data() + t * nsb * 4, k, y + t * ldy + r, ldy,
-                       valid, next, step);
-            }
-        }
+        k4_groups_gemm<VnniK4>(packed, act, arb, n, k, y, ldy, r0, r1);
     }
 };
 
