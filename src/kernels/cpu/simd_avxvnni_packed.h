@@ -215,40 +215,49 @@ struct AvxVnniQ8 {
     }
 };
 
-// Q4_K in 8-row groups, lanes = rows (VnniK4's layout at half the width, simd_vnni_kquant.h): per
-// group and 256-element super-block (kSbBytes = 1184, 2.8% more than the 8 rows' 1152 ggml bytes)
-//   fp16 d[8] | fp16 dmin[8] | u8 sc[8][8] | u8 m[8][8] | 32 vectors of 32 bytes,
+// Q4_K / Q5_K in 8-row groups, lanes = rows (VnniK4's layout at half the width, simd_vnni_kquant.h):
+// per group and 256-element super-block (kSbBytes = 1184 for Q4_K, 2.8% more than the 8 rows' 1152
+// ggml bytes; 1440 for Q5_K, 2.3% more than 1408)
+//   fp16 d[8] | fp16 dmin[8] | u8 sc[8][8] | u8 m[8][8] | 32 vectors of 32 bytes | Q5_K: 8 more,
 // the 6-bit scales and mins unpacked (sub-block j of row i at [j][i]); vector 8 p + c holds bytes
 // 4 c .. 4 c + 3 of row i's qs chunk p at bytes 4 i ..: low nibbles elements 4 c .. of sub-block
-// 2 p, high nibbles the same of sub-block 2 p + 1. Arithmetic as VnniK4: exact int32 sum_j sc_j dot_j
+// 2 p, high nibbles the same of sub-block 2 p + 1; Q5_K's vector c of the last 8 holds qh[4 c ..
+// 4 c + 3] of row i at bytes 4 i .. (bit j: bit 4 of that element of sub-block j). Arithmetic as VnniK4: exact int32 sum_j sc_j dot_j
 // (vpdpbusd, vpmulld) and sum_j m_j bsum_j (vpdpwssd against the tokens' int16 pairs, made once per
 // call), then acc += (d d_x) sum_sc and acc -= (dmin d_x) sum_min in fp32, super-block by super-block:
 // batch invariant, within the 1e-5 bound of the ref kernel (not the AVX2 row kernel's bits).
-struct AvxVnniQ4K {
+template <bool kFiveBit>  // false: Q4_K, true: Q5_K
+struct AvxVnniK4 {
     static constexpr int kRows = 8;
     // Tokens per tile: 6 ran fastest of 2, 4, 6, 8 (tinyllama q4_k pp64 at avx-vnni: 142-144, 163-177,
     // 184-185, 177-179 tok/s), the per-token sums spilling past the 16 ymm registers beyond that.
     static constexpr int kMaxTokens = 6;
-    static constexpr int64_t kSc = 32, kMin = 96, kQs = 160;  // offsets
-    static constexpr int64_t kSbBytes = kQs + 32 * 32;
+    static constexpr int64_t kSc = 32, kMin = 96, kQs = 160, kQh = kQs + 32 * 32;  // offsets
+    static constexpr int64_t kSbBytes = kQh + (kFiveBit ? 8 * 32 : 0);
+    static constexpr int64_t kSrcBytes = int64_t(kFiveBit ? blk::kQ5_KBytes : blk::kQ4_KBytes);
+    static constexpr size_t kSrcScales = kFiveBit ? blk::kQ5_KScales : blk::kQ4_KScales;
+    static constexpr size_t kSrcQs = kFiveBit ? blk::kQ5_KQs : blk::kQ4_KQs;
 
     static size_t packed_bytes(int64_t rows, int64_t k) {
         return size_t((rows + kRows - 1) / kRows) * size_t(k / blk::kQK_K) * size_t(kSbBytes);
     }
 
     static void pack(const void* w, size_t wrb, int64_t rows, int64_t k, void* dst) {
-        vnni_pack_walk<kRows>(w, wrb, rows, k / blk::kQK_K, int64_t(blk::kQ4_KBytes), kSbBytes, dst,
+        vnni_pack_walk<kRows>(w, wrb, rows, k / blk::kQK_K, kSrcBytes, kSbBytes, dst,
                               [](uint8_t* out, int i, const uint8_t* b) {
             std::memcpy(out + 2 * i, b + blk::kQ4_KD, 2);
             std::memcpy(out + 16 + 2 * i, b + blk::kQ4_KDmin, 2);
-            const uint8_t* q = b + blk::kQ4_KScales;  // 6-bit scales and mins, as dequant.cc
+            const uint8_t* q = b + kSrcScales;  // 6-bit scales and mins, as dequant.cc
             for (int j = 0; j < 8; ++j) {
                 out[kSc + 8 * j + i] = uint8_t(j < 4 ? q[j] & 63 : (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4));
                 out[kMin + 8 * j + i] = uint8_t(j < 4 ? q[j + 4] & 63 : (q[j + 4] >> 4) | ((q[j] >> 6) << 4));
             }
             for (int p = 0; p < 4; ++p)
                 for (int c = 0; c < 8; ++c)
-                    std::memcpy(out + kQs + 32 * (8 * p + c) + 4 * i, b + blk::kQ4_KQs + 32 * p + 4 * c, 4);
+                    std::memcpy(out + kQs + 32 * (8 * p + c) + 4 * i, b + kSrcQs + 32 * p + 4 * c, 4);
+            if constexpr (kFiveBit) {  // vector c: qh[4 c .. 4 c + 3] of row i at bytes 4 i ..
+                for (int c = 0; c < 8; ++c) std::memcpy(out + kQh + 32 * c + 4 * i, b + blk::kQ5_KQh + 4 * c, 4);
+            }
         });
     }
 
@@ -276,6 +285,13 @@ struct AvxVnniQ4K {
                 for (int c = 0; c < 8; ++c) {
                     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + kQs + 32 * (8 * (j / 2) + c)));
                     wq[c] = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(v, 4) : v, m4);
+                    if constexpr (kFiveBit) {  // bit j of each qh byte to bit 4 (16-bit shifts by <= 4
+                        // keep bit 4 of every byte within its byte)
+                        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + kQh + 32 * c));
+                        const __m256i hb = j <= 4 ? _mm256_sll_epi16(h, _mm_cvtsi32_si128(4 - j))
+                                                  : _mm256_srl_epi16(h, _mm_cvtsi32_si128(j - 4));
+                        wq[c] = _mm256_or_si256(wq[c], _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
+                    }
                 }
                 for (int t = 0; t < T; ++t) {
                     const uint8_t* xq = act + t * int64_t(arb) + s * int64_t(blk::kActQ8KBytes) + blk::kActQ8KQ + 32 * j;
@@ -317,12 +333,14 @@ struct AvxVnniQ4K {
 
     static void gemm(const void* packed, const void* act, size_t arb, int64_t n, int64_t k, float* y, int64_t ldy,
                      int64_t r0, int64_t r1) {
-        k4_groups_gemm<AvxVnniQ4K>(packed, act, arb, n, k, y, ldy, r0, r1);  // simd_vnni_groups.h
+        k4_groups_gemm<AvxVnniK4>(packed, act, arb, n, k, y, ldy, r0, r1);  // simd_vnni_groups.h
     }
 };
 
-constexpr PackedMatmulKernel kAvxVnniQ4KPacked{AvxVnniQ4K::packed_bytes, AvxVnniQ4K::pack, AvxVnniQ4K::gemm,
-                                               "8-row AVX-VNNI super-block groups"};
+constexpr PackedMatmulKernel kAvxVnniQ4KPacked{AvxVnniK4<false>::packed_bytes, AvxVnniK4<false>::pack,
+                                               AvxVnniK4<false>::gemm, "8-row AVX-VNNI super-block groups"};
+constexpr PackedMatmulKernel kAvxVnniQ5KPacked{AvxVnniK4<true>::packed_bytes, AvxVnniK4<true>::pack,
+                                               AvxVnniK4<true>::gemm, "8-row AVX-VNNI super-block groups"};
 
 constexpr PackedMatmulKernel kAvxVnniQ8Packed{vnni_groups_bytes<AvxVnniQ8>, AvxVnniQ8::pack, AvxVnniQ8::gemm,
                                               "8-row AVX-VNNI groups, lanes = rows"};

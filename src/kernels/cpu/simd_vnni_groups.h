@@ -115,7 +115,7 @@ void vnni_pack_walk(const void* w, size_t wrb, int64_t rows, int64_t blocks, int
     vnni_pack_walk<kRows>(w, wrb, rows, blocks, src_bytes, out_bytes, dst, put, [](uint8_t*) {});
 }
 
-// The Q4_K / Q5_K group kernels (VnniK4, AvxVnniQ4K): the tokens' min multipliers, once per GEMM
+// The Q4_K / Q5_K group kernels (VnniK4, AvxVnniK4): the tokens' min multipliers, once per GEMM
 // call rather than once per row group: mx[(t nsb + s) 4 + q] = the int16 pair (bsum_2q, bsum_2q+1)
 // of token t's super-block s, bsum_j = bsums[2 j] + bsums[2 j + 1] (|.| <= 4064: int16), for the
 // vpdpwssd against the rows' (m_2q, m_2q+1).
@@ -132,7 +132,7 @@ inline void k4_min_multipliers(const uint8_t* act, size_t arb, int64_t n, int64_
         }
 }
 
-// PackedMatmulKernel::gemm of the Q4_K / Q5_K super-block groups (VnniK4, AvxVnniQ4K), given
+// PackedMatmulKernel::gemm of the Q4_K / Q5_K super-block groups (VnniK4, AvxVnniK4), given
 // K::kRows, kMaxTokens, kSbBytes and tile_n(num_t, group, act, arb, mins, k, y, ldy, valid, next,
 // next_step): group by group, kMaxTokens tokens per tile, the token tiles over a group sharing out the
 // next group's prefetch (it streams from memory; vnni_next_share). r0 a multiple of K::kRows.
