@@ -322,15 +322,6 @@ struct AvxVnniK4 {
         for (int t = 0; t < T; ++t) store_rows8(y + t * ldy, acc[t], valid);
     }
 
-    template <int T = kMaxTokens>
-    static void tile_n(int num_t, const uint8_t* group, const uint8_t* act, size_t arb, const int32_t* mx, int64_t k,
-                       float* y, int64_t ldy, int valid, const uint8_t* next_group, int64_t next_step) {
-        if constexpr (T > 1) {
-            if (num_t < T) return tile_n<T - 1>(num_t, group, act, arb, mx, k, y, ldy, valid, next_group, next_step);
-        }
-        tile<T>(group, act, arb, mx, k, y, ldy, valid, next_group, next_step);
-    }
-
     static void gemm(const void* packed, const void* act, size_t arb, int64_t n, int64_t k, float* y, int64_t ldy,
                      int64_t r0, int64_t r1) {
         k4_groups_gemm<AvxVnniK4>(packed, act, arb, n, k, y, ldy, r0, r1);  // simd_vnni_groups.h

@@ -132,8 +132,18 @@ inline void k4_min_multipliers(const uint8_t* act, size_t arb, int64_t n, int64_
         }
 }
 
+// K::tile<num_t> of the Q4_K / Q5_K super-block groups for 1 <= num_t <= T.
+template <class K, int T = K::kMaxTokens>
+void k4_tile_n(int num_t, const uint8_t* group, const uint8_t* act, size_t arb, const int32_t* mx, int64_t k, float* y,
+               int64_t ldy, int valid, const uint8_t* next_group, int64_t next_step) {
+    if constexpr (T > 1) {
+        if (num_t < T) return k4_tile_n<K, T - 1>(num_t, group, act, arb, mx, k, y, ldy, valid, next_group, next_step);
+    }
+    K::template tile<T>(group, act, arb, mx, k, y, ldy, valid, next_group, next_step);
+}
+
 // PackedMatmulKernel::gemm of the Q4_K / Q5_K super-block groups (VnniK4, AvxVnniK4), given
-// K::kRows, kMaxTokens, kSbBytes and tile_n(num_t, group, act, arb, mins, k, y, ldy, valid, next,
+// K::kRows, kMaxTokens, kSbBytes and tile<T>(group, act, arb, mins, k, y, ldy, valid, next,
 // next_step): group by group, kMaxTokens tokens per tile, the token tiles over a group sharing out the
 // next group's prefetch (it streams from memory; vnni_next_share). r0 a multiple of K::kRows.
 template <class K>
@@ -154,7 +164,7 @@ void k4_groups_gemm(const void* packed, const void* act, size_t arb, int64_t n, 
             const int num_t = int(n - t < kMaxTokens ? n - t : kMaxTokens);
             int64_t step = 0;
             const uint8_t* next = vnni_next_share(group + gbytes, nsb, K::kSbBytes, t / kMaxTokens, passes, &step);
-            K::tile_n(num_t, group, ab + t * int64_t(arb), arb, mins.data() + t * nsb * 4, k, y + t * ldy + r, ldy,
+            k4_tile_n<K>(num_t, group, ab + t * int64_t(arb), arb, mins.data() + t * nsb * 4, k, y + t * ldy + r, ldy,
                       valid, next, step);
         }
     }
