@@ -34,7 +34,8 @@
 //               activations to 8 bits (quantized weights on kernels/cpu), the VNNI peak for the
 //               avx512-vnni kernels, the AVX-VNNI (256-bit) peak for the avx-vnni kernels and the
 //               AVX2 int8 dot peak otherwise; the BF16 dot peak for
-//               BF16 weights on the avx512-vnni kernels (vdpbf16ps); else the f32 FMA peak (float
+//               BF16 weights on the avx512-vnni kernels (vdpbf16ps; the amx level is held to these
+//               two as well: no AMX probe, its tiles may pass them); else the f32 FMA peak (float
 //               weights on other ISAs, or the f32 reference path). JSON peak_kind names it.
 #include <sys/mman.h>
 #include <unistd.h>
@@ -87,8 +88,8 @@ constexpr const char* kBenchUsage =
     "  -d, --depth N       tokens already in the KV cache when each test starts, put there by an\n"
     "                      untimed forward (default 0; llama-bench's -d); tests are named pp512@dN\n"
     "  -t, --threads N     worker threads (default: the physical cores this process may use)\n"
-    "  --isa ISA           matmul kernels: ref, avx2, avx-vnni, avx512, avx512-vnni (default: the best this CPU\n"
-    "                      runs)\n"
+    "  --isa ISA           matmul kernels: ref, avx2, avx-vnni, avx512, avx512-vnni, amx (default: the best\n"
+    "                      this CPU runs)\n"
     "  --f32-activations   quantized weights times f32 activations (the slow reference path)\n"
     "  --no-pack           run the weights in the file's layout, not repacked at load (8-row groups for\n"
     "                      the 8-bit, 5-bit and 4-bit block formats, 16-row panels for F32/F16/BF16 at\n"
@@ -169,7 +170,9 @@ ComputePath compute_path(const loader::Checkpoint& ck, const ops::LinearOptions&
     using kernels::ActFormat;
     const ActFormat act = lin->kernel->act;
     const bool int8 = act == ActFormat::kQ8 || act == ActFormat::kQ8K || act == ActFormat::kI8Row;
-    const bool vnni_isa = lin->isa == kernels::cpu::Isa::kAvx512Vnni;
+    // The amx level runs avx512-vnni's kernels but for I8 and BF16 (AMX tiles, no probe of their own):
+    // held to the VNNI and BF16 dot peaks, which the tiles may pass.
+    const bool vnni_isa = lin->isa == kernels::cpu::Isa::kAvx512Vnni || lin->isa == kernels::cpu::Isa::kAmx;
     const bool avx_vnni_isa = lin->isa == kernels::cpu::Isa::kAvxVnni;
     const char* what = act == ActFormat::kI8Row ? ", per-token int8 activations"
                        : int8                   ? ", int8 activations"

@@ -32,7 +32,7 @@ const char* kInspectHelp =
     "usage: kiln inspect PATH [--json] [--isa L]\n"
     "  PATH     a GGUF file, a safetensors file or Hugging Face model folder, or a llama2.c .bin\n"
     "  --json   print one JSON object instead of text\n"
-    "  --isa L  show the kernels of level L (avx2, avx-vnni, avx512, avx512-vnni, ref; default: the best this\n"
+    "  --isa L  show the kernels of level L (avx2, avx-vnni, avx512, avx512-vnni, amx, ref; default: the best this\n"
     "           CPU runs) for the weight matrices\n";
 
 // dump() that never throws on the invalid UTF-8 a GGUF string may hold.
@@ -272,7 +272,7 @@ int cmd_inspect(int argc, char** argv) {
     if (auto name = args.get("--isa")) {
         auto parsed = kernels::cpu::parse_isa(*name);
         if (!parsed) {
-            std::fprintf(stderr, "kiln inspect: unknown --isa '%s' (avx2, avx-vnni, avx512, avx512-vnni, ref)\n", name->c_str());
+            std::fprintf(stderr, "kiln inspect: unknown --isa '%s' (avx2, avx-vnni, avx512, avx512-vnni, amx, ref)\n", name->c_str());
             return 2;
         }
         if (!kernels::cpu::isa_supported(*parsed)) {

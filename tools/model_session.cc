@@ -58,7 +58,7 @@ const char* const kSessionHelp =
     "                         (default: $KILN_MODEL, else SmolLM2-135M-Instruct Q4_1 from scripts/setup)\n"
     "  --tokenizer FILE       tokenizer to use instead of the checkpoint's\n"
     "  -t, --threads N        worker threads (default: the physical cores this process may use)\n"
-    "  --isa ISA              matmul kernels: ref, avx2, avx-vnni, avx512, avx512-vnni (default: the best\n"
+    "  --isa ISA              matmul kernels: ref, avx2, avx-vnni, avx512, avx512-vnni, amx (default: the best\n"
     "                         this CPU runs)\n"
     "  --f32-activations      multiply quantized weights by f32 activations (slow reference path) instead\n"
     "                         of activations rounded to 8-bit blocks\n"

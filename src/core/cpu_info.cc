@@ -2,6 +2,10 @@
 #include "core/cpu_info.h"
 
 #include <sched.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include <fstream>
 #include <set>
@@ -24,6 +28,17 @@ unsigned long long read_xcr0() {
     unsigned lo = 0, hi = 0;
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
     return (static_cast<unsigned long long>(hi) << 32) | lo;
+}
+
+// Linux (5.16 and later) hands out the AMX tile data state per process on request; without it the
+// first tile instruction faults. True when granted (or already granted).
+bool request_amx_permission() {
+#if defined(__linux__)
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;  // uapi/asm/prctl.h, fpu/types.h
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+    return false;
+#endif
 }
 
 CpuFeatures detect() {
@@ -53,6 +68,14 @@ CpuFeatures detect() {
         f.avx512vl = bit(b7, 31);
         f.avx512vnni = bit(c7, 11);
         f.avx512bf16 = bit(a71, 5);
+        // AMX: CPUID.7.0:EDX bits 22 (BF16), 24 (TILE), 25 (INT8); XCR0 bits 17 (XTILECFG) and 18
+        // (XTILEDATA) enabled by the OS; then the process's permission.
+        const bool tiles_ok = ((xcr0 >> 17) & 3) == 3;
+        if (bit(d7, 24) && tiles_ok && request_amx_permission()) {
+            f.amx_tile = true;
+            f.amx_int8 = bit(d7, 25);
+            f.amx_bf16 = bit(d7, 22);
+        }
     }
     return f;
 }

@@ -86,8 +86,9 @@ struct MatmulKernel {
 // E4M3_B32 and MXFP8 rows (and BF16 at kAvx512Vnni) are packed
 // at the AVX-512 levels in 16-row k-major panels for an outer-product GEMM
 // (kernels/cpu/simd_float_packed.h: r0 a multiple of 16; batch invariant, but another summation
-// order than the row kernel, so not its bits). A packed buffer is only valid for the ISA whose
-// kernel packed it.
+// order than the row kernel, so not its bits). The amx level packs as avx512-vnni does and multiplies
+// I8 and BF16 weights in AMX tiles (kernels/cpu/simd_amx_kernels.h: I8 with VnniI8's bits, BF16 batch
+// invariant in another order). A packed buffer is only valid for the ISA whose kernel packed it.
 struct PackedMatmulKernel {
     size_t (*packed_bytes)(int64_t rows, int64_t k);
     // w: rows x k in the ggml layout (row stride w_row_bytes) -> dst [packed_bytes(rows, k)].

@@ -130,7 +130,8 @@ AttentionFn find_attention_kernel(Isa isa) {
         case Isa::kAvxVnni:  // no integer dots in attention: the AVX2 build
             return avx2_attention_kernel();
         case Isa::kAvx512:
-        case Isa::kAvx512Vnni:  // attention has no use for VNNI / BF16: the AVX-512 build
+        case Isa::kAvx512Vnni:  // attention has no use for VNNI / BF16 / AMX: the AVX-512 build
+        case Isa::kAmx:
             return avx512_attention_kernel();
     }
     return nullptr;

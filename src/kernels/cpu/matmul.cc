@@ -19,6 +19,8 @@ const char* isa_name(Isa isa) {
             return "avx512";
         case Isa::kAvx512Vnni:
             return "avx512-vnni";
+        case Isa::kAmx:
+            return "amx";
     }
     return "?";
 }
@@ -45,6 +47,8 @@ bool isa_supported(Isa isa) {
             return avx512;
         case Isa::kAvx512Vnni:
             return avx512 && f.avx512vnni && f.avx512bf16;
+        case Isa::kAmx:
+            return avx512 && f.avx512vnni && f.avx512bf16 && f.amx_tile && f.amx_int8 && f.amx_bf16;
     }
     return false;
 }
@@ -60,7 +64,7 @@ bool isa_built(Isa isa) {
 
 Isa best_isa() {
     static const Isa best = [] {
-        for (Isa isa : {Isa::kAvx512Vnni, Isa::kAvx512, Isa::kAvxVnni, Isa::kAvx2}) {
+        for (Isa isa : {Isa::kAmx, Isa::kAvx512Vnni, Isa::kAvx512, Isa::kAvxVnni, Isa::kAvx2}) {
             if (isa_supported(isa) && isa_built(isa)) return isa;
         }
         return Isa::kRef;
@@ -80,6 +84,8 @@ const PackedMatmulKernel* find_packed_matmul_kernel(core::DType weight_type, Isa
             return avx512_packed_kernel(weight_type);
         case Isa::kAvx512Vnni:
             return avx512vnni_packed_kernel(weight_type);
+        case Isa::kAmx:
+            return amx_packed_kernel(weight_type);
     }
     return nullptr;
 }

@@ -4,7 +4,7 @@
 // decode tiles are 8 rows for the legacy formats (lanes = rows), 4 for F32/F16/BF16 and 2 for
 // K-quants, so splits at multiples of 8 avoid remainder tiles) and scratch (activation rows quantized by quantize_row once
 // per token, shared by all threads).
-// ISAs: kRef (kernels/ref/quant_matmul.cc, scalar oracle); kAvx2 (AVX2+FMA+F16C); kAvxVnni (the
+// ISAs (and kAmx, below): kRef (kernels/ref/quant_matmul.cc, scalar oracle); kAvx2 (AVX2+FMA+F16C); kAvxVnni (the
 // AVX2 bodies with AVX-VNNI: the u8 x s8 block dot is one 256-bit VEX vpdpbusd); kAvx512 (the
 // same 256-bit kernel bodies built with AVX-512 F/BW/VL/DQ: EVEX, 32 registers); kAvx512Vnni (as
 // kAvx512 plus VNNI/BF16 flags; the u8 x s8 block dot is one vpdpbusd, BF16 weights use vdpbf16ps
@@ -55,10 +55,12 @@ namespace kiln::kernels::cpu {
 // Kernel levels. kAvxVnni is the AVX2 build with its u8 x s8 dots as one 256-bit VEX vpdpbusd
 // (AVX-VNNI: CPUs that have it without AVX-512, e.g. Alder Lake; the same integers, so the same
 // results as kAvx2). kAllIsas lists every level, weakest first.
-enum class Isa { kRef, kAvx2, kAvxVnni, kAvx512, kAvx512Vnni };
-inline constexpr Isa kAllIsas[] = {Isa::kRef, Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512, Isa::kAvx512Vnni};
+// kAmx is kAvx512Vnni plus AMX tiles (Sapphire Rapids and later): its I8 and BF16 packed kernels
+// multiply tiles (kernels/cpu/simd_amx_kernels.h), everything else is kAvx512Vnni's.
+enum class Isa { kRef, kAvx2, kAvxVnni, kAvx512, kAvx512Vnni, kAmx };
+inline constexpr Isa kAllIsas[] = {Isa::kRef, Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512, Isa::kAvx512Vnni, Isa::kAmx};
 
-const char* isa_name(Isa isa);  // "ref", "avx2", "avx-vnni", "avx512", "avx512-vnni"
+const char* isa_name(Isa isa);  // "ref", "avx2", "avx-vnni", "avx512", "avx512-vnni", "amx"
 std::optional<Isa> parse_isa(std::string_view name);
 // True when this CPU (and OS) can run code of `isa`. kRef always.
 bool isa_supported(Isa isa);
@@ -68,6 +70,11 @@ Isa best_isa();
 // The packed kernel for `weight_type` at `isa` (same activations as find_matmul_kernel's); nullptr
 // when there is none (kRef never packs). Does not check isa_supported.
 const PackedMatmulKernel* find_packed_matmul_kernel(core::DType weight_type, Isa isa);
+
+// For tests: the amx level's packed kernel for I8 or BF16 with its tile instructions emulated in
+// scalar code (AmxEmulated, simd_amx_kernels.h), runnable wherever kAvx512Vnni is; nullptr for
+// other types. The same layouts, blocking and epilogues as find_packed_matmul_kernel(t, kAmx).
+const PackedMatmulKernel* amx_emulated_packed_kernel(core::DType weight_type);
 
 // Kernel for `weight_type` compiled for `isa` (kRef: kernels/ref's scalar kernels); nullptr when
 // this build has none (or the type is not supported). Does not check isa_supported: calling an

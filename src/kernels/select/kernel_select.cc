@@ -23,13 +23,14 @@ const MatmulKernel* find_matmul_kernel(core::DType weight_type, Isa isa) {
         case Isa::kAvx512:
             return avx512_matmul_kernel(weight_type);
         case Isa::kAvx512Vnni:
+        case Isa::kAmx:  // the row kernels of avx512-vnni; AMX tiles serve only packed weights
             return avx512vnni_matmul_kernel(weight_type);
     }
     return nullptr;
 }
 
 const MatmulKernel* best_matmul_kernel(core::DType weight_type) {
-    const Isa order[] = {Isa::kAvx512Vnni, Isa::kAvx512, Isa::kAvxVnni, Isa::kAvx2, Isa::kRef};
+    const Isa order[] = {Isa::kAmx, Isa::kAvx512Vnni, Isa::kAvx512, Isa::kAvxVnni, Isa::kAvx2, Isa::kRef};
     for (Isa isa : order) {
         if (!isa_supported(isa)) continue;
         if (const MatmulKernel* k = find_matmul_kernel(weight_type, isa)) return k;
@@ -45,6 +46,7 @@ SiluMulFn find_silu_mul_kernel(Isa isa) {
         case Isa::kAvxVnni:
         case Isa::kAvx512:  // elementwise and memory-light: the 8-wide body serves every SIMD level
         case Isa::kAvx512Vnni:
+        case Isa::kAmx:
             return avx2_silu_mul_kernel();
     }
     return nullptr;
@@ -67,6 +69,7 @@ SoftmaxKernels find_softmax_kernels(Isa isa) {
         case Isa::kAvxVnni:
         case Isa::kAvx512:  // elementwise and memory-light: the 8-wide body serves every SIMD level
         case Isa::kAvx512Vnni:
+        case Isa::kAmx:
             return avx2_softmax_kernels();
     }
     return {};
