@@ -184,7 +184,7 @@ TEST(PackedMatmul, LinearWithAndWithoutPackingAgreeAcrossThreadCounts) {
     core::ThreadPool pool1(1), pool2(2);
     const int64_t rows = 203, k = 256;  // 25 groups + 3 rows
     std::vector<DType> types(std::begin(kLegacy), std::end(kLegacy));
-    if (best_isa() == Isa::kAvx512Vnni) types.insert(types.end(), std::begin(kFp4), std::end(kFp4));
+    if (best_isa() == Isa::kAvx512Vnni || best_isa() == Isa::kAmx) types.insert(types.end(), std::begin(kFp4), std::end(kFp4));
     for (DType t : types) {
         const std::vector<uint8_t> w = legacy_weights(t, rows, k, uint32_t(int(t)) + 50);
         const ref::WeightView wv = ref::make_weight_view(w.data(), t, rows, k);
@@ -455,10 +455,11 @@ TEST(PackedMatmul, KQuantGroupsMatchReferenceAndAreBatchInvariant) {
 }
 
 TEST(PackedMatmul, FloatLinearPackedAcrossThreadCounts) {
-    if (best_isa() != Isa::kAvx512 && best_isa() != Isa::kAvx512Vnni) GTEST_SKIP() << "no AVX-512 level";
+    const bool vnni = best_isa() == Isa::kAvx512Vnni || best_isa() == Isa::kAmx;
+    if (best_isa() != Isa::kAvx512 && !vnni) GTEST_SKIP() << "no AVX-512 level";
     const int64_t rows = 203;
     std::vector<DType> types = {DType::kF32, DType::kF16, DType::kE4m3B32, DType::kMxfp8};
-    if (best_isa() == Isa::kAvx512Vnni) types.push_back(DType::kBF16);
+    if (vnni) types.push_back(DType::kBF16);  // (at amx: the tiles, through ops::linear)
     for (DType t : types) {
         const bool fp8 = t == DType::kE4m3B32 || t == DType::kMxfp8;
         const int64_t k = fp8 ? 320 : 300;
