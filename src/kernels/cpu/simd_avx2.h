@@ -158,6 +158,18 @@ KILN_PREFETCH_INLINE void avx2_prefetch_next_group(const uint8_t* next_group, in
     const char* p = reinterpret_cast<const char*>(next_group + b * step_bytes);
     for (int64_t off = 0; off < step_bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T1);
 }
+// As avx2_prefetch_next_group, the block's lines cut in `parts` slices of which this call issues
+// slice `part`: a K-quant super-block's compute calls it once per sub-block (parts = 8), so its
+// prefetches go out spread over the block instead of in one burst. The burst (37 lines for a 16-row
+// Q4_K group) filled the line-fill buffers and stalled the tile's own loads behind it: perf put 41%
+// of the decode tile's samples on it; spread, tinyllama Q4_K decode ran 4-13% faster (five
+// alternated rounds, docs/performance.md "Q4_K decode: the next group's prefetch spread out").
+KILN_PREFETCH_INLINE void prefetch_next_group_part(const uint8_t* next_group, int64_t step_bytes, int64_t b,
+                                                   int part, int parts) {
+    const char* p = reinterpret_cast<const char*>(next_group + b * step_bytes);
+    const int64_t lines = (step_bytes + 63) / 64;
+    for (int64_t l = lines * part / parts; l < lines * (part + 1) / parts; ++l) _mm_prefetch(p + 64 * l, _MM_HINT_T1);
+}
 // Decode tiles (one token) of the AVX-512 VNNI group kernels (simd_vnni_kernels.h, simd_vnni_q4.h):
 // the step_bytes starting kDecodePrefetchAhead bytes past the block the tile is at (`block`), into
 // L1; call once per block. Groups lie one after the other, so this runs ahead in the tile's own

@@ -276,10 +276,10 @@ struct AvxVnniK4 {
         for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
         for (int64_t s = 0; s < nsb; ++s) {
             const uint8_t* g = group + s * kSbBytes;
-            if (next_group) avx2_prefetch_next_group(next_group, next_step, s);
             __m256i isum[T];
             for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
             for (int j = 0; j < 8; ++j) {  // sub-block j: chunk j / 2, low nibbles when j is even
+                if (next_group) prefetch_next_group_part(next_group, next_step, s, j, 8);
                 const __m256i sc = u8x8(g + kSc + 8 * j);
                 __m256i wq[8];
                 for (int c = 0; c < 8; ++c) {

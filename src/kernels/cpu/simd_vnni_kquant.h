@@ -82,10 +82,10 @@ struct VnniK4 {
         for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
         for (int64_t s = 0; s < nsb; ++s) {
             const uint8_t* g = group + s * kSbBytes;
-            if (next_group) avx2_prefetch_next_group(next_group, next_step, s);
             __m512i isum[T];
             for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
             for (int j = 0; j < 8; ++j) {  // sub-block j: chunk j / 2, low nibbles when j is even
+                if (next_group) prefetch_next_group_part(next_group, next_step, s, j, 8);
                 const __m512i sc =
                     _mm512_maskz_cvtepu8_epi32(kAll, _mm_loadu_si128(reinterpret_cast<const __m128i*>(g + kSc + 16 * j)));
                 __m512i wq[8];
