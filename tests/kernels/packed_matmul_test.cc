@@ -85,7 +85,7 @@ TEST(PackedMatmul, BitIdenticalToRowLayoutOnEveryIsa) {
         ++isas;
         EXPECT_EQ(find_packed_matmul_kernel(DType::kQ4_K, isa) != nullptr, isa == Isa::kAvx512Vnni || isa == Isa::kAvxVnni);
         EXPECT_EQ(find_packed_matmul_kernel(DType::kQ5_K, isa) != nullptr, isa == Isa::kAvx512Vnni || isa == Isa::kAvxVnni);
-        EXPECT_EQ(find_packed_matmul_kernel(DType::kQ6_K, isa) != nullptr, isa == Isa::kAvx512Vnni);
+        EXPECT_EQ(find_packed_matmul_kernel(DType::kQ6_K, isa) != nullptr, isa == Isa::kAvx512Vnni || isa == Isa::kAvxVnni);
         std::vector<DType> types(std::begin(kLegacy), std::end(kLegacy));
         for (DType t : kFp4) {
             EXPECT_EQ(find_packed_matmul_kernel(t, isa) != nullptr, isa == Isa::kAvx512Vnni) << core::dtype_name(t);
@@ -437,12 +437,15 @@ void check_kquant_groups(DType t, size_t sb_bytes, Isa isa = Isa::kAvx512Vnni, i
     expect_linear_packed_matches(t, w, wf, rows, k, 21);
 }
 
-// Q4_K and Q5_K at avx-vnni (8-row groups, lanes = rows; kernels/cpu/simd_avxvnni_packed.h), as above.
+// Q4_K, Q5_K and Q6_K at avx-vnni (8-row groups, lanes = rows; kernels/cpu/simd_avxvnni_packed.h,
+// simd_avxvnni_q6k.h), as above.
 TEST(PackedMatmul, AvxVnniQ4KGroupsMatchReferenceAndAreBatchInvariant) {
     if (!isa_supported(Isa::kAvxVnni)) GTEST_SKIP() << "no AVX-VNNI";
     check_kquant_groups(DType::kQ4_K, 1184, Isa::kAvxVnni, 8);  // 8 rows' d, dmin, scales / mins, nibbles
     if (HasFatalFailure()) return;
     check_kquant_groups(DType::kQ5_K, 1440, Isa::kAvxVnni, 8);  // as Q4_K, then the 8 rows' qh
+    if (HasFatalFailure()) return;
+    check_kquant_groups(DType::kQ6_K, 1680, Isa::kAvxVnni, 8);  // exactly the 8 rows' ggml bytes
 }
 
 TEST(PackedMatmul, KQuantGroupsMatchReferenceAndAreBatchInvariant) {

@@ -115,6 +115,47 @@ void vnni_pack_walk(const void* w, size_t wrb, int64_t rows, int64_t blocks, int
     vnni_pack_walk<kRows>(w, wrb, rows, blocks, src_bytes, out_bytes, dst, put, [](uint8_t*) {});
 }
 
+// The Q6_K group layout of kRows rows (VnniQ6K: 16, AvxVnniQ6K: 8; kernels/cpu/simd_vnni_kquant.h
+// describes it for 16): per group and super-block, exactly the rows' ggml bytes rearranged: fp16
+// d[kRows] | int8 sc[16][kRows] | 32 L vectors | 16 H vectors of 4 kRows bytes; with u_r[e] the 6-bit
+// value of element e of row r, byte 4 r + p of L_m = (u[4 m + p] & 15) | (u[128 + 4 m + p] & 15) << 4
+// and of H_m = the high 2 bits of u[4 m + p], u[64 + 4 m + p], u[128 + 4 m + p], u[192 + 4 m + p] in
+// bits 0-1, 2-3, 4-5, 6-7.
+template <int kRows>
+void pack_q6k_groups(const void* w, size_t wrb, int64_t rows, int64_t k, void* dst) {
+    constexpr int64_t kVec = 4 * kRows, kSc = 2 * kRows, kL = kSc + 16 * kRows, kH = kL + 32 * kVec;
+    constexpr int64_t kSbBytes = kH + 16 * kVec;
+    static_assert(kSbBytes == kRows * int64_t(blk::kQ6_KBytes));
+    vnni_pack_walk<kRows>(w, wrb, rows, k / blk::kQK_K, int64_t(blk::kQ6_KBytes), kSbBytes, dst,
+                          [](uint8_t* out, int i, const uint8_t* b) {
+        std::memcpy(out + 2 * i, b + blk::kQ6_KD, 2);
+        for (int j = 0; j < 16; ++j) out[kSc + kRows * j + i] = b[blk::kQ6_KScales + j];
+        uint8_t u[256];  // as the ref kernel reads them
+        for (int half = 0; half < 2; ++half) {
+            const uint8_t* ql = b + blk::kQ6_KQl + 64 * half;
+            const uint8_t* qh = b + blk::kQ6_KQh + 32 * half;
+            for (int q = 0; q < 4; ++q) {
+                for (int l = 0; l < 32; ++l) {
+                    const int low = (ql[l + 32 * (q & 1)] >> (4 * (q >> 1))) & 0x0f;
+                    const int high = (qh[l] >> (2 * q)) & 3;
+                    u[128 * half + 32 * q + l] = uint8_t(low | high << 4);
+                }
+            }
+        }
+        for (int m = 0; m < 32; ++m) {
+            for (int p = 0; p < 4; ++p)
+                out[kL + kVec * m + 4 * i + p] = uint8_t((u[4 * m + p] & 15) | (u[128 + 4 * m + p] & 15) << 4);
+        }
+        for (int m = 0; m < 16; ++m) {
+            for (int p = 0; p < 4; ++p) {
+                uint8_t h = 0;
+                for (int qq = 0; qq < 4; ++qq) h = uint8_t(h | (u[64 * qq + 4 * m + p] >> 4) << (2 * qq));
+                out[kH + kVec * m + 4 * i + p] = h;
+            }
+        }
+    });
+}
+
 // The Q4_K / Q5_K group kernels (VnniK4, AvxVnniK4): the tokens' min multipliers, once per GEMM
 // call rather than once per row group: mx[(t nsb + s) 4 + q] = the int16 pair (bsum_2q, bsum_2q+1)
 // of token t's super-block s, bsum_j = bsums[2 j] + bsums[2 j + 1] (|.| <= 4064: int16), for the

@@ -176,34 +176,7 @@ struct VnniQ6K {
     }
 
     static void pack(const void* w, size_t wrb, int64_t rows, int64_t k, void* dst) {
-        vnni_pack_walk<16>(w, wrb, rows, k / blk::kQK_K, int64_t(blk::kQ6_KBytes), kSbBytes, dst,
-                         [](uint8_t* out, int i, const uint8_t* b) {
-            std::memcpy(out + 2 * i, b + blk::kQ6_KD, 2);
-            for (int j = 0; j < 16; ++j) out[kSc + 16 * j + i] = b[blk::kQ6_KScales + j];
-            uint8_t u[256];  // as the ref kernel reads them
-            for (int half = 0; half < 2; ++half) {
-                const uint8_t* ql = b + blk::kQ6_KQl + 64 * half;
-                const uint8_t* qh = b + blk::kQ6_KQh + 32 * half;
-                for (int q = 0; q < 4; ++q) {
-                    for (int l = 0; l < 32; ++l) {
-                        const int low = (ql[l + 32 * (q & 1)] >> (4 * (q >> 1))) & 0x0f;
-                        const int high = (qh[l] >> (2 * q)) & 3;
-                        u[128 * half + 32 * q + l] = uint8_t(low | high << 4);
-                    }
-                }
-            }
-            for (int m = 0; m < 32; ++m) {
-                for (int p = 0; p < 4; ++p)
-                    out[kL + 64 * m + 4 * i + p] = uint8_t((u[4 * m + p] & 15) | (u[128 + 4 * m + p] & 15) << 4);
-            }
-            for (int m = 0; m < 16; ++m) {
-                for (int p = 0; p < 4; ++p) {
-                    uint8_t h = 0;
-                    for (int qq = 0; qq < 4; ++qq) h = uint8_t(h | (u[64 * qq + 4 * m + p] >> 4) << (2 * qq));
-                    out[kH + 64 * m + 4 * i + p] = h;
-                }
-            }
-        });
+        pack_q6k_groups<kRows>(w, wrb, rows, k, dst);  // simd_vnni_groups.h
     }
 
     // u of chunk c = 16 Q + m (elements 4 c .. 4 c + 3 of the 16 rows) of the super-block at g; Q
