@@ -76,6 +76,13 @@ TEST(AmxMatmul, KernelsAtTheAmxLevel) {
     EXPECT_EQ(parse_isa("amx"), Isa::kAmx);
 }
 
+// The check isa_supported(kAmx) makes once on AMX hardware passes through the emulated tiles (so
+// a disagreement there means the hardware, not the layouts, differs from this emulation).
+TEST(AmxMatmul, SelfCheckPassesEmulated) {
+    if (!isa_supported(Isa::kAvx512Vnni)) GTEST_SKIP() << "no AVX-512 VNNI";
+    EXPECT_TRUE(amx_emulation_self_check());
+}
+
 TEST(AmxMatmul, I8EqualsTheReferenceBitForBit) {
     const auto kernels = amx_kernels(DType::kI8);
     if (kernels.empty()) GTEST_SKIP() << "no AVX-512 VNNI";

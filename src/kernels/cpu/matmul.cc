@@ -47,8 +47,9 @@ bool isa_supported(Isa isa) {
             return avx512;
         case Isa::kAvx512Vnni:
             return avx512 && f.avx512vnni && f.avx512bf16;
-        case Isa::kAmx:
-            return avx512 && f.avx512vnni && f.avx512bf16 && f.amx_tile && f.amx_int8 && f.amx_bf16;
+        case Isa::kAmx:  // and its kernels agree with avx512-vnni's here (matmul_isa.h)
+            return avx512 && f.avx512vnni && f.avx512bf16 && f.amx_tile && f.amx_int8 && f.amx_bf16 &&
+                   amx_self_check();
     }
     return false;
 }

@@ -75,6 +75,9 @@ const PackedMatmulKernel* find_packed_matmul_kernel(core::DType weight_type, Isa
 // scalar code (AmxEmulated, simd_amx_kernels.h), runnable wherever kAvx512Vnni is; nullptr for
 // other types. The same layouts, blocking and epilogues as find_packed_matmul_kernel(t, kAmx).
 const PackedMatmulKernel* amx_emulated_packed_kernel(core::DType weight_type);
+// For tests: the check the amx level runs once on AMX hardware before isa_supported(kAmx) says yes
+// (its I8 and BF16 kernels against avx512-vnni's on fixed data), through the emulated tiles.
+bool amx_emulation_self_check();
 
 // Kernel for `weight_type` compiled for `isa` (kRef: kernels/ref's scalar kernels); nullptr when
 // this build has none (or the type is not supported). Does not check isa_supported: calling an

@@ -18,5 +18,10 @@ const PackedMatmulKernel* avxvnni_packed_kernel(core::DType weight_type);
 const PackedMatmulKernel* avx512_packed_kernel(core::DType weight_type);
 const PackedMatmulKernel* avx512vnni_packed_kernel(core::DType weight_type);
 const PackedMatmulKernel* amx_packed_kernel(core::DType weight_type);
+// matmul_amx.cc: the AMX kernels, never run on AMX hardware before they shipped, check themselves
+// once against the avx512-vnni kernels on fixed data (I8 bit for bit, BF16 within the 1e-5 bound)
+// before isa_supported(kAmx) says yes; on a disagreement it says no, with a message on stderr. Call
+// only where the CPU and OS have AMX (amx_emulation_self_check, matmul.h, runs it emulated).
+bool amx_self_check();
 
 }  // namespace kiln::kernels::cpu
