@@ -11,11 +11,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "core/cpu_info.h"
 #include "core/numeric.h"
 #include "kernels/cpu/matmul.h"
 
@@ -56,6 +58,7 @@ std::vector<uint8_t> pack(const PackedMatmulKernel* pk, const std::vector<uint8_
 }
 
 TEST(AmxMatmul, KernelsAtTheAmxLevel) {
+    if (!isa_supported(Isa::kAvx512Vnni)) GTEST_SKIP() << "no AVX-512 VNNI (the packers below use it)";
     for (DType t : {DType::kI8, DType::kBF16}) {
         const PackedMatmulKernel* pk = find_packed_matmul_kernel(t, Isa::kAmx);
         ASSERT_NE(pk, nullptr);
@@ -77,10 +80,16 @@ TEST(AmxMatmul, KernelsAtTheAmxLevel) {
 }
 
 // The check isa_supported(kAmx) makes once on AMX hardware passes through the emulated tiles (so
-// a disagreement there means the hardware, not the layouts, differs from this emulation).
-TEST(AmxMatmul, SelfCheckPassesEmulated) {
+// a disagreement there means the hardware, not the layouts, differs from this emulation); and on a
+// CPU with AMX (unless KILN_NO_AMX turns it off) it passes on the hardware too: a failed self-check
+// would otherwise only turn the level off, and the tests below would skip it.
+TEST(AmxMatmul, SelfCheckPasses) {
     if (!isa_supported(Isa::kAvx512Vnni)) GTEST_SKIP() << "no AVX-512 VNNI";
     EXPECT_TRUE(amx_emulation_self_check());
+    const core::CpuFeatures& f = core::cpu_features();
+    const char* off = std::getenv("KILN_NO_AMX");
+    if (f.amx_tile && f.amx_int8 && f.amx_bf16 && !(off && *off && std::string(off) != "0"))
+        EXPECT_TRUE(isa_supported(Isa::kAmx)) << "the AMX tile kernels disagree with avx512-vnni on this CPU";
 }
 
 TEST(AmxMatmul, I8EqualsTheReferenceBitForBit) {
@@ -133,7 +142,7 @@ TEST(AmxMatmul, Bf16MatchesTheReferenceAndIsBatchInvariant) {
                 wf[i] = core::bf16_to_f32(h);
                 std::memcpy(&w[2 * i], &h, 2);
             }
-            const int64_t n = 40;
+            const int64_t n = 40;  // blocks 0-1 from the rows in place, then the padded tail alone
             const std::vector<float> x = random_x(n, k, ++seed);
             const std::vector<uint8_t> act = quantize(kern, x, n, k);
             const size_t arb = kern->act_row_bytes(k);
@@ -161,6 +170,51 @@ TEST(AmxMatmul, Bf16MatchesTheReferenceAndIsBatchInvariant) {
                             ASSERT_EQ(std::memcmp(&got[i], &alone[size_t(r)], 4), 0) << at;
                         }
                     }
+                }
+            }
+        }
+    }
+}
+
+// BF16 token counts whose tiles take other paths: 20 (one tile of two blocks, the second the padded
+// buffer: another stride, 4 real tokens) and, at k = 8192, 64 tokens (~256 KiB chunks of 2 blocks:
+// the outer chunk loop runs twice). Each against the ref bound and, token by token, a run alone.
+TEST(AmxMatmul, Bf16PaddedPairsAndChunks) {
+    const auto kernels = amx_kernels(DType::kBF16);
+    if (kernels.empty()) GTEST_SKIP() << "no AVX-512 VNNI";
+    const MatmulKernel* ref = find_matmul_kernel(DType::kBF16, Isa::kRef);
+    const MatmulKernel* kern = find_matmul_kernel(DType::kBF16, Isa::kAvx512Vnni);
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{20, 256}, {64, 8192}}) {
+        const int64_t rows = 16;
+        std::mt19937 rng(uint32_t(n + k));
+        std::normal_distribution<float> nd(0.0f, 0.5f);
+        std::vector<float> wf(size_t(rows * k));
+        std::vector<uint8_t> w(size_t(rows * k) * 2);
+        for (size_t i = 0; i < wf.size(); ++i) {
+            const uint16_t h = core::f32_to_bf16(nd(rng));
+            wf[i] = core::bf16_to_f32(h);
+            std::memcpy(&w[2 * i], &h, 2);
+        }
+        const std::vector<float> x = random_x(n, k, uint32_t(3 * n + k));
+        const std::vector<uint8_t> act = quantize(kern, x, n, k);
+        const size_t arb = kern->act_row_bytes(k);
+        std::vector<float> want(size_t(n * rows), NAN);
+        ref->gemm(w.data(), size_t(2 * k), act.data(), arb, n, k, want.data(), rows, 0, rows);
+        for (const auto& [name, pk] : kernels) {
+            const std::vector<uint8_t> packed = pack(pk, w, size_t(2 * k), rows, k);
+            std::vector<float> got(size_t(n * rows), NAN);
+            pk->gemm(packed.data(), act.data(), arb, n, k, got.data(), rows, 0, rows);
+            for (int64_t t = 0; t < n; ++t) {
+                std::vector<float> alone(size_t(rows), NAN);
+                pk->gemm(packed.data(), act.data() + size_t(t) * arb, arb, 1, k, alone.data(), rows, 0, rows);
+                for (int64_t r = 0; r < rows; ++r) {
+                    double mag = 0;
+                    for (int64_t j = 0; j < k; ++j) mag += std::fabs(double(wf[size_t(r * k + j)]) * x[size_t(t * k + j)]);
+                    const size_t i = size_t(t * rows + r);
+                    const std::string at = name + " n " + std::to_string(n) + " k " + std::to_string(k) + " token " +
+                                           std::to_string(t) + " row " + std::to_string(r);
+                    ASSERT_NEAR(got[i], want[i], 1e-5 * mag + 1e-30) << at;
+                    ASSERT_EQ(std::memcmp(&got[i], &alone[size_t(r)], 4), 0) << at;
                 }
             }
         }

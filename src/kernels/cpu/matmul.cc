@@ -2,6 +2,9 @@
 // flags; it only calls into the per-ISA TUs through their one exported lookup function each.
 #include "kernels/cpu/matmul.h"
 
+#include <cstdlib>
+#include <string_view>
+
 #include "core/cpu_info.h"
 #include "kernels/cpu/matmul_isa.h"
 
@@ -32,6 +35,20 @@ std::optional<Isa> parse_isa(std::string_view name) {
     return std::nullopt;
 }
 
+namespace {
+
+// KILN_NO_AMX set to anything but "" or "0": the amx level is never used (an escape hatch for the
+// tile code, which was written without AMX hardware).
+bool amx_disabled() {
+    static const bool off = [] {
+        const char* v = std::getenv("KILN_NO_AMX");
+        return v && *v && std::string_view(v) != "0";
+    }();
+    return off;
+}
+
+}  // namespace
+
 bool isa_supported(Isa isa) {
     const core::CpuFeatures& f = core::cpu_features();
     const bool avx2 = f.avx2 && f.fma && f.f16c;
@@ -47,9 +64,9 @@ bool isa_supported(Isa isa) {
             return avx512;
         case Isa::kAvx512Vnni:
             return avx512 && f.avx512vnni && f.avx512bf16;
-        case Isa::kAmx:  // and its kernels agree with avx512-vnni's here (matmul_isa.h)
+        case Isa::kAmx:  // and its kernels agree with avx512-vnni's here (matmul_isa.h); KILN_NO_AMX=1: off
             return avx512 && f.avx512vnni && f.avx512bf16 && f.amx_tile && f.amx_int8 && f.amx_bf16 &&
-                   amx_self_check();
+                   !amx_disabled() && amx_self_check();
     }
     return false;
 }

@@ -279,7 +279,8 @@ void amx_i8_gemm(const void* packed, const void* act, size_t arb, int64_t n, int
     if (full > 0) {
         using G = AmxGemm<Tiles, AmxElemI8>;
         const uint8_t* a = static_cast<const uint8_t*>(act);
-        std::vector<typename G::Block> blocks;
+        static thread_local std::vector<typename G::Block> blocks;  // reused: no allocation per call
+        blocks.clear();
         for (int64_t t = 0; t < full; t += 16) blocks.push_back({a + t * int64_t(arb), arb, 16});
         G::run(blocks, G::chunk_blocks(arb), static_cast<const uint8_t*>(packed), k, y, ldy, r0, r1);
     }
@@ -296,13 +297,14 @@ void amx_bf16_gemm(const void* packed, const void* act, size_t arb, int64_t n, i
     if (k % 32 != 0) return FloatPacked<PackedElemBF16>::gemm(packed, act, arb, n, k, y, ldy, r0, r1);
     using G = AmxGemm<Tiles, AmxElemBf16>;
     const uint8_t* a = static_cast<const uint8_t*>(act);
-    std::vector<typename G::Block> blocks;
+    static thread_local std::vector<typename G::Block> blocks;  // reused: decode allocates nothing
+    blocks.clear();
     const int64_t full = n / 16 * 16;
     for (int64_t t = 0; t < full; t += 16) blocks.push_back({a + t * int64_t(arb), arb, 16});
     if (full < n) {  // the last tokens in a zeroed 16-row buffer (tileloadd reads 16 rows)
         static thread_local std::vector<uint8_t> pad;
         const size_t row = size_t(2 * k);
-        pad.assign(16 * row, 0);
+        pad.assign(16 * row, 0);  // (assign keeps the capacity)
         for (int64_t t = full; t < n; ++t) std::memcpy(pad.data() + (t - full) * row, a + t * int64_t(arb), row);
         blocks.push_back({pad.data(), row, int(n - full)});
     }

@@ -163,7 +163,8 @@ KILN_PREFETCH_INLINE void avx2_prefetch_next_group(const uint8_t* next_group, in
 // prefetches go out spread over the block instead of in one burst. The burst (37 lines for a 16-row
 // Q4_K group) filled the line-fill buffers and stalled the tile's own loads behind it: perf put 41%
 // of the decode tile's samples on it; spread, tinyllama Q4_K decode ran 4-13% faster (five
-// alternated rounds, docs/performance.md "Q4_K decode: the next group's prefetch spread out").
+// alternated rounds; Q6_K, sliced between its quarters, 30%: docs/performance.md "K-quant decode: the
+// next group's prefetch spread out").
 KILN_PREFETCH_INLINE void prefetch_next_group_part(const uint8_t* next_group, int64_t step_bytes, int64_t b,
                                                    int part, int parts) {
     const char* p = reinterpret_cast<const char*>(next_group + b * step_bytes);

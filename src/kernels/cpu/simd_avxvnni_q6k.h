@@ -143,42 +143,10 @@ struct AvxVnniQ6K {
         }
     }
 
-    template <int T = kMaxTokens>
-    static void tile_n(int num_t, const uint8_t* group, int64_t gbytes, const uint8_t* act, size_t arb, int64_t k,
-                       float* y, int64_t ldy, int valid, const uint8_t* next_group, int64_t next_step) {
-        if constexpr (T > 1) {
-            if (num_t < T)
-                return tile_n<T - 1>(num_t, group, gbytes, act, arb, k, y, ldy, valid, next_group, next_step);
-        }
-        tile<1, T>(group, gbytes, act, arb, k, y, ldy, valid, next_group, next_step);
-    }
-
-    // PackedMatmulKernel::gemm (r0 a multiple of 8). Decode: 2 groups per tile; prefill: one group x
-    // kMaxTokens tokens, the token tiles over a group sharing out the next group's prefetch.
+    // PackedMatmulKernel::gemm (r0 a multiple of kRows): q6k_groups_gemm (simd_vnni_groups.h).
     static void gemm(const void* packed, const void* act, size_t arb, int64_t n, int64_t k, float* y, int64_t ldy,
                      int64_t r0, int64_t r1) {
-        const uint8_t* base = static_cast<const uint8_t*>(packed);
-        const uint8_t* ab = static_cast<const uint8_t*>(act);
-        const int64_t gbytes = (k / blk::kQK_K) * kSbBytes;
-        int64_t r = r0;
-        if (n == 1) {
-            for (; r + 2 * kRows <= r1; r += 2 * kRows) {
-                const uint8_t* group = base + (r / kRows) * gbytes;
-                tile<2, 1>(group, gbytes, ab, arb, k, y + r, ldy, kRows, group + 2 * gbytes, kSbBytes);
-            }
-        }
-        const int64_t passes = (n + kMaxTokens - 1) / kMaxTokens;
-        for (; r < r1; r += kRows) {
-            const uint8_t* group = base + (r / kRows) * gbytes;
-            const int valid = int(r1 - r < kRows ? r1 - r : kRows);
-            for (int64_t t = 0; t < n; t += kMaxTokens) {
-                const int num_t = int(n - t < kMaxTokens ? n - t : kMaxTokens);
-                int64_t step = 0;
-                const uint8_t* next =
-                    vnni_next_share(group + gbytes, k / blk::kQK_K, kSbBytes, t / kMaxTokens, passes, &step);
-                tile_n(num_t, group, gbytes, ab + t * int64_t(arb), arb, k, y + t * ldy + r, ldy, valid, next, step);
-            }
-        }
+        q6k_groups_gemm<AvxVnniQ6K>(packed, act, arb, n, k, y, ldy, r0, r1);
     }
 };
 

@@ -156,6 +156,47 @@ void pack_q6k_groups(const void* w, size_t wrb, int64_t rows, int64_t k, void* d
     });
 }
 
+// K::tile<1, num_t> for 1 <= num_t <= T (the Q6_K group kernels' token tiles).
+template <class K, int T = K::kMaxTokens>
+void q6k_tile_n(int num_t, const uint8_t* group, int64_t gbytes, const uint8_t* act, size_t arb, int64_t k, float* y,
+                int64_t ldy, int valid, const uint8_t* next_group, int64_t next_step) {
+    if constexpr (T > 1) {
+        if (num_t < T) return q6k_tile_n<K, T - 1>(num_t, group, gbytes, act, arb, k, y, ldy, valid, next_group, next_step);
+    }
+    K::template tile<1, T>(group, gbytes, act, arb, k, y, ldy, valid, next_group, next_step);
+}
+
+// PackedMatmulKernel::gemm of the Q6_K group kernels (VnniQ6K, AvxVnniQ6K; r0 a multiple of
+// K::kRows). Decode: 2 groups per tile (two independent streams of work); prefill: one group x
+// K::kMaxTokens tokens, the token tiles over a group sharing out the next group's prefetch
+// (vnni_next_share).
+template <class K>
+void q6k_groups_gemm(const void* packed, const void* act, size_t arb, int64_t n, int64_t k, float* y, int64_t ldy,
+                     int64_t r0, int64_t r1) {
+    constexpr int kRows = K::kRows, kMaxTokens = K::kMaxTokens;
+    const uint8_t* base = static_cast<const uint8_t*>(packed);
+    const uint8_t* ab = static_cast<const uint8_t*>(act);
+    const int64_t gbytes = (k / blk::kQK_K) * K::kSbBytes;
+    int64_t r = r0;
+    if (n == 1) {
+        for (; r + 2 * kRows <= r1; r += 2 * kRows) {
+            const uint8_t* group = base + (r / kRows) * gbytes;
+            K::template tile<2, 1>(group, gbytes, ab, arb, k, y + r, ldy, kRows, group + 2 * gbytes, K::kSbBytes);
+        }
+    }
+    const int64_t passes = (n + kMaxTokens - 1) / kMaxTokens;
+    for (; r < r1; r += kRows) {
+        const uint8_t* group = base + (r / kRows) * gbytes;
+        const int valid = int(r1 - r < kRows ? r1 - r : kRows);
+        for (int64_t t = 0; t < n; t += kMaxTokens) {
+            const int num_t = int(n - t < kMaxTokens ? n - t : kMaxTokens);
+            int64_t step = 0;
+            const uint8_t* next = vnni_next_share(group + gbytes, k / blk::kQK_K, K::kSbBytes, t / kMaxTokens, passes, &step);
+            q6k_tile_n<K>(num_t, group, gbytes, ab + t * int64_t(arb), arb, k, y + t * ldy + r, ldy, valid, next, step);
+        }
+    }
+}
+
 // The Q4_K / Q5_K group kernels (VnniK4, AvxVnniK4): the tokens' min multipliers, once per GEMM
 // call rather than once per row group: mx[(t nsb + s) 4 + q] = the int16 pair (bsum_2q, bsum_2q+1)
 // of token t's super-block s, bsum_j = bsums[2 j] + bsums[2 j + 1] (|.| <= 4064: int16), for the
