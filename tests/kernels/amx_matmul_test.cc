@@ -57,6 +57,27 @@ std::vector<uint8_t> pack(const PackedMatmulKernel* pk, const std::vector<uint8_
     return packed;
 }
 
+// rows x k BF16 weights (normal, sd 0.5, seeded), and *wf their values as f32.
+std::vector<uint8_t> bf16_weights(int64_t rows, int64_t k, uint32_t seed, std::vector<float>* wf) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> nd(0.0f, 0.5f);
+    wf->assign(size_t(rows * k), 0.0f);
+    std::vector<uint8_t> w(size_t(rows * k) * 2);
+    for (size_t i = 0; i < wf->size(); ++i) {
+        const uint16_t h = core::f32_to_bf16(nd(rng));
+        (*wf)[i] = core::bf16_to_f32(h);
+        std::memcpy(&w[2 * i], &h, 2);
+    }
+    return w;
+}
+
+// sum |w x| of weight row r and token t (the scale of the 1e-5 bound).
+double abs_dot(const std::vector<float>& wf, const std::vector<float>& x, int64_t r, int64_t t, int64_t k) {
+    double mag = 0;
+    for (int64_t j = 0; j < k; ++j) mag += std::fabs(double(wf[size_t(r * k + j)]) * x[size_t(t * k + j)]);
+    return mag;
+}
+
 TEST(AmxMatmul, KernelsAtTheAmxLevel) {
     if (!isa_supported(Isa::kAvx512Vnni)) GTEST_SKIP() << "no AVX-512 VNNI (the packers below use it)";
     for (DType t : {DType::kI8, DType::kBF16}) {
@@ -88,8 +109,9 @@ TEST(AmxMatmul, SelfCheckPasses) {
     EXPECT_TRUE(amx_emulation_self_check());
     const core::CpuFeatures& f = core::cpu_features();
     const char* off = std::getenv("KILN_NO_AMX");
-    if (f.amx_tile && f.amx_int8 && f.amx_bf16 && !(off && *off && std::string(off) != "0"))
+    if (f.amx_tile && f.amx_int8 && f.amx_bf16 && !(off && *off && std::string(off) != "0")) {
         EXPECT_TRUE(isa_supported(Isa::kAmx)) << "the AMX tile kernels disagree with avx512-vnni on this CPU";
+    }
 }
 
 TEST(AmxMatmul, I8EqualsTheReferenceBitForBit) {
@@ -133,15 +155,8 @@ TEST(AmxMatmul, Bf16MatchesTheReferenceAndIsBatchInvariant) {
     uint32_t seed = 900;
     for (int64_t k : {32, 64, 1120, 300}) {
         for (int64_t rows : {16, 37, 64}) {
-            std::mt19937 rng(++seed);
-            std::normal_distribution<float> nd(0.0f, 0.5f);
-            std::vector<float> wf(size_t(rows * k));
-            std::vector<uint8_t> w(size_t(rows * k) * 2);
-            for (size_t i = 0; i < wf.size(); ++i) {
-                const uint16_t h = core::f32_to_bf16(nd(rng));
-                wf[i] = core::bf16_to_f32(h);
-                std::memcpy(&w[2 * i], &h, 2);
-            }
+            std::vector<float> wf;
+            const std::vector<uint8_t> w = bf16_weights(rows, k, ++seed, &wf);
             const int64_t n = 40;  // blocks 0-1 from the rows in place, then the padded tail alone
             const std::vector<float> x = random_x(n, k, ++seed);
             const std::vector<uint8_t> act = quantize(kern, x, n, k);
@@ -159,8 +174,7 @@ TEST(AmxMatmul, Bf16MatchesTheReferenceAndIsBatchInvariant) {
                     if (t % 7 == 0 || t == n - 1)  // a token alone: the same bits as in the batch
                         pk->gemm(packed.data(), act.data() + size_t(t) * arb, arb, 1, k, alone.data(), rows, 0, rows);
                     for (int64_t r = 0; r < rows; ++r) {
-                        double mag = 0;
-                        for (int64_t j = 0; j < k; ++j) mag += std::fabs(double(wf[size_t(r * k + j)]) * x[size_t(t * k + j)]);
+                        const double mag = abs_dot(wf, x, r, t, k);
                         const size_t i = size_t(t * rows + r);
                         const std::string at = name + " k " + std::to_string(k) + " rows " + std::to_string(rows) +
                                                " token " + std::to_string(t) + " row " + std::to_string(r);
@@ -186,15 +200,8 @@ TEST(AmxMatmul, Bf16PaddedPairsAndChunks) {
     const MatmulKernel* kern = find_matmul_kernel(DType::kBF16, Isa::kAvx512Vnni);
     for (auto [n, k] : {std::pair<int64_t, int64_t>{20, 256}, {64, 8192}}) {
         const int64_t rows = 16;
-        std::mt19937 rng(uint32_t(n + k));
-        std::normal_distribution<float> nd(0.0f, 0.5f);
-        std::vector<float> wf(size_t(rows * k));
-        std::vector<uint8_t> w(size_t(rows * k) * 2);
-        for (size_t i = 0; i < wf.size(); ++i) {
-            const uint16_t h = core::f32_to_bf16(nd(rng));
-            wf[i] = core::bf16_to_f32(h);
-            std::memcpy(&w[2 * i], &h, 2);
-        }
+        std::vector<float> wf;
+        const std::vector<uint8_t> w = bf16_weights(rows, k, uint32_t(n + k), &wf);
         const std::vector<float> x = random_x(n, k, uint32_t(3 * n + k));
         const std::vector<uint8_t> act = quantize(kern, x, n, k);
         const size_t arb = kern->act_row_bytes(k);
@@ -208,8 +215,7 @@ TEST(AmxMatmul, Bf16PaddedPairsAndChunks) {
                 std::vector<float> alone(size_t(rows), NAN);
                 pk->gemm(packed.data(), act.data() + size_t(t) * arb, arb, 1, k, alone.data(), rows, 0, rows);
                 for (int64_t r = 0; r < rows; ++r) {
-                    double mag = 0;
-                    for (int64_t j = 0; j < k; ++j) mag += std::fabs(double(wf[size_t(r * k + j)]) * x[size_t(t * k + j)]);
+                    const double mag = abs_dot(wf, x, r, t, k);
                     const size_t i = size_t(t * rows + r);
                     const std::string at = name + " n " + std::to_string(n) + " k " + std::to_string(k) + " token " +
                                            std::to_string(t) + " row " + std::to_string(r);

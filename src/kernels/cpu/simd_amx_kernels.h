@@ -16,8 +16,8 @@
 //    exact as in VnniI8, then y = d_x * float(C - 128 * sum(q)): VnniI8's bits, hence the ref kernel's.
 //    Taken when n >= 16 and k % 64 == 0, for the 16-token blocks; the other tokens (and every call
 //    below 16 tokens or with another k) run VnniI8 itself, so mixing them changes no bit.
-//  - BF16 (AmxBf16): every token count through the tiles (a lone token is a block of 1 in a zeroed
-//    16-row buffer), so the summation order per output is the same in every batch: per 32 columns one
+//  - BF16 (AmxBf16): every token count through the tiles (a lone token is a block of 1 in a 16-row
+//    buffer whose other rows are never stored), so the summation order per output is the same in every batch: per 32 columns one
 //    tdpbf16ps, which (Intel SDM) sums the even and the odd products of its 16 pairs in two fp32
 //    chains from zero (fma, denormals flushed) and adds both to the accumulator; the accumulator
 //    starts at zero and runs over the whole row. Batch invariant; not the avx512-vnni panels' bits
@@ -301,10 +301,12 @@ void amx_bf16_gemm(const void* packed, const void* act, size_t arb, int64_t n, i
     blocks.clear();
     const int64_t full = n / 16 * 16;
     for (int64_t t = 0; t < full; t += 16) blocks.push_back({a + t * int64_t(arb), arb, 16});
-    if (full < n) {  // the last tokens in a zeroed 16-row buffer (tileloadd reads 16 rows)
+    if (full < n) {  // the last tokens in a 16-row buffer (tileloadd reads 16 rows)
+        // Its other rows are never cleared: row m of a product depends on row m of A alone, and only
+        // the block's real tokens are stored (decode would otherwise clear 16 rows per call).
         static thread_local std::vector<uint8_t> pad;
         const size_t row = size_t(2 * k);
-        pad.assign(16 * row, 0);  // (assign keeps the capacity)
+        if (pad.size() < 16 * row) pad.resize(16 * row);
         for (int64_t t = full; t < n; ++t) std::memcpy(pad.data() + (t - full) * row, a + t * int64_t(arb), row);
         blocks.push_back({pad.data(), row, int(n - full)});
     }
